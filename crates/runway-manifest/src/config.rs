@@ -1,0 +1,324 @@
+//! A service's settings with every default applied: what the renderers, the runtime and the
+//! control plane read, so that no consumer applies defaults of its own.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::types::{
+    BackendProtocol, DEFAULT_CONCURRENCY, DEFAULT_CONTAINER_PORT, DEFAULT_CPU,
+    DEFAULT_MAX_INSTANCES, DEFAULT_MEMORY, DEFAULT_REGION, DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    DEFAULT_ROLLOUT_PERCENTAGES, DEFAULT_SERVICE_GRACE_SECONDS, DEFAULT_WORKER_GRACE_SECONDS,
+    Manifest, Probe, ReadinessProbe, StopSignal, Strategy, WorkloadKind,
+};
+
+/// Default seconds between probe checks.
+pub(crate) const DEFAULT_PROBE_PERIOD_SECONDS: u32 = 10;
+/// Default seconds one probe check may take.
+pub(crate) const DEFAULT_PROBE_TIMEOUT_SECONDS: u32 = 1;
+/// Default consecutive failures before a probe fails.
+pub(crate) const DEFAULT_PROBE_FAILURE_THRESHOLD: u32 = 3;
+/// The startup check when the manifest has none: a TCP connection to the port every second, for
+/// up to four minutes (Cloud Run's bound).
+const DEFAULT_STARTUP_PROBE: ProbeConfig = ProbeConfig {
+    action: ProbeAction::Tcp,
+    initial_delay_seconds: 0,
+    timeout_seconds: 1,
+    period_seconds: 1,
+    failure_threshold: 240,
+    success_threshold: 1,
+};
+
+/// A service's settings with every default applied, for one environment.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceConfig {
+    /// `metadata.name` as written.
+    pub name: String,
+    /// The name as a DNS label (`_` written as `-`), for host names and object names.
+    pub dns_name: String,
+    /// The environment these settings are for, if one was chosen.
+    pub environment: Option<String>,
+    /// The merged manifest these settings come from.
+    pub manifest: Manifest,
+    /// Service or worker.
+    pub kind: WorkloadKind,
+    /// What runs.
+    pub artifact: Artifact,
+    /// Port the instance listens on; none for workers.
+    pub port: Option<u16>,
+    /// Regions, in the manifest's order.
+    pub regions: Vec<String>,
+    /// Seconds a request may take.
+    pub request_timeout_seconds: u32,
+    /// CPU limit as written (`1000m`).
+    pub cpu: String,
+    /// CPU limit in thousandths of a CPU.
+    pub cpu_millis: u64,
+    /// Memory limit as written (`512Mi`).
+    pub memory: String,
+    /// Memory limit in bytes.
+    pub memory_bytes: u64,
+    /// More CPU while starting.
+    pub startup_cpu_boost: bool,
+    /// Fewest instances.
+    pub min_instances: u32,
+    /// Most instances.
+    pub max_instances: u32,
+    /// Requests one instance serves at once.
+    pub concurrency: u32,
+    /// Checked from start until it first passes.
+    pub startup_probe: ProbeConfig,
+    /// Checked for life; failing restarts the instance.
+    pub liveness_probe: Option<ProbeConfig>,
+    /// Checked for life; failing takes the instance out of traffic.
+    pub readiness_probe: Option<ProbeConfig>,
+    /// Protocol to the instances.
+    pub backend_protocol: BackendProtocol,
+    /// Whether the service is reachable from outside the platform.
+    pub external: bool,
+    /// Whether the service is reachable by other services on the platform.
+    pub internal: bool,
+    /// Rollout strategy.
+    pub strategy: Strategy,
+    /// Traffic steps of a regional rollout.
+    pub rollout_percentages: Vec<u8>,
+    /// Environment variables: `spec.workload.env` overlaid with `.runway/env-<env>.yml`.
+    pub env: BTreeMap<String, String>,
+    /// Names of secrets injected as environment variables.
+    pub secrets: Vec<String>,
+    /// Signal that asks the process to stop.
+    pub stop_signal: StopSignal,
+    /// Seconds between the stop signal and SIGKILL.
+    pub stop_grace_period_seconds: u32,
+    /// Path of the metrics endpoint.
+    pub metrics_path: String,
+    /// `host:port` addresses to scrape.
+    pub scrape_targets: Vec<String>,
+    /// CPU allocated only while serving a request.
+    pub request_based_billing: bool,
+}
+
+/// What runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Artifact {
+    /// A container image.
+    Image {
+        /// The reference, when the manifest names one; otherwise it comes at deploy time.
+        reference: Option<String>,
+        /// Replaces the image's entrypoint.
+        command: Option<Vec<String>>,
+        /// Replaces the image's default arguments.
+        args: Option<Vec<String>>,
+    },
+    /// A plain process.
+    Process {
+        /// Program and arguments.
+        command: Vec<String>,
+        /// Working directory, relative to the directory holding `.runway/`.
+        working_dir: Option<String>,
+    },
+}
+
+/// A probe with every default applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeConfig {
+    /// What one check does.
+    pub action: ProbeAction,
+    /// Seconds before the first check.
+    pub initial_delay_seconds: u32,
+    /// Seconds one check may take.
+    pub timeout_seconds: u32,
+    /// Seconds between checks.
+    pub period_seconds: u32,
+    /// Consecutive failures before the probe fails.
+    pub failure_threshold: u32,
+    /// Consecutive successes before the probe passes.
+    pub success_threshold: u32,
+}
+
+/// What one check does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ProbeAction {
+    /// HTTP GET of a path on the port; 2xx and 3xx pass.
+    Http {
+        /// The path, starting with `/`.
+        path: String,
+    },
+    /// gRPC health check of a service on the port.
+    Grpc {
+        /// The service name given to `grpc.health.v1.Health/Check`.
+        service: String,
+    },
+    /// A TCP connection to the port.
+    Tcp,
+}
+
+impl ServiceConfig {
+    /// Applies the defaults to a manifest that has passed validation, with the environment's
+    /// variables. Values validation would have refused fall back to their defaults.
+    pub fn from_manifest(
+        manifest: &Manifest,
+        environment: Option<&str>,
+        env_file: &BTreeMap<String, String>,
+    ) -> Self {
+        let spec = &manifest.spec;
+        let workload = spec.workload.clone().unwrap_or_default();
+        let kind = workload.kind.unwrap_or_default();
+        let limits = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .unwrap_or_default();
+        let cpu = limits
+            .cpu
+            .map_or_else(|| DEFAULT_CPU.to_owned(), |q| q.as_str().to_owned());
+        let memory = limits
+            .memory
+            .map_or_else(|| DEFAULT_MEMORY.to_owned(), |q| q.as_str().to_owned());
+        let scalability = spec.scalability.clone().unwrap_or_default();
+        let lb = spec.load_balancing.clone().unwrap_or_default();
+        let external = lb.external_load_balancer.clone().unwrap_or_default();
+        let internal = lb.internal_load_balancer.clone().unwrap_or_default();
+        let deployment = spec.deployment.clone().unwrap_or_default();
+        let observability = spec.observability.clone().unwrap_or_default();
+        let is_worker = kind == WorkloadKind::Worker;
+
+        let artifact = match workload.process {
+            Some(process) => Artifact::Process {
+                command: process.command,
+                working_dir: process.working_dir,
+            },
+            None => Artifact::Image {
+                reference: spec.image.clone(),
+                command: spec.command.clone(),
+                args: spec.args.clone(),
+            },
+        };
+        let mut env = workload.env.unwrap_or_default();
+        env.extend(env_file.iter().map(|(k, v)| (k.clone(), v.clone())));
+
+        Self {
+            name: manifest.metadata.name.clone(),
+            dns_name: dns_name(&manifest.metadata.name),
+            environment: environment.map(str::to_owned),
+            manifest: manifest.clone(),
+            kind,
+            artifact,
+            port: (!is_worker).then(|| {
+                spec.container_port
+                    .and_then(|p| u16::try_from(p).ok())
+                    .unwrap_or(DEFAULT_CONTAINER_PORT)
+            }),
+            regions: spec
+                .regions
+                .clone()
+                .unwrap_or_else(|| vec![DEFAULT_REGION.to_owned()]),
+            request_timeout_seconds: spec
+                .request_timeout
+                .unwrap_or(DEFAULT_REQUEST_TIMEOUT_SECONDS),
+            cpu_millis: crate::quantity::Quantity::new(&cpu)
+                .cpu_millis()
+                .unwrap_or(1000),
+            cpu,
+            memory_bytes: crate::quantity::Quantity::new(&memory)
+                .bytes()
+                .unwrap_or(512 << 20),
+            memory,
+            startup_cpu_boost: spec
+                .resources
+                .as_ref()
+                .and_then(|r| r.startup_cpu_boost)
+                .unwrap_or(false),
+            min_instances: scalability.min_instances.unwrap_or(0),
+            max_instances: scalability.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES),
+            concurrency: scalability
+                .max_instance_request_concurrency
+                .unwrap_or(DEFAULT_CONCURRENCY),
+            startup_probe: spec
+                .startup_probe
+                .as_ref()
+                .map_or(DEFAULT_STARTUP_PROBE, probe),
+            liveness_probe: spec.liveness_probe.as_ref().map(probe),
+            readiness_probe: spec.readiness_probe.as_ref().map(readiness),
+            backend_protocol: external
+                .backend_protocol
+                .or(internal.backend_protocol)
+                .unwrap_or(BackendProtocol::Rest),
+            external: !is_worker && external.enabled.unwrap_or(true),
+            internal: !is_worker && internal.enabled.unwrap_or(false),
+            strategy: deployment.strategy.unwrap_or_default(),
+            rollout_percentages: deployment
+                .rollout_traffic_percentages
+                .or(deployment.traffic_rollout_percentages)
+                .unwrap_or_else(|| DEFAULT_ROLLOUT_PERCENTAGES.to_vec()),
+            env,
+            secrets: workload.secrets.unwrap_or_default(),
+            stop_signal: workload.stop_signal.unwrap_or(if is_worker {
+                StopSignal::Quit
+            } else {
+                StopSignal::Term
+            }),
+            stop_grace_period_seconds: workload.stop_grace_period_seconds.unwrap_or(if is_worker {
+                DEFAULT_WORKER_GRACE_SECONDS
+            } else {
+                DEFAULT_SERVICE_GRACE_SECONDS
+            }),
+            metrics_path: observability
+                .metrics_path
+                .unwrap_or_else(|| "/metrics".to_owned()),
+            scrape_targets: observability.scrape_targets.unwrap_or_default(),
+            request_based_billing: spec.request_based_billing.unwrap_or(true),
+        }
+    }
+
+    /// The image reference, if the manifest names one.
+    pub fn image(&self) -> Option<&str> {
+        match &self.artifact {
+            Artifact::Image { reference, .. } => reference.as_deref(),
+            Artifact::Process { .. } => None,
+        }
+    }
+}
+
+/// The name as a DNS label: upstream admits `_` in names, host names do not.
+pub fn dns_name(name: &str) -> String {
+    name.replace('_', "-")
+}
+
+fn action(path: Option<&String>, grpc_service: Option<&String>) -> ProbeAction {
+    match (path, grpc_service) {
+        (Some(path), _) => ProbeAction::Http { path: path.clone() },
+        (None, Some(service)) => ProbeAction::Grpc {
+            service: service.clone(),
+        },
+        (None, None) => ProbeAction::Tcp,
+    }
+}
+
+fn probe(p: &Probe) -> ProbeConfig {
+    ProbeConfig {
+        action: action(p.path.as_ref(), p.grpc_service.as_ref()),
+        initial_delay_seconds: p.initial_delay_seconds.unwrap_or(0),
+        timeout_seconds: p.timeout_seconds.unwrap_or(DEFAULT_PROBE_TIMEOUT_SECONDS),
+        period_seconds: p.period_seconds.unwrap_or(DEFAULT_PROBE_PERIOD_SECONDS),
+        failure_threshold: p
+            .failure_threshold
+            .unwrap_or(DEFAULT_PROBE_FAILURE_THRESHOLD),
+        success_threshold: 1,
+    }
+}
+
+fn readiness(p: &ReadinessProbe) -> ProbeConfig {
+    ProbeConfig {
+        action: action(p.path.as_ref(), None),
+        initial_delay_seconds: 0,
+        timeout_seconds: p.timeout_seconds.unwrap_or(DEFAULT_PROBE_TIMEOUT_SECONDS),
+        period_seconds: p.period_seconds.unwrap_or(DEFAULT_PROBE_PERIOD_SECONDS),
+        failure_threshold: p
+            .failure_threshold
+            .unwrap_or(DEFAULT_PROBE_FAILURE_THRESHOLD),
+        success_threshold: p.success_threshold.unwrap_or(1),
+    }
+}

@@ -1,0 +1,493 @@
+//! The typed manifest. Every field upstream's `runway/v1` schema knows is here with the same
+//! name and shape, so an upstream file deserialises unchanged; Runway's own additions live under
+//! one key, `spec.workload`, so that nothing we add can collide with a later upstream field.
+//!
+//! Doc comments on these types become the descriptions in the published JSON Schema.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::quantity::Quantity;
+
+/// Port a service listens on when the manifest does not say.
+pub const DEFAULT_CONTAINER_PORT: u16 = 8080;
+/// Request timeout in seconds when the manifest does not say (Cloud Run's default).
+pub const DEFAULT_REQUEST_TIMEOUT_SECONDS: u32 = 300;
+/// Longest request timeout Cloud Run accepts, and so the longest we accept.
+pub const MAX_REQUEST_TIMEOUT_SECONDS: u32 = 3600;
+/// CPU limit when the manifest does not say.
+pub const DEFAULT_CPU: &str = "1000m";
+/// Memory limit when the manifest does not say.
+pub const DEFAULT_MEMORY: &str = "512Mi";
+/// Upper bound on instances when the manifest does not say (Cloud Run's default).
+pub const DEFAULT_MAX_INSTANCES: u32 = 100;
+/// Concurrent requests per instance when the manifest does not say (Cloud Run's default).
+pub const DEFAULT_CONCURRENCY: u32 = 80;
+/// Traffic steps of a regional rollout when the manifest does not say.
+pub const DEFAULT_ROLLOUT_PERCENTAGES: [u8; 4] = [5, 25, 75, 100];
+/// Grace between the stop signal and SIGKILL for services, in seconds.
+pub const DEFAULT_SERVICE_GRACE_SECONDS: u32 = 30;
+/// Grace between the stop signal and SIGKILL for workers, in seconds: a worker finishes its
+/// current job first, as a CI runner does.
+pub const DEFAULT_WORKER_GRACE_SECONDS: u32 = 3600;
+/// Regions when the manifest names none.
+pub const DEFAULT_REGION: &str = "us-east1";
+
+/// A Runway service manifest, `.runway/runway.yml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[schemars(title = "Runway service manifest", extend("x-runway-file" = ".runway/runway.yml"))]
+pub struct Manifest {
+    /// Version of the manifest format. Default `runway/v1`; `runway/v1+dev` admits fields still
+    /// in development.
+    #[serde(default)]
+    pub api_version: ApiVersion,
+    /// The kind of document; always `RunwayService`.
+    pub kind: Kind,
+    /// Who the service is and who owns it.
+    pub metadata: Metadata,
+    /// How the service is built, run, scaled, rolled out and observed.
+    pub spec: Spec,
+}
+
+/// Version of the manifest format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ApiVersion {
+    /// The stable format.
+    #[default]
+    #[serde(rename = "runway/v1")]
+    V1,
+    /// The stable format plus fields still in development.
+    #[serde(rename = "runway/v1+dev")]
+    V1Dev,
+    /// The format's name before v1; read as `runway/v1`.
+    #[serde(rename = "runway/v1.0.0-beta")]
+    V1Beta,
+}
+
+/// The kind of document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Kind {
+    /// A service run by Runway.
+    RunwayService,
+}
+
+/// Who the service is and who owns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Metadata {
+    /// The service's name: a DNS label (lower-case letters, digits and `-`, at most 63
+    /// characters). Upstream names with `_` are accepted and written with `-` in host names.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Email handle of the person or group that owns the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner_email_handle: Option<String>,
+    /// Department that owns the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub department: Option<String>,
+    /// Department group that owns the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub department_group: Option<String>,
+    /// Product category the service belongs to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub product_category: Option<String>,
+}
+
+/// How the service is built, run, scaled, rolled out and observed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Container image. Deprecated upstream, where the image is a deploy-time input
+    /// (`runway deploy --image`); accepted here and equivalent to `workload.image`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Replaces the container image's entrypoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub command: Option<Vec<String>>,
+    /// Replaces the container image's default arguments (its `cmd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    /// Port the service listens on; given to instances as `PORT`. Default 8080.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub container_port: Option<u32>,
+    /// Regions to run in, each once. Default `[us-east1]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub regions: Option<Vec<String>>,
+    /// Seconds a request may take before it is answered with 504. Default 300, at most 3600.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub request_timeout: Option<u32>,
+    /// CPU and memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    /// How many instances run and how much each takes on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scalability: Option<Scalability>,
+    /// Checked from start until it first succeeds; no other probe runs before.
+    /// Without it, a TCP connection to the port is the startup check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub startup_probe: Option<Probe>,
+    /// Checked for the instance's life; failing it restarts the instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub liveness_probe: Option<Probe>,
+    /// Checked for the instance's life; failing it takes the instance out of traffic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readiness_probe: Option<ReadinessProbe>,
+    /// How traffic reaches the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_balancing: Option<LoadBalancing>,
+    /// How a new version is rolled out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<Deployment>,
+    /// Metrics the platform collects from the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observability: Option<Observability>,
+    /// Network policies in front of the service.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_policies: Option<NetworkPolicies>,
+    /// Access to a private network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vpc_access: Option<VpcAccess>,
+    /// Cloud Run execution environment, e.g. `EXECUTION_ENVIRONMENT_GEN2`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_environment: Option<String>,
+    /// CPU is allocated only while a request is served (true, the default), or always (false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_based_billing: Option<bool>,
+    /// Runway's own settings for running the service on its runtime: the artifact, its
+    /// environment, secrets, stop behaviour and workload kind. Not part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Workload>,
+}
+
+/// CPU and memory.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// Upper bounds per instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ResourceLimits>,
+    /// More CPU while an instance starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub startup_cpu_boost: Option<bool>,
+}
+
+/// Upper bounds per instance.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimits {
+    /// CPU as a quantity: `1000m` (the default), `2`, `0.5`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// Memory as a quantity: `512Mi` (the default), `2Gi`, `8G`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+}
+
+/// How many instances run and how much each takes on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scalability {
+    /// Fewest instances; 0 lets the service scale to zero. Default 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1000))]
+    pub min_instances: Option<u32>,
+    /// Most instances. Default 100.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_instances: Option<u32>,
+    /// Requests one instance serves at once; past it requests queue. Default 80.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_instance_request_concurrency: Option<u32>,
+}
+
+/// A startup or liveness check. With `path` it is an HTTP GET to the port (2xx and 3xx pass);
+/// with `grpc_service`, a gRPC health check of that service; with neither, a TCP connection to
+/// the port.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// HTTP path to GET, starting with `/`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Service name for a gRPC health check (`grpc.health.v1.Health/Check`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_service: Option<String>,
+    /// Seconds to wait after start before the first check. Default 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 240))]
+    pub initial_delay_seconds: Option<u32>,
+    /// Seconds one check may take. Default 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 240))]
+    pub timeout_seconds: Option<u32>,
+    /// Seconds between checks. Default 10.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 240))]
+    pub period_seconds: Option<u32>,
+    /// Consecutive failures before the check is failed. Default 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub failure_threshold: Option<u32>,
+}
+
+/// The readiness check: HTTP GET of `path` when given, else a TCP connection to the port.
+/// It has no initial delay; the startup probe covers that.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadinessProbe {
+    /// HTTP path to GET, starting with `/`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Seconds between checks. Default 10.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 240))]
+    pub period_seconds: Option<u32>,
+    /// Seconds one check may take. Default 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 240))]
+    pub timeout_seconds: Option<u32>,
+    /// Consecutive failures before the instance leaves traffic. Default 3, at most 3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3))]
+    pub failure_threshold: Option<u32>,
+    /// Consecutive successes before the instance gets traffic. Default 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub success_threshold: Option<u32>,
+}
+
+/// How traffic reaches the service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadBalancing {
+    /// The public entry point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub external_load_balancer: Option<LoadBalancer>,
+    /// The entry point for other services on the platform.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_load_balancer: Option<LoadBalancer>,
+}
+
+/// One entry point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LoadBalancer {
+    /// Whether this entry point exists. Default true for the external one, false for the
+    /// internal one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Protocol between the load balancer and the instances.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_protocol: Option<BackendProtocol>,
+}
+
+/// Protocol between the load balancer and the instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum BackendProtocol {
+    /// HTTP/1.1.
+    #[serde(rename = "rest")]
+    Rest,
+    /// HTTP/1.1, as upstream's deployments write it.
+    #[serde(rename = "HTTP")]
+    Http,
+    /// gRPC: HTTP/2 in clear text (h2c) to the instance.
+    #[serde(rename = "grpc")]
+    Grpc,
+    /// HTTP/1.1 over TLS to the instance.
+    #[serde(rename = "HTTPS")]
+    Https,
+    /// HTTP/2 in clear text (h2c) to the instance.
+    #[serde(rename = "HTTP2")]
+    Http2,
+}
+
+impl BackendProtocol {
+    /// Whether instances speak HTTP/2 (h2c) rather than HTTP/1.1.
+    pub fn is_http2(self) -> bool {
+        matches!(self, Self::Grpc | Self::Http2)
+    }
+}
+
+/// How a new version is rolled out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Deployment {
+    /// The rollout strategy. Default `legacy`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+    /// Traffic percentages a regional rollout walks through, strictly increasing and ending at
+    /// 100. Default `[5, 25, 75, 100]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout_traffic_percentages: Option<Vec<Percent>>,
+    /// The same list under the spelling upstream's documentation uses; give one or the other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_rollout_percentages: Option<Vec<Percent>>,
+}
+
+/// A percentage, 1 to 100.
+pub type Percent = u8;
+
+/// The rollout strategy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// A rolling deploy: new instances become ready, then take all the traffic.
+    #[default]
+    Legacy,
+    /// Region by region, walking the rollout percentages in each.
+    RegionalRollout,
+    /// Straight to 100 % once ready.
+    Expedited,
+    /// Compute and print the plan; change nothing.
+    Dryrun,
+}
+
+/// Metrics the platform collects from the service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Observability {
+    /// `host:port` addresses, inside the instance, to scrape for Prometheus metrics.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrape_targets: Option<Vec<String>>,
+    /// Path of the metrics endpoint. Default `/metrics`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics_path: Option<String>,
+}
+
+/// Network policies in front of the service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicies {
+    /// Whether traffic must come through Cloudflare.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cloudflare: Option<bool>,
+}
+
+/// Access to a private network.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VpcAccess {
+    /// Whether the service reaches the private network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Which egress goes through the private network, e.g. `ALL_TRAFFIC` or
+    /// `PRIVATE_RANGES_ONLY`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<String>,
+}
+
+/// Runway's own settings for running the service.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Workload {
+    /// `service` serves HTTP on its port (the default); `worker` has no port and is stopped
+    /// gracefully, as a CI runner is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<WorkloadKind>,
+    /// Run a plain process instead of a container image: for development, and for hosts where
+    /// containers are not wanted. Without it the service runs from a container image: `spec.image`
+    /// or `runway deploy --image`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<Process>,
+    /// Environment variables for every environment; `.runway/env-<env>.yml` adds to and
+    /// overrides them per environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Names of the secrets to inject as environment variables. Values are set with
+    /// `runway secrets set`, never written here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secrets: Option<Vec<String>>,
+    /// Signal that asks the process to stop. Default `SIGTERM` for services, `SIGQUIT` for
+    /// workers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<StopSignal>,
+    /// Seconds between the stop signal and SIGKILL. Default 30 for services, 3600 for workers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 86400))]
+    pub stop_grace_period_seconds: Option<u32>,
+}
+
+/// A plain process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Process {
+    /// The program and its arguments. `$PORT` and other `$NAME`s are not expanded by Runway; run
+    /// a shell (`[sh, -c, "…"]`) for that.
+    #[schemars(length(min = 1))]
+    pub command: Vec<String>,
+    /// Working directory, relative to the directory holding `.runway/`. Default: that directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+}
+
+/// What the workload does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadKind {
+    /// Serves HTTP on its port.
+    #[default]
+    Service,
+    /// No port; works in the background and is stopped gracefully.
+    Worker,
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Service => "service",
+            Self::Worker => "worker",
+        })
+    }
+}
+
+/// Signal that asks the process to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StopSignal {
+    /// Terminate.
+    #[serde(rename = "SIGTERM")]
+    Term,
+    /// Quit: a graceful stop for CI runners.
+    #[serde(rename = "SIGQUIT")]
+    Quit,
+    /// Interrupt.
+    #[serde(rename = "SIGINT")]
+    Int,
+    /// Hang up.
+    #[serde(rename = "SIGHUP")]
+    Hup,
+    /// User-defined signal 1.
+    #[serde(rename = "SIGUSR1")]
+    Usr1,
+    /// User-defined signal 2.
+    #[serde(rename = "SIGUSR2")]
+    Usr2,
+}
+
+impl StopSignal {
+    /// The signal's name, as `kill -s` takes it (`QUIT`).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Self::Term => "TERM",
+            Self::Quit => "QUIT",
+            Self::Int => "INT",
+            Self::Hup => "HUP",
+            Self::Usr1 => "USR1",
+            Self::Usr2 => "USR2",
+        }
+    }
+}
+
+impl fmt::Display for StopSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SIG{}", self.short_name())
+    }
+}

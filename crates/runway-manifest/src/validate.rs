@@ -1,0 +1,456 @@
+//! Rules the schema cannot say: relations between fields, name syntax, quantities, and the
+//! environment variables of `.runway/env-<env>.yml`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::diagnostic::{Diagnostic, dotted_path};
+use crate::quantity::Quantity;
+use crate::source::SpanMap;
+use crate::types::{ApiVersion, DEFAULT_MAX_INSTANCES, Manifest, Percent, WorkloadKind};
+
+/// Environment variable names the platform sets itself.
+pub const RESERVED_ENV: [&str; 4] = ["PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION"];
+
+/// The variables of one `.runway/env-<env>.yml`, with where each was written.
+#[derive(Debug, Clone, Default)]
+pub struct EnvFile {
+    /// Name to value.
+    pub vars: BTreeMap<String, String>,
+    /// Locations, by pointer `/NAME`.
+    pub spans: SpanMap,
+}
+
+struct Checker<'a> {
+    spans: &'a SpanMap,
+    out: Vec<Diagnostic>,
+}
+
+/// A finding just recorded, to which what was expected can be added.
+struct Finding<'a>(&'a mut Diagnostic);
+
+impl Finding<'_> {
+    fn expected(self, expected: impl Into<String>) {
+        self.0.expected = Some(expected.into());
+    }
+}
+
+impl Checker<'_> {
+    fn push(&mut self, diagnostic: Diagnostic) -> Finding<'_> {
+        self.out.push(diagnostic);
+        let last = self.out.len() - 1;
+        Finding(&mut self.out[last])
+    }
+
+    fn error(&mut self, pointer: &str, message: impl Into<String>) -> Finding<'_> {
+        self.push(Diagnostic::error(
+            self.spans.value_location(pointer),
+            dotted_path(pointer),
+            message,
+        ))
+    }
+
+    fn key_error(&mut self, pointer: &str, message: impl Into<String>) -> Finding<'_> {
+        self.push(Diagnostic::error(
+            self.spans.key_location(pointer),
+            dotted_path(pointer),
+            message,
+        ))
+    }
+
+    fn warning(&mut self, pointer: &str, message: impl Into<String>) -> Finding<'_> {
+        self.push(Diagnostic::warning(
+            self.spans.value_location(pointer),
+            dotted_path(pointer),
+            message,
+        ))
+    }
+}
+
+/// Checks the rules beyond the schema on a manifest that has passed it.
+pub(crate) fn check(
+    manifest: &Manifest,
+    spans: &SpanMap,
+    env_file: Option<&EnvFile>,
+) -> Vec<Diagnostic> {
+    let mut c = Checker {
+        spans,
+        out: Vec::new(),
+    };
+    let spec = &manifest.spec;
+
+    if manifest.api_version == ApiVersion::V1Beta {
+        c.warning(
+            "/apiVersion",
+            "`runway/v1.0.0-beta` is the old name of this format",
+        )
+        .expected("`runway/v1`");
+    }
+    check_name(&mut c, &manifest.metadata.name);
+
+    if let Some(regions) = &spec.regions {
+        let mut seen = HashSet::new();
+        for (i, region) in regions.iter().enumerate() {
+            if !seen.insert(region) {
+                c.error(
+                    &format!("/spec/regions/{i}"),
+                    format!("region `{region}` is listed twice"),
+                )
+                .expected("each region once");
+            }
+        }
+    }
+
+    if let Some(limits) = spec.resources.as_ref().and_then(|r| r.limits.as_ref()) {
+        if let Some(cpu) = &limits.cpu {
+            quantity(
+                &mut c,
+                "/spec/resources/limits/cpu",
+                cpu,
+                Quantity::cpu_millis,
+                "a CPU quantity such as `1000m`, `2` or `0.5`",
+            );
+        }
+        if let Some(memory) = &limits.memory {
+            quantity(
+                &mut c,
+                "/spec/resources/limits/memory",
+                memory,
+                Quantity::bytes,
+                "a memory quantity such as `512Mi`, `2Gi` or `8G`",
+            );
+        }
+    }
+    if spec.request_based_billing == Some(false) {
+        let limits = spec.resources.as_ref().and_then(|r| r.limits.as_ref());
+        let cpu = limits
+            .and_then(|l| l.cpu.as_ref())
+            .and_then(|q| q.cpu_millis().ok())
+            .unwrap_or(1000);
+        let memory = limits
+            .and_then(|l| l.memory.as_ref())
+            .and_then(|q| q.bytes().ok())
+            .unwrap_or(512 << 20);
+        if cpu < 1000 || memory < 512 << 20 {
+            c.error(
+                "/spec/request_based_billing",
+                "instance-based billing needs at least 1000m CPU and 512Mi memory",
+            )
+            .expected("`true`, or larger resources.limits");
+        }
+    }
+
+    if let Some(s) = &spec.scalability {
+        let min = s.min_instances.unwrap_or(0);
+        let max = s.max_instances.unwrap_or(DEFAULT_MAX_INSTANCES);
+        if min > max {
+            let message = match s.max_instances {
+                Some(_) => format!("min_instances ({min}) is greater than max_instances ({max})"),
+                None => format!(
+                    "min_instances ({min}) is greater than the default max_instances ({max})"
+                ),
+            };
+            c.error("/spec/scalability/min_instances", message)
+                .expected(format!("at most {max}"));
+        }
+    }
+
+    for (key, probe) in [
+        ("startup_probe", &spec.startup_probe),
+        ("liveness_probe", &spec.liveness_probe),
+    ] {
+        if let Some(probe) = probe {
+            if probe.path.is_some() && probe.grpc_service.is_some() {
+                c.error(
+                    &format!("/spec/{key}/grpc_service"),
+                    "a probe checks either an HTTP path or a gRPC service, not both",
+                );
+            }
+            probe_path(&mut c, &format!("/spec/{key}/path"), probe.path.as_deref());
+        }
+    }
+    if let Some(probe) = &spec.readiness_probe {
+        probe_path(&mut c, "/spec/readiness_probe/path", probe.path.as_deref());
+    }
+
+    if let Some(d) = &spec.deployment {
+        if let Some(p) = &d.rollout_traffic_percentages {
+            percentages(&mut c, "/spec/deployment/rollout_traffic_percentages", p);
+        }
+        if let Some(p) = &d.traffic_rollout_percentages {
+            percentages(&mut c, "/spec/deployment/traffic_rollout_percentages", p);
+        }
+        if let (Some(a), Some(b)) = (
+            &d.rollout_traffic_percentages,
+            &d.traffic_rollout_percentages,
+        ) {
+            if a != b {
+                c.error(
+                    "/spec/deployment/traffic_rollout_percentages",
+                    "both spellings of the rollout percentages are set, to different lists",
+                )
+                .expected("only `rollout_traffic_percentages`");
+            }
+        }
+    }
+
+    if let Some(o) = &spec.observability {
+        for (i, target) in o.scrape_targets.iter().flatten().enumerate() {
+            let valid = target.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+            });
+            if !valid {
+                c.error(
+                    &format!("/spec/observability/scrape_targets/{i}"),
+                    format!("`{target}` is not an address"),
+                )
+                .expected("`host:port`, e.g. `localhost:8082`");
+            }
+        }
+        if let Some(path) = &o.metrics_path {
+            if !path.starts_with('/') {
+                c.error(
+                    "/spec/observability/metrics_path",
+                    format!("`{path}` is not an absolute path"),
+                )
+                .expected("a path starting with `/`");
+            }
+        }
+    }
+
+    if let Some(image) = &spec.image {
+        image_reference(&mut c, "/spec/image", image);
+    }
+
+    let workload = spec.workload.clone().unwrap_or_default();
+    if let Some(process) = &workload.process {
+        for field in ["image", "command", "args"] {
+            let set = match field {
+                "image" => spec.image.is_some(),
+                "command" => spec.command.is_some(),
+                _ => spec.args.is_some(),
+            };
+            if set {
+                c.error(&format!("/spec/{field}"), format!("`spec.{field}` is for container images, and `spec.workload.process` runs a plain process"))
+                    .expected("one artifact: either a container image or a process");
+            }
+        }
+        if process.command.first().is_some_and(|p| p.trim().is_empty()) {
+            c.error("/spec/workload/process/command/0", "the program is empty")
+                .expected("a program name or path");
+        }
+    }
+    if workload.kind == Some(WorkloadKind::Worker) {
+        for field in [
+            "startup_probe",
+            "liveness_probe",
+            "readiness_probe",
+            "load_balancing",
+        ] {
+            let set = match field {
+                "startup_probe" => spec.startup_probe.is_some(),
+                "liveness_probe" => spec.liveness_probe.is_some(),
+                "readiness_probe" => spec.readiness_probe.is_some(),
+                _ => spec.load_balancing.is_some(),
+            };
+            if set {
+                c.error(
+                    &format!("/spec/{field}"),
+                    format!("a worker has no port, so `{field}` cannot apply"),
+                )
+                .expected("no probes or load balancing for `kind: worker`");
+            }
+        }
+        if spec.container_port.is_some() {
+            c.warning(
+                "/spec/container_port",
+                "a worker has no port; `container_port` is ignored",
+            );
+        }
+    }
+
+    // Environment variables and secrets share one namespace: the process's environment.
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    for name in workload.env.iter().flatten().map(|(k, _)| k) {
+        let pointer = format!(
+            "/spec/workload/env/{}",
+            crate::diagnostic::pointer_segment(name)
+        );
+        env_name(&mut c, &pointer, name);
+        names.insert(name, pointer);
+    }
+    if let Some(file) = env_file {
+        let mut file_checker = Checker {
+            spans: &file.spans,
+            out: Vec::new(),
+        };
+        for name in file.vars.keys() {
+            env_name(
+                &mut file_checker,
+                &format!("/{}", crate::diagnostic::pointer_segment(name)),
+                name,
+            );
+        }
+        c.out.append(&mut file_checker.out);
+    }
+    let mut secrets_seen = HashSet::new();
+    for (i, secret) in workload.secrets.iter().flatten().enumerate() {
+        let pointer = format!("/spec/workload/secrets/{i}");
+        if !is_secret_name(secret) {
+            c.error(&pointer, format!("`{secret}` is not a valid secret name"))
+                .expected("upper-case letters, digits and `_`, starting with a letter");
+        } else if RESERVED_ENV.contains(&secret.as_str()) {
+            c.error(&pointer, format!("`{secret}` is set by the platform"))
+                .expected(format!("a name other than {}", RESERVED_ENV.join(", ")));
+        }
+        if !secrets_seen.insert(secret) {
+            c.error(&pointer, format!("secret `{secret}` is listed twice"));
+        }
+        let in_file = env_file.is_some_and(|f| f.vars.contains_key(secret));
+        if names.contains_key(secret.as_str()) || in_file {
+            let source = if in_file {
+                "the environment file"
+            } else {
+                "spec.workload.env"
+            };
+            c.error(&pointer, format!("secret `{secret}` clashes with an environment variable of the same name in {source}"))
+                .expected("a secret or a variable, not both");
+        }
+    }
+    c.out
+}
+
+fn check_name(c: &mut Checker<'_>, name: &str) {
+    let pointer = "/metadata/name";
+    let expected = "a DNS label: lower-case letters, digits and `-`, starting with a letter";
+    if name.is_empty() {
+        return; // the schema's minLength has said so
+    }
+    let bad = name
+        .chars()
+        .find(|ch| !(ch.is_ascii_lowercase() || ch.is_ascii_digit() || *ch == '-' || *ch == '_'));
+    if let Some(ch) = bad {
+        let hint = if ch.is_ascii_uppercase() {
+            " (names are lower-case)"
+        } else {
+            ""
+        };
+        c.error(pointer, format!("`{name}` contains `{ch}`{hint}"))
+            .expected(expected);
+    } else if !name.starts_with(|ch: char| ch.is_ascii_lowercase()) {
+        c.error(pointer, format!("`{name}` does not start with a letter"))
+            .expected(expected);
+    } else if name.ends_with(['-', '_']) {
+        c.error(
+            pointer,
+            format!("`{name}` ends with `{}`", &name[name.len() - 1..]),
+        )
+        .expected(expected);
+    } else if name.contains('_') {
+        c.warning(
+            pointer,
+            format!(
+                "`{name}` is not a DNS label; host names and object names use `{}`",
+                crate::config::dns_name(name)
+            ),
+        );
+    }
+}
+
+fn quantity(
+    c: &mut Checker<'_>,
+    pointer: &str,
+    q: &Quantity,
+    parse: fn(&Quantity) -> Result<u64, crate::quantity::QuantityError>,
+    expected: &str,
+) {
+    match parse(q) {
+        Ok(0) => {
+            c.error(pointer, format!("`{q}` is zero"))
+                .expected(expected);
+        }
+        Ok(_) => {}
+        Err(e) => {
+            c.error(pointer, format!("`{q}` does not parse: {e}"))
+                .expected(expected);
+        }
+    }
+}
+
+fn probe_path(c: &mut Checker<'_>, pointer: &str, path: Option<&str>) {
+    if let Some(path) = path {
+        if !path.starts_with('/') {
+            c.error(pointer, format!("`{path}` is not an absolute path"))
+                .expected("a path starting with `/`");
+        }
+    }
+}
+
+fn percentages(c: &mut Checker<'_>, pointer: &str, steps: &[Percent]) {
+    let expected = "strictly increasing percentages from 1 to 100, ending at 100";
+    for (i, pair) in steps.windows(2).enumerate() {
+        if pair[1] <= pair[0] {
+            c.error(
+                &format!("{pointer}/{}", i + 1),
+                format!("{} does not increase on {}", pair[1], pair[0]),
+            )
+            .expected(expected);
+        }
+    }
+    for (i, step) in steps.iter().enumerate() {
+        if *step == 0 || *step > 100 {
+            c.error(
+                &format!("{pointer}/{i}"),
+                format!("{step} is not a percentage"),
+            )
+            .expected(expected);
+        }
+    }
+    match steps.last() {
+        Some(100) => {}
+        Some(last) => {
+            c.error(
+                &format!("{pointer}/{}", steps.len() - 1),
+                format!("the last step is {last}"),
+            )
+            .expected(expected);
+        }
+        None => {
+            c.error(pointer, "the list is empty").expected(expected);
+        }
+    }
+}
+
+fn image_reference(c: &mut Checker<'_>, pointer: &str, image: &str) {
+    if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
+        c.error(pointer, format!("`{image}` is not an image reference"))
+            .expected("`registry/repository:tag` or `…@sha256:…`");
+    } else if image.contains('$') {
+        c.warning(pointer, format!("`{image}` holds an unexpanded variable and is used as written; pass the image with `runway deploy --image`"));
+    }
+}
+
+fn env_name(c: &mut Checker<'_>, pointer: &str, name: &str) {
+    let valid = name.starts_with(|ch: char| ch.is_ascii_alphabetic() || ch == '_')
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+    if !valid {
+        c.key_error(
+            pointer,
+            format!("`{name}` is not a valid environment variable name"),
+        )
+        .expected("letters, digits and `_`, not starting with a digit");
+    } else if RESERVED_ENV.contains(&name) {
+        c.key_error(pointer, format!("`{name}` is set by the platform"))
+            .expected(format!("a name other than {}", RESERVED_ENV.join(", ")));
+    }
+}
+
+/// Whether `name` follows upstream's rule for secret names: upper-case letters, digits and
+/// underscores, starting with a letter.
+pub fn is_secret_name(name: &str) -> bool {
+    name.starts_with(|ch: char| ch.is_ascii_uppercase())
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_uppercase() || ch.is_ascii_digit() || ch == '_')
+}

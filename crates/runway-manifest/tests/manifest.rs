@@ -1,0 +1,202 @@
+//! The manifest crate through its public API: upstream files, overrides, environment files, and
+//! located errors.
+
+use std::collections::BTreeMap;
+
+use runway_manifest::{Diagnostic, ServiceFiles, SourceFile, load};
+
+fn base(name: &str, text: &str) -> ServiceFiles {
+    ServiceFiles {
+        base: Some(SourceFile::new(name, text)),
+        ..ServiceFiles::default()
+    }
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics.iter().map(|d| format!("{d}\n")).collect()
+}
+
+#[test]
+fn upstream_manifests_validate_unchanged() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/upstream");
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let loaded = load(&base(&path.display().to_string(), &text));
+        let errors: Vec<_> = loaded.diagnostics.iter().filter(|d| d.is_error()).collect();
+        assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+        assert!(loaded.service.is_some());
+        count += 1;
+    }
+    assert!(count >= 5);
+}
+
+#[test]
+fn five_mistakes_give_five_located_errors() {
+    let text = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: Hello_World
+spec:
+  container_port: 70000
+  request_timout: 60
+  scalability:
+    min_instances: 5
+    max_instances: 2
+  resources:
+    limits:
+      memory: 512MB
+";
+    let loaded = load(&base(".runway/runway.yml", text));
+    insta::assert_snapshot!("five_mistakes", render(&loaded.diagnostics));
+    assert!(loaded.service.is_none());
+}
+
+const MINIMAL: &str = "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: svc\nspec:\n  regions: [us-east1]\n  scalability:\n    min_instances: 1\n    max_instances: 3\n  workload:\n    env: {A: base, B: base}\n    secrets: [TOKEN]\n";
+
+#[test]
+fn overrides_deep_merge_and_env_files_add_variables() {
+    let mut files = base(".runway/runway.yml", MINIMAL);
+    files.overrides.insert(
+        "production".into(),
+        SourceFile::new(
+            ".runway/runway-production.yml",
+            "spec:\n  scalability:\n    max_instances: 10\n  regions: [us-east1, europe-west1]\n",
+        ),
+    );
+    files.env_files.insert(
+        "production".into(),
+        SourceFile::new(".runway/env-production.yml", "B: prod\nC: 3\nD: true\n"),
+    );
+    let loaded = load(&files);
+    assert_eq!(loaded.diagnostics, vec![]);
+    let service = loaded.service.unwrap();
+    assert_eq!(service.environments().collect::<Vec<_>>(), ["production"]);
+
+    let prod = service.config(Some("production")).unwrap();
+    assert_eq!(
+        (prod.min_instances, prod.max_instances),
+        (1, 10),
+        "mappings merge key by key"
+    );
+    assert_eq!(
+        prod.regions,
+        ["us-east1", "europe-west1"],
+        "lists are replaced"
+    );
+    let env: BTreeMap<_, _> = prod
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        env,
+        BTreeMap::from([("A", "base"), ("B", "prod"), ("C", "3"), ("D", "true")])
+    );
+
+    let plain = service.config(None).unwrap();
+    assert_eq!(plain.max_instances, 3);
+    assert_eq!(
+        service.config(Some("staging")).unwrap().max_instances,
+        3,
+        "no override: the base"
+    );
+}
+
+#[test]
+fn errors_in_override_files_point_at_the_override() {
+    let mut files = base(".runway/runway.yml", MINIMAL);
+    files.overrides.insert(
+        "staging".into(),
+        SourceFile::new(
+            ".runway/runway-staging.yml",
+            "spec:\n  scalability:\n    min_instances: 9\n",
+        ),
+    );
+    files.env_files.insert(
+        "staging".into(),
+        SourceFile::new(
+            ".runway/env-staging.yml",
+            "TOKEN: x\nPORT: 1\nnested: {a: 1}\n",
+        ),
+    );
+    let loaded = load(&files);
+    assert!(loaded.service.is_none());
+    insta::assert_snapshot!("override_errors", render(&loaded.diagnostics));
+}
+
+#[test]
+fn semantic_rules() {
+    let text = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: svc-
+spec:
+  regions: [us-east1, us-east1]
+  readiness_probe:
+    failure_threshold: 4
+  startup_probe:
+    path: healthz
+  deployment:
+    rollout_traffic_percentages: [10, 5, 90]
+  resources:
+    limits:
+      cpu: 2Gi
+  workload:
+    secrets: [db_password]
+";
+    let loaded = load(&base("m.yml", text));
+    insta::assert_snapshot!("semantic_rules", render(&loaded.diagnostics));
+}
+
+#[test]
+fn process_artifact_and_workers() {
+    let text = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: runner
+spec:
+  image: busybox
+  liveness_probe:
+    path: /health
+  workload:
+    kind: worker
+    process:
+      command: [./runner, run]
+";
+    let loaded = load(&base("m.yml", text));
+    insta::assert_snapshot!("process_and_worker", render(&loaded.diagnostics));
+    let ok = load(&base(
+        "m.yml",
+        &text
+            .replace("  image: busybox\n", "")
+            .replace("  liveness_probe:\n    path: /health\n", ""),
+    ));
+    assert_eq!(ok.diagnostics, vec![]);
+    let config = ok.service.unwrap().config(None).unwrap();
+    assert_eq!(config.port, None);
+    assert_eq!(config.stop_signal.to_string(), "SIGQUIT");
+    assert_eq!(config.stop_grace_period_seconds, 3600);
+}
+
+#[test]
+fn structural_errors_of_every_kind() {
+    let text = "\
+apiVersion: runway/v2
+kind: Service
+metadata:
+  owner: me
+spec:
+  container_port: \"8080\"
+  scalability: 
+  deployment:
+    strategy: canery
+  regions: []
+";
+    let loaded = load(&base("m.yml", text));
+    insta::assert_snapshot!("structural_errors", render(&loaded.diagnostics));
+}
