@@ -96,6 +96,16 @@ impl Diagnostic {
         self
     }
 
+    /// The message with what was expected or the suggestion: the finding without its location.
+    pub fn headline(&self) -> String {
+        // A suggestion says more than the list of every valid key; JSON output keeps both.
+        match (&self.suggestion, &self.expected) {
+            (Some(suggestion), _) => format!("{}; did you mean `{suggestion}`?", self.message),
+            (None, Some(expected)) => format!("{} (expected {expected})", self.message),
+            (None, None) => self.message.clone(),
+        }
+    }
+
     /// Whether this finding makes the manifest invalid.
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
@@ -115,14 +125,7 @@ impl fmt::Display for Diagnostic {
         if !self.path.is_empty() {
             write!(f, "{}: ", self.path)?;
         }
-        f.write_str(&self.message)?;
-        // A suggestion says more than the list of every valid key; JSON output keeps both.
-        match (&self.suggestion, &self.expected) {
-            (Some(suggestion), _) => write!(f, "; did you mean `{suggestion}`?")?,
-            (None, Some(expected)) => write!(f, " (expected {expected})")?,
-            (None, None) => {}
-        }
-        Ok(())
+        f.write_str(&self.headline())
     }
 }
 

@@ -32,7 +32,7 @@ mod validate;
 pub use config::{Artifact, ProbeAction, ProbeConfig, ServiceConfig, dns_name};
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
 pub use quantity::{Quantity, QuantityError};
-pub use schema::{manifest_schema, manifest_schema_json};
+pub use schema::{manifest_reference_markdown, manifest_schema, manifest_schema_json};
 pub use service::{ConfigError, Loaded, Service, ServiceFiles, load, merge};
 pub use source::{Document, NodeSpan, SourceFile, SpanMap, parse};
 pub use types::*;

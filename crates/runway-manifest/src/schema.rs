@@ -48,6 +48,109 @@ pub fn manifest_schema_json() -> String {
     text
 }
 
+/// The manifest reference in Markdown, generated from the schema: one row per field, with its
+/// type, limits and description. Checked in at `docs/manifest.md`.
+pub fn manifest_reference_markdown() -> String {
+    let schema = manifest_schema();
+    let mut out = String::from(
+        "# Manifest reference\n\n\
+         Generated from the JSON Schema (`runway schema`, `schemas/runway-v1.json`); do not edit by hand.\n\
+         Fields under `spec.workload` are Runway's own; every other field is upstream's `runway/v1`.\n\n\
+         | field | type | description |\n| --- | --- | --- |\n",
+    );
+    reference_rows(schema, schema, "", &mut out);
+    out
+}
+
+fn reference_rows(root: &Value, node: &Value, prefix: &str, out: &mut String) {
+    let node = resolve(root, node);
+    let Some(properties) = node.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    let required: Vec<&str> = node
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, property) in properties {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        let resolved = resolve(root, property);
+        let items = resolved.get("items").map(|i| resolve(root, i));
+        let mut kind = type_label(resolved);
+        if let Some(items) = items {
+            kind = format!("list of {}", type_label(items));
+        }
+        let mut limits = Vec::new();
+        if required.contains(&name.as_str()) {
+            limits.push("required".to_owned());
+        }
+        for (key, label) in [
+            ("minimum", "≥"),
+            ("maximum", "≤"),
+            ("minLength", "length ≥"),
+            ("maxLength", "length ≤"),
+            ("minItems", "items ≥"),
+        ] {
+            if let Some(limit) = resolved.get(key) {
+                limits.push(format!("{label} {limit}"));
+            }
+        }
+        if !limits.is_empty() {
+            kind = format!("{kind} ({})", limits.join(", "));
+        }
+        let description = property
+            .get("description")
+            .or_else(|| resolved.get("description"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .replace("\n\n", "<br>")
+            .replace('\n', " ")
+            .replace('|', "\\|");
+        out.push_str(&format!("| `{path}` | {kind} | {description} |\n"));
+        reference_rows(root, resolved, &path, out);
+        if let Some(items) = items {
+            reference_rows(root, items, &format!("{path}[]"), out);
+        }
+        if let Some(values) = resolved
+            .get("additionalProperties")
+            .filter(|v| v.is_object())
+        {
+            reference_rows(root, values, &format!("{path}.*"), out);
+        }
+    }
+}
+
+fn type_label(node: &Value) -> String {
+    if let Some(only) = node.get("const") {
+        return format!("`{}`", plain(only));
+    }
+    if let Some(options) = node.get("enum").and_then(Value::as_array) {
+        return options
+            .iter()
+            .map(|o| format!("`{}`", plain(o)))
+            .collect::<Vec<_>>()
+            .join(" \\| ");
+    }
+    match node.get("type") {
+        Some(Value::String(t))
+            if t == "object"
+                && node
+                    .get("additionalProperties")
+                    .is_some_and(Value::is_object) =>
+        {
+            "map of string".to_owned()
+        }
+        Some(Value::String(t)) if t == "object" => "mapping".to_owned(),
+        Some(Value::String(t)) => t.clone(),
+        Some(Value::Array(types)) => types.iter().map(plain).collect::<Vec<_>>().join(" or "),
+        _ => "any".to_owned(),
+    }
+}
+
 fn strip_null(value: &mut Value) {
     match value {
         Value::Object(map) => {

@@ -101,8 +101,9 @@ pub struct Metadata {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
-    /// Container image. Deprecated upstream, where the image is a deploy-time input
-    /// (`runway deploy --image`); accepted here and equivalent to `workload.image`.
+    /// Container image reference (`registry/repository:tag` or `…@sha256:…`). Deprecated
+    /// upstream, where the image is a deploy-time input; here `runway deploy --image` overrides
+    /// it. A tag is resolved to a digest once, at deploy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Replaces the container image's entrypoint.

@@ -200,3 +200,79 @@ spec:
     let loaded = load(&base("m.yml", text));
     insta::assert_snapshot!("structural_errors", render(&loaded.diagnostics));
 }
+
+/// The published schema and the reference generated from it are checked in; this fails when the
+/// types change and they were not regenerated. `UPDATE_GENERATED=1 cargo test` rewrites them.
+#[test]
+fn checked_in_schema_and_reference_match_the_types() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    for (path, generated) in [
+        (
+            "schemas/runway-v1.json",
+            runway_manifest::manifest_schema_json(),
+        ),
+        (
+            "docs/manifest.md",
+            runway_manifest::manifest_reference_markdown(),
+        ),
+    ] {
+        let path = format!("{root}/{path}");
+        if std::env::var_os("UPDATE_GENERATED").is_some() {
+            std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            checked_in == generated,
+            "{path} is out of date: run `UPDATE_GENERATED=1 cargo test -p runway-manifest --test manifest`"
+        );
+    }
+}
+
+mod no_panic {
+    //! A bounded, always-on cousin of the cargo-fuzz target in `fuzz/`: YAML-shaped noise built
+    //! from the manifest's own words must give diagnostics, never a panic.
+    use proptest::prelude::*;
+    use runway_manifest::{ServiceFiles, SourceFile, load};
+
+    fn token() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("apiVersion: runway/v1\n".to_owned()),
+            Just("kind: RunwayService\n".to_owned()),
+            Just("metadata:\n  name: x\n".to_owned()),
+            Just("spec:\n".to_owned()),
+            Just("  scalability: {min_instances: 5, max_instances: 1}\n".to_owned()),
+            Just("  regions: [a, a]\n".to_owned()),
+            Just("  resources: {limits: {cpu: 1e9, memory: -1}}\n".to_owned()),
+            Just("  deployment: {rollout_traffic_percentages: [0, 300]}\n".to_owned()),
+            Just("  workload: {secrets: [A, A], env: {A: 1}}\n".to_owned()),
+            Just("- ".to_owned()),
+            Just("&a ".to_owned()),
+            Just("*a ".to_owned()),
+            Just("[".to_owned()),
+            Just("{".to_owned()),
+            Just(": ".to_owned()),
+            Just("\n".to_owned()),
+            Just("  ".to_owned()),
+            "[ -~]{0,12}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        #[test]
+        fn loading_never_panics(parts in prop::collection::vec(token(), 0..24)) {
+            let text: String = parts.concat();
+            let files = ServiceFiles { base: Some(SourceFile::new("f.yml", text.clone())), ..ServiceFiles::default() };
+            let loaded = load(&files);
+            if loaded.service.is_none() {
+                prop_assert!(loaded.diagnostics.iter().any(|d| d.is_error()), "invalid without an error: {text:?}");
+            }
+            for d in &loaded.diagnostics {
+                if let Some(at) = &d.location {
+                    prop_assert!(at.line >= 1 && at.line <= text.lines().count() + 1, "{d}");
+                }
+            }
+        }
+    }
+}
