@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
 fn check(files: &ServiceFiles, text: &str) {
     let loaded = load(files);
     let sources = files.base.iter().chain(files.overrides.values()).chain(files.env_files.values());
-    let lines: Vec<(&str, usize)> = sources.map(|f| (f.name.as_ref(), f.text.lines().count().max(1))).collect();
+    let lines: Vec<(&str, usize)> = sources.map(|f| (f.name.as_ref(), runway_manifest::yaml_lines(&f.text).len().max(1))).collect();
     for d in &loaded.diagnostics {
         if let Some(at) = &d.location {
             let known = lines.iter().find(|(name, _)| *name == at.file.as_ref());

@@ -1,1 +1,101 @@
-fn main() {}
+//! `runway`: the command line of the Runway platform.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+mod init;
+mod render;
+mod repo;
+mod validate;
+
+/// Runway turns `.runway/runway.yml` into a running, observable, safely rolled-out service.
+#[derive(Debug, Parser)]
+#[command(
+    name = "runway",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create `.runway/runway.yml` for a new service, with comments.
+    ///
+    /// Asks for the name, port and image when run in a terminal; takes the flags (or their
+    /// defaults) without asking otherwise.
+    Init(init::Args),
+    /// Check every manifest in a repository and report every mistake at once.
+    ///
+    /// Finds `.runway/runway.yml`, its `runway-<env>.yml` overrides and `env-<env>.yml`
+    /// variables, and `.runway/<service-id>/` for further services. Exit code 0 when valid
+    /// (warnings allowed), 1 when invalid, 2 on a usage error.
+    Validate(validate::Args),
+    /// Render a service to Kubernetes, Knative (Cloud Run) or a Helm chart.
+    ///
+    /// Prints the files to standard output, or writes them under `-o DIR`. The output is
+    /// deterministic: the same manifest gives the same bytes.
+    Render(render::Args),
+    /// Print the manifest's JSON Schema (draft 2020-12).
+    ///
+    /// Point an editor at it for completion and inline errors, e.g. with a first line
+    /// `# yaml-language-server: $schema=./schemas/runway-v1.json`.
+    Schema,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// For people.
+    #[default]
+    Text,
+    /// One JSON document, for scripts.
+    Json,
+}
+
+/// Exit codes, as documented in `--help`.
+const EXIT_INVALID: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Init(args) => init::run(&args),
+        Command::Validate(args) => validate::run(&args),
+        Command::Render(args) => render::run(&args),
+        Command::Schema => {
+            print_stdout(&runway_manifest::manifest_schema_json());
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Writes to standard output, ignoring a closed pipe (`runway render | head`).
+fn print_stdout(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
+/// The repository path argument shared by the commands.
+#[derive(Debug, Clone, clap::Args)]
+struct RepoArg {
+    /// Repository root (holding `.runway/`), a `.runway` directory, a service directory, or one
+    /// manifest file.
+    #[arg(default_value = ".")]
+    path: PathBuf,
+}

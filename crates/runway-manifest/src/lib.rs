@@ -34,6 +34,6 @@ pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
 pub use quantity::{Quantity, QuantityError};
 pub use schema::{manifest_reference_markdown, manifest_schema, manifest_schema_json};
 pub use service::{ConfigError, Loaded, Service, ServiceFiles, load, merge};
-pub use source::{Document, NodeSpan, SourceFile, SpanMap, parse};
+pub use source::{Document, NodeSpan, SourceFile, SpanMap, parse, yaml_lines};
 pub use types::*;
 pub use validate::{EnvFile, RESERVED_ENV, is_secret_name};

@@ -31,6 +31,27 @@ impl SourceFile {
     }
 }
 
+/// The text's lines as YAML counts them: `\r\n`, `\r` and `\n` each end a line. (`str::lines`
+/// does not end a line at a lone `\r`, so it would disagree with the line numbers saphyr
+/// reports; the fuzzer found this.)
+pub fn yaml_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut rest = text;
+    while let Some(end) = rest.find(['\r', '\n']) {
+        lines.push(&rest[..end]);
+        let skip = if rest[end..].starts_with("\r\n") {
+            2
+        } else {
+            1
+        };
+        rest = &rest[end + skip..];
+    }
+    if !rest.is_empty() {
+        lines.push(rest);
+    }
+    lines
+}
+
 /// Where a node is: its key (for mapping values) and its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpan {
@@ -314,6 +335,18 @@ mod tests {
     fn deep_nesting_is_refused_not_overflowed() {
         let text = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(parse_str(&text).is_err());
+    }
+
+    #[test]
+    fn lines_end_as_yaml_ends_them() {
+        assert_eq!(yaml_lines("a\r\nb\rc\nd"), ["a", "b", "c", "d"]);
+        assert_eq!(yaml_lines("a\n"), ["a"]);
+        let errors = parse_str("a: 1\r\r\rb c\n: :\n").unwrap_err();
+        let line = errors[0].location.as_ref().unwrap().line;
+        assert!(
+            line <= yaml_lines("a: 1\r\r\rb c\n: :\n").len() + 1,
+            "{line}"
+        );
     }
 
     #[test]

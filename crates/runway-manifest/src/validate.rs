@@ -182,14 +182,13 @@ pub(crate) fn check(
         if let (Some(a), Some(b)) = (
             &d.rollout_traffic_percentages,
             &d.traffic_rollout_percentages,
-        ) {
-            if a != b {
-                c.error(
-                    "/spec/deployment/traffic_rollout_percentages",
-                    "both spellings of the rollout percentages are set, to different lists",
-                )
-                .expected("only `rollout_traffic_percentages`");
-            }
+        ) && a != b
+        {
+            c.error(
+                "/spec/deployment/traffic_rollout_percentages",
+                "both spellings of the rollout percentages are set, to different lists",
+            )
+            .expected("only `rollout_traffic_percentages`");
         }
     }
 
@@ -206,14 +205,14 @@ pub(crate) fn check(
                 .expected("`host:port`, e.g. `localhost:8082`");
             }
         }
-        if let Some(path) = &o.metrics_path {
-            if !path.starts_with('/') {
-                c.error(
-                    "/spec/observability/metrics_path",
-                    format!("`{path}` is not an absolute path"),
-                )
-                .expected("a path starting with `/`");
-            }
+        if let Some(path) = &o.metrics_path
+            && !path.starts_with('/')
+        {
+            c.error(
+                "/spec/observability/metrics_path",
+                format!("`{path}` is not an absolute path"),
+            )
+            .expected("a path starting with `/`");
         }
     }
 
@@ -377,11 +376,11 @@ fn quantity(
 }
 
 fn probe_path(c: &mut Checker<'_>, pointer: &str, path: Option<&str>) {
-    if let Some(path) = path {
-        if !path.starts_with('/') {
-            c.error(pointer, format!("`{path}` is not an absolute path"))
-                .expected("a path starting with `/`");
-        }
+    if let Some(path) = path
+        && !path.starts_with('/')
+    {
+        c.error(pointer, format!("`{path}` is not an absolute path"))
+            .expected("a path starting with `/`");
     }
 }
 

@@ -1,1 +1,107 @@
+//! Renders a Runway service to Kubernetes objects, a Knative `serving.knative.dev/v1` Service as
+//! Cloud Run accepts it, and a Helm chart. Pure: it returns files and writes nothing. Output is
+//! deterministic: stable key order, no timestamps, the same bytes for the same input.
 
+use std::fmt;
+
+use runway_manifest::ServiceConfig;
+
+mod common;
+mod helm;
+mod knative;
+mod kubernetes;
+mod yaml;
+
+/// What to render to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget.
+    Kubernetes,
+    /// A Knative Service as `gcloud run services replace` takes it.
+    Knative,
+    /// A chart directory: Chart.yaml, values.yaml, templates/.
+    Helm,
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Kubernetes => "kubernetes",
+            Self::Knative => "knative",
+            Self::Helm => "helm",
+        })
+    }
+}
+
+/// Settings that come from the command line rather than the manifest.
+#[derive(Debug, Clone, Default)]
+pub struct RenderOptions {
+    /// Image to run; overrides the manifest's `spec.image`.
+    pub image: Option<String>,
+    /// Kubernetes namespace to put the objects in; none leaves it to the client.
+    pub namespace: Option<String>,
+}
+
+/// One rendered file, its path relative to the output directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedFile {
+    /// Relative path, `/`-separated, e.g. `hello/templates/deployment.yaml`.
+    pub path: String,
+    /// The file's contents.
+    pub contents: String,
+}
+
+/// Why a service cannot be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// The target runs container images and the service has none.
+    #[error("service `{service}` names no image: set `spec.image` or pass `--image`")]
+    NoImage {
+        /// The service's name.
+        service: String,
+    },
+    /// The service runs a plain process, which a cluster cannot run.
+    #[error(
+        "service `{service}` runs a plain process (`spec.workload.process`); {target} runs container images: pass `--image`"
+    )]
+    ProcessArtifact {
+        /// The service's name.
+        service: String,
+        /// The target asked for.
+        target: Target,
+    },
+    /// The service is a worker, which has no port, and the target runs only services that serve
+    /// requests on one.
+    #[error(
+        "service `{service}` is a worker (`spec.workload.kind: worker`); {target} runs only services that serve requests on a port"
+    )]
+    WorkerUnsupported {
+        /// The service's name.
+        service: String,
+        /// The target asked for.
+        target: Target,
+    },
+}
+
+/// Renders `config` to `target`.
+pub fn render(
+    config: &ServiceConfig,
+    target: Target,
+    options: &RenderOptions,
+) -> Result<Vec<RenderedFile>, RenderError> {
+    match target {
+        Target::Kubernetes => kubernetes::render(config, options),
+        Target::Knative => knative::render(config, options),
+        Target::Helm => helm::render(config, options),
+    }
+}
+
+/// Joins the files of a Kubernetes or Knative rendering into one multi-document YAML stream,
+/// `---` between documents, as `kubectl apply -f -` takes it. (A Helm chart is not a stream.)
+pub fn stream(files: &[RenderedFile]) -> String {
+    files
+        .iter()
+        .map(|f| f.contents.as_str())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}

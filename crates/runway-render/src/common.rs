@@ -1,0 +1,319 @@
+//! Pieces more than one target builds the same way: the image, labels, annotations, the
+//! environment, resources, probes and the stop hook.
+
+use runway_manifest::{Artifact, ProbeAction, ProbeConfig, ServiceConfig, StopSignal};
+use serde_json::{Map, Value, json};
+
+use crate::{RenderError, RenderOptions, Target};
+
+/// The label that selects a service's pods, with [`INSTANCE_LABEL`].
+pub(crate) const NAME_LABEL: &str = "app.kubernetes.io/name";
+/// The label that selects a service's pods, with [`NAME_LABEL`].
+pub(crate) const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+
+/// The image to run: `--image`, else the manifest's; `None` when neither names one.
+pub(crate) fn image(
+    config: &ServiceConfig,
+    options: &RenderOptions,
+    target: Target,
+) -> Result<Option<String>, RenderError> {
+    match (&options.image, &config.artifact) {
+        (Some(image), _) => Ok(Some(image.clone())),
+        (None, Artifact::Process { .. }) => Err(RenderError::ProcessArtifact {
+            service: config.name.clone(),
+            target,
+        }),
+        (None, Artifact::Image { reference, .. }) => Ok(reference.clone()),
+    }
+}
+
+/// The image to run, which the target cannot do without.
+pub(crate) fn required_image(
+    config: &ServiceConfig,
+    options: &RenderOptions,
+    target: Target,
+) -> Result<String, RenderError> {
+    image(config, options, target)?.ok_or_else(|| RenderError::NoImage {
+        service: config.name.clone(),
+    })
+}
+
+/// The entrypoint and arguments that replace the image's, when the manifest names them. A
+/// plain process's command is a host path and is not carried into an image.
+pub(crate) fn command_and_args(config: &ServiceConfig) -> (Option<&[String]>, Option<&[String]>) {
+    match &config.artifact {
+        Artifact::Image { command, args, .. } => (
+            command.as_deref().filter(|c| !c.is_empty()),
+            args.as_deref().filter(|a| !a.is_empty()),
+        ),
+        Artifact::Process { .. } => (None, None),
+    }
+}
+
+/// An image reference split into its parts: `registry:5000/team/app:1.2@sha256:…`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImageParts<'a> {
+    /// Everything before the tag and digest.
+    pub(crate) repository: &'a str,
+    /// The tag, after the last `:` of the last path segment.
+    pub(crate) tag: Option<&'a str>,
+    /// The digest, after `@`.
+    pub(crate) digest: Option<&'a str>,
+}
+
+/// Splits an image reference; joining the parts back gives the reference.
+pub(crate) fn split_image(reference: &str) -> ImageParts<'_> {
+    let (name, digest) = match reference.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (reference, None),
+    };
+    let last_segment = name.rfind('/').map_or(0, |i| i + 1);
+    match name[last_segment..].rfind(':') {
+        Some(i) => ImageParts {
+            repository: &name[..last_segment + i],
+            tag: Some(&name[last_segment + i + 1..]),
+            digest,
+        },
+        None => ImageParts {
+            repository: name,
+            tag: None,
+            digest,
+        },
+    }
+}
+
+/// The version being deployed: the image's tag, `latest` when it has none.
+pub(crate) fn app_version(image: Option<&str>) -> String {
+    image
+        .and_then(|i| split_image(i).tag)
+        .filter(|t| !t.is_empty())
+        .unwrap_or("latest")
+        .to_owned()
+}
+
+/// The stage label and chart annotation: the environment, `default` without one.
+pub(crate) fn stage(config: &ServiceConfig) -> &str {
+    config.environment.as_deref().unwrap_or("default")
+}
+
+/// `s` as a Kubernetes label value: at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends.
+fn label_value(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    cleaned
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
+/// Labels on every Kubernetes object and pod; the Helm chart's `labels` value.
+pub(crate) fn labels(config: &ServiceConfig, image: Option<&str>) -> Map<String, Value> {
+    let mut labels = selector_labels(config);
+    labels.insert("app.kubernetes.io/managed-by".into(), json!("runway"));
+    if let Some(env) = &config.environment {
+        labels.insert("runway.dev/environment".into(), json!(label_value(env)));
+    }
+    labels.insert(
+        "runway.dev/release".into(),
+        json!(label_value(&app_version(image))),
+    );
+    labels.insert("runway.dev/stage".into(), json!(label_value(stage(config))));
+    labels
+}
+
+/// The labels that select the pods: they never change over the service's life.
+pub(crate) fn selector_labels(config: &ServiceConfig) -> Map<String, Value> {
+    let mut labels = Map::new();
+    labels.insert(NAME_LABEL.into(), json!(config.dns_name));
+    labels.insert(INSTANCE_LABEL.into(), json!(config.dns_name));
+    labels
+}
+
+/// Who owns the service, from the manifest's metadata, and why a stop hook is there.
+pub(crate) fn annotations(config: &ServiceConfig) -> Map<String, Value> {
+    let meta = &config.manifest.metadata;
+    let mut annotations = Map::new();
+    for (key, value) in [
+        ("runway.dev/owner", &meta.owner_email_handle),
+        ("runway.dev/department", &meta.department),
+        ("runway.dev/department-group", &meta.department_group),
+        ("runway.dev/product-category", &meta.product_category),
+    ] {
+        if let Some(value) = value {
+            annotations.insert(key.into(), json!(value));
+        }
+    }
+    if config.stop_signal != StopSignal::Term {
+        annotations.insert(
+            "runway.dev/stop-signal".into(),
+            json!(format!(
+                "{}: Kubernetes stops containers with SIGTERM, so a preStop hook sends {} to \
+                 PID 1 and waits for it to exit",
+                config.stop_signal, config.stop_signal
+            )),
+        );
+    }
+    annotations
+}
+
+/// The container's `lifecycle`: a preStop hook that sends the stop signal, when it is not the
+/// SIGTERM that Kubernetes sends.
+pub(crate) fn lifecycle(config: &ServiceConfig) -> Option<Value> {
+    (config.stop_signal != StopSignal::Term).then(|| {
+        let script = format!(
+            "kill -s {} 1; while kill -0 1 2>/dev/null; do sleep 1; done",
+            config.stop_signal.short_name()
+        );
+        json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}})
+    })
+}
+
+/// The container's environment: `PORT` first when given (so values can use `$(PORT)`), then
+/// the variables by name, then the secrets by name, each referenced by `secret_ref`.
+pub(crate) fn env(
+    config: &ServiceConfig,
+    port: Option<u16>,
+    secret_ref: impl Fn(&str) -> Value,
+) -> Vec<Value> {
+    let mut secrets: Vec<&String> = config.secrets.iter().collect();
+    secrets.sort();
+    let port = port.map(|p| json!({"name": "PORT", "value": p.to_string()}));
+    let vars = config
+        .env
+        .iter()
+        .map(|(name, value)| json!({"name": name, "value": value}));
+    let secrets = secrets
+        .into_iter()
+        .map(|name| json!({"name": name, "valueFrom": {"secretKeyRef": secret_ref(name)}}));
+    port.into_iter().chain(vars).chain(secrets).collect()
+}
+
+/// `resources` with limits and, for Kubernetes, requests equal to them.
+pub(crate) fn resources(config: &ServiceConfig, with_requests: bool) -> Value {
+    let amounts = json!({"cpu": config.cpu, "memory": config.memory});
+    let mut resources = Map::new();
+    resources.insert("limits".into(), amounts.clone());
+    if with_requests {
+        resources.insert("requests".into(), amounts);
+    }
+    Value::Object(resources)
+}
+
+/// The container's probes, keyed by field name; none for a service without a port.
+///
+/// `port` is how HTTP and TCP checks name the port (its name, or its number where names are
+/// not accepted); gRPC checks always take the number.
+pub(crate) fn probes(config: &ServiceConfig, port: &Value) -> Map<String, Value> {
+    let mut probes = Map::new();
+    let Some(number) = config.port else {
+        return probes;
+    };
+    let mut add = |key: &str, p: &ProbeConfig, readiness: bool| {
+        probes.insert(key.into(), probe(p, port, number, readiness));
+    };
+    add("startupProbe", &config.startup_probe, false);
+    if let Some(p) = &config.liveness_probe {
+        add("livenessProbe", p, false);
+    }
+    if let Some(p) = &config.readiness_probe {
+        add("readinessProbe", p, true);
+    }
+    probes
+}
+
+/// One probe. Kubernetes requires a success threshold of 1 for startup and liveness probes, so
+/// only readiness probes carry one.
+fn probe(p: &ProbeConfig, port: &Value, number: u16, readiness: bool) -> Value {
+    let mut out = Map::new();
+    match &p.action {
+        ProbeAction::Http { path } => {
+            out.insert("httpGet".into(), json!({"path": path, "port": port}));
+        }
+        ProbeAction::Grpc { service } => {
+            let mut grpc = Map::new();
+            grpc.insert("port".into(), json!(number));
+            if !service.is_empty() {
+                grpc.insert("service".into(), json!(service));
+            }
+            out.insert("grpc".into(), Value::Object(grpc));
+        }
+        ProbeAction::Tcp => {
+            out.insert("tcpSocket".into(), json!({"port": port}));
+        }
+    }
+    out.insert("initialDelaySeconds".into(), json!(p.initial_delay_seconds));
+    out.insert("periodSeconds".into(), json!(p.period_seconds));
+    out.insert("timeoutSeconds".into(), json!(p.timeout_seconds));
+    out.insert("failureThreshold".into(), json!(p.failure_threshold));
+    if readiness {
+        out.insert("successThreshold".into(), json!(p.success_threshold));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_references_split_and_join_back() {
+        for (reference, repository, tag, digest) in [
+            ("app", "app", None, None),
+            ("app:1.2", "app", Some("1.2"), None),
+            (
+                "registry:5000/team/app",
+                "registry:5000/team/app",
+                None,
+                None,
+            ),
+            (
+                "registry:5000/team/app:v1",
+                "registry:5000/team/app",
+                Some("v1"),
+                None,
+            ),
+            ("r.io/app@sha256:ab", "r.io/app", None, Some("sha256:ab")),
+            (
+                "r.io/app:1@sha256:ab",
+                "r.io/app",
+                Some("1"),
+                Some("sha256:ab"),
+            ),
+        ] {
+            let parts = split_image(reference);
+            assert_eq!(
+                parts,
+                ImageParts {
+                    repository,
+                    tag,
+                    digest
+                },
+                "{reference}"
+            );
+            let joined = format!(
+                "{repository}{}{}",
+                tag.map(|t| format!(":{t}")).unwrap_or_default(),
+                digest.map(|d| format!("@{d}")).unwrap_or_default()
+            );
+            assert_eq!(joined, reference);
+        }
+        assert_eq!(app_version(Some("r.io/app@sha256:ab")), "latest");
+        assert_eq!(app_version(None), "latest");
+        assert_eq!(app_version(Some("r.io/app:2024-05-01")), "2024-05-01");
+    }
+
+    #[test]
+    fn label_values_are_trimmed_to_what_kubernetes_accepts() {
+        assert_eq!(label_value("_v1.2_"), "v1.2");
+        assert_eq!(label_value("a b/c"), "a-b-c");
+        assert_eq!(label_value(&"x".repeat(70)).len(), 63);
+    }
+}

@@ -1,0 +1,286 @@
+//! A Helm chart under `<dns_name>/`. With its default `values.yaml`, `helm template` gives the
+//! same objects as the Kubernetes target; the templates only place values, so that what a
+//! deployer changes is in `values.yaml`.
+
+use runway_manifest::{ServiceConfig, WorkloadKind};
+use serde_json::{Map, Value, json};
+
+use crate::common;
+use crate::kubernetes::{self, SERVICE_PORT, TARGET_CPU_UTILIZATION};
+use crate::{RenderError, RenderOptions, RenderedFile, Target, yaml};
+
+/// Renders the chart.
+pub(crate) fn render(
+    config: &ServiceConfig,
+    options: &RenderOptions,
+) -> Result<Vec<RenderedFile>, RenderError> {
+    let image = common::image(config, options, Target::Helm)?;
+    let image = image.as_deref();
+    let chart = json!({
+        "apiVersion": "v2",
+        "name": config.dns_name,
+        "description": format!("{}, rendered by Runway from its manifest", config.name),
+        "type": "application",
+        "version": "0.1.0",
+        "appVersion": common::app_version(image),
+        "annotations": {"runway.dev/stage": common::stage(config)},
+    });
+    let mut values_yaml = format!(
+        "# Default values for the {} chart, rendered by Runway. Objects are named after the chart.\n",
+        config.dns_name
+    );
+    if image.is_none() {
+        values_yaml.push_str(
+            "# The manifest names no image: set image.repository (and image.tag or image.digest)\n\
+             # here or with `--set image.repository=...` before installing.\n",
+        );
+    }
+    values_yaml.push_str(&yaml::document(&values(config, options, image)));
+
+    let file = |name: &str, contents: String| RenderedFile {
+        path: format!("{}/{name}", config.dns_name),
+        contents,
+    };
+    let template = |text: &str| text.replace("@chart@", &config.dns_name);
+    Ok(vec![
+        file("Chart.yaml", yaml::document(&chart)),
+        file("values.yaml", values_yaml),
+        file("templates/_helpers.tpl", template(HELPERS)),
+        file("templates/deployment.yaml", template(DEPLOYMENT)),
+        file("templates/service.yaml", template(SERVICE)),
+        file("templates/hpa.yaml", template(HPA)),
+        file("templates/pdb.yaml", template(PDB)),
+    ])
+}
+
+fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) -> Value {
+    let parts = image.map(common::split_image);
+    let replicas = config.min_instances.max(1);
+    let (min, max) = kubernetes::autoscaling(config).unwrap_or((replicas, replicas));
+    let mut secrets = config.secrets.clone();
+    secrets.sort();
+
+    let mut v = Map::new();
+    v.insert(
+        "image".into(),
+        json!({
+            "repository": parts.map_or("", |p| p.repository),
+            "tag": parts.and_then(|p| p.tag).unwrap_or(""),
+            "digest": parts.and_then(|p| p.digest).unwrap_or(""),
+        }),
+    );
+    v.insert("replicaCount".into(), json!(replicas));
+    v.insert(
+        "autoscaling".into(),
+        json!({
+            "enabled": kubernetes::autoscaling(config).is_some(),
+            "minReplicas": min,
+            "maxReplicas": max,
+            "targetCPUUtilizationPercentage": TARGET_CPU_UTILIZATION,
+        }),
+    );
+    v.insert("resources".into(), common::resources(config, true));
+    v.insert("env".into(), json!(config.env));
+    v.insert("secrets".into(), json!(secrets));
+    if let Some(port) = config.port {
+        v.insert("containerPort".into(), json!(port));
+        v.insert("portName".into(), json!(kubernetes::port_name(config)));
+    }
+    let mut service = Map::new();
+    service.insert(
+        "enabled".into(),
+        json!(config.kind == WorkloadKind::Service && config.port.is_some()),
+    );
+    service.insert("port".into(), json!(SERVICE_PORT));
+    if config.backend_protocol.is_http2() {
+        service.insert("appProtocol".into(), json!("kubernetes.io/h2c"));
+    }
+    v.insert("service".into(), Value::Object(service));
+    v.insert(
+        "probes".into(),
+        Value::Object(common::probes(
+            config,
+            &json!(kubernetes::port_name(config)),
+        )),
+    );
+    v.insert(
+        "labels".into(),
+        Value::Object(common::labels(config, image)),
+    );
+    v.insert(
+        "annotations".into(),
+        Value::Object(common::annotations(config)),
+    );
+    v.insert(
+        "namespace".into(),
+        json!(options.namespace.as_deref().unwrap_or("")),
+    );
+    let (command, args) = common::command_and_args(config);
+    v.insert("command".into(), json!(command.unwrap_or_default()));
+    v.insert("args".into(), json!(args.unwrap_or_default()));
+    v.insert(
+        "terminationGracePeriodSeconds".into(),
+        json!(config.stop_grace_period_seconds),
+    );
+    if let Some(lifecycle) = common::lifecycle(config) {
+        v.insert("lifecycle".into(), lifecycle);
+    }
+    Value::Object(v)
+}
+
+const HELPERS: &str = r#"{{/* Every object's name: the chart's, which is the service's. */}}
+{{- define "@chart@.name" -}}
+{{ .Chart.Name }}
+{{- end }}
+
+{{/* Labels on every object and pod. */}}
+{{- define "@chart@.labels" -}}
+{{ toYaml .Values.labels }}
+{{- end }}
+
+{{/* The labels that select the pods: the part of the labels that never changes. */}}
+{{- define "@chart@.selectorLabels" -}}
+{{ pick .Values.labels "app.kubernetes.io/name" "app.kubernetes.io/instance" | toYaml }}
+{{- end }}
+
+{{/* An object's name, namespace and labels. */}}
+{{- define "@chart@.metadata" -}}
+name: {{ include "@chart@.name" . | quote }}
+{{- with .Values.namespace }}
+namespace: {{ . | quote }}
+{{- end }}
+labels:
+  {{- include "@chart@.labels" . | nindent 2 }}
+{{- end }}
+
+{{/* The image reference, from image.repository, image.tag and image.digest. */}}
+{{- define "@chart@.image" -}}
+{{ required "set image.repository in values.yaml or with --set image.repository=..." .Values.image.repository }}
+{{- with .Values.image.tag }}:{{ . }}{{ end }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+"#;
+
+const DEPLOYMENT: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  {{- include "@chart@.metadata" . | nindent 2 }}
+  {{- with .Values.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+spec:
+  {{- if not .Values.autoscaling.enabled }}
+  replicas: {{ .Values.replicaCount }}
+  {{- end }}
+  selector:
+    matchLabels:
+      {{- include "@chart@.selectorLabels" . | nindent 6 }}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxSurge: 25%
+      maxUnavailable: 0
+  template:
+    metadata:
+      labels:
+        {{- include "@chart@.labels" . | nindent 8 }}
+    spec:
+      terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
+      containers:
+        - name: {{ include "@chart@.name" . | quote }}
+          image: {{ include "@chart@.image" . | quote }}
+          {{- with .Values.command }}
+          command:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          {{- with .Values.args }}
+          args:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+          {{- with .Values.containerPort }}
+          ports:
+            - name: {{ $.Values.portName | quote }}
+              containerPort: {{ . }}
+          {{- end }}
+          {{- if or .Values.containerPort .Values.env .Values.secrets }}
+          env:
+            {{- with .Values.containerPort }}
+            - name: PORT
+              value: {{ . | quote }}
+            {{- end }}
+            {{- range $name, $value := .Values.env }}
+            - name: {{ $name | quote }}
+              value: {{ $value | quote }}
+            {{- end }}
+            {{- range .Values.secrets }}
+            - name: {{ . | quote }}
+              valueFrom:
+                secretKeyRef:
+                  name: {{ printf "%s-secrets" (include "@chart@.name" $) | quote }}
+                  key: {{ . | quote }}
+            {{- end }}
+          {{- end }}
+          resources:
+            {{- toYaml .Values.resources | nindent 12 }}
+          {{- with .Values.probes }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+          {{- with .Values.lifecycle }}
+          lifecycle:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+"#;
+
+const SERVICE: &str = r#"{{- if .Values.service.enabled }}
+apiVersion: v1
+kind: Service
+metadata:
+  {{- include "@chart@.metadata" . | nindent 2 }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "@chart@.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: {{ .Values.portName | quote }}
+      port: {{ .Values.service.port }}
+      targetPort: {{ .Values.portName | quote }}
+      protocol: TCP
+      {{- with .Values.service.appProtocol }}
+      appProtocol: {{ . | quote }}
+      {{- end }}
+{{- end }}
+"#;
+
+const HPA: &str = r#"{{- if .Values.autoscaling.enabled }}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  {{- include "@chart@.metadata" . | nindent 2 }}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {{ include "@chart@.name" . | quote }}
+  minReplicas: {{ .Values.autoscaling.minReplicas }}
+  maxReplicas: {{ .Values.autoscaling.maxReplicas }}
+  metrics:
+    - type: Resource
+      resource:
+        name: cpu
+        target:
+          type: Utilization
+          averageUtilization: {{ .Values.autoscaling.targetCPUUtilizationPercentage }}
+{{- end }}
+"#;
+
+const PDB: &str = r#"apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  {{- include "@chart@.metadata" . | nindent 2 }}
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels:
+      {{- include "@chart@.selectorLabels" . | nindent 6 }}
+"#;

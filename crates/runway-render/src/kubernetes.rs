@@ -1,0 +1,201 @@
+//! Plain Kubernetes objects: a Deployment, a Service for services, a HorizontalPodAutoscaler when
+//! the service scales, and a PodDisruptionBudget, one file each under `<dns_name>/`.
+
+use runway_manifest::{ServiceConfig, WorkloadKind};
+use serde_json::{Map, Value, json};
+
+use crate::common;
+use crate::{RenderError, RenderOptions, RenderedFile, Target, yaml};
+
+/// The CPU utilisation the autoscaler keeps pods at, in percent.
+pub(crate) const TARGET_CPU_UTILIZATION: u32 = 70;
+/// The port a Service listens on.
+pub(crate) const SERVICE_PORT: u16 = 80;
+
+/// Renders the objects, one file each.
+pub(crate) fn render(
+    config: &ServiceConfig,
+    options: &RenderOptions,
+) -> Result<Vec<RenderedFile>, RenderError> {
+    let image = common::required_image(config, options, Target::Kubernetes)?;
+    let meta = |annotations: Map<String, Value>| {
+        metadata(
+            config,
+            options.namespace.as_deref(),
+            Some(&image),
+            annotations,
+        )
+    };
+    let mut objects = vec![(
+        "deployment",
+        deployment(config, &image, meta(common::annotations(config))),
+    )];
+    if config.kind == WorkloadKind::Service {
+        objects.push(("service", service(config, meta(Map::new()))));
+    }
+    if let Some(range) = autoscaling(config) {
+        objects.push(("hpa", hpa(config, range, meta(Map::new()))));
+    }
+    objects.push(("pdb", pdb(config, meta(Map::new()))));
+    Ok(objects
+        .into_iter()
+        .map(|(file, object)| RenderedFile {
+            path: format!("{}/{file}.yaml", config.dns_name),
+            contents: yaml::document(&object),
+        })
+        .collect())
+}
+
+/// The fewest and most replicas when the service scales, which needs a range above one.
+pub(crate) fn autoscaling(config: &ServiceConfig) -> Option<(u32, u32)> {
+    let min = config.min_instances.max(1);
+    (config.max_instances > min).then_some((min, config.max_instances))
+}
+
+/// The port's name: Kubernetes and Istio read `h2c` as HTTP/2 in clear text.
+pub(crate) fn port_name(config: &ServiceConfig) -> &'static str {
+    if config.backend_protocol.is_http2() {
+        "h2c"
+    } else {
+        "http"
+    }
+}
+
+/// The name of the Secret holding the service's secrets, one key per variable.
+pub(crate) fn secret_name(config: &ServiceConfig) -> String {
+    format!("{}-secrets", config.dns_name)
+}
+
+fn metadata(
+    config: &ServiceConfig,
+    namespace: Option<&str>,
+    image: Option<&str>,
+    annotations: Map<String, Value>,
+) -> Value {
+    let mut meta = Map::new();
+    meta.insert("name".into(), json!(config.dns_name));
+    if let Some(namespace) = namespace {
+        meta.insert("namespace".into(), json!(namespace));
+    }
+    meta.insert(
+        "labels".into(),
+        Value::Object(common::labels(config, image)),
+    );
+    if !annotations.is_empty() {
+        meta.insert("annotations".into(), Value::Object(annotations));
+    }
+    Value::Object(meta)
+}
+
+fn deployment(config: &ServiceConfig, image: &str, metadata: Value) -> Value {
+    let mut spec = Map::new();
+    if autoscaling(config).is_none() {
+        spec.insert("replicas".into(), json!(config.min_instances.max(1)));
+    }
+    spec.insert(
+        "selector".into(),
+        json!({"matchLabels": common::selector_labels(config)}),
+    );
+    spec.insert(
+        "strategy".into(),
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}}),
+    );
+    spec.insert(
+        "template".into(),
+        json!({
+            "metadata": {"labels": common::labels(config, Some(image))},
+            "spec": {
+                "terminationGracePeriodSeconds": config.stop_grace_period_seconds,
+                "containers": [container(config, image)],
+            },
+        }),
+    );
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec})
+}
+
+fn container(config: &ServiceConfig, image: &str) -> Value {
+    let mut c = Map::new();
+    c.insert("name".into(), json!(config.dns_name));
+    c.insert("image".into(), json!(image));
+    let (command, args) = common::command_and_args(config);
+    if let Some(command) = command {
+        c.insert("command".into(), json!(command));
+    }
+    if let Some(args) = args {
+        c.insert("args".into(), json!(args));
+    }
+    if let Some(port) = config.port {
+        c.insert(
+            "ports".into(),
+            json!([{"name": port_name(config), "containerPort": port}]),
+        );
+    }
+    let secret = secret_name(config);
+    let env = common::env(
+        config,
+        config.port,
+        |key| json!({"name": secret, "key": key}),
+    );
+    if !env.is_empty() {
+        c.insert("env".into(), Value::Array(env));
+    }
+    c.insert("resources".into(), common::resources(config, true));
+    c.extend(common::probes(config, &json!(port_name(config))));
+    if let Some(lifecycle) = common::lifecycle(config) {
+        c.insert("lifecycle".into(), lifecycle);
+    }
+    Value::Object(c)
+}
+
+fn service(config: &ServiceConfig, metadata: Value) -> Value {
+    let mut port = Map::new();
+    port.insert("name".into(), json!(port_name(config)));
+    port.insert("port".into(), json!(SERVICE_PORT));
+    port.insert("targetPort".into(), json!(port_name(config)));
+    port.insert("protocol".into(), json!("TCP"));
+    if config.backend_protocol.is_http2() {
+        port.insert("appProtocol".into(), json!("kubernetes.io/h2c"));
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "type": "ClusterIP",
+            "selector": common::selector_labels(config),
+            "ports": [port],
+        },
+    })
+}
+
+fn hpa(config: &ServiceConfig, (min, max): (u32, u32), metadata: Value) -> Value {
+    json!({
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata,
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": config.dns_name},
+            "minReplicas": min,
+            "maxReplicas": max,
+            "metrics": [{
+                "type": "Resource",
+                "resource": {
+                    "name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": TARGET_CPU_UTILIZATION},
+                },
+            }],
+        },
+    })
+}
+
+fn pdb(config: &ServiceConfig, metadata: Value) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata,
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": common::selector_labels(config)},
+        },
+    })
+}

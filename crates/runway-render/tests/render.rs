@@ -1,0 +1,462 @@
+//! The renderer through its public API: snapshots of every target for three services, errors,
+//! determinism, and the Kubernetes objects against the API's strict schema.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers, where a failing unwrap is a failing test, as clippy.toml allows in tests"
+)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use runway_manifest::{ServiceConfig, ServiceFiles, SourceFile, load};
+use runway_render::{RenderError, RenderOptions, RenderedFile, Target, render, stream};
+use saphyr::{LoadableYamlNode, Scalar, Yaml};
+use serde_json::{Value, json};
+
+/// A plain HTTP service with probes, variables and secrets, in an environment.
+const WEB: &str = r#"
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: web_app
+  owner_email_handle: "@web-team"
+  department: engineering
+  department_group: platform
+  product_category: storefront
+spec:
+  image: registry.example.com/team/web:1.4.2
+  command: [/app/web]
+  args: [--log-format, json]
+  request_timeout: 60
+  resources:
+    limits:
+      cpu: 2000m
+      memory: 1Gi
+    startup_cpu_boost: true
+  scalability:
+    min_instances: 2
+    max_instances: 10
+    max_instance_request_concurrency: 40
+  startup_probe:
+    path: /healthz
+    initial_delay_seconds: 2
+    period_seconds: 2
+    failure_threshold: 30
+  liveness_probe:
+    path: /livez
+    timeout_seconds: 3
+  readiness_probe:
+    path: /readyz
+    success_threshold: 2
+  vpc_access:
+    enabled: true
+    egress: ALL_TRAFFIC
+  execution_environment: EXECUTION_ENVIRONMENT_GEN2
+  request_based_billing: false
+  workload:
+    env:
+      LOG_LEVEL: info
+      UPSTREAM_PORT: "8080"
+      FEATURE_NEW_CHECKOUT: "true"
+      EMPTY: ""
+    secrets: [STRIPE_KEY, DATABASE_URL]
+"#;
+
+/// A gRPC service speaking h2c, with a gRPC startup check and a fixed number of instances.
+const GRPC: &str = r#"
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: users-api
+spec:
+  image: registry.example.com/users-api@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  container_port: 50051
+  scalability:
+    min_instances: 3
+    max_instances: 3
+  startup_probe:
+    grpc_service: users.v1.Users
+    period_seconds: 1
+    failure_threshold: 60
+  load_balancing:
+    external_load_balancer:
+      enabled: false
+    internal_load_balancer:
+      enabled: true
+      backend_protocol: grpc
+"#;
+
+/// A worker: no port, stopped with SIGQUIT and a long grace period.
+const WORKER: &str = r#"
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: ci-runner
+  owner_email_handle: runners
+spec:
+  image: registry.example.com/ci-runner:2024-05-01
+  scalability:
+    min_instances: 1
+    max_instances: 4
+  workload:
+    kind: worker
+    env:
+      CONCURRENT: "4"
+    secrets: [RUNNER_TOKEN]
+"#;
+
+/// A service that runs a plain process.
+const PROCESS: &str = r#"
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: local-dev
+spec:
+  workload:
+    process:
+      command: [./bin/server]
+"#;
+
+/// A service whose manifest names no image.
+const NO_IMAGE: &str =
+    "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: bare\nspec: {}\n";
+
+fn config(text: &str, environment: Option<&str>) -> ServiceConfig {
+    let files = ServiceFiles {
+        base: Some(SourceFile::new(".runway/runway.yml", text)),
+        ..ServiceFiles::default()
+    };
+    let loaded = load(&files);
+    let errors: Vec<_> = loaded.diagnostics.iter().filter(|d| d.is_error()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    loaded.service.unwrap().config(environment).unwrap()
+}
+
+/// The three services the snapshots cover, with the options each is rendered with.
+fn services() -> Vec<(&'static str, ServiceConfig, RenderOptions)> {
+    vec![
+        (
+            "web",
+            config(WEB, Some("production")),
+            RenderOptions::default(),
+        ),
+        ("grpc", config(GRPC, None), RenderOptions::default()),
+        (
+            "worker",
+            config(WORKER, Some("staging")),
+            RenderOptions {
+                image: None,
+                namespace: Some("ci".into()),
+            },
+        ),
+    ]
+}
+
+/// The files as one text, each under a `# path` line.
+fn listing(files: &[RenderedFile]) -> String {
+    files
+        .iter()
+        .map(|f| format!("# {}\n{}", f.path, f.contents))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Parses every YAML document of a file, failing on invalid YAML.
+fn parse(file: &RenderedFile) -> Vec<Yaml<'_>> {
+    Yaml::load_from_str(&file.contents)
+        .unwrap_or_else(|e| panic!("{} is not YAML: {e}\n{}", file.path, file.contents))
+}
+
+#[test]
+fn snapshots() {
+    for (name, config, options) in services() {
+        for target in [Target::Kubernetes, Target::Knative, Target::Helm] {
+            let files = match render(&config, target, &options) {
+                Ok(files) => files,
+                Err(RenderError::WorkerUnsupported { .. }) if name == "worker" => continue,
+                Err(e) => panic!("{name} to {target}: {e}"),
+            };
+            for file in files.iter().filter(|f| !f.path.contains("templates/")) {
+                assert_eq!(parse(file).len(), 1, "{}", file.path);
+            }
+            insta::assert_snapshot!(format!("{target}_{name}"), listing(&files));
+        }
+    }
+}
+
+#[test]
+fn kubernetes_files_are_the_objects_the_service_needs() {
+    let paths = |text, env, options: &RenderOptions| -> Vec<String> {
+        render(&config(text, env), Target::Kubernetes, options)
+            .unwrap()
+            .into_iter()
+            .map(|f| f.path)
+            .collect()
+    };
+    let default = RenderOptions::default();
+    assert_eq!(
+        paths(WEB, None, &default),
+        [
+            "web-app/deployment.yaml",
+            "web-app/service.yaml",
+            "web-app/hpa.yaml",
+            "web-app/pdb.yaml"
+        ]
+    );
+    assert_eq!(
+        paths(GRPC, None, &default),
+        [
+            "users-api/deployment.yaml",
+            "users-api/service.yaml",
+            "users-api/pdb.yaml"
+        ]
+    );
+    assert_eq!(
+        paths(WORKER, None, &default),
+        [
+            "ci-runner/deployment.yaml",
+            "ci-runner/hpa.yaml",
+            "ci-runner/pdb.yaml"
+        ]
+    );
+}
+
+#[test]
+fn rendering_twice_gives_the_same_bytes() {
+    for (_, config, options) in services() {
+        for target in [Target::Kubernetes, Target::Knative, Target::Helm] {
+            assert_eq!(
+                render(&config, target, &options),
+                render(&config, target, &options)
+            );
+        }
+    }
+}
+
+#[test]
+fn image_option_overrides_the_manifest() {
+    let options = RenderOptions {
+        image: Some("registry.example.com/team/web:2.0.0".into()),
+        namespace: None,
+    };
+    let files = render(&config(WEB, None), Target::Kubernetes, &options).unwrap();
+    assert!(
+        files[0]
+            .contents
+            .contains("image: \"registry.example.com/team/web:2.0.0\"\n")
+    );
+    assert!(!files[0].contents.contains("1.4.2"));
+}
+
+#[test]
+fn missing_image_is_an_error_except_for_helm() {
+    let bare = config(NO_IMAGE, None);
+    let options = RenderOptions::default();
+    for target in [Target::Kubernetes, Target::Knative] {
+        assert_eq!(
+            render(&bare, target, &options),
+            Err(RenderError::NoImage {
+                service: "bare".into()
+            })
+        );
+    }
+    let chart = render(&bare, Target::Helm, &options).unwrap();
+    let values = chart.iter().find(|f| f.path == "bare/values.yaml").unwrap();
+    assert!(values.contents.contains("set image.repository"));
+    assert!(values.contents.contains("  repository: \"\"\n"));
+    let chart_yaml = chart.iter().find(|f| f.path == "bare/Chart.yaml").unwrap();
+    assert!(chart_yaml.contents.contains("appVersion: latest\n"));
+}
+
+#[test]
+fn plain_processes_need_an_image() {
+    let process = config(PROCESS, None);
+    for target in [Target::Kubernetes, Target::Knative, Target::Helm] {
+        assert_eq!(
+            render(&process, target, &RenderOptions::default()),
+            Err(RenderError::ProcessArtifact {
+                service: "local-dev".into(),
+                target
+            })
+        );
+    }
+    let options = RenderOptions {
+        image: Some("registry.example.com/local-dev:1".into()),
+        namespace: None,
+    };
+    let files = render(&process, Target::Kubernetes, &options).unwrap();
+    assert!(!files[0].contents.contains("./bin/server"));
+}
+
+#[test]
+fn knative_refuses_workers() {
+    let err = render(
+        &config(WORKER, None),
+        Target::Knative,
+        &RenderOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        RenderError::WorkerUnsupported {
+            service: "ci-runner".into(),
+            target: Target::Knative
+        }
+    );
+    assert!(err.to_string().contains("worker"), "{err}");
+}
+
+#[test]
+fn stream_joins_documents() {
+    let files = render(
+        &config(WEB, None),
+        Target::Kubernetes,
+        &RenderOptions::default(),
+    )
+    .unwrap();
+    let text = stream(&files);
+    assert_eq!(text.matches("\n---\n").count(), files.len() - 1);
+    assert_eq!(Yaml::load_from_str(&text).unwrap().len(), files.len());
+}
+
+/// A directory of its own under the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = std::env::temp_dir().join(format!(
+            "runway-render-{name}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Kubernetes version whose schemas the objects are checked against.
+const KUBERNETES_VERSION: &str = "1.31.0";
+
+#[test]
+fn kubernetes_output_passes_strict_schema_validation() {
+    let probe = Command::new("kubernetes-validate")
+        .arg("--version")
+        .output();
+    if probe.is_err() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "kubernetes-validate is not installed; CI must install it (pip install kubernetes-validate)"
+        );
+        eprintln!("skipping: kubernetes-validate not installed (pip install kubernetes-validate)");
+        return;
+    }
+    let dir = TempDir::new("validate");
+    let mut paths = Vec::new();
+    for (_, config, options) in services() {
+        for file in render(&config, Target::Kubernetes, &options).unwrap() {
+            let path = dir.0.join(file.path.replace('/', "__"));
+            std::fs::write(&path, &file.contents).unwrap();
+            paths.push(path);
+        }
+    }
+    assert_eq!(paths.len(), 10);
+    let output = Command::new("kubernetes-validate")
+        .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION])
+        .args(&paths)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kubernetes-validate failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A YAML node as JSON, whose objects compare without regard to key order.
+fn to_json(node: &Yaml<'_>) -> Value {
+    match node {
+        Yaml::Value(Scalar::Null) => Value::Null,
+        Yaml::Value(Scalar::Boolean(b)) => json!(b),
+        Yaml::Value(Scalar::Integer(i)) => json!(i),
+        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
+        Yaml::Value(Scalar::String(s)) => json!(s),
+        Yaml::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
+        Yaml::Mapping(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.as_str().unwrap().to_owned(), to_json(v)))
+                .collect(),
+        ),
+        other => panic!("unexpected node {other:?}"),
+    }
+}
+
+/// The objects of a YAML stream, sorted by kind.
+fn objects(text: &str) -> Vec<Value> {
+    let mut objects: Vec<Value> = Yaml::load_from_str(text)
+        .unwrap()
+        .iter()
+        .map(to_json)
+        .filter(|o| !o.is_null())
+        .collect();
+    objects.sort_by_key(|o| o["kind"].as_str().unwrap().to_owned());
+    objects
+}
+
+/// `helm template` of the chart with its default values gives the Kubernetes target's objects.
+/// `scripts/test` installs helm when it is missing; under `CI=true` its absence is a failure.
+#[test]
+fn helm_chart_renders_the_kubernetes_objects() {
+    if Command::new("helm").arg("version").output().is_err() {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "helm is not installed; scripts/test installs it"
+        );
+        eprintln!("skipping: helm not installed (scripts/test installs it)");
+        return;
+    }
+    let dir = TempDir::new("helm");
+    let helm_template = |config: &ServiceConfig, options: &RenderOptions| {
+        for file in render(config, Target::Helm, options).unwrap() {
+            let path = dir.0.join(&file.path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &file.contents).unwrap();
+        }
+        Command::new("helm")
+            .arg("template")
+            .arg(&config.dns_name)
+            .arg(dir.0.join(&config.dns_name))
+            .output()
+            .unwrap()
+    };
+    let bare = helm_template(&config(NO_IMAGE, None), &RenderOptions::default());
+    assert!(!bare.status.success());
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("set image.repository"));
+    for (name, config, options) in services() {
+        let output = helm_template(&config, &options);
+        let rendered = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let kubernetes = render(&config, Target::Kubernetes, &options).unwrap();
+        assert_eq!(
+            objects(&rendered),
+            objects(&stream(&kubernetes)),
+            "{name}:\n{rendered}"
+        );
+    }
+}
