@@ -15,7 +15,7 @@ pub(crate) struct Args {
     #[command(flatten)]
     repo: RepoArg,
     /// Print results as text or as one JSON document.
-    #[arg(long, short = 'o', value_enum, default_value_t)]
+    #[arg(long, value_enum, default_value_t)]
     output: Output,
 }
 

@@ -182,7 +182,7 @@ fn several_services_and_environments_are_found() {
     )
     .unwrap();
 
-    let o = runway(&["validate", "-o", "json"], dir.path());
+    let o = runway(&["validate", "--output", "json"], dir.path());
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let names: Vec<_> = report["services"]

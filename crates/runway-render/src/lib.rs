@@ -1,6 +1,18 @@
 //! Renders a Runway service to Kubernetes objects, a Knative `serving.knative.dev/v1` Service as
 //! Cloud Run accepts it, and a Helm chart. Pure: it returns files and writes nothing. Output is
 //! deterministic: stable key order, no timestamps, the same bytes for the same input.
+//!
+//! ```
+//! use runway_manifest::{ServiceFiles, SourceFile, load};
+//! use runway_render::{RenderOptions, Target, render};
+//!
+//! let manifest = "kind: RunwayService\nmetadata: {name: hello}\nspec: {image: hello:1.0}\n";
+//! let files = ServiceFiles { base: Some(SourceFile::new("runway.yml", manifest)), ..ServiceFiles::default() };
+//! let config = load(&files).service.unwrap().config(None).unwrap();
+//! let rendered = render(&config, Target::Kubernetes, &RenderOptions::default()).unwrap();
+//! assert_eq!(rendered[0].path, "hello/deployment.yaml");
+//! assert!(rendered[0].contents.contains("image: \"hello:1.0\""));
+//! ```
 
 use std::fmt;
 
