@@ -50,6 +50,24 @@ pub(crate) fn command_and_args(config: &ServiceConfig) -> (Option<&[String]>, Op
     }
 }
 
+/// The start of a container: its image, and the command and arguments that replace the
+/// image's own, where the manifest sets them.
+pub(crate) fn container_base(
+    config: &ServiceConfig,
+    image: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut c = serde_json::Map::new();
+    c.insert("image".into(), serde_json::json!(image));
+    let (command, args) = command_and_args(config);
+    if let Some(command) = command {
+        c.insert("command".into(), serde_json::json!(command));
+    }
+    if let Some(args) = args {
+        c.insert("args".into(), serde_json::json!(args));
+    }
+    c
+}
+
 /// An image reference split into its parts: `registry:5000/team/app:1.2@sha256:…`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ImageParts<'a> {

@@ -131,15 +131,7 @@ fn template_annotations(config: &ServiceConfig) -> Map<String, Value> {
 }
 
 fn container(config: &ServiceConfig, image: &str, port: u16) -> Value {
-    let mut c = Map::new();
-    c.insert("image".into(), json!(image));
-    let (command, args) = common::command_and_args(config);
-    if let Some(command) = command {
-        c.insert("command".into(), json!(command));
-    }
-    if let Some(args) = args {
-        c.insert("args".into(), json!(args));
-    }
+    let mut c = common::container_base(config, image);
     let port_name = if config.backend_protocol.is_http2() {
         "h2c"
     } else {

@@ -116,14 +116,7 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value) -> Value {
 fn container(config: &ServiceConfig, image: &str) -> Value {
     let mut c = Map::new();
     c.insert("name".into(), json!(config.dns_name));
-    c.insert("image".into(), json!(image));
-    let (command, args) = common::command_and_args(config);
-    if let Some(command) = command {
-        c.insert("command".into(), json!(command));
-    }
-    if let Some(args) = args {
-        c.insert("args".into(), json!(args));
-    }
+    c.extend(common::container_base(config, image));
     if let Some(port) = config.port {
         c.insert(
             "ports".into(),
