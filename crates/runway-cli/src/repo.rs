@@ -42,11 +42,7 @@ pub(crate) fn discover(path: &Path) -> anyhow::Result<Repository> {
             runway_dir: path.to_path_buf(),
             ..Repository::default()
         };
-        let id = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some(service) = read_service_dir(path, id, &mut repo)? {
+        if let Some(service) = read_service_dir(path, dir_name(path), &mut repo)? {
             repo.services.push(service);
         }
         return non_empty(repo, path);
@@ -64,19 +60,8 @@ pub(crate) fn discover(path: &Path) -> anyhow::Result<Repository> {
     if let Some(root) = read_service_dir(&runway_dir, String::new(), &mut repo)? {
         repo.services.push(root);
     }
-    let mut subdirs: Vec<PathBuf> = fs::read_dir(&runway_dir)
-        .with_context(|| format!("cannot list {}", display(&runway_dir)))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    subdirs.sort();
-    for dir in subdirs {
-        let id = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if let Some(service) = read_service_dir(&dir, id, &mut repo)? {
+    for dir in sorted_entries(&runway_dir, Path::is_dir)? {
+        if let Some(service) = read_service_dir(&dir, dir_name(&dir), &mut repo)? {
             repo.services.push(service);
         }
     }
@@ -119,14 +104,7 @@ fn read_service_dir(
         id,
         ..ServiceFiles::default()
     };
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", display(dir)))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_file())
-        .collect();
-    entries.sort();
-    for path in entries {
+    for path in sorted_entries(dir, Path::is_file)? {
         let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
@@ -160,6 +138,25 @@ fn read_service_dir(
     let empty =
         service.base.is_none() && service.overrides.is_empty() && service.env_files.is_empty();
     Ok((!empty).then_some(service))
+}
+
+/// The entries of `dir` that `keep` accepts, sorted, so that discovery order is stable.
+fn sorted_entries(dir: &Path, keep: fn(&Path) -> bool) -> anyhow::Result<Vec<PathBuf>> {
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", display(dir)))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| keep(p))
+        .collect();
+    entries.sort();
+    Ok(entries)
+}
+
+/// A directory's own name: a service's id.
+fn dir_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
