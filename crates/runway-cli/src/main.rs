@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod init;
+mod local;
 mod render;
 mod repo;
 mod validate;
@@ -47,6 +48,23 @@ enum Command {
     /// Point an editor at it for completion and inline errors, e.g. with a first line
     /// `# yaml-language-server: $schema=./schemas/runway-v1.json`.
     Schema,
+    /// Run a service on this machine: start an instance and show its output.
+    ///
+    /// The instance gets a free port in `PORT`, the manifest's variables, `K_SERVICE` and
+    /// `K_REVISION`; its probes are checked and it is restarted with backoff when it ends. It
+    /// runs under a supervisor process of its own, so it keeps running if this command is
+    /// killed: `runway ps` finds it again. Ctrl-C stops it (its stop signal, then SIGKILL after
+    /// its grace period). With `--detach`, returns once it has started.
+    Run(local::RunArgs),
+    /// List the instances on this machine with their phase, readiness, port and restarts.
+    Ps(local::PsArgs),
+    /// Print an instance's output (stdout and stderr, with `--follow` as it comes).
+    Logs(local::LogsArgs),
+    /// Stop instances: their stop signal, their grace period, then SIGKILL.
+    Stop(local::StopArgs),
+    /// Supervise one instance (started by the runtime, not by hand).
+    #[command(hide = true)]
+    Supervise(local::SuperviseArgs),
 }
 
 /// How results are printed.
@@ -69,6 +87,11 @@ fn main() -> ExitCode {
         Command::Init(args) => init::run(&args),
         Command::Validate(args) => validate::run(&args),
         Command::Render(args) => render::run(&args),
+        Command::Run(args) => local::run(&args),
+        Command::Ps(args) => local::ps(&args),
+        Command::Logs(args) => local::logs(&args),
+        Command::Stop(args) => local::stop(&args),
+        Command::Supervise(args) => return local::supervise(&args),
         Command::Schema => {
             print_stdout(&runway_manifest::manifest_schema_json());
             Ok(ExitCode::SUCCESS)

@@ -1,6 +1,25 @@
-//! Runway's local runtime.
+//! Runway's local runtime: it runs a service's instances on this machine and keeps them running.
 //!
-//! [`process`] is the supervisor's core: it starts one process, signals it and records how it
-//! ended. The instance supervisor and `runway wrapper` are both built on it.
+//! - [`process`] is the supervisor's core: start one process, signal it, stop it within a grace
+//!   period, record how it ended. `runway wrapper` is built on it too.
+//! - [`supervisor`] is one process per instance (like containerd's shim or conmon): it starts the
+//!   instance (a command, or a container through runc), probes it, restarts it with backoff,
+//!   writes its output to rotating files and serves its status on a unix socket. It outlives the
+//!   process that asked for the instance.
+//! - [`spec`] and [`status`] are what goes in and what comes out.
 
+mod container;
+pub mod logs;
+pub mod probe;
 pub mod process;
+pub mod spec;
+pub mod status;
+pub mod supervisor;
+pub mod local;
+pub mod runtime;
+
+pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
+pub use runtime::{Runtime, RuntimeError};
+pub use spec::InstanceSpec;
+pub use status::{InstanceStatus, Phase};
+pub mod service;

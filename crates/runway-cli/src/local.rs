@@ -1,0 +1,364 @@
+//! `runway run`, `ps`, `logs` and `stop`: a service's instances on this machine, through the
+//! local runtime. Each instance has a supervisor process of its own (`runway supervise`,
+//! hidden), so instances keep running when the command that started them ends.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use runway_runtime::logs::{Follower, LogLine};
+use runway_runtime::service::{InstanceOptions, instance_spec};
+use runway_runtime::status::{InstanceStatus, Phase};
+use runway_runtime::{LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
+
+use crate::repo::{discover, display};
+use crate::{EXIT_INVALID, Output, RepoArg, print_stdout};
+
+/// Where instances' state lives.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StateArg {
+    /// Directory holding the instances' state (sockets, status, output). Defaults to
+    /// /var/lib/runway for root, else $XDG_STATE_HOME/runway or ~/.local/state/runway.
+    #[arg(long, env = "RUNWAY_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    repo: RepoArg,
+    /// Environment whose overrides and variables apply (`runway-<env>.yml`, `env-<env>.yml`).
+    #[arg(short, long)]
+    env: Option<String>,
+    /// The service to run, by name or id, when the repository has several.
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The image to run, instead of the manifest's `spec.image`.
+    #[arg(long)]
+    image: Option<String>,
+    /// Instance id; default `<service>-<env>` (`<service>` without an environment).
+    #[arg(long)]
+    id: Option<String>,
+    /// Start the instance and return, leaving it running.
+    #[arg(short, long)]
+    detach: bool,
+    #[command(flatten)]
+    state: StateArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PsArgs {
+    /// Print a JSON array of statuses instead of a table.
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+    #[command(flatten)]
+    state: StateArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LogsArgs {
+    /// The instance, as `runway ps` lists it.
+    id: String,
+    /// Lines to show from the end.
+    #[arg(short = 'n', long, default_value_t = 100)]
+    lines: usize,
+    /// Keep printing new lines until the instance ends or Ctrl-C.
+    #[arg(short, long)]
+    follow: bool,
+    #[command(flatten)]
+    state: StateArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct StopArgs {
+    /// The instances, as `runway ps` lists them.
+    #[arg(required = true)]
+    ids: Vec<String>,
+    /// Also forget them: their status and output are deleted.
+    #[arg(long)]
+    remove: bool,
+    #[command(flatten)]
+    state: StateArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SuperviseArgs {
+    /// The instance's state directory. The instance spec is read as JSON from stdin.
+    state_dir: PathBuf,
+}
+
+pub(crate) fn supervise(args: &SuperviseArgs) -> ExitCode {
+    match runway_runtime::supervisor::main(&args.state_dir) {
+        0 => ExitCode::SUCCESS,
+        _ => ExitCode::FAILURE,
+    }
+}
+
+fn runtime(state: &StateArg) -> anyhow::Result<LocalRuntime> {
+    let root = match &state.state_dir {
+        Some(dir) => dir.clone(),
+        None => default_state_dir()?,
+    };
+    let program = std::env::current_exe().context("cannot find the runway binary")?;
+    let supervisor = SupervisorCommand { program, args: vec!["supervise".into()] };
+    Ok(LocalRuntime::new(LocalConfig::new(root, supervisor)))
+}
+
+fn default_state_dir() -> anyhow::Result<PathBuf> {
+    if is_root() {
+        return Ok(PathBuf::from("/var/lib/runway"));
+    }
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir).join("runway"));
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/state/runway")),
+        None => bail!("no state directory: set --state-dir or RUNWAY_STATE_DIR"),
+    }
+}
+
+/// `/proc/self` belongs to the effective user.
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let repo = discover(&args.repo.path)?;
+    let mut chosen = None;
+    for files in &repo.services {
+        let loaded = runway_manifest::load(files);
+        let Some(service) = loaded.service else {
+            for d in loaded.diagnostics.iter().filter(|d| d.is_error()) {
+                eprintln!("{d}");
+            }
+            eprintln!(
+                "error: the manifest is invalid; `runway validate {}` explains",
+                display(&args.repo.path)
+            );
+            return Ok(ExitCode::from(EXIT_INVALID));
+        };
+        let wanted = match &args.service {
+            Some(wanted) => wanted == service.name() || wanted == &service.id,
+            None => true,
+        };
+        if wanted {
+            if chosen.is_some() {
+                bail!(
+                    "{} holds several services: choose one with --service",
+                    display(&repo.runway_dir)
+                );
+            }
+            chosen = Some(service);
+        }
+    }
+    let Some(service) = chosen else {
+        bail!(
+            "no service named `{}` in {}",
+            args.service.as_deref().unwrap_or_default(),
+            display(&repo.runway_dir)
+        );
+    };
+    let config = service.config(args.env.as_deref())?;
+    let base_dir = repo.runway_dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let id = args.id.clone().unwrap_or_else(|| match &args.env {
+        Some(env) => format!("{}-{env}", config.dns_name),
+        None => config.dns_name.clone(),
+    });
+    let options = InstanceOptions {
+        id: id.clone(),
+        revision: format!("{}-local", config.dns_name),
+        image: args.image.clone(),
+        base_dir: std::path::absolute(&base_dir).unwrap_or(base_dir),
+        secret_env: BTreeMap::new(),
+    };
+    let spec = instance_spec(&config, &options)?;
+    let runtime = runtime(&args.state)?;
+    tokio()?.block_on(async {
+        let status = runtime.instance_ensure(spec).await?;
+        eprintln!("{}", describe(&status));
+        if args.detach {
+            eprintln!(
+                "instance {id} runs in the background: `runway logs -f {id}`, `runway stop {id}`"
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        eprintln!("showing its output; Ctrl-C stops it");
+        let exit = follow(&runtime, &id, true).await?;
+        Ok(exit)
+    })
+}
+
+/// Prints the instance's new output and status changes until it ends, or until Ctrl-C (which
+/// stops it when `stop_on_interrupt`).
+async fn follow(runtime: &LocalRuntime, id: &str, stop_on_interrupt: bool) -> anyhow::Result<ExitCode> {
+    let mut status = runtime.watch(id).await?;
+    let mut follower = Follower::from_end(&runtime.instance_dir(id));
+    let mut last_phase = status.borrow().phase;
+    let mut last_ready = status.borrow().ready;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                print_lines(&follower.poll().unwrap_or_default());
+            }
+            changed = status.changed() => {
+                let current = status.borrow_and_update().clone();
+                if current.phase != last_phase || current.ready != last_ready {
+                    eprintln!("{}", describe(&current));
+                    last_phase = current.phase;
+                    last_ready = current.ready;
+                }
+                if changed.is_err() || current.phase.is_final() {
+                    print_lines(&follower.poll().unwrap_or_default());
+                    return Ok(exit_code(&current));
+                }
+            }
+            _ = &mut interrupted => {
+                if !stop_on_interrupt {
+                    return Ok(ExitCode::SUCCESS);
+                }
+                eprintln!("stopping {id}");
+                let stopped = runtime.instance_stop(id).await?;
+                print_lines(&follower.poll().unwrap_or_default());
+                eprintln!("{}", describe(&stopped));
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+}
+
+fn exit_code(status: &InstanceStatus) -> ExitCode {
+    match status.phase {
+        Phase::Failed => ExitCode::FAILURE,
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+fn print_lines(lines: &[LogLine]) {
+    let mut out = String::new();
+    for line in lines {
+        out.push_str(&line.text);
+        if !line.partial {
+            out.push('\n');
+        }
+    }
+    if !out.is_empty() {
+        print_stdout(&out);
+    }
+}
+
+/// One line about an instance, for people.
+fn describe(status: &InstanceStatus) -> String {
+    let mut text = format!("{}: {}", status.id, status.phase.as_str());
+    if status.phase == Phase::Running {
+        text.push_str(if status.ready { ", ready" } else { ", not ready" });
+    }
+    if let Some(port) = status.port {
+        text.push_str(&format!(", port {port}"));
+    }
+    if let Some(pid) = status.pid {
+        text.push_str(&format!(", pid {pid}"));
+    }
+    text.push_str(&format!(" ({})", status.message));
+    if matches!(status.phase, Phase::CrashLoop | Phase::Failed) {
+        if let Some(exit) = &status.last_exit {
+            for line in exit.last_output.iter().rev().take(5).rev() {
+                text.push_str(&format!("\n  | {line}"));
+            }
+        }
+    }
+    text
+}
+
+pub(crate) fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
+    let runtime = runtime(&args.state)?;
+    let statuses = tokio()?.block_on(runtime.instances())?;
+    match args.output {
+        Output::Json => print_stdout(&format!("{}\n", serde_json::to_string_pretty(&statuses)?)),
+        Output::Text => {
+            let mut rows = vec![[
+                "ID".to_owned(),
+                "PHASE".to_owned(),
+                "READY".to_owned(),
+                "PORT".to_owned(),
+                "PID".to_owned(),
+                "RESTARTS".to_owned(),
+                "MESSAGE".to_owned(),
+            ]];
+            for s in &statuses {
+                rows.push([
+                    s.id.clone(),
+                    s.phase.as_str().to_owned(),
+                    if s.ready { "yes" } else { "no" }.to_owned(),
+                    s.port.map(|p| p.to_string()).unwrap_or_else(|| "-".to_owned()),
+                    s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".to_owned()),
+                    s.restarts.to_string(),
+                    s.message.clone(),
+                ]);
+            }
+            print_stdout(&table(&rows));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn table<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:width$}  "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let runtime = runtime(&args.state)?;
+    tokio()?.block_on(async {
+        print_lines(&runtime.logs(&args.id, args.lines).await?);
+        if args.follow {
+            return follow(&runtime, &args.id, false).await;
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub(crate) fn stop(args: &StopArgs) -> anyhow::Result<ExitCode> {
+    let runtime = runtime(&args.state)?;
+    tokio()?.block_on(async {
+        for id in &args.ids {
+            let status = runtime.instance_stop(id).await?;
+            eprintln!("{}", describe(&status));
+            if args.remove {
+                runtime.instance_remove(id).await?;
+                eprintln!("{id}: removed");
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,349 @@
+//! The local driver of [`Runtime`]: instances on this machine, one supervisor process each,
+//! found again through their state directories (`<root>/instances/<id>/`).
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::watch;
+
+use crate::logs::{self, LogLine};
+use crate::runtime::{Runtime, RuntimeError};
+use crate::spec::{Artifact, InstanceSpec};
+use crate::status::{InstanceStatus, Phase};
+use crate::supervisor::{Request, SOCKET, SPEC_FILE, STATUS_FILE};
+
+/// How to start a supervisor: the program and the arguments before the state directory
+/// (for the `runway` binary: itself and `supervise`).
+#[derive(Debug, Clone)]
+pub struct SupervisorCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LocalConfig {
+    /// Where instances' state directories live.
+    pub root: PathBuf,
+    pub supervisor: SupervisorCommand,
+    /// How long a new supervisor may take to answer on its socket.
+    pub supervisor_start_timeout: Duration,
+    /// Extra time, past an instance's grace period, that a stop may take.
+    pub stop_margin: Duration,
+}
+
+impl LocalConfig {
+    pub fn new(root: impl Into<PathBuf>, supervisor: SupervisorCommand) -> Self {
+        Self {
+            root: root.into(),
+            supervisor,
+            supervisor_start_timeout: Duration::from_secs(10),
+            stop_margin: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Instances on this machine.
+#[derive(Debug, Clone)]
+pub struct LocalRuntime {
+    config: LocalConfig,
+}
+
+impl LocalRuntime {
+    pub fn new(config: LocalConfig) -> Self {
+        Self { config }
+    }
+
+    /// An instance's state directory.
+    pub fn instance_dir(&self, id: &str) -> PathBuf {
+        self.config.root.join("instances").join(id)
+    }
+
+    async fn status_of(&self, id: &str) -> Result<InstanceStatus, RuntimeError> {
+        let dir = self.instance_dir(id);
+        if !dir.is_dir() {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        match request(&dir, Request::Status).await {
+            Ok(status) => Ok(status),
+            Err(_) => read_last_status(&dir, id),
+        }
+    }
+
+    fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
+        let start_error = |source: io::Error| RuntimeError::Supervisor {
+            id: spec.id.clone(),
+            message: format!(
+                "cannot start {}: {source}",
+                self.config.supervisor.program.display()
+            ),
+        };
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("supervisor.log"))
+            .map_err(start_error)?;
+        let log_err = log.try_clone().map_err(start_error)?;
+        let text = serde_json::to_vec(spec).map_err(|e| start_error(io::Error::other(e)))?;
+        // A plain std child: nothing waits for it here, and dropping the handle leaves it running
+        // (it detaches into a session of its own and is reaped by init when it ends).
+        let mut child = std::process::Command::new(&self.config.supervisor.program)
+            .args(&self.config.supervisor.args)
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(log)
+            .stderr(log_err)
+            .process_group(0)
+            .spawn()
+            .map_err(start_error)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            stdin.write_all(&text).map_err(start_error)?;
+        }
+        // Reap it in the background if it ends while we live; otherwise init does.
+        std::thread::spawn(move || child.wait());
+        Ok(())
+    }
+
+    async fn wait_for_socket(&self, dir: &Path, id: &str) -> Result<InstanceStatus, RuntimeError> {
+        let deadline = tokio::time::Instant::now() + self.config.supervisor_start_timeout;
+        loop {
+            if let Ok(status) = request(dir, Request::Status).await {
+                return Ok(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let log = fs::read_to_string(dir.join("supervisor.log")).unwrap_or_default();
+                return Err(RuntimeError::Supervisor {
+                    id: id.to_owned(),
+                    message: format!(
+                        "the supervisor did not answer within {:?}{}",
+                        self.config.supervisor_start_timeout,
+                        if log.trim().is_empty() { String::new() } else { format!(": {}", log.trim()) }
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Runtime for LocalRuntime {
+    async fn instance_ensure(&self, mut spec: InstanceSpec) -> Result<InstanceStatus, RuntimeError> {
+        check_id(&spec.id)?;
+        let dir = self.instance_dir(&spec.id);
+        if let Ok(status) = request(&dir, Request::Status).await {
+            if !status.phase.is_final() {
+                return Ok(status);
+            }
+        }
+        if dir.exists() {
+            fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        }
+        if spec.port == Some(0) {
+            let port = free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?;
+            assign_port(&mut spec, port);
+        }
+        if let Artifact::Image { reference, .. } = &spec.artifact {
+            return Err(RuntimeError::Image {
+                reference: reference.clone(),
+                message: "images are not supported by this runtime yet".to_owned(),
+            });
+        }
+        fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        let started = async {
+            self.spawn_supervisor(&dir, &spec)?;
+            self.wait_for_socket(&dir, &spec.id).await
+        };
+        match started.await {
+            Ok(status) => Ok(status),
+            Err(error) => {
+                // Nothing half-created stays behind.
+                let _ = request(&dir, Request::Stop).await;
+                let _ = fs::remove_dir_all(&dir);
+                Err(error)
+            }
+        }
+    }
+
+    async fn instance_stop(&self, id: &str) -> Result<InstanceStatus, RuntimeError> {
+        let dir = self.instance_dir(id);
+        let current = self.status_of(id).await?;
+        if current.phase.is_final() {
+            return Ok(current);
+        }
+        let grace = read_spec(&dir).map(|s| s.stop_grace_period).unwrap_or(Duration::ZERO);
+        let bound = grace + self.config.stop_margin;
+        let mut status = self.watch(id).await?;
+        request(&dir, Request::Stop)
+            .await
+            .map_err(|e| RuntimeError::Supervisor { id: id.to_owned(), message: e.to_string() })?;
+        let waited = tokio::time::timeout(bound, async {
+            status.wait_for(|s| s.phase.is_final()).await.map(|s| s.clone())
+        })
+        .await;
+        match waited {
+            Ok(Ok(status)) => Ok(status),
+            Ok(Err(_)) => self.status_of(id).await,
+            Err(_) => Err(RuntimeError::Timeout { id: id.to_owned(), what: "stop", after: bound }),
+        }
+    }
+
+    async fn instance_remove(&self, id: &str) -> Result<(), RuntimeError> {
+        check_id(id)?;
+        let dir = self.instance_dir(id);
+        if !dir.exists() {
+            return Ok(());
+        }
+        self.instance_stop(id).await?;
+        fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
+    }
+
+    async fn instances(&self) -> Result<Vec<InstanceStatus>, RuntimeError> {
+        let root = self.config.root.join("instances");
+        let entries = match fs::read_dir(&root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(RuntimeError::io(&root, e)),
+        };
+        let mut ids: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        ids.sort();
+        let mut statuses = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.status_of(&id).await {
+                Ok(status) => statuses.push(status),
+                // Removed while we looked.
+                Err(RuntimeError::NotFound(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(statuses)
+    }
+
+    async fn watch(&self, id: &str) -> Result<watch::Receiver<InstanceStatus>, RuntimeError> {
+        let dir = self.instance_dir(id);
+        let connected = connect(&dir, Request::Watch).await;
+        let Ok(mut lines) = connected else {
+            // The supervisor is gone: its last word is all there is.
+            let (_, receiver) = watch::channel(self.status_of(id).await?);
+            return Ok(receiver);
+        };
+        let first = match next_status(&mut lines).await {
+            Some(status) => status,
+            None => self.status_of(id).await?,
+        };
+        let (sender, receiver) = watch::channel(first);
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            while let Some(status) = next_status(&mut lines).await {
+                if sender.send(status).is_err() {
+                    return;
+                }
+            }
+            // The stream ended: the supervisor finished (its status file has the final word)
+            // or died.
+            if let Ok(last) = read_last_status(&dir, &id) {
+                sender.send_if_modified(|current| {
+                    let changed = *current != last;
+                    *current = last;
+                    changed
+                });
+            }
+        });
+        Ok(receiver)
+    }
+
+    async fn logs(&self, id: &str, lines: usize) -> Result<Vec<LogLine>, RuntimeError> {
+        check_id(id)?;
+        let dir = self.instance_dir(id);
+        if !dir.is_dir() {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        logs::tail(&dir, lines).map_err(|e| RuntimeError::io(&dir, e))
+    }
+}
+
+/// A request sent on a supervisor's socket, and the lines of its answer.
+struct Connection {
+    lines: tokio::io::Lines<BufReader<OwnedReadHalf>>,
+    /// Kept open for the whole exchange: the supervisor ends a watch, not us.
+    _write: OwnedWriteHalf,
+}
+
+async fn connect(dir: &Path, request: Request) -> io::Result<Connection> {
+    let stream = UnixStream::connect(dir.join(SOCKET)).await?;
+    let (read, mut write) = stream.into_split();
+    let mut line = serde_json::to_vec(&request).map_err(io::Error::other)?;
+    line.push(b'\n');
+    write.write_all(&line).await?;
+    Ok(Connection { lines: BufReader::new(read).lines(), _write: write })
+}
+
+async fn request(dir: &Path, request: Request) -> io::Result<InstanceStatus> {
+    let mut lines = connect(dir, request).await?;
+    next_status(&mut lines)
+        .await
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the supervisor hung up"))
+}
+
+async fn next_status(connection: &mut Connection) -> Option<InstanceStatus> {
+    let line = connection.lines.next_line().await.ok()??;
+    serde_json::from_str(&line).ok()
+}
+
+/// The status a supervisor last wrote. One that is not final means the supervisor died.
+fn read_last_status(dir: &Path, id: &str) -> Result<InstanceStatus, RuntimeError> {
+    let path = dir.join(STATUS_FILE);
+    let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => RuntimeError::NotFound(id.to_owned()),
+        _ => RuntimeError::io(&path, e),
+    })?;
+    let mut status: InstanceStatus =
+        serde_json::from_str(&text).map_err(|e| RuntimeError::io(&path, io::Error::other(e)))?;
+    if !status.phase.is_final() {
+        status.message = format!(
+            "supervisor {} is gone; last seen {}: {}",
+            status.supervisor_pid,
+            status.phase.as_str(),
+            status.message
+        );
+        status.phase = Phase::Failed;
+        status.ready = false;
+    }
+    Ok(status)
+}
+
+fn read_spec(dir: &Path) -> Option<InstanceSpec> {
+    serde_json::from_str(&fs::read_to_string(dir.join(SPEC_FILE)).ok()?).ok()
+}
+
+/// Ids become directory and container names.
+fn check_id(id: &str) -> Result<(), RuntimeError> {
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid { Ok(()) } else { Err(RuntimeError::InvalidId(id.to_owned())) }
+}
+
+/// A port nothing listens on now, from the kernel's ephemeral range.
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// Gives the instance its port: in `PORT`, and so to its probes.
+fn assign_port(spec: &mut InstanceSpec, port: u16) {
+    spec.port = Some(port);
+    spec.env.insert("PORT".to_owned(), port.to_string());
+}

@@ -1,0 +1,241 @@
+//! One probe check: HTTP GET, TCP connect or gRPC health check against the instance on
+//! loopback, bounded by the probe's timeout.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::{Request, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+
+use crate::spec::{Check, Probe};
+
+/// Runs one check. `Err` says why it failed, for people.
+pub async fn check(probe: &Probe, port: u16) -> Result<(), String> {
+    match tokio::time::timeout(probe.timeout, run(&probe.check, port)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "{}: no answer within {:?}",
+            describe(&probe.check, port),
+            probe.timeout
+        )),
+    }
+}
+
+/// The check in a few words: `HTTP GET :8080/healthz`.
+pub fn describe(check: &Check, port: u16) -> String {
+    match check {
+        Check::Http { path } => format!("HTTP GET :{port}{path}"),
+        Check::Tcp => format!("TCP :{port}"),
+        Check::Grpc { service } => format!("gRPC health :{port} {service:?}"),
+    }
+}
+
+async fn run(check: &Check, port: u16) -> Result<(), String> {
+    let what = describe(check, port);
+    let stream = TcpStream::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        .await
+        .map_err(|e| format!("{what}: {e}"))?;
+    match check {
+        Check::Tcp => Ok(()),
+        Check::Http { path } => http_get(stream, port, path).await,
+        Check::Grpc { service } => grpc_health(stream, service).await,
+    }
+    .map_err(|e| format!("{what}: {e}"))
+}
+
+async fn http_get(stream: TcpStream, port: u16, path: &str) -> Result<(), String> {
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    let connection = tokio::spawn(connection);
+    let request = Request::get(path)
+        .header(hyper::header::HOST, format!("127.0.0.1:{port}"))
+        .header(hyper::header::USER_AGENT, "runway-probe")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let result = sender.send_request(request).await.map_err(|e| e.to_string());
+    connection.abort();
+    let status = result?.status();
+    if status.is_success() || status.is_redirection() {
+        Ok(())
+    } else {
+        Err(format!("status {status}"))
+    }
+}
+
+/// `grpc.health.v1.Health/Check`, written by hand: one request message with one string field,
+/// one answer with one enum field, which does not warrant generated code.
+async fn grpc_health(stream: TcpStream, service: &str) -> Result<(), String> {
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    let connection = tokio::spawn(connection);
+    // HealthCheckRequest { string service = 1; }, in a gRPC length-prefixed frame.
+    let mut message = Vec::with_capacity(service.len() + 2);
+    if !service.is_empty() {
+        message.push(0x0a);
+        push_varint(&mut message, service.len() as u64);
+        message.extend_from_slice(service.as_bytes());
+    }
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(message.len()).unwrap_or(u32::MAX).to_be_bytes());
+    frame.extend_from_slice(&message);
+    let request = Request::post("http://127.0.0.1/grpc.health.v1.Health/Check")
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from(frame)))
+        .map_err(|e| e.to_string())?;
+    let result = async {
+        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        if response.status() != StatusCode::OK {
+            return Err(format!("status {}", response.status()));
+        }
+        let collected = response.into_body().collect().await.map_err(|e| e.to_string())?;
+        let grpc_status = collected
+            .trailers()
+            .and_then(|t| t.get("grpc-status"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("0")
+            .to_owned();
+        if grpc_status != "0" {
+            return Err(format!("grpc-status {grpc_status}"));
+        }
+        // HealthCheckResponse { ServingStatus status = 1; }: SERVING is 1.
+        let body = collected.to_bytes();
+        match body.get(5..) {
+            Some([0x08, 1, ..]) => Ok(()),
+            Some([0x08, status, ..]) => Err(format!("serving status {status}, not SERVING")),
+            _ => Err("serving status UNKNOWN, not SERVING".to_owned()),
+        }
+    }
+    .await;
+    connection.abort();
+    result
+}
+
+fn push_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Consecutive results of one probe, turned into pass/fail by its thresholds.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    successes: u32,
+    failures: u32,
+}
+
+/// What a result changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The success threshold was just reached.
+    Passed,
+    /// The failure threshold was just reached; the last error.
+    Failed(String),
+    Unchanged,
+}
+
+impl Tally {
+    pub fn record(&mut self, probe: &Probe, result: Result<(), String>) -> Verdict {
+        match result {
+            Ok(()) => {
+                self.failures = 0;
+                self.successes = self.successes.saturating_add(1);
+                if self.successes == probe.success_threshold.max(1) {
+                    Verdict::Passed
+                } else {
+                    Verdict::Unchanged
+                }
+            }
+            Err(error) => {
+                self.successes = 0;
+                self.failures = self.failures.saturating_add(1);
+                if self.failures == probe.failure_threshold.max(1) {
+                    Verdict::Failed(error)
+                } else {
+                    Verdict::Unchanged
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps for the probe's period; a separate function so the loop reads plainly.
+pub async fn wait_period(probe: &Probe) {
+    tokio::time::sleep(probe.period.max(Duration::from_millis(10))).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    fn probe(check: Check) -> Probe {
+        Probe {
+            check,
+            initial_delay: Duration::ZERO,
+            period: Duration::from_millis(10),
+            timeout: Duration::from_millis(500),
+            failure_threshold: 2,
+            success_threshold: 2,
+        }
+    }
+
+    async fn serve_once(answer: &'static str) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut buffer = [0u8; 1024];
+                let _ = socket.read(&mut buffer).await;
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn http_passes_on_2xx_and_3xx_and_fails_otherwise() {
+        let ok = serve_once("HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
+        assert_eq!(check(&probe(Check::Http { path: "/up".into() }), ok).await, Ok(()));
+        let bad = serve_once("HTTP/1.1 503 Unavailable\r\ncontent-length: 0\r\n\r\n").await;
+        let error = check(&probe(Check::Http { path: "/up".into() }), bad).await;
+        assert_eq!(error, Err(format!("HTTP GET :{bad}/up: status 503 Service Unavailable")));
+    }
+
+    #[tokio::test]
+    async fn tcp_fails_on_a_closed_port_and_a_silent_server_times_out() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let error = check(&probe(Check::Tcp), port).await.unwrap_err();
+        assert!(error.starts_with(&format!("TCP :{port}: ")), "{error}");
+
+        let silent = serve_once("").await;
+        let mut slow = probe(Check::Http { path: "/".into() });
+        slow.timeout = Duration::from_millis(100);
+        let error = check(&slow, silent).await.unwrap_err();
+        assert!(error.contains("no answer within 100ms"), "{error}");
+    }
+
+    #[test]
+    fn thresholds_count_consecutive_results() {
+        let probe = probe(Check::Tcp);
+        let mut tally = Tally::default();
+        assert_eq!(tally.record(&probe, Ok(())), Verdict::Unchanged);
+        assert_eq!(tally.record(&probe, Err("x".into())), Verdict::Unchanged);
+        assert_eq!(tally.record(&probe, Ok(())), Verdict::Unchanged);
+        assert_eq!(tally.record(&probe, Ok(())), Verdict::Passed);
+        assert_eq!(tally.record(&probe, Ok(())), Verdict::Unchanged);
+        assert_eq!(tally.record(&probe, Err("a".into())), Verdict::Unchanged);
+        assert_eq!(tally.record(&probe, Err("b".into())), Verdict::Failed("b".into()));
+    }
+}

@@ -1,0 +1,214 @@
+//! What an instance is asked to be: the artifact, its environment, probes, stop and restart
+//! rules and log limits. A supervisor receives it whole and keeps the instance to it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::process::StopSignal;
+
+/// One instance of a revision of a service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InstanceSpec {
+    /// Unique on the machine; also the container's id. Letters, digits, `-`, `_` and `.`.
+    pub id: String,
+    pub service: String,
+    pub revision: String,
+    pub artifact: Artifact,
+    /// Environment variables the platform gives, `PORT` and `K_REVISION` included.
+    pub env: BTreeMap<String, String>,
+    /// Secrets injected as environment variables. Never written to disk nor shown.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_env: BTreeMap<String, String>,
+    /// The port the instance listens on, which probes check.
+    pub port: Option<u16>,
+    pub probes: Probes,
+    #[serde(with = "signal_name")]
+    pub stop_signal: StopSignal,
+    #[serde(with = "millis")]
+    pub stop_grace_period: Duration,
+    pub restart: RestartPolicy,
+    pub limits: Limits,
+    pub logs: LogLimits,
+}
+
+/// What runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Artifact {
+    /// A plain process.
+    Command { program: PathBuf, args: Vec<String>, working_dir: Option<PathBuf> },
+    /// An OCI image, pulled and made into a [`Artifact::Container`] bundle by the runtime before
+    /// a supervisor sees it. Settings follow Kubernetes: `command` replaces the image's
+    /// entrypoint, `args` its default arguments.
+    Image {
+        reference: String,
+        command: Option<Vec<String>>,
+        args: Option<Vec<String>>,
+        working_dir: Option<PathBuf>,
+    },
+    /// An OCI bundle run by an OCI runtime such as runc.
+    Container {
+        /// The directory holding `config.json`.
+        bundle: PathBuf,
+        /// The OCI runtime's binary (`runc`, `crun`).
+        oci_runtime: PathBuf,
+        /// The image the bundle was made from, pinned by digest.
+        image: String,
+        /// The cgroup the OCI runtime puts the container in, as written in `config.json`.
+        cgroup_path: Option<String>,
+    },
+}
+
+/// Startup, readiness and liveness probes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probes {
+    pub startup: Option<Probe>,
+    pub readiness: Option<Probe>,
+    pub liveness: Option<Probe>,
+}
+
+/// One probe with its timing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Probe {
+    pub check: Check,
+    #[serde(with = "millis")]
+    pub initial_delay: Duration,
+    #[serde(with = "millis")]
+    pub period: Duration,
+    #[serde(with = "millis")]
+    pub timeout: Duration,
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+}
+
+/// What one probe check does, on the instance's port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Check {
+    /// `GET http://127.0.0.1:PORT/PATH`; 2xx and 3xx pass.
+    Http { path: String },
+    /// A TCP connection to `127.0.0.1:PORT`.
+    Tcp,
+    /// `grpc.health.v1.Health/Check` on `127.0.0.1:PORT`; SERVING passes.
+    Grpc { service: String },
+}
+
+/// When an instance that ended is started again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestartPolicy {
+    pub mode: RestartMode,
+    /// The first wait before a restart; doubled after each failure in a row.
+    #[serde(with = "millis")]
+    pub initial_backoff: Duration,
+    #[serde(with = "millis")]
+    pub max_backoff: Duration,
+    /// An instance that ran this long without failing starts its backoff again from the first
+    /// wait.
+    #[serde(with = "millis")]
+    pub reset_after: Duration,
+    /// Failures in a row after which the instance is reported as crash-looping.
+    pub crash_loop_after: u32,
+}
+
+impl Default for RestartPolicy {
+    /// Kubernetes's: 10 s doubling up to 5 minutes, reset after 10 minutes of running.
+    fn default() -> Self {
+        Self {
+            mode: RestartMode::Always,
+            initial_backoff: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(300),
+            reset_after: Duration::from_secs(600),
+            crash_loop_after: 3,
+        }
+    }
+}
+
+impl RestartPolicy {
+    /// The wait before restart number `failures` (1 for the first failure in a row).
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(31);
+        self.initial_backoff.saturating_mul(1 << doublings).min(self.max_backoff)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RestartMode {
+    /// Whatever the exit: services.
+    Always,
+    /// Only after a failure (a non-zero exit, a signal, a failed probe).
+    OnFailure,
+    /// Never: the instance ends when its process does.
+    Never,
+}
+
+/// Resource limits. Enforced by the OCI runtime's cgroups for containers; for commands, see the
+/// crate documentation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub cpu_millis: Option<u64>,
+}
+
+/// How much output is kept per instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogLimits {
+    /// A log file is rotated when it would grow past this.
+    pub max_file_bytes: u64,
+    /// Rotated files kept besides the current one.
+    pub max_files: u32,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        Self { max_file_bytes: 10 * 1024 * 1024, max_files: 3 }
+    }
+}
+
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(value.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+mod signal_name {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    use crate::process::StopSignal;
+
+    pub(super) fn serialize<S: Serializer>(value: &StopSignal, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(value)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<StopSignal, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum() {
+        let policy = RestartPolicy {
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+            ..RestartPolicy::default()
+        };
+        let waits: Vec<u64> = (1..=6).map(|n| policy.backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+        assert_eq!(policy.backoff(u32::MAX), Duration::from_secs(10));
+    }
+}

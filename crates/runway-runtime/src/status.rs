@@ -1,0 +1,105 @@
+//! What an instance is doing, as its supervisor reports it.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// An instance's state. Pushed by the supervisor on every change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceStatus {
+    pub id: String,
+    pub phase: Phase,
+    /// Passing its readiness probe (or, without one, its startup probe): may take traffic.
+    pub ready: bool,
+    /// The process (for a container, its init process) while one runs.
+    pub pid: Option<u32>,
+    /// The port it listens on.
+    pub port: Option<u16>,
+    /// Times it was started again after ending.
+    pub restarts: u32,
+    /// Failures in a row since it last ran long enough.
+    pub consecutive_failures: u32,
+    /// When the current process started, in milliseconds since the Unix epoch.
+    pub started_at_ms: Option<u64>,
+    /// When the next start is due, while backing off.
+    pub next_start_at_ms: Option<u64>,
+    /// Why the instance is in this phase, for people.
+    pub message: String,
+    /// How the last process ended.
+    pub last_exit: Option<ExitRecord>,
+    /// The pid of the supervisor itself.
+    pub supervisor_pid: u32,
+}
+
+/// The lifecycle of an instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The process is being started, or runs and has not yet passed its startup probe.
+    Starting,
+    /// Started and past its startup probe; see `ready` for traffic.
+    Running,
+    /// Ended and waiting to be started again.
+    BackingOff,
+    /// Ended `crash_loop_after` times in a row; still restarted, with backoff.
+    CrashLoop,
+    /// Asked to stop; the stop signal was sent.
+    Stopping,
+    /// Stopped on request.
+    Stopped,
+    /// Ended on its own with success and, by its restart policy, not started again.
+    Exited,
+    /// Ended with a failure and, by its restart policy, not started again.
+    Failed,
+}
+
+impl Phase {
+    /// The supervisor has nothing left to do.
+    pub fn is_final(self) -> bool {
+        matches!(self, Phase::Stopped | Phase::Exited | Phase::Failed)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::BackingOff => "backing_off",
+            Phase::CrashLoop => "crash_loop",
+            Phase::Stopping => "stopping",
+            Phase::Stopped => "stopped",
+            Phase::Exited => "exited",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+/// How a process of the instance ended, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The exit code, or 128 + the signal number.
+    pub code: i32,
+    /// The signal that ended it, by name.
+    pub signal: Option<String>,
+    /// Killed by the kernel for going over its memory limit.
+    pub oom_killed: bool,
+    /// The supervisor ended it: a failed probe, or a stop that outlasted its grace period.
+    pub cause: Option<String>,
+    /// One line for people: "exited with code 1", "liveness probe failed: ...".
+    pub reason: String,
+    /// The last lines the process wrote, stdout and stderr interleaved.
+    pub last_output: Vec<String>,
+    pub at_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    to_ms(SystemTime::now())
+}
+
+pub(crate) fn to_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis()
+        .try_into()
+        .unwrap_or(u64::MAX)
+}

@@ -1,0 +1,675 @@
+//! The supervisor: one process per instance that starts it, probes it, restarts it with backoff,
+//! captures its output and stops it, and that outlives whoever asked for the instance.
+//!
+//! Its state directory holds everything another process needs to find it again:
+//! `spec.json` (secrets left out), `status.json` (rewritten on every change), `output.log*`, and
+//! `supervisor.sock`, where it answers one JSON request a line ([`Request`]) with JSON lines of
+//! [`InstanceStatus`]: `watch` pushes every change.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::container::{Container, Output};
+use crate::logs::{self, Chunk, LogWriter};
+use crate::probe::{self, Tally, Verdict};
+use crate::process::{Exit, Process, ProcessSpec, StopSignal, Stopped};
+use crate::spec::{Artifact, InstanceSpec, Probe, RestartMode};
+use crate::status::{ExitRecord, InstanceStatus, Phase, now_ms, to_ms};
+
+pub const SOCKET: &str = "supervisor.sock";
+pub const STATUS_FILE: &str = "status.json";
+pub const SPEC_FILE: &str = "spec.json";
+/// Lines of output kept in memory to say why an instance ended.
+const LAST_LINES: usize = 20;
+
+/// One request on the supervisor's socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Answer with the status once.
+    Status,
+    /// Answer with the status now and after every change, until it is final.
+    Watch,
+    /// Stop the instance (its stop signal, its grace period, then SIGKILL) and then exit.
+    Stop,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SupervisorError {
+    #[error("cannot read the instance spec from stdin: {0}")]
+    Spec(String),
+    #[error("cannot prepare the state directory {path}: {source}")]
+    StateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot listen on {path}: {source}")]
+    Listen {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The entry point of `runway supervise`: detaches from the caller's session, becomes the child
+/// subreaper (to reap container processes), reads the [`InstanceSpec`] as JSON from stdin and
+/// supervises the instance until it is stopped or ends for good. Returns the exit code.
+pub fn main(state_dir: &Path) -> i32 {
+    // Not in the caller's session nor process group: its terminal's signals do not reach us.
+    let _ = nix::unistd::setsid();
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let spec = match read_spec() {
+        Ok(spec) => spec,
+        Err(error) => {
+            eprintln!("runway supervise: {error}");
+            return 1;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("runway supervise: cannot start: {error}");
+            return 1;
+        }
+    };
+    match runtime.block_on(supervise(state_dir, spec)) {
+        Ok(status) if status.phase == Phase::Failed => 1,
+        Ok(_) => 0,
+        Err(error) => {
+            eprintln!("runway supervise: {error}");
+            1
+        }
+    }
+}
+
+fn read_spec() -> Result<InstanceSpec, SupervisorError> {
+    let mut text = String::new();
+    io::stdin().read_to_string(&mut text).map_err(|e| SupervisorError::Spec(e.to_string()))?;
+    serde_json::from_str(&text).map_err(|e| SupervisorError::Spec(e.to_string()))
+}
+
+/// Supervises one instance in this process until it is stopped or ends for good, serving its
+/// status on `state_dir/supervisor.sock`. Returns the final status.
+pub async fn supervise(
+    state_dir: &Path,
+    spec: InstanceSpec,
+) -> Result<InstanceStatus, SupervisorError> {
+    let io_error = |source| SupervisorError::StateDir { path: state_dir.to_owned(), source };
+    std::fs::create_dir_all(state_dir).map_err(io_error)?;
+    let mut persisted = spec.clone();
+    persisted.secret_env.clear();
+    write_json(&state_dir.join(SPEC_FILE), &persisted).map_err(io_error)?;
+    let socket = state_dir.join(SOCKET);
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)
+        .map_err(|source| SupervisorError::Listen { path: socket.clone(), source })?;
+    let log_writer = LogWriter::open(state_dir, spec.logs).map_err(io_error)?;
+
+    let initial = InstanceStatus {
+        id: spec.id.clone(),
+        phase: Phase::Starting,
+        ready: false,
+        pid: None,
+        port: spec.port,
+        restarts: 0,
+        consecutive_failures: 0,
+        started_at_ms: None,
+        next_start_at_ms: None,
+        message: "starting".to_owned(),
+        last_exit: None,
+        supervisor_pid: std::process::id(),
+    };
+    let (status, _) = watch::channel(initial);
+    let (commands, command_rx) = mpsc::channel(8);
+    let mut tasks = JoinSet::new();
+    tasks.spawn(persist_status(state_dir.join(STATUS_FILE), status.subscribe()));
+    tasks.spawn(serve(listener, status.subscribe(), commands.clone()));
+    tasks.spawn(stop_on_signals(commands));
+    let (chunks, chunk_rx) = mpsc::channel(256);
+    let last_lines = Arc::new(Mutex::new(VecDeque::with_capacity(LAST_LINES)));
+    let writer = tokio::spawn(write_logs(log_writer, chunk_rx, last_lines.clone()));
+
+    let mut supervisor = Supervisor {
+        spec,
+        state_dir: state_dir.to_owned(),
+        status,
+        commands: command_rx,
+        chunks,
+        last_lines,
+    };
+    supervisor.run().await;
+    let final_status = supervisor.status.borrow().clone();
+    drop(supervisor);
+    let _ = writer.await;
+    // Give watchers a moment to receive the final status, then close the socket.
+    let _ = tokio::time::timeout(Duration::from_millis(500), async {
+        while tasks.len() > 2 {
+            tasks.join_next().await;
+        }
+    })
+    .await;
+    tasks.abort_all();
+    write_json(&state_dir.join(STATUS_FILE), &final_status).map_err(io_error)?;
+    let _ = std::fs::remove_file(&socket);
+    Ok(final_status)
+}
+
+enum Command {
+    Stop,
+}
+
+/// A running process of the instance.
+enum Running {
+    Command(Process),
+    Container(Container),
+}
+
+impl Running {
+    fn pid(&self) -> u32 {
+        match self {
+            Running::Command(process) => process.pid(),
+            Running::Container(container) => container.pid(),
+        }
+    }
+
+    async fn wait(&mut self) -> Exit {
+        match self {
+            Running::Command(process) => process.wait().await,
+            Running::Container(container) => container.wait().await,
+        }
+    }
+
+    async fn stop(&mut self, signal: StopSignal, grace: Duration) -> Stopped {
+        match self {
+            Running::Command(process) => process.stop(signal, grace).await,
+            Running::Container(container) => container.stop(signal, grace).await,
+        }
+    }
+
+    /// Releases what the process held; says whether it was OOM-killed.
+    async fn finish(self) -> bool {
+        match self {
+            Running::Command(_) => false,
+            Running::Container(container) => {
+                let oom = container.oom_killed();
+                container.remove().await;
+                oom
+            }
+        }
+    }
+}
+
+/// How one run of the instance's process ended.
+enum Ending {
+    /// It ended on its own, or the supervisor ended it for the given cause.
+    Ended { exit: Exit, cause: Option<String>, oom: bool },
+    /// It was stopped on request.
+    Stopped { exit: Exit, killed: bool },
+    /// It could not be started.
+    NotStarted(String),
+}
+
+struct Supervisor {
+    spec: InstanceSpec,
+    state_dir: PathBuf,
+    status: watch::Sender<InstanceStatus>,
+    commands: mpsc::Receiver<Command>,
+    chunks: mpsc::Sender<Chunk>,
+    last_lines: Arc<Mutex<VecDeque<String>>>,
+}
+
+/// What probing observed, for the run loop.
+enum ProbeEvent {
+    Started,
+    StartupFailed(String),
+    Ready(bool),
+    LivenessFailed(String),
+}
+
+impl Supervisor {
+    async fn run(&mut self) {
+        loop {
+            let started_at = SystemTime::now();
+            let ending = self.run_once().await;
+            let ran_for = started_at.elapsed().unwrap_or_default();
+            let (record, failed) = match ending {
+                Ending::Stopped { exit, killed } => {
+                    let cause = killed.then(|| "the grace period ran out".to_owned());
+                    let record = self.exit_record(exit, cause, false);
+                    let message = format!("stopped: {}", record.reason);
+                    self.update(|s| {
+                        s.phase = Phase::Stopped;
+                        s.message = message;
+                        s.last_exit = Some(record);
+                    });
+                    return;
+                }
+                Ending::Ended { exit, cause, oom } => {
+                    let failed = !exit.success() || cause.is_some() || oom;
+                    (self.exit_record(exit, cause, oom), failed)
+                }
+                Ending::NotStarted(reason) => {
+                    let mut record = self.exit_record(Exit::Unknown, Some(reason.clone()), false);
+                    record.reason = reason;
+                    (record, true)
+                }
+            };
+            let restart = match self.spec.restart.mode {
+                RestartMode::Always => true,
+                RestartMode::OnFailure => failed,
+                RestartMode::Never => false,
+            };
+            if !restart {
+                self.update(|s| {
+                    s.phase = if failed { Phase::Failed } else { Phase::Exited };
+                    s.message = record.reason.clone();
+                    s.last_exit = Some(record);
+                });
+                return;
+            }
+            let policy = &self.spec.restart;
+            let failures = if !failed {
+                0
+            } else if ran_for >= policy.reset_after {
+                1
+            } else {
+                self.status.borrow().consecutive_failures.saturating_add(1)
+            };
+            let wait = if failed { policy.backoff(failures) } else { Duration::ZERO };
+            let crash_loop = failures >= policy.crash_loop_after.max(1);
+            let message = format!(
+                "{}{}; starting again in {:?}",
+                if crash_loop { "crash loop: " } else { "" },
+                record.reason,
+                wait
+            );
+            let next = to_ms(SystemTime::now() + wait);
+            self.update(|s| {
+                s.phase = if crash_loop { Phase::CrashLoop } else { Phase::BackingOff };
+                s.consecutive_failures = failures;
+                s.next_start_at_ms = Some(next);
+                s.message = message;
+                s.last_exit = Some(record);
+            });
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                Some(Command::Stop) = self.commands.recv() => {
+                    self.update(|s| {
+                        s.phase = Phase::Stopped;
+                        s.next_start_at_ms = None;
+                        s.message = "stopped while waiting to start again".to_owned();
+                    });
+                    return;
+                }
+            }
+            self.update(|s| {
+                s.restarts += 1;
+                s.next_start_at_ms = None;
+            });
+        }
+    }
+
+    /// Starts the process, probes it and waits until it ends, is ended by a failed probe, or a
+    /// stop is asked for.
+    async fn run_once(&mut self) -> Ending {
+        self.update(|s| {
+            s.phase = Phase::Starting;
+            s.ready = false;
+            s.pid = None;
+            s.message = "starting".to_owned();
+        });
+        let (mut running, (stdout, stderr)) = match self.start().await {
+            Ok(started) => started,
+            Err(reason) => return Ending::NotStarted(reason),
+        };
+        let mut pumps = JoinSet::new();
+        if let Some(stdout) = stdout {
+            pumps.spawn(logs::pump(stdout, logs::Stream::Stdout, self.chunks.clone()));
+        }
+        if let Some(stderr) = stderr {
+            pumps.spawn(logs::pump(stderr, logs::Stream::Stderr, self.chunks.clone()));
+        }
+        let pid = running.pid();
+        let has_startup_probe = self.spec.probes.startup.is_some() && self.spec.port.is_some();
+        self.update(|s| {
+            s.pid = Some(pid);
+            s.started_at_ms = Some(now_ms());
+            s.message = format!("process {pid} started");
+        });
+        let (events, mut event_rx) = mpsc::channel(8);
+        let mut probes = JoinSet::new();
+        if has_startup_probe {
+            self.spawn_startup_probe(&mut probes, events.clone());
+        } else {
+            self.on_started(&mut probes, events.clone());
+        }
+        let ending = loop {
+            tokio::select! {
+                exit = running.wait() => {
+                    break Ending::Ended { exit, cause: None, oom: false };
+                }
+                Some(event) = event_rx.recv() => match event {
+                    ProbeEvent::Started => self.on_started(&mut probes, events.clone()),
+                    ProbeEvent::Ready(ready) => self.update(|s| {
+                        s.ready = ready;
+                        s.message = if ready { "ready" } else { "not ready: readiness probe failing" }
+                            .to_owned();
+                    }),
+                    ProbeEvent::StartupFailed(error) | ProbeEvent::LivenessFailed(error) => {
+                        let which = if self.status.borrow().phase == Phase::Starting {
+                            "startup"
+                        } else {
+                            "liveness"
+                        };
+                        let cause = format!("{which} probe failed: {error}");
+                        self.update(|s| {
+                            s.ready = false;
+                            s.message = format!("{cause}; stopping");
+                        });
+                        let stopped = self.stop_running(&mut running).await;
+                        break Ending::Ended { exit: stopped.exit, cause: Some(cause), oom: false };
+                    }
+                },
+                Some(Command::Stop) = self.commands.recv() => {
+                    self.update(|s| {
+                        s.phase = Phase::Stopping;
+                        s.ready = false;
+                        s.message = format!("stopping with {}", self.spec.stop_signal);
+                    });
+                    let stopped = self.stop_running(&mut running).await;
+                    break Ending::Stopped { exit: stopped.exit, killed: stopped.killed };
+                }
+            }
+        };
+        probes.abort_all();
+        let oom = running.finish().await;
+        // The pipes close when the process and everything it started are gone; bound the wait
+        // in case a grandchild keeps them open.
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while pumps.join_next().await.is_some() {}
+        })
+        .await;
+        pumps.abort_all();
+        self.update(|s| {
+            s.pid = None;
+            s.ready = false;
+        });
+        match ending {
+            Ending::Ended { exit, cause, oom: _ } => Ending::Ended { exit, cause, oom },
+            other => other,
+        }
+    }
+
+    async fn stop_running(&self, running: &mut Running) -> Stopped {
+        running.stop(self.spec.stop_signal, self.spec.stop_grace_period).await
+    }
+
+    async fn start(&self) -> Result<(Running, Output), String> {
+        let mut env: Vec<(OsString, OsString)> = Vec::new();
+        for (key, value) in self.spec.env.iter().chain(&self.spec.secret_env) {
+            env.push((key.into(), value.into()));
+        }
+        match &self.spec.artifact {
+            Artifact::Command { program, args, working_dir } => {
+                let spec = ProcessSpec {
+                    program: program.clone(),
+                    args: args.iter().map(OsString::from).collect(),
+                    env,
+                    clear_env: false,
+                    working_dir: working_dir.clone(),
+                    capture_output: true,
+                    own_process_group: false,
+                };
+                let mut process = Process::spawn(&spec).map_err(|e| e.to_string())?;
+                let output = process.take_output();
+                Ok((Running::Command(process), output))
+            }
+            Artifact::Container { bundle, oci_runtime, cgroup_path, .. } => {
+                let (container, output) = Container::start(
+                    &self.spec.id,
+                    bundle,
+                    oci_runtime,
+                    cgroup_path.as_deref(),
+                    &self.state_dir,
+                )
+                .await?;
+                Ok((Running::Container(container), output))
+            }
+            Artifact::Image { reference, .. } => {
+                Err(format!("image {reference} was not made into a bundle before starting"))
+            }
+        }
+    }
+
+    fn spawn_startup_probe(&self, probes: &mut JoinSet<()>, events: mpsc::Sender<ProbeEvent>) {
+        let (Some(probe), Some(port)) = (self.spec.probes.startup.clone(), self.spec.port) else {
+            return;
+        };
+        probes.spawn(async move {
+            tokio::time::sleep(probe.initial_delay).await;
+            let mut tally = Tally::default();
+            loop {
+                let event = match tally.record(&probe, probe::check(&probe, port).await) {
+                    Verdict::Passed => ProbeEvent::Started,
+                    Verdict::Failed(error) => ProbeEvent::StartupFailed(error),
+                    Verdict::Unchanged => {
+                        probe::wait_period(&probe).await;
+                        continue;
+                    }
+                };
+                let _ = events.send(event).await;
+                return;
+            }
+        });
+    }
+
+    /// Past startup: readiness and liveness probes begin.
+    fn on_started(&self, probes: &mut JoinSet<()>, events: mpsc::Sender<ProbeEvent>) {
+        let readiness = self.spec.probes.readiness.clone();
+        let liveness = self.spec.probes.liveness.clone();
+        let port = self.spec.port;
+        let ready_now = readiness.is_none() || port.is_none();
+        self.update(|s| {
+            s.phase = Phase::Running;
+            s.ready = ready_now;
+            s.message = if ready_now { "running and ready" } else { "running; not ready yet" }
+                .to_owned();
+        });
+        let Some(port) = port else { return };
+        if let Some(probe) = readiness {
+            let events = events.clone();
+            probes.spawn(watch_probe(probe, port, events, |verdict| match verdict {
+                Verdict::Passed => Some(ProbeEvent::Ready(true)),
+                Verdict::Failed(_) => Some(ProbeEvent::Ready(false)),
+                Verdict::Unchanged => None,
+            }));
+        }
+        if let Some(probe) = liveness {
+            probes.spawn(watch_probe(probe, port, events, |verdict| match verdict {
+                Verdict::Failed(error) => Some(ProbeEvent::LivenessFailed(error)),
+                _ => None,
+            }));
+        }
+    }
+
+    fn exit_record(&self, exit: Exit, cause: Option<String>, oom: bool) -> ExitRecord {
+        let signal = match exit {
+            Exit::Signal(signal) => Some(signal.to_string()),
+            _ => None,
+        };
+        let mut reason = match (&cause, oom) {
+            (_, true) => {
+                let limit = self.spec.limits.memory_bytes.map(|b| format!(" of {b} bytes"));
+                format!("killed for going over its memory limit{} (OOM)", limit.unwrap_or_default())
+            }
+            (Some(cause), false) => format!("{cause} ({exit})"),
+            (None, false) => exit.to_string(),
+        };
+        if exit == Exit::Unknown && cause.is_some() {
+            reason = cause.clone().unwrap_or_default();
+        }
+        let last_output = self.last_lines.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default();
+        ExitRecord {
+            code: exit.code(),
+            signal,
+            oom_killed: oom,
+            cause,
+            reason,
+            last_output,
+            at_ms: now_ms(),
+        }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut InstanceStatus)) {
+        self.status.send_modify(change);
+    }
+}
+
+/// Runs a probe every period for as long as the process runs, turning verdicts into events.
+async fn watch_probe(
+    probe: Probe,
+    port: u16,
+    events: mpsc::Sender<ProbeEvent>,
+    to_event: impl Fn(Verdict) -> Option<ProbeEvent>,
+) {
+    tokio::time::sleep(probe.initial_delay).await;
+    let mut tally = Tally::default();
+    loop {
+        let verdict = tally.record(&probe, probe::check(&probe, port).await);
+        if let Some(event) = to_event(verdict) {
+            if events.send(event).await.is_err() {
+                return;
+            }
+        }
+        probe::wait_period(&probe).await;
+    }
+}
+
+async fn write_logs(
+    mut writer: LogWriter,
+    mut chunks: mpsc::Receiver<Chunk>,
+    last_lines: Arc<Mutex<VecDeque<String>>>,
+) {
+    while let Some(chunk) = chunks.recv().await {
+        if let Err(error) = writer.write(&chunk, SystemTime::now()) {
+            eprintln!("runway supervise: cannot write the instance's output: {error}");
+        }
+        if let Ok(mut lines) = last_lines.lock() {
+            if lines.len() == LAST_LINES {
+                lines.pop_front();
+            }
+            lines.push_back(String::from_utf8_lossy(&chunk.text).into_owned());
+        }
+    }
+}
+
+async fn persist_status(path: PathBuf, mut status: watch::Receiver<InstanceStatus>) {
+    loop {
+        let current = status.borrow_and_update().clone();
+        if let Err(error) = write_json(&path, &current) {
+            eprintln!("runway supervise: cannot write {}: {error}", path.display());
+        }
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn serve(
+    listener: UnixListener,
+    status: watch::Receiver<InstanceStatus>,
+    commands: mpsc::Sender<Command>,
+) {
+    let mut connections = JoinSet::new();
+    while let Ok((stream, _)) = listener.accept().await {
+        connections.spawn(answer(stream, status.clone(), commands.clone()));
+        while connections.try_join_next().is_some() {}
+    }
+}
+
+async fn answer(
+    stream: UnixStream,
+    mut status: watch::Receiver<InstanceStatus>,
+    commands: mpsc::Sender<Command>,
+) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let request = match serde_json::from_str::<Request>(&line) {
+            Ok(request) => request,
+            Err(error) => {
+                let answer = serde_json::json!({ "error": format!("bad request: {error}") });
+                if send_line(&mut write, &answer).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        match request {
+            Request::Status => {
+                let current = status.borrow().clone();
+                if send_line(&mut write, &current).await.is_err() {
+                    return;
+                }
+            }
+            Request::Stop => {
+                let _ = commands.send(Command::Stop).await;
+                let current = status.borrow().clone();
+                if send_line(&mut write, &current).await.is_err() {
+                    return;
+                }
+            }
+            Request::Watch => loop {
+                let current = status.borrow_and_update().clone();
+                let done = current.phase.is_final();
+                if send_line(&mut write, &current).await.is_err() || done {
+                    return;
+                }
+                if status.changed().await.is_err() {
+                    return;
+                }
+            },
+        }
+    }
+}
+
+async fn send_line(
+    write: &mut tokio::net::unix::OwnedWriteHalf,
+    value: &impl Serialize,
+) -> io::Result<()> {
+    let mut line = serde_json::to_vec(value).map_err(io::Error::other)?;
+    line.push(b'\n');
+    write.write_all(&line).await
+}
+
+async fn stop_on_signals(commands: mpsc::Sender<Command>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let _ = commands.send(Command::Stop).await;
+}
+
+/// Writes JSON to a temporary file and renames it into place, so readers never see half.
+pub(crate) fn write_json(path: &Path, value: &impl Serialize) -> io::Result<()> {
+    let text = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let temporary = path.with_extension("json.tmp");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)
+}
