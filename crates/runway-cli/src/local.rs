@@ -102,7 +102,10 @@ fn runtime(state: &StateArg) -> anyhow::Result<LocalRuntime> {
         None => default_state_dir()?,
     };
     let program = std::env::current_exe().context("cannot find the runway binary")?;
-    let supervisor = SupervisorCommand { program, args: vec!["supervise".into()] };
+    let supervisor = SupervisorCommand {
+        program,
+        args: vec!["supervise".into()],
+    };
     Ok(LocalRuntime::new(LocalConfig::new(root, supervisor)))
 }
 
@@ -169,7 +172,11 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         );
     };
     let config = service.config(args.env.as_deref())?;
-    let base_dir = repo.runway_dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let base_dir = repo
+        .runway_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let id = args.id.clone().unwrap_or_else(|| match &args.env {
         Some(env) => format!("{}-{env}", config.dns_name),
         None => config.dns_name.clone(),
@@ -200,7 +207,11 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints the instance's new output and status changes until it ends, or until Ctrl-C (which
 /// stops it when `stop_on_interrupt`).
-async fn follow(runtime: &LocalRuntime, id: &str, stop_on_interrupt: bool) -> anyhow::Result<ExitCode> {
+async fn follow(
+    runtime: &LocalRuntime,
+    id: &str,
+    stop_on_interrupt: bool,
+) -> anyhow::Result<ExitCode> {
     let mut status = runtime.watch(id).await?;
     let mut follower = Follower::from_end(&runtime.instance_dir(id));
     let mut last_phase = status.borrow().phase;
@@ -263,7 +274,11 @@ fn print_lines(lines: &[LogLine]) {
 fn describe(status: &InstanceStatus) -> String {
     let mut text = format!("{}: {}", status.id, status.phase.as_str());
     if status.phase == Phase::Running {
-        text.push_str(if status.ready { ", ready" } else { ", not ready" });
+        text.push_str(if status.ready {
+            ", ready"
+        } else {
+            ", not ready"
+        });
     }
     if let Some(port) = status.port {
         text.push_str(&format!(", port {port}"));
@@ -272,11 +287,11 @@ fn describe(status: &InstanceStatus) -> String {
         text.push_str(&format!(", pid {pid}"));
     }
     text.push_str(&format!(" ({})", status.message));
-    if matches!(status.phase, Phase::CrashLoop | Phase::Failed) {
-        if let Some(exit) = &status.last_exit {
-            for line in exit.last_output.iter().rev().take(5).rev() {
-                text.push_str(&format!("\n  | {line}"));
-            }
+    if matches!(status.phase, Phase::CrashLoop | Phase::Failed)
+        && let Some(exit) = &status.last_exit
+    {
+        for line in exit.last_output.iter().rev().take(5).rev() {
+            text.push_str(&format!("\n  | {line}"));
         }
     }
     text
@@ -302,8 +317,12 @@ pub(crate) fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
                     s.id.clone(),
                     s.phase.as_str().to_owned(),
                     if s.ready { "yes" } else { "no" }.to_owned(),
-                    s.port.map(|p| p.to_string()).unwrap_or_else(|| "-".to_owned()),
-                    s.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".to_owned()),
+                    s.port
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "-".to_owned()),
+                    s.pid
+                        .map(|p| p.to_string())
+                        .unwrap_or_else(|| "-".to_owned()),
                     s.restarts.to_string(),
                     s.message.clone(),
                 ]);

@@ -131,15 +131,23 @@ impl Container {
     pub(crate) async fn stop(&mut self, signal: StopSignal, grace: Duration) -> Stopped {
         self.signal(signal);
         if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
-            return Stopped { exit, killed: false };
+            return Stopped {
+                exit,
+                killed: false,
+            };
         }
         self.signal(StopSignal::KILL);
-        Stopped { exit: self.wait().await, killed: true }
+        Stopped {
+            exit: self.wait().await,
+            killed: true,
+        }
     }
 
     /// Whether the kernel OOM-killed a process of the container. Read before [`Self::remove`].
     pub(crate) fn oom_killed(&self) -> bool {
-        self.cgroup_path.as_deref().is_some_and(|path| oom_kills(path) > 0)
+        self.cgroup_path
+            .as_deref()
+            .is_some_and(|path| oom_kills(path) > 0)
     }
 
     /// Deletes the container (and its cgroup) from the OCI runtime.

@@ -9,14 +9,14 @@
 //! - [`spec`] and [`status`] are what goes in and what comes out.
 
 mod container;
+pub mod local;
 pub mod logs;
 pub mod probe;
 pub mod process;
+pub mod runtime;
 pub mod spec;
 pub mod status;
 pub mod supervisor;
-pub mod local;
-pub mod runtime;
 
 pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
 pub use runtime::{Runtime, RuntimeError};

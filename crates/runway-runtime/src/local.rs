@@ -126,7 +126,11 @@ impl LocalRuntime {
                     message: format!(
                         "the supervisor did not answer within {:?}{}",
                         self.config.supervisor_start_timeout,
-                        if log.trim().is_empty() { String::new() } else { format!(": {}", log.trim()) }
+                        if log.trim().is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", log.trim())
+                        }
                     ),
                 });
             }
@@ -136,13 +140,16 @@ impl LocalRuntime {
 }
 
 impl Runtime for LocalRuntime {
-    async fn instance_ensure(&self, mut spec: InstanceSpec) -> Result<InstanceStatus, RuntimeError> {
+    async fn instance_ensure(
+        &self,
+        mut spec: InstanceSpec,
+    ) -> Result<InstanceStatus, RuntimeError> {
         check_id(&spec.id)?;
         let dir = self.instance_dir(&spec.id);
-        if let Ok(status) = request(&dir, Request::Status).await {
-            if !status.phase.is_final() {
-                return Ok(status);
-            }
+        if let Ok(status) = request(&dir, Request::Status).await
+            && !status.phase.is_final()
+        {
+            return Ok(status);
         }
         if dir.exists() {
             fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
@@ -150,6 +157,25 @@ impl Runtime for LocalRuntime {
         if spec.port == Some(0) {
             let port = free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?;
             assign_port(&mut spec, port);
+        }
+        if let Artifact::Command {
+            program,
+            working_dir,
+            ..
+        } = &spec.artifact
+        {
+            find_program(program, working_dir.as_deref(), spec.env.get("PATH")).map_err(
+                |message| RuntimeError::Artifact {
+                    id: spec.id.clone(),
+                    message,
+                },
+            )?;
+            if let Some(dir) = working_dir.as_deref().filter(|d| !d.is_dir()) {
+                return Err(RuntimeError::Artifact {
+                    id: spec.id.clone(),
+                    message: format!("working directory {} does not exist", dir.display()),
+                });
+            }
         }
         if let Artifact::Image { reference, .. } = &spec.artifact {
             return Err(RuntimeError::Image {
@@ -179,20 +205,32 @@ impl Runtime for LocalRuntime {
         if current.phase.is_final() {
             return Ok(current);
         }
-        let grace = read_spec(&dir).map(|s| s.stop_grace_period).unwrap_or(Duration::ZERO);
+        let grace = read_spec(&dir)
+            .map(|s| s.stop_grace_period)
+            .unwrap_or(Duration::ZERO);
         let bound = grace + self.config.stop_margin;
         let mut status = self.watch(id).await?;
         request(&dir, Request::Stop)
             .await
-            .map_err(|e| RuntimeError::Supervisor { id: id.to_owned(), message: e.to_string() })?;
+            .map_err(|e| RuntimeError::Supervisor {
+                id: id.to_owned(),
+                message: e.to_string(),
+            })?;
         let waited = tokio::time::timeout(bound, async {
-            status.wait_for(|s| s.phase.is_final()).await.map(|s| s.clone())
+            status
+                .wait_for(|s| s.phase.is_final())
+                .await
+                .map(|s| s.clone())
         })
         .await;
         match waited {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(_)) => self.status_of(id).await,
-            Err(_) => Err(RuntimeError::Timeout { id: id.to_owned(), what: "stop", after: bound }),
+            Err(_) => Err(RuntimeError::Timeout {
+                id: id.to_owned(),
+                what: "stop",
+                after: bound,
+            }),
         }
     }
 
@@ -287,7 +325,10 @@ async fn connect(dir: &Path, request: Request) -> io::Result<Connection> {
     let mut line = serde_json::to_vec(&request).map_err(io::Error::other)?;
     line.push(b'\n');
     write.write_all(&line).await?;
-    Ok(Connection { lines: BufReader::new(read).lines(), _write: write })
+    Ok(Connection {
+        lines: BufReader::new(read).lines(),
+        _write: write,
+    })
 }
 
 async fn request(dir: &Path, request: Request) -> io::Result<InstanceStatus> {
@@ -333,13 +374,60 @@ fn check_id(id: &str) -> Result<(), RuntimeError> {
     let valid = !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid { Ok(()) } else { Err(RuntimeError::InvalidId(id.to_owned())) }
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(())
+    } else {
+        Err(RuntimeError::InvalidId(id.to_owned()))
+    }
+}
+
+/// Where the program a command artifact names is, as the supervisor will find it: a path with
+/// a `/` from the working directory, a bare name on `PATH`.
+fn find_program(
+    program: &Path,
+    working_dir: Option<&Path>,
+    path: Option<&String>,
+) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |candidate: &Path| {
+        fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.as_os_str().is_empty() {
+        return Err("the command is empty".to_owned());
+    }
+    if program.components().count() > 1 || program.is_absolute() {
+        let candidate = match working_dir {
+            Some(dir) if program.is_relative() => dir.join(program),
+            _ => program.to_owned(),
+        };
+        return if executable(&candidate) {
+            Ok(candidate)
+        } else if candidate.exists() {
+            Err(format!("{} is not an executable file", candidate.display()))
+        } else {
+            Err(format!("command {} does not exist", candidate.display()))
+        };
+    }
+    let search = path
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    search
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| executable(candidate))
+        .ok_or_else(|| format!("command {} not found on PATH ({search})", program.display()))
 }
 
 /// A port nothing listens on now, from the kernel's ephemeral range.
 fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
 }
 
 /// Gives the instance its port: in `PORT`, and so to its probes.

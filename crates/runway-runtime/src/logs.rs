@@ -62,7 +62,12 @@ impl LogWriter {
         let path = dir.join(LOG_FILE);
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         let size = file.metadata()?.len();
-        Ok(Self { dir: dir.to_owned(), limits, file, size })
+        Ok(Self {
+            dir: dir.to_owned(),
+            limits,
+            file,
+            size,
+        })
     }
 
     pub fn write(&mut self, chunk: &Chunk, at: SystemTime) -> io::Result<()> {
@@ -106,7 +111,11 @@ impl LogWriter {
 
 /// Reads a pipe into chunks of at most [`MAX_LINE`] bytes, sending each to `sink`, until the
 /// pipe closes or the receiver is gone.
-pub async fn pump(pipe: impl AsyncRead + Unpin, stream: Stream, sink: mpsc::Sender<Chunk>) {
+pub async fn pump<T: From<Chunk>>(
+    pipe: impl AsyncRead + Unpin,
+    stream: Stream,
+    sink: mpsc::Sender<T>,
+) {
     let mut reader = AsyncBufReader::with_capacity(MAX_LINE, pipe);
     let mut pending = Vec::new();
     loop {
@@ -115,8 +124,7 @@ pub async fn pump(pipe: impl AsyncRead + Unpin, stream: Stream, sink: mpsc::Send
             Ok(buffer) => buffer,
         };
         let room = MAX_LINE - pending.len();
-        let (take, chunk_done, partial) = match buffer.iter().take(room).position(|&b| b == b'\n')
-        {
+        let (take, chunk_done, partial) = match buffer.iter().take(room).position(|&b| b == b'\n') {
             Some(newline) => (newline + 1, true, false),
             None if buffer.len() >= room => (room, true, true),
             None => (buffer.len(), false, false),
@@ -128,13 +136,33 @@ pub async fn pump(pipe: impl AsyncRead + Unpin, stream: Stream, sink: mpsc::Send
                 pending.pop();
             }
             let text = std::mem::take(&mut pending);
-            if sink.send(Chunk { stream, text, partial }).await.is_err() {
+            if sink
+                .send(
+                    Chunk {
+                        stream,
+                        text,
+                        partial,
+                    }
+                    .into(),
+                )
+                .await
+                .is_err()
+            {
                 return;
             }
         }
     }
     if !pending.is_empty() {
-        let _ = sink.send(Chunk { stream, text: pending, partial: false }).await;
+        let _ = sink
+            .send(
+                Chunk {
+                    stream,
+                    text: pending,
+                    partial: false,
+                }
+                .into(),
+            )
+            .await;
     }
 }
 
@@ -159,7 +187,12 @@ impl LogLine {
         };
         let partial = parts.next()? == "P";
         let text = parts.next().unwrap_or_default().to_owned();
-        Some(Self { time, stream, partial, text })
+        Some(Self {
+            time,
+            stream,
+            partial,
+            text,
+        })
     }
 }
 
@@ -211,7 +244,11 @@ impl Follower {
     pub fn from_end(dir: &Path) -> Self {
         let path = dir.join(LOG_FILE);
         let offset = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        Self { path, offset, partial: Vec::new() }
+        Self {
+            path,
+            offset,
+            partial: Vec::new(),
+        }
     }
 
     pub fn poll(&mut self) -> io::Result<Vec<LogLine>> {
@@ -245,16 +282,25 @@ mod tests {
     use super::*;
 
     fn chunk(text: &str) -> Chunk {
-        Chunk { stream: Stream::Stdout, text: text.as_bytes().to_vec(), partial: false }
+        Chunk {
+            stream: Stream::Stdout,
+            text: text.as_bytes().to_vec(),
+            partial: false,
+        }
     }
 
     #[test]
     fn rotates_and_keeps_the_newest_lines() {
         let dir = tempfile::tempdir().unwrap();
-        let limits = LogLimits { max_file_bytes: 200, max_files: 2 };
+        let limits = LogLimits {
+            max_file_bytes: 200,
+            max_files: 2,
+        };
         let mut writer = LogWriter::open(dir.path(), limits).unwrap();
         for i in 0..40 {
-            writer.write(&chunk(&format!("line {i}")), SystemTime::now()).unwrap();
+            writer
+                .write(&chunk(&format!("line {i}")), SystemTime::now())
+                .unwrap();
         }
         for entry in fs::read_dir(dir.path()).unwrap() {
             let len = entry.unwrap().metadata().unwrap().len();
@@ -271,7 +317,7 @@ mod tests {
     async fn pump_splits_lines_and_long_lines() {
         let long = "x".repeat(MAX_LINE + 10);
         let input = format!("one\n\ntwo\n{long}\nlast without newline");
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, mut rx) = mpsc::channel::<Chunk>(16);
         pump(input.as_bytes(), Stream::Stderr, tx).await;
         let mut got = Vec::new();
         while let Some(chunk) = rx.recv().await {

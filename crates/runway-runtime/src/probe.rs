@@ -56,7 +56,10 @@ async fn http_get(stream: TcpStream, port: u16, path: &str) -> Result<(), String
         .header(hyper::header::USER_AGENT, "runway-probe")
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
-    let result = sender.send_request(request).await.map_err(|e| e.to_string());
+    let result = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string());
     connection.abort();
     let status = result?.status();
     if status.is_success() || status.is_redirection() {
@@ -82,7 +85,11 @@ async fn grpc_health(stream: TcpStream, service: &str) -> Result<(), String> {
         message.extend_from_slice(service.as_bytes());
     }
     let mut frame = vec![0u8];
-    frame.extend_from_slice(&u32::try_from(message.len()).unwrap_or(u32::MAX).to_be_bytes());
+    frame.extend_from_slice(
+        &u32::try_from(message.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
     frame.extend_from_slice(&message);
     let request = Request::post("http://127.0.0.1/grpc.health.v1.Health/Check")
         .header("content-type", "application/grpc")
@@ -90,11 +97,18 @@ async fn grpc_health(stream: TcpStream, service: &str) -> Result<(), String> {
         .body(Full::new(Bytes::from(frame)))
         .map_err(|e| e.to_string())?;
     let result = async {
-        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
         if response.status() != StatusCode::OK {
             return Err(format!("status {}", response.status()));
         }
-        let collected = response.into_body().collect().await.map_err(|e| e.to_string())?;
+        let collected = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?;
         let grpc_status = collected
             .trailers()
             .and_then(|t| t.get("grpc-status"))
@@ -205,10 +219,18 @@ mod tests {
     #[tokio::test]
     async fn http_passes_on_2xx_and_3xx_and_fails_otherwise() {
         let ok = serve_once("HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
-        assert_eq!(check(&probe(Check::Http { path: "/up".into() }), ok).await, Ok(()));
+        assert_eq!(
+            check(&probe(Check::Http { path: "/up".into() }), ok).await,
+            Ok(())
+        );
         let bad = serve_once("HTTP/1.1 503 Unavailable\r\ncontent-length: 0\r\n\r\n").await;
         let error = check(&probe(Check::Http { path: "/up".into() }), bad).await;
-        assert_eq!(error, Err(format!("HTTP GET :{bad}/up: status 503 Service Unavailable")));
+        assert_eq!(
+            error,
+            Err(format!(
+                "HTTP GET :{bad}/up: status 503 Service Unavailable"
+            ))
+        );
     }
 
     #[tokio::test]
@@ -236,6 +258,9 @@ mod tests {
         assert_eq!(tally.record(&probe, Ok(())), Verdict::Passed);
         assert_eq!(tally.record(&probe, Ok(())), Verdict::Unchanged);
         assert_eq!(tally.record(&probe, Err("a".into())), Verdict::Unchanged);
-        assert_eq!(tally.record(&probe, Err("b".into())), Verdict::Failed("b".into()));
+        assert_eq!(
+            tally.record(&probe, Err("b".into())),
+            Verdict::Failed("b".into())
+        );
     }
 }

@@ -85,7 +85,11 @@ impl FromStr for StopSignal {
                 .map_err(|_| UnknownSignal(text.to_owned()));
         }
         let upper = trimmed.to_ascii_uppercase();
-        let name = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+        let name = if upper.starts_with("SIG") {
+            upper
+        } else {
+            format!("SIG{upper}")
+        };
         Signal::from_str(&name)
             .map(Self)
             .map_err(|_| UnknownSignal(text.to_owned()))
@@ -178,7 +182,11 @@ impl Process {
             source,
         })?;
         let pid = child.id().unwrap_or_default();
-        Ok(Self { child, pid, exit: None })
+        Ok(Self {
+            child,
+            pid,
+            exit: None,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -198,7 +206,11 @@ impl Process {
         let pid = i32::try_from(self.pid).unwrap_or(i32::MAX);
         match kill(Pid::from_raw(pid), signal.0) {
             Ok(()) | Err(nix::Error::ESRCH) => Ok(()),
-            Err(source) => Err(ProcessError::Signal { signal, pid: self.pid, source }),
+            Err(source) => Err(ProcessError::Signal {
+                signal,
+                pid: self.pid,
+                source,
+            }),
         }
     }
 
@@ -224,12 +236,18 @@ impl Process {
     /// Sends `signal`, waits up to `grace`, then sends SIGKILL and waits for the end.
     pub async fn stop(&mut self, signal: StopSignal, grace: Duration) -> Stopped {
         if let Some(exit) = self.exit {
-            return Stopped { exit, killed: false };
+            return Stopped {
+                exit,
+                killed: false,
+            };
         }
         // An error here means the process is beyond our reach; SIGKILL below says so too.
         let _ = self.signal(signal);
         if let Ok(exit) = tokio::time::timeout(grace, self.wait()).await {
-            return Stopped { exit, killed: false };
+            return Stopped {
+                exit,
+                killed: false,
+            };
         }
         let _ = self.signal(StopSignal::KILL);
         let exit = self.wait().await;
@@ -275,14 +293,22 @@ mod tests {
         // Ends on SIGTERM.
         let mut process = Process::spawn(&sh("sleep 30")).unwrap();
         let stopped = process.stop(StopSignal::TERM, Duration::from_secs(5)).await;
-        assert_eq!(stopped, Stopped { exit: Exit::Signal(StopSignal::TERM), killed: false });
+        assert_eq!(
+            stopped,
+            Stopped {
+                exit: Exit::Signal(StopSignal::TERM),
+                killed: false
+            }
+        );
 
         // Ignores SIGTERM: killed once the grace period is over.
         let mut process =
             Process::spawn(&sh("trap '' TERM; echo ready; while :; do sleep 1; done")).unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let started = std::time::Instant::now();
-        let stopped = process.stop(StopSignal::TERM, Duration::from_millis(300)).await;
+        let stopped = process
+            .stop(StopSignal::TERM, Duration::from_millis(300))
+            .await;
         assert!(stopped.killed);
         assert_eq!(stopped.exit, Exit::Signal(StopSignal::KILL));
         assert!(started.elapsed() >= Duration::from_millis(300));
@@ -290,8 +316,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_program_is_a_clear_error() {
-        let spec = ProcessSpec { program: "/nonexistent/app".into(), ..ProcessSpec::default() };
+        let spec = ProcessSpec {
+            program: "/nonexistent/app".into(),
+            ..ProcessSpec::default()
+        };
         let error = Process::spawn(&spec).unwrap_err();
-        assert!(error.to_string().starts_with("cannot start /nonexistent/app: "), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with("cannot start /nonexistent/app: "),
+            "{error}"
+        );
     }
 }

@@ -60,10 +60,16 @@ pub enum RuntimeError {
     InvalidId(String),
     #[error("instance {id}: {message}")]
     Supervisor { id: String, message: String },
+    #[error("instance {id}: {message}")]
+    Artifact { id: String, message: String },
     #[error("image {reference}: {message}")]
     Image { reference: String, message: String },
     #[error("instance {id}: {what} did not finish within {after:?}")]
-    Timeout { id: String, what: &'static str, after: Duration },
+    Timeout {
+        id: String,
+        what: &'static str,
+        after: Duration,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -74,6 +80,9 @@ pub enum RuntimeError {
 
 impl RuntimeError {
     pub(crate) fn io(path: &Path, source: io::Error) -> Self {
-        Self::Io { path: path.to_owned(), source }
+        Self::Io {
+            path: path.to_owned(),
+            source,
+        }
     }
 }

@@ -44,7 +44,11 @@ pub fn instance_spec(
     options: &InstanceOptions,
 ) -> Result<InstanceSpec, SpecError> {
     let artifact = match &config.artifact {
-        ConfigArtifact::Image { reference, command, args } => Artifact::Image {
+        ConfigArtifact::Image {
+            reference,
+            command,
+            args,
+        } => Artifact::Image {
             reference: options
                 .image
                 .clone()
@@ -54,9 +58,13 @@ pub fn instance_spec(
             args: args.clone(),
             working_dir: None,
         },
-        ConfigArtifact::Process { command, working_dir } => {
-            let (program, args) =
-                command.split_first().ok_or_else(|| SpecError::EmptyCommand(config.name.clone()))?;
+        ConfigArtifact::Process {
+            command,
+            working_dir,
+        } => {
+            let (program, args) = command
+                .split_first()
+                .ok_or_else(|| SpecError::EmptyCommand(config.name.clone()))?;
             Artifact::Command {
                 program: PathBuf::from(program),
                 args: args.to_vec(),
@@ -87,10 +95,18 @@ pub fn instance_spec(
         secret_env: options.secret_env.clone(),
         port: service.then_some(0),
         probes,
-        stop_signal: config.stop_signal.short_name().parse().unwrap_or(StopSignal::TERM),
+        stop_signal: config
+            .stop_signal
+            .short_name()
+            .parse()
+            .unwrap_or(StopSignal::TERM),
         stop_grace_period: Duration::from_secs(config.stop_grace_period_seconds.into()),
         restart: RestartPolicy {
-            mode: if service { RestartMode::Always } else { RestartMode::OnFailure },
+            mode: if service {
+                RestartMode::Always
+            } else {
+                RestartMode::OnFailure
+            },
             ..RestartPolicy::default()
         },
         limits: Limits {
@@ -112,7 +128,9 @@ fn probe(config: &ProbeConfig) -> Probe {
     Probe {
         check: match &config.action {
             ProbeAction::Http { path } => Check::Http { path: path.clone() },
-            ProbeAction::Grpc { service } => Check::Grpc { service: service.clone() },
+            ProbeAction::Grpc { service } => Check::Grpc {
+                service: service.clone(),
+            },
             ProbeAction::Tcp => Check::Tcp,
         },
         initial_delay: Duration::from_secs(config.initial_delay_seconds.into()),

@@ -39,7 +39,11 @@ pub struct InstanceSpec {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Artifact {
     /// A plain process.
-    Command { program: PathBuf, args: Vec<String>, working_dir: Option<PathBuf> },
+    Command {
+        program: PathBuf,
+        args: Vec<String>,
+        working_dir: Option<PathBuf>,
+    },
     /// An OCI image, pulled and made into a [`Artifact::Container`] bundle by the runtime before
     /// a supervisor sees it. Settings follow Kubernetes: `command` replaces the image's
     /// entrypoint, `args` its default arguments.
@@ -130,7 +134,9 @@ impl RestartPolicy {
     /// The wait before restart number `failures` (1 for the first failure in a row).
     pub fn backoff(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(31);
-        self.initial_backoff.saturating_mul(1 << doublings).min(self.max_backoff)
+        self.initial_backoff
+            .saturating_mul(1 << doublings)
+            .min(self.max_backoff)
     }
 }
 
@@ -164,7 +170,10 @@ pub struct LogLimits {
 
 impl Default for LogLimits {
     fn default() -> Self {
-        Self { max_file_bytes: 10 * 1024 * 1024, max_files: 3 }
+        Self {
+            max_file_bytes: 10 * 1024 * 1024,
+            max_files: 3,
+        }
     }
 }
 

@@ -10,13 +10,12 @@ use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::container::{Container, Output};
@@ -76,7 +75,10 @@ pub fn main(state_dir: &Path) -> i32 {
             return 1;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("runway supervise: cannot start: {error}");
@@ -95,7 +97,9 @@ pub fn main(state_dir: &Path) -> i32 {
 
 fn read_spec() -> Result<InstanceSpec, SupervisorError> {
     let mut text = String::new();
-    io::stdin().read_to_string(&mut text).map_err(|e| SupervisorError::Spec(e.to_string()))?;
+    io::stdin()
+        .read_to_string(&mut text)
+        .map_err(|e| SupervisorError::Spec(e.to_string()))?;
     serde_json::from_str(&text).map_err(|e| SupervisorError::Spec(e.to_string()))
 }
 
@@ -105,15 +109,20 @@ pub async fn supervise(
     state_dir: &Path,
     spec: InstanceSpec,
 ) -> Result<InstanceStatus, SupervisorError> {
-    let io_error = |source| SupervisorError::StateDir { path: state_dir.to_owned(), source };
+    let io_error = |source| SupervisorError::StateDir {
+        path: state_dir.to_owned(),
+        source,
+    };
     std::fs::create_dir_all(state_dir).map_err(io_error)?;
     let mut persisted = spec.clone();
     persisted.secret_env.clear();
     write_json(&state_dir.join(SPEC_FILE), &persisted).map_err(io_error)?;
     let socket = state_dir.join(SOCKET);
     let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)
-        .map_err(|source| SupervisorError::Listen { path: socket.clone(), source })?;
+    let listener = UnixListener::bind(&socket).map_err(|source| SupervisorError::Listen {
+        path: socket.clone(),
+        source,
+    })?;
     let log_writer = LogWriter::open(state_dir, spec.logs).map_err(io_error)?;
 
     let initial = InstanceStatus {
@@ -133,12 +142,14 @@ pub async fn supervise(
     let (status, _) = watch::channel(initial);
     let (commands, command_rx) = mpsc::channel(8);
     let mut tasks = JoinSet::new();
-    tasks.spawn(persist_status(state_dir.join(STATUS_FILE), status.subscribe()));
+    tasks.spawn(persist_status(
+        state_dir.join(STATUS_FILE),
+        status.subscribe(),
+    ));
     tasks.spawn(serve(listener, status.subscribe(), commands.clone()));
     tasks.spawn(stop_on_signals(commands));
     let (chunks, chunk_rx) = mpsc::channel(256);
-    let last_lines = Arc::new(Mutex::new(VecDeque::with_capacity(LAST_LINES)));
-    let writer = tokio::spawn(write_logs(log_writer, chunk_rx, last_lines.clone()));
+    let writer = tokio::spawn(write_logs(log_writer, chunk_rx));
 
     let mut supervisor = Supervisor {
         spec,
@@ -146,7 +157,6 @@ pub async fn supervise(
         status,
         commands: command_rx,
         chunks,
-        last_lines,
     };
     supervisor.run().await;
     let final_status = supervisor.status.borrow().clone();
@@ -213,7 +223,11 @@ impl Running {
 /// How one run of the instance's process ended.
 enum Ending {
     /// It ended on its own, or the supervisor ended it for the given cause.
-    Ended { exit: Exit, cause: Option<String>, oom: bool },
+    Ended {
+        exit: Exit,
+        cause: Option<String>,
+        oom: bool,
+    },
     /// It was stopped on request.
     Stopped { exit: Exit, killed: bool },
     /// It could not be started.
@@ -225,8 +239,20 @@ struct Supervisor {
     state_dir: PathBuf,
     status: watch::Sender<InstanceStatus>,
     commands: mpsc::Receiver<Command>,
-    chunks: mpsc::Sender<Chunk>,
-    last_lines: Arc<Mutex<VecDeque<String>>>,
+    chunks: mpsc::Sender<LogEvent>,
+}
+
+/// What the log writer task is sent.
+enum LogEvent {
+    Chunk(Chunk),
+    /// Answer with the last lines written since the previous flush, once all before is written.
+    Flush(oneshot::Sender<Vec<String>>),
+}
+
+impl From<Chunk> for LogEvent {
+    fn from(chunk: Chunk) -> Self {
+        LogEvent::Chunk(chunk)
+    }
 }
 
 /// What probing observed, for the run loop.
@@ -246,7 +272,7 @@ impl Supervisor {
             let (record, failed) = match ending {
                 Ending::Stopped { exit, killed } => {
                     let cause = killed.then(|| "the grace period ran out".to_owned());
-                    let record = self.exit_record(exit, cause, false);
+                    let record = self.exit_record(exit, cause, false).await;
                     let message = format!("stopped: {}", record.reason);
                     self.update(|s| {
                         s.phase = Phase::Stopped;
@@ -257,10 +283,12 @@ impl Supervisor {
                 }
                 Ending::Ended { exit, cause, oom } => {
                     let failed = !exit.success() || cause.is_some() || oom;
-                    (self.exit_record(exit, cause, oom), failed)
+                    (self.exit_record(exit, cause, oom).await, failed)
                 }
                 Ending::NotStarted(reason) => {
-                    let mut record = self.exit_record(Exit::Unknown, Some(reason.clone()), false);
+                    let mut record = self
+                        .exit_record(Exit::Unknown, Some(reason.clone()), false)
+                        .await;
                     record.reason = reason;
                     (record, true)
                 }
@@ -286,7 +314,11 @@ impl Supervisor {
             } else {
                 self.status.borrow().consecutive_failures.saturating_add(1)
             };
-            let wait = if failed { policy.backoff(failures) } else { Duration::ZERO };
+            let wait = if failed {
+                policy.backoff(failures)
+            } else {
+                Duration::ZERO
+            };
             let crash_loop = failures >= policy.crash_loop_after.max(1);
             let message = format!(
                 "{}{}; starting again in {:?}",
@@ -296,7 +328,11 @@ impl Supervisor {
             );
             let next = to_ms(SystemTime::now() + wait);
             self.update(|s| {
-                s.phase = if crash_loop { Phase::CrashLoop } else { Phase::BackingOff };
+                s.phase = if crash_loop {
+                    Phase::CrashLoop
+                } else {
+                    Phase::BackingOff
+                };
                 s.consecutive_failures = failures;
                 s.next_start_at_ms = Some(next);
                 s.message = message;
@@ -335,10 +371,18 @@ impl Supervisor {
         };
         let mut pumps = JoinSet::new();
         if let Some(stdout) = stdout {
-            pumps.spawn(logs::pump(stdout, logs::Stream::Stdout, self.chunks.clone()));
+            pumps.spawn(logs::pump(
+                stdout,
+                logs::Stream::Stdout,
+                self.chunks.clone(),
+            ));
         }
         if let Some(stderr) = stderr {
-            pumps.spawn(logs::pump(stderr, logs::Stream::Stderr, self.chunks.clone()));
+            pumps.spawn(logs::pump(
+                stderr,
+                logs::Stream::Stderr,
+                self.chunks.clone(),
+            ));
         }
         let pid = running.pid();
         let has_startup_probe = self.spec.probes.startup.is_some() && self.spec.port.is_some();
@@ -406,13 +450,19 @@ impl Supervisor {
             s.ready = false;
         });
         match ending {
-            Ending::Ended { exit, cause, oom: _ } => Ending::Ended { exit, cause, oom },
+            Ending::Ended {
+                exit,
+                cause,
+                oom: _,
+            } => Ending::Ended { exit, cause, oom },
             other => other,
         }
     }
 
     async fn stop_running(&self, running: &mut Running) -> Stopped {
-        running.stop(self.spec.stop_signal, self.spec.stop_grace_period).await
+        running
+            .stop(self.spec.stop_signal, self.spec.stop_grace_period)
+            .await
     }
 
     async fn start(&self) -> Result<(Running, Output), String> {
@@ -421,7 +471,11 @@ impl Supervisor {
             env.push((key.into(), value.into()));
         }
         match &self.spec.artifact {
-            Artifact::Command { program, args, working_dir } => {
+            Artifact::Command {
+                program,
+                args,
+                working_dir,
+            } => {
                 let spec = ProcessSpec {
                     program: program.clone(),
                     args: args.iter().map(OsString::from).collect(),
@@ -435,7 +489,12 @@ impl Supervisor {
                 let output = process.take_output();
                 Ok((Running::Command(process), output))
             }
-            Artifact::Container { bundle, oci_runtime, cgroup_path, .. } => {
+            Artifact::Container {
+                bundle,
+                oci_runtime,
+                cgroup_path,
+                ..
+            } => {
                 let (container, output) = Container::start(
                     &self.spec.id,
                     bundle,
@@ -446,9 +505,9 @@ impl Supervisor {
                 .await?;
                 Ok((Running::Container(container), output))
             }
-            Artifact::Image { reference, .. } => {
-                Err(format!("image {reference} was not made into a bundle before starting"))
-            }
+            Artifact::Image { reference, .. } => Err(format!(
+                "image {reference} was not made into a bundle before starting"
+            )),
         }
     }
 
@@ -483,8 +542,12 @@ impl Supervisor {
         self.update(|s| {
             s.phase = Phase::Running;
             s.ready = ready_now;
-            s.message = if ready_now { "running and ready" } else { "running; not ready yet" }
-                .to_owned();
+            s.message = if ready_now {
+                "running and ready"
+            } else {
+                "running; not ready yet"
+            }
+            .to_owned();
         });
         let Some(port) = port else { return };
         if let Some(probe) = readiness {
@@ -503,15 +566,22 @@ impl Supervisor {
         }
     }
 
-    fn exit_record(&self, exit: Exit, cause: Option<String>, oom: bool) -> ExitRecord {
+    async fn exit_record(&self, exit: Exit, cause: Option<String>, oom: bool) -> ExitRecord {
         let signal = match exit {
             Exit::Signal(signal) => Some(signal.to_string()),
             _ => None,
         };
         let mut reason = match (&cause, oom) {
             (_, true) => {
-                let limit = self.spec.limits.memory_bytes.map(|b| format!(" of {b} bytes"));
-                format!("killed for going over its memory limit{} (OOM)", limit.unwrap_or_default())
+                let limit = self
+                    .spec
+                    .limits
+                    .memory_bytes
+                    .map(|b| format!(" of {b} bytes"));
+                format!(
+                    "killed for going over its memory limit{} (OOM)",
+                    limit.unwrap_or_default()
+                )
             }
             (Some(cause), false) => format!("{cause} ({exit})"),
             (None, false) => exit.to_string(),
@@ -519,7 +589,11 @@ impl Supervisor {
         if exit == Exit::Unknown && cause.is_some() {
             reason = cause.clone().unwrap_or_default();
         }
-        let last_output = self.last_lines.lock().map(|l| l.iter().cloned().collect()).unwrap_or_default();
+        let (tx, rx) = oneshot::channel();
+        let last_output = match self.chunks.send(LogEvent::Flush(tx)).await {
+            Ok(()) => rx.await.unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
         ExitRecord {
             code: exit.code(),
             signal,
@@ -547,29 +621,32 @@ async fn watch_probe(
     let mut tally = Tally::default();
     loop {
         let verdict = tally.record(&probe, probe::check(&probe, port).await);
-        if let Some(event) = to_event(verdict) {
-            if events.send(event).await.is_err() {
-                return;
-            }
+        if let Some(event) = to_event(verdict)
+            && events.send(event).await.is_err()
+        {
+            return;
         }
         probe::wait_period(&probe).await;
     }
 }
 
-async fn write_logs(
-    mut writer: LogWriter,
-    mut chunks: mpsc::Receiver<Chunk>,
-    last_lines: Arc<Mutex<VecDeque<String>>>,
-) {
-    while let Some(chunk) = chunks.recv().await {
-        if let Err(error) = writer.write(&chunk, SystemTime::now()) {
-            eprintln!("runway supervise: cannot write the instance's output: {error}");
-        }
-        if let Ok(mut lines) = last_lines.lock() {
-            if lines.len() == LAST_LINES {
-                lines.pop_front();
+/// Writes the instance's output, keeping the last lines of the current run in memory.
+async fn write_logs(mut writer: LogWriter, mut events: mpsc::Receiver<LogEvent>) {
+    let mut last_lines = VecDeque::with_capacity(LAST_LINES);
+    while let Some(event) = events.recv().await {
+        match event {
+            LogEvent::Chunk(chunk) => {
+                if let Err(error) = writer.write(&chunk, SystemTime::now()) {
+                    eprintln!("runway supervise: cannot write the instance's output: {error}");
+                }
+                if last_lines.len() == LAST_LINES {
+                    last_lines.pop_front();
+                }
+                last_lines.push_back(String::from_utf8_lossy(&chunk.text).into_owned());
             }
-            lines.push_back(String::from_utf8_lossy(&chunk.text).into_owned());
+            LogEvent::Flush(answer) => {
+                let _ = answer.send(last_lines.drain(..).collect());
+            }
         }
     }
 }
@@ -655,8 +732,10 @@ async fn send_line(
 
 async fn stop_on_signals(commands: mpsc::Sender<Command>) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
         return;
     };
     tokio::select! {

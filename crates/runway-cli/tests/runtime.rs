@@ -1,0 +1,418 @@
+//! The local runtime with real supervisor processes (`runway supervise`) and real commands:
+//! probes, readiness, restarts with backoff, crash loops, stops past the grace period, output,
+//! and instances that outlive the process that started them.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test fixtures: a failed unwrap is a failed test"
+)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use runway_runtime::spec::{
+    Artifact, Check, InstanceSpec, Limits, LogLimits, Probe, Probes, RestartMode, RestartPolicy,
+};
+use runway_runtime::status::{InstanceStatus, Phase};
+use runway_runtime::{LocalConfig, LocalRuntime, Runtime, RuntimeError, SupervisorCommand};
+use tokio::sync::watch;
+
+const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+/// Bound on any one wait in these tests.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// busybox from Debian's busybox-static, for a real HTTP server.
+fn busybox() -> Option<PathBuf> {
+    let path = PathBuf::from("/bin/busybox");
+    if path.exists() {
+        return Some(path);
+    }
+    let reason = "busybox is not installed (apt-get install busybox-static)";
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+    eprintln!("skipped: {reason}");
+    None
+}
+
+struct Fixture {
+    _state: tempfile::TempDir,
+    work: tempfile::TempDir,
+    runtime: LocalRuntime,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let state = tempfile::tempdir().unwrap();
+        let work = tempfile::tempdir().unwrap();
+        std::fs::create_dir(work.path().join("www")).unwrap();
+        let supervisor = SupervisorCommand {
+            program: RUNWAY.into(),
+            args: vec!["supervise".into()],
+        };
+        let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor));
+        Self {
+            _state: state,
+            work,
+            runtime,
+        }
+    }
+
+    fn www(&self) -> PathBuf {
+        self.work.path().join("www")
+    }
+
+    /// A spec running `sh -c script` in the work directory.
+    fn shell(&self, id: &str, script: &str) -> InstanceSpec {
+        InstanceSpec {
+            id: id.to_owned(),
+            service: "test".to_owned(),
+            revision: "test-1".to_owned(),
+            artifact: Artifact::Command {
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), script.into()],
+                working_dir: Some(self.work.path().to_owned()),
+            },
+            env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
+            secret_env: BTreeMap::from([("API_TOKEN".to_owned(), "s3cr3t".to_owned())]),
+            port: None,
+            probes: Probes::default(),
+            stop_signal: "TERM".parse().unwrap(),
+            stop_grace_period: Duration::from_secs(5),
+            restart: RestartPolicy {
+                mode: RestartMode::Always,
+                initial_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_millis(400),
+                reset_after: Duration::from_secs(60),
+                crash_loop_after: 3,
+            },
+            limits: Limits::default(),
+            logs: LogLimits::default(),
+        }
+    }
+
+    /// busybox httpd serving `www/` on the instance's port.
+    fn web(&self, id: &str, busybox: &Path) -> InstanceSpec {
+        let script = format!(
+            "echo \"serving $GREETING on $PORT\"; exec {} httpd -f -vv -p 127.0.0.1:$PORT -h www",
+            busybox.display()
+        );
+        let mut spec = self.shell(id, &script);
+        spec.port = Some(0);
+        spec.probes.startup = Some(probe(
+            Check::Http {
+                path: "/index.html".into(),
+            },
+            50,
+        ));
+        spec.probes.readiness = Some(probe(
+            Check::Http {
+                path: "/ready".into(),
+            },
+            1,
+        ));
+        std::fs::write(self.www().join("index.html"), "hello from runway\n").unwrap();
+        std::fs::write(self.www().join("ready"), "yes\n").unwrap();
+        spec
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        // Stop whatever a failed test left running.
+        let runtime = self.runtime.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for status in runtime.instances().await.unwrap_or_default() {
+                    let _ = runtime.instance_stop(&status.id).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+fn probe(check: Check, failure_threshold: u32) -> Probe {
+    Probe {
+        check,
+        initial_delay: Duration::ZERO,
+        period: Duration::from_millis(100),
+        timeout: Duration::from_millis(500),
+        failure_threshold,
+        success_threshold: 1,
+    }
+}
+
+async fn wait_for(
+    status: &mut watch::Receiver<InstanceStatus>,
+    what: &str,
+    condition: impl FnMut(&InstanceStatus) -> bool,
+) -> InstanceStatus {
+    let waited = tokio::time::timeout(WAIT, async {
+        status.wait_for(condition).await.map(|s| s.clone())
+    })
+    .await;
+    match waited {
+        Ok(Ok(status)) => status,
+        Ok(Err(_)) => panic!(
+            "the status stream ended waiting for {what}: {:?}",
+            *status.borrow()
+        ),
+        Err(_) => panic!("timed out waiting for {what}: {:?}", *status.borrow()),
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_serves_passes_its_probes_and_stops_gracefully() {
+    let Some(busybox) = busybox() else { return };
+    let fixture = Fixture::new();
+    let spec = fixture.web("web", &busybox);
+    let started = fixture.runtime.instance_ensure(spec.clone()).await.unwrap();
+    let port = started.port.expect("a port was allocated");
+    assert_ne!(port, 0);
+
+    let mut status = fixture.runtime.watch("web").await.unwrap();
+    let ready = wait_for(&mut status, "ready", |s| {
+        s.phase == Phase::Running && s.ready
+    })
+    .await;
+    assert_eq!(ready.restarts, 0);
+    let response = http_get(port, "/index.html");
+    assert!(response.contains("hello from runway"), "{response}");
+
+    // Ensuring again is a no-op: the same process answers.
+    let again = fixture.runtime.instance_ensure(spec).await.unwrap();
+    assert_eq!(again.pid, ready.pid);
+
+    // Readiness is reported continuously, not once.
+    std::fs::remove_file(fixture.www().join("ready")).unwrap();
+    wait_for(&mut status, "not ready", |s| !s.ready).await;
+    std::fs::write(fixture.www().join("ready"), "yes\n").unwrap();
+    wait_for(&mut status, "ready again", |s| s.ready).await;
+
+    // Output is captured with the platform's environment; secrets reach the process only.
+    let logs = fixture.runtime.logs("web", 100).await.unwrap();
+    let texts: Vec<&str> = logs.iter().map(|l| l.text.as_str()).collect();
+    assert!(
+        texts.contains(&format!("serving hello on {port}").as_str()),
+        "{texts:?}"
+    );
+    let spec_file = fixture.runtime.instance_dir("web").join("spec.json");
+    let persisted = std::fs::read_to_string(spec_file).unwrap();
+    assert!(
+        !persisted.contains("s3cr3t"),
+        "a secret reached the disk: {persisted}"
+    );
+
+    let stopped = fixture.runtime.instance_stop("web").await.unwrap();
+    assert_eq!(stopped.phase, Phase::Stopped);
+    let exit = stopped.last_exit.expect("the exit is recorded");
+    assert_eq!(exit.signal.as_deref(), Some("SIGTERM"), "{exit:?}");
+    assert_eq!(exit.cause, None);
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "still listening after stop"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_command_backs_off_into_a_crash_loop_that_says_why() {
+    let fixture = Fixture::new();
+    let spec = fixture.shell("crash", "echo \"failing as usual\" >&2; exit 3");
+    let started_at = Instant::now();
+    fixture.runtime.instance_ensure(spec).await.unwrap();
+    let mut status = fixture.runtime.watch("crash").await.unwrap();
+    let looping = wait_for(&mut status, "a crash loop", |s| s.phase == Phase::CrashLoop).await;
+    // Backoff of 100 ms, 200 ms, then 400 ms: three failures take at least 300 ms.
+    assert!(started_at.elapsed() >= Duration::from_millis(300));
+    assert!(looping.consecutive_failures >= 3, "{looping:?}");
+    assert!(
+        looping
+            .message
+            .starts_with("crash loop: exited with code 3"),
+        "{}",
+        looping.message
+    );
+    let exit = looping.last_exit.expect("the exit is recorded");
+    assert_eq!(exit.code, 3);
+    assert_eq!(exit.last_output, ["failing as usual"]);
+    // The backoff is capped at 400 ms.
+    let due = looping.next_start_at_ms.expect("a restart is due") - exit.at_ms;
+    assert!((300..=450).contains(&due), "next start in {due} ms");
+
+    let stopped = fixture.runtime.instance_stop("crash").await.unwrap();
+    assert_eq!(stopped.phase, Phase::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_command_is_killed_after_its_grace_period() {
+    let fixture = Fixture::new();
+    let mut spec = fixture.shell(
+        "hung",
+        "trap 'echo ignoring TERM' TERM; while :; do sleep 0.1; done",
+    );
+    spec.stop_grace_period = Duration::from_millis(700);
+    fixture.runtime.instance_ensure(spec).await.unwrap();
+    let mut status = fixture.runtime.watch("hung").await.unwrap();
+    wait_for(&mut status, "running", |s| s.phase == Phase::Running).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started_at = Instant::now();
+    let stopped = fixture.runtime.instance_stop("hung").await.unwrap();
+    assert!(started_at.elapsed() >= Duration::from_millis(700));
+    let exit = stopped.last_exit.expect("the exit is recorded");
+    assert_eq!(exit.signal.as_deref(), Some("SIGKILL"), "{exit:?}");
+    assert_eq!(exit.code, 137);
+    assert_eq!(exit.cause.as_deref(), Some("the grace period ran out"));
+    assert!(
+        exit.last_output.contains(&"ignoring TERM".to_owned()),
+        "{exit:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_instance_and_says_so() {
+    let Some(busybox) = busybox() else { return };
+    let fixture = Fixture::new();
+    let mut spec = fixture.web("live", &busybox);
+    if let Artifact::Command { args, .. } = &mut spec.artifact {
+        args[1] = format!("echo yes > www/alive; {}", args[1]);
+    }
+    spec.probes.liveness = Some(probe(
+        Check::Http {
+            path: "/alive".into(),
+        },
+        2,
+    ));
+    fixture.runtime.instance_ensure(spec).await.unwrap();
+    let mut status = fixture.runtime.watch("live").await.unwrap();
+    let first = wait_for(&mut status, "ready", |s| s.ready).await;
+
+    std::fs::remove_file(fixture.www().join("alive")).unwrap();
+    let restarted = wait_for(&mut status, "a restart", |s| s.restarts == 1 && s.ready).await;
+    assert_ne!(restarted.pid, first.pid);
+    let exit = restarted.last_exit.expect("the exit is recorded");
+    let cause = exit
+        .cause
+        .expect("the supervisor says why it ended the process");
+    assert!(
+        cause.starts_with("liveness probe failed: HTTP GET :"),
+        "{cause}"
+    );
+    assert!(cause.contains("404"), "{cause}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_command_is_a_clear_error_and_leaves_nothing_behind() {
+    let fixture = Fixture::new();
+    let mut spec = fixture.shell("missing", "");
+    spec.artifact = Artifact::Command {
+        program: "no-such-program-anywhere".into(),
+        args: vec![],
+        working_dir: None,
+    };
+    let error = fixture.runtime.instance_ensure(spec).await.unwrap_err();
+    assert!(matches!(error, RuntimeError::Artifact { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("instance missing: command no-such-program-anywhere not found on PATH"),
+        "{message}"
+    );
+    assert!(!fixture.runtime.instance_dir("missing").exists());
+    assert!(fixture.runtime.instances().await.unwrap().is_empty());
+}
+
+/// `runway run` is killed with SIGKILL: its instance keeps running, and a new runtime finds it,
+/// watches it and stops it.
+#[test]
+fn an_instance_outlives_the_process_that_started_it_and_is_adopted() {
+    let Some(busybox) = busybox() else { return };
+    let state = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join(".runway")).unwrap();
+    std::fs::create_dir_all(repo.path().join("www")).unwrap();
+    std::fs::write(repo.path().join("www/index.html"), "adopted\n").unwrap();
+    let manifest = format!(
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: orphan\nspec:\n  startup_probe:\n    path: /index.html\n    period_seconds: 1\n  workload:\n    process:\n      command: [\"sh\", \"-c\", \"exec {} httpd -f -p 127.0.0.1:$PORT -h www\"]\n",
+        busybox.display()
+    );
+    std::fs::write(repo.path().join(".runway/runway.yml"), manifest).unwrap();
+
+    let mut parent = Command::new(RUNWAY)
+        .args(["run", "--state-dir"])
+        .arg(state.path())
+        .arg(repo.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = parent.stderr.take().unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let line = lines_rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("runway run reports the instance ready");
+        if line.contains("running, ready") {
+            break;
+        }
+    }
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+
+    let supervisor = SupervisorCommand {
+        program: RUNWAY.into(),
+        args: vec!["supervise".into()],
+    };
+    let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let found = runtime.instances().await.unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        let status = &found[0];
+        assert_eq!(
+            (status.id.as_str(), status.phase, status.ready),
+            ("orphan", Phase::Running, true)
+        );
+        let port = status.port.unwrap();
+        assert!(http_get(port, "/index.html").contains("adopted"));
+
+        // Pushed status still flows to the new runtime, and it can stop the instance.
+        let mut watched = runtime.watch("orphan").await.unwrap();
+        assert_eq!(watched.borrow().pid, status.pid);
+        let stop = tokio::spawn({
+            let runtime = runtime.clone();
+            async move { runtime.instance_stop("orphan").await }
+        });
+        wait_for(&mut watched, "stopped", |s| s.phase == Phase::Stopped).await;
+        assert_eq!(stop.await.unwrap().unwrap().phase, Phase::Stopped);
+        runtime.instance_remove("orphan").await.unwrap();
+        assert!(runtime.instances().await.unwrap().is_empty());
+    });
+}
