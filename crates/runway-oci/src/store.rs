@@ -1,0 +1,762 @@
+//! The content-addressed cache and the pull that fills it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::{Client, Reference};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+use crate::auth::{self, Credentials};
+use crate::digest::{Digest, Hasher};
+use crate::error::{BlobKind, OciError};
+use crate::image::{self, Compression, ImageConfig, Manifest, ManifestOrIndex, Platform};
+use crate::unpack::{self, UnpackOptions};
+
+/// The first host uid and gid that container id 0 maps to, by default (in the rootfs ownership
+/// and in the bundle's user namespace).
+pub const DEFAULT_HOST_ID_BASE: u32 = 100_000;
+
+/// The largest manifest or config this crate reads into memory.
+const MAX_DOCUMENT_BYTES: i64 = 16 << 20;
+
+/// Temporary entries older than this, left by a process that died mid-pull, are removed when a
+/// store opens.
+const STALE_TMP_AGE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How to pull.
+#[derive(Debug, Clone)]
+pub struct PullOptions {
+    /// Where credentials come from.
+    pub credentials: Credentials,
+    /// Registries (`host` or `host:port`, as in the reference) reached over plain HTTP. Every
+    /// other registry is HTTPS only.
+    pub insecure_registries: Vec<String>,
+    /// The platform picked from an image index.
+    pub platform: Platform,
+    /// Added to every uid and gid in the unpacked rootfs when running as root: the host id that
+    /// container id 0 maps to in the bundle's user namespace (`0` for no user namespace).
+    pub id_shift: u32,
+    /// The bound on the whole pull (manifests, blobs, unpacking).
+    pub timeout: Duration,
+    /// The bound on establishing each connection.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PullOptions {
+    fn default() -> PullOptions {
+        PullOptions {
+            credentials: Credentials::default(),
+            insecure_registries: Vec::new(),
+            platform: Platform::host(),
+            id_shift: DEFAULT_HOST_ID_BASE,
+            timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An unpacked root filesystem in the cache. Shared by every instance of the image: never write
+/// to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rootfs {
+    /// Absolute path of the directory.
+    pub path: PathBuf,
+    /// What was added to the archive's uids and gids (see [`PullOptions::id_shift`]).
+    pub id_shift: u32,
+}
+
+/// A pulled image.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The reference as the caller gave it.
+    pub reference: String,
+    /// `registry/repository@sha256:...`: what to record, so a later tag change cannot change
+    /// what runs.
+    pub pinned: String,
+    /// The digest of the platform's image manifest.
+    pub digest: Digest,
+    /// The digest of the image index the manifest was picked from, if the reference named one.
+    pub index_digest: Option<Digest>,
+    /// The digest of the image config.
+    pub config_digest: Digest,
+    /// The image config.
+    pub config: ImageConfig,
+    /// The unpacked filesystem.
+    pub rootfs: Rootfs,
+    /// Whether this pull fetched no blob and unpacked nothing.
+    pub cache_hit: bool,
+}
+
+/// Counts of what a store has done since it opened (for metrics and tests).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Manifests and indexes fetched from a registry.
+    pub manifest_fetches: u64,
+    /// Configs and layers fetched from a registry.
+    pub blob_fetches: u64,
+    /// Root filesystems unpacked.
+    pub unpacks: u64,
+}
+
+/// A content-addressed image cache on disk, safe to share between tasks and processes.
+///
+/// Layout under the root:
+/// - `blobs/sha256/<hex>`: verified manifests, indexes, configs and layers;
+/// - `rootfs/idshift-<n>/sha256/<manifest hex>/`: an image's unpacked filesystem, owned with
+///   id shift `n`;
+/// - `tmp/`: downloads and unpacks in progress, renamed into place only once complete.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    as_root: bool,
+    manifest_fetches: AtomicU64,
+    blob_fetches: AtomicU64,
+    unpacks: AtomicU64,
+}
+
+impl Store {
+    /// Opens (creating if needed) the cache at `root`.
+    pub fn open(root: impl AsRef<Path>) -> Result<Store, OciError> {
+        let root = root.as_ref();
+        for dir in ["blobs/sha256", "rootfs", "tmp"] {
+            let path = root.join(dir);
+            std::fs::create_dir_all(&path).map_err(|e| OciError::io("create", &path, e))?;
+        }
+        let root = root
+            .canonicalize()
+            .map_err(|e| OciError::io("resolve", root, e))?;
+        let tmp = root.join("tmp");
+        remove_stale(&tmp);
+        let probe = tempfile::NamedTempFile::new_in(&tmp)
+            .map_err(|e| OciError::io("create a file in", &tmp, e))?;
+        let as_root = unpack::running_as_root(probe.path());
+        Ok(Store {
+            root,
+            as_root,
+            manifest_fetches: AtomicU64::new(0),
+            blob_fetches: AtomicU64::new(0),
+            unpacks: AtomicU64::new(0),
+        })
+    }
+
+    /// The cache's root directory (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// What this store has fetched and unpacked since it opened.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            manifest_fetches: self.manifest_fetches.load(Ordering::Relaxed),
+            blob_fetches: self.blob_fetches.load(Ordering::Relaxed),
+            unpacks: self.unpacks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Where a verified blob lives.
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(digest.hex())
+    }
+
+    /// Where the rootfs of the image with manifest `digest`, owned with `id_shift`, lives.
+    pub fn rootfs_path(&self, digest: &Digest, id_shift: u32) -> PathBuf {
+        self.root
+            .join("rootfs")
+            .join(format!("idshift-{id_shift}"))
+            .join("sha256")
+            .join(digest.hex())
+    }
+
+    /// Pulls `reference` (`registry/repo:tag` or `registry/repo@sha256:...`) into the cache and
+    /// unpacks it. A reference by digest whose blobs and rootfs are cached touches no network.
+    pub async fn pull(&self, reference: &str, opts: &PullOptions) -> Result<Image, OciError> {
+        let parsed: Reference =
+            reference
+                .parse()
+                .map_err(|e: oci_client::ParseError| OciError::InvalidReference {
+                    reference: reference.to_string(),
+                    reason: e.to_string(),
+                })?;
+        let registry = parsed.resolve_registry().to_string();
+        match tokio::time::timeout(opts.timeout, self.pull_inner(reference, &parsed, opts)).await {
+            Ok(result) => result,
+            Err(_) => Err(OciError::Timeout {
+                registry,
+                reference: reference.to_string(),
+                after: opts.timeout,
+            }),
+        }
+    }
+
+    async fn pull_inner(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        opts: &PullOptions,
+    ) -> Result<Image, OciError> {
+        let mut remote = Remote::new(self, reference, parsed, opts);
+
+        let asked = parsed.digest().map(Digest::parse).transpose()?;
+        let (top_digest, top) = self.manifest(&mut remote, parsed, asked.as_ref()).await?;
+        let (digest, manifest, index_digest) =
+            match image::parse_manifest(reference, &top_digest, &top, None)? {
+                ManifestOrIndex::Manifest(m) => (top_digest, m, None),
+                ManifestOrIndex::Index(list) => {
+                    let entry = image::select_platform(reference, &list, &opts.platform)?;
+                    let digest = Digest::parse(&entry.digest)?;
+                    let child = parsed.clone_with_digest(digest.to_string());
+                    let (digest, bytes) = self.manifest(&mut remote, &child, Some(&digest)).await?;
+                    match image::parse_manifest(reference, &digest, &bytes, None)? {
+                        ManifestOrIndex::Manifest(m) => (digest, m, Some(top_digest)),
+                        ManifestOrIndex::Index(_) => {
+                            return Err(OciError::InvalidDocument {
+                                kind: BlobKind::Index,
+                                digest: top_digest.to_string(),
+                                reason: "an index entry is itself an index".to_string(),
+                            });
+                        }
+                    }
+                }
+            };
+
+        let config_digest = Digest::parse(&manifest.config.digest)?;
+        let config_bytes = self
+            .small_blob(
+                &mut remote,
+                &config_digest,
+                manifest.config.size,
+                BlobKind::Config,
+            )
+            .await?;
+        let config = ImageConfig::parse(&config_digest, &config_bytes)?;
+
+        let fetched_before = remote.blob_fetches;
+        let (rootfs, unpacked) = self
+            .ensure_rootfs(&mut remote, &digest, &manifest, &config, opts.id_shift)
+            .await?;
+        Ok(Image {
+            reference: reference.to_string(),
+            pinned: format!("{}/{}@{}", parsed.registry(), parsed.repository(), digest),
+            digest,
+            index_digest,
+            config_digest,
+            config,
+            rootfs,
+            cache_hit: remote.blob_fetches == 0 && fetched_before == 0 && !unpacked,
+        })
+    }
+
+    /// A manifest or index: from the cache when asked by digest, else from the registry.
+    async fn manifest(
+        &self,
+        remote: &mut Remote<'_>,
+        reference: &Reference,
+        digest: Option<&Digest>,
+    ) -> Result<(Digest, Vec<u8>), OciError> {
+        if let Some(digest) = digest
+            && let Some(bytes) = self.read_verified(digest)?
+        {
+            return Ok((digest.clone(), bytes));
+        }
+        let bytes = remote.manifest(reference).await?;
+        let actual = Digest::of(&bytes);
+        if let Some(digest) = digest
+            && *digest != actual
+        {
+            return Err(OciError::DigestMismatch {
+                kind: BlobKind::Manifest,
+                expected: digest.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        self.write_blob(&actual, &bytes)?;
+        Ok((actual, bytes))
+    }
+
+    /// A config (or other small blob), from the cache or the registry.
+    async fn small_blob(
+        &self,
+        remote: &mut Remote<'_>,
+        digest: &Digest,
+        size: Option<i64>,
+        kind: BlobKind,
+    ) -> Result<Vec<u8>, OciError> {
+        if let Some(bytes) = self.read_verified(digest)? {
+            return Ok(bytes);
+        }
+        if size.is_some_and(|s| !(0..=MAX_DOCUMENT_BYTES).contains(&s)) {
+            return Err(OciError::InvalidDocument {
+                kind,
+                digest: digest.to_string(),
+                reason: format!("size {size:?} is out of range"),
+            });
+        }
+        remote.blob(digest, size, kind).await?;
+        self.read_verified(digest)?.ok_or_else(|| {
+            OciError::io(
+                "read",
+                self.blob_path(digest),
+                io::ErrorKind::NotFound.into(),
+            )
+        })
+    }
+
+    /// Reads a cached blob, checking its digest; a corrupt one is removed and reported missing.
+    fn read_verified(&self, digest: &Digest) -> Result<Option<Vec<u8>>, OciError> {
+        let path = self.blob_path(digest);
+        match std::fs::read(&path) {
+            Ok(bytes) if Digest::of(&bytes) == *digest => Ok(Some(bytes)),
+            Ok(_) => {
+                let _ = std::fs::remove_file(&path);
+                Ok(None)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(OciError::io("read", path, e)),
+        }
+    }
+
+    fn write_blob(&self, digest: &Digest, bytes: &[u8]) -> Result<(), OciError> {
+        let tmp_dir = self.root.join("tmp");
+        let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)
+            .map_err(|e| OciError::io("create a file in", &tmp_dir, e))?;
+        io::Write::write_all(&mut tmp, bytes).map_err(|e| OciError::io("write", tmp.path(), e))?;
+        let dest = self.blob_path(digest);
+        tmp.persist(&dest)
+            .map_err(|e| OciError::io("rename into", &dest, e.error))?;
+        Ok(())
+    }
+
+    /// Makes sure the rootfs exists, fetching missing layers and unpacking; returns it and
+    /// whether this call unpacked.
+    async fn ensure_rootfs(
+        &self,
+        remote: &mut Remote<'_>,
+        digest: &Digest,
+        manifest: &Manifest,
+        config: &ImageConfig,
+        id_shift: u32,
+    ) -> Result<(Rootfs, bool), OciError> {
+        let path = self.rootfs_path(digest, id_shift);
+        let rootfs = Rootfs {
+            path: path.clone(),
+            id_shift,
+        };
+        if path.is_dir() {
+            return Ok((rootfs, false));
+        }
+        if !config.diff_ids.is_empty() && config.diff_ids.len() != manifest.layers.len() {
+            return Err(OciError::InvalidDocument {
+                kind: BlobKind::Config,
+                digest: digest.to_string(),
+                reason: format!(
+                    "{} diff_ids for {} layers",
+                    config.diff_ids.len(),
+                    manifest.layers.len()
+                ),
+            });
+        }
+        let mut layers = Vec::with_capacity(manifest.layers.len());
+        for (i, layer) in manifest.layers.iter().enumerate() {
+            let layer_digest = Digest::parse(&layer.digest)?;
+            if !self.blob_path(&layer_digest).is_file() {
+                remote
+                    .blob(&layer_digest, layer.size, BlobKind::Layer)
+                    .await?;
+            }
+            let compression = Compression::of_media_type(&layer.media_type).ok_or_else(|| {
+                OciError::UnsupportedMediaType {
+                    reference: remote.reference.to_string(),
+                    kind: BlobKind::Layer,
+                    media_type: layer.media_type.clone(),
+                }
+            })?;
+            layers.push((layer_digest, compression, config.diff_ids.get(i).cloned()));
+        }
+
+        let job = UnpackJob {
+            blobs: self.root.join("blobs/sha256"),
+            tmp: self.root.join("tmp"),
+            dest: path,
+            layers,
+            opts: UnpackOptions {
+                id_shift,
+                chown: self.as_root,
+            },
+        };
+        tokio::task::spawn_blocking(move || job.run())
+            .await
+            .map_err(|e| OciError::Task {
+                what: "unpacking",
+                reason: e.to_string(),
+            })??;
+        self.unpacks.fetch_add(1, Ordering::Relaxed);
+        Ok((rootfs, true))
+    }
+}
+
+struct UnpackJob {
+    blobs: PathBuf,
+    tmp: PathBuf,
+    dest: PathBuf,
+    layers: Vec<(Digest, Compression, Option<Digest>)>,
+    opts: UnpackOptions,
+}
+
+impl UnpackJob {
+    fn run(self) -> Result<(), OciError> {
+        let work = tempfile::Builder::new()
+            .prefix("rootfs-")
+            .tempdir_in(&self.tmp)
+            .map_err(|e| OciError::io("create a directory in", &self.tmp, e))?;
+        for (digest, compression, diff_id) in &self.layers {
+            let blob = self.blobs.join(digest.hex());
+            let result = unpack::apply_layer_file(
+                work.path(),
+                &blob,
+                *compression,
+                digest,
+                diff_id.as_ref(),
+                self.opts,
+            );
+            if let Err(OciError::DigestMismatch {
+                kind: BlobKind::Layer,
+                ..
+            }) = &result
+            {
+                // The cached blob is corrupt: drop it so the next pull fetches it again.
+                let _ = std::fs::remove_file(&blob);
+            }
+            result?;
+        }
+        unpack::add_mount_points(work.path(), self.opts)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| OciError::io("set mode of", work.path(), e))?;
+            if self.opts.chown {
+                std::os::unix::fs::lchown(
+                    work.path(),
+                    Some(self.opts.id_shift),
+                    Some(self.opts.id_shift),
+                )
+                .map_err(|e| OciError::io("change owner of", work.path(), e))?;
+            }
+        }
+        if let Some(parent) = self.dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| OciError::io("create", parent, e))?;
+        }
+        let work = work.keep();
+        match std::fs::rename(&work, &self.dest) {
+            Ok(()) => Ok(()),
+            Err(_) if self.dest.is_dir() => {
+                // Another pull finished first: theirs is identical, ours goes.
+                let _ = std::fs::remove_dir_all(&work);
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&work);
+                Err(OciError::io("rename into", &self.dest, e))
+            }
+        }
+    }
+}
+
+/// Best effort: removes what a dead process left in `tmp/`.
+fn remove_stale(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > STALE_TMP_AGE);
+        if old {
+            let path = entry.path();
+            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
+        }
+    }
+}
+
+/// The registry side of one pull: the client is made on first use, so a pull served from the
+/// cache makes no connection at all.
+struct Remote<'a> {
+    store: &'a Store,
+    reference: &'a str,
+    parsed: &'a Reference,
+    opts: &'a PullOptions,
+    registry: String,
+    client: Option<Client>,
+    blob_fetches: u64,
+}
+
+impl<'a> Remote<'a> {
+    fn new(
+        store: &'a Store,
+        reference: &'a str,
+        parsed: &'a Reference,
+        opts: &'a PullOptions,
+    ) -> Remote<'a> {
+        Remote {
+            store,
+            reference,
+            parsed,
+            opts,
+            registry: parsed.resolve_registry().to_string(),
+            client: None,
+            blob_fetches: 0,
+        }
+    }
+
+    fn insecure(&self) -> bool {
+        self.opts.insecure_registries.contains(&self.registry)
+    }
+
+    async fn client(&mut self) -> Result<&Client, OciError> {
+        if self.client.is_none() {
+            // reqwest is built without a bundled crypto provider: use ring unless the process
+            // installed one already.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let config = ClientConfig {
+                protocol: ClientProtocol::HttpsExcept(self.opts.insecure_registries.clone()),
+                platform_resolver: None,
+                connect_timeout: Some(self.opts.connect_timeout),
+                read_timeout: Some(self.opts.timeout),
+                ..ClientConfig::default()
+            };
+            let client = Client::try_from(config).map_err(|e| self.error(e))?;
+            let auth = auth::resolve(&self.opts.credentials, &self.registry)?;
+            client.store_auth_if_needed(&self.registry, &auth).await;
+            self.client = Some(client);
+        }
+        self.client.as_ref().ok_or_else(|| OciError::Task {
+            what: "creating the registry client",
+            reason: "no client".to_string(),
+        })
+    }
+
+    async fn manifest(&mut self, reference: &Reference) -> Result<Vec<u8>, OciError> {
+        let auth = auth::resolve(&self.opts.credentials, &self.registry)?;
+        let client = self.client().await?;
+        let result = client
+            .pull_manifest_raw(reference, &auth, image::MANIFEST_TYPES)
+            .await;
+        self.store.manifest_fetches.fetch_add(1, Ordering::Relaxed);
+        let (bytes, _) = result.map_err(|e| self.error_for(e, BlobKind::Manifest))?;
+        if bytes.len() as u64 > MAX_DOCUMENT_BYTES as u64 {
+            return Err(OciError::InvalidDocument {
+                kind: BlobKind::Manifest,
+                digest: reference.to_string(),
+                reason: format!("{} bytes is too large", bytes.len()),
+            });
+        }
+        Ok(bytes.to_vec())
+    }
+
+    /// Downloads a blob into the cache, verifying digest and size before it becomes visible.
+    async fn blob(
+        &mut self,
+        digest: &Digest,
+        size: Option<i64>,
+        kind: BlobKind,
+    ) -> Result<(), OciError> {
+        let tmp_dir = self.store.root.join("tmp");
+        let (file, tmp_path) = tempfile::NamedTempFile::new_in(&tmp_dir)
+            .map_err(|e| OciError::io("create a file in", &tmp_dir, e))?
+            .into_parts();
+        let mut out = HashingWriter {
+            inner: tokio::fs::File::from_std(file),
+            hasher: Hasher::new(),
+        };
+        let digest_str = digest.to_string();
+        let parsed = self.parsed;
+        let client = self.client().await?;
+        let result = client
+            .pull_blob(parsed, digest_str.as_str(), &mut out)
+            .await;
+        self.store.blob_fetches.fetch_add(1, Ordering::Relaxed);
+        self.blob_fetches += 1;
+        result.map_err(|e| self.error_for(e, kind))?;
+        out.inner
+            .flush()
+            .await
+            .map_err(|e| OciError::io("write", &*tmp_path, e))?;
+        let len = out.hasher.len();
+        let actual = out.hasher.finish();
+        if actual != *digest {
+            return Err(OciError::DigestMismatch {
+                kind,
+                expected: digest.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        if let Some(expected) = size
+            && u64::try_from(expected).ok() != Some(len)
+        {
+            return Err(OciError::SizeMismatch {
+                kind,
+                digest: digest.to_string(),
+                expected: u64::try_from(expected).unwrap_or(0),
+                actual: len,
+            });
+        }
+        let dest = self.store.blob_path(digest);
+        tmp_path
+            .persist(&dest)
+            .map_err(|e| OciError::io("rename into", &dest, e.error))?;
+        Ok(())
+    }
+
+    fn error(&self, e: OciDistributionError) -> OciError {
+        self.error_for(e, BlobKind::Manifest)
+    }
+
+    /// Turns a client error into ours, with the registry and reference.
+    fn error_for(&self, e: OciDistributionError, kind: BlobKind) -> OciError {
+        let registry = self.registry.clone();
+        let reference = self.reference.to_string();
+        let status_error = |status: u16, message: String| match status {
+            404 => OciError::NotFound {
+                registry: registry.clone(),
+                reference: reference.clone(),
+                status,
+            },
+            401 | 403 => OciError::Unauthorized {
+                registry: registry.clone(),
+                reference: reference.clone(),
+                status,
+                message,
+            },
+            _ => OciError::Registry {
+                registry: registry.clone(),
+                reference: reference.clone(),
+                status: Some(status),
+                message,
+            },
+        };
+        match e {
+            OciDistributionError::RegistryError { envelope, .. } => {
+                let message = envelope
+                    .errors
+                    .iter()
+                    .map(|e| e.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let status = envelope.errors.first().map_or(400, |e| match e.code {
+                    OciErrorCode::BlobUnknown
+                    | OciErrorCode::ManifestUnknown
+                    | OciErrorCode::NameUnknown
+                    | OciErrorCode::NotFound => 404,
+                    OciErrorCode::Unauthorized => 401,
+                    OciErrorCode::Denied => 403,
+                    OciErrorCode::Toomanyrequests => 429,
+                    _ => 400,
+                });
+                status_error(status, message)
+            }
+            OciDistributionError::ServerError { code, message, .. } => {
+                status_error(code, message.chars().take(200).collect())
+            }
+            OciDistributionError::UnauthorizedError { .. } => {
+                status_error(401, "credentials refused or required".to_string())
+            }
+            OciDistributionError::AuthenticationFailure(message) => status_error(401, message),
+            OciDistributionError::DigestError(
+                oci_client::errors::DigestError::VerificationError { expected, actual },
+            ) => OciError::DigestMismatch {
+                kind,
+                expected,
+                actual,
+            },
+            OciDistributionError::RequestError(e) => {
+                let scheme = if self.insecure() { "http" } else { "https" };
+                let mut reason = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(inner) = source {
+                    reason.push_str(": ");
+                    reason.push_str(&inner.to_string());
+                    source = inner.source();
+                }
+                if e.is_timeout() {
+                    return OciError::Timeout {
+                        registry,
+                        reference,
+                        after: self.opts.timeout,
+                    };
+                }
+                if !self.insecure()
+                    && (reason.contains("corrupt message") || reason.contains("InvalidContentType"))
+                {
+                    reason.push_str(
+                        " (the registry may speak plain http: list it in insecure_registries if that is intended)",
+                    );
+                }
+                if e.is_connect() || e.is_request() {
+                    OciError::Unreachable {
+                        registry,
+                        scheme,
+                        reason,
+                    }
+                } else {
+                    OciError::Registry {
+                        registry,
+                        reference,
+                        status: e.status().map(|s| s.as_u16()),
+                        message: reason,
+                    }
+                }
+            }
+            OciDistributionError::IoError(e) => {
+                OciError::io("write a blob into", self.store.root.join("tmp"), e)
+            }
+            other => OciError::Registry {
+                registry,
+                reference,
+                status: None,
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// An async writer that hashes what it writes.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: Hasher,
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for HashingWriter<W> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if let Some(written) = buf.get(..n) {
+                    this.hasher.update(written);
+                }
+                Poll::Ready(Ok(n))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
