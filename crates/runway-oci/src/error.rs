@@ -54,7 +54,7 @@ pub enum OciError {
     },
 
     /// The registry does not have the image, tag or blob.
-    #[error("{registry}: {reference} not found (http {status})")]
+    #[error("image {reference} not found at {registry} (http {status})")]
     NotFound {
         /// The registry host.
         registry: String,
@@ -65,7 +65,7 @@ pub enum OciError {
     },
 
     /// The registry refused our credentials, or wanted some.
-    #[error("{registry}: access to {reference} denied (http {status}): {message}")]
+    #[error("access to {reference} denied by {registry} (http {status}): {message}")]
     Unauthorized {
         /// The registry host.
         registry: String,
@@ -78,7 +78,7 @@ pub enum OciError {
     },
 
     /// The registry answered with an error other than not-found or denied.
-    #[error("{registry}: pulling {reference} failed{}: {message}", status.map(|s| format!(" (http {s})")).unwrap_or_default())]
+    #[error("pulling {reference} from {registry} failed{}: {message}", status.map(|s| format!(" (http {s})")).unwrap_or_default())]
     Registry {
         /// The registry host.
         registry: String,
@@ -102,7 +102,7 @@ pub enum OciError {
     },
 
     /// The pull did not finish within its bound.
-    #[error("{registry}: pulling {reference} timed out after {after:?}")]
+    #[error("pulling {reference} from {registry} timed out after {after:?}")]
     Timeout {
         /// The registry host.
         registry: String,
