@@ -102,9 +102,18 @@ fn runtime(state: &StateArg) -> anyhow::Result<LocalRuntime> {
         None => default_state_dir()?,
     };
     let program = std::env::current_exe().context("cannot find the runway binary")?;
-    let supervisor = SupervisorCommand {
-        program,
-        args: vec!["supervise".into()],
+    // The small supervisor binary installed beside this one; else this binary's own.
+    let beside = program.with_file_name("runway-supervisor");
+    let supervisor = if beside.is_file() {
+        SupervisorCommand {
+            program: beside,
+            args: vec![],
+        }
+    } else {
+        SupervisorCommand {
+            program,
+            args: vec!["supervise".into()],
+        }
     };
     Ok(LocalRuntime::new(LocalConfig::new(root, supervisor)))
 }

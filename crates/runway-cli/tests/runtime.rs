@@ -1,4 +1,4 @@
-//! The local runtime with real supervisor processes (`runway supervise`) and real commands:
+//! The local runtime with real supervisor processes (`runway-supervisor`) and real commands:
 //! probes, readiness, restarts with backoff, crash loops, stops past the grace period, output,
 //! and instances that outlive the process that started them.
 
@@ -22,6 +22,7 @@ use runway_runtime::{LocalConfig, LocalRuntime, Runtime, RuntimeError, Superviso
 use tokio::sync::watch;
 
 const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+const SUPERVISOR: &str = env!("CARGO_BIN_EXE_runway-supervisor");
 /// Bound on any one wait in these tests.
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -44,14 +45,26 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// Supervisors are the `runway-supervisor` binary.
     fn new() -> Self {
+        Self::with(SupervisorCommand {
+            program: SUPERVISOR.into(),
+            args: vec![],
+        })
+    }
+
+    /// Supervisors are `runway supervise`, as when `runway-supervisor` is not installed.
+    fn with_runway_supervise() -> Self {
+        Self::with(SupervisorCommand {
+            program: RUNWAY.into(),
+            args: vec!["supervise".into()],
+        })
+    }
+
+    fn with(supervisor: SupervisorCommand) -> Self {
         let state = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
         std::fs::create_dir(work.path().join("www")).unwrap();
-        let supervisor = SupervisorCommand {
-            program: RUNWAY.into(),
-            args: vec!["supervise".into()],
-        };
         let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor));
         Self {
             _state: state,
@@ -234,7 +247,7 @@ async fn a_command_serves_passes_its_probes_and_stops_gracefully() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashing_command_backs_off_into_a_crash_loop_that_says_why() {
-    let fixture = Fixture::new();
+    let fixture = Fixture::with_runway_supervise();
     let spec = fixture.shell("crash", "echo \"failing as usual\" >&2; exit 3");
     let started_at = Instant::now();
     fixture.runtime.instance_ensure(spec).await.unwrap();
@@ -384,8 +397,8 @@ fn an_instance_outlives_the_process_that_started_it_and_is_adopted() {
     parent.wait().unwrap();
 
     let supervisor = SupervisorCommand {
-        program: RUNWAY.into(),
-        args: vec!["supervise".into()],
+        program: SUPERVISOR.into(),
+        args: vec![],
     };
     let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor));
     let rt = tokio::runtime::Builder::new_current_thread()

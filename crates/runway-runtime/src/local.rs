@@ -241,6 +241,12 @@ impl Runtime for LocalRuntime {
             return Ok(());
         }
         self.instance_stop(id).await?;
+        // The supervisor's last act is to remove its socket, after writing its final status.
+        let socket = dir.join(SOCKET);
+        let deadline = tokio::time::Instant::now() + self.config.stop_margin;
+        while socket.exists() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
     }
 
