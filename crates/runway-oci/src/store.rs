@@ -89,8 +89,12 @@ pub struct Image {
     pub config: ImageConfig,
     /// The unpacked filesystem.
     pub rootfs: Rootfs,
-    /// Whether this pull fetched no blob and unpacked nothing.
+    /// Whether this pull fetched no blob and unpacked nothing (a pull by tag still made one
+    /// manifest request).
     pub cache_hit: bool,
+    /// Layer entries the unpacker skipped (FIFOs, unknown types), as `path: reason`; empty when
+    /// nothing was unpacked.
+    pub unpack_warnings: Vec<String>,
 }
 
 /// Counts of what a store has done since it opened (for metrics and tests).
@@ -236,7 +240,6 @@ impl Store {
             .await?;
         let config = ImageConfig::parse(&config_digest, &config_bytes)?;
 
-        let fetched_before = remote.blob_fetches;
         let (rootfs, unpacked) = self
             .ensure_rootfs(&mut remote, &digest, &manifest, &config, opts.id_shift)
             .await?;
@@ -248,7 +251,8 @@ impl Store {
             config_digest,
             config,
             rootfs,
-            cache_hit: remote.blob_fetches == 0 && fetched_before == 0 && !unpacked,
+            cache_hit: remote.blob_fetches == 0 && unpacked.is_none(),
+            unpack_warnings: unpacked.unwrap_or_default(),
         })
     }
 
@@ -332,8 +336,8 @@ impl Store {
         Ok(())
     }
 
-    /// Makes sure the rootfs exists, fetching missing layers and unpacking; returns it and
-    /// whether this call unpacked.
+    /// Makes sure the rootfs exists, fetching missing layers and unpacking; returns it and,
+    /// when this call unpacked, the unpacker's warnings.
     async fn ensure_rootfs(
         &self,
         remote: &mut Remote<'_>,
@@ -341,14 +345,14 @@ impl Store {
         manifest: &Manifest,
         config: &ImageConfig,
         id_shift: u32,
-    ) -> Result<(Rootfs, bool), OciError> {
+    ) -> Result<(Rootfs, Option<Vec<String>>), OciError> {
         let path = self.rootfs_path(digest, id_shift);
         let rootfs = Rootfs {
             path: path.clone(),
             id_shift,
         };
         if path.is_dir() {
-            return Ok((rootfs, false));
+            return Ok((rootfs, None));
         }
         if !config.diff_ids.is_empty() && config.diff_ids.len() != manifest.layers.len() {
             return Err(OciError::InvalidDocument {
@@ -389,14 +393,14 @@ impl Store {
                 chown: self.as_root,
             },
         };
-        tokio::task::spawn_blocking(move || job.run())
+        let warnings = tokio::task::spawn_blocking(move || job.run())
             .await
             .map_err(|e| OciError::Task {
                 what: "unpacking",
                 reason: e.to_string(),
             })??;
         self.unpacks.fetch_add(1, Ordering::Relaxed);
-        Ok((rootfs, true))
+        Ok((rootfs, Some(warnings)))
     }
 }
 
@@ -409,11 +413,12 @@ struct UnpackJob {
 }
 
 impl UnpackJob {
-    fn run(self) -> Result<(), OciError> {
+    fn run(self) -> Result<Vec<String>, OciError> {
         let work = tempfile::Builder::new()
             .prefix("rootfs-")
             .tempdir_in(&self.tmp)
             .map_err(|e| OciError::io("create a directory in", &self.tmp, e))?;
+        let mut warnings = Vec::new();
         for (digest, compression, diff_id) in &self.layers {
             let blob = self.blobs.join(digest.hex());
             let result = unpack::apply_layer_file(
@@ -424,6 +429,20 @@ impl UnpackJob {
                 diff_id.as_ref(),
                 self.opts,
             );
+            let result = match result {
+                Err(e) if !matches!(e, OciError::DigestMismatch { .. }) => {
+                    // A decompression or tar error may be a corrupt cached blob: say so if it is.
+                    match hash_file(&blob) {
+                        Ok(actual) if actual != *digest => Err(OciError::DigestMismatch {
+                            kind: BlobKind::Layer,
+                            expected: digest.to_string(),
+                            actual: actual.to_string(),
+                        }),
+                        _ => Err(e),
+                    }
+                }
+                other => other,
+            };
             if let Err(OciError::DigestMismatch {
                 kind: BlobKind::Layer,
                 ..
@@ -432,7 +451,7 @@ impl UnpackJob {
                 // The cached blob is corrupt: drop it so the next pull fetches it again.
                 let _ = std::fs::remove_file(&blob);
             }
-            result?;
+            warnings.extend(result?.skipped);
         }
         unpack::add_mount_points(work.path(), self.opts)?;
         {
@@ -453,16 +472,29 @@ impl UnpackJob {
         }
         let work = work.keep();
         match std::fs::rename(&work, &self.dest) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(warnings),
             Err(_) if self.dest.is_dir() => {
                 // Another pull finished first: theirs is identical, ours goes.
                 let _ = std::fs::remove_dir_all(&work);
-                Ok(())
+                Ok(warnings)
             }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&work);
                 Err(OciError::io("rename into", &self.dest, e))
             }
+        }
+    }
+}
+
+fn hash_file(path: &Path) -> io::Result<Digest> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = io::Read::read(&mut file, &mut buf)?;
+        match buf.get(..n) {
+            Some(chunk) if n > 0 => hasher.update(chunk),
+            _ => return Ok(hasher.finish()),
         }
     }
 }

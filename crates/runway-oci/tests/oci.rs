@@ -131,6 +131,39 @@ fn pull_pins_the_digest_and_a_second_pull_is_a_cache_hit() {
     assert_eq!(moved.digest, second.digest);
     assert_eq!(moved.config.cmd, ["echo changed"]);
 
+    // A corrupted cache is detected, not trusted: the bad layer is dropped and fetched again.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.blob_path(&first.digest)).expect("manifest"))
+            .expect("json");
+    let layer =
+        Digest::parse(manifest["layers"][0]["digest"].as_str().expect("layer")).expect("digest");
+    let mut bytes = std::fs::read(store.blob_path(&layer)).expect("cached layer");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55;
+    std::fs::write(store.blob_path(&layer), &bytes).expect("corrupt");
+    std::fs::remove_dir_all(&image.rootfs.path).expect("drop rootfs");
+    let err = pull(&store, &image.pinned, &opts).expect_err("corrupt cache");
+    assert!(
+        matches!(
+            &err,
+            OciError::DigestMismatch {
+                kind: BlobKind::Layer,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!store.blob_path(&layer).exists());
+    assert!(!image.rootfs.path.exists());
+    assert_eq!(
+        std::fs::read_dir(store.root().join("tmp"))
+            .expect("tmp")
+            .count(),
+        0
+    );
+    let healed = pull(&store, &image.pinned, &opts).expect("refetched");
+    assert!(healed.rootfs.path.join("bin/busybox").is_file());
+
     // With the registry gone, the pinned image is still served from the cache.
     registry.stop();
     let offline = pull(&store, &image.pinned, &opts).expect("offline pull by digest");
@@ -638,6 +671,7 @@ fn bundles_run_under_runc_and_crun() {
     assert_eq!(out.code, Some(137), "crun: {out:?}");
 
     // Without a user namespace: a rootfs with unshifted ownership, the host's id map.
+    let started = Instant::now();
     let plain = pull(
         &store,
         &image.pinned,
@@ -647,6 +681,15 @@ fn bundles_run_under_runc_and_crun() {
         },
     )
     .expect("pull unshifted");
+    eprintln!(
+        "busybox image: unpack from cached blobs (id shift 0) {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        store.stats().blob_fetches,
+        2,
+        "the blobs came from the cache"
+    );
     assert_ne!(plain.rootfs.path, image.rootfs.path);
     let no_userns = BundleOptions {
         user_namespace: None,
