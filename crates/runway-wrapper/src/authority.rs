@@ -108,6 +108,9 @@ async fn forward_requests(
             continue;
         }
 
+        if len > MAX_BLOCK {
+            return Err(invalid("a header frame larger than 1 MiB"));
+        }
         let mut payload = vec![0u8; len];
         from.read_exact(&mut payload).await?;
         if kind == HEADERS {

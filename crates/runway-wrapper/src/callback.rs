@@ -171,6 +171,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_empty_method_is_get_as_in_go() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/done", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut buf = [0u8; 512];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                head.extend_from_slice(&buf[..n]);
+            }
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            String::from_utf8(head).unwrap()
+        });
+        let callback = ShutdownCallback {
+            url,
+            method: String::new(),
+            headers: BTreeMap::new(),
+        };
+        let status = tokio::time::timeout(CALLBACK_TIMEOUT, send(&callback))
+            .await
+            .unwrap();
+        assert_eq!(status.unwrap(), http::StatusCode::OK);
+        let head = server.await.unwrap();
+        assert!(head.starts_with("GET /done HTTP/1.1\r\n"), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains("\r\nhost: 127.0.0.1:"),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
     async fn bad_callbacks_are_errors_not_panics() {
         for (url, method, says) in [
             ("https://127.0.0.1:1/", "", "only http://"),

@@ -31,6 +31,12 @@
 //! its name, so clients built from either work. The code generated from it is checked in
 //! ([`proto`]); a test regenerates it and fails on drift.
 //!
+//! On a unix socket, clients built on grpc C-core (Python, Ruby, C++), grpc-java and
+//! grpc-swift name the socket's path as the HTTP/2 `:authority`, which the HTTP/2 server under
+//! tonic refuses and upstream's Go server takes; each unix socket connection therefore goes
+//! through a small proxy that replaces such an authority with `localhost` (see
+//! `authority.rs`). A Python client generated from the proto is part of the tests.
+//!
 //! Behaviour follows upstream's `helpers/runner_wrapper/wrapper.go` and
 //! `commands/wrapper.go`:
 //!
@@ -124,7 +130,9 @@ Examples:
   runway wrapper --grpc-listen tcp://127.0.0.1:7777 --process-termination-timeout 1m30s \\
       --graceful-shutdown-signal SIGTERM -- node server.js";
 
-/// `runway wrapper`'s flags: mount with `#[command(flatten)]` or as a subcommand's arguments.
+/// Run a command and serve GitLab Runner's process wrapper gRPC API for it
+// `runway wrapper`'s flags: the `runway` CLI mounts them as a subcommand's arguments (or with
+// `#[command(flatten)]`). The doc comment above is the command's `about` in `--help`.
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct WrapperArgs {
@@ -149,13 +157,9 @@ pub struct WrapperArgs {
     #[arg(long, value_name = "SIGNAL", default_value = "SIGQUIT")]
     pub graceful_shutdown_signal: StopSignal,
 
-    /// The command to run, and its arguments (after --)
-    #[arg(
-        value_name = "COMMAND",
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
+    /// The command to run and its arguments, best after -- (everything after the command is
+    /// its own)
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 

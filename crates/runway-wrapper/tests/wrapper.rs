@@ -497,6 +497,19 @@ fn flags_parse_with_upstream_defaults_and_name_what_is_wrong() {
     }
     let error = Cli::try_parse_from(["w"]).unwrap_err().to_string();
     assert!(error.contains("<COMMAND>"), "{error}");
+
+    // Without --, everything from the command on is the command's; a mistyped flag before it
+    // is an error, not a command.
+    let cli = Cli::try_parse_from(["w", "worker", "--grpc-listen", "x"]).unwrap();
+    assert_eq!(cli.args.command, ["worker", "--grpc-listen", "x"]);
+    assert_eq!(cli.args.grpc_listen.to_string(), "tcp://localhost:7777");
+    let error = Cli::try_parse_from(["w", "--grpc-listn", "tcp://localhost:1", "--", "worker"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("unexpected argument '--grpc-listn'"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -504,6 +517,7 @@ fn help_explains_each_flag_with_examples() {
     use clap::CommandFactory;
     let help = Cli::command().render_long_help().to_string();
     for text in [
+        "Run a command and serve GitLab Runner's process wrapper gRPC API for it",
         "--grpc-listen <URL>",
         "[default: tcp://localhost:7777]",
         "unix:///run/runway-wrapper.sock",
