@@ -426,4 +426,23 @@ mod tests {
         let c = br#"{"config":{"Entrypoint":null,"Cmd":null,"Env":null}}"#;
         assert!(ImageConfig::parse(&d(), c).is_ok());
     }
+
+    mod property {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Whatever a registry sends, parsing returns a value or an error, never a panic.
+            #[test]
+            fn documents_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..256), text in ".{0,80}") {
+                let _ = parse_manifest("r", &d(), &bytes, None);
+                let _ = parse_manifest("r", &d(), text.as_bytes(), Some(&text));
+                let _ = ImageConfig::parse(&d(), &bytes);
+                let _ = ImageConfig::parse(&d(), text.as_bytes());
+                let _ = Digest::parse(&text);
+                let manifests = [Descriptor { media_type: String::new(), digest: text.clone(), size: None, platform: None }];
+                let _ = select_platform("r", &manifests, &Platform::host());
+            }
+        }
+    }
 }

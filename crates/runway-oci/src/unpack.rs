@@ -123,14 +123,30 @@ pub(crate) fn apply_layer(
     }
     // Directory modes and times last, deepest first, so a read-only directory does not stop
     // its own children from being written and children do not bump their parent's mtime.
+    // A later entry of the layer may have replaced the directory, or one of its parents, with
+    // a symlink: chmod follows symlinks, so apply only to what is still a real directory
+    // reached through real directories.
     let dirs = std::mem::take(&mut state.dirs);
-    for (path, mode, mtime) in dirs.iter().rev() {
-        fs::set_permissions(path, fs::Permissions::from_mode(*mode))
-            .map_err(|e| OciError::io("set mode of", path, e))?;
-        filetime::set_symlink_file_times(path, *mtime, *mtime)
-            .map_err(|e| OciError::io("set times of", path, e))?;
+    for (rel, mode, mtime) in dirs.iter().rev() {
+        if !is_real_dir(root, rel) {
+            continue;
+        }
+        let path = root.join(rel);
+        fs::set_permissions(&path, fs::Permissions::from_mode(*mode))
+            .map_err(|e| OciError::io("set mode of", &path, e))?;
+        filetime::set_symlink_file_times(&path, *mtime, *mtime)
+            .map_err(|e| OciError::io("set times of", &path, e))?;
     }
     Ok(state.report)
+}
+
+/// Whether `root/rel` and every directory on the way are real directories (no symlinks).
+fn is_real_dir(root: &Path, rel: &Path) -> bool {
+    let mut path = root.to_path_buf();
+    rel.components().all(|c| {
+        path.push(c);
+        fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir())
+    })
 }
 
 struct Layer<'a> {
@@ -140,7 +156,7 @@ struct Layer<'a> {
     report: LayerReport,
     /// Paths (relative) this layer wrote, with all their ancestors: what an opaque whiteout keeps.
     written: HashSet<PathBuf>,
-    /// Directories whose mode and time are set at the end.
+    /// Directories (relative) whose mode and time are set at the end.
     dirs: Vec<(PathBuf, u32, filetime::FileTime)>,
 }
 
@@ -246,7 +262,7 @@ impl Layer<'_> {
                     Err(e) => return Err(OciError::io("inspect", &target, e)),
                 }
                 self.chown(&target, uid, gid, &shown)?;
-                self.dirs.push((target, mode, mtime));
+                self.dirs.push((rel.clone(), mode, mtime));
             }
             tar::EntryType::Symlink => {
                 let link = entry
@@ -755,6 +771,36 @@ mod tests {
     }
 
     #[test]
+    fn deferred_directory_modes_never_follow_a_later_symlink() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&root).expect("root");
+        fs::create_dir_all(outside.join("y")).expect("outside");
+        for p in ["", "y"] {
+            fs::set_permissions(outside.join(p), fs::Permissions::from_mode(0o700)).expect("chmod");
+        }
+        let target = outside.to_string_lossy().into_owned();
+        // A directory entry, then a symlink replacing it (or its parent) in the same layer: the
+        // directory's mode, applied at the end of the layer, must not land on the target.
+        let _ = apply(&root, &[(D, "a/", "", ""), (S, "a", &target, "")]);
+        let _ = apply(
+            &root,
+            &[
+                (D, "x/", "", ""),
+                (D, "x/y/", "", ""),
+                (S, "x", &target, ""),
+            ],
+        );
+        for p in ["", "y"] {
+            let mode = fs::metadata(outside.join(p))
+                .map(|m| m.mode() & 0o7777)
+                .ok();
+            assert_eq!(mode, Some(0o700), "mode of outside/{p} changed");
+        }
+    }
+
+    #[test]
     fn zstd_multi_frame_and_digests() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let tar = tar_of(&[(F, "a", "", "hello")]);
@@ -863,6 +909,19 @@ mod tests {
                 let outside = tmp.path().join("OUT");
                 fs::create_dir(&root).expect("root");
                 fs::create_dir(&outside).expect("outside");
+                fs::create_dir(outside.join("a")).expect("outside/a");
+                fs::write(outside.join("a/b"), "victim").expect("outside/a/b");
+                for (p, mode) in [("", 0o700), ("a", 0o700), ("a/b", 0o600)] {
+                    fs::set_permissions(outside.join(p), fs::Permissions::from_mode(mode)).expect("chmod");
+                    filetime::set_file_mtime(outside.join(p), filetime::FileTime::from_unix_time(1, 0)).expect("mtime");
+                }
+                let snapshot = || -> Vec<(u32, i64, u32, u32)> {
+                    ["", "a", "a/b"].iter().map(|p| {
+                        let m = fs::symlink_metadata(outside.join(p)).expect("stat outside");
+                        (m.mode(), m.mtime(), m.uid(), m.gid())
+                    }).collect()
+                };
+                let before = snapshot();
                 let outside_str = outside.to_string_lossy().into_owned();
                 let entries: Vec<(tar::EntryType, String, String, String)> = entries
                     .into_iter()
@@ -874,11 +933,26 @@ mod tests {
                     .collect();
                 let refs: Vec<(tar::EntryType, &str, &str, &str)> =
                     entries.iter().map(|(k, p, l, d)| (*k, p.as_str(), l.as_str(), d.as_str())).collect();
+                // The whole layer, then only the entries that are not refused on sight (so the
+                // rest of a layer gets applied, deferred directory modes included).
+                let plausible: Vec<_> = refs
+                    .iter()
+                    .copied()
+                    .filter(|(k, p, l, _)| {
+                        *k != Char
+                            && !p.split('/').any(|c| c == "..")
+                            && !(*k == H && l.split('/').any(|c| c == ".."))
+                    })
+                    .collect();
                 let _ = apply(&root, &refs);
-                let _ = apply(&root, &refs);
+                let _ = apply(&root, &plausible);
+                let _ = apply(&root, &plausible);
                 let beside: Vec<_> = fs::read_dir(tmp.path()).expect("ls").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
                 prop_assert_eq!(beside.len(), 2);
-                prop_assert_eq!(fs::read_dir(&outside).expect("ls").count(), 0);
+                prop_assert_eq!(fs::read_dir(&outside).expect("ls").count(), 1);
+                prop_assert_eq!(fs::read_dir(outside.join("a")).expect("ls").count(), 1);
+                prop_assert_eq!(fs::read_to_string(outside.join("a/b")).expect("victim"), "victim");
+                prop_assert_eq!(snapshot(), before, "modes, times or owners changed outside the root");
             }
         }
     }
