@@ -209,7 +209,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         eprintln!("showing its output; Ctrl-C stops it");
-        let exit = follow(&runtime, &id, true).await?;
+        let exit = follow(&runtime, &id, Some(&status), true).await?;
         Ok(exit)
     })
 }
@@ -219,12 +219,20 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
 async fn follow(
     runtime: &LocalRuntime,
     id: &str,
+    shown: Option<&InstanceStatus>,
     stop_on_interrupt: bool,
 ) -> anyhow::Result<ExitCode> {
     let mut status = runtime.watch(id).await?;
     let mut follower = Follower::from_end(&runtime.instance_dir(id));
-    let mut last_phase = status.borrow().phase;
-    let mut last_ready = status.borrow().ready;
+    let current = status.borrow().clone();
+    if shown.is_none_or(|shown| (shown.phase, shown.ready) != (current.phase, current.ready)) {
+        eprintln!("{}", describe(&current));
+    }
+    if current.phase.is_final() {
+        return Ok(exit_code(&current));
+    }
+    let mut last_phase = current.phase;
+    let mut last_ready = current.ready;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -370,7 +378,7 @@ pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
     tokio()?.block_on(async {
         print_lines(&runtime.logs(&args.id, args.lines).await?);
         if args.follow {
-            return follow(&runtime, &args.id, false).await;
+            return follow(&runtime, &args.id, None, false).await;
         }
         Ok(ExitCode::SUCCESS)
     })

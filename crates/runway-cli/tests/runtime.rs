@@ -41,6 +41,7 @@ fn busybox() -> Option<PathBuf> {
 struct Fixture {
     _state: tempfile::TempDir,
     work: tempfile::TempDir,
+    supervisor: SupervisorCommand,
     runtime: LocalRuntime,
 }
 
@@ -65,10 +66,11 @@ impl Fixture {
         let state = tempfile::tempdir().unwrap();
         let work = tempfile::tempdir().unwrap();
         std::fs::create_dir(work.path().join("www")).unwrap();
-        let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor));
+        let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor.clone()));
         Self {
             _state: state,
             work,
+            supervisor,
             runtime,
         }
     }
@@ -428,4 +430,129 @@ fn an_instance_outlives_the_process_that_started_it_and_is_adopted() {
         runtime.instance_remove("orphan").await.unwrap();
         assert!(runtime.instances().await.unwrap().is_empty());
     });
+}
+
+/// An image built from busybox-static with umoci, pushed with skopeo into a real registry on
+/// loopback, pulled by the runtime and pinned by digest, run by runc under a supervisor: it
+/// serves HTTP, passes its probes, gets its secret, stops gracefully; a second instance that
+/// allocates past its memory limit is OOM-killed and reported so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_runs_under_runc_with_probes_limits_and_a_graceful_stop() {
+    use runway_oci::testing::{BusyboxImage, Registry, push_busybox_image, require_tools};
+    if !require_tools(
+        "runtime images",
+        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
+    ) {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let image = BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        cmd: vec![
+            "trap 'echo graceful stop; exit 0' TERM; echo \"serving as $(id -u) with $API_TOKEN\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into(),
+        ],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![("www/index.html".into(), b"hello from a container\n".to_vec(), 0o644)],
+        ..BusyboxImage::default()
+    };
+    let pushed = push_busybox_image(&registry, "runway/web", "1.0", &image).unwrap();
+
+    let mut fixture = Fixture::new();
+    let mut config = LocalConfig::new(fixture._state.path(), fixture.supervisor.clone());
+    config.pull.insecure_registries = vec![registry.host()];
+    fixture.runtime = LocalRuntime::new(config);
+
+    let mut spec = fixture.shell("ctr", "");
+    spec.artifact = Artifact::Image {
+        reference: pushed.reference.clone(),
+        command: None,
+        args: None,
+        working_dir: None,
+    };
+    spec.port = Some(0);
+    spec.probes.startup = Some(probe(
+        Check::Http {
+            path: "/index.html".into(),
+        },
+        100,
+    ));
+    spec.limits = Limits {
+        memory_bytes: Some(64 << 20),
+        cpu_millis: Some(500),
+    };
+    let started = fixture.runtime.instance_ensure(spec.clone()).await.unwrap();
+    let port = started.port.unwrap();
+    let mut status = fixture.runtime.watch("ctr").await.unwrap();
+    wait_for(&mut status, "ready", |s| s.ready).await;
+    assert!(http_get(port, "/index.html").contains("hello from a container"));
+
+    // Pinned: the recorded spec names the digest, not the tag.
+    let dir = fixture.runtime.instance_dir("ctr");
+    let persisted = std::fs::read_to_string(dir.join("spec.json")).unwrap();
+    assert!(persisted.contains(&pushed.pinned), "{persisted}");
+    // The secret reached the process but no file: not the spec, not the bundle.
+    let logs = fixture.runtime.logs("ctr", 10).await.unwrap();
+    assert!(
+        logs.iter().any(|l| l.text == "serving as 0 with s3cr3t"),
+        "{logs:?}"
+    );
+    for file in ["spec.json", "bundle/config.json", "status.json"] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        assert!(!text.contains("s3cr3t"), "the secret is in {file}");
+    }
+
+    let stopped = fixture.runtime.instance_stop("ctr").await.unwrap();
+    let exit = stopped.last_exit.unwrap();
+    assert_eq!((exit.code, exit.cause.as_deref()), (0, None), "{exit:?}");
+    assert!(
+        exit.last_output.contains(&"graceful stop".to_owned()),
+        "{exit:?}"
+    );
+
+    // Over the memory limit: the kernel kills it, and the supervisor says why.
+    let mut hungry = spec.clone();
+    hungry.id = "hungry".into();
+    hungry.artifact = Artifact::Image {
+        reference: pushed.pinned.clone(),
+        command: Some(vec!["/bin/sh".into(), "-c".into()]),
+        args: Some(vec![
+            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived".into(),
+        ]),
+        working_dir: None,
+    };
+    hungry.port = None;
+    hungry.probes = Probes::default();
+    hungry.restart.mode = RestartMode::Never;
+    hungry.limits.memory_bytes = Some(32 << 20);
+    fixture.runtime.instance_ensure(hungry).await.unwrap();
+    let mut status = fixture.runtime.watch("hungry").await.unwrap();
+    let failed = wait_for(&mut status, "the OOM kill", |s| s.phase.is_final()).await;
+    let exit = failed.last_exit.unwrap();
+    assert!(exit.oom_killed, "{exit:?}");
+    assert_eq!(failed.phase, Phase::Failed);
+    assert!(exit.reason.contains("memory limit"), "{}", exit.reason);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_image_is_a_clear_error_and_leaves_nothing_behind() {
+    use runway_oci::testing::{Registry, require_tools};
+    if !require_tools("unknown image", &["docker-registry"]) {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let mut fixture = Fixture::new();
+    let mut config = LocalConfig::new(fixture._state.path(), fixture.supervisor.clone());
+    config.pull.insecure_registries = vec![registry.host()];
+    fixture.runtime = LocalRuntime::new(config);
+    let mut spec = fixture.shell("nope", "");
+    spec.artifact = Artifact::Image {
+        reference: format!("{}/no/such:image", registry.host()),
+        command: None,
+        args: None,
+        working_dir: None,
+    };
+    let error = fixture.runtime.instance_ensure(spec).await.unwrap_err();
+    assert!(matches!(error, RuntimeError::Image { .. }), "{error:?}");
+    assert!(error.to_string().contains("no/such"), "{error}");
+    assert!(!fixture.runtime.instance_dir("nope").exists());
 }

@@ -3,6 +3,7 @@
 //! which the supervisor reaps as the child subreaper. The cgroup stays until `delete`, so the
 //! kernel's OOM-kill counter can be read after the process ended.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -41,6 +42,7 @@ impl Container {
         oci_runtime: &Path,
         cgroup_path: Option<&str>,
         state_dir: &Path,
+        secret_env: &BTreeMap<String, String>,
     ) -> Result<(Self, Output), String> {
         // A container left by an earlier supervisor of this instance would block the id.
         delete(oci_runtime, id).await;
@@ -61,14 +63,26 @@ impl Container {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = create
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", oci_runtime.display()))?;
-        let output = (child.stdout.take(), child.stderr.take());
-        let status = tokio::time::timeout(OCI_RUNTIME_TIMEOUT, child.wait())
-            .await
-            .map_err(|_| format!("{} create did not finish in time", oci_runtime.display()))?
-            .map_err(|e| format!("{} create: {e}", oci_runtime.display()))?;
+        // Secrets are in the bundle only while `create` reads it.
+        let config = bundle.join("config.json");
+        let plain = with_secrets(&config, secret_env)?;
+        let created = async {
+            let mut child = create
+                .spawn()
+                .map_err(|e| format!("cannot run {}: {e}", oci_runtime.display()))?;
+            let output = (child.stdout.take(), child.stderr.take());
+            let status = tokio::time::timeout(OCI_RUNTIME_TIMEOUT, child.wait())
+                .await
+                .map_err(|_| format!("{} create did not finish in time", oci_runtime.display()))?
+                .map_err(|e| format!("{} create: {e}", oci_runtime.display()))?;
+            Ok::<_, String>((output, status))
+        }
+        .await;
+        if let Some(plain) = plain {
+            fs::write(&config, plain)
+                .map_err(|e| format!("cannot restore {}: {e}", config.display()))?;
+        }
+        let (output, status) = created?;
         if !status.success() {
             return Err(format!(
                 "{} create failed: {}",
@@ -155,6 +169,39 @@ impl Container {
         delete(&self.oci_runtime, &self.id).await;
         let _ = fs::remove_file(self.state_dir.join("container.pid"));
     }
+}
+
+/// Adds the secrets to the bundle's `process.env`; returns the text without them, to write back.
+fn with_secrets(
+    config: &Path,
+    secret_env: &BTreeMap<String, String>,
+) -> Result<Option<Vec<u8>>, String> {
+    if secret_env.is_empty() {
+        return Ok(None);
+    }
+    let cannot =
+        |e: &dyn std::fmt::Display| format!("cannot add secrets to {}: {e}", config.display());
+    let plain = fs::read(config).map_err(|e| cannot(&e))?;
+    let mut spec: serde_json::Value = serde_json::from_slice(&plain).map_err(|e| cannot(&e))?;
+    let env = spec
+        .pointer_mut("/process/env")
+        .and_then(serde_json::Value::as_array_mut)
+        .ok_or_else(|| cannot(&"it has no process.env"))?;
+    env.retain(|entry| {
+        let key = entry
+            .as_str()
+            .and_then(|e| e.split('=').next())
+            .unwrap_or_default();
+        !secret_env.contains_key(key)
+    });
+    env.extend(
+        secret_env
+            .iter()
+            .map(|(k, v)| serde_json::Value::from(format!("{k}={v}"))),
+    );
+    let text = serde_json::to_vec(&spec).map_err(|e| cannot(&e))?;
+    fs::write(config, text).map_err(|e| cannot(&e))?;
+    Ok(Some(plain))
 }
 
 async fn delete(oci_runtime: &Path, id: &str) {

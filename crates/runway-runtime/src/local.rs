@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use runway_oci::{BundleOptions, PullOptions, Store, UserNamespace, build_bundle};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -31,9 +32,16 @@ pub struct SupervisorCommand {
 
 #[derive(Debug, Clone)]
 pub struct LocalConfig {
-    /// Where instances' state directories live.
+    /// Where instances' state directories live (`instances/`) and the image cache (`images/`).
     pub root: PathBuf,
     pub supervisor: SupervisorCommand,
+    /// How images are pulled: credentials, insecure registries, timeouts.
+    pub pull: PullOptions,
+    /// The OCI runtime that runs containers: `runc` (default) or `crun`, a name on `PATH` or a
+    /// path.
+    pub oci_runtime: PathBuf,
+    /// Run containers in a user namespace (container root is host uid 100000). On by default.
+    pub user_namespace: bool,
     /// How long a new supervisor may take to answer on its socket.
     pub supervisor_start_timeout: Duration,
     /// Extra time, past an instance's grace period, that a stop may take.
@@ -45,6 +53,9 @@ impl LocalConfig {
         Self {
             root: root.into(),
             supervisor,
+            pull: PullOptions::default(),
+            oci_runtime: PathBuf::from("runc"),
+            user_namespace: true,
             supervisor_start_timeout: Duration::from_secs(10),
             stop_margin: Duration::from_secs(10),
         }
@@ -76,6 +87,65 @@ impl LocalRuntime {
             Ok(status) => Ok(status),
             Err(_) => read_last_status(&dir, id),
         }
+    }
+
+    /// Pulls the image (pinned to its digest) into the shared cache and writes the instance's
+    /// bundle; the spec's artifact becomes that container. Secrets stay out of the bundle: the
+    /// supervisor adds them only for the moment `runc create` reads it.
+    async fn prepare_image(&self, spec: &mut InstanceSpec, dir: &Path) -> Result<(), RuntimeError> {
+        let Artifact::Image {
+            reference,
+            command,
+            args,
+            working_dir,
+        } = &spec.artifact
+        else {
+            return Ok(());
+        };
+        let image_error = |message: String| RuntimeError::Image {
+            reference: reference.clone(),
+            message,
+        };
+        let oci_runtime = find_program(&self.config.oci_runtime, None, None)
+            .map_err(|e| image_error(format!("no OCI runtime to run it: {e}")))?;
+        let store =
+            Store::open(self.config.root.join("images")).map_err(|e| image_error(e.to_string()))?;
+        let user_namespace = self.config.user_namespace.then(UserNamespace::default);
+        let pull = PullOptions {
+            id_shift: user_namespace.map_or(0, |ns| ns.host_base),
+            ..self.config.pull.clone()
+        };
+        let image = store
+            .pull(reference, &pull)
+            .await
+            .map_err(|e| image_error(e.to_string()))?;
+        let cgroup_path = format!("/runway/{}", spec.id);
+        let options = BundleOptions {
+            command: command.clone(),
+            args: args.clone(),
+            env: spec
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            working_dir: working_dir.as_ref().map(|d| d.display().to_string()),
+            hostname: Some(spec.id.clone()),
+            memory_limit_bytes: spec.limits.memory_bytes,
+            cpu_millis: spec.limits.cpu_millis,
+            cgroups_path: Some(cgroup_path.clone()),
+            user_namespace,
+            ..BundleOptions::default()
+        };
+        let bundle = dir.join("bundle");
+        build_bundle(&bundle, &image.config, &image.rootfs, &options)
+            .map_err(|e| image_error(e.to_string()))?;
+        spec.artifact = Artifact::Container {
+            bundle,
+            oci_runtime,
+            image: image.pinned,
+            cgroup_path: Some(cgroup_path),
+        };
+        Ok(())
     }
 
     fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
@@ -177,14 +247,11 @@ impl Runtime for LocalRuntime {
                 });
             }
         }
-        if let Artifact::Image { reference, .. } = &spec.artifact {
-            return Err(RuntimeError::Image {
-                reference: reference.clone(),
-                message: "images are not supported by this runtime yet".to_owned(),
-            });
-        }
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
         let started = async {
+            if matches!(spec.artifact, Artifact::Image { .. }) {
+                self.prepare_image(&mut spec, &dir).await?;
+            }
             self.spawn_supervisor(&dir, &spec)?;
             self.wait_for_socket(&dir, &spec.id).await
         };
@@ -290,14 +357,29 @@ impl Runtime for LocalRuntime {
         let (sender, receiver) = watch::channel(first);
         let id = id.to_owned();
         tokio::spawn(async move {
+            let mut last_final = false;
             while let Some(status) = next_status(&mut lines).await {
+                last_final = status.phase.is_final();
                 if sender.send(status).is_err() {
                     return;
                 }
             }
-            // The stream ended: the supervisor finished (its status file has the final word)
-            // or died.
-            if let Ok(last) = read_last_status(&dir, &id) {
+            if last_final {
+                return;
+            }
+            // The stream ended early: the supervisor is finishing (its status file is about to
+            // get the final word) or died. Give it a moment to finish.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+            let last = loop {
+                match read_status_file(&dir, &id) {
+                    Ok(s) if s.phase.is_final() => break Ok(s),
+                    last if tokio::time::Instant::now() >= deadline => {
+                        break last.map(lost_if_not_final);
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            };
+            if let Ok(last) = last {
                 sender.send_if_modified(|current| {
                     let changed = *current != last;
                     *current = last;
@@ -351,13 +433,20 @@ async fn next_status(connection: &mut Connection) -> Option<InstanceStatus> {
 
 /// The status a supervisor last wrote. One that is not final means the supervisor died.
 fn read_last_status(dir: &Path, id: &str) -> Result<InstanceStatus, RuntimeError> {
+    read_status_file(dir, id).map(lost_if_not_final)
+}
+
+fn read_status_file(dir: &Path, id: &str) -> Result<InstanceStatus, RuntimeError> {
     let path = dir.join(STATUS_FILE);
     let text = fs::read_to_string(&path).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => RuntimeError::NotFound(id.to_owned()),
         _ => RuntimeError::io(&path, e),
     })?;
-    let mut status: InstanceStatus =
-        serde_json::from_str(&text).map_err(|e| RuntimeError::io(&path, io::Error::other(e)))?;
+    serde_json::from_str(&text).map_err(|e| RuntimeError::io(&path, io::Error::other(e)))
+}
+
+/// A status that is not final, read when its supervisor no longer answers: the instance is lost.
+fn lost_if_not_final(mut status: InstanceStatus) -> InstanceStatus {
     if !status.phase.is_final() {
         status.message = format!(
             "supervisor {} is gone; last seen {}: {}",
@@ -368,7 +457,7 @@ fn read_last_status(dir: &Path, id: &str) -> Result<InstanceStatus, RuntimeError
         status.phase = Phase::Failed;
         status.ready = false;
     }
-    Ok(status)
+    status
 }
 
 fn read_spec(dir: &Path) -> Option<InstanceSpec> {

@@ -501,6 +501,7 @@ impl Supervisor {
                     oci_runtime,
                     cgroup_path.as_deref(),
                     &self.state_dir,
+                    &self.spec.secret_env,
                 )
                 .await?;
                 Ok((Running::Container(container), output))
