@@ -62,6 +62,13 @@ enum Command {
     Logs(local::LogsArgs),
     /// Stop instances: their stop signal, their grace period, then SIGKILL.
     Stop(local::StopArgs),
+    /// Run a command and serve GitLab Runner's process wrapper gRPC API for it.
+    ///
+    /// Wire-compatible with `gitlab-runner wrapper`: the `deployer` (or any client built from
+    /// the same proto) checks its status and asks it to shut the command down gracefully
+    /// (SIGQUIT: let jobs finish) or forcefully (SIGTERM, then SIGKILL after the termination
+    /// timeout). Exits with the command's exit code.
+    Wrapper(runway_wrapper::WrapperArgs),
     /// Supervise one instance (started by the runtime, not by hand).
     #[command(hide = true)]
     Supervise(local::SuperviseArgs),
@@ -92,6 +99,8 @@ fn main() -> ExitCode {
         Command::Logs(args) => local::logs(&args),
         Command::Stop(args) => local::stop(&args),
         Command::Supervise(args) => return local::supervise(&args),
+        Command::Wrapper(args) => runway_wrapper::run_blocking(args)
+            .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Schema => {
             print_stdout(&runway_manifest::manifest_schema_json());
             Ok(ExitCode::SUCCESS)
