@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use runway_runtime::logs::{Follower, LogLine};
 use runway_runtime::service::{InstanceOptions, instance_spec};
 use runway_runtime::status::{InstanceStatus, Phase};
-use runway_runtime::{LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
+use runway_runtime::{Credentials, LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
 
 use crate::repo::{discover, display};
 use crate::{EXIT_INVALID, Output, RepoArg, print_stdout};
@@ -45,7 +45,28 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     detach: bool,
     #[command(flatten)]
+    images: ImageArgs,
+    #[command(flatten)]
     state: StateArg,
+}
+
+/// How images are pulled and run.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ImageArgs {
+    /// A registry (`host` or `host:port`, as in the image reference) reached over plain HTTP.
+    /// Every other registry is HTTPS only. Repeat for several.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    insecure_registry: Vec<String>,
+    /// Log in to the registry as this user, with the password read from standard input.
+    /// Without it, credentials come from $DOCKER_CONFIG/config.json or ~/.docker/config.json.
+    #[arg(long, value_name = "USER", requires = "registry_password_stdin")]
+    registry_username: Option<String>,
+    /// Read the registry password (or token) from standard input.
+    #[arg(long, requires = "registry_username")]
+    registry_password_stdin: bool,
+    /// The OCI runtime that runs containers: runc, or crun (a name on PATH or a path).
+    #[arg(long, value_name = "PROGRAM", default_value = "runc")]
+    oci_runtime: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -97,6 +118,27 @@ pub(crate) fn supervise(args: &SuperviseArgs) -> ExitCode {
 }
 
 fn runtime(state: &StateArg) -> anyhow::Result<LocalRuntime> {
+    Ok(LocalRuntime::new(local_config(state)?))
+}
+
+fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<LocalRuntime> {
+    let mut config = local_config(state)?;
+    config.pull.insecure_registries = images.insecure_registry.clone();
+    config.oci_runtime = images.oci_runtime.clone();
+    if let Some(username) = &images.registry_username {
+        let mut password = String::new();
+        std::io::stdin()
+            .read_line(&mut password)
+            .context("cannot read the registry password from standard input")?;
+        config.pull.credentials = Credentials::Basic {
+            username: username.clone(),
+            password: password.trim_end_matches(['\r', '\n']).to_owned(),
+        };
+    }
+    Ok(LocalRuntime::new(config))
+}
+
+fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {
     let root = match &state.state_dir {
         Some(dir) => dir.clone(),
         None => default_state_dir()?,
@@ -115,7 +157,7 @@ fn runtime(state: &StateArg) -> anyhow::Result<LocalRuntime> {
             args: vec!["supervise".into()],
         }
     };
-    Ok(LocalRuntime::new(LocalConfig::new(root, supervisor)))
+    Ok(LocalConfig::new(root, supervisor))
 }
 
 fn default_state_dir() -> anyhow::Result<PathBuf> {
@@ -198,7 +240,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         secret_env: BTreeMap::new(),
     };
     let spec = instance_spec(&config, &options)?;
-    let runtime = runtime(&args.state)?;
+    let runtime = runtime_for_images(&args.state, &args.images)?;
     tokio()?.block_on(async {
         let status = runtime.instance_ensure(spec).await?;
         eprintln!("{}", describe(&status));

@@ -556,3 +556,96 @@ async fn an_unknown_image_is_a_clear_error_and_leaves_nothing_behind() {
     assert!(error.to_string().contains("no/such"), "{error}");
     assert!(!fixture.runtime.instance_dir("nope").exists());
 }
+
+/// The same through the command line: `runway run --detach --image`, `ps`, `logs`, `stop`.
+#[test]
+fn runway_run_ps_logs_and_stop_an_image() {
+    use runway_oci::testing::{BusyboxImage, Registry, push_busybox_image, require_tools};
+    if !require_tools(
+        "runway run an image",
+        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
+    ) {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let image = BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        // A container's PID 1 has no default action for SIGTERM: the shell traps it.
+        cmd: vec![
+            "trap 'exit 0' TERM; echo \"hello from $K_SERVICE\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait"
+                .into(),
+        ],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![("www/index.html".into(), b"served by runc\n".to_vec(), 0o644)],
+        ..BusyboxImage::default()
+    };
+    let pushed = push_busybox_image(&registry, "runway/cli", "1.0", &image).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let repo = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(repo.path().join(".runway")).unwrap();
+    std::fs::write(
+        repo.path().join(".runway/runway.yml"),
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: shop\nspec:\n  startup_probe:\n    path: /index.html\n    period_seconds: 1\n",
+    )
+    .unwrap();
+    let runway = |args: &[&str]| {
+        let output = Command::new(RUNWAY)
+            .args(args)
+            .arg("--state-dir")
+            .arg(state.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (
+            output.status.code(),
+            text(&output.stdout),
+            text(&output.stderr),
+        )
+    };
+
+    let repo_path = repo.path().to_str().unwrap();
+    let host = registry.host();
+    let (code, _, err) = runway(&[
+        "run",
+        "--detach",
+        "--image",
+        &pushed.reference,
+        "--insecure-registry",
+        &host,
+        repo_path,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("instance shop runs in the background"),
+        "{err}"
+    );
+
+    // Wait for ready through `ps --output json`.
+    let deadline = Instant::now() + WAIT;
+    let port = loop {
+        let (code, out, err) = runway(&["ps", "--output", "json"]);
+        assert_eq!(code, Some(0), "{err}");
+        let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if list[0]["ready"] == true {
+            break u16::try_from(list[0]["port"].as_u64().unwrap()).unwrap();
+        }
+        assert!(Instant::now() < deadline, "not ready: {out}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(http_get(port, "/index.html").contains("served by runc"));
+    let (_, table, _) = runway(&["ps"]);
+    assert!(table.starts_with("ID    PHASE    READY  PORT"), "{table}");
+    let (code, logs, err) = runway(&["logs", "shop"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(logs, "hello from shop\n");
+
+    let (code, _, err) = runway(&["stop", "--remove", "shop"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("shop: stopped"), "{err}");
+    let (_, out, _) = runway(&["ps", "--output", "json"]);
+    assert_eq!(out.trim(), "[]");
+    let (code, _, err) = runway(&["logs", "shop"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no instance \"shop\""), "{err}");
+}

@@ -19,6 +19,7 @@ pub mod status;
 pub mod supervisor;
 
 pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
+pub use runway_oci::{Credentials, PullOptions};
 pub use runtime::{Runtime, RuntimeError};
 pub use spec::InstanceSpec;
 pub use status::{InstanceStatus, Phase};
