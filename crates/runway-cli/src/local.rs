@@ -232,12 +232,25 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         Some(env) => format!("{}-{env}", config.dns_name),
         None => config.dns_name.clone(),
     });
+    // Until the control plane keeps secrets, a local run takes them from the caller's
+    // environment, by name.
+    let mut secret_env = BTreeMap::new();
+    for name in &config.secrets {
+        match std::env::var(name) {
+            Ok(value) => {
+                secret_env.insert(name.clone(), value);
+            }
+            Err(_) => eprintln!(
+                "warning: secret {name} is not set: export {name} to give the instance a value"
+            ),
+        }
+    }
     let options = InstanceOptions {
         id: id.clone(),
         revision: format!("{}-local", config.dns_name),
         image: args.image.clone(),
         base_dir: std::path::absolute(&base_dir).unwrap_or(base_dir),
-        secret_env: BTreeMap::new(),
+        secret_env,
     };
     let spec = instance_spec(&config, &options)?;
     let runtime = runtime_for_images(&args.state, &args.images)?;

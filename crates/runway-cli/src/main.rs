@@ -54,7 +54,8 @@ enum Command {
     /// `K_REVISION`; its probes are checked and it is restarted with backoff when it ends. It
     /// runs under a supervisor process of its own, so it keeps running if this command is
     /// killed: `runway ps` finds it again. Ctrl-C stops it (its stop signal, then SIGKILL after
-    /// its grace period). With `--detach`, returns once it has started.
+    /// its grace period). With `--detach`, returns once it has started. Secrets the manifest
+    /// names are taken from this command's environment.
     Run(local::RunArgs),
     /// List the instances on this machine with their phase, readiness, port and restarts.
     Ps(local::PsArgs),

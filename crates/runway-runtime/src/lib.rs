@@ -6,7 +6,10 @@
 //!   instance (a command, or a container through runc), probes it, restarts it with backoff,
 //!   writes its output to rotating files and serves its status on a unix socket. It outlives the
 //!   process that asked for the instance.
-//! - [`spec`] and [`status`] are what goes in and what comes out.
+//! - [`runtime`] is the interface the control plane drives; [`local`] implements it on this
+//!   machine, pulling images with `runway-oci`.
+//! - [`spec`] and [`status`] are what goes in and what comes out; [`service`] makes a spec from
+//!   a service's settings.
 
 mod container;
 pub mod local;
@@ -14,13 +17,13 @@ pub mod logs;
 pub mod probe;
 pub mod process;
 pub mod runtime;
+pub mod service;
 pub mod spec;
 pub mod status;
 pub mod supervisor;
 
 pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
-pub use runway_oci::{Credentials, PullOptions};
 pub use runtime::{Runtime, RuntimeError};
+pub use runway_oci::{Credentials, PullOptions};
 pub use spec::InstanceSpec;
 pub use status::{InstanceStatus, Phase};
-pub mod service;
