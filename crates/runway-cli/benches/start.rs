@@ -33,7 +33,7 @@ fn main() {
         program: env!("CARGO_BIN_EXE_runway-supervisor").into(),
         args: vec![],
     };
-    let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor));
+    let runtime = LocalRuntime::new(LocalConfig::new(state.path(), supervisor.clone()));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -90,6 +90,101 @@ fn main() {
         rss_kib[rss_kib.len() / 2],
         rss_kib[rss_kib.len() - 1]
     );
+    image_figures(&rt, &supervisor);
+}
+
+/// The same for an image already in the cache (pulled by digest), run by runc; beside it,
+/// `runc run` of the same image's bundle running `true`, create to delete.
+fn image_figures(rt: &tokio::runtime::Runtime, supervisor: &SupervisorCommand) {
+    use runway_oci::testing::{BusyboxImage, Registry, push_busybox_image, tool_available};
+    let tools = ["docker-registry", "skopeo", "umoci", "runc"];
+    if let Some(missing) = tools.iter().find(|t| !tool_available(t)) {
+        println!("image figures skipped: {missing} is missing");
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let image = BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        cmd: vec!["trap 'exit 0' TERM; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into()],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![("www/index.html".into(), b"ok\n".to_vec(), 0o644)],
+        ..BusyboxImage::default()
+    };
+    let pushed = push_busybox_image(&registry, "bench/web", "1", &image).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut config = LocalConfig::new(state.path(), supervisor.clone());
+    config.pull.insecure_registries = vec![registry.host()];
+    let runtime = LocalRuntime::new(config.clone());
+
+    let mut cold = Duration::ZERO;
+    let mut to_running = Vec::new();
+    let mut to_ready = Vec::new();
+    rt.block_on(async {
+        for run in 0..=RUNS {
+            let id = format!("bench-image-{run}");
+            let mut spec = spec(&id, std::path::Path::new("/bin/busybox"), state.path());
+            spec.artifact = Artifact::Image {
+                reference: pushed.pinned.clone(),
+                command: None,
+                args: None,
+                working_dir: None,
+            };
+            let started = Instant::now();
+            runtime.instance_ensure(spec).await.unwrap();
+            let mut status = runtime.watch(&id).await.unwrap();
+            status.wait_for(|s| s.pid.is_some()).await.unwrap();
+            let running = started.elapsed();
+            status.wait_for(|s| s.ready).await.unwrap();
+            if run == 0 {
+                cold = started.elapsed();
+            } else {
+                to_running.push(running);
+                to_ready.push(started.elapsed());
+            }
+            runtime.instance_remove(&id).await.unwrap();
+        }
+    });
+
+    // The peer: runc itself on a bundle of the same cached image.
+    let store = runway_oci::Store::open(state.path().join("images")).unwrap();
+    let pulled = rt
+        .block_on(store.pull(&pushed.pinned, &config.pull))
+        .unwrap();
+    let bundle_dir = state.path().join("peer-bundle");
+    let options = runway_oci::BundleOptions {
+        command: Some(vec!["/bin/true".into()]),
+        cgroups_path: Some("/runway/bench-peer".into()),
+        ..runway_oci::BundleOptions::default()
+    };
+    runway_oci::build_bundle(&bundle_dir, &pulled.config, &pulled.rootfs, &options).unwrap();
+    let mut runc_run = Vec::new();
+    for run in 0..RUNS {
+        let started = Instant::now();
+        let status = std::process::Command::new("runc")
+            .args(["run", "--bundle"])
+            .arg(&bundle_dir)
+            .arg(format!("bench-peer-{run}"))
+            .stdin(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        runc_run.push(started.elapsed());
+        assert!(status.success());
+    }
+
+    println!("local runtime, cached OCI image run by runc ({RUNS} runs each; median / p95 / max)");
+    println!(
+        "  `runc run` of `true`, create to exit (peer) {}",
+        summary(&mut runc_run)
+    );
+    println!(
+        "  ensure → container running                 {}",
+        summary(&mut to_running)
+    );
+    println!(
+        "  ensure → ready (HTTP startup probe)        {}",
+        summary(&mut to_ready)
+    );
+    println!("  first start, pull and unpack included: {cold:.2?}");
 }
 
 fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceSpec {

@@ -485,6 +485,17 @@ async fn an_image_runs_under_runc_with_probes_limits_and_a_graceful_stop() {
     let mut status = fixture.runtime.watch("ctr").await.unwrap();
     wait_for(&mut status, "ready", |s| s.ready).await;
     assert!(http_get(port, "/index.html").contains("hello from a container"));
+    // The limits are the container's cgroup's: 64 MiB, and half a CPU (50 ms per 100 ms).
+    let memory = cgroup_file(&[
+        "memory/runway/ctr/memory.limit_in_bytes",
+        "runway/ctr/memory.max",
+    ]);
+    assert_eq!(memory.trim(), (64u64 << 20).to_string());
+    let cpu = cgroup_file(&["cpu/runway/ctr/cpu.cfs_quota_us", "runway/ctr/cpu.max"]);
+    assert!(
+        cpu.trim() == "50000" || cpu.trim() == "50000 100000",
+        "cpu limit {cpu}"
+    );
 
     // Pinned: the recorded spec names the digest, not the tag.
     let dir = fixture.runtime.instance_dir("ctr");
@@ -531,6 +542,14 @@ async fn an_image_runs_under_runc_with_probes_limits_and_a_graceful_stop() {
     assert!(exit.oom_killed, "{exit:?}");
     assert_eq!(failed.phase, Phase::Failed);
     assert!(exit.reason.contains("memory limit"), "{}", exit.reason);
+}
+
+/// The first of these files under /sys/fs/cgroup that exists (cgroup v1, then v2).
+fn cgroup_file(candidates: &[&str]) -> String {
+    candidates
+        .iter()
+        .find_map(|path| std::fs::read_to_string(Path::new("/sys/fs/cgroup").join(path)).ok())
+        .unwrap_or_else(|| panic!("none of {candidates:?} exists under /sys/fs/cgroup"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -241,7 +241,15 @@ mod tests {
         let error = check(&probe(Check::Tcp), port).await.unwrap_err();
         assert!(error.starts_with(&format!("TCP :{port}: ")), "{error}");
 
-        let silent = serve_once("").await;
+        // Accepts and never answers, holding the connection open.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
         let mut slow = probe(Check::Http { path: "/".into() });
         slow.timeout = Duration::from_millis(100);
         let error = check(&slow, silent).await.unwrap_err();
