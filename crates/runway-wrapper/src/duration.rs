@@ -50,6 +50,15 @@ pub enum DurationError {
 }
 
 /// Parses a duration as Go's `time.ParseDuration` does (see the module's documentation).
+///
+/// ```
+/// use std::time::Duration;
+/// use runway_wrapper::duration::parse;
+///
+/// assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
+/// assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
+/// assert!(parse("10").is_err()); // a unit is required, except for "0"
+/// ```
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let invalid = || DurationError::Invalid {
         text: text.to_owned(),
@@ -138,6 +147,14 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
 }
 
 /// Formats a duration as Go's `Duration.String()` does: `1h0m0s`, `1m30s`, `1.5s`, `250ms`.
+///
+/// ```
+/// use std::time::Duration;
+/// use runway_wrapper::duration::format;
+///
+/// assert_eq!(format(Duration::from_secs(3600)), "1h0m0s");
+/// assert_eq!(format(Duration::from_millis(1500)), "1.5s");
+/// ```
 pub fn format(duration: Duration) -> String {
     let nanos = duration.as_nanos();
     if nanos == 0 {
