@@ -8,12 +8,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use runway_manifest::Service;
 use runway_runtime::logs::{Follower, LogLine};
 use runway_runtime::service::{InstanceOptions, instance_spec};
 use runway_runtime::status::{InstanceStatus, Phase};
 use runway_runtime::{Credentials, LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
 
-use crate::repo::{discover, display};
+use crate::repo::{discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, Output, RepoArg, print_stdout};
 
 /// Where instances' state lives.
@@ -188,34 +189,17 @@ fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
 
 pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let repo = discover(&args.repo.path)?;
-    let mut chosen = None;
-    for files in &repo.services {
-        let loaded = runway_manifest::load(files);
-        let Some(service) = loaded.service else {
-            for d in loaded.diagnostics.iter().filter(|d| d.is_error()) {
-                eprintln!("{d}");
-            }
-            eprintln!(
-                "error: the manifest is invalid; `runway validate {}` explains",
-                display(&args.repo.path)
-            );
-            return Ok(ExitCode::from(EXIT_INVALID));
-        };
-        let wanted = match &args.service {
-            Some(wanted) => wanted == service.name() || wanted == &service.id,
-            None => true,
-        };
-        if wanted {
-            if chosen.is_some() {
-                bail!(
-                    "{} holds several services: choose one with --service",
-                    display(&repo.runway_dir)
-                );
-            }
-            chosen = Some(service);
-        }
+    let wanted = |service: &Service| is_named(service, args.service.as_deref());
+    let Some(mut services) = valid_services(&repo, &args.repo.path, wanted) else {
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    if services.len() > 1 {
+        bail!(
+            "{} holds several services: choose one with --service",
+            display(&repo.runway_dir)
+        );
     }
-    let Some(service) = chosen else {
+    let Some(service) = services.pop() else {
         bail!(
             "no service named `{}` in {}",
             args.service.as_deref().unwrap_or_default(),

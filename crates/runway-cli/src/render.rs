@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use runway_manifest::load;
+use runway_manifest::Service;
 use runway_render::{RenderOptions, Target};
 
-use crate::repo::{discover, display};
+use crate::repo::{discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, RepoArg, print_stdout};
 
 #[derive(Debug, clap::Args)]
@@ -63,36 +63,21 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone(),
     };
     let target = Target::from(args.target);
-    let mut files = Vec::new();
-    let mut matched = 0;
-    for service_files in &repo.services {
-        let loaded = load(service_files);
-        let Some(service) = loaded.service else {
-            for d in loaded.diagnostics.iter().filter(|d| d.is_error()) {
-                eprintln!("{d}");
-            }
-            eprintln!(
-                "error: the manifest is invalid; `runway validate {}` explains",
-                display(&args.repo.path)
-            );
-            return Ok(ExitCode::from(EXIT_INVALID));
-        };
-        if let Some(wanted) = &args.service
-            && wanted != service.name()
-            && wanted != &service.id
-        {
-            continue;
-        }
-        matched += 1;
-        let config = service.config(args.env.as_deref())?;
-        files.extend(runway_render::render(&config, target, &options)?);
-    }
-    if matched == 0 {
+    let wanted = |service: &Service| is_named(service, args.service.as_deref());
+    let Some(services) = valid_services(&repo, &args.repo.path, wanted) else {
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    if services.is_empty() {
         bail!(
             "no service named `{}` in {}",
             args.service.as_deref().unwrap_or_default(),
             display(&repo.runway_dir)
         );
+    }
+    let mut files = Vec::new();
+    for service in &services {
+        let config = service.config(args.env.as_deref())?;
+        files.extend(runway_render::render(&config, target, &options)?);
     }
 
     match &args.output_dir {

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use runway_manifest::{ServiceFiles, SourceFile};
+use runway_manifest::{Service, ServiceFiles, SourceFile};
 
 /// A repository's services as found on disk, with each file's text kept for error snippets.
 #[derive(Debug, Default)]
@@ -162,6 +162,38 @@ fn dir_name(path: &Path) -> String {
 fn read(path: &Path) -> anyhow::Result<String> {
     let bytes = fs::read(path).with_context(|| format!("cannot read {}", display(path)))?;
     String::from_utf8(bytes).with_context(|| format!("{} is not UTF-8 text", display(path)))
+}
+
+/// Every service of the repository, loaded and valid, keeping those `wanted` accepts; `None`
+/// when a manifest is invalid, after printing its errors and where to learn more.
+pub(crate) fn valid_services(
+    repo: &Repository,
+    path: &Path,
+    wanted: impl Fn(&Service) -> bool,
+) -> Option<Vec<Service>> {
+    let mut services = Vec::new();
+    for files in &repo.services {
+        let loaded = runway_manifest::load(files);
+        let Some(service) = loaded.service else {
+            for d in loaded.diagnostics.iter().filter(|d| d.is_error()) {
+                eprintln!("{d}");
+            }
+            eprintln!(
+                "error: the manifest is invalid; `runway validate {}` explains",
+                display(path)
+            );
+            return None;
+        };
+        if wanted(&service) {
+            services.push(service);
+        }
+    }
+    Some(services)
+}
+
+/// Whether `service` is the one named by `--service` (by name or id); any when none is named.
+pub(crate) fn is_named(service: &Service, name: Option<&str>) -> bool {
+    name.is_none_or(|name| name == service.name() || name == service.id)
 }
 
 /// A path as shown to the user: without a leading `./`.

@@ -432,30 +432,49 @@ fn an_instance_outlives_the_process_that_started_it_and_is_adopted() {
     });
 }
 
+/// The tools an image test drives; false (after printing why) when one is missing outside CI.
+fn image_tools(test: &str) -> bool {
+    runway_oci::testing::require_tools(
+        test,
+        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
+    )
+}
+
+/// Pushes a busybox image whose shell runs `script` and that serves `page` at /index.html
+/// from /www.
+fn push_web_image(
+    registry: &runway_oci::testing::Registry,
+    name: &str,
+    script: &str,
+    page: &str,
+) -> runway_oci::testing::PushedImage {
+    let image = runway_oci::testing::BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        cmd: vec![script.into()],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![("www/index.html".into(), page.as_bytes().to_vec(), 0o644)],
+        ..runway_oci::testing::BusyboxImage::default()
+    };
+    runway_oci::testing::push_busybox_image(registry, name, "1.0", &image).unwrap()
+}
+
 /// An image built from busybox-static with umoci, pushed with skopeo into a real registry on
 /// loopback, pulled by the runtime and pinned by digest, run by runc under a supervisor: it
 /// serves HTTP, passes its probes, gets its secret, stops gracefully; a second instance that
 /// allocates past its memory limit is OOM-killed and reported so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_runs_under_runc_with_probes_limits_and_a_graceful_stop() {
-    use runway_oci::testing::{BusyboxImage, Registry, push_busybox_image, require_tools};
-    if !require_tools(
-        "runtime images",
-        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
-    ) {
+    if !image_tools("runtime images") {
         return;
     }
-    let registry = Registry::start().unwrap();
-    let image = BusyboxImage {
-        entrypoint: vec!["/bin/sh".into(), "-c".into()],
-        cmd: vec![
-            "trap 'echo graceful stop; exit 0' TERM; echo \"serving as $(id -u) with $API_TOKEN\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into(),
-        ],
-        env: vec!["PATH=/bin:/usr/bin".into()],
-        files: vec![("www/index.html".into(), b"hello from a container\n".to_vec(), 0o644)],
-        ..BusyboxImage::default()
-    };
-    let pushed = push_busybox_image(&registry, "runway/web", "1.0", &image).unwrap();
+    let registry = runway_oci::testing::Registry::start().unwrap();
+    // A container's PID 1 has no default action for SIGTERM: the shell traps it.
+    let pushed = push_web_image(
+        &registry,
+        "runway/web",
+        "trap 'echo graceful stop; exit 0' TERM; echo \"serving as $(id -u) with $API_TOKEN\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait",
+        "hello from a container\n",
+    );
 
     let mut fixture = Fixture::new();
     let mut config = LocalConfig::new(fixture._state.path(), fixture.supervisor.clone());
@@ -554,11 +573,10 @@ fn cgroup_file(candidates: &[&str]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_image_is_a_clear_error_and_leaves_nothing_behind() {
-    use runway_oci::testing::{Registry, require_tools};
-    if !require_tools("unknown image", &["docker-registry"]) {
+    if !runway_oci::testing::require_tools("unknown image", &["docker-registry"]) {
         return;
     }
-    let registry = Registry::start().unwrap();
+    let registry = runway_oci::testing::Registry::start().unwrap();
     let mut fixture = Fixture::new();
     let mut config = LocalConfig::new(fixture._state.path(), fixture.supervisor.clone());
     config.pull.insecure_registries = vec![registry.host()];
@@ -579,26 +597,16 @@ async fn an_unknown_image_is_a_clear_error_and_leaves_nothing_behind() {
 /// The same through the command line: `runway run --detach --image`, `ps`, `logs`, `stop`.
 #[test]
 fn runway_run_ps_logs_and_stop_an_image() {
-    use runway_oci::testing::{BusyboxImage, Registry, push_busybox_image, require_tools};
-    if !require_tools(
-        "runway run an image",
-        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
-    ) {
+    if !image_tools("runway run an image") {
         return;
     }
-    let registry = Registry::start().unwrap();
-    let image = BusyboxImage {
-        entrypoint: vec!["/bin/sh".into(), "-c".into()],
-        // A container's PID 1 has no default action for SIGTERM: the shell traps it.
-        cmd: vec![
-            "trap 'exit 0' TERM; echo \"hello from $K_SERVICE\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait"
-                .into(),
-        ],
-        env: vec!["PATH=/bin:/usr/bin".into()],
-        files: vec![("www/index.html".into(), b"served by runc\n".to_vec(), 0o644)],
-        ..BusyboxImage::default()
-    };
-    let pushed = push_busybox_image(&registry, "runway/cli", "1.0", &image).unwrap();
+    let registry = runway_oci::testing::Registry::start().unwrap();
+    let pushed = push_web_image(
+        &registry,
+        "runway/cli",
+        "trap 'exit 0' TERM; echo \"hello from $K_SERVICE\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait",
+        "served by runc\n",
+    );
     let state = tempfile::tempdir().unwrap();
     let repo = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(repo.path().join(".runway")).unwrap();
