@@ -141,13 +141,12 @@ pub async fn supervise(
     };
     let (status, _) = watch::channel(initial);
     let (commands, command_rx) = mpsc::channel(8);
-    let mut tasks = JoinSet::new();
-    tasks.spawn(persist_status(
+    let persist = tokio::spawn(persist_status(
         state_dir.join(STATUS_FILE),
         status.subscribe(),
     ));
-    tasks.spawn(serve(listener, status.subscribe(), commands.clone()));
-    tasks.spawn(stop_on_signals(commands));
+    let server = tokio::spawn(serve(listener, status.subscribe(), commands.clone()));
+    let signals = tokio::spawn(stop_on_signals(commands));
     let (chunks, chunk_rx) = mpsc::channel(256);
     let writer = tokio::spawn(write_logs(log_writer, chunk_rx));
 
@@ -162,14 +161,14 @@ pub async fn supervise(
     let final_status = supervisor.status.borrow().clone();
     drop(supervisor);
     let _ = writer.await;
-    // Give watchers a moment to receive the final status, then close the socket.
+    signals.abort();
+    // With the status sender gone, the status file gets its last write and watchers their last
+    // line; the server stops accepting and ends once they have.
     let _ = tokio::time::timeout(Duration::from_millis(500), async {
-        while tasks.len() > 2 {
-            tasks.join_next().await;
-        }
+        let _ = persist.await;
+        let _ = server.await;
     })
     .await;
-    tasks.abort_all();
     write_json(&state_dir.join(STATUS_FILE), &final_status).map_err(io_error)?;
     let _ = std::fs::remove_file(&socket);
     Ok(final_status)
@@ -285,13 +284,10 @@ impl Supervisor {
                     let failed = !exit.success() || cause.is_some() || oom;
                     (self.exit_record(exit, cause, oom).await, failed)
                 }
-                Ending::NotStarted(reason) => {
-                    let mut record = self
-                        .exit_record(Exit::Unknown, Some(reason.clone()), false)
-                        .await;
-                    record.reason = reason;
-                    (record, true)
-                }
+                Ending::NotStarted(reason) => (
+                    self.exit_record(Exit::Unknown, Some(reason), false).await,
+                    true,
+                ),
             };
             let restart = match self.spec.restart.mode {
                 RestartMode::Always => true,
@@ -664,16 +660,31 @@ async fn persist_status(path: PathBuf, mut status: watch::Receiver<InstanceStatu
     }
 }
 
+/// Answers on the socket until the status channel closes (the instance is done), then waits
+/// for the connections still open.
 async fn serve(
     listener: UnixListener,
     status: watch::Receiver<InstanceStatus>,
     commands: mpsc::Sender<Command>,
 ) {
     let mut connections = JoinSet::new();
-    while let Ok((stream, _)) = listener.accept().await {
-        connections.spawn(answer(stream, status.clone(), commands.clone()));
-        while connections.try_join_next().is_some() {}
+    let mut closed = status.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { break };
+                connections.spawn(answer(stream, status.clone(), commands.clone()));
+                while connections.try_join_next().is_some() {}
+            }
+            changed = closed.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+            }
+        }
     }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
 }
 
 async fn answer(
