@@ -256,6 +256,37 @@ mod tests {
         assert!(error.contains("no answer within 100ms"), "{error}");
     }
 
+    #[tokio::test]
+    async fn grpc_passes_when_serving_and_says_why_when_not() {
+        use tonic_health::ServingStatus;
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("shop", ServingStatus::Serving)
+            .await;
+        reporter
+            .set_service_status("cart", ServingStatus::NotServing)
+            .await;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let grpc = |service: &str| {
+            probe(Check::Grpc {
+                service: service.into(),
+            })
+        };
+        assert_eq!(check(&grpc("shop"), port).await, Ok(()));
+        assert_eq!(check(&grpc(""), port).await, Ok(()));
+        let error = check(&grpc("cart"), port).await.unwrap_err();
+        assert!(error.ends_with("serving status 2, not SERVING"), "{error}");
+        // An unknown service is NOT_FOUND, in the grpc-status trailer.
+        let error = check(&grpc("nope"), port).await.unwrap_err();
+        assert!(error.ends_with("grpc-status 5"), "{error}");
+    }
+
     #[test]
     fn thresholds_count_consecutive_results() {
         let probe = probe(Check::Tcp);
