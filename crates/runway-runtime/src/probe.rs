@@ -104,14 +104,16 @@ async fn grpc_health(stream: TcpStream, service: &str) -> Result<(), String> {
         if response.status() != StatusCode::OK {
             return Err(format!("status {}", response.status()));
         }
+        // A "trailers-only" answer (an error) carries grpc-status in its headers.
+        let in_headers = response.headers().get("grpc-status").cloned();
         let collected = response
             .into_body()
             .collect()
             .await
             .map_err(|e| e.to_string())?;
-        let grpc_status = collected
-            .trailers()
-            .and_then(|t| t.get("grpc-status"))
+        let grpc_status = in_headers
+            .as_ref()
+            .or_else(|| collected.trailers().and_then(|t| t.get("grpc-status")))
             .and_then(|v| v.to_str().ok())
             .unwrap_or("0")
             .to_owned();
