@@ -137,6 +137,20 @@ impl Sshd {
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("sshd.log")).unwrap_or_default()
     }
+
+    /// Waits until sshd has closed `n` sessions in all: a dropped stream ends its session.
+    async fn wait_closed(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.log().matches("Closing connection to").count() < n {
+            assert!(
+                Instant::now() < deadline,
+                "sshd on {} did not close {n} sessions: {}",
+                self.port,
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Sshd {
@@ -279,6 +293,7 @@ async fn direct_to_a_unix_socket_and_a_tcp_port() {
         assert_unchecked(stream.notices(), std::slice::from_ref(&target.address));
         assert_eq!(stream.command_stderr(), None);
         drop(stream);
+        f.sshd.wait_closed(1).await;
 
         let tcp = tcp_echo().await;
         let mut stream = runway_ssh::connect(&target, &settings(), &tcp, &vars(&target, &tcp))
@@ -380,6 +395,7 @@ async fn proxy_command_carries_ssh() {
         assert_echoes(&mut stream).await;
         assert_eq!(stream.command_stderr().as_deref(), Some(""));
         drop(stream);
+        f.sshd.wait_closed(1).await;
 
         // A proxy command that fails: its stderr is in the error.
         let failing = Settings {
