@@ -277,6 +277,32 @@ async fn a_crashing_command_backs_off_into_a_crash_loop_that_says_why() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_exit_restarts_with_backoff_or_ends_by_the_restart_policy() {
+    let fixture = Fixture::new();
+    // Always: restarted, and backing off (100 ms, then 200 ms) so that it never spins.
+    let started_at = Instant::now();
+    fixture
+        .runtime
+        .instance_ensure(fixture.shell("done", "echo done"))
+        .await
+        .unwrap();
+    let mut status = fixture.runtime.watch("done").await.unwrap();
+    let again = wait_for(&mut status, "a second restart", |s| s.restarts >= 2).await;
+    assert!(started_at.elapsed() >= Duration::from_millis(300));
+    let exit = again.last_exit.as_ref().expect("the exit is recorded");
+    assert_eq!((exit.code, exit.cause.as_deref()), (0, None), "{again:?}");
+    fixture.runtime.instance_stop("done").await.unwrap();
+
+    // On failure only: a clean exit ends the instance.
+    let mut once = fixture.shell("once", "echo done");
+    once.restart.mode = RestartMode::OnFailure;
+    fixture.runtime.instance_ensure(once).await.unwrap();
+    let mut status = fixture.runtime.watch("once").await.unwrap();
+    let ended = wait_for(&mut status, "the end", |s| s.phase.is_final()).await;
+    assert_eq!((ended.phase, ended.restarts), (Phase::Exited, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_command_is_killed_after_its_grace_period() {
     let fixture = Fixture::new();
     let mut spec = fixture.shell(

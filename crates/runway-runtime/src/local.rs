@@ -189,6 +189,12 @@ impl LocalRuntime {
             if let Ok(status) = request(dir, Request::Status).await {
                 return Ok(status);
             }
+            // An instance that ended at once may be over before we asked.
+            if let Ok(status) = read_status_file(dir, id)
+                && status.phase.is_final()
+            {
+                return Ok(status);
+            }
             if tokio::time::Instant::now() >= deadline {
                 let log = fs::read_to_string(dir.join("supervisor.log")).unwrap_or_default();
                 return Err(RuntimeError::Supervisor {

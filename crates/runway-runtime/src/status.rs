@@ -17,7 +17,8 @@ pub struct InstanceStatus {
     pub port: Option<u16>,
     /// Times it was started again after ending.
     pub restarts: u32,
-    /// Failures in a row since it last ran long enough.
+    /// Times in a row it ended (failing or not) without running the restart policy's
+    /// `reset_after`.
     pub consecutive_failures: u32,
     /// When the current process started, in milliseconds since the Unix epoch.
     pub started_at_ms: Option<u64>,

@@ -257,9 +257,12 @@ impl From<Chunk> for LogEvent {
 /// What probing observed, for the run loop.
 enum ProbeEvent {
     Started,
-    StartupFailed(String),
     Ready(bool),
-    LivenessFailed(String),
+    /// The startup or liveness probe failed: the process is ended and restarted.
+    Failed {
+        probe: &'static str,
+        error: String,
+    },
 }
 
 impl Supervisor {
@@ -302,19 +305,15 @@ impl Supervisor {
                 });
                 return;
             }
+            // Every restart backs off, a clean exit's too (as Kubernetes does), so a process that
+            // keeps ending at once never spins; running `reset_after` starts the count again.
             let policy = &self.spec.restart;
-            let failures = if !failed {
-                0
-            } else if ran_for >= policy.reset_after {
+            let failures = if ran_for >= policy.reset_after {
                 1
             } else {
                 self.status.borrow().consecutive_failures.saturating_add(1)
             };
-            let wait = if failed {
-                policy.backoff(failures)
-            } else {
-                Duration::ZERO
-            };
+            let wait = policy.backoff(failures);
             let crash_loop = failures >= policy.crash_loop_after.max(1);
             let message = format!(
                 "{}{}; starting again in {:?}",
@@ -406,13 +405,8 @@ impl Supervisor {
                         s.message = if ready { "ready" } else { "not ready: readiness probe failing" }
                             .to_owned();
                     }),
-                    ProbeEvent::StartupFailed(error) | ProbeEvent::LivenessFailed(error) => {
-                        let which = if self.status.borrow().phase == Phase::Starting {
-                            "startup"
-                        } else {
-                            "liveness"
-                        };
-                        let cause = format!("{which} probe failed: {error}");
+                    ProbeEvent::Failed { probe, error } => {
+                        let cause = format!("{probe} probe failed: {error}");
                         self.update(|s| {
                             s.ready = false;
                             s.message = format!("{cause}; stopping");
@@ -518,7 +512,10 @@ impl Supervisor {
             loop {
                 let event = match tally.record(&probe, probe::check(&probe, port).await) {
                     Verdict::Passed => ProbeEvent::Started,
-                    Verdict::Failed(error) => ProbeEvent::StartupFailed(error),
+                    Verdict::Failed(error) => ProbeEvent::Failed {
+                        probe: "startup",
+                        error,
+                    },
                     Verdict::Unchanged => {
                         probe::wait_period(&probe).await;
                         continue;
@@ -557,7 +554,10 @@ impl Supervisor {
         }
         if let Some(probe) = liveness {
             probes.spawn(watch_probe(probe, port, events, |verdict| match verdict {
-                Verdict::Failed(error) => Some(ProbeEvent::LivenessFailed(error)),
+                Verdict::Failed(error) => Some(ProbeEvent::Failed {
+                    probe: "liveness",
+                    error,
+                }),
                 _ => None,
             }));
         }
