@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -148,7 +147,7 @@ impl LocalRuntime {
         Ok(())
     }
 
-    fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
+    async fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
         let start_error = |source: io::Error| RuntimeError::Supervisor {
             id: spec.id.clone(),
             message: format!(
@@ -163,23 +162,21 @@ impl LocalRuntime {
             .map_err(start_error)?;
         let log_err = log.try_clone().map_err(start_error)?;
         let text = serde_json::to_vec(spec).map_err(|e| start_error(io::Error::other(e)))?;
-        // A plain std child: nothing waits for it here, and dropping the handle leaves it running
-        // (it detaches into a session of its own and is reaped by init when it ends).
-        let mut child = std::process::Command::new(&self.config.supervisor.program)
+        // Dropping the handle leaves the supervisor running (it detaches into a session of its
+        // own); tokio reaps it if it ends while we live, init otherwise.
+        let mut child = tokio::process::Command::new(&self.config.supervisor.program)
             .args(&self.config.supervisor.args)
             .arg(dir)
             .stdin(Stdio::piped())
             .stdout(log)
             .stderr(log_err)
             .process_group(0)
+            .kill_on_drop(false)
             .spawn()
             .map_err(start_error)?;
         if let Some(mut stdin) = child.stdin.take() {
-            use std::io::Write;
-            stdin.write_all(&text).map_err(start_error)?;
+            stdin.write_all(&text).await.map_err(start_error)?;
         }
-        // Reap it in the background if it ends while we live; otherwise init does.
-        std::thread::spawn(move || child.wait());
         Ok(())
     }
 
@@ -258,7 +255,7 @@ impl Runtime for LocalRuntime {
             if matches!(spec.artifact, Artifact::Image { .. }) {
                 self.prepare_image(&mut spec, &dir).await?;
             }
-            self.spawn_supervisor(&dir, &spec)?;
+            self.spawn_supervisor(&dir, &spec).await?;
             self.wait_for_socket(&dir, &spec.id).await
         };
         match started.await {
