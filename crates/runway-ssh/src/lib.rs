@@ -24,6 +24,24 @@
 //! process group of their own, killed with the stream; their stderr is kept, never inherited
 //! (the deployer's stderr is its NDJSON log), and shown in errors.
 //!
+//! gRPC over it, with tonic (`hyper_util::rt::TokioIo` makes the stream hyper's; the URI is
+//! only the `:authority`):
+//!
+//! ```ignore
+//! let channel = Endpoint::from_static("http://localhost")
+//!     .connect_timeout(timeout)
+//!     .connect_with_connector(tower::service_fn(move |_: Uri| {
+//!         let (target, settings, destination, vars) = (target.clone(), settings.clone(), destination.clone(), vars.clone());
+//!         async move {
+//!             let stream = runway_ssh::connect(&target, &settings, &destination, &vars).await?;
+//!             for notice in stream.notices() { /* log it */ }
+//!             Ok::<_, runway_ssh::SshError>(TokioIo::new(stream))
+//!         }
+//!     }))
+//!     .await?;
+//! let client = ProcessWrapperClient::new(channel);
+//! ```
+//!
 //! SSH is [russh] with `ring` for its ciphers (no OpenSSL, no cmake): the deployer stays one
 //! static binary.
 
