@@ -2,6 +2,10 @@
 //! process wrapper gRPC API for it, so that upstream's clients (GRIT's `deployer`, a
 //! `grpcurl` script) and ours drive it unchanged.
 //!
+//! The server is the default feature `server`. Without it (`default-features = false`) the
+//! crate is only [`client`], [`proto`], [`duration`] and [`ListenAddress`]: what the `deployer`
+//! needs, without the process runtime.
+//!
 //! ```text
 //! runway wrapper [--grpc-listen URL] [--process-termination-timeout DURATION]
 //!                [--graceful-shutdown-signal SIGNAL] -- COMMAND [ARGS...]
@@ -64,33 +68,49 @@
 //! - A command that cannot be started is an error and a non-zero exit (upstream keeps serving
 //!   `stopped` with the error as the failure reason); the socket file is removed.
 
-use std::ffi::OsString;
-use std::future::Future;
-use std::path::PathBuf;
-use std::pin::Pin;
 use std::time::Duration;
+#[cfg(feature = "server")]
+use std::{ffi::OsString, future::Future, path::PathBuf, pin::Pin};
 
+#[cfg(feature = "server")]
 use anyhow::Context as _;
+#[cfg(feature = "server")]
 use runway_runtime::process::{Process, ProcessSpec, StopSignal};
-use tokio::io::DuplexStream;
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::oneshot;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
-use tokio_stream::{Stream, StreamExt as _};
+#[cfg(feature = "server")]
+use tokio::{
+    io::DuplexStream,
+    signal::unix::{SignalKind, signal},
+    sync::oneshot,
+};
+#[cfg(feature = "server")]
+use tokio_stream::{
+    Stream, StreamExt as _,
+    wrappers::{TcpListenerStream, UnixListenerStream},
+};
 
+// Without the `server` feature (the `deployer`'s build), the listening half of `address` and
+// the log lines it writes are unused.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 mod address;
+#[cfg(feature = "server")]
 mod authority;
+#[cfg(feature = "server")]
 mod callback;
 pub mod client;
 pub mod duration;
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 mod log;
+#[cfg(feature = "server")]
 mod service;
+#[cfg(feature = "server")]
 mod supervisor;
 
 pub use address::{AddressError, DEFAULT_LISTEN, ListenAddress};
 pub use duration::{DurationError, GoDuration};
 
+#[cfg(feature = "server")]
 use address::Listener;
+#[cfg(feature = "server")]
 use supervisor::{StopPolicy, Supervisor};
 
 /// The gRPC code generated from `proto/runner_wrapper.proto` by tonic-prost-build: the
@@ -109,11 +129,14 @@ pub mod proto {
 /// Upstream's default `--process-termination-timeout`.
 pub const DEFAULT_TERMINATION_TIMEOUT: Duration = Duration::from_secs(10);
 
+#[cfg(feature = "server")]
 /// How long the wrapper waits, past the termination timeout, for a killed child to be reaped.
 const REAP_BOUND: Duration = Duration::from_secs(10);
+#[cfg(feature = "server")]
 /// How long in-flight gRPC calls get to finish when the wrapper stops.
 const SERVER_STOP_BOUND: Duration = Duration::from_secs(5);
 
+#[cfg(feature = "server")]
 const AFTER_HELP: &str = "\
 The API (GitLab Runner's process wrapper, package gitlab_com.gitlab_runner.runner_wrapper):
   CheckStatus           the status: running, in_shutdown or stopped, and a failure reason
@@ -130,6 +153,7 @@ Examples:
   runway wrapper --grpc-listen tcp://127.0.0.1:7777 --process-termination-timeout 1m30s \\
       --graceful-shutdown-signal SIGTERM -- node server.js";
 
+#[cfg(feature = "server")]
 /// Run a command and serve GitLab Runner's process wrapper gRPC API for it
 // `runway wrapper`'s flags: the `runway` CLI mounts them as a subcommand's arguments (or with
 // `#[command(flatten)]`). The doc comment above is the command's `about` in `--help`.
@@ -163,6 +187,7 @@ pub struct WrapperArgs {
     pub command: Vec<OsString>,
 }
 
+#[cfg(feature = "server")]
 /// Runs `runway wrapper` until it receives SIGINT, SIGTERM or SIGQUIT; returns the exit code:
 /// the child's (128 + the signal's number if a signal ended it).
 pub async fn run(args: WrapperArgs) -> anyhow::Result<i32> {
@@ -180,6 +205,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<i32> {
     run_until(args, stop).await
 }
 
+#[cfg(feature = "server")]
 /// [`run`] on a runtime of its own, for a caller that has none.
 pub fn run_blocking(args: WrapperArgs) -> anyhow::Result<i32> {
     tokio::runtime::Builder::new_current_thread()
@@ -189,6 +215,7 @@ pub fn run_blocking(args: WrapperArgs) -> anyhow::Result<i32> {
         .block_on(run(args))
 }
 
+#[cfg(feature = "server")]
 /// [`run`], stopping when `stop` completes instead of on a signal.
 async fn run_until(args: WrapperArgs, stop: impl Future<Output = ()>) -> anyhow::Result<i32> {
     let Some((program, program_args)) = args.command.split_first() else {
@@ -271,6 +298,7 @@ async fn run_until(args: WrapperArgs, stop: impl Future<Output = ()>) -> anyhow:
     Ok(exit)
 }
 
+#[cfg(feature = "server")]
 /// The gRPC server on `listener` until `shutdown`, and the unix socket file to remove after.
 fn serve(
     listener: Listener,
@@ -304,6 +332,7 @@ fn serve(
     (server, socket_file)
 }
 
+#[cfg(feature = "server")]
 enum Incoming {
     Tcp(TcpListenerStream),
     /// Unix socket connections, each through [`authority::normalize`].
