@@ -1,0 +1,111 @@
+//! The crate's errors, and the one place a proxy error becomes an HTTP response.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::body::ProxyBody;
+
+/// A route table that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read route table {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("route table{}: {message}", path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default())]
+    Parse {
+        path: Option<PathBuf>,
+        message: String,
+    },
+    #[error("route {route}: {message}")]
+    Invalid { route: String, message: String },
+}
+
+/// Why a request was not proxied, or not completely.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("request has no host")]
+    MissingHost,
+    #[error("request body too large")]
+    BodyTooLarge,
+    #[error("no route for host {host}")]
+    NoRoute { host: String },
+    #[error("revision {revision} had no ready instance within {waited_ms} ms")]
+    NoReadyInstance { revision: String, waited_ms: u64 },
+    #[error("revision {revision} holds too many requests already")]
+    HoldQueueFull { revision: String },
+    #[error("revision {revision} has too many requests queued")]
+    QueueFull { revision: String },
+    #[error("request timed out after {timeout_ms} ms")]
+    Timeout { timeout_ms: u64 },
+    #[error("cannot connect to instance {address}")]
+    Connect {
+        address: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("instance {address} failed")]
+    Upstream {
+        address: std::net::SocketAddr,
+        #[source]
+        source: hyper::Error,
+    },
+}
+
+impl ProxyError {
+    /// The status this error answers with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::MissingHost => StatusCode::BAD_REQUEST,
+            Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::NoRoute { .. } => StatusCode::NOT_FOUND,
+            Self::NoReadyInstance { .. } | Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::Connect { .. } | Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// A short body for the client, which names no instance, address or internal cause.
+    pub fn public_message(&self) -> &'static str {
+        match self {
+            Self::MissingHost => "request has no host\n",
+            Self::BodyTooLarge => "request body too large\n",
+            Self::NoRoute { .. } => "no service at this host\n",
+            Self::NoReadyInstance { .. } => "no instance of this service became ready in time\n",
+            Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {
+                "service is overloaded, retry later\n"
+            }
+            Self::Timeout { .. } => "service did not answer in time\n",
+            Self::Connect { .. } | Self::Upstream { .. } => "service failed to answer\n",
+        }
+    }
+}
+
+/// The one function that turns a [`ProxyError`] into the client's response.
+pub fn error_response(error: &ProxyError, request_id: &HeaderValue) -> Response<ProxyBody> {
+    let mut response = Response::new(ProxyBody::full(Bytes::from_static(
+        error.public_message().as_bytes(),
+    )));
+    *response.status_mut() = error.status();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(crate::proxy::X_REQUEST_ID, request_id.clone());
+    if matches!(
+        error,
+        ProxyError::NoReadyInstance { .. }
+            | ProxyError::HoldQueueFull { .. }
+            | ProxyError::QueueFull { .. }
+    ) {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}

@@ -1,0 +1,152 @@
+//! Runway's ingress: every request a deployed service receives passes through it.
+//!
+//! An [`Ingress`] holds the route table (set whole with [`Ingress::set_routes`], from a file or
+//! the control plane), serves clients over HTTP/1.1 and HTTP/2 (h2c) with [`Ingress::serve`],
+//! and Prometheus metrics with [`Ingress::serve_admin`]. See `proxy.rs` for one request's path.
+
+mod body;
+pub mod config;
+pub mod error;
+mod log;
+pub mod metrics;
+mod proxy;
+pub mod server;
+pub mod table;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWrite;
+use tokio::sync::broadcast;
+
+pub use body::ProxyBody;
+pub use config::{InstanceConfig, RevisionConfig, RouteConfig, RouteTableConfig};
+pub use error::{ConfigError, ProxyError};
+pub use log::AccessRecord;
+pub use metrics::Metrics;
+pub use proxy::X_REQUEST_ID;
+pub use table::{Instance, Revision, Route, ScaleUp, Table};
+
+/// Bounds and limits; every wait has one.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Requests held per revision while it has no ready instance; past it, 503.
+    pub max_held_per_revision: usize,
+    /// Requests queued per revision while all its instances are at their concurrency limit;
+    /// past it, 503.
+    pub max_queued_per_revision: usize,
+    /// Request body size; a larger declared length gets 413, a larger streamed body is cut.
+    pub max_body_bytes: usize,
+    /// Size of a request's head (HTTP/1.1 read buffer).
+    pub max_header_bytes: usize,
+    /// Time a client has to send a request's head.
+    pub header_read_timeout: Duration,
+    /// Client connections open at once; past it, new ones are closed at once.
+    pub max_connections: usize,
+    /// Time to connect to an instance.
+    pub connect_timeout: Duration,
+    /// Time in-flight requests get to finish when the server shuts down.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_held_per_revision: 1000,
+            max_queued_per_revision: 1000,
+            max_body_bytes: 32 << 20,
+            max_header_bytes: 64 << 10,
+            header_read_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            connect_timeout: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every connection and request shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) routes: table::Routes,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) options: Options,
+    pub(crate) access_log: Option<log::AccessLog>,
+}
+
+/// The ingress: a route table, its live state, and the servers that use it.
+#[derive(Debug, Clone)]
+pub struct Ingress {
+    shared: Arc<Shared>,
+}
+
+impl Ingress {
+    /// An ingress with an empty route table and no access log.
+    pub fn new(options: Options) -> Self {
+        Self::build(options, None)
+    }
+
+    /// An ingress writing its access log (JSON lines) to `out`. Must be called inside a tokio
+    /// runtime, which runs the writer.
+    pub fn with_access_log<W: AsyncWrite + Unpin + Send + 'static>(
+        options: Options,
+        out: W,
+    ) -> Self {
+        Self::build(options, Some(log::AccessLog::spawn(out)))
+    }
+
+    fn build(options: Options, access_log: Option<log::AccessLog>) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        Self {
+            shared: Arc::new(Shared {
+                routes: table::Routes::new(Arc::clone(&metrics)),
+                metrics,
+                options,
+                access_log,
+            }),
+        }
+    }
+
+    /// Validates a table and swaps it in whole. Requests in flight keep their instance; held
+    /// and queued requests re-check; instances and revisions no longer listed start draining.
+    pub fn set_routes(&self, config: &RouteTableConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        self.shared.routes.set(config);
+        Ok(())
+    }
+
+    /// The current table.
+    pub fn table(&self) -> Arc<Table> {
+        self.shared.routes.load()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.shared.options
+    }
+
+    /// Scale-up signals: a revision with no ready instance is holding requests.
+    pub fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp> {
+        self.shared.routes.subscribe_scale_up()
+    }
+
+    /// The live state of an instance in the current table.
+    pub fn instance(&self, address: SocketAddr) -> Option<Arc<Instance>> {
+        self.shared.routes.instance(address)
+    }
+
+    /// Drains an instance of the current table: no new requests, its idle connections closed
+    /// (and each busy one once its response ends); waits for its in-flight requests, at most
+    /// `grace`. True when none was left. The control plane then removes it from the table.
+    pub async fn drain(&self, address: SocketAddr, grace: Duration) -> bool {
+        let Some(instance) = self.instance(address) else {
+            return true;
+        };
+        instance.start_draining();
+        instance.wait_idle(grace).await
+    }
+}

@@ -1,0 +1,500 @@
+//! One request through the ingress: host → route → revision by weight → instance (held while
+//! none is ready, queued while all are full) → the instance's response, or an error from
+//! [`crate::error::error_response`].
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, Uri, Version};
+use http_body_util::Limited;
+use hyper::body::Incoming;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::Shared;
+use crate::body::{Finish, ProxyBody};
+use crate::error::{ProxyError, error_response};
+use crate::log::{AccessRecord, millis};
+use crate::table::{Instance, Pick, Revision, Route};
+use crate::upstream::{self, Sender, UpstreamBody};
+
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Headers that describe one connection, never forwarded (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// What the proxy knows about the connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Peer {
+    pub(crate) address: SocketAddr,
+    pub(crate) tls: bool,
+}
+
+/// The service function of every client connection.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    peer: Peer,
+    request: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let start = Instant::now();
+    let request_id = match request.headers().get(&X_REQUEST_ID) {
+        Some(id) if !id.is_empty() && id.len() <= 200 => id.clone(),
+        _ => new_request_id(),
+    };
+    let mut record = AccessRecord {
+        time_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        request_id: request_id.to_str().unwrap_or_default().to_owned(),
+        client: peer.address.ip().to_string(),
+        method: request.method().to_string(),
+        path: request
+            .uri()
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+        ..AccessRecord::default()
+    };
+    let mut revision = None;
+    match proxy(
+        &shared,
+        peer,
+        request,
+        &request_id,
+        start,
+        &mut record,
+        &mut revision,
+    )
+    .await
+    {
+        Ok(response) => Ok(response),
+        Err(error) => {
+            let response = error_response(&error, &request_id);
+            let status = response.status().as_u16();
+            match &revision {
+                Some(rev) => {
+                    rev.metrics.count(status);
+                    rev.metrics.latency.observe(start.elapsed().as_secs_f64());
+                }
+                None => shared.metrics.unrouted(),
+            }
+            if let Some(log) = &shared.access_log {
+                record.status = status;
+                record.duration_ms = millis(start.elapsed());
+                record.error = Some(error.to_string());
+                log.send(record);
+            }
+            Ok(response)
+        }
+    }
+}
+
+fn new_request_id() -> HeaderValue {
+    let id = format!("{:032x}", fastrand::u128(..));
+    // Hex digits are always a valid header value.
+    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+}
+
+/// The request's host, lower case and without port.
+fn host_of(request: &Request<Incoming>) -> Option<String> {
+    let raw = match request.uri().host() {
+        Some(host) => host,
+        None => {
+            let value = request.headers().get(header::HOST)?.to_str().ok()?;
+            // `host:port` or `[v6]:port`: the authority parser knows both.
+            return value
+                .parse::<http::uri::Authority>()
+                .ok()
+                .map(|a| a.host().to_ascii_lowercase());
+        }
+    };
+    Some(raw.to_ascii_lowercase())
+}
+
+async fn proxy(
+    shared: &Shared,
+    peer: Peer,
+    request: Request<Incoming>,
+    request_id: &HeaderValue,
+    start: Instant,
+    record: &mut AccessRecord,
+    chosen: &mut Option<Arc<Revision>>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let host = host_of(&request).ok_or(ProxyError::MissingHost)?;
+    record.host.clone_from(&host);
+    if let Some(length) = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && length > shared.options.max_body_bytes as u64
+    {
+        return Err(ProxyError::BodyTooLarge);
+    }
+    let (route, revision) = resolve(shared, &host)?;
+    record.service = Some(route.service.clone());
+    record.env = Some(route.env.clone());
+    *chosen = Some(Arc::clone(&revision));
+
+    let (instance, revision, deadline) =
+        acquire(shared, &host, route, revision, start, chosen).await?;
+    revision.metrics.in_flight.inc();
+    record.revision = Some(revision.name.clone());
+    record.instance = Some(instance.address.to_string());
+    // From here the slot is released by `Finish` (on success) or `Slot` (on error).
+    let slot = Slot {
+        revision: Arc::clone(&revision),
+        instance: Some(Arc::clone(&instance)),
+    };
+    let upstream_request = upstream_request(request, peer, &host, request_id, shared);
+    let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
+    let sent = tokio::time::timeout_at(
+        deadline.into(),
+        send(shared, &revision, slot, upstream_request),
+    )
+    .await
+    .map_err(|_| ProxyError::Timeout { timeout_ms })?;
+    let (response, sender, slot) = sent?;
+    let mut slot = slot;
+    let instance = slot.instance.take().unwrap_or(instance);
+    record.instance = Some(instance.address.to_string());
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.insert(X_REQUEST_ID, request_id.clone());
+    revision.metrics.count(parts.status.as_u16());
+    revision
+        .metrics
+        .latency
+        .observe(start.elapsed().as_secs_f64());
+    record.status = parts.status.as_u16();
+    let finish = Finish {
+        record: std::mem::take(record),
+        start,
+        instance,
+        revision,
+        sender: Some(sender),
+        log: shared.access_log.clone(),
+        complete: false,
+    };
+    Ok(Response::from_parts(
+        parts,
+        ProxyBody::upstream(body, finish),
+    ))
+}
+
+fn resolve(shared: &Shared, host: &str) -> Result<(Arc<Route>, Arc<Revision>), ProxyError> {
+    let table = shared.routes.load_guard();
+    let target = table.resolve(host).ok_or_else(|| ProxyError::NoRoute {
+        host: host.to_owned(),
+    })?;
+    let revision = match &target.revision {
+        Some(tagged) => Arc::clone(tagged),
+        None => Arc::clone(target.route.choose()),
+    };
+    Ok((Arc::clone(&target.route), revision))
+}
+
+/// A slot on an instance, released on drop unless handed on.
+struct Slot {
+    revision: Arc<Revision>,
+    instance: Option<Arc<Instance>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(instance) = self.instance.take() {
+            self.revision.release(&instance);
+            self.revision.metrics.in_flight.dec();
+        }
+    }
+}
+
+/// Counts a request in a queue (and its gauge) while it waits.
+struct Waiting<'a> {
+    count: &'a AtomicUsize,
+    gauge: &'a Gauge,
+}
+
+impl<'a> Waiting<'a> {
+    /// Joins the queue unless it already holds `limit`; also returns whether it was empty.
+    fn join(count: &'a AtomicUsize, gauge: &'a Gauge, limit: usize) -> Option<(Self, bool)> {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        if before >= limit {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        gauge.inc();
+        Some((Self { count, gauge }, before == 0))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.gauge.dec();
+    }
+}
+
+/// Waits for a slot on a ready instance: held (bounded) while the revision has none ready,
+/// queued (bounded) while all are full. Returns the instance, the revision (another one if the
+/// table dropped the first meanwhile) and the request's deadline.
+async fn acquire(
+    shared: &Shared,
+    host: &str,
+    route: Arc<Route>,
+    revision: Arc<Revision>,
+    start: Instant,
+    chosen: &mut Option<Arc<Revision>>,
+) -> Result<(Arc<Instance>, Arc<Revision>, Instant), ProxyError> {
+    let mut revision = revision;
+    let mut timeout = route.request_timeout;
+    let mut held_for = Duration::ZERO;
+    let mut rerouted = false;
+    loop {
+        let mut hold_started: Option<Instant> = None;
+        let mut held: Option<Waiting<'_>> = None;
+        let mut queued: Option<Waiting<'_>> = None;
+        let revision_ref: &Revision = &revision;
+        let outcome = loop {
+            let changed = revision_ref.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if revision_ref.is_removed() {
+                break None;
+            }
+            let wait_until = match revision_ref.try_pick() {
+                Pick::Got(instance) => break Some(instance),
+                Pick::NoneReady => {
+                    queued = None;
+                    let since = *hold_started.get_or_insert_with(Instant::now);
+                    if held.is_none() {
+                        let (waiting, first) = Waiting::join(
+                            &revision_ref.held,
+                            &revision_ref.metrics.held,
+                            shared.options.max_held_per_revision,
+                        )
+                        .ok_or_else(|| ProxyError::HoldQueueFull {
+                            revision: revision_ref.name.clone(),
+                        })?;
+                        if first {
+                            shared.routes.publish_scale_up(revision_ref);
+                        }
+                        held = Some(waiting);
+                    }
+                    let hold = revision_ref.hold_timeout();
+                    if since.elapsed() >= hold {
+                        return Err(ProxyError::NoReadyInstance {
+                            revision: revision_ref.name.clone(),
+                            waited_ms: since.elapsed().as_millis() as u64,
+                        });
+                    }
+                    since + hold
+                }
+                Pick::Busy => {
+                    if let Some(since) = hold_started.take() {
+                        held_for += since.elapsed();
+                        held = None;
+                    }
+                    if queued.is_none() {
+                        let (waiting, _) = Waiting::join(
+                            &revision_ref.queued,
+                            &revision_ref.metrics.queued,
+                            shared.options.max_queued_per_revision,
+                        )
+                        .ok_or_else(|| ProxyError::QueueFull {
+                            revision: revision_ref.name.clone(),
+                        })?;
+                        queued = Some(waiting);
+                    }
+                    let deadline = start + held_for + timeout;
+                    if Instant::now() >= deadline {
+                        return Err(ProxyError::Timeout {
+                            timeout_ms: timeout.as_millis() as u64,
+                        });
+                    }
+                    deadline
+                }
+            };
+            let _ = tokio::time::timeout_at(wait_until.into(), changed).await;
+        };
+        if let Some(since) = hold_started {
+            held_for += since.elapsed();
+        }
+        drop((held, queued));
+        match outcome {
+            Some(instance) => return Ok((instance, revision, start + held_for + timeout)),
+            None if !rerouted => {
+                // The table dropped this revision while we waited: choose again, once.
+                rerouted = true;
+                let (new_route, new_revision) = resolve(shared, host)?;
+                timeout = new_route.request_timeout;
+                *chosen = Some(Arc::clone(&new_revision));
+                revision = new_revision;
+            }
+            None => {
+                return Err(ProxyError::NoReadyInstance {
+                    revision: revision.name.clone(),
+                    waited_ms: held_for.as_millis() as u64,
+                });
+            }
+        }
+    }
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers named in `Connection` are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+fn upstream_request(
+    request: Request<Incoming>,
+    peer: Peer,
+    host: &str,
+    request_id: &HeaderValue,
+    shared: &Shared,
+) -> Request<UpstreamBody> {
+    let (mut parts, body) = request.into_parts();
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(str::to_owned)
+        });
+    parts.uri = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    let headers = &mut parts.headers;
+    if let Some(authority) = authority
+        && let Ok(value) = HeaderValue::from_str(&authority)
+    {
+        headers.insert(header::HOST, value.clone());
+        headers.insert(X_FORWARDED_HOST, value);
+    } else if let Ok(value) = HeaderValue::from_str(host) {
+        headers.insert(X_FORWARDED_HOST, value);
+    }
+    let client = peer.address.ip().to_string();
+    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(earlier) => format!("{earlier}, {client}"),
+        None => client,
+    };
+    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert(X_FORWARDED_FOR, value);
+    }
+    headers.insert(
+        X_FORWARDED_PROTO,
+        HeaderValue::from_static(if peer.tls { "https" } else { "http" }),
+    );
+    headers.insert(X_REQUEST_ID, request_id.clone());
+    Request::from_parts(parts, Limited::new(body, shared.options.max_body_bytes))
+}
+
+/// Sends the request to the slot's instance; a connection that cannot be made is retried once
+/// on another ready instance of the revision. Nothing else is retried: a request that reached
+/// an instance may have had effects.
+async fn send(
+    shared: &Shared,
+    revision: &Arc<Revision>,
+    mut slot: Slot,
+    mut request: Request<UpstreamBody>,
+) -> Result<(Response<Incoming>, Sender, Slot), ProxyError> {
+    let mut retried = false;
+    loop {
+        let Some(instance) = slot.instance.clone() else {
+            // A slot always holds its instance until it is handed to `Finish`.
+            return Err(ProxyError::NoReadyInstance {
+                revision: revision.name.clone(),
+                waited_ms: 0,
+            });
+        };
+        // An idle connection that turns out dead before the request was written gives the
+        // request back; then a fresh connection is made to the same instance.
+        if let Some(mut sender) = instance.pool.take().await {
+            match sender.try_send_request(request).await {
+                Ok(response) => return Ok((response, sender, slot)),
+                Err(mut error) => match error.take_message() {
+                    Some(back) => request = back,
+                    None => {
+                        return Err(ProxyError::Upstream {
+                            address: instance.address,
+                            source: error.into_error(),
+                        });
+                    }
+                },
+            }
+        }
+        match upstream::connect(instance.address, shared.options.connect_timeout).await {
+            Ok(mut sender) => {
+                return match sender.send_request(request).await {
+                    Ok(response) => Ok((response, sender, slot)),
+                    Err(source) => Err(ProxyError::Upstream {
+                        address: instance.address,
+                        source,
+                    }),
+                };
+            }
+            Err(source) => {
+                revision.metrics.connect_errors.inc();
+                let other = if retried {
+                    None
+                } else {
+                    retried = true;
+                    match revision.try_pick() {
+                        Pick::Got(other) if !Arc::ptr_eq(&other, &instance) => Some(other),
+                        Pick::Got(same) => {
+                            revision.release(&same);
+                            None
+                        }
+                        Pick::Busy | Pick::NoneReady => None,
+                    }
+                };
+                match other {
+                    Some(other) => {
+                        // Swap slots: the new one is taken, the failed one given back.
+                        let failed = slot.instance.replace(other);
+                        if let Some(failed) = failed {
+                            revision.release(&failed);
+                        }
+                    }
+                    None => {
+                        return Err(ProxyError::Connect {
+                            address: instance.address,
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! The route table the data plane reads: built from a [`RouteTableConfig`], swapped whole.
+//!
+//! A revision's and an instance's live state (requests in flight, queue, idle connections)
+//! outlives a table: a new table reuses the state of every revision and instance it keeps, so a
+//! swap drops no request and resets no counter. Requests hold `Arc`s to what they use, so an
+//! instance removed from the table still finishes what it was given.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{Notify, broadcast};
+
+use crate::config::RouteTableConfig;
+use crate::metrics::{Metrics, RevisionMetrics};
+use crate::upstream::Pool;
+
+/// The shortest hold, Cloud Run's rule: the longer of this or 3.5 × the average start time.
+pub const MIN_HOLD: Duration = Duration::from_secs(10);
+
+/// One instance's live state.
+#[derive(Debug)]
+pub struct Instance {
+    pub address: SocketAddr,
+    ready: AtomicBool,
+    draining: AtomicBool,
+    limit: AtomicU32,
+    in_flight: AtomicUsize,
+    pub(crate) pool: Pool,
+    idle: Notify,
+}
+
+impl Instance {
+    fn new(address: SocketAddr) -> Self {
+        Self {
+            address,
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            limit: AtomicU32::new(0),
+            in_flight: AtomicUsize::new(0),
+            pool: Pool::default(),
+            idle: Notify::new(),
+        }
+    }
+
+    /// Requests this instance is serving now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    fn eligible(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    fn has_room(&self) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed) as usize;
+        limit == 0 || self.in_flight() < limit
+    }
+
+    /// Takes one slot under the concurrency limit.
+    fn try_acquire(&self) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed) as usize;
+        let mut current = self.in_flight.load(Ordering::Relaxed);
+        loop {
+            if limit != 0 && current >= limit {
+                return false;
+            }
+            match self.in_flight.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    pub(crate) fn release(&self) {
+        let before = self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if before == 1 && self.is_draining() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.pool.close_idle();
+        if self.in_flight() == 0 {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no request is in flight on this instance, at most `grace`; true when it
+    /// became idle.
+    pub async fn wait_idle(&self, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.in_flight() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.in_flight() == 0;
+            }
+        }
+    }
+}
+
+/// Published when a request is held for a revision that has no ready instance (once each time
+/// the number held rises from zero): the autoscaler's cue to start one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaleUp {
+    pub service: String,
+    pub env: String,
+    pub revision: String,
+}
+
+/// One revision's live state.
+#[derive(Debug)]
+pub struct Revision {
+    pub service: String,
+    pub env: String,
+    pub name: String,
+    instances: ArcSwap<Vec<Arc<Instance>>>,
+    /// Woken when a slot frees up or the table changes; waiters re-check.
+    pub(crate) changed: Notify,
+    pub(crate) queued: AtomicUsize,
+    pub(crate) held: AtomicUsize,
+    hold_timeout_ms: AtomicU64,
+    removed: AtomicBool,
+    pub(crate) metrics: RevisionMetrics,
+}
+
+/// What a try at picking an instance found.
+#[derive(Debug)]
+pub(crate) enum Pick {
+    /// A slot taken on this instance; the caller must release it.
+    Got(Arc<Instance>),
+    /// Ready instances exist but all are at their limit.
+    Busy,
+    /// No ready instance.
+    NoneReady,
+}
+
+impl Revision {
+    pub fn instances(&self) -> Arc<Vec<Arc<Instance>>> {
+        self.instances.load_full()
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn hold_timeout(&self) -> Duration {
+        Duration::from_millis(self.hold_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// Least outstanding requests among ready instances, by the power of two choices.
+    pub(crate) fn try_pick(&self) -> Pick {
+        let instances = self.instances.load();
+        let n = instances.len();
+        if n == 0 {
+            return Pick::NoneReady;
+        }
+        if n > 1 {
+            for _ in 0..2 {
+                let a = fastrand::usize(..n);
+                let mut b = fastrand::usize(..n - 1);
+                if b >= a {
+                    b += 1;
+                }
+                let (x, y) = (&instances[a], &instances[b]);
+                let best = match (x.eligible() && x.has_room(), y.eligible() && y.has_room()) {
+                    (true, true) if y.in_flight() < x.in_flight() => y,
+                    (true, _) => x,
+                    (false, true) => y,
+                    (false, false) => break,
+                };
+                if best.try_acquire() {
+                    return Pick::Got(Arc::clone(best));
+                }
+            }
+        }
+        // Few or busy instances: scan them all, least loaded first.
+        let mut any_ready = false;
+        loop {
+            let mut best: Option<&Arc<Instance>> = None;
+            for inst in instances.iter().filter(|i| i.eligible()) {
+                any_ready = true;
+                if inst.has_room() && best.is_none_or(|b| inst.in_flight() < b.in_flight()) {
+                    best = Some(inst);
+                }
+            }
+            match best {
+                Some(inst) if inst.try_acquire() => return Pick::Got(Arc::clone(inst)),
+                Some(_) => continue,
+                None if any_ready => return Pick::Busy,
+                None => return Pick::NoneReady,
+            }
+        }
+    }
+
+    /// Gives back a slot taken by [`Revision::try_pick`].
+    pub(crate) fn release(&self, instance: &Instance) {
+        instance.release();
+        if self.queued.load(Ordering::Acquire) > 0 {
+            self.changed.notify_waiters();
+        }
+    }
+}
+
+/// A route as the data plane reads it.
+#[derive(Debug)]
+pub struct Route {
+    pub service: String,
+    pub env: String,
+    pub request_timeout: Duration,
+    /// Revisions with their weights (summing to 100).
+    pub revisions: Vec<(u32, Arc<Revision>)>,
+}
+
+impl Route {
+    /// A revision chosen by weight.
+    pub(crate) fn choose(&self) -> &Arc<Revision> {
+        let mut roll = fastrand::u32(..100);
+        for (weight, revision) in &self.revisions {
+            if roll < *weight {
+                return revision;
+            }
+            roll -= weight;
+        }
+        // Weights are validated to sum to 100, so the loop has returned; a table is never empty.
+        &self.revisions[self.revisions.len() - 1].1
+    }
+}
+
+/// Where a host leads.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) route: Arc<Route>,
+    /// A tag host pins one revision.
+    pub(crate) revision: Option<Arc<Revision>>,
+}
+
+/// One immutable route table.
+#[derive(Debug, Default)]
+pub struct Table {
+    hosts: HashMap<String, Target>,
+    routes: Vec<Arc<Route>>,
+}
+
+impl Table {
+    /// The route for a host (lower case, without port).
+    pub(crate) fn resolve(&self, host: &str) -> Option<&Target> {
+        self.hosts.get(host)
+    }
+
+    pub fn routes(&self) -> &[Arc<Route>] {
+        &self.routes
+    }
+}
+
+type RevisionKey = (String, String, String);
+
+/// The current table, and the live state that outlives tables.
+#[derive(Debug)]
+pub struct Routes {
+    current: ArcSwap<Table>,
+    revisions: Mutex<HashMap<RevisionKey, Arc<Revision>>>,
+    metrics: Arc<Metrics>,
+    scale_up: broadcast::Sender<ScaleUp>,
+}
+
+impl Routes {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            current: ArcSwap::from_pointee(Table::default()),
+            revisions: Mutex::new(HashMap::new()),
+            metrics,
+            scale_up: broadcast::channel(1024).0,
+        }
+    }
+
+    pub fn load(&self) -> Arc<Table> {
+        self.current.load_full()
+    }
+
+    pub(crate) fn load_guard(&self) -> arc_swap::Guard<Arc<Table>> {
+        self.current.load()
+    }
+
+    pub fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp> {
+        self.scale_up.subscribe()
+    }
+
+    pub(crate) fn publish_scale_up(&self, revision: &Revision) {
+        // Nobody listening is fine: the held-requests gauge says the same.
+        let _ = self.scale_up.send(ScaleUp {
+            service: revision.service.clone(),
+            env: revision.env.clone(),
+            revision: revision.name.clone(),
+        });
+    }
+
+    /// Replaces the whole table. The config must be valid ([`RouteTableConfig::validate`]).
+    /// Instances and revisions that leave the table start draining.
+    pub(crate) fn set(&self, config: &RouteTableConfig) {
+        let mut registry = self
+            .revisions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut kept: HashMap<RevisionKey, Arc<Revision>> = HashMap::new();
+        let mut hosts = HashMap::new();
+        let mut routes = Vec::new();
+        for rc in &config.routes {
+            let mut revisions = Vec::new();
+            let mut tagged = Vec::new();
+            for rev in &rc.revisions {
+                let key = (rc.service.clone(), rc.env.clone(), rev.name.clone());
+                let state = registry.get(&key).cloned().unwrap_or_else(|| {
+                    Arc::new(Revision {
+                        service: rc.service.clone(),
+                        env: rc.env.clone(),
+                        name: rev.name.clone(),
+                        instances: ArcSwap::from_pointee(Vec::new()),
+                        changed: Notify::new(),
+                        queued: AtomicUsize::new(0),
+                        held: AtomicUsize::new(0),
+                        hold_timeout_ms: AtomicU64::new(0),
+                        removed: AtomicBool::new(false),
+                        metrics: self.metrics.revision(&rc.service, &rc.env, &rev.name),
+                    })
+                });
+                let hold = MIN_HOLD.max(Duration::from_secs_f64(
+                    3.5 * rev.average_start_seconds.unwrap_or(0.0),
+                ));
+                state
+                    .hold_timeout_ms
+                    .store(hold.as_millis() as u64, Ordering::Relaxed);
+                let old = state.instances.load_full();
+                let mut list = Vec::with_capacity(rev.instances.len());
+                for ic in &rev.instances {
+                    let inst = old
+                        .iter()
+                        .find(|i| i.address == ic.address && !i.is_draining())
+                        .cloned()
+                        .unwrap_or_else(|| Arc::new(Instance::new(ic.address)));
+                    inst.ready.store(ic.ready, Ordering::Release);
+                    inst.limit.store(ic.max_concurrency, Ordering::Relaxed);
+                    if ic.draining {
+                        inst.start_draining();
+                    }
+                    list.push(inst);
+                }
+                for gone in old
+                    .iter()
+                    .filter(|o| !list.iter().any(|n| Arc::ptr_eq(n, o)))
+                {
+                    gone.start_draining();
+                }
+                state.instances.store(Arc::new(list));
+                if let Some(tag) = &rev.tag {
+                    tagged.push((
+                        format!("{tag}---{}.{}.{}", rc.service, rc.env, config.domain),
+                        Arc::clone(&state),
+                    ));
+                }
+                revisions.push((rev.weight, Arc::clone(&state)));
+                kept.insert(key, state);
+            }
+            let route = Arc::new(Route {
+                service: rc.service.clone(),
+                env: rc.env.clone(),
+                request_timeout: Duration::from_secs_f64(rc.request_timeout_seconds),
+                revisions,
+            });
+            let target = |revision| Target {
+                route: Arc::clone(&route),
+                revision,
+            };
+            hosts.insert(
+                format!("{}.{}.{}", rc.service, rc.env, config.domain),
+                target(None),
+            );
+            for domain in &rc.domains {
+                hosts.insert(domain.to_ascii_lowercase(), target(None));
+            }
+            for (host, revision) in tagged {
+                hosts.insert(host, target(Some(revision)));
+            }
+            routes.push(route);
+        }
+        for (key, gone) in registry.iter() {
+            if !kept.contains_key(key) {
+                gone.removed.store(true, Ordering::Release);
+                for inst in gone.instances.load().iter() {
+                    inst.start_draining();
+                }
+            }
+        }
+        let old = std::mem::replace(&mut *registry, kept);
+        self.current.store(Arc::new(Table { hosts, routes }));
+        drop(registry);
+        // Held and queued requests re-check against the new table.
+        for rev in old.values() {
+            rev.changed.notify_waiters();
+        }
+        for route in self.current.load().routes() {
+            for (_, rev) in &route.revisions {
+                rev.changed.notify_waiters();
+            }
+        }
+    }
+
+    /// The live state of an instance in the current table (draining or not).
+    pub fn instance(&self, address: SocketAddr) -> Option<Arc<Instance>> {
+        let table = self.current.load();
+        table
+            .routes
+            .iter()
+            .flat_map(|r| r.revisions.iter())
+            .flat_map(|(_, rev)| rev.instances().iter().cloned().collect::<Vec<_>>())
+            .find(|i| i.address == address)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{InstanceConfig, RevisionConfig, RouteConfig};
+
+    fn config(addresses: &[&str], limit: u32) -> RouteTableConfig {
+        RouteTableConfig {
+            domain: "localhost".into(),
+            routes: vec![RouteConfig {
+                service: "hello".into(),
+                env: "dev".into(),
+                domains: vec!["hello.example.com".into()],
+                request_timeout_seconds: 1.0,
+                revisions: vec![RevisionConfig {
+                    name: "hello-1".into(),
+                    weight: 100,
+                    tag: Some("blue".into()),
+                    average_start_seconds: Some(4.0),
+                    instances: addresses
+                        .iter()
+                        .map(|a| InstanceConfig {
+                            address: a.parse().unwrap(),
+                            ready: true,
+                            draining: false,
+                            max_concurrency: limit,
+                        })
+                        .collect(),
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_swap_keeps_live_state_and_drains_what_left() {
+        let routes = Routes::new(Arc::new(Metrics::new()));
+        routes.set(&config(&["127.0.0.1:1", "127.0.0.1:2"], 1));
+        let table = routes.load();
+        for host in [
+            "hello.dev.localhost",
+            "hello.example.com",
+            "blue---hello.dev.localhost",
+        ] {
+            assert!(table.resolve(host).is_some(), "{host}");
+        }
+        let rev = Arc::clone(&table.routes()[0].revisions[0].1);
+        assert_eq!(rev.hold_timeout(), Duration::from_secs(14));
+        let Pick::Got(first) = rev.try_pick() else {
+            panic!("no pick")
+        };
+        let Pick::Got(second) = rev.try_pick() else {
+            panic!("no pick")
+        };
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert!(matches!(rev.try_pick(), Pick::Busy));
+
+        // Keep only the first instance: same state, the second drains.
+        routes.set(&config(&[&first.address.to_string()], 1));
+        let table = routes.load();
+        let kept = &table.routes()[0].revisions[0].1;
+        assert!(Arc::ptr_eq(kept, &rev));
+        assert!(Arc::ptr_eq(&kept.instances()[0], &first));
+        assert_eq!(first.in_flight(), 1);
+        assert!(second.is_draining() && !first.is_draining());
+        rev.release(&first);
+        rev.release(&second);
+        assert!(matches!(rev.try_pick(), Pick::Got(_)));
+    }
+}
