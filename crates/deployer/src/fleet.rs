@@ -4,7 +4,7 @@
 //! manager. Within a task:
 //!
 //! - Connecting makes up to `--retry` attempts (each bounded by `--wrapper-connection-timeout`,
-//!   a pause of [`RETRY_PAUSE`] between them); when they are all spent the manager fails with
+//!   with pauses of 1s, 2s, 4s... up to 30s between them); when they are all spent the manager fails with
 //!   exit code 2. A call that fails because the connection broke or stayed silent (each call is
 //!   bounded by `--wrapper-connection-timeout` too) reconnects and calls again, at most
 //!   `--retry` times in a row, else exit code 2 as well.
@@ -33,8 +33,18 @@ use crate::log;
 use crate::managers::Manager;
 use crate::transport::{self, ConnectError, Route, WrapperClient};
 
-/// Between two connection attempts.
+/// Before the second connection attempt; it doubles before each next one, up to
+/// [`RETRY_PAUSE_MAX`], so that the default 10 attempts span about 2.5 minutes: time for a
+/// manager that was just created to boot and start its wrapper.
 pub(crate) const RETRY_PAUSE: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_PAUSE_MAX: Duration = Duration::from_secs(30);
+
+/// The pause after the failed attempt number `attempt` (from 1).
+fn retry_pause(attempt: u32) -> Duration {
+    RETRY_PAUSE
+        .saturating_mul(1 << attempt.saturating_sub(1).min(16))
+        .min(RETRY_PAUSE_MAX)
+}
 /// Between two status checks, as upstream.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -371,7 +381,7 @@ impl Session<'_> {
                 .manager(&self.manager.name)
                 .field("error", reason)
                 .emit();
-            tokio::time::sleep(RETRY_PAUSE).await;
+            tokio::time::sleep(retry_pause(failed_calls)).await;
         }
     }
 
@@ -405,7 +415,7 @@ impl Session<'_> {
                     *self.last = reason.clone();
                     last = reason;
                     if attempt < attempts {
-                        tokio::time::sleep(RETRY_PAUSE).await;
+                        tokio::time::sleep(retry_pause(attempt)).await;
                     }
                 }
             }
@@ -429,6 +439,16 @@ fn describe(status: Status, failure_reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_back_off_up_to_30s() {
+        let pauses: Vec<u64> = (1..=8).map(|a| retry_pause(a).as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(retry_pause(u32::MAX), RETRY_PAUSE_MAX);
+        // The default 10 attempts: 9 pauses.
+        let total: u64 = (1..10).map(|a| retry_pause(a).as_secs()).sum();
+        assert_eq!(total, 151);
+    }
 
     #[test]
     fn exit_codes_are_upstreams() {

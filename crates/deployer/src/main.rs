@@ -64,8 +64,9 @@ How each manager's wrapper is reached:
                                     (not in this build yet: such a manager fails with exit 1)
   otherwise                         wrapper_address straight from here
 
-All managers are handled at once; each connection attempt and each call is bounded by
---wrapper-connection-timeout, with 1s between attempts.";
+All managers are handled at once. Each connection attempt and each call is bounded by
+--wrapper-connection-timeout; between attempts the deployer waits 1s, 2s, 4s... up to 30s
+(the default 10 attempts span about 2.5 minutes).";
 
 /// Zero-downtime deployments of GitLab Runner managers over Terraform (GRIT's deployer)
 #[derive(Debug, Parser)]

@@ -4,6 +4,7 @@
 //! ```hcl
 //! type = map(object({
 //!   instance_name   = string
+//!   instance_id     = optional(string, "") # upstream's code reads it; for SSH command templates
 //!   address         = string            # SSH host:port
 //!   wrapper_address = string            # unix:///path or tcp://host:port, on the manager
 //!   username        = optional(string, "")
@@ -34,6 +35,8 @@ pub(crate) struct Manager {
     /// The map's key.
     pub(crate) name: String,
     pub(crate) instance_name: String,
+    /// Upstream reads it too (for the SSH command templates); empty when not given.
+    pub(crate) instance_id: String,
     /// The SSH `host:port`; empty when not given.
     pub(crate) address: String,
     pub(crate) wrapper_address: ListenAddress,
@@ -198,6 +201,7 @@ fn manager(name: &str, entry: &Value, source: &Source) -> Result<Manager, Output
     Ok(Manager {
         name: name.to_owned(),
         instance_name,
+        instance_id: text("instance_id")?,
         address: text("address")?,
         wrapper_address,
         username: text("username")?,
@@ -230,7 +234,7 @@ mod tests {
         let managers = serde_json::json!({
             "b": {"instance_name": "i-2", "address": "10.0.0.2:22",
                   "wrapper_address": "tcp://127.0.0.1:7777", "username": "runner",
-                  "ssh_key_pem": null, "instance_id": "ignored"},
+                  "ssh_key_pem": null, "instance_id": "i-0abc", "other": "ignored"},
             "a": {"instance_name": "i-1", "wrapper_address": "unix:///run/w.sock",
                   "address": "", "metrics_address": "10.0.0.1:9252"},
         });
@@ -249,6 +253,7 @@ mod tests {
             );
             assert_eq!(parsed[0].metrics_address, "10.0.0.1:9252");
             assert_eq!(parsed[1].username, "runner");
+            assert_eq!(parsed[1].instance_id, "i-0abc");
             assert_eq!(parsed[1].ssh_key_pem, "");
         }
     }

@@ -141,6 +141,7 @@ mod tests {
         Manager {
             name: name.to_owned(),
             instance_name: format!("runner-{name}"),
+            instance_id: String::new(),
             address: address.to_owned(),
             wrapper_address: "unix:///run/w.sock".parse().unwrap(),
             username: String::new(),

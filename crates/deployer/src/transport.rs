@@ -146,30 +146,40 @@ async fn direct(manager: &Manager, timeout: Duration) -> Result<WrapperClient, C
 
 // ─── SSH TRANSPORT PLUGS IN HERE ────────────────────────────────────────────────────────────
 //
-// When `runway-ssh` lands, replace the body of `ssh` (and nothing else):
+// `runway-ssh` (crates/runway-ssh) provides the stream. To plug it in, add to Cargo.toml
+// `runway-ssh = { path = "../runway-ssh" }`, `tower = { version = "0.5", default-features =
+// false, features = ["util"] }` and `hyper-util = { version = "0.1", default-features = false,
+// features = ["tokio"] }`, and replace the body of `ssh` below (nothing else changes):
 //
-// 1. Username and key: `settings.username` else `manager.username`; the key file
-//    `settings.key_file` else the PEM `manager.ssh_key_pem`. A missing one, an unreadable or
-//    bad key, a host key refused by `settings.known_hosts`: `ConnectError::Fatal`, naming
-//    the manager and the flag or output field. Say clearly (a WARN line) when host keys are not
-//    checked. A refused or timed out TCP/SSH connection: `ConnectError::Unreachable`.
-// 2. Pick the strategy as upstream does: `command` (SSH command) > `proxy_command` >
-//    `proxy_jump_address` > direct SSH to `manager.address`; open a stream (`AsyncRead +
-//    AsyncWrite + Unpin + Send + 'static`) to `manager.wrapper_address` at the far end.
-// 3. Turn the stream into a client (add `tower` with `util` and `hyper-util` with `tokio` to
-//    Cargo.toml); the URI only names the `:authority`:
+// 1. The manager: `runway_ssh::Target { address: manager.address, username:
+//    settings.username else manager.username, key: Key::File(settings.key_file) else
+//    Key::Pem(manager.ssh_key_pem) }`; a missing username or key is `ConnectError::Fatal`
+//    naming the manager, the flag and the output field.
+// 2. `runway_ssh::Settings { jump: proxy_jump_address with proxy_jump_username and
+//    Key::File(proxy_jump_key_file) (either missing: Fatal), proxy_command, host_keys:
+//    KnownHosts(known_hosts) else AcceptAny, timeout }`; `TemplateVars` from the manager
+//    (`instance_name`, `instance_id`, `address`, username, `ssh_key_pem`,
+//    `Destination::parse(wrapper_address)`).
+// 3. The stream: `runway_ssh::command_stream(command, &vars)` when `--ssh-command` is given,
+//    else `runway_ssh::connect(&target, &settings, &destination, &vars)`. Log each
+//    `stream.notices()` as a WARN line with `.manager(name)` (host keys not checked).
+//    Classify `SshError`: refused / timed out connections `Unreachable` (retried), bad keys,
+//    refused host keys, failed authentication and template errors `Fatal`.
+// 4. gRPC over it; the URI only names the `:authority`, and the connector opens a new stream
+//    if the channel reconnects:
 //
 //        let channel = tonic::transport::Endpoint::from_static("http://localhost")
 //            .connect_timeout(timeout)
 //            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-//                let tunnel = tunnel.clone();
-//                async move { tunnel.open().await.map(hyper_util::rt::TokioIo::new) }
+//                let (target, settings, destination, vars) = (/* clones */);
+//                async move {
+//                    let stream = runway_ssh::connect(&target, &settings, &destination, &vars).await?;
+//                    Ok::<_, runway_ssh::SshError>(hyper_util::rt::TokioIo::new(stream))
+//                }
 //            }))
-//            .await?;
+//            .await
+//            .map_err(|error| ConnectError::Unreachable(crate::log::chain(&error)))?;
 //        Ok(WrapperClient::new(channel))
-//
-//    `connect_with_connector` reconnects through the connector if the stream drops, so the
-//    SSH session (not one stream) should live in the connector.
 async fn ssh(
     manager: &Manager,
     _settings: &SshSettings,
@@ -191,6 +201,7 @@ mod tests {
         Manager {
             name: "m1".to_owned(),
             instance_name: "i-1".to_owned(),
+            instance_id: String::new(),
             address: address.to_owned(),
             wrapper_address: "unix:///run/w.sock".parse().unwrap(),
             username: String::new(),
