@@ -37,6 +37,9 @@ pub struct Options {
     /// Requests queued per revision while all its instances are at their concurrency limit;
     /// past it, 503.
     pub max_queued_per_revision: usize,
+    /// The shortest time a request is held for a revision with no ready instance; the hold is
+    /// the longer of this and 3.5 × the revision's average start time.
+    pub min_hold: Duration,
     /// Request body size; a larger declared length gets 413, a larger streamed body is cut.
     pub max_body_bytes: usize,
     /// Size of a request's head (HTTP/1.1 read buffer).
@@ -56,6 +59,7 @@ impl Default for Options {
         Self {
             max_held_per_revision: 1000,
             max_queued_per_revision: 1000,
+            min_hold: table::MIN_HOLD,
             max_body_bytes: 32 << 20,
             max_header_bytes: 64 << 10,
             header_read_timeout: Duration::from_secs(30),
@@ -100,7 +104,7 @@ impl Ingress {
         let metrics = Arc::new(Metrics::new());
         Self {
             shared: Arc::new(Shared {
-                routes: table::Routes::new(Arc::clone(&metrics)),
+                routes: table::Routes::new(Arc::clone(&metrics), options.min_hold),
                 metrics,
                 options,
                 access_log,

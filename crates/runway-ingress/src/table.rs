@@ -18,7 +18,8 @@ use crate::config::RouteTableConfig;
 use crate::metrics::{Metrics, RevisionMetrics};
 use crate::upstream::Pool;
 
-/// The shortest hold, Cloud Run's rule: the longer of this or 3.5 × the average start time.
+/// The shortest hold by default, Cloud Run's rule: a request waits for a ready instance the
+/// longer of this or 3.5 × the revision's average start time.
 pub const MIN_HOLD: Duration = Duration::from_secs(10);
 
 /// One instance's live state.
@@ -280,15 +281,17 @@ pub struct Routes {
     revisions: Mutex<HashMap<RevisionKey, Arc<Revision>>>,
     metrics: Arc<Metrics>,
     scale_up: broadcast::Sender<ScaleUp>,
+    min_hold: Duration,
 }
 
 impl Routes {
-    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>, min_hold: Duration) -> Self {
         Self {
             current: ArcSwap::from_pointee(Table::default()),
             revisions: Mutex::new(HashMap::new()),
             metrics,
             scale_up: broadcast::channel(1024).0,
+            min_hold,
         }
     }
 
@@ -342,7 +345,7 @@ impl Routes {
                         metrics: self.metrics.revision(&rc.service, &rc.env, &rev.name),
                     })
                 });
-                let hold = MIN_HOLD.max(Duration::from_secs_f64(
+                let hold = self.min_hold.max(Duration::from_secs_f64(
                     3.5 * rev.average_start_seconds.unwrap_or(0.0),
                 ));
                 state
@@ -469,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_swap_keeps_live_state_and_drains_what_left() {
-        let routes = Routes::new(Arc::new(Metrics::new()));
+        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
         routes.set(&config(&["127.0.0.1:1", "127.0.0.1:2"], 1));
         let table = routes.load();
         for host in [

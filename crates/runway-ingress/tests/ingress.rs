@@ -1,0 +1,603 @@
+//! The ingress over real loopback sockets, with small hyper servers as instances.
+
+// The helpers below are test code too: a failing unwrap is a failing test.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use runway_ingress::{
+    Ingress, InstanceConfig, Options, RevisionConfig, RouteConfig, RouteTableConfig,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Every test is bounded.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// A small instance: answers its name; `?sleep_ms=N` waits first; counts concurrent requests.
+struct Upstream {
+    address: SocketAddr,
+    active: Arc<AtomicUsize>,
+    max_active: Arc<AtomicUsize>,
+    served: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn upstream(name: &'static str) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let active = Arc::new(AtomicUsize::new(0));
+    let max_active = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let (a, m, s) = (active.clone(), max_active.clone(), served.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (a, m, s) = (a.clone(), m.clone(), s.clone());
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<Incoming>| {
+                    let (a, m, s) = (a.clone(), m.clone(), s.clone());
+                    async move {
+                        let now = a.fetch_add(1, Ordering::SeqCst) + 1;
+                        m.fetch_max(now, Ordering::SeqCst);
+                        let sleep = request
+                            .uri()
+                            .query()
+                            .and_then(|q| q.strip_prefix("sleep_ms="))
+                            .and_then(|v| v.parse::<u64>().ok())
+                            .unwrap_or(0);
+                        let forwarded = request
+                            .headers()
+                            .get("x-forwarded-for")
+                            .map(|v| v.to_str().unwrap().to_owned())
+                            .unwrap_or_default();
+                        tokio::time::sleep(Duration::from_millis(sleep)).await;
+                        a.fetch_sub(1, Ordering::SeqCst);
+                        s.fetch_add(1, Ordering::SeqCst);
+                        let mut response = Response::new(Full::new(Bytes::from(name)));
+                        response
+                            .headers_mut()
+                            .insert("x-saw-forwarded-for", forwarded.parse().unwrap());
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Upstream {
+        address,
+        active,
+        max_active,
+        served,
+        task,
+    }
+}
+
+/// A running ingress; stops (gracefully) on drop.
+struct Running {
+    ingress: Ingress,
+    address: SocketAddr,
+    admin: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn start(ingress: Ingress) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let admin = admin_listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let served = ingress.clone();
+    tokio::spawn(async move {
+        let (admin_stop, admin_stopped) = oneshot::channel::<()>();
+        let admin_ingress = served.clone();
+        tokio::spawn(async move {
+            let _ = admin_ingress
+                .serve_admin(admin_listener, async {
+                    let _ = admin_stopped.await;
+                })
+                .await;
+        });
+        let _ = served
+            .serve(listener, async {
+                let _ = stopped.await;
+            })
+            .await;
+        let _ = admin_stop.send(());
+    });
+    Running {
+        ingress,
+        address,
+        admin,
+        stop: Some(stop),
+    }
+}
+
+fn instance(address: SocketAddr, ready: bool, max_concurrency: u32) -> InstanceConfig {
+    InstanceConfig {
+        address,
+        ready,
+        draining: false,
+        max_concurrency,
+    }
+}
+
+fn revision(name: &str, weight: u32, instances: Vec<InstanceConfig>) -> RevisionConfig {
+    RevisionConfig {
+        name: name.to_owned(),
+        weight,
+        tag: None,
+        average_start_seconds: None,
+        instances,
+    }
+}
+
+fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
+    RouteTableConfig {
+        domain: "localhost".to_owned(),
+        routes: vec![RouteConfig {
+            service: "hello".to_owned(),
+            env: "dev".to_owned(),
+            domains: vec!["hello.example.test".to_owned()],
+            request_timeout_seconds: timeout,
+            revisions,
+        }],
+    }
+}
+
+const HOST: &str = "hello.dev.localhost";
+
+/// One GET over a new HTTP/1.1 connection: status, headers and body.
+async fn get(address: SocketAddr, host: &str, path: &str) -> (StatusCode, http::HeaderMap, String) {
+    let stream = TcpStream::connect(address).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = Request::get(path)
+        .header("host", host)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+async fn metrics(running: &Running) -> String {
+    get(running.admin, "admin", "/metrics").await.2
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
+    tokio::time::timeout(BOUND, async {
+        let (blue, green) = (upstream("blue").await, upstream("green").await);
+        let dir = tempfile::tempdir().unwrap();
+        let log_path = dir.path().join("access.log");
+        let log = tokio::fs::File::create(&log_path).await.unwrap();
+        let running = start(Ingress::with_access_log(Options::default(), log)).await;
+        let mut config = table(
+            5.0,
+            vec![
+                revision("hello-1", 70, vec![instance(blue.address, true, 0)]),
+                revision("hello-2", 30, vec![instance(green.address, true, 0)]),
+            ],
+        );
+        config.routes[0].revisions[1].tag = Some("canary".to_owned());
+        running.ingress.set_routes(&config).unwrap();
+
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        let n = 1000;
+        for _ in 0..n {
+            let (status, headers, body) = get(running.address, HOST, "/").await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(headers["x-request-id"].len(), 32);
+            assert_eq!(headers["x-saw-forwarded-for"], "127.0.0.1");
+            *counts.entry(body).or_default() += 1;
+        }
+        // 70 % of 1000: σ ≈ 14.5, so ±75 is past five sigmas.
+        let blue_count = counts.get("blue").copied().unwrap_or(0);
+        assert!((625..=775).contains(&blue_count), "{counts:?}");
+        assert_eq!(blue_count + counts.get("green").copied().unwrap_or(0), n);
+
+        // A tag host reaches its revision only; a custom domain and a port work; x-request-id
+        // given is kept.
+        for _ in 0..20 {
+            let (_, _, body) = get(running.address, "canary---hello.dev.localhost:80", "/").await;
+            assert_eq!(body, "green");
+        }
+        let (status, _, _) = get(running.address, "HELLO.example.test", "/").await;
+        assert_eq!(status, StatusCode::OK);
+        let stream = TcpStream::connect(running.address).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let response = sender
+            .send_request(
+                Request::get("/")
+                    .header("host", HOST)
+                    .header("x-request-id", "abc-123")
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["x-request-id"], "abc-123");
+        drop(response);
+
+        // No route: 404 with a short body naming nothing internal.
+        let (status, headers, body) = get(running.address, "nope.dev.localhost", "/").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(body, "no service at this host\n");
+        assert!(headers.contains_key("x-request-id"));
+
+        let text = metrics(&running).await;
+        assert!(
+            text.contains(
+                r#"runway_ingress_requests_total{service="hello",env="dev",revision="hello-1",class="2xx"}"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains("runway_ingress_request_duration_seconds_bucket"));
+        assert!(text.contains("runway_ingress_unrouted_requests_total 1"));
+
+        // The access log has one JSON line per request, the 404 included.
+        let mut lines = Vec::new();
+        for _ in 0..100 {
+            let text = tokio::fs::read_to_string(&log_path).await.unwrap();
+            lines = text.lines().map(str::to_owned).collect();
+            if lines.len() >= n + 23 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(lines.len(), n + 23);
+        let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(first["service"], "hello");
+        assert_eq!(first["status"], 200);
+        let bytes = if first["revision"] == "hello-1" { 4 } else { 5 };
+        assert_eq!(first["bytes"], bytes);
+        let unrouted: Vec<serde_json::Value> = lines
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["status"] == 404)
+            .collect();
+        assert_eq!(unrouted.len(), 1);
+        assert_eq!(unrouted[0]["host"], "nope.dev.localhost");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_is_served_once_an_instance_is_ready() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("late").await;
+        let options = Options {
+            min_hold: Duration::from_millis(600),
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        let cold = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, false, 0)],
+            )],
+        );
+        running.ingress.set_routes(&cold).unwrap();
+        let mut signals = running.ingress.subscribe_scale_up();
+
+        // Nothing becomes ready: 503 after the hold, with a clear body.
+        let started = Instant::now();
+        let (status, headers, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "no instance of this service became ready in time\n");
+        assert_eq!(headers["retry-after"], "1");
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        assert_eq!(signals.recv().await.unwrap().revision, "hello-1");
+
+        // The instance becomes ready while the request is held.
+        let address = running.address;
+        let held = tokio::spawn(async move { get(address, HOST, "/").await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(metrics(&running).await.contains(
+            r#"runway_ingress_held_requests{service="hello",env="dev",revision="hello-1"} 1"#
+        ));
+        assert_eq!(signals.recv().await.unwrap().revision, "hello-1");
+        let warm = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&warm).unwrap();
+        let (status, _, body) = held.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "late"));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_instance_gets_504_after_the_request_timeout() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("slow").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            0.3,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let started = Instant::now();
+        let (status, _, body) = get(running.address, HOST, "/?sleep_ms=3000").await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(body, "service did not answer in time\n");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The instance's slot was given back.
+        let (status, _, _) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::OK);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_limits_queue_and_never_overload_an_instance() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("limited").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            10.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 2)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let address = running.address;
+        let tasks: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(async move { get(address, HOST, "/?sleep_ms=100").await.0 }))
+            .collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), StatusCode::OK);
+        }
+        assert_eq!(up.max_active.load(Ordering::SeqCst), 2);
+        assert_eq!(up.served.load(Ordering::SeqCst), 10);
+
+        // A full queue answers 503 at once rather than waiting.
+        let options = Options {
+            max_queued_per_revision: 2,
+            ..Options::default()
+        };
+        let small = start(Ingress::new(options)).await;
+        let one = table(
+            10.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 1)],
+            )],
+        );
+        small.ingress.set_routes(&one).unwrap();
+        let address = small.address;
+        let tasks: Vec<_> = (0..6)
+            .map(|_| tokio::spawn(async move { get(address, HOST, "/?sleep_ms=300").await }))
+            .collect();
+        let mut statuses = Vec::new();
+        for task in tasks {
+            let (status, _, body) = task.await.unwrap();
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                assert_eq!(body, "service is overloaded, retry later\n");
+            }
+            statuses.push(status);
+        }
+        let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+        assert_eq!(ok, 3, "{statuses:?}");
+        assert_eq!(up.active.load(Ordering::SeqCst), 0);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_instance_finishes_its_requests_and_gets_no_new_ones() {
+    tokio::time::timeout(BOUND, async {
+        let (old, new) = (upstream("old").await, upstream("new").await);
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            10.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(old.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let address = running.address;
+        let slow = tokio::spawn(async move { get(address, HOST, "/?sleep_ms=500").await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(old.active.load(Ordering::SeqCst), 1);
+
+        // The new instance joins, then the old one drains.
+        let both = table(
+            10.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![
+                    instance(old.address, true, 0),
+                    instance(new.address, true, 0),
+                ],
+            )],
+        );
+        running.ingress.set_routes(&both).unwrap();
+        let ingress = running.ingress.clone();
+        let old_address = old.address;
+        let drained =
+            tokio::spawn(async move { ingress.drain(old_address, Duration::from_secs(5)).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..20 {
+            assert_eq!(get(running.address, HOST, "/").await.2, "new");
+        }
+        let (status, _, body) = slow.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "old"));
+        assert!(drained.await.unwrap());
+        assert_eq!(
+            running.ingress.instance(old.address).unwrap().in_flight(),
+            0
+        );
+
+        // A drain past its grace says so.
+        let slow = tokio::spawn(async move { get(address, HOST, "/?sleep_ms=800").await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !running
+                .ingress
+                .drain(new.address, Duration::from_millis(100))
+                .await
+        );
+        assert_eq!(slow.await.unwrap().0, StatusCode::OK);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_retried_once_on_another_instance() {
+    tokio::time::timeout(BOUND, async {
+        let live = upstream("live").await;
+        let dead = {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            listener.local_addr().unwrap()
+        };
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(dead, true, 0), instance(live.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        for _ in 0..30 {
+            let (status, _, body) = get(running.address, HOST, "/").await;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "live"));
+        }
+        let only_dead = table(5.0, vec![revision("hello-1", 100, vec![instance(dead, true, 0)])]);
+        running.ingress.set_routes(&only_dead).unwrap();
+        let (status, _, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert_eq!(body, "service failed to answer\n");
+        assert!(metrics(&running).await.contains(
+            r#"runway_ingress_upstream_connect_errors_total{service="hello",env="dev",revision="hello-1"}"#
+        ));
+    })
+    .await
+    .unwrap();
+}
+
+/// Sends raw bytes and reads until the ingress answers or closes; returns what it sent.
+async fn raw(address: SocketAddr, bytes: &[u8]) -> String {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    // The peer may close before reading it all: that is an answer too.
+    let _ = stream.write_all(bytes).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_4xx_or_a_closed_connection() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let options = Options {
+            max_body_bytes: 1024,
+            max_header_bytes: 8192,
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        let config = table(5.0, vec![revision("hello-1", 100, vec![instance(up.address, true, 0)])]);
+        running.ingress.set_routes(&config).unwrap();
+        let a = running.address;
+
+        let four = |answer: &str| answer.is_empty() || answer.starts_with("HTTP/1.1 4");
+        let garbage = raw(a, b"GARBAGE\r\n\r\n").await;
+        assert!(four(&garbage), "{garbage}");
+        let bad_header = raw(a, b"GET / HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n").await;
+        assert!(four(&bad_header), "{bad_header}");
+        let huge = format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000));
+        let huge = raw(a, huge.as_bytes()).await;
+        assert!(four(&huge), "{huge}");
+        let no_host = raw(a, b"GET / HTTP/1.0\r\n\r\n").await;
+        assert!(no_host.starts_with("HTTP/1.0 400") || no_host.starts_with("HTTP/1.1 400"), "{no_host}");
+        let body = format!(
+            "POST / HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 5000\r\nConnection: close\r\n\r\n{}",
+            "b".repeat(5000)
+        );
+        let body = raw(a, body.as_bytes()).await;
+        assert!(body.starts_with("HTTP/1.1 413"), "{body}");
+        let bad_length = raw(a, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n").await;
+        assert!(four(&bad_length), "{bad_length}");
+        // The HTTP/2 preface followed by a frame that is not SETTINGS.
+        let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        h2.extend_from_slice(&[0, 0, 4, 0xff, 0xff, 0, 0, 0, 1, 1, 2, 3, 4]);
+        let _ = raw(a, &h2).await;
+        let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        h2.extend_from_slice(&[0xff; 64]);
+        let _ = raw(a, &h2).await;
+
+        // Still serving.
+        let (status, _, body) = get(a, HOST, "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "fine"));
+    })
+    .await
+    .unwrap();
+}
