@@ -4,14 +4,15 @@
 //! -input=false`, as upstream runs `init` before each (it is idempotent, and a fresh checkout or
 //! a changed backend needs it). Terraform's stdout and its stderr both go to the deployer's
 //! stdout, as upstream has it: the deployer's stderr carries only NDJSON. Its exit code is the
-//! deployer's.
+//! deployer's. SIGINT and SIGTERM are passed on to terraform, which stops gracefully (see
+//! `passthrough`).
 //!
 //! Reading the output runs `show -json` with its stdout captured (its stderr is captured too and
 //! quoted in the error when it fails); `init -input=false` runs first only when the directory
 //! has no `.terraform`, its output on stdout.
 
 use std::os::fd::AsFd as _;
-use std::os::unix::process::ExitStatusExt as _;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
@@ -98,6 +99,12 @@ fn command(exec: &Path, dir: &Path, args: &[&str]) -> Command {
 
 /// Runs `exec args` in `dir`, its stdout and stderr on our stdout; its exit code (128 + the
 /// signal's number when a signal ended it).
+///
+/// Terraform runs in a process group of its own, and SIGINT or SIGTERM sent to the deployer is
+/// passed on to it once per signal received: terraform then stops gracefully (it finishes or
+/// cancels what is running and writes its state), and the deployer exits with its code. (In
+/// the deployer's group, a Ctrl-C would reach terraform twice, and its second interrupt means
+/// "exit now, state or not".)
 fn passthrough(exec: &Path, dir: &Path, args: &[&str]) -> Result<i32, TerraformError> {
     let spawn_error = |source| TerraformError::Spawn {
         exec: exec.to_owned(),
@@ -111,9 +118,16 @@ fn passthrough(exec: &Path, dir: &Path, args: &[&str]) -> Result<i32, TerraformE
         .field("exec", exec.display().to_string())
         .field("dir", dir.display().to_string())
         .emit();
-    let status = command(exec, dir, args)
-        .stderr(Stdio::from(stdout))
-        .status()
+    let mut command = command(exec, dir, args);
+    command.stderr(Stdio::from(stdout)).process_group(0);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(spawn_error)?;
+    let status = runtime
+        .block_on(run_forwarding_signals(tokio::process::Command::from(
+            command,
+        )))
         .map_err(spawn_error)?;
     let code = exit_code(status);
     let event = if status.success() {
@@ -123,6 +137,37 @@ fn passthrough(exec: &Path, dir: &Path, args: &[&str]) -> Result<i32, TerraformE
     };
     event.field("exit_code", code).emit();
     Ok(code)
+}
+
+async fn run_forwarding_signals(
+    mut command: tokio::process::Command,
+) -> std::io::Result<ExitStatus> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut child = command.spawn()?;
+    let pid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw);
+    loop {
+        let received = tokio::select! {
+            status = child.wait() => return status,
+            _ = interrupt.recv() => Signal::SIGINT,
+            _ = terminate.recv() => Signal::SIGTERM,
+        };
+        log::warn(format!(
+            "received {received}: passing it on to terraform, which stops gracefully"
+        ))
+        .emit();
+        if let Some(pid) = pid {
+            // Gone already: `wait` answers next.
+            let _ = kill(pid, received);
+        }
+    }
 }
 
 fn exit_code(status: ExitStatus) -> i32 {

@@ -652,6 +652,86 @@ fn up_and_down_exit_with_terraforms_code_and_its_output_on_stdout() {
 }
 
 #[test]
+fn sigterm_during_up_stops_terraform_gracefully_and_returns_its_code() {
+    use std::io::BufRead as _;
+    let Some(_) = terraform() else { return };
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(
+        root.path().join("main.tf"),
+        "resource \"terraform_data\" \"slow\" {\n  provisioner \"local-exec\" {\n    \
+         command = \"exec sleep 60\"\n  }\n}\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(DEPLOYER)
+        .args(["up", "--tf-target", root.path().to_str().unwrap()])
+        .env("TF_CLI_CONFIG_FILE", "/dev/null")
+        .env("CHECKPOINT_DISABLE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    // Until terraform runs the provisioner (bounded: the line comes within seconds).
+    while !seen.contains("Provisioning with 'local-exec'") {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap() == 0 || started.elapsed() > Duration::from_secs(60)
+        {
+            let _ = child.kill();
+            panic!("terraform never provisioned: {seen}");
+        }
+        seen.push_str(&line);
+    }
+    let sent = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        rest
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if sent.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("deployer up did not stop within 30s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let run = Run {
+        code: status.code().unwrap_or(-1),
+        stdout: format!("{seen}{}", reader.join().unwrap()),
+        stderr,
+        elapsed: started.elapsed(),
+    };
+    assert_ne!(run.code, 0, "{run:#?}");
+    assert!(
+        run.stdout.contains("Interrupt received"),
+        "terraform was told: {run:#?}"
+    );
+    assert!(
+        run.messages()
+            .contains("received SIGTERM: passing it on to terraform"),
+        "{run:#?}"
+    );
+    assert!(sent.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
 fn a_manager_with_an_ssh_address_needs_ssh_which_is_not_in_this_build() {
     let root = tempfile::tempdir().unwrap();
     let state = state_file(
