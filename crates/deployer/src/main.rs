@@ -61,8 +61,20 @@ How each manager's wrapper is reached:
                                     from here, whatever else is set
   any --ssh-... flag, or an address in the output
                                     through SSH to address, then to wrapper_address there
-                                    (not in this build yet: such a manager fails with exit 1)
   otherwise                         wrapper_address straight from here
+
+Through SSH, one strategy (upstream's order; giving two is an error):
+  --ssh-command CMD                 CMD reaches the wrapper itself; its stdin and stdout are
+                                    the gRPC stream (e.g. `ssh ... socat - UNIX-CONNECT:...`)
+  --ssh-proxy-command CMD           CMD's stdin and stdout carry the SSH session to address
+  --ssh-proxy-jump-address/-username/-key-file
+                                    SSH to the bastion first (its own key), then to address
+  (none of these)                   SSH straight to address
+The user and key: --ssh-username and --ssh-key-file, else the output's username and
+ssh_key_pem. Commands are templates run by `sh -c`: {{.Host.Address}}, {{.Host.InstanceName}},
+{{.Host.InstanceID}}, {{.Host.Username}}, {{.GRPCServer.Network}}, {{.GRPCServer.Address}}
+as upstream, and {{.Host}}, {{.Port}}, {{.WrapperSocket}}. Host keys are checked against
+--ssh-known-hosts when given; otherwise any key is accepted and a WARN line says so.
 
 All managers are handled at once. Each connection attempt and each call is bounded by
 --wrapper-connection-timeout; between attempts the deployer waits 1s, 2s, 4s... up to 30s

@@ -14,6 +14,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use runway_ssh::{Destination, HostKeyPolicy, Key, SshError, Target, TemplateVars};
 use runway_wrapper::proto::process_wrapper_client::ProcessWrapperClient;
 use tonic::transport::Channel;
 
@@ -144,53 +145,192 @@ async fn direct(manager: &Manager, timeout: Duration) -> Result<WrapperClient, C
     }
 }
 
-// ─── SSH TRANSPORT PLUGS IN HERE ────────────────────────────────────────────────────────────
-//
-// `runway-ssh` (crates/runway-ssh) provides the stream. To plug it in, add to Cargo.toml
-// `runway-ssh = { path = "../runway-ssh" }`, `tower = { version = "0.5", default-features =
-// false, features = ["util"] }` and `hyper-util = { version = "0.1", default-features = false,
-// features = ["tokio"] }`, and replace the body of `ssh` below (nothing else changes):
-//
-// 1. The manager: `runway_ssh::Target { address: manager.address, username:
-//    settings.username else manager.username, key: Key::File(settings.key_file) else
-//    Key::Pem(manager.ssh_key_pem) }`; a missing username or key is `ConnectError::Fatal`
-//    naming the manager, the flag and the output field.
-// 2. `runway_ssh::Settings { jump: proxy_jump_address with proxy_jump_username and
-//    Key::File(proxy_jump_key_file) (either missing: Fatal), proxy_command, host_keys:
-//    KnownHosts(known_hosts) else AcceptAny, timeout }`; `TemplateVars` from the manager
-//    (`instance_name`, `instance_id`, `address`, username, `ssh_key_pem`,
-//    `Destination::parse(wrapper_address)`).
-// 3. The stream: `runway_ssh::command_stream(command, &vars)` when `--ssh-command` is given,
-//    else `runway_ssh::connect(&target, &settings, &destination, &vars)`. Log each
-//    `stream.notices()` as a WARN line with `.manager(name)` (host keys not checked).
-//    Classify `SshError`: refused / timed out connections `Unreachable` (retried), bad keys,
-//    refused host keys, failed authentication and template errors `Fatal`.
-// 4. gRPC over it; the URI only names the `:authority`, and the connector opens a new stream
-//    if the channel reconnects:
-//
-//        let channel = tonic::transport::Endpoint::from_static("http://localhost")
-//            .connect_timeout(timeout)
-//            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-//                let (target, settings, destination, vars) = (/* clones */);
-//                async move {
-//                    let stream = runway_ssh::connect(&target, &settings, &destination, &vars).await?;
-//                    Ok::<_, runway_ssh::SshError>(hyper_util::rt::TokioIo::new(stream))
-//                }
-//            }))
-//            .await
-//            .map_err(|error| ConnectError::Unreachable(crate::log::chain(&error)))?;
-//        Ok(WrapperClient::new(channel))
+/// Through SSH, by upstream's strategies: SSH command, else ProxyCommand, else ProxyJump, else
+/// direct SSH to the manager's `address`; then the wrapper's socket at the far end. Mixing
+/// strategies is an error, as upstream has it. The connector opens a new tunnel whenever the
+/// channel (re)connects.
 async fn ssh(
     manager: &Manager,
-    _settings: &SshSettings,
+    settings: &SshSettings,
     why: &str,
-    _timeout: Duration,
+    timeout: Duration,
 ) -> Result<WrapperClient, ConnectError> {
-    Err(ConnectError::Fatal(format!(
-        "runner manager {:?} is reached through SSH ({why}), but SSH is not available in this \
-         build of the deployer yet; if {} is reachable from here, pass --direct",
-        manager.name, manager.wrapper_address
-    )))
+    let fatal = |message: String| {
+        ConnectError::Fatal(format!(
+            "runner manager {:?} through SSH ({why}): {message}",
+            manager.name
+        ))
+    };
+    let jump_flags = [
+        settings.proxy_jump_address.is_some(),
+        settings.proxy_jump_username.is_some(),
+        settings.proxy_jump_key_file.is_some(),
+    ];
+    let jump_given = jump_flags.iter().any(|&set| set);
+    let strategies = [
+        settings.command.is_some(),
+        settings.proxy_command.is_some(),
+        jump_given,
+    ];
+    if strategies.iter().filter(|&&set| set).count() > 1 {
+        return Err(fatal(
+            "--ssh-command, --ssh-proxy-command and --ssh-proxy-jump-* are alternatives: give one"
+                .to_owned(),
+        ));
+    }
+    if jump_given && !jump_flags.iter().all(|&set| set) {
+        return Err(fatal(
+            "ProxyJump needs --ssh-proxy-jump-address, --ssh-proxy-jump-username and \
+             --ssh-proxy-jump-key-file together"
+                .to_owned(),
+        ));
+    }
+    let username = settings
+        .username
+        .clone()
+        .unwrap_or_else(|| manager.username.clone());
+    let destination = Destination::parse(&manager.wrapper_address.to_string())
+        .map_err(|error| fatal(error.to_string()))?;
+    let vars = TemplateVars {
+        instance_name: manager.instance_name.clone(),
+        instance_id: manager.instance_id.clone(),
+        address: manager.address.clone(),
+        username: username.clone(),
+        private_key_pem: manager.ssh_key_pem.clone(),
+        wrapper: destination.clone(),
+    };
+    let tunnel = if let Some(command) = &settings.command {
+        // The command reaches the socket itself: no SSH here, and no key needed.
+        runway_ssh::expand(command, &vars).map_err(|error| fatal(error.to_string()))?;
+        Tunnel::Command(command.clone())
+    } else {
+        if manager.address.is_empty() {
+            return Err(fatal(
+                "its grit_runner_managers entry has no `address` (the SSH host:port)".to_owned(),
+            ));
+        }
+        if username.is_empty() {
+            return Err(fatal(
+                "no SSH user: give --ssh-username or `username` in its grit_runner_managers entry"
+                    .to_owned(),
+            ));
+        }
+        let key = match (&settings.key_file, manager.ssh_key_pem.is_empty()) {
+            (Some(file), _) => Key::File(file.clone()),
+            (None, false) => Key::Pem(manager.ssh_key_pem.clone()),
+            (None, true) => {
+                return Err(fatal(
+                    "no SSH key: give --ssh-key-file or `ssh_key_pem` in its grit_runner_managers \
+                     entry"
+                        .to_owned(),
+                ));
+            }
+        };
+        let jump = match (
+            &settings.proxy_jump_address,
+            &settings.proxy_jump_username,
+            &settings.proxy_jump_key_file,
+        ) {
+            (Some(address), Some(username), Some(key)) => Some(Target {
+                address: address.clone(),
+                username: username.clone(),
+                key: Key::File(key.clone()),
+            }),
+            _ => None,
+        };
+        let host_keys = match &settings.known_hosts {
+            Some(path) => HostKeyPolicy::KnownHosts(path.clone()),
+            None => HostKeyPolicy::AcceptAny,
+        };
+        Tunnel::Ssh {
+            target: Target {
+                address: manager.address.clone(),
+                username,
+                key,
+            },
+            settings: runway_ssh::Settings {
+                jump,
+                proxy_command: settings.proxy_command.clone(),
+                host_keys,
+                timeout,
+            },
+        }
+    };
+    let name = manager.name.clone();
+    let connector = tower::service_fn(move |_: tonic::transport::Uri| {
+        let (tunnel, destination, vars, name) = (
+            tunnel.clone(),
+            destination.clone(),
+            vars.clone(),
+            name.clone(),
+        );
+        async move {
+            let stream = match &tunnel {
+                Tunnel::Command(command) => runway_ssh::command_stream(command, &vars)?,
+                Tunnel::Ssh { target, settings } => {
+                    runway_ssh::connect(target, settings, &destination, &vars).await?
+                }
+            };
+            for notice in stream.notices() {
+                crate::log::warn(notice.to_string()).manager(&name).emit();
+            }
+            Ok::<_, SshError>(hyper_util::rt::TokioIo::new(stream))
+        }
+    });
+    let endpoint =
+        tonic::transport::Endpoint::from_static("http://localhost").connect_timeout(timeout);
+    let connecting = endpoint.connect_with_connector(connector);
+    match tokio::time::timeout(timeout, connecting).await {
+        Ok(Ok(channel)) => Ok(WrapperClient::new(channel)),
+        Ok(Err(error)) => {
+            let message = format!(
+                "cannot reach {} through SSH: {}",
+                manager.wrapper_address,
+                crate::log::chain(&error)
+            );
+            match find_ssh_error(&error) {
+                Some(ssh) if !retryable(ssh) => Err(ConnectError::Fatal(message)),
+                _ => Err(ConnectError::Unreachable(message)),
+            }
+        }
+        Err(_) => Err(ConnectError::Unreachable(format!(
+            "cannot reach {} through SSH: no connection within {}",
+            manager.wrapper_address,
+            runway_wrapper::duration::format(timeout)
+        ))),
+    }
+}
+
+/// How a tunnel is opened, cloned into the channel's connector.
+#[derive(Debug, Clone)]
+enum Tunnel {
+    Command(String),
+    Ssh {
+        target: Target,
+        settings: runway_ssh::Settings,
+    },
+}
+
+/// The SSH error somewhere in tonic's chain of sources.
+fn find_ssh_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a SshError> {
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(ssh) = error.downcast_ref::<SshError>() {
+            return Some(ssh);
+        }
+        current = error.source();
+    }
+    None
+}
+
+/// Worth another attempt: the network, not the configuration. A refused key, a refused host
+/// key or a bad template fails the same way every time.
+fn retryable(error: &SshError) -> bool {
+    match error {
+        SshError::Io { .. } | SshError::Protocol { .. } | SshError::Timeout { .. } => true,
+        SshError::ProxyCommand { source, .. } => retryable(source),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -241,20 +381,40 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ssh_is_a_clear_error_for_now() {
-        let error = connect(
-            &manager("10.0.0.1:22"),
+    async fn ssh_settings_that_cannot_work_are_fatal_and_say_why() {
+        let no_user = connect(
+            &manager("127.0.0.1:1"),
             &Settings::default(),
             Duration::from_secs(1),
         )
         .await
         .unwrap_err();
-        assert!(matches!(error, ConnectError::Fatal(_)));
-        let text = error.to_string();
-        assert!(
-            text.contains("SSH is not available in this build"),
-            "{text}"
-        );
-        assert!(text.contains("--direct"), "{text}");
+        assert!(matches!(no_user, ConnectError::Fatal(_)));
+        assert!(no_user.to_string().contains("--ssh-username"), "{no_user}");
+
+        let mixed = Settings {
+            ssh: SshSettings {
+                command: Some("ssh {{.Address}}".to_owned()),
+                proxy_command: Some("nc {{.Address}}".to_owned()),
+                ..SshSettings::default()
+            },
+            ..Settings::default()
+        };
+        let error = connect(&manager("127.0.0.1:1"), &mixed, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("alternatives"), "{error}");
+
+        let half_jump = Settings {
+            ssh: SshSettings {
+                proxy_jump_address: Some("127.0.0.1:2".to_owned()),
+                ..SshSettings::default()
+            },
+            ..Settings::default()
+        };
+        let error = connect(&manager("127.0.0.1:1"), &half_jump, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("together"), "{error}");
     }
 }

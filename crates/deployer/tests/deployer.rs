@@ -731,33 +731,192 @@ fn sigterm_during_up_stops_terraform_gracefully_and_returns_its_code() {
     assert!(sent.elapsed() < Duration::from_secs(30));
 }
 
+/// A `runway wrapper` on a unix socket around a long sleep, killed on drop.
+struct Wrapper(std::process::Child);
+
+impl Wrapper {
+    fn start(root: &Path, socket: &Path) -> Wrapper {
+        let child = Command::new(wrapper_shim(root))
+            .arg("--grpc-listen")
+            .arg(format!("unix://{}", socket.display()))
+            .args(["--process-termination-timeout", "2s", "--", "sleep", "60"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "the wrapper did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Wrapper(child)
+    }
+}
+
+impl Drop for Wrapper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The four SSH strategies against real OpenSSH servers (a manager and a bastion on loopback):
+/// direct with the key from the output, ProxyJump, ProxyCommand and SSH command; host keys
+/// checked against a known-hosts file, or said unchecked.
 #[test]
-fn a_manager_with_an_ssh_address_needs_ssh_which_is_not_in_this_build() {
+fn ssh_strategies_reach_the_wrapper_through_real_sshd() {
+    use runway_ssh::testing::{SSHD, Sshd, keygen, require};
+    if require(SSHD, "Debian's openssh-server").is_none() {
+        return;
+    }
     let root = tempfile::tempdir().unwrap();
+    let (user_key, bastion_key) = (
+        root.path().join("user_key"),
+        root.path().join("bastion_key"),
+    );
+    keygen(&user_key, &[]);
+    keygen(&bastion_key, &[]);
+    let manager_sshd = Sshd::start(&root.path().join("manager"), &[&user_key]);
+    let bastion_sshd = Sshd::start(&root.path().join("bastion"), &[&bastion_key]);
+    let socket = root.path().join("wrapper.sock");
+    let _wrapper = Wrapper::start(root.path(), &socket);
     let state = state_file(
         root.path(),
         &serde_json::json!({"m1": {
             "instance_name": "i-1",
-            "address": "10.0.0.1:22",
-            "wrapper_address": "unix:///run/gitlab-runner-wrapper.sock",
+            "address": manager_sshd.address(),
+            "wrapper_address": format!("unix://{}", socket.display()),
+            "username": "root",
+            "ssh_key_pem": std::fs::read_to_string(&user_key).unwrap(),
         }}),
     );
+    let state = state.to_str().unwrap();
+    let healthy = |extra: &[&str]| {
+        let mut args = vec![
+            "wait-healthy",
+            "--tf-target-state-file",
+            state,
+            "--timeout",
+            "30s",
+        ];
+        args.extend_from_slice(extra);
+        let run = deployer(&args);
+        run.assert_code(0);
+        run
+    };
+
+    // Direct, with the username and key from the output; no known-hosts file: said so.
+    let run = healthy(&[]);
+    assert!(
+        run.log().iter().any(|l| l["level"] == "WARN"
+            && l["manager"] == "m1"
+            && l["msg"]
+                .as_str()
+                .unwrap()
+                .contains("host key checking is off")),
+        "{run:#?}"
+    );
+
+    // The host key checked against a known-hosts file: no warning.
+    let known_hosts = root.path().join("known_hosts");
+    std::fs::write(
+        &known_hosts,
+        format!(
+            "[127.0.0.1]:{} {}",
+            manager_sshd.port(),
+            manager_sshd.host_key_pub()
+        ),
+    )
+    .unwrap();
+    let run = healthy(&["--ssh-known-hosts", known_hosts.to_str().unwrap()]);
+    assert!(!run.stderr.contains("host key checking is off"), "{run:#?}");
+    // The bastion's key is not the manager's: refused, and not retried.
+    std::fs::write(
+        &known_hosts,
+        format!(
+            "[127.0.0.1]:{} {}",
+            manager_sshd.port(),
+            bastion_sshd.host_key_pub()
+        ),
+    )
+    .unwrap();
     let run = deployer(&[
         "wait-healthy",
         "--tf-target-state-file",
-        state.to_str().unwrap(),
+        state,
+        "--ssh-known-hosts",
+        known_hosts.to_str().unwrap(),
     ]);
     run.assert_code(1);
-    let messages = run.messages();
-    assert!(
-        messages.contains("SSH is not available in this build"),
-        "{run:#?}"
+    assert!(run.messages().contains("host key"), "{run:#?}");
+
+    // ProxyJump through the bastion, with its own key.
+    healthy(&[
+        "--ssh-proxy-jump-address",
+        &bastion_sshd.address(),
+        "--ssh-proxy-jump-username",
+        "root",
+        "--ssh-proxy-jump-key-file",
+        bastion_key.to_str().unwrap(),
+    ]);
+
+    // ProxyCommand: the command's stdin and stdout carry the SSH session.
+    healthy(&[
+        "--ssh-proxy-command",
+        "exec /bin/busybox nc 127.0.0.1 {{.Port}}",
+    ]);
+
+    // SSH command: the command reaches the socket itself (OpenSSH's client, and a relay on the
+    // far side), and its stdio is the gRPC stream. A forceful shutdown through it, then the
+    // wait for the end.
+    let relay = root.path().join("relay.py");
+    std::fs::write(
+        &relay,
+        "import socket, sys, threading\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         s.connect(sys.argv[1])\n\
+         def up():\n\
+         \x20   while True:\n\
+         \x20       b = sys.stdin.buffer.raw.read(65536)\n\
+         \x20       if not b: break\n\
+         \x20       s.sendall(b)\n\
+         \x20   s.shutdown(socket.SHUT_WR)\n\
+         threading.Thread(target=up, daemon=True).start()\n\
+         while True:\n\
+         \x20   b = s.recv(65536)\n\
+         \x20   if not b: break\n\
+         \x20   sys.stdout.buffer.write(b); sys.stdout.buffer.flush()\n",
+    )
+    .unwrap();
+    let command = format!(
+        "exec ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
+         -o LogLevel=ERROR -i {key} -p {{{{.Port}}}} {{{{.Host.Username}}}}@{{{{.Host}}}} \
+         /usr/bin/python3 {relay} {{{{.WrapperSocket}}}}",
+        key = user_key.display(),
+        relay = relay.display(),
     );
-    assert!(
-        messages.contains("(its output has address \"10.0.0.1:22\")"),
-        "{run:#?}"
-    );
-    assert!(run.elapsed < Duration::from_secs(10));
+    for step in [
+        vec!["shutdown", "--forceful"],
+        vec!["wait-terminated", "--timeout", "30s"],
+    ] {
+        let mut args = step.clone();
+        args.extend(["--tf-target-state-file", state, "--ssh-command", &command]);
+        deployer(&args).assert_code(0);
+    }
+
+    // Mixing strategies is refused, as upstream does.
+    let run = deployer(&[
+        "wait-healthy",
+        "--tf-target-state-file",
+        state,
+        "--ssh-command",
+        &command,
+        "--ssh-proxy-command",
+        "nc {{.Host}} {{.Port}}",
+    ]);
+    run.assert_code(1);
+    assert!(run.messages().contains("alternatives"), "{run:#?}");
 }
 
 #[test]

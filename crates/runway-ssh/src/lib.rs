@@ -51,6 +51,8 @@ mod error;
 mod hostkey;
 mod stream;
 mod template;
+#[cfg(feature = "test-support")]
+pub mod testing;
 
 use std::borrow::Cow;
 use std::path::PathBuf;
