@@ -919,6 +919,130 @@ fn ssh_strategies_reach_the_wrapper_through_real_sshd() {
     assert!(run.messages().contains("alternatives"), "{run:#?}");
 }
 
+/// A real Prometheus (Debian's) with a `file_sd` directory: each deployment's targets file
+/// appears as active targets, and a removed one disappears.
+#[test]
+fn prometheus_discovers_each_deployment_as_it_comes_and_goes() {
+    const PROMETHEUS: &str = "/usr/bin/prometheus";
+    if !Path::new(PROMETHEUS).exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{PROMETHEUS} is missing (apt-get install prometheus)"
+        );
+        eprintln!("skipped: {PROMETHEUS} is missing (apt-get install prometheus)");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let sd = root.path().join("sd");
+    std::fs::create_dir(&sd).unwrap();
+    let config = root.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1h\nscrape_configs:\n  - job_name: grit\n    file_sd_configs:\n      - files: ['{}/*.json']\n        refresh_interval: 1s\n",
+            sd.display()
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = Killed(
+        Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                root.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The managers Prometheus has discovered, by name.
+    let discovered = || -> Option<Vec<String>> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        use std::io::Write as _;
+        write!(
+            stream,
+            "GET /api/v1/targets HTTP/1.0\r\nHost: localhost\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let body: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1)?).ok()?;
+        let mut names: Vec<String> = body["data"]["activeTargets"]
+            .as_array()?
+            .iter()
+            .filter_map(|t| {
+                t["labels"]["grit_runner_manager"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        names.sort();
+        Some(names)
+    };
+    let wait_for = |want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let got = discovered();
+            if got.as_deref().is_some_and(|got| got == want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus discovered {got:?}, not {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let write_targets = |deployment: &str, names: &[&str]| {
+        let managers: serde_json::Map<String, Value> = names
+            .iter()
+            .map(|name| {
+                let manager = serde_json::json!({
+                    "instance_name": format!("i-{name}"),
+                    "wrapper_address": "unix:///x.sock",
+                    "metrics_address": "127.0.0.1:9",
+                });
+                ((*name).to_owned(), manager)
+            })
+            .collect();
+        let state = state_file(root.path(), &Value::Object(managers));
+        let output = sd.join(format!("{deployment}.json"));
+        deployer(&[
+            "targets",
+            "--tf-target-state-file",
+            state.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--label",
+            &format!("deployment={deployment}"),
+        ])
+        .assert_code(0);
+        output
+    };
+    let blue = write_targets("blue", &["blue-1", "blue-2"]);
+    wait_for(&["blue-1", "blue-2"]);
+    write_targets("green", &["green-1", "green-2"]);
+    wait_for(&["blue-1", "blue-2", "green-1", "green-2"]);
+    std::fs::remove_file(blue).unwrap();
+    wait_for(&["green-1", "green-2"]);
+}
+
 #[test]
 fn targets_writes_file_sd_json() {
     let root = tempfile::tempdir().unwrap();
