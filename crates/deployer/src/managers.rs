@@ -229,6 +229,38 @@ mod tests {
         Source::File(PathBuf::from("/tmp/x.tfstate"))
     }
 
+    proptest::proptest! {
+        /// Whatever terraform or a state file holds, reading it never panics.
+        #[test]
+        fn no_input_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = parse(&bytes, &file());
+        }
+
+        /// Nor does any JSON shape around the output.
+        #[test]
+        fn no_json_shape_panics(
+            name in "[a-z]{0,4}",
+            address in proptest::option::of("[a-z0-9:./]{0,20}"),
+            wrapper in proptest::option::of("(unix|tcp)?:?/{0,3}[a-z0-9:./]{0,20}"),
+            key in proptest::option::of(proptest::num::i64::ANY),
+        ) {
+            let mut manager = serde_json::Map::new();
+            if let Some(address) = address {
+                manager.insert("address".into(), address.into());
+            }
+            if let Some(wrapper) = wrapper {
+                manager.insert("wrapper_address".into(), wrapper.into());
+            }
+            if let Some(key) = key {
+                manager.insert("ssh_key_pem".into(), key.into());
+            }
+            let state = serde_json::json!({
+                "outputs": {"grit_runner_managers": {"value": {name: manager}}}
+            });
+            let _ = parse(state.to_string().as_bytes(), &file());
+        }
+    }
+
     #[test]
     fn reads_show_json_and_state_files() {
         let managers = serde_json::json!({

@@ -161,6 +161,22 @@ pub fn expand(template: &str, vars: &TemplateVars) -> Result<String, SshError> {
 
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        /// Any template text expands or is an error, never a panic.
+        #[test]
+        fn no_template_panics(template in "[{}. a-zA-Z-]{0,40}") {
+            let vars = TemplateVars {
+                instance_name: "i".into(),
+                instance_id: String::new(),
+                address: "h:22".into(),
+                username: "u".into(),
+                private_key_pem: String::new(),
+                wrapper: Destination::Unix("/w.sock".into()),
+            };
+            let _ = expand(&template, &vars);
+        }
+    }
+
     use std::path::PathBuf;
 
     use super::*;
