@@ -623,15 +623,28 @@ async fn an_unknown_image_is_a_clear_error_and_leaves_nothing_behind() {
 /// The same through the command line: `runway run --detach --image`, `ps`, `logs`, `stop`.
 #[test]
 fn runway_run_ps_logs_and_stop_an_image() {
-    if !image_tools("runway run an image") {
-        return;
+    if image_tools("runway run an image") {
+        run_an_image_through_the_cli("runc");
     }
+}
+
+/// The same with crun, which the runtime runs with the host's cgroup v2 mount hidden.
+#[test]
+fn runway_run_an_image_with_crun() {
+    if image_tools("runway run with crun")
+        && runway_oci::testing::require_tools("runway run with crun", &["crun"])
+    {
+        run_an_image_through_the_cli("crun");
+    }
+}
+
+fn run_an_image_through_the_cli(oci_runtime: &str) {
     let registry = runway_oci::testing::Registry::start().unwrap();
     let pushed = push_web_image(
         &registry,
         "runway/cli",
         "trap 'exit 0' TERM; echo \"hello from $K_SERVICE\"; httpd -f -p 127.0.0.1:$PORT -h /www & wait",
-        "served by runc\n",
+        "served from a container\n",
     );
     let state = tempfile::tempdir().unwrap();
     let repo = tempfile::tempdir().unwrap();
@@ -657,6 +670,8 @@ fn runway_run_ps_logs_and_stop_an_image() {
         )
     };
 
+    // Its own id (and so its own cgroup), as the runc and crun tests run at once.
+    let id = format!("shop-{oci_runtime}");
     let repo_path = repo.path().to_str().unwrap();
     let host = registry.host();
     let (code, _, err) = runway(&[
@@ -666,11 +681,15 @@ fn runway_run_ps_logs_and_stop_an_image() {
         &pushed.reference,
         "--insecure-registry",
         &host,
+        "--oci-runtime",
+        oci_runtime,
+        "--id",
+        &id,
         repo_path,
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
-        err.contains("instance shop runs in the background"),
+        err.contains(&format!("instance {id} runs in the background")),
         "{err}"
     );
 
@@ -686,19 +705,29 @@ fn runway_run_ps_logs_and_stop_an_image() {
         assert!(Instant::now() < deadline, "not ready: {out}");
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(http_get(port, "/index.html").contains("served by runc"));
+    assert!(http_get(port, "/index.html").contains("served from a container"));
     let (_, table, _) = runway(&["ps"]);
-    assert!(table.starts_with("ID    PHASE    READY  PORT"), "{table}");
-    let (code, logs, err) = runway(&["logs", "shop"]);
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["ID", "PHASE", "READY", "PORT", "PID", "RESTARTS", "MESSAGE"]
+    );
+    assert!(table.contains(&format!("{id}  running  yes")), "{table}");
+    let (code, logs, err) = runway(&["logs", &id]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(logs, "hello from shop\n");
 
-    let (code, _, err) = runway(&["stop", "--remove", "shop"]);
+    let (code, _, err) = runway(&["stop", "--remove", &id]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("shop: stopped"), "{err}");
+    assert!(err.contains(&format!("{id}: stopped")), "{err}");
     let (_, out, _) = runway(&["ps", "--output", "json"]);
     assert_eq!(out.trim(), "[]");
-    let (code, _, err) = runway(&["logs", "shop"]);
+    let (code, _, err) = runway(&["logs", &id]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("no instance \"shop\""), "{err}");
+    assert!(err.contains(&format!("no instance \"{id}\"")), "{err}");
 }

@@ -50,7 +50,7 @@ impl Container {
         let log_file = state_dir.join("oci-runtime.log");
         let _ = fs::remove_file(&pid_file);
         let _ = fs::remove_file(&log_file);
-        let mut create = Command::new(oci_runtime);
+        let mut create = oci_command(oci_runtime);
         create
             .arg("--log")
             .arg(&log_file)
@@ -104,7 +104,7 @@ impl Container {
             exited,
             exit: None,
         };
-        let started = Command::new(oci_runtime)
+        let started = oci_command(oci_runtime)
             .arg("--log")
             .arg(&log_file)
             .args(["--log-format", "json", "start", id])
@@ -171,6 +171,22 @@ impl Container {
     }
 }
 
+/// A command running the OCI runtime. crun (1.8) refuses a hybrid cgroup host (v1 controllers
+/// with a v2 hierarchy at `/sys/fs/cgroup/unified`); it is run in a mount namespace of its own
+/// with that mount hidden, where it sees plain cgroup v1. Every crun command gets the same view.
+fn oci_command(oci_runtime: &Path) -> Command {
+    let is_crun = oci_runtime.file_name().is_some_and(|name| name == "crun");
+    if !(is_crun && Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists()) {
+        return Command::new(oci_runtime);
+    }
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"")
+        .arg(oci_runtime);
+    command
+}
+
 /// Adds the secrets to the bundle's `process.env`; returns the text without them, to write back.
 fn with_secrets(
     config: &Path,
@@ -205,7 +221,7 @@ fn with_secrets(
 }
 
 async fn delete(oci_runtime: &Path, id: &str) {
-    let deleted = Command::new(oci_runtime)
+    let deleted = oci_command(oci_runtime)
         .args(["delete", "--force", id])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
