@@ -95,11 +95,17 @@ impl Body for ProxyBody {
         match &mut self.get_mut().inner {
             Inner::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Inner::Upstream { body, finish } => {
-                let polled = Pin::new(body).poll_frame(cx);
+                let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let (Some(data), Some(f)) = (frame.data_ref(), finish.as_mut()) {
                             f.record.bytes += data.len() as u64;
+                        }
+                        // A server stops polling once the body says it ended.
+                        if body.is_end_stream()
+                            && let Some(mut f) = finish.take()
+                        {
+                            f.complete = true;
                         }
                     }
                     Poll::Ready(None) => {

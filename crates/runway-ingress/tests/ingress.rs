@@ -33,6 +33,8 @@ struct Upstream {
     active: Arc<AtomicUsize>,
     max_active: Arc<AtomicUsize>,
     served: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
+    open: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -48,13 +50,23 @@ async fn upstream(name: &'static str) -> Upstream {
     let active = Arc::new(AtomicUsize::new(0));
     let max_active = Arc::new(AtomicUsize::new(0));
     let served = Arc::new(AtomicUsize::new(0));
-    let (a, m, s) = (active.clone(), max_active.clone(), served.clone());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(AtomicUsize::new(0));
+    let (a, m, s, c, o) = (
+        active.clone(),
+        max_active.clone(),
+        served.clone(),
+        connections.clone(),
+        open.clone(),
+    );
     let task = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let (a, m, s) = (a.clone(), m.clone(), s.clone());
+            c.fetch_add(1, Ordering::SeqCst);
+            o.fetch_add(1, Ordering::SeqCst);
+            let (a, m, s, o) = (a.clone(), m.clone(), s.clone(), o.clone());
             tokio::spawn(async move {
                 let service = service_fn(move |request: Request<Incoming>| {
                     let (a, m, s) = (a.clone(), m.clone(), s.clone());
@@ -85,6 +97,7 @@ async fn upstream(name: &'static str) -> Upstream {
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
+                o.fetch_sub(1, Ordering::SeqCst);
             });
         }
     });
@@ -93,6 +106,8 @@ async fn upstream(name: &'static str) -> Upstream {
         active,
         max_active,
         served,
+        connections,
+        open,
         task,
     }
 }
@@ -235,6 +250,9 @@ async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
         let blue_count = counts.get("blue").copied().unwrap_or(0);
         assert!((625..=775).contains(&blue_count), "{counts:?}");
         assert_eq!(blue_count + counts.get("green").copied().unwrap_or(0), n);
+        // One request at a time: one keep-alive connection per instance serves them all.
+        assert_eq!(blue.connections.load(Ordering::SeqCst), 1);
+        assert_eq!(green.connections.load(Ordering::SeqCst), 1);
 
         // A tag host reaches its revision only; a custom domain and a port work; x-request-id
         // given is kept.
@@ -493,6 +511,15 @@ async fn a_draining_instance_finishes_its_requests_and_gets_no_new_ones() {
             running.ingress.instance(old.address).unwrap().in_flight(),
             0
         );
+        // Its keep-alive connections are closed, the busy one once its response ended.
+        for _ in 0..100 {
+            if old.open.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(old.open.load(Ordering::SeqCst), 0);
+        assert!(new.open.load(Ordering::SeqCst) >= 1);
 
         // A drain past its grace says so.
         let slow = tokio::spawn(async move { get(address, HOST, "/?sleep_ms=800").await });

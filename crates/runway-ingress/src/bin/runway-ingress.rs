@@ -1,0 +1,111 @@
+//! `runway-ingress`: the ingress on its own, with its route table from a file (reloaded on
+//! SIGHUP) until the control plane feeds it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use runway_ingress::{Ingress, Options, RouteTableConfig};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+/// Runway's ingress: routes requests by host to the instances of a route table.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// The route table, JSON or YAML (by extension); reloaded on SIGHUP.
+    #[arg(long)]
+    routes: PathBuf,
+    /// Where clients connect (HTTP/1.1 and h2c).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Where `/metrics` and `/healthz` are served.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    admin: SocketAddr,
+    /// Write the JSON access log to standard output.
+    #[arg(long)]
+    access_log: bool,
+    /// Worker threads (default: one per CPU).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Seconds in-flight requests get to finish on SIGTERM or SIGINT.
+    #[arg(long, default_value_t = 30)]
+    shutdown_grace_seconds: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.threads {
+        runtime.worker_threads(threads.max(1));
+    }
+    runtime
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let table = RouteTableConfig::load(&args.routes)?;
+    let options = Options {
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        ..Options::default()
+    };
+    let ingress = if args.access_log {
+        Ingress::with_access_log(options, tokio::io::stdout())
+    } else {
+        Ingress::new(options)
+    };
+    ingress.set_routes(&table)?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let admin = TcpListener::bind(args.admin)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.admin))?;
+    eprintln!(
+        "runway-ingress: serving {} route(s) on {}, metrics on {}",
+        table.routes.len(),
+        args.listen,
+        args.admin
+    );
+
+    let (stop, stopped) = watch::channel(false);
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    let reloader = ingress.clone();
+    let routes = args.routes.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => {
+                    match RouteTableConfig::load(&routes).and_then(|t| reloader.set_routes(&t)) {
+                        Ok(()) => eprintln!("runway-ingress: reloaded {}", routes.display()),
+                        // A bad file keeps the table in force.
+                        Err(error) => eprintln!("runway-ingress: kept the previous table: {error}"),
+                    }
+                }
+                _ = terminate.recv() => break,
+                _ = interrupt.recv() => break,
+            }
+        }
+        let _ = stop.send(true);
+    });
+    let until = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let admin_ingress = ingress.clone();
+    let admin_task = tokio::spawn({
+        let stopped = stopped.clone();
+        async move { admin_ingress.serve_admin(admin, until(stopped)).await }
+    });
+    ingress.serve(listener, until(stopped)).await?;
+    let _ = admin_task.await;
+    eprintln!("runway-ingress: stopped");
+    Ok(())
+}
