@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, Uri, Version};
+use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::Limited;
 use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
 
 use crate::Shared;
@@ -128,7 +130,7 @@ fn host_of(request: &Request<Incoming>) -> Option<String> {
 async fn proxy(
     shared: &Shared,
     peer: Peer,
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     request_id: &HeaderValue,
     start: Instant,
     record: &mut AccessRecord,
@@ -145,6 +147,9 @@ async fn proxy(
     {
         return Err(ProxyError::BodyTooLarge);
     }
+    // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
+    let upgrade = upgrade_protocol(&request);
+    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
     let (route, revision) = resolve(shared, &host)?;
     record.service = Some(route.service.clone());
     record.env = Some(route.env.clone());
@@ -160,7 +165,8 @@ async fn proxy(
         revision: Arc::clone(&revision),
         instance: Some(Arc::clone(&instance)),
     };
-    let upstream_request = upstream_request(request, peer, &host, request_id, shared);
+    let upstream_request =
+        upstream_request(request, peer, &host, request_id, upgrade.as_ref(), shared);
     let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
     let sent = tokio::time::timeout_at(
         deadline.into(),
@@ -172,7 +178,15 @@ async fn proxy(
     let mut slot = slot;
     let instance = slot.instance.take().unwrap_or(instance);
     record.instance = Some(instance.address.to_string());
+    let mut response = response;
+    let tunnel = match client_upgrade {
+        Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            Some((client, hyper::upgrade::on(&mut response)))
+        }
+        _ => None,
+    };
     let (mut parts, body) = response.into_parts();
+    let protocol = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(X_REQUEST_ID, request_id.clone());
     revision.metrics.count(parts.status.as_u16());
@@ -181,7 +195,7 @@ async fn proxy(
         .latency
         .observe(start.elapsed().as_secs_f64());
     record.status = parts.status.as_u16();
-    let finish = Finish {
+    let mut finish = Finish {
         record: std::mem::take(record),
         start,
         instance,
@@ -190,6 +204,29 @@ async fn proxy(
         log: shared.access_log.clone(),
         complete: false,
     };
+    if let Some((client, upstream)) = tunnel {
+        // The upgraded connection is the tunnel's now; the slot is held until it closes.
+        finish.sender = None;
+        if let Some(protocol) = protocol {
+            parts.headers.insert(header::UPGRADE, protocol);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+        tokio::spawn(async move {
+            if let (Ok(client), Ok(upstream)) = (client.await, upstream.await) {
+                let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+                if let Ok((_, to_client)) =
+                    tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+                {
+                    finish.record.bytes = to_client;
+                    finish.complete = true;
+                }
+            }
+            drop(finish);
+        });
+        return Ok(Response::from_parts(parts, ProxyBody::full(Bytes::new())));
+    }
     Ok(Response::from_parts(
         parts,
         ProxyBody::upstream(body, finish),
@@ -355,6 +392,25 @@ async fn acquire(
     }
 }
 
+/// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` and `Upgrade`).
+fn upgrade_protocol(request: &Request<Incoming>) -> Option<HeaderValue> {
+    if request.version() != Version::HTTP_11 {
+        return None;
+    }
+    let asks = request
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    if asks {
+        request.headers().get(header::UPGRADE).cloned()
+    } else {
+        None
+    }
+}
+
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Headers named in `Connection` are hop-by-hop too.
     let named: Vec<HeaderName> = headers
@@ -375,6 +431,7 @@ fn upstream_request(
     peer: Peer,
     host: &str,
     request_id: &HeaderValue,
+    upgrade: Option<&HeaderValue>,
     shared: &Shared,
 ) -> Request<UpstreamBody> {
     let (mut parts, body) = request.into_parts();
@@ -396,6 +453,10 @@ fn upstream_request(
     parts.version = Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     let headers = &mut parts.headers;
+    if let Some(protocol) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, protocol.clone());
+    }
     if let Some(authority) = authority
         && let Ok(value) = HeaderValue::from_str(&authority)
     {

@@ -628,3 +628,140 @@ async fn malformed_requests_get_4xx_or_a_closed_connection() {
     .await
     .unwrap();
 }
+
+/// An instance that switches to an echo protocol on `Upgrade: echo` (as WebSocket does).
+async fn echo_upstream() -> (SocketAddr, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = service_fn(|mut request: Request<Incoming>| async move {
+                    assert_eq!(request.headers()["upgrade"], "echo");
+                    let upgrade = hyper::upgrade::on(&mut request);
+                    tokio::spawn(async move {
+                        let mut io = TokioIo::new(upgrade.await.unwrap());
+                        let mut buffer = [0u8; 1024];
+                        loop {
+                            match io.read(&mut buffer).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => io.write_all(&buffer[..n]).await.unwrap(),
+                            }
+                        }
+                    });
+                    let response = Response::builder()
+                        .status(StatusCode::SWITCHING_PROTOCOLS)
+                        .header("connection", "upgrade")
+                        .header("upgrade", "echo")
+                        .body(Empty::<Bytes>::new())
+                        .unwrap();
+                    Ok::<_, Infallible>(response)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    (address, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_becomes_a_tunnel_held_as_one_request() {
+    tokio::time::timeout(BOUND, async {
+        let (address, task) = echo_upstream().await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            5.0,
+            vec![revision("hello-1", 100, vec![instance(address, true, 0)])],
+        );
+        running.ingress.set_routes(&config).unwrap();
+
+        let mut stream = TcpStream::connect(running.address).await.unwrap();
+        let head = format!(
+            "GET /chat HTTP/1.1\r\nHost: {HOST}\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).await.unwrap();
+            answer.push(byte[0]);
+        }
+        let answer = String::from_utf8(answer).unwrap().to_ascii_lowercase();
+        assert!(answer.starts_with("http/1.1 101"), "{answer}");
+        assert!(answer.contains("upgrade: echo"), "{answer}");
+        let instance = running.ingress.instance(address).unwrap();
+        for message in ["ping", "a longer message"] {
+            stream.write_all(message.as_bytes()).await.unwrap();
+            let mut back = vec![0u8; message.len()];
+            stream.read_exact(&mut back).await.unwrap();
+            assert_eq!(back, message.as_bytes());
+        }
+        assert_eq!(instance.in_flight(), 1);
+        drop(stream);
+        for _ in 0..100 {
+            if instance.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(instance.in_flight(), 0);
+        task.abort();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_are_served_over_h2c() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("h2").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let stream = TcpStream::connect(running.address).await.unwrap();
+        let (sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        // Many streams on one connection at once.
+        let tasks: Vec<_> = (0..20)
+            .map(|_| {
+                let mut sender = sender.clone();
+                tokio::spawn(async move {
+                    let request = Request::get(format!("http://{HOST}/?sleep_ms=50"))
+                        .body(Empty::<Bytes>::new())
+                        .unwrap();
+                    let response = sender.send_request(request).await.unwrap();
+                    assert_eq!(response.version(), http::Version::HTTP_2);
+                    let status = response.status();
+                    let body = response.into_body().collect().await.unwrap().to_bytes();
+                    (status, body)
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (status, body) = task.await.unwrap();
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(&body[..], b"h2");
+        }
+        assert_eq!(up.max_active.load(Ordering::SeqCst), 20);
+    })
+    .await
+    .unwrap();
+}
