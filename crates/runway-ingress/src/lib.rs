@@ -12,6 +12,7 @@ pub mod metrics;
 mod proxy;
 pub mod server;
 pub mod table;
+pub mod tls;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -27,7 +28,9 @@ pub use error::{ConfigError, ProxyError};
 pub use log::AccessRecord;
 pub use metrics::Metrics;
 pub use proxy::X_REQUEST_ID;
+pub use server::Tls;
 pub use table::{Instance, Revision, Route, ScaleUp, Table};
+pub use tls::{CertificateFiles, LocalCa, TlsError, TlsOptions};
 
 /// Bounds and limits; every wait has one.
 #[derive(Debug, Clone)]

@@ -42,6 +42,7 @@ pub struct Metrics {
     connect_errors: Family<RevisionLabels, Counter>,
     unrouted: Counter,
     pub(crate) connections: Gauge,
+    pub(crate) tls_handshake_errors: Counter,
 }
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -82,6 +83,12 @@ impl Metrics {
         let connect_errors = Family::<RevisionLabels, Counter>::default();
         let unrouted = Counter::default();
         let connections = Gauge::default();
+        let tls_handshake_errors = Counter::default();
+        registry.register(
+            "tls_handshake_errors",
+            "TLS handshakes that failed or timed out (unknown names included)",
+            tls_handshake_errors.clone(),
+        );
         registry.register(
             "requests",
             "Requests answered, by service, env, revision and status class",
@@ -132,6 +139,7 @@ impl Metrics {
             connect_errors,
             unrouted,
             connections,
+            tls_handshake_errors,
         }
     }
 

@@ -15,8 +15,31 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use tokio_rustls::TlsAcceptor;
+
 use crate::Ingress;
 use crate::proxy::{Peer, handle};
+use crate::tls::{self, TlsError, TlsOptions};
+
+/// A TLS set-up made by [`Ingress::tls`].
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: TlsAcceptor,
+    ca_pem: Option<String>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    /// The local certificate authority's certificate (PEM), for clients' trust stores.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+}
 
 impl Ingress {
     /// Serves clients on `listener` until `shutdown` completes, then stops accepting, lets
@@ -24,6 +47,67 @@ impl Ingress {
     pub async fn serve(
         &self,
         listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        self.accept_loop(listener, None, shutdown).await
+    }
+
+    /// Builds the TLS set-up: operator certificates and the local certificate authority (made
+    /// in `ca_dir` on first start). Returns it with the authority's certificate (PEM), if any.
+    pub fn tls(&self, options: &TlsOptions) -> Result<Tls, TlsError> {
+        let (config, ca_pem) = tls::server_config(options, Arc::clone(&self.shared))?;
+        Ok(Tls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            ca_pem,
+        })
+    }
+
+    /// Like [`Ingress::serve`], over TLS (HTTP/2 by ALPN, HTTP/1.1 otherwise).
+    pub async fn serve_tls(
+        &self,
+        listener: TcpListener,
+        tls: &Tls,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        self.accept_loop(listener, Some(tls.acceptor.clone()), shutdown)
+            .await
+    }
+
+    /// Answers every plain-HTTP request with a permanent redirect to HTTPS (same host and
+    /// path; `https_port` when it is not 443).
+    pub async fn serve_redirect(
+        &self,
+        listener: TcpListener,
+        https_port: u16,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        tokio::pin!(shutdown);
+        let timeout = self.shared.options.header_read_timeout;
+        loop {
+            let (stream, _) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(_) => continue,
+                },
+                () = &mut shutdown => return Ok(()),
+            };
+            let service = service_fn(move |request: Request<Incoming>| async move {
+                Ok::<_, Infallible>(redirect(&request, https_port))
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(timeout)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }
+
+    async fn accept_loop(
+        &self,
+        listener: TcpListener,
+        tls: Option<TlsAcceptor>,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let options = &self.shared.options;
@@ -63,21 +147,42 @@ impl Ingress {
             let shared = Arc::clone(&self.shared);
             let peer = Peer {
                 address,
-                tls: false,
+                tls: tls.is_some(),
             };
             let service = service_fn(move |request: Request<Incoming>| {
                 handle(Arc::clone(&shared), peer, request)
             });
-            let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                .into_owned();
-            let connection = graceful.watch(connection);
-            let gauge = self.shared.metrics.connections.clone();
-            gauge.inc();
+            let watcher = graceful.watcher();
+            let builder = Arc::clone(&builder);
+            let metrics = Arc::clone(&self.shared.metrics);
+            let tls = tls.clone();
+            let handshake_timeout = options.header_read_timeout;
+            metrics.connections.inc();
             tokio::spawn(async move {
                 // A client's protocol error ends its own connection only.
-                let _ = connection.await;
-                gauge.dec();
+                match tls {
+                    None => {
+                        let connection = builder
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .into_owned();
+                        let _ = watcher.watch(connection).await;
+                    }
+                    Some(acceptor) => {
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
+                        {
+                            Ok(Ok(stream)) => {
+                                let connection = builder
+                                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                    .into_owned();
+                                let _ = watcher.watch(connection).await;
+                            }
+                            Ok(Err(_)) | Err(_) => {
+                                metrics.tls_handshake_errors.inc();
+                            }
+                        }
+                    }
+                }
+                metrics.connections.dec();
                 drop(permit);
             });
         }
@@ -136,4 +241,30 @@ impl Ingress {
         }
         response
     }
+}
+
+/// 308 to the same host and path over HTTPS.
+fn redirect(request: &Request<Incoming>, https_port: u16) -> Response<Full<Bytes>> {
+    let host = request.uri().host().map(str::to_owned).or_else(|| {
+        let value = request.headers().get(header::HOST)?.to_str().ok()?;
+        let authority = value.parse::<http::uri::Authority>().ok()?;
+        Some(authority.host().to_owned())
+    });
+    let Some(host) = host else {
+        let mut response = Response::new(Full::new(Bytes::from_static(b"request has no host\n")));
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        return response;
+    };
+    let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+    let location = if https_port == 443 {
+        format!("https://{host}{path}")
+    } else {
+        format!("https://{host}:{https_port}{path}")
+    };
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
+    if let Ok(value) = header::HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
 }

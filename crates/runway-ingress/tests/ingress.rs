@@ -765,3 +765,121 @@ async fn http2_clients_are_served_over_h2c() {
     .await
     .unwrap();
 }
+
+async fn tls_connect(
+    address: SocketAddr,
+    ca_pem: &str,
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = TcpStream::connect(address).await?;
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    connector.connect(name, stream).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("secure").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = runway_ingress::TlsOptions {
+            ca_dir: Some(dir.path().join("ca")),
+            certificates: vec![],
+        };
+        let tls = running.ingress.tls(&options).unwrap();
+        let ca_pem = tls.ca_pem().unwrap().to_owned();
+        // The authority is made once and read again afterwards.
+        let again = running.ingress.tls(&options).unwrap();
+        assert_eq!(again.ca_pem().unwrap(), ca_pem);
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let ingress = running.ingress.clone();
+        let server = tokio::spawn(async move {
+            ingress
+                .serve_tls(listener, &tls, async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+
+        // HTTP/2 by ALPN, to a host the table serves.
+        let stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
+        assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        let (mut sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        let response = sender
+            .send_request(
+                Request::get(format!("https://{HOST}/"))
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"secure");
+
+        // A name the table does not serve gets no certificate.
+        assert!(
+            tls_connect(address, &ca_pem, "other.dev.localhost")
+                .await
+                .is_err()
+        );
+        assert!(
+            metrics(&running)
+                .await
+                .contains("runway_ingress_tls_handshake_errors_total 1")
+        );
+
+        // Plain HTTP is redirected.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain = listener.local_addr().unwrap();
+        let ingress = running.ingress.clone();
+        let redirect = tokio::spawn(async move {
+            ingress
+                .serve_redirect(listener, 8443, std::future::pending())
+                .await
+        });
+        let (status, headers, _) = get(plain, HOST, "/a/b?c=d").await;
+        assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
+        assert_eq!(
+            headers["location"],
+            "https://hello.dev.localhost:8443/a/b?c=d"
+        );
+        redirect.abort();
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    })
+    .await
+    .unwrap();
+}

@@ -1,0 +1,263 @@
+//! TLS: rustls (ring, TLS 1.2 and 1.3 only) with the certificate chosen by SNI: an operator's
+//! certificate for its domains, else one issued on the fly by the local certificate authority
+//! for a host the route table serves. Any other name is refused during the handshake.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::table::Routes;
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot use {path}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("certificate authority: {0}")]
+    Ca(#[source] rcgen::Error),
+    #[error("certificate {path}: {message}")]
+    Certificate { path: PathBuf, message: String },
+    #[error("tls configuration")]
+    Rustls(#[source] rustls::Error),
+}
+
+const CA_NAME: &str = "Runway local certificate authority";
+
+/// The local certificate authority: made on first start in a directory (`ca.pem`, which a
+/// client adds to its trust store, and `ca-key.pem`), read again afterwards.
+pub struct LocalCa {
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+}
+
+impl fmt::Debug for LocalCa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalCa").finish_non_exhaustive()
+    }
+}
+
+fn ca_params() -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let mut name = DistinguishedName::new();
+    name.push(DnType::CommonName, CA_NAME);
+    params.distinguished_name = name;
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+}
+
+impl LocalCa {
+    /// Reads the authority from `dir`, or makes it there (key readable by its owner only).
+    pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| TlsError::Io { path, source }
+        };
+        let cert_path = dir.join("ca.pem");
+        let key_path = dir.join("ca-key.pem");
+        let params = ca_params();
+        let (key, cert_pem) = if key_path.exists() && cert_path.exists() {
+            let key_pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
+            let key = KeyPair::from_pem(&key_pem).map_err(TlsError::Ca)?;
+            let cert_pem = std::fs::read_to_string(&cert_path).map_err(io(&cert_path))?;
+            (key, cert_pem)
+        } else {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            let key = KeyPair::generate().map_err(TlsError::Ca)?;
+            let cert = params.self_signed(&key).map_err(TlsError::Ca)?;
+            write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io(&key_path))?;
+            std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))?;
+            (key, cert.pem())
+        };
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| {
+            TlsError::Certificate {
+                path: cert_path.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            issuer: Issuer::new(params, key),
+            cert_pem,
+            cert_der,
+        })
+    }
+
+    /// The authority's certificate, for a client's trust store.
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// A certificate for one host name, with its chain.
+    fn issue(&self, name: &str, provider: &CryptoProvider) -> Option<Arc<CertifiedKey>> {
+        let key = KeyPair::generate().ok()?;
+        let mut params = CertificateParams::new(vec![name.to_owned()]).ok()?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        let cert = params.signed_by(&key, &self.issuer).ok()?;
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let signing = provider.key_provider.load_private_key(der).ok()?;
+        Some(Arc::new(CertifiedKey::new(
+            vec![cert.der().clone(), self.cert_der.clone()],
+            signing,
+        )))
+    }
+}
+
+#[cfg(unix)]
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+/// An operator's certificate and key (PEM) for some domains (`*.example.com` allowed).
+#[derive(Debug, Clone)]
+pub struct CertificateFiles {
+    pub domains: Vec<String>,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Chooses a certificate by SNI.
+pub(crate) struct Resolver {
+    provider: Arc<CryptoProvider>,
+    operator: HashMap<String, Arc<CertifiedKey>>,
+    ca: Option<LocalCa>,
+    issued: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+    routes: Arc<crate::Shared>,
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resolver")
+            .field("operator", &self.operator.keys().collect::<Vec<_>>())
+            .field("ca", &self.ca.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Resolver {
+    fn routed(routes: &Routes, name: &str) -> bool {
+        routes.load_guard().resolve(name).is_some()
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let name = hello.server_name()?.to_ascii_lowercase();
+        if let Some(key) = self.operator.get(&name) {
+            return Some(Arc::clone(key));
+        }
+        if let Some((_, parent)) = name.split_once('.')
+            && let Some(key) = self.operator.get(&format!("*.{parent}"))
+        {
+            return Some(Arc::clone(key));
+        }
+        // Only names the table serves get a certificate from the local authority.
+        let ca = self.ca.as_ref()?;
+        if !Self::routed(&self.routes.routes, &name) {
+            return None;
+        }
+        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(key) = issued.get(&name) {
+            return Some(Arc::clone(key));
+        }
+        let key = ca.issue(&name, &self.provider)?;
+        issued.insert(name, Arc::clone(&key));
+        Some(key)
+    }
+}
+
+/// What the TLS listener uses.
+#[derive(Debug, Default)]
+pub struct TlsOptions {
+    /// Where the local certificate authority lives; none means operator certificates only.
+    pub ca_dir: Option<PathBuf>,
+    pub certificates: Vec<CertificateFiles>,
+}
+
+fn load_certified(
+    files: &CertificateFiles,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
+    let bad = |path: &Path, message: String| TlsError::Certificate {
+        path: path.to_owned(),
+        message,
+    };
+    let chain = CertificateDer::pem_file_iter(&files.cert)
+        .map_err(|e| bad(&files.cert, e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad(&files.cert, e.to_string()))?;
+    if chain.is_empty() {
+        return Err(bad(&files.cert, "no certificate in the file".to_owned()));
+    }
+    let key =
+        PrivateKeyDer::from_pem_file(&files.key).map_err(|e| bad(&files.key, e.to_string()))?;
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| bad(&files.key, e.to_string()))?;
+    Ok(CertifiedKey::new(chain, signing))
+}
+
+/// The rustls configuration: TLS 1.2 and 1.3, ALPN h2 then http/1.1, SNI resolution.
+pub(crate) fn server_config(
+    options: &TlsOptions,
+    shared: Arc<crate::Shared>,
+) -> Result<(rustls::ServerConfig, Option<String>), TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut operator = HashMap::new();
+    for files in &options.certificates {
+        let key = Arc::new(load_certified(files, &provider)?);
+        for domain in &files.domains {
+            operator.insert(domain.to_ascii_lowercase(), Arc::clone(&key));
+        }
+    }
+    let ca = options
+        .ca_dir
+        .as_deref()
+        .map(LocalCa::load_or_create)
+        .transpose()?;
+    let ca_pem = ca.as_ref().map(|ca| ca.cert_pem().to_owned());
+    let resolver = Resolver {
+        provider: Arc::clone(&provider),
+        operator,
+        ca,
+        issued: Mutex::new(HashMap::new()),
+        routes: shared,
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(TlsError::Rustls)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok((config, ca_pem))
+}
