@@ -69,8 +69,21 @@ pub struct RevisionConfig {
     /// revision has no ready instance (the longer of 10 s or 3.5 times this).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub average_start_seconds: Option<f64>,
+    /// How the ingress talks to the instances: HTTP/1.1, or HTTP/2 with prior knowledge for
+    /// services declaring `HTTP2` or `grpc` as their backend protocol.
+    #[serde(default)]
+    pub protocol: Protocol,
     #[serde(default)]
     pub instances: Vec<InstanceConfig>,
+}
+
+/// The protocol between the ingress and a revision's instances.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    #[default]
+    Http1,
+    H2c,
 }
 
 /// One running instance of a revision.
@@ -302,6 +315,7 @@ mod tests {
                         weight: *w,
                         tag: None,
                         average_start_seconds: None,
+                        protocol: Protocol::Http1,
                         instances: vec![],
                     })
                     .collect(),

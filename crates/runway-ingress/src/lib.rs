@@ -23,7 +23,7 @@ use tokio::io::AsyncWrite;
 use tokio::sync::broadcast;
 
 pub use body::ProxyBody;
-pub use config::{InstanceConfig, RevisionConfig, RouteConfig, RouteTableConfig};
+pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 pub use error::{ConfigError, ProxyError};
 pub use log::AccessRecord;
 pub use metrics::Metrics;

@@ -21,7 +21,7 @@ use crate::body::{Finish, ProxyBody};
 use crate::error::{ProxyError, error_response};
 use crate::log::{AccessRecord, millis};
 use crate::table::{Instance, Pick, Revision, Route};
-use crate::upstream::{self, Sender, UpstreamBody};
+use crate::upstream::{self, Attempt, Sender, UpstreamBody};
 
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -200,7 +200,7 @@ async fn proxy(
         start,
         instance,
         revision,
-        sender: Some(sender),
+        sender,
         log: shared.access_log.clone(),
         complete: false,
     };
@@ -451,8 +451,20 @@ fn upstream_request(
         .path_and_query()
         .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
     parts.version = Version::HTTP_11;
+    // `TE: trailers` is the one TE value that passes (gRPC servers look for it).
+    let te_trailers = parts
+        .headers
+        .get(header::TE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+        });
     strip_hop_by_hop(&mut parts.headers);
     let headers = &mut parts.headers;
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
     if let Some(protocol) = upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, protocol.clone());
@@ -489,7 +501,7 @@ async fn send(
     revision: &Arc<Revision>,
     mut slot: Slot,
     mut request: Request<UpstreamBody>,
-) -> Result<(Response<Incoming>, Sender, Slot), ProxyError> {
+) -> Result<(Response<Incoming>, Option<Sender>, Slot), ProxyError> {
     let mut retried = false;
     loop {
         let Some(instance) = slot.instance.clone() else {
@@ -499,62 +511,50 @@ async fn send(
                 waited_ms: 0,
             });
         };
-        // An idle connection that turns out dead before the request was written gives the
-        // request back; then a fresh connection is made to the same instance.
-        if let Some(mut sender) = instance.pool.take().await {
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok((response, sender, slot)),
-                Err(mut error) => match error.take_message() {
-                    Some(back) => request = back,
-                    None => {
-                        return Err(ProxyError::Upstream {
-                            address: instance.address,
-                            source: error.into_error(),
-                        });
-                    }
-                },
+        let attempt = if instance.is_h2c() {
+            upstream::send_h2c(&instance, request, shared.options.connect_timeout).await
+        } else {
+            upstream::send_http1(&instance, request, shared.options.connect_timeout).await
+        };
+        let source = match attempt {
+            Attempt::Done(response, sender) => return Ok((response, sender, slot)),
+            Attempt::Failed(source) => {
+                return Err(ProxyError::Upstream {
+                    address: instance.address,
+                    source,
+                });
             }
-        }
-        match upstream::connect(instance.address, shared.options.connect_timeout).await {
-            Ok(mut sender) => {
-                return match sender.send_request(request).await {
-                    Ok(response) => Ok((response, sender, slot)),
-                    Err(source) => Err(ProxyError::Upstream {
-                        address: instance.address,
-                        source,
-                    }),
-                };
+            Attempt::ConnectFailed(back, source) => {
+                request = back;
+                source
             }
-            Err(source) => {
-                revision.metrics.connect_errors.inc();
-                let other = if retried {
+        };
+        revision.metrics.connect_errors.inc();
+        let other = if retried {
+            None
+        } else {
+            retried = true;
+            match revision.try_pick() {
+                Pick::Got(other) if !Arc::ptr_eq(&other, &instance) => Some(other),
+                Pick::Got(same) => {
+                    revision.release(&same);
                     None
-                } else {
-                    retried = true;
-                    match revision.try_pick() {
-                        Pick::Got(other) if !Arc::ptr_eq(&other, &instance) => Some(other),
-                        Pick::Got(same) => {
-                            revision.release(&same);
-                            None
-                        }
-                        Pick::Busy | Pick::NoneReady => None,
-                    }
-                };
-                match other {
-                    Some(other) => {
-                        // Swap slots: the new one is taken, the failed one given back.
-                        let failed = slot.instance.replace(other);
-                        if let Some(failed) = failed {
-                            revision.release(&failed);
-                        }
-                    }
-                    None => {
-                        return Err(ProxyError::Connect {
-                            address: instance.address,
-                            source,
-                        });
-                    }
                 }
+                Pick::Busy | Pick::NoneReady => None,
+            }
+        };
+        match other {
+            Some(other) => {
+                // Swap slots: the new one is taken, the failed one given back.
+                if let Some(failed) = slot.instance.replace(other) {
+                    revision.release(&failed);
+                }
+            }
+            None => {
+                return Err(ProxyError::Connect {
+                    address: instance.address,
+                    source,
+                });
             }
         }
     }

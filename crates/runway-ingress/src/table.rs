@@ -14,7 +14,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use tokio::sync::{Notify, broadcast};
 
-use crate::config::RouteTableConfig;
+use crate::config::{Protocol, RouteTableConfig};
 use crate::metrics::{Metrics, RevisionMetrics};
 use crate::upstream::Pool;
 
@@ -30,6 +30,7 @@ pub struct Instance {
     draining: AtomicBool,
     limit: AtomicU32,
     in_flight: AtomicUsize,
+    h2c: AtomicBool,
     pub(crate) pool: Pool,
     idle: Notify,
 }
@@ -42,6 +43,7 @@ impl Instance {
             draining: AtomicBool::new(false),
             limit: AtomicU32::new(0),
             in_flight: AtomicUsize::new(0),
+            h2c: AtomicBool::new(false),
             pool: Pool::default(),
             idle: Notify::new(),
         }
@@ -50,6 +52,11 @@ impl Instance {
     /// Requests this instance is serving now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Whether requests go to it over HTTP/2 with prior knowledge (gRPC), not HTTP/1.1.
+    pub fn is_h2c(&self) -> bool {
+        self.h2c.load(Ordering::Relaxed)
     }
 
     pub fn is_draining(&self) -> bool {
@@ -361,6 +368,8 @@ impl Routes {
                         .unwrap_or_else(|| Arc::new(Instance::new(ic.address)));
                     inst.ready.store(ic.ready, Ordering::Release);
                     inst.limit.store(ic.max_concurrency, Ordering::Relaxed);
+                    inst.h2c
+                        .store(rev.protocol == Protocol::H2c, Ordering::Relaxed);
                     if ic.draining {
                         inst.start_draining();
                     }
@@ -456,6 +465,7 @@ mod tests {
                     weight: 100,
                     tag: Some("blue".into()),
                     average_start_seconds: Some(4.0),
+                    protocol: crate::config::Protocol::Http1,
                     instances: addresses
                         .iter()
                         .map(|a| InstanceConfig {

@@ -6,10 +6,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use http::{Request, Response, Version};
 use http_body_util::Limited;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use crate::table::Instance;
 use tokio::net::TcpStream;
 
 /// The request body sent to an instance: the client's, with the body-size limit.
@@ -19,11 +22,121 @@ pub(crate) type Sender = SendRequest<UpstreamBody>;
 /// Idle connections kept per instance.
 const MAX_IDLE: usize = 64;
 
-/// Idle keep-alive connections to one instance.
+/// Idle keep-alive connections to one instance (HTTP/1.1), or its one shared HTTP/2
+/// connection (h2c).
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
     idle: Mutex<Vec<Sender>>,
+    h2: Mutex<Option<H2Sender>>,
     closed: AtomicBool,
+}
+
+pub(crate) type H2Sender = hyper::client::conn::http2::SendRequest<UpstreamBody>;
+
+/// How one try at an instance went.
+pub(crate) enum Attempt {
+    /// The response head, and an HTTP/1.1 connection to give back once its body ended.
+    Done(Response<Incoming>, Option<Sender>),
+    /// No connection could be made; the request was not sent and comes back.
+    ConnectFailed(Request<UpstreamBody>, std::io::Error),
+    /// The request was sent (or partly) and failed: never retried.
+    Failed(hyper::Error),
+}
+
+/// Sends over a pooled or new HTTP/1.1 connection.
+pub(crate) async fn send_http1(
+    instance: &Instance,
+    mut request: Request<UpstreamBody>,
+    connect_timeout: Duration,
+) -> Attempt {
+    // An idle connection that turns out dead before the request was written gives the request
+    // back; then a fresh connection is made.
+    if let Some(mut sender) = instance.pool.take().await {
+        match sender.try_send_request(request).await {
+            Ok(response) => return Attempt::Done(response, Some(sender)),
+            Err(mut error) => match error.take_message() {
+                Some(back) => request = back,
+                None => return Attempt::Failed(error.into_error()),
+            },
+        }
+    }
+    match connect(instance.address, connect_timeout).await {
+        Ok(mut sender) => match sender.send_request(request).await {
+            Ok(response) => Attempt::Done(response, Some(sender)),
+            Err(error) => Attempt::Failed(error),
+        },
+        Err(error) => Attempt::ConnectFailed(request, error),
+    }
+}
+
+/// Sends over the instance's HTTP/2 connection, made on first use (h2c, prior knowledge).
+pub(crate) async fn send_h2c(
+    instance: &Instance,
+    mut request: Request<UpstreamBody>,
+    connect_timeout: Duration,
+) -> Attempt {
+    *request.version_mut() = Version::HTTP_2;
+    // HTTP/2 needs :scheme and :authority, which an origin-form URI lacks.
+    if request.uri().scheme().is_none() {
+        let authority = request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<http::uri::Authority>().ok());
+        let mut parts = request.uri().clone().into_parts();
+        parts.scheme = Some(http::uri::Scheme::HTTP);
+        parts.authority = Some(authority.unwrap_or_else(|| {
+            http::uri::Authority::from_maybe_shared(instance.address.to_string())
+                .unwrap_or_else(|_| http::uri::Authority::from_static("localhost"))
+        }));
+        if parts.path_and_query.is_none() {
+            parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+        }
+        if let Ok(uri) = http::Uri::from_parts(parts) {
+            *request.uri_mut() = uri;
+        }
+    }
+    request.headers_mut().remove(http::header::HOST);
+    let existing = {
+        let h2 = instance.pool.h2.lock().unwrap_or_else(|e| e.into_inner());
+        h2.as_ref().filter(|s| !s.is_closed()).cloned()
+    };
+    let mut sender = match existing {
+        Some(sender) => sender,
+        None => match connect_h2(instance.address, connect_timeout).await {
+            Ok(sender) => {
+                if !instance.pool.closed.load(Ordering::Acquire) {
+                    *instance.pool.h2.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(sender.clone());
+                }
+                sender
+            }
+            Err(error) => return Attempt::ConnectFailed(request, error),
+        },
+    };
+    if let Err(error) = sender.ready().await {
+        return Attempt::Failed(error);
+    }
+    match sender.send_request(request).await {
+        Ok(response) => Attempt::Done(response, None),
+        Err(error) => Attempt::Failed(error),
+    }
+}
+
+async fn connect_h2(address: SocketAddr, timeout: Duration) -> std::io::Result<H2Sender> {
+    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
 }
 
 impl Pool {
@@ -58,6 +171,9 @@ impl Pool {
         self.closed.store(true, Ordering::Release);
         let drained = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
         drop(drained);
+        // Requests in flight on the HTTP/2 connection keep it open until they end.
+        let h2 = self.h2.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(h2);
     }
 }
 

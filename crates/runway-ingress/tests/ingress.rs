@@ -175,6 +175,7 @@ fn revision(name: &str, weight: u32, instances: Vec<InstanceConfig>) -> Revision
         weight,
         tag: None,
         average_start_seconds: None,
+        protocol: runway_ingress::config::Protocol::Http1,
         instances,
     }
 }
@@ -879,6 +880,79 @@ async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
         redirect.abort();
         let _ = stop.send(());
         server.await.unwrap().unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_over_h2c_keeps_trailers() {
+    tokio::time::timeout(BOUND, async {
+        // An HTTP/2-only instance answering like a gRPC server: a body, then grpc-status.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let service = service_fn(|request: Request<Incoming>| async move {
+                        assert_eq!(request.version(), http::Version::HTTP_2);
+                        assert_eq!(request.uri().path(), "/grpc.health.v1.Health/Check");
+                        assert_eq!(request.headers()["te"], "trailers");
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", "0".parse().unwrap());
+                        trailers.insert("grpc-message", "fine".parse().unwrap());
+                        let body = Full::new(body).with_trailers(async move { Some(Ok(trailers)) });
+                        let response = Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(body)
+                            .unwrap();
+                        Ok::<_, Infallible>(response)
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                });
+            }
+        });
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = table(
+            5.0,
+            vec![revision("hello-1", 100, vec![instance(address, true, 0)])],
+        );
+        config.routes[0].revisions[0].protocol = runway_ingress::Protocol::H2c;
+        running.ingress.set_routes(&config).unwrap();
+
+        let stream = TcpStream::connect(running.address).await.unwrap();
+        let (sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        for _ in 0..5 {
+            let mut sender = sender.clone();
+            let request = Request::post(format!("http://{HOST}/grpc.health.v1.Health/Check"))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(Full::new(Bytes::from_static(b"\0\0\0\0\0")))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.headers()["content-type"], "application/grpc");
+            let collected = response.into_body().collect().await.unwrap();
+            let trailers = collected.trailers().cloned().unwrap();
+            assert_eq!(trailers["grpc-status"], "0");
+            assert_eq!(trailers["grpc-message"], "fine");
+            assert_eq!(&collected.to_bytes()[..], b"\0\0\0\0\0");
+        }
+        server.abort();
     })
     .await
     .unwrap();
