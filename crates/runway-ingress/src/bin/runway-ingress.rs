@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use runway_ingress::{Ingress, Options, RouteTableConfig};
+use runway_ingress::{CertificateFiles, Ingress, Options, RouteTableConfig, TlsOptions};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
@@ -19,9 +19,23 @@ struct Args {
     /// The route table, JSON or YAML (by extension); reloaded on SIGHUP.
     #[arg(long)]
     routes: PathBuf,
-    /// Where clients connect (HTTP/1.1 and h2c).
+    /// Where clients connect over plain HTTP (HTTP/1.1 and h2c); with --https, this port
+    /// redirects to HTTPS unless --no-redirect.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve HTTPS here (TLS 1.2 and 1.3, HTTP/2 by ALPN).
+    #[arg(long)]
+    https: Option<SocketAddr>,
+    /// The local certificate authority's directory, made on first start; its `ca.pem` goes in
+    /// clients' trust stores.
+    #[arg(long, default_value = "ingress-ca")]
+    ca_dir: PathBuf,
+    /// An operator certificate: `DOMAIN[,DOMAIN...]:CERT.pem:KEY.pem` (`*.example.com` allowed).
+    #[arg(long = "certificate", value_parser = parse_certificate)]
+    certificates: Vec<CertificateFiles>,
+    /// With --https, proxy plain HTTP too instead of redirecting it.
+    #[arg(long)]
+    no_redirect: bool,
     /// Where `/metrics` and `/healthz` are served.
     #[arg(long, default_value = "127.0.0.1:9090")]
     admin: SocketAddr,
@@ -34,6 +48,18 @@ struct Args {
     /// Seconds in-flight requests get to finish on SIGTERM or SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
+}
+
+fn parse_certificate(value: &str) -> Result<CertificateFiles, String> {
+    let mut parts = value.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(domains), Some(cert), Some(key)) if !domains.is_empty() => Ok(CertificateFiles {
+            domains: domains.split(',').map(str::to_owned).collect(),
+            cert: cert.into(),
+            key: key.into(),
+        }),
+        _ => Err("expected DOMAIN[,DOMAIN...]:CERT.pem:KEY.pem".to_owned()),
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -99,12 +125,47 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let until = |mut stopped: watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
+    let https_task = match args.https {
+        Some(address) => {
+            let tls = ingress
+                .tls(&TlsOptions {
+                    ca_dir: Some(args.ca_dir.clone()),
+                    certificates: args.certificates.clone(),
+                })
+                .context("cannot set up TLS")?;
+            let listener = TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address}"))?;
+            eprintln!(
+                "runway-ingress: HTTPS on {address}; local CA certificate in {}",
+                args.ca_dir.join("ca.pem").display()
+            );
+            let https_ingress = ingress.clone();
+            let stopped = stopped.clone();
+            Some(tokio::spawn(async move {
+                https_ingress
+                    .serve_tls(listener, &tls, until(stopped))
+                    .await
+            }))
+        }
+        None => None,
+    };
     let admin_ingress = ingress.clone();
     let admin_task = tokio::spawn({
         let stopped = stopped.clone();
         async move { admin_ingress.serve_admin(admin, until(stopped)).await }
     });
-    ingress.serve(listener, until(stopped)).await?;
+    match (args.https, args.no_redirect) {
+        (Some(https), false) => {
+            ingress
+                .serve_redirect(listener, https.port(), until(stopped))
+                .await?;
+        }
+        _ => ingress.serve(listener, until(stopped)).await?,
+    }
+    if let Some(task) = https_task {
+        task.await??;
+    }
     let _ = admin_task.await;
     eprintln!("runway-ingress: stopped");
     Ok(())
