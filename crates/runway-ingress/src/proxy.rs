@@ -58,18 +58,23 @@ pub(crate) async fn handle(
         Some(id) if !id.is_empty() && id.len() <= 200 => id.clone(),
         _ => new_request_id(),
     };
-    let mut record = AccessRecord {
-        time_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
-        request_id: request_id.to_str().unwrap_or_default().to_owned(),
-        client: peer.address.ip().to_string(),
-        method: request.method().to_string(),
-        path: request
-            .uri()
-            .path_and_query()
-            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-        ..AccessRecord::default()
+    // Without an access log the record stays empty: no allocation per request for it.
+    let mut record = if shared.access_log.is_none() {
+        AccessRecord::default()
+    } else {
+        AccessRecord {
+            time_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            request_id: request_id.to_str().unwrap_or_default().to_owned(),
+            client: peer.address.ip().to_string(),
+            method: request.method().to_string(),
+            path: request
+                .uri()
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+            ..AccessRecord::default()
+        }
     };
     let mut revision = None;
     match proxy(
@@ -137,7 +142,10 @@ async fn proxy(
     chosen: &mut Option<Arc<Revision>>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let host = host_of(&request).ok_or(ProxyError::MissingHost)?;
-    record.host.clone_from(&host);
+    let logging = shared.access_log.is_some();
+    if logging {
+        record.host.clone_from(&host);
+    }
     if let Some(length) = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -151,15 +159,19 @@ async fn proxy(
     let upgrade = upgrade_protocol(&request);
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
     let (route, revision) = resolve(shared, &host)?;
-    record.service = Some(route.service.clone());
-    record.env = Some(route.env.clone());
+    if logging {
+        record.service = Some(route.service.clone());
+        record.env = Some(route.env.clone());
+    }
     *chosen = Some(Arc::clone(&revision));
 
     let (instance, revision, deadline) =
         acquire(shared, &host, route, revision, start, chosen).await?;
     revision.metrics.in_flight.inc();
-    record.revision = Some(revision.name.clone());
-    record.instance = Some(instance.address.to_string());
+    if logging {
+        record.revision = Some(revision.name.clone());
+        record.instance = Some(instance.address.to_string());
+    }
     // From here the slot is released by `Finish` (on success) or `Slot` (on error).
     let slot = Slot {
         revision: Arc::clone(&revision),
@@ -177,7 +189,9 @@ async fn proxy(
     let (response, sender, slot) = sent?;
     let mut slot = slot;
     let instance = slot.instance.take().unwrap_or(instance);
-    record.instance = Some(instance.address.to_string());
+    if logging {
+        record.instance = Some(instance.address.to_string());
+    }
     let mut response = response;
     let tunnel = match client_upgrade {
         Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
