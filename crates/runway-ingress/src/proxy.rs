@@ -531,7 +531,10 @@ async fn send(
             upstream::send_http1(&instance, request, shared.options.connect_timeout).await
         };
         let source = match attempt {
-            Attempt::Done(response, sender) => return Ok((response, sender, slot)),
+            Attempt::Done(response, sender) => {
+                instance.connected();
+                return Ok((response, sender, slot));
+            }
             Attempt::Failed(source) => {
                 return Err(ProxyError::Upstream {
                     address: instance.address,
@@ -544,6 +547,7 @@ async fn send(
             }
         };
         revision.metrics.connect_errors.inc();
+        instance.connect_failed();
         let other = if retried {
             None
         } else {

@@ -22,6 +22,21 @@ use crate::upstream::Pool;
 /// longer of this or 3.5 × the revision's average start time.
 pub const MIN_HOLD: Duration = Duration::from_secs(10);
 
+/// Connection failures in a row after which an instance is ejected (passive health).
+pub const EJECT_AFTER: u32 = 3;
+/// How long an ejected instance gets no requests, unless every instance is ejected.
+pub const EJECT_FOR: Duration = Duration::from_secs(10);
+
+/// Milliseconds on a monotonic clock private to this process (0 is never a real time).
+fn now_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
+}
+
 /// One instance's live state.
 #[derive(Debug)]
 pub struct Instance {
@@ -31,6 +46,8 @@ pub struct Instance {
     limit: AtomicU32,
     in_flight: AtomicUsize,
     h2c: AtomicBool,
+    failures: AtomicU32,
+    ejected_until_ms: AtomicU64,
     pub(crate) pool: Pool,
     idle: Notify,
 }
@@ -44,6 +61,8 @@ impl Instance {
             limit: AtomicU32::new(0),
             in_flight: AtomicUsize::new(0),
             h2c: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
+            ejected_until_ms: AtomicU64::new(0),
             pool: Pool::default(),
             idle: Notify::new(),
         }
@@ -64,7 +83,34 @@ impl Instance {
     }
 
     fn eligible(&self) -> bool {
+        self.serving() && !self.is_ejected()
+    }
+
+    /// Ready and not draining, ejected or not.
+    fn serving(&self) -> bool {
         self.ready.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    /// Ejected after connection failures in a row (passive health).
+    pub fn is_ejected(&self) -> bool {
+        let until = self.ejected_until_ms.load(Ordering::Relaxed);
+        until != 0 && now_ms() < until
+    }
+
+    /// A connection to it failed; the [`EJECT_AFTER`]th failure in a row ejects it.
+    pub(crate) fn connect_failed(&self) {
+        if self.failures.fetch_add(1, Ordering::AcqRel) + 1 >= EJECT_AFTER {
+            self.failures.store(0, Ordering::Release);
+            self.ejected_until_ms
+                .store(now_ms() + EJECT_FOR.as_millis() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// A request reached it.
+    pub(crate) fn connected(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Release);
+        }
     }
 
     fn has_room(&self) -> bool {
@@ -200,11 +246,19 @@ impl Revision {
                 }
             }
         }
-        // Few or busy instances: scan them all, least loaded first.
+        // Few or busy instances: scan them all, least loaded first; when every serving
+        // instance is ejected, ejection is ignored rather than refusing all traffic.
         let mut any_ready = false;
+        let all_ejected = !instances.iter().any(|i| i.eligible());
         loop {
             let mut best: Option<&Arc<Instance>> = None;
-            for inst in instances.iter().filter(|i| i.eligible()) {
+            for inst in instances.iter().filter(|i| {
+                if all_ejected {
+                    i.serving()
+                } else {
+                    i.eligible()
+                }
+            }) {
                 any_ready = true;
                 if inst.has_room() && best.is_none_or(|b| inst.in_flight() < b.in_flight()) {
                     best = Some(inst);

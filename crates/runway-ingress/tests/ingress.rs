@@ -559,6 +559,17 @@ async fn a_refused_connection_is_retried_once_on_another_instance() {
             let (status, _, body) = get(running.address, HOST, "/").await;
             assert_eq!((status, body.as_str()), (StatusCode::OK, "live"));
         }
+        // After a few failures in a row the dead instance is ejected: no more tries on it.
+        assert!(running.ingress.instance(dead).unwrap().is_ejected());
+        let text = metrics(&running).await;
+        let errors: u32 = text
+            .lines()
+            .find(|l| l.starts_with("runway_ingress_upstream_connect_errors_total{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        assert_eq!(errors, runway_ingress::table::EJECT_AFTER);
+        // Ejection never leaves a revision with nothing: an ejected instance alone is tried.
         let only_dead = table(5.0, vec![revision("hello-1", 100, vec![instance(dead, true, 0)])]);
         running.ingress.set_routes(&only_dead).unwrap();
         let (status, _, body) = get(running.address, HOST, "/").await;
