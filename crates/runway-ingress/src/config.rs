@@ -47,6 +47,9 @@ pub struct RouteConfig {
     /// the upstream's response head; past it the client gets 504.
     #[serde(default = "default_request_timeout_seconds")]
     pub request_timeout_seconds: f64,
+    /// Keep a client on the revision it was first given (a cookie), e.g. during a canary.
+    #[serde(default)]
+    pub sticky: bool,
     /// Revisions with integer weights that sum to 100.
     pub revisions: Vec<RevisionConfig>,
 }
@@ -307,6 +310,7 @@ mod tests {
                 env: "production".into(),
                 domains: vec![],
                 request_timeout_seconds: 30.0,
+                sticky: false,
                 revisions: weights
                     .iter()
                     .enumerate()

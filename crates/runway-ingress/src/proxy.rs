@@ -158,7 +158,16 @@ async fn proxy(
     // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
     let upgrade = upgrade_protocol(&request);
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
-    let (route, revision) = resolve(shared, &host)?;
+    let cookie = sticky_cookie(request.headers());
+    let (route, revision) = resolve(shared, &host, cookie.as_deref())?;
+    let set_cookie = (route.sticky && cookie.as_deref() != Some(revision.name.as_str()))
+        .then(|| {
+            format!(
+                "{STICKY_COOKIE}={}; Path=/; HttpOnly; SameSite=Lax",
+                revision.name
+            )
+        })
+        .and_then(|c| HeaderValue::from_str(&c).ok());
     if logging {
         record.service = Some(route.service.clone());
         record.env = Some(route.env.clone());
@@ -203,6 +212,9 @@ async fn proxy(
     let protocol = parts.headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.insert(X_REQUEST_ID, request_id.clone());
+    if let Some(cookie) = set_cookie {
+        parts.headers.append(header::SET_COOKIE, cookie);
+    }
     revision.metrics.count(parts.status.as_u16());
     revision
         .metrics
@@ -247,16 +259,46 @@ async fn proxy(
     ))
 }
 
-fn resolve(shared: &Shared, host: &str) -> Result<(Arc<Route>, Arc<Revision>), ProxyError> {
+/// The route for a host and a revision: the tag's, else the sticky cookie's (when the route
+/// has sticky sessions and that revision still gets traffic), else one chosen by weight.
+fn resolve(
+    shared: &Shared,
+    host: &str,
+    cookie: Option<&str>,
+) -> Result<(Arc<Route>, Arc<Revision>), ProxyError> {
     let table = shared.routes.load_guard();
     let target = table.resolve(host).ok_or_else(|| ProxyError::NoRoute {
         host: host.to_owned(),
     })?;
-    let revision = match &target.revision {
-        Some(tagged) => Arc::clone(tagged),
-        None => Arc::clone(target.route.choose()),
+    let route = &target.route;
+    let sticky = cookie.filter(|_| route.sticky).and_then(|name| {
+        route
+            .revisions
+            .iter()
+            .find(|(weight, r)| *weight > 0 && r.name == name)
+            .map(|(_, r)| r)
+    });
+    let revision = match (&target.revision, sticky) {
+        (Some(tagged), _) => Arc::clone(tagged),
+        (None, Some(sticky)) => Arc::clone(sticky),
+        (None, None) => Arc::clone(route.choose()),
     };
-    Ok((Arc::clone(&target.route), revision))
+    Ok((Arc::clone(route), revision))
+}
+
+/// The sticky cookie's name.
+const STICKY_COOKIE: &str = "runway-revision";
+
+/// The revision named by the request's sticky cookie.
+fn sticky_cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == STICKY_COOKIE)
+        .map(|(_, value)| value.trim().to_owned())
 }
 
 /// A slot on an instance, released on drop unless handed on.
@@ -391,7 +433,7 @@ async fn acquire(
             None if !rerouted => {
                 // The table dropped this revision while we waited: choose again, once.
                 rerouted = true;
-                let (new_route, new_revision) = resolve(shared, host)?;
+                let (new_route, new_revision) = resolve(shared, host, None)?;
                 timeout = new_route.request_timeout;
                 *chosen = Some(Arc::clone(&new_revision));
                 revision = new_revision;

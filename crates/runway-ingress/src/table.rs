@@ -288,6 +288,8 @@ pub struct Route {
     pub service: String,
     pub env: String,
     pub request_timeout: Duration,
+    /// A cookie keeps a client on the revision it was first given.
+    pub sticky: bool,
     /// Revisions with their weights (summing to 100).
     pub revisions: Vec<(u32, Arc<Revision>)>,
 }
@@ -449,6 +451,7 @@ impl Routes {
                 service: rc.service.clone(),
                 env: rc.env.clone(),
                 request_timeout: Duration::from_secs_f64(rc.request_timeout_seconds),
+                sticky: rc.sticky,
                 revisions,
             });
             let target = |revision| Target {
@@ -514,6 +517,7 @@ mod tests {
                 env: "dev".into(),
                 domains: vec!["hello.example.com".into()],
                 request_timeout_seconds: 1.0,
+                sticky: false,
                 revisions: vec![RevisionConfig {
                     name: "hello-1".into(),
                     weight: 100,

@@ -188,6 +188,7 @@ fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
             env: "dev".to_owned(),
             domains: vec!["hello.example.test".to_owned()],
             request_timeout_seconds: timeout,
+            sticky: false,
             revisions,
         }],
     }
@@ -964,6 +965,64 @@ async fn grpc_over_h2c_keeps_trailers() {
             assert_eq!(&collected.to_bytes()[..], b"\0\0\0\0\0");
         }
         server.abort();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sticky_cookie_keeps_a_client_on_its_revision() {
+    tokio::time::timeout(BOUND, async {
+        let (blue, green) = (upstream("blue").await, upstream("green").await);
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = table(
+            5.0,
+            vec![
+                revision("hello-1", 50, vec![instance(blue.address, true, 0)]),
+                revision("hello-2", 50, vec![instance(green.address, true, 0)]),
+            ],
+        );
+        config.routes[0].sticky = true;
+        running.ingress.set_routes(&config).unwrap();
+        let (_, headers, first) = get(running.address, HOST, "/").await;
+        let cookie = headers["set-cookie"].to_str().unwrap().to_owned();
+        let pair = cookie.split(';').next().unwrap().to_owned();
+        assert!(pair.starts_with("runway-revision=hello-"), "{cookie}");
+        for _ in 0..30 {
+            let stream = TcpStream::connect(running.address).await.unwrap();
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            let request = Request::get("/")
+                .header("host", HOST)
+                .header("cookie", format!("a=b; {pair}"))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            assert!(!response.headers().contains_key("set-cookie"));
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(body, first.as_bytes());
+        }
+        // A revision that no longer gets traffic is not kept.
+        config.routes[0].revisions[0].weight = if first == "blue" { 0 } else { 100 };
+        config.routes[0].revisions[1].weight = 100 - config.routes[0].revisions[0].weight;
+        running.ingress.set_routes(&config).unwrap();
+        let stream = TcpStream::connect(running.address).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let request = Request::get("/")
+            .header("host", HOST)
+            .header("cookie", pair)
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert!(response.headers().contains_key("set-cookie"));
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_ne!(body, first.as_bytes());
     })
     .await
     .unwrap();
