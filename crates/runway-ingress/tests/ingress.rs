@@ -1027,3 +1027,119 @@ async fn a_sticky_cookie_keeps_a_client_on_its_revision() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_certificate_serves_its_domains() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("custom").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        // The operator's own authority and a certificate for the custom domain.
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::default();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "operator CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["hello.example.test".to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        let tls = running
+            .ingress
+            .tls(&runway_ingress::TlsOptions {
+                ca_dir: None,
+                certificates: vec![runway_ingress::CertificateFiles {
+                    domains: vec!["hello.example.test".to_owned()],
+                    cert: cert_path,
+                    key: key_path,
+                }],
+            })
+            .unwrap();
+        assert!(tls.ca_pem().is_none());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let ingress = running.ingress.clone();
+        let server = tokio::spawn(async move {
+            ingress
+                .serve_tls(listener, &tls, std::future::pending())
+                .await
+        });
+        let stream = tls_connect(address, &ca_cert.pem(), "hello.example.test")
+            .await
+            .unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let response = sender
+            .send_request(
+                Request::get("/")
+                    .header("host", "hello.example.test")
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"custom");
+        // Without a local authority, a routed name with no operator certificate gets none.
+        assert!(tls_connect(address, &ca_cert.pem(), HOST).await.is_err());
+        server.abort();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_in_flight_requests_finish() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("last").await;
+        let ingress = Ingress::new(Options::default());
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        ingress.set_routes(&config).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = ingress.clone();
+        let server = tokio::spawn(async move {
+            served
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        let slow = tokio::spawn(async move { get(address, HOST, "/?sleep_ms=400").await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.send(()).unwrap();
+        let (status, _, body) = slow.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "last"));
+        server.await.unwrap().unwrap();
+        // Stopped: no longer accepting.
+        assert!(TcpStream::connect(address).await.is_err());
+    })
+    .await
+    .unwrap();
+}
