@@ -1143,3 +1143,56 @@ async fn shutdown_lets_in_flight_requests_finish() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_clients_are_cut_off() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("quick").await;
+        let options = Options {
+            header_read_timeout: Duration::from_millis(300),
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+
+        // A head that never ends.
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(running.address).await.unwrap();
+        stream
+            .write_all(format!("GET / HTTP/1.1\r\nHost: {HOST}\r\nX-Slow: ").as_bytes())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out).await;
+        let elapsed = started.elapsed();
+        assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+        let answer = String::from_utf8_lossy(&out);
+        assert!(
+            answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+            "{answer}"
+        );
+
+        // A kept-alive connection with nothing more to say.
+        let started = Instant::now();
+        let mut stream = TcpStream::connect(running.address).await.unwrap();
+        stream
+            .write_all(format!("GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let _ = stream.read_to_end(&mut out).await;
+        assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 200"));
+        let elapsed = started.elapsed();
+        assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    })
+    .await
+    .unwrap();
+}
