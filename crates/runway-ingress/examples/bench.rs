@@ -313,13 +313,15 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
         "", "req/s", "p50 ms", "p99 ms", "peak MiB"
     );
     for (name, r) in &rows {
+        // The upstream's own memory is not measured: "direct" shows none.
+        let peak = if r.peak_kib == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.1}", r.peak_kib as f64 / 1024.0)
+        };
         println!(
-            "{name:<16} {:>12.0} {:>10.3} {:>10.3} {:>12.1}  {}",
-            r.requests_per_second,
-            r.p50_ms,
-            r.p99_ms,
-            r.peak_kib as f64 / 1024.0,
-            r.errors
+            "{name:<16} {:>12.0} {:>10.3} {:>10.3} {peak:>12}  {}",
+            r.requests_per_second, r.p50_ms, r.p99_ms, r.errors
         );
     }
     if let (Some((_, ours)), Some((_, theirs))) = (rows.get(1), rows.get(2)) {

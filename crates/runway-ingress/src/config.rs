@@ -366,6 +366,13 @@ mod tests {
     }
 
     #[test]
+    fn the_example_table_is_valid() {
+        let text = include_str!("../examples/routes.yaml");
+        let table = RouteTableConfig::from_yaml(text).unwrap();
+        assert_eq!(table.routes[0].revisions.len(), 2);
+    }
+
+    #[test]
     fn labels_are_checked() {
         let mut t = table(&[100]);
         t.routes[0].service = "Hello".into();
