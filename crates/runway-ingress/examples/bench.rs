@@ -270,6 +270,10 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
                 &admin.to_string(),
             ])
             .args(["--threads", &threads.to_string()])
+            .args([
+                "--event-loops",
+                &std::env::var("BENCH_EVENT_LOOPS").unwrap_or_else(|_| "0".to_owned()),
+            ])
             .stderr(Stdio::null())
             .spawn()?,
     );

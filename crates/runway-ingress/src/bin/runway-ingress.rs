@@ -45,6 +45,11 @@ struct Args {
     /// Worker threads (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
+    /// Serve plain HTTP from this many single-threaded event loops, each with its own
+    /// listening socket (SO_REUSEPORT), as nginx's workers do; 0 serves it from the shared
+    /// runtime.
+    #[arg(long, default_value_t = 0)]
+    event_loops: usize,
     /// Seconds in-flight requests get to finish on SIGTERM or SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
@@ -160,6 +165,43 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ingress
                 .serve_redirect(listener, https.port(), until(stopped))
                 .await?;
+        }
+        _ if args.event_loops > 0 => {
+            drop(listener);
+            let mut loops = Vec::new();
+            for _ in 0..args.event_loops {
+                let ingress = ingress.clone();
+                let stopped = stopped.clone();
+                let address = args.listen;
+                loops.push(std::thread::spawn(move || -> anyhow::Result<()> {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        let socket = if address.is_ipv4() {
+                            tokio::net::TcpSocket::new_v4()?
+                        } else {
+                            tokio::net::TcpSocket::new_v6()?
+                        };
+                        socket.set_reuseaddr(true)?;
+                        socket.set_reuseport(true)?;
+                        socket.bind(address)?;
+                        let listener = socket.listen(1024)?;
+                        ingress.serve(listener, until(stopped)).await
+                    })?;
+                    Ok(())
+                }));
+            }
+            tokio::task::spawn_blocking(move || {
+                for event_loop in loops {
+                    match event_loop.join() {
+                        Ok(result) => result?,
+                        Err(_) => anyhow::bail!("an event loop panicked"),
+                    }
+                }
+                Ok(())
+            })
+            .await??;
         }
         _ => ingress.serve(listener, until(stopped)).await?,
     }
