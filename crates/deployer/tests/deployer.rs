@@ -871,24 +871,7 @@ fn ssh_strategies_reach_the_wrapper_through_real_sshd() {
     // far side), and its stdio is the gRPC stream. A forceful shutdown through it, then the
     // wait for the end.
     let relay = root.path().join("relay.py");
-    std::fs::write(
-        &relay,
-        "import socket, sys, threading\n\
-         s = socket.socket(socket.AF_UNIX)\n\
-         s.connect(sys.argv[1])\n\
-         def up():\n\
-         \x20   while True:\n\
-         \x20       b = sys.stdin.buffer.raw.read(65536)\n\
-         \x20       if not b: break\n\
-         \x20       s.sendall(b)\n\
-         \x20   s.shutdown(socket.SHUT_WR)\n\
-         threading.Thread(target=up, daemon=True).start()\n\
-         while True:\n\
-         \x20   b = s.recv(65536)\n\
-         \x20   if not b: break\n\
-         \x20   sys.stdout.buffer.write(b); sys.stdout.buffer.flush()\n",
-    )
-    .unwrap();
+    runway_ssh::testing::write_unix_relay(&relay);
     let command = format!(
         "exec ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
          -o LogLevel=ERROR -i {key} -p {{{{.Port}}}} {{{{.Host.Username}}}}@{{{{.Host}}}} \

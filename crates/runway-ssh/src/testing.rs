@@ -155,3 +155,27 @@ impl Drop for Sshd {
         let _ = self.child.wait();
     }
 }
+
+/// Writes, at `path`, a relay between stdio and the unix socket named as its first argument:
+/// what `socat - UNIX-CONNECT:PATH` does, for hosts without socat. Run it with python3 on the
+/// "remote" side of an SSH command.
+pub fn write_unix_relay(path: &Path) {
+    std::fs::write(
+        path,
+        "import socket, sys, threading\n\
+         s = socket.socket(socket.AF_UNIX)\n\
+         s.connect(sys.argv[1])\n\
+         def up():\n\
+         \x20   while True:\n\
+         \x20       b = sys.stdin.buffer.raw.read(65536)\n\
+         \x20       if not b: break\n\
+         \x20       s.sendall(b)\n\
+         \x20   s.shutdown(socket.SHUT_WR)\n\
+         threading.Thread(target=up, daemon=True).start()\n\
+         while True:\n\
+         \x20   b = s.recv(65536)\n\
+         \x20   if not b: break\n\
+         \x20   sys.stdout.buffer.write(b); sys.stdout.buffer.flush()\n",
+    )
+    .expect("write the relay");
+}

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use runway_ssh::testing::{SSHD, Sshd, ci, free_port, keygen, require, run};
+use runway_ssh::testing::{SSHD, Sshd, ci, free_port, keygen, require, run, write_unix_relay};
 use runway_ssh::{
     Destination, HostKeyPolicy, Key, Notice, Settings, SshError, Stage, Stream, Target,
     TemplateVars,
@@ -303,24 +303,7 @@ async fn ssh_command_is_the_stream_and_dies_with_it() {
         // On the "remote" side, a relay between stdio and the unix socket (socat's job, when
         // installed).
         let relay = f.path("relay.py");
-        std::fs::write(
-            &relay,
-            "import socket, sys, threading\n\
-             s = socket.socket(socket.AF_UNIX)\n\
-             s.connect(sys.argv[1])\n\
-             def up():\n\
-             \x20   while True:\n\
-             \x20       b = sys.stdin.buffer.raw.read(65536)\n\
-             \x20       if not b: break\n\
-             \x20       s.sendall(b)\n\
-             \x20   s.shutdown(socket.SHUT_WR)\n\
-             threading.Thread(target=up, daemon=True).start()\n\
-             while True:\n\
-             \x20   b = s.recv(65536)\n\
-             \x20   if not b: break\n\
-             \x20   sys.stdout.buffer.write(b); sys.stdout.buffer.flush()\n",
-        )
-        .expect("relay.py");
+        write_unix_relay(&relay);
         let pid_file = f.path("command.pid");
         let template = format!(
             "echo $$ > {pid}; exec ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
