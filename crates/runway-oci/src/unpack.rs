@@ -566,48 +566,14 @@ impl<R: BufRead> Read for ZstdReader<R> {
 mod tests {
     use super::*;
 
-    /// A tar entry with a raw name (`tar::Builder` refuses `..`, which these tests need).
-    pub(crate) fn raw_entry(
-        builder: &mut tar::Builder<Vec<u8>>,
-        kind: tar::EntryType,
-        path: &[u8],
-        link: &[u8],
-        data: &[u8],
-    ) {
-        let mut header = tar::Header::new_old();
-        header.set_entry_type(kind);
-        header.set_mode(if kind == tar::EntryType::Directory {
-            0o755
-        } else {
-            0o644
-        });
-        header.set_size(data.len() as u64);
-        header.set_mtime(1_700_000_000);
-        header.set_uid(0);
-        header.set_gid(0);
-        {
-            let old = header.as_old_mut();
-            let n = path.len().min(old.name.len());
-            old.name[..n].copy_from_slice(&path[..n]);
-            let n = link.len().min(old.linkname.len());
-            old.linkname[..n].copy_from_slice(&link[..n]);
-        }
-        header.set_cksum();
-        builder.append(&header, data).expect("append");
-    }
-
+    /// A tar of `(kind, path, link, data)` with paths written raw (`tar::Builder` refuses `..`,
+    /// which these tests need): `testing::raw_tar`, as the crate's tests have `test-support`.
     fn tar_of(entries: &[(tar::EntryType, &str, &str, &str)]) -> Vec<u8> {
-        let mut builder = tar::Builder::new(Vec::new());
-        for (kind, path, link, data) in entries {
-            raw_entry(
-                &mut builder,
-                *kind,
-                path.as_bytes(),
-                link.as_bytes(),
-                data.as_bytes(),
-            );
-        }
-        builder.into_inner().expect("finish tar")
+        let entries: Vec<(tar::EntryType, &str, &str, &[u8])> = entries
+            .iter()
+            .map(|(kind, path, link, data)| (*kind, *path, *link, data.as_bytes()))
+            .collect();
+        crate::testing::raw_tar(&entries).expect("a raw tar")
     }
 
     const OPTS: UnpackOptions = UnpackOptions {
