@@ -2,7 +2,10 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
@@ -12,7 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use tokio_rustls::TlsAcceptor;
@@ -81,27 +84,13 @@ impl Ingress {
         https_port: u16,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
-        tokio::pin!(shutdown);
-        let timeout = self.shared.options.header_read_timeout;
-        loop {
-            let (stream, _) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(_) => continue,
-                },
-                () = &mut shutdown => return Ok(()),
-            };
-            let service = service_fn(move |request: Request<Incoming>| async move {
+        let timeout = Some(self.shared.options.header_read_timeout);
+        serve_http1(listener, shutdown, timeout, move || {
+            service_fn(move |request: Request<Incoming>| async move {
                 Ok::<_, Infallible>(redirect(&request, https_port))
-            });
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(timeout)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+            })
+        })
+        .await
     }
 
     async fn accept_loop(
@@ -127,18 +116,7 @@ impl Ingress {
         let graceful = GracefulShutdown::new();
         let connections = Arc::new(Semaphore::new(options.max_connections));
         tokio::pin!(shutdown);
-        loop {
-            let (stream, address) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    // Out of descriptors or a connection reset before accept: keep serving.
-                    Err(_) => {
-                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => break,
-            };
+        while let Some((stream, address)) = accept_until(&listener, shutdown.as_mut()).await {
             let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
                 drop(stream);
                 continue;
@@ -198,26 +176,15 @@ impl Ingress {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, _) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(_) => continue,
-                },
-                () = &mut shutdown => return Ok(()),
-            };
-            let ingress = self.clone();
-            let service = service_fn(move |request: Request<Incoming>| {
+        let ingress = self.clone();
+        serve_http1(listener, shutdown, None, move || {
+            let ingress = ingress.clone();
+            service_fn(move |request: Request<Incoming>| {
                 let ingress = ingress.clone();
                 async move { Ok::<_, Infallible>(ingress.admin(&request)) }
-            });
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+            })
+        })
+        .await
     }
 
     fn admin(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
@@ -244,6 +211,57 @@ impl Ingress {
 }
 
 /// 308 to the same host and path over HTTPS.
+/// The next connection, or `None` once `shutdown` completes. An accept error (out of
+/// descriptors, a connection reset before accept) is waited out briefly: the listener keeps
+/// serving.
+async fn accept_until(
+    listener: &TcpListener,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => return Some(accepted),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            () = &mut shutdown => return None,
+        }
+    }
+}
+
+/// Serves HTTP/1.1 on `listener` until `shutdown`, each connection with the service `make`
+/// returns (the redirect and admin servers: no pool, no limits beyond the header timeout).
+async fn serve_http1<S>(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    header_read_timeout: Option<Duration>,
+    make: impl Fn() -> S,
+) -> std::io::Result<()>
+where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<Full<Bytes>>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send,
+{
+    tokio::pin!(shutdown);
+    while let Some((stream, _)) = accept_until(&listener, shutdown.as_mut()).await {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        if let Some(timeout) = header_read_timeout {
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeout);
+        }
+        let connection = builder.serve_connection(TokioIo::new(stream), make());
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+    Ok(())
+}
+
 fn redirect(request: &Request<Incoming>, https_port: u16) -> Response<Full<Bytes>> {
     let host = request.uri().host().map(str::to_owned).or_else(|| {
         let value = request.headers().get(header::HOST)?.to_str().ok()?;
