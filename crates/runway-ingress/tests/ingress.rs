@@ -27,7 +27,8 @@ use tokio::task::JoinHandle;
 /// Every test is bounded.
 const BOUND: Duration = Duration::from_secs(30);
 
-/// A small instance: answers its name; `?sleep_ms=N` waits first; counts concurrent requests.
+/// A small instance: answers its name; `?sleep_ms=N` waits first, `?gather=N` waits for N
+/// requests to have been in flight at once; counts concurrent requests.
 struct Upstream {
     address: SocketAddr,
     active: Arc<AtomicUsize>,
@@ -42,6 +43,17 @@ impl Drop for Upstream {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+fn query_number(request: &Request<Incoming>, key: &str) -> u64 {
+    request
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix(key))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 async fn upstream(name: &'static str) -> Upstream {
@@ -73,18 +85,22 @@ async fn upstream(name: &'static str) -> Upstream {
                     async move {
                         let now = a.fetch_add(1, Ordering::SeqCst) + 1;
                         m.fetch_max(now, Ordering::SeqCst);
-                        let sleep = request
-                            .uri()
-                            .query()
-                            .and_then(|q| q.strip_prefix("sleep_ms="))
-                            .and_then(|v| v.parse::<u64>().ok())
-                            .unwrap_or(0);
+                        let sleep = query_number(&request, "sleep_ms=");
+                        let gather = query_number(&request, "gather=");
                         let forwarded = request
                             .headers()
                             .get("x-forwarded-for")
                             .map(|v| v.to_str().unwrap().to_owned())
                             .unwrap_or_default();
                         tokio::time::sleep(Duration::from_millis(sleep)).await;
+                        // `?gather=N` holds the request until N have been in flight at once
+                        // (or 5 s pass), so a test of concurrency does not race the clock.
+                        for _ in 0..500 {
+                            if m.load(Ordering::SeqCst) as u64 >= gather {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
                         a.fetch_sub(1, Ordering::SeqCst);
                         s.fetch_add(1, Ordering::SeqCst);
                         let mut response = Response::new(Full::new(Bytes::from(name)));
@@ -757,7 +773,7 @@ async fn http2_clients_are_served_over_h2c() {
             .map(|_| {
                 let mut sender = sender.clone();
                 tokio::spawn(async move {
-                    let request = Request::get(format!("http://{HOST}/?sleep_ms=50"))
+                    let request = Request::get(format!("http://{HOST}/?gather=20"))
                         .body(Empty::<Bytes>::new())
                         .unwrap();
                     let response = sender.send_request(request).await.unwrap();
