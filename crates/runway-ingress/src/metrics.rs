@@ -40,6 +40,7 @@ pub struct Metrics {
     queued: Family<RevisionLabels, Gauge>,
     held: Family<RevisionLabels, Gauge>,
     connect_errors: Family<RevisionLabels, Counter>,
+    upstream_errors: Family<RevisionLabels, Counter>,
     unrouted: Counter,
     pub(crate) connections: Gauge,
     pub(crate) tls_handshake_errors: Counter,
@@ -56,6 +57,7 @@ pub(crate) struct RevisionMetrics {
     pub(crate) queued: Gauge,
     pub(crate) held: Gauge,
     pub(crate) connect_errors: Counter,
+    pub(crate) upstream_errors: Counter,
 }
 
 impl RevisionMetrics {
@@ -81,6 +83,7 @@ impl Metrics {
         let queued = Family::<RevisionLabels, Gauge>::default();
         let held = Family::<RevisionLabels, Gauge>::default();
         let connect_errors = Family::<RevisionLabels, Counter>::default();
+        let upstream_errors = Family::<RevisionLabels, Counter>::default();
         let unrouted = Counter::default();
         let connections = Gauge::default();
         let tls_handshake_errors = Counter::default();
@@ -120,6 +123,11 @@ impl Metrics {
             connect_errors.clone(),
         );
         registry.register(
+            "upstream_errors",
+            "Requests whose connection to an instance broke before a whole response head came back",
+            upstream_errors.clone(),
+        );
+        registry.register(
             "unrouted_requests",
             "Requests for a host no route serves",
             unrouted.clone(),
@@ -137,6 +145,7 @@ impl Metrics {
             queued,
             held,
             connect_errors,
+            upstream_errors,
             unrouted,
             connections,
             tls_handshake_errors,
@@ -166,6 +175,7 @@ impl Metrics {
             queued: self.queued.get_or_create(&labels).clone(),
             held: self.held.get_or_create(&labels).clone(),
             connect_errors: self.connect_errors.get_or_create(&labels).clone(),
+            upstream_errors: self.upstream_errors.get_or_create(&labels).clone(),
         }
     }
 

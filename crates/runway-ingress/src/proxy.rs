@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body_util::Limited;
+use http_body_util::{LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
@@ -577,7 +577,16 @@ async fn send(
                 instance.connected();
                 return Ok((response, sender, slot));
             }
+            Attempt::Failed(source) if body_too_large(&source) => {
+                // The client's streamed body went past the limit: the client's fault.
+                return Err(ProxyError::BodyTooLarge);
+            }
             Attempt::Failed(source) => {
+                // A client's body that broke off is not the instance's failure.
+                if !source.is_user() {
+                    revision.metrics.upstream_errors.inc();
+                    instance.failed();
+                }
                 return Err(ProxyError::Upstream {
                     address: instance.address,
                     source,
@@ -589,7 +598,7 @@ async fn send(
             }
         };
         revision.metrics.connect_errors.inc();
-        instance.connect_failed();
+        instance.failed();
         let other = if retried {
             None
         } else {
@@ -618,4 +627,16 @@ async fn send(
             }
         }
     }
+}
+
+/// Whether sending failed because the request body went past its size limit.
+fn body_too_large(error: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = source {
+        if error.is::<LengthLimitError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }

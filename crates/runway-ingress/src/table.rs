@@ -22,7 +22,8 @@ use crate::upstream::Pool;
 /// longer of this or 3.5 × the revision's average start time.
 pub const MIN_HOLD: Duration = Duration::from_secs(10);
 
-/// Connection failures in a row after which an instance is ejected (passive health).
+/// Failures in a row (refused or broken connections) after which an instance is ejected
+/// (passive health).
 pub const EJECT_AFTER: u32 = 3;
 /// How long an ejected instance gets no requests, unless every instance is ejected.
 pub const EJECT_FOR: Duration = Duration::from_secs(10);
@@ -97,8 +98,9 @@ impl Instance {
         until != 0 && now_ms() < until
     }
 
-    /// A connection to it failed; the [`EJECT_AFTER`]th failure in a row ejects it.
-    pub(crate) fn connect_failed(&self) {
+    /// A connection to it could not be made, or broke before a response head came back; the
+    /// [`EJECT_AFTER`]th failure in a row ejects it.
+    pub(crate) fn failed(&self) {
         if self.failures.fetch_add(1, Ordering::AcqRel) + 1 >= EJECT_AFTER {
             self.failures.store(0, Ordering::Release);
             self.ejected_until_ms

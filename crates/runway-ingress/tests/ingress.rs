@@ -92,6 +92,12 @@ async fn upstream(name: &'static str) -> Upstream {
                             .get("x-forwarded-for")
                             .map(|v| v.to_str().unwrap().to_owned())
                             .unwrap_or_default();
+                        // Read the whole body first, as an application does.
+                        let received = request
+                            .into_body()
+                            .collect()
+                            .await
+                            .map_or(0, |b| b.to_bytes().len());
                         tokio::time::sleep(Duration::from_millis(sleep)).await;
                         // `?gather=N` holds the request until N have been in flight at once
                         // (or 5 s pass), so a test of concurrency does not race the clock.
@@ -104,9 +110,9 @@ async fn upstream(name: &'static str) -> Upstream {
                         a.fetch_sub(1, Ordering::SeqCst);
                         s.fetch_add(1, Ordering::SeqCst);
                         let mut response = Response::new(Full::new(Bytes::from(name)));
-                        response
-                            .headers_mut()
-                            .insert("x-saw-forwarded-for", forwarded.parse().unwrap());
+                        let headers = response.headers_mut();
+                        headers.insert("x-saw-forwarded-for", forwarded.parse().unwrap());
+                        headers.insert("x-saw-body-bytes", received.into());
                         Ok::<_, Infallible>(response)
                     }
                 });
@@ -600,14 +606,79 @@ async fn a_refused_connection_is_retried_once_on_another_instance() {
     .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_breaks_connections_gets_502_and_is_ejected() {
+    tokio::time::timeout(BOUND, async {
+        let live = upstream("live").await;
+        // Reads a request head, then closes the connection without an answer.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let broken = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&accepted);
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer).await;
+            }
+        });
+        let running = start(Ingress::new(Options::default())).await;
+        let only_broken = table(5.0, vec![revision("hello-1", 100, vec![instance(broken, true, 0)])]);
+        running.ingress.set_routes(&only_broken).unwrap();
+        // The request reached the instance: it is not retried (it may have had effects).
+        for _ in 0..runway_ingress::table::EJECT_AFTER {
+            let (status, _, body) = get(running.address, HOST, "/").await;
+            assert_eq!((status, body.as_str()), (StatusCode::BAD_GATEWAY, "service failed to answer\n"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), runway_ingress::table::EJECT_AFTER as usize);
+        assert!(running.ingress.instance(broken).unwrap().is_ejected());
+        assert!(metrics(&running).await.contains(&format!(
+            "runway_ingress_upstream_errors_total{{service=\"hello\",env=\"dev\",revision=\"hello-1\"}} {}",
+            runway_ingress::table::EJECT_AFTER
+        )));
+        // Beside a live instance, the ejected one gets no requests.
+        let both = table(
+            5.0,
+            vec![revision("hello-1", 100, vec![instance(broken, true, 0), instance(live.address, true, 0)])],
+        );
+        running.ingress.set_routes(&both).unwrap();
+        for _ in 0..20 {
+            let (status, _, body) = get(running.address, HOST, "/").await;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "live"));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), runway_ingress::table::EJECT_AFTER as usize);
+        task.abort();
+    })
+    .await
+    .unwrap();
+}
+
 /// Sends raw bytes and reads until the ingress answers or closes; returns what it sent.
 async fn raw(address: SocketAddr, bytes: &[u8]) -> String {
+    String::from_utf8_lossy(&raw_bytes(address, bytes).await).into_owned()
+}
+
+async fn raw_bytes(address: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     let mut stream = TcpStream::connect(address).await.unwrap();
     // The peer may close before reading it all: that is an answer too.
     let _ = stream.write_all(bytes).await;
     let mut out = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
+    out
+}
+
+const GOAWAY: u8 = 7;
+
+/// The types of the HTTP/2 frames in what a server sent.
+fn h2_frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let length =
+            usize::from(bytes[0]) << 16 | usize::from(bytes[1]) << 8 | usize::from(bytes[2]);
+        types.push(bytes[3]);
+        bytes = &bytes[(9 + length).min(bytes.len())..];
+    }
+    types
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -640,15 +711,41 @@ async fn malformed_requests_get_4xx_or_a_closed_connection() {
         );
         let body = raw(a, body.as_bytes()).await;
         assert!(body.starts_with("HTTP/1.1 413"), "{body}");
+        // A streamed (chunked) body that goes past the limit: 413 too, and the instance is
+        // not blamed for it.
+        let chunk = format!("400\r\n{}\r\n", "c".repeat(0x400));
+        let chunked = format!(
+            "POST / HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{}0\r\n\r\n",
+            chunk.repeat(5)
+        );
+        let chunked = raw(a, chunked.as_bytes()).await;
+        assert!(chunked.starts_with("HTTP/1.1 413"), "{chunked}");
+        assert!(!running.ingress.instance(up.address).unwrap().is_ejected());
+        let within = format!(
+            "POST / HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{chunk}0\r\n\r\n"
+        );
+        let within = raw(a, within.as_bytes()).await;
+        assert!(within.starts_with("HTTP/1.1 200"), "{within}");
+        assert!(within.to_ascii_lowercase().contains("x-saw-body-bytes: 1024"), "{within}");
         let bad_length = raw(a, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n").await;
         assert!(four(&bad_length), "{bad_length}");
-        // The HTTP/2 preface followed by a frame that is not SETTINGS.
-        let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        h2.extend_from_slice(&[0, 0, 4, 0xff, 0xff, 0, 0, 0, 1, 1, 2, 3, 4]);
-        let _ = raw(a, &h2).await;
-        let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        h2.extend_from_slice(&[0xff; 64]);
-        let _ = raw(a, &h2).await;
+        // The HTTP/2 preface followed by invalid frames: a SETTINGS frame of a wrong length; a
+        // HEADERS frame on stream 0; a frame too long for the peer's limit; garbage. The
+        // ingress ends the connection with GOAWAY (or closes it).
+        const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+        let invalid: [&[u8]; 4] = [
+            &[0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5],
+            &[SETTINGS.as_slice(), &[0, 0, 1, 1, 4, 0, 0, 0, 0, 0x82]].concat(),
+            &[SETTINGS.as_slice(), &[0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 1]].concat(),
+            &[0xff; 64],
+        ];
+        for frames in invalid {
+            let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+            h2.extend_from_slice(frames);
+            let answer = raw_bytes(a, &h2).await;
+            let types = h2_frame_types(&answer);
+            assert!(answer.is_empty() || types.contains(&GOAWAY), "{types:?}");
+        }
 
         // Still serving.
         let (status, _, body) = get(a, HOST, "/").await;
