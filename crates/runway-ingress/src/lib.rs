@@ -55,6 +55,11 @@ pub struct Options {
     pub connect_timeout: Duration,
     /// Time in-flight requests get to finish when the server shuts down.
     pub shutdown_grace: Duration,
+    /// How often the operator's certificate files are checked for a change.
+    pub certificate_poll: Duration,
+    /// Time between pings on an HTTP/2 client connection; a ping unanswered for as long
+    /// closes it, so a vanished client does not hold its streams.
+    pub http2_ping: Duration,
 }
 
 impl Default for Options {
@@ -69,6 +74,8 @@ impl Default for Options {
             max_connections: 10_000,
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
+            certificate_poll: Duration::from_secs(5),
+            http2_ping: Duration::from_secs(30),
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct Metrics {
     unrouted: Counter,
     pub(crate) connections: Gauge,
     pub(crate) tls_handshake_errors: Counter,
+    pub(crate) certificate_reloads: Counter,
+    pub(crate) certificate_reload_errors: Counter,
 }
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
@@ -87,6 +89,18 @@ impl Metrics {
         let unrouted = Counter::default();
         let connections = Gauge::default();
         let tls_handshake_errors = Counter::default();
+        let certificate_reloads = Counter::default();
+        let certificate_reload_errors = Counter::default();
+        registry.register(
+            "certificate_reloads",
+            "Times the operator's certificates were read again after their files changed",
+            certificate_reloads.clone(),
+        );
+        registry.register(
+            "certificate_reload_errors",
+            "Changed certificate files that could not be used (the previous ones were kept)",
+            certificate_reload_errors.clone(),
+        );
         registry.register(
             "tls_handshake_errors",
             "TLS handshakes that failed or timed out (unknown names included)",
@@ -149,6 +163,8 @@ impl Metrics {
             unrouted,
             connections,
             tls_handshake_errors,
+            certificate_reloads,
+            certificate_reload_errors,
         }
     }
 

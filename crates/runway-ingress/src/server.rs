@@ -28,6 +28,7 @@ use crate::tls::{self, TlsError, TlsOptions};
 #[derive(Clone)]
 pub struct Tls {
     acceptor: TlsAcceptor,
+    resolver: Arc<tls::Resolver>,
     ca_pem: Option<String>,
 }
 
@@ -41,6 +42,13 @@ impl Tls {
     /// The local certificate authority's certificate (PEM), for clients' trust stores.
     pub fn ca_pem(&self) -> Option<&str> {
         self.ca_pem.as_deref()
+    }
+
+    /// Reads the operator's certificates again if their files changed, and swaps them in
+    /// whole; true when they were. On an error the previous ones stay in use.
+    /// [`Ingress::serve_tls`] does this every [`crate::Options::certificate_poll`].
+    pub fn reload_certificates(&self) -> Result<bool, TlsError> {
+        self.resolver.reload_if_changed()
     }
 }
 
@@ -58,9 +66,10 @@ impl Ingress {
     /// Builds the TLS set-up: operator certificates and the local certificate authority (made
     /// in `ca_dir` on first start). Returns it with the authority's certificate (PEM), if any.
     pub fn tls(&self, options: &TlsOptions) -> Result<Tls, TlsError> {
-        let (config, ca_pem) = tls::server_config(options, Arc::clone(&self.shared))?;
+        let (config, resolver, ca_pem) = tls::server_config(options, Arc::clone(&self.shared))?;
         Ok(Tls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
+            resolver,
             ca_pem,
         })
     }
@@ -72,8 +81,16 @@ impl Ingress {
         tls: &Tls,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
-        self.accept_loop(listener, Some(tls.acceptor.clone()), shutdown)
-            .await
+        let watcher = tokio::spawn(watch_certificates(
+            tls.clone(),
+            self.shared.options.certificate_poll,
+            Arc::clone(&self.shared.metrics),
+        ));
+        let served = self
+            .accept_loop(listener, Some(tls.acceptor.clone()), shutdown)
+            .await;
+        watcher.abort();
+        served
     }
 
     /// Answers every plain-HTTP request with a permanent redirect to HTTPS (same host and
@@ -92,7 +109,35 @@ impl Ingress {
         })
         .await
     }
+}
 
+/// Reloads the operator's certificates whenever their files change.
+async fn watch_certificates(tls: Tls, period: Duration, metrics: Arc<crate::Metrics>) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let tls = tls.clone();
+        // Reading files and parsing keys blocks.
+        let Ok(reloaded) = tokio::task::spawn_blocking(move || tls.reload_certificates()).await
+        else {
+            continue;
+        };
+        match reloaded {
+            Ok(true) => {
+                metrics.certificate_reloads.inc();
+            }
+            Ok(false) => {}
+            Err(error) => {
+                metrics.certificate_reload_errors.inc();
+                eprintln!("runway-ingress: kept the previous certificates: {error}");
+            }
+        }
+    }
+}
+
+impl Ingress {
     async fn accept_loop(
         &self,
         listener: TcpListener,
@@ -111,7 +156,9 @@ impl Ingress {
             .http2()
             .timer(TokioTimer::new())
             .max_header_list_size(options.max_header_bytes as u32)
-            .max_concurrent_streams(250);
+            .max_concurrent_streams(250)
+            .keep_alive_interval(Some(options.http2_ping))
+            .keep_alive_timeout(options.http2_ping);
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let connections = Arc::new(Semaphore::new(options.max_connections));

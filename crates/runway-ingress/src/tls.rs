@@ -1,12 +1,14 @@
 //! TLS: rustls (ring, TLS 1.2 and 1.3 only) with the certificate chosen by SNI: an operator's
 //! certificate for its domains, else one issued on the fly by the local certificate authority
 //! for a host the route table serves. Any other name is refused during the handshake.
+//! Operator certificates are read again when their files change (a renewal needs no restart).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose,
@@ -145,10 +147,19 @@ pub struct CertificateFiles {
     pub key: PathBuf,
 }
 
+/// Operator certificates by lower-case domain (`*.example.com` for a wildcard).
+type ByDomain = HashMap<String, Arc<CertifiedKey>>;
+
+/// What identifies a version of a file: modification time, size and inode. A Kubernetes
+/// secret volume swaps a symlink, which changes the inode the path leads to.
+type Fingerprint = Vec<Option<(std::time::SystemTime, u64, u64)>>;
+
 /// Chooses a certificate by SNI.
 pub(crate) struct Resolver {
     provider: Arc<CryptoProvider>,
-    operator: HashMap<String, Arc<CertifiedKey>>,
+    files: Vec<CertificateFiles>,
+    operator: ArcSwap<ByDomain>,
+    seen: Mutex<Fingerprint>,
     ca: Option<LocalCa>,
     issued: Mutex<HashMap<String, Arc<CertifiedKey>>>,
     routes: Arc<crate::Shared>,
@@ -157,7 +168,7 @@ pub(crate) struct Resolver {
 impl fmt::Debug for Resolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Resolver")
-            .field("operator", &self.operator.keys().collect::<Vec<_>>())
+            .field("operator", &self.operator.load().keys().collect::<Vec<_>>())
             .field("ca", &self.ca.is_some())
             .finish_non_exhaustive()
     }
@@ -172,11 +183,12 @@ impl Resolver {
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name()?.to_ascii_lowercase();
-        if let Some(key) = self.operator.get(&name) {
+        let operator = self.operator.load();
+        if let Some(key) = operator.get(&name) {
             return Some(Arc::clone(key));
         }
         if let Some((_, parent)) = name.split_once('.')
-            && let Some(key) = self.operator.get(&format!("*.{parent}"))
+            && let Some(key) = operator.get(&format!("*.{parent}"))
         {
             return Some(Arc::clone(key));
         }
@@ -224,40 +236,91 @@ fn load_certified(
         .key_provider
         .load_private_key(key)
         .map_err(|e| bad(&files.key, e.to_string()))?;
-    Ok(CertifiedKey::new(chain, signing))
+    let certified = CertifiedKey::new(chain, signing);
+    // A renewal caught between writing its two files pairs a new certificate with an old key.
+    if let Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) =
+        certified.keys_match()
+    {
+        return Err(bad(
+            &files.key,
+            format!(
+                "the key does not match the certificate in {}",
+                files.cert.display()
+            ),
+        ));
+    }
+    Ok(certified)
+}
+
+fn fingerprint(files: &[CertificateFiles]) -> Fingerprint {
+    use std::os::unix::fs::MetadataExt;
+    files
+        .iter()
+        .flat_map(|f| [&f.cert, &f.key])
+        .map(|path| {
+            let meta = std::fs::metadata(path).ok()?;
+            Some((meta.modified().ok()?, meta.len(), meta.ino()))
+        })
+        .collect()
+}
+
+fn load_all(files: &[CertificateFiles], provider: &CryptoProvider) -> Result<ByDomain, TlsError> {
+    let mut operator = HashMap::new();
+    for files in files {
+        let key = Arc::new(load_certified(files, provider)?);
+        for domain in &files.domains {
+            operator.insert(domain.to_ascii_lowercase(), Arc::clone(&key));
+        }
+    }
+    Ok(operator)
+}
+
+impl Resolver {
+    /// Reads the operator's certificates again if any of their files changed since the last
+    /// look, and swaps them in whole. True when they were swapped; on an error the previous
+    /// certificates stay in use, and the same files are not tried (nor reported) again until
+    /// they change once more (a half-written renewal is picked up when its second file lands).
+    pub(crate) fn reload_if_changed(&self) -> Result<bool, TlsError> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let now = fingerprint(&self.files);
+        if *seen == now {
+            return Ok(false);
+        }
+        *seen = now;
+        let operator = load_all(&self.files, &self.provider)?;
+        self.operator.store(Arc::new(operator));
+        Ok(true)
+    }
 }
 
 /// The rustls configuration: TLS 1.2 and 1.3, ALPN h2 then http/1.1, SNI resolution.
 pub(crate) fn server_config(
     options: &TlsOptions,
     shared: Arc<crate::Shared>,
-) -> Result<(rustls::ServerConfig, Option<String>), TlsError> {
+) -> Result<(rustls::ServerConfig, Arc<Resolver>, Option<String>), TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut operator = HashMap::new();
-    for files in &options.certificates {
-        let key = Arc::new(load_certified(files, &provider)?);
-        for domain in &files.domains {
-            operator.insert(domain.to_ascii_lowercase(), Arc::clone(&key));
-        }
-    }
+    let seen = fingerprint(&options.certificates);
+    let operator = load_all(&options.certificates, &provider)?;
     let ca = options
         .ca_dir
         .as_deref()
         .map(LocalCa::load_or_create)
         .transpose()?;
     let ca_pem = ca.as_ref().map(|ca| ca.cert_pem().to_owned());
-    let resolver = Resolver {
+    let resolver = Arc::new(Resolver {
         provider: Arc::clone(&provider),
-        operator,
+        files: options.certificates.clone(),
+        operator: ArcSwap::from_pointee(operator),
+        seen: Mutex::new(seen),
         ca,
         issued: Mutex::new(HashMap::new()),
         routes: shared,
-    };
+    });
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(TlsError::Rustls)?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok((config, ca_pem))
+    Ok((config, resolver, ca_pem))
 }

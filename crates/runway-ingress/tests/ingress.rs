@@ -653,6 +653,34 @@ async fn an_instance_that_breaks_connections_gets_502_and_is_ejected() {
     .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_stops_answering_pings_is_disconnected() {
+    tokio::time::timeout(BOUND, async {
+        let running = start(Ingress::new(Options {
+            http2_ping: Duration::from_millis(200),
+            ..Options::default()
+        }))
+        .await;
+        let mut stream = TcpStream::connect(running.address).await.unwrap();
+        // A client preface and its SETTINGS, then silence: nothing acknowledged, no PING answered.
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+        assert!(closed.is_ok(), "the connection was still open after 5 s");
+        assert!(
+            h2_frame_types(&out).contains(&PING),
+            "{:?}",
+            h2_frame_types(&out)
+        );
+    })
+    .await
+    .unwrap();
+}
+
 /// Sends raw bytes and reads until the ingress answers or closes; returns what it sent.
 async fn raw(address: SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&raw_bytes(address, bytes).await).into_owned()
@@ -667,6 +695,7 @@ async fn raw_bytes(address: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 
 /// The types of the HTTP/2 frames in what a server sent.
@@ -1141,11 +1170,48 @@ async fn a_sticky_cookie_keeps_a_client_on_its_revision() {
     .unwrap();
 }
 
+/// An operator's own authority, and a certificate it issued for `name` with its key.
+fn operator_certificate(name: &str) -> (rcgen::Certificate, rcgen::Certificate, rcgen::KeyPair) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::default();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "operator CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_cert, cert, key)
+}
+
+/// Waits (at most 5 s) for a counter on the admin port to reach `at_least`.
+async fn metric_after(running: &Running, name: &str, at_least: u64) -> bool {
+    for _ in 0..100 {
+        let value = metrics(running)
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok());
+        if value.is_some_and(|v| v >= at_least) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_certificate_serves_its_domains() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("custom").await;
-        let running = start(Ingress::new(Options::default())).await;
+        let running = start(Ingress::new(Options {
+            certificate_poll: Duration::from_millis(50),
+            ..Options::default()
+        }))
+        .await;
         let config = table(
             5.0,
             vec![revision(
@@ -1157,19 +1223,7 @@ async fn an_operator_certificate_serves_its_domains() {
         running.ingress.set_routes(&config).unwrap();
         // The operator's own authority and a certificate for the custom domain.
         let dir = tempfile::tempdir().unwrap();
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::default();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "operator CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["hello.example.test".to_owned()])
-            .unwrap()
-            .signed_by(&key, &issuer)
-            .unwrap();
+        let (ca_cert, cert, key) = operator_certificate("hello.example.test");
         let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         std::fs::write(&cert_path, cert.pem()).unwrap();
         std::fs::write(&key_path, key.serialize_pem()).unwrap();
@@ -1179,8 +1233,8 @@ async fn an_operator_certificate_serves_its_domains() {
                 ca_dir: None,
                 certificates: vec![runway_ingress::CertificateFiles {
                     domains: vec!["hello.example.test".to_owned()],
-                    cert: cert_path,
-                    key: key_path,
+                    cert: cert_path.clone(),
+                    key: key_path.clone(),
                 }],
             })
             .unwrap();
@@ -1213,6 +1267,41 @@ async fn an_operator_certificate_serves_its_domains() {
         assert_eq!(&body[..], b"custom");
         // Without a local authority, a routed name with no operator certificate gets none.
         assert!(tls_connect(address, &ca_cert.pem(), HOST).await.is_err());
+
+        // A renewal from another authority is picked up without a restart; a half-written one
+        // (new certificate, old key) is refused and the previous certificate stays in use.
+        let (renewed_ca, renewed, renewed_key) = operator_certificate("hello.example.test");
+        std::fs::write(&cert_path, renewed.pem()).unwrap();
+        let mismatched = metric_after(
+            &running,
+            "runway_ingress_certificate_reload_errors_total",
+            1,
+        )
+        .await;
+        assert!(mismatched);
+        assert!(
+            tls_connect(address, &ca_cert.pem(), "hello.example.test")
+                .await
+                .is_ok()
+        );
+        std::fs::write(&key_path, renewed_key.serialize_pem()).unwrap();
+        assert!(metric_after(&running, "runway_ingress_certificate_reloads_total", 1).await);
+        assert!(
+            tls_connect(address, &renewed_ca.pem(), "hello.example.test")
+                .await
+                .is_ok()
+        );
+        assert!(
+            tls_connect(address, &ca_cert.pem(), "hello.example.test")
+                .await
+                .is_err()
+        );
+        // The broken pair was reported once, not at every look.
+        let text = metrics(&running).await;
+        assert!(
+            text.contains("runway_ingress_certificate_reload_errors_total 1\n"),
+            "{text}"
+        );
         server.abort();
     })
     .await
