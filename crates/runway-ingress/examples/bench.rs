@@ -1,13 +1,19 @@
 //! The ingress beside nginx, both as reverse proxies with keep-alive to the same upstream (a
-//! minimal hyper server), under the same wrk load; prints req/s, p50/p99 latency and peak
-//! memory side by side.
+//! minimal hyper server), under the same load; prints req/s, p50/p99 latency and peak memory
+//! side by side, for:
+//!
+//! - plain HTTP/1.1 at full speed (wrk);
+//! - plain HTTP/1.1 at a fixed 1,000 req/s (h2load `--rps`), the latency a proxy adds when it
+//!   is not saturated, beside a direct connection;
+//! - HTTPS with HTTP/1.1 and with HTTP/2 (h2load), the same certificate in both proxies.
 //!
 //! ```text
 //! cargo build --release -p runway-ingress --bin runway-ingress --example bench
 //! target/release/examples/bench [--seconds 10] [--connections 50] [--threads 2]
 //! ```
 //!
-//! Needs `nginx` and `wrk` on the PATH. `bench upstream ADDR` is the upstream (run by itself).
+//! Needs `nginx`, `wrk` and `h2load` (Debian's nghttp2-client) on the PATH. `bench upstream
+//! ADDR` is the upstream (run by itself).
 
 #![allow(clippy::print_stdout)]
 
@@ -186,8 +192,119 @@ fn millis(value: &str) -> anyhow::Result<f64> {
     Ok(number.parse::<f64>()? * factor)
 }
 
-fn nginx_config(dir: &Path, listen: SocketAddr, upstream: SocketAddr, workers: u64) -> String {
+/// How h2load loads a target.
+#[derive(Debug, Clone, Copy)]
+enum Load {
+    /// HTTP/1.1 over plain TCP at a fixed rate: `clients` × `per_client` req/s.
+    Paced { clients: u64, per_client: u64 },
+    /// HTTP/1.1 over TLS, as fast as it goes.
+    Https1,
+    /// HTTP/2 over TLS (ALPN), `streams` at once per connection, as fast as it goes.
+    Https2 { streams: u64 },
+}
+
+/// Runs h2load against `address` (with `Host`/SNI `HOST`); latencies from its per-request log.
+fn h2load(
+    address: SocketAddr,
+    load: Load,
+    seconds: u64,
+    connections: u64,
+    threads: u64,
+    log: &Path,
+) -> anyhow::Result<Result> {
+    let mut command = Command::new("h2load");
+    command
+        .arg(format!("--connect-to={address}"))
+        .arg(format!("--duration={seconds}"))
+        .arg("--warm-up-time=1")
+        .arg(format!("--log-file={}", log.display()));
+    let url = match load {
+        Load::Paced {
+            clients,
+            per_client,
+        } => {
+            command.args([
+                "--h1".to_owned(),
+                format!("--clients={clients}"),
+                format!("--rps={per_client}"),
+            ]);
+            format!("http://{HOST}/")
+        }
+        Load::Https1 => {
+            command.args([
+                "--h1".to_owned(),
+                format!("--clients={connections}"),
+                format!("--threads={threads}"),
+            ]);
+            format!("https://{HOST}/")
+        }
+        Load::Https2 { streams } => {
+            command.args([
+                format!("--clients={}", connections.div_ceil(streams).max(threads)),
+                format!("--max-concurrent-streams={streams}"),
+                format!("--threads={threads}"),
+            ]);
+            format!("https://{HOST}/")
+        }
+    };
+    let output = command.arg(&url).output().context("cannot run h2load")?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let mut result = Result::default();
+    for line in text.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("finished in ") {
+            // `finished in 10.00s, 45234.50 req/s, 5.02MB/s`
+            if let Some(rate) = rest
+                .split(", ")
+                .nth(1)
+                .and_then(|r| r.strip_suffix(" req/s"))
+            {
+                result.requests_per_second = rate.parse()?;
+            }
+        } else if let Some(rest) = line.strip_prefix("requests: ") {
+            // `requests: N total, N started, N done, N succeeded, F failed, E errored, T timeout`
+            let failed: u64 = rest
+                .split(", ")
+                .filter(|f| {
+                    f.ends_with(" failed") || f.ends_with(" errored") || f.ends_with(" timeout")
+                })
+                .filter_map(|f| f.split(' ').next()?.parse::<u64>().ok())
+                .sum();
+            if failed > 0 {
+                result.errors = format!("{failed} failed");
+            }
+        }
+    }
+    if result.requests_per_second == 0.0 {
+        bail!(
+            "h2load printed no rate:\n{text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    // Each line: start time (µs since the epoch), status, time to the response's end (µs).
+    let mut micros: Vec<u64> = std::fs::read_to_string(log)?
+        .lines()
+        .filter_map(|l| l.split('\t').nth(2)?.trim().parse().ok())
+        .collect();
+    micros.sort_unstable();
+    let percentile = |p: f64| {
+        let index = ((micros.len() as f64 * p).ceil() as usize).saturating_sub(1);
+        micros.get(index).map_or(0.0, |&us| us as f64 / 1000.0)
+    };
+    result.p50_ms = percentile(0.50);
+    result.p99_ms = percentile(0.99);
+    Ok(result)
+}
+
+/// Where a proxy under test listens.
+#[derive(Debug, Clone, Copy)]
+struct Listening {
+    plain: SocketAddr,
+    tls: SocketAddr,
+}
+
+fn nginx_config(dir: &Path, at: Listening, upstream: SocketAddr, workers: u64) -> String {
     let d = dir.display();
+    let (plain, tls) = (at.plain, at.tls);
     format!(
         "worker_processes {workers};
 daemon off;
@@ -201,9 +318,16 @@ http {{
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    upstream app {{ server {upstream}; keepalive 64; }}
+    # nginx closes a keep-alive connection after 1,000 requests by default, client side and
+    # upstream side; the ingress does not, and h2load does not reconnect: lift the limit.
+    keepalive_requests 1000000;
+    upstream app {{ server {upstream}; keepalive 64; keepalive_requests 1000000; }}
+    ssl_certificate {d}/cert.pem;
+    ssl_certificate_key {d}/key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
     server {{
-        listen {listen};
+        listen {plain};
+        listen {tls} ssl http2;
         location / {{
             proxy_pass http://app;
             proxy_http_version 1.1;
@@ -215,6 +339,68 @@ http {{
 }}
 "
     )
+}
+
+/// A certificate for [`HOST`] and its key, as PEM files in `dir`, for both proxies.
+fn write_certificate(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let key = rcgen::KeyPair::generate()?;
+    let cert = rcgen::CertificateParams::new(vec![HOST.to_owned()])?.self_signed(&key)?;
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.pem())?;
+    std::fs::write(&key_path, key.serialize_pem())?;
+    Ok((cert_path, key_path))
+}
+
+struct Settings {
+    seconds: u64,
+    connections: u64,
+    threads: u64,
+}
+
+/// Every load against one target; `tls` is None for the direct connection.
+fn measure(
+    name: &'static str,
+    at: Listening,
+    tls: bool,
+    pid: Option<u32>,
+    settings: &Settings,
+    dir: &Path,
+    rows: &mut Vec<(&'static str, &'static str, Result)>,
+) -> anyhow::Result<()> {
+    let Settings {
+        seconds,
+        connections,
+        threads,
+    } = *settings;
+    let peak = || pid.map_or(0, peak_kib);
+    let log = dir.join(format!("{name}.log"));
+    eprintln!("bench: {name}: HTTP/1.1, wrk");
+    let mut result = wrk(at.plain, seconds, connections, threads)?;
+    result.peak_kib = peak();
+    rows.push(("HTTP/1.1, full speed (wrk)", name, result));
+    eprintln!("bench: {name}: HTTP/1.1 at 1,000 req/s, h2load");
+    let paced = Load::Paced {
+        clients: 10,
+        per_client: 100,
+    };
+    let result = h2load(at.plain, paced, seconds, connections, threads, &log)?;
+    rows.push(("HTTP/1.1 at 1,000 req/s (h2load)", name, result));
+    if tls {
+        eprintln!("bench: {name}: HTTPS HTTP/1.1, h2load");
+        let mut result = h2load(at.tls, Load::Https1, seconds, connections, threads, &log)?;
+        result.peak_kib = peak();
+        rows.push(("HTTPS, HTTP/1.1 (h2load)", name, result));
+        eprintln!("bench: {name}: HTTPS HTTP/2, h2load");
+        let h2 = Load::Https2 { streams: 10 };
+        let mut result = h2load(at.tls, h2, seconds, connections, threads, &log)?;
+        result.peak_kib = peak();
+        rows.push((
+            "HTTPS, HTTP/2, 10 streams per connection (h2load)",
+            name,
+            result,
+        ));
+    }
+    Ok(())
 }
 
 fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
@@ -230,7 +416,13 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
             ingress_bin.display()
         );
     }
+    let settings = Settings {
+        seconds,
+        connections,
+        threads,
+    };
     let dir = tempfile::tempdir()?;
+    let (cert, key) = write_certificate(dir.path())?;
     let upstream_address = free_port()?;
     let _upstream = Process(
         Command::new(&me)
@@ -242,9 +434,19 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
     let mut rows = Vec::new();
 
     // Direct, for the added latency.
-    eprintln!("bench: direct");
-    let direct = wrk(upstream_address, seconds, connections, threads)?;
-    rows.push(("direct", direct));
+    let direct = Listening {
+        plain: upstream_address,
+        tls: upstream_address,
+    };
+    measure(
+        "direct",
+        direct,
+        false,
+        None,
+        &settings,
+        dir.path(),
+        &mut rows,
+    )?;
 
     // The ingress.
     let routes = dir.path().join("routes.json");
@@ -257,18 +459,22 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
             ]}]
         }))?,
     )?;
-    let listen = free_port()?;
+    let at = Listening {
+        plain: free_port()?,
+        tls: free_port()?,
+    };
     let admin = free_port()?;
     let ingress = Process(
         Command::new(&ingress_bin)
             .arg("--routes")
             .arg(&routes)
-            .args([
-                "--listen",
-                &listen.to_string(),
-                "--admin",
-                &admin.to_string(),
-            ])
+            .args(["--listen", &at.plain.to_string()])
+            .args(["--https", &at.tls.to_string(), "--no-redirect"])
+            .arg("--ca-dir")
+            .arg(dir.path().join("ca"))
+            .arg("--certificate")
+            .arg(format!("{HOST}:{}:{}", cert.display(), key.display()))
+            .args(["--admin", &admin.to_string()])
             .args(["--threads", &threads.to_string()])
             .args([
                 "--event-loops",
@@ -277,19 +483,29 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
             .stderr(Stdio::null())
             .spawn()?,
     );
-    wait_listening(listen)?;
-    eprintln!("bench: runway-ingress");
-    let mut result = wrk(listen, seconds, connections, threads)?;
-    result.peak_kib = peak_kib(ingress.0.id());
-    rows.push(("runway-ingress", result));
+    wait_listening(at.plain)?;
+    wait_listening(at.tls)?;
+    let pid = ingress.0.id();
+    measure(
+        "runway-ingress",
+        at,
+        true,
+        Some(pid),
+        &settings,
+        dir.path(),
+        &mut rows,
+    )?;
     drop(ingress);
 
     // nginx.
-    let listen = free_port()?;
+    let at = Listening {
+        plain: free_port()?,
+        tls: free_port()?,
+    };
     let config = dir.path().join("nginx.conf");
     std::fs::write(
         &config,
-        nginx_config(dir.path(), listen, upstream_address, threads),
+        nginx_config(dir.path(), at, upstream_address, threads),
     )?;
     let nginx = Process(
         Command::new("nginx")
@@ -301,39 +517,63 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
             .spawn()
             .context("cannot start nginx")?,
     );
-    wait_listening(listen)?;
-    eprintln!("bench: nginx");
-    let mut result = wrk(listen, seconds, connections, threads)?;
-    result.peak_kib = peak_kib(nginx.0.id());
-    rows.push(("nginx", result));
+    wait_listening(at.plain)?;
+    wait_listening(at.tls)?;
+    let pid = nginx.0.id();
+    measure(
+        "nginx",
+        at,
+        true,
+        Some(pid),
+        &settings,
+        dir.path(),
+        &mut rows,
+    )?;
     drop(nginx);
 
     println!(
-        "wrk -t{threads} -c{connections} -d{seconds}s, same upstream; {} CPUs",
+        "same upstream; {} CPUs; {seconds} s per row; {connections} connections, {threads} client threads",
         std::thread::available_parallelism().map_or(0, usize::from)
     );
-    println!(
-        "{:<16} {:>12} {:>10} {:>10} {:>12}  errors",
-        "", "req/s", "p50 ms", "p99 ms", "peak MiB"
-    );
-    for (name, r) in &rows {
-        // The upstream's own memory is not measured: "direct" shows none.
-        let peak = if r.peak_kib == 0 {
-            "-".to_owned()
-        } else {
-            format!("{:.1}", r.peak_kib as f64 / 1024.0)
+    let mut loads: Vec<&str> = rows.iter().map(|(load, _, _)| *load).collect();
+    loads.dedup();
+    for load in loads {
+        println!("\n{load}");
+        println!(
+            "  {:<16} {:>10} {:>9} {:>9} {:>9}  errors",
+            "", "req/s", "p50 ms", "p99 ms", "peak MiB"
+        );
+        let find = |name: &str| {
+            rows.iter()
+                .find(|(l, n, _)| *l == load && *n == name)
+                .map(|(_, _, r)| r)
         };
-        println!(
-            "{name:<16} {:>12.0} {:>10.3} {:>10.3} {peak:>12}  {}",
-            r.requests_per_second, r.p50_ms, r.p99_ms, r.errors
-        );
-    }
-    if let (Some((_, ours)), Some((_, theirs))) = (rows.get(1), rows.get(2)) {
-        println!(
-            "runway-ingress / nginx: throughput {:.2}×, p99 {:.2}×",
-            ours.requests_per_second / theirs.requests_per_second,
-            ours.p99_ms / theirs.p99_ms
-        );
+        for (_, name, r) in rows.iter().filter(|(l, _, _)| *l == load) {
+            // The upstream's own memory is not measured: "direct" shows none.
+            let peak = if r.peak_kib == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", r.peak_kib as f64 / 1024.0)
+            };
+            println!(
+                "  {name:<16} {:>10.0} {:>9.3} {:>9.3} {peak:>9}  {}",
+                r.requests_per_second, r.p50_ms, r.p99_ms, r.errors
+            );
+        }
+        if let (Some(ours), Some(theirs)) = (find("runway-ingress"), find("nginx")) {
+            println!(
+                "  runway-ingress / nginx: throughput {:.2}×, p99 {:.2}×",
+                ours.requests_per_second / theirs.requests_per_second,
+                ours.p99_ms / theirs.p99_ms
+            );
+        }
+        if let (Some(ours), Some(direct)) = (find("runway-ingress"), find("direct")) {
+            println!(
+                "  added by runway-ingress: p50 {:+.3} ms, p99 {:+.3} ms",
+                ours.p50_ms - direct.p50_ms,
+                ours.p99_ms - direct.p99_ms
+            );
+        }
     }
     Ok(())
 }
