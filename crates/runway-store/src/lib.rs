@@ -1,0 +1,72 @@
+//! Runway's control-plane store: everything a user creates (services, immutable revisions,
+//! deployments and their events, desired state, sealed secrets, API tokens) and the audit log
+//! of every change. Only this crate touches SQL.
+//!
+//! # Shape
+//!
+//! [`Store`] is the interface the control plane programs against; [`SqliteStore`] is the
+//! embedded implementation (one file, nothing else to install), and a PostgreSQL one can
+//! follow for several control-plane replicas. The trait is object safe (`Arc<dyn Store>`).
+//!
+//! - **Synchronous methods.** SQLite calls block; pretending otherwise would only hide that.
+//!   The API runs them with `tokio::task::spawn_blocking`; tests and tools call them directly.
+//!   A synchronous trait also keeps a lock from ever being held across an `.await`.
+//! - **One method, one transaction.** Whatever must happen together is a single method: a
+//!   deploy allocates the revision number, inserts the revision, the deployment with its first
+//!   event, the new desired state and the audit entry, or none of them
+//!   ([`Store::record_deploy`], [`Store::record_rollback`], [`Store::record_promote`]). Write
+//!   transactions are `BEGIN IMMEDIATE`, so a number read with `MAX(number) + 1` cannot be taken
+//!   by another writer before the insert.
+//! - **Every change is audited** in the transaction that makes it, with the actor the caller
+//!   names: there is no change without its audit entry and no entry for a change that rolled
+//!   back.
+//! - **Revisions are immutable**: the trait has no update or delete, and a trigger refuses an
+//!   `UPDATE` in SQL. They leave only with their service ([`Store::service_decommission`]).
+//! - **Deployments move through a checked state machine** ([`DeploymentState::can_become`]);
+//!   terminal states never change.
+//! - **The store sees only ciphertext** for secrets, and only [`Store::secret_read`] returns
+//!   it; listings carry names, versions and dates. Tokens are stored by hash.
+//!
+//! # Durability
+//!
+//! The database runs in WAL mode with `synchronous=FULL`: a method that returned `Ok` has its
+//! transaction in the WAL and fsynced, so it survives `kill -9` and a power cut, not only a
+//! crash of the process (`NORMAL` may lose the last transactions on power loss, which for a
+//! deploy means a revision the CLI already printed). The cost is one fsync per write
+//! transaction, small against a control plane's few writes a second. Foreign keys are on
+//! (SQLite's default is off), and a busy timeout ([`BUSY_TIMEOUT`]) makes a second process
+//! wait instead of failing at once. A test kills a writer with SIGKILL and checks that every
+//! acknowledged record is there and `PRAGMA integrity_check` passes.
+//!
+//! # Migrations
+//!
+//! `migrations/NNNN_name.sql` in this crate are embedded with `include_str!` and applied in
+//! order, each at most once, in one `BEGIN IMMEDIATE` transaction that also sets
+//! `PRAGMA user_version` to the number of migrations applied; a failure leaves the schema as it
+//! was. A released migration is never edited; a change is a new file. Opening a database whose
+//! `user_version` is above what this binary knows fails with [`StoreError::TooNew`] before any
+//! write (even the switch to WAL), so an older binary never damages a newer database.
+//!
+//! # Timestamps
+//!
+//! [`Timestamp`]: Unix milliseconds in SQL (`INTEGER`), RFC 3339 in JSON.
+
+mod error;
+mod migrate;
+mod model;
+mod sqlite;
+mod store;
+mod time;
+
+pub use error::{Result, StoreError};
+pub use model::{
+    AuditEntry, Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired,
+    DesiredRevision, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
+    SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope, revision_name,
+};
+pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
+pub use store::{DeployRecord, Store};
+pub use time::Timestamp;
+
+/// The schema version this build writes (the number of migrations it knows).
+pub const SCHEMA_VERSION: i64 = migrate::LATEST_VERSION;

@@ -1,0 +1,412 @@
+//! What the store keeps: the records the control plane creates, and the inputs that create them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+
+/// A service onboarded onto the platform (the inventory). It exists before its first deploy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Service {
+    /// The service's name, unique on this control plane.
+    pub name: String,
+    /// Who owns it (e-mail handles or group names; the store does not interpret them).
+    pub owners: Vec<String>,
+    /// The environments it may be deployed to, e.g. `["staging", "production"]`.
+    pub environments: Vec<String>,
+    /// When it was onboarded.
+    pub created_at: Timestamp,
+    /// Who onboarded it.
+    pub created_by: String,
+}
+
+/// What onboarding a service takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewService {
+    /// The service's name.
+    pub name: String,
+    /// Its owners.
+    pub owners: Vec<String>,
+    /// Its environments; at least one, no duplicates.
+    pub environments: Vec<String>,
+}
+
+/// A change to a service's inventory record; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceUpdate {
+    /// New owners.
+    pub owners: Option<Vec<String>>,
+    /// New environments; one that has revisions cannot be removed.
+    pub environments: Option<Vec<String>>,
+}
+
+/// An immutable revision of a service in one environment: the merged manifest, the artifact
+/// pinned to a digest, the environment variables and the secret versions it runs with.
+///
+/// There is no update and no delete of a revision; it goes only with its service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Revision {
+    /// The store's identifier.
+    pub id: i64,
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// 1, 2, 3… per service and environment, allocated by the store.
+    pub number: u32,
+    /// `<service>-<env>-<number, 5 digits zero padded>`, e.g. `hello-production-00007`.
+    pub name: String,
+    /// The merged manifest, as JSON.
+    pub manifest: serde_json::Value,
+    /// The artifact (image reference and digest, or a command); opaque to the store.
+    pub artifact: serde_json::Value,
+    /// Environment variables.
+    pub env_vars: BTreeMap<String, String>,
+    /// The version of each secret the revision runs with, by secret name.
+    pub secret_versions: BTreeMap<String, u32>,
+    /// Who created it.
+    pub created_by: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// The content of a revision about to be recorded; the store allocates its number and name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewRevision {
+    /// The service (must exist).
+    pub service: String,
+    /// The environment (must be one of the service's).
+    pub env: String,
+    /// The merged manifest.
+    pub manifest: serde_json::Value,
+    /// The artifact, pinned.
+    pub artifact: serde_json::Value,
+    /// Environment variables.
+    pub env_vars: BTreeMap<String, String>,
+    /// Secret versions, by name.
+    pub secret_versions: BTreeMap<String, u32>,
+}
+
+/// The name of revision `number` of `service` in `env`: `hello-production-00007`.
+pub fn revision_name(service: &str, env: &str, number: u32) -> String {
+    format!("{service}-{env}-{number:05}")
+}
+
+/// Why a deployment was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentKind {
+    /// A new revision from a manifest and an artifact.
+    Deploy,
+    /// Traffic moved back to an earlier revision; nothing rebuilt.
+    Rollback,
+    /// A revision copied from another environment.
+    Promote,
+}
+
+/// Where a deployment is. `Succeeded`, `Failed` and `RolledBack` are terminal.
+///
+/// The allowed moves are `Pending → Progressing | Failed` and
+/// `Progressing → Succeeded | Failed | RolledBack`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentState {
+    /// Recorded, not started.
+    Pending,
+    /// Instances are starting or traffic is shifting.
+    Progressing,
+    /// All traffic is on the new revision.
+    Succeeded,
+    /// It stopped short; see the reason.
+    Failed,
+    /// It was undone and traffic went back to the previous revision.
+    RolledBack,
+}
+
+impl DeploymentState {
+    /// Whether nothing can follow this state.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::RolledBack)
+    }
+
+    /// Whether a deployment in this state may move to `to`.
+    pub fn can_become(self, to: Self) -> bool {
+        matches!(
+            (self, to),
+            (Self::Pending, Self::Progressing | Self::Failed)
+                | (
+                    Self::Progressing,
+                    Self::Succeeded | Self::Failed | Self::RolledBack
+                )
+        )
+    }
+
+    /// The state's name as stored and shown: `pending`, `rolled_back`, …
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Progressing => "progressing",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::RolledBack => "rolled_back",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "pending" => Self::Pending,
+            "progressing" => Self::Progressing,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "rolled_back" => Self::RolledBack,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DeploymentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl DeploymentKind {
+    /// The kind's name as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deploy => "deploy",
+            Self::Rollback => "rollback",
+            Self::Promote => "promote",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "deploy" => Self::Deploy,
+            "rollback" => Self::Rollback,
+            "promote" => Self::Promote,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for DeploymentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One change of what runs for a service in an environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deployment {
+    /// The store's identifier.
+    pub id: i64,
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// Deploy, rollback or promote.
+    pub kind: DeploymentKind,
+    /// The revision that had the most traffic before, if any.
+    pub from_revision: Option<String>,
+    /// The revision it moves to.
+    pub to_revision: String,
+    /// Where it is.
+    pub state: DeploymentState,
+    /// Why it is there (for `Failed` and `RolledBack` above all).
+    pub reason: Option<String>,
+    /// Who started it.
+    pub created_by: String,
+    /// When it started.
+    pub created_at: Timestamp,
+    /// When its state last changed.
+    pub updated_at: Timestamp,
+}
+
+/// A line in a deployment's story: "3 of 3 instances ready", "traffic 25% → 75%".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentEvent {
+    /// The deployment.
+    pub deployment_id: i64,
+    /// When.
+    pub at: Timestamp,
+    /// What happened.
+    pub message: String,
+}
+
+/// What the reconciler should make true for a service in an environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Desired {
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// The revisions to run, with their instances and traffic weights.
+    pub revisions: Vec<DesiredRevision>,
+    /// Bumped by every change, so a reconciler can tell it has seen the latest.
+    pub generation: u64,
+}
+
+/// One revision in [`Desired`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesiredRevision {
+    /// The revision's name.
+    pub revision: String,
+    /// How many instances to run (the autoscaler sets this).
+    pub instances: u32,
+    /// Its share of traffic, relative to the other revisions' weights.
+    pub weight: u32,
+}
+
+/// A revision named in a desired state written together with a new revision, whose name is
+/// not known until the store allocates its number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RevisionRef {
+    /// The revision the same call creates.
+    New,
+    /// An existing revision of the same service and environment.
+    Named(String),
+}
+
+/// A [`DesiredRevision`] whose revision may be the one being created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedRevision {
+    /// Which revision.
+    pub revision: RevisionRef,
+    /// How many instances.
+    pub instances: u32,
+    /// Its traffic weight.
+    pub weight: u32,
+}
+
+/// One version of a secret, encrypted. The store never sees the plaintext.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretVersion {
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// The secret's name (a variable name, e.g. `DATABASE_URL`).
+    pub name: String,
+    /// 1, 2, 3… per service, environment and name.
+    pub version: u32,
+    /// The nonce the ciphertext was sealed with.
+    pub nonce: Vec<u8>,
+    /// The sealed value.
+    pub ciphertext: Vec<u8>,
+    /// Who set it.
+    pub created_by: String,
+    /// When.
+    pub created_at: Timestamp,
+}
+
+impl fmt::Debug for SecretVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SecretVersion")
+            .field("service", &self.service)
+            .field("env", &self.env)
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("nonce", &format_args!("<{} bytes>", self.nonce.len()))
+            .field(
+                "ciphertext",
+                &format_args!("<{} bytes>", self.ciphertext.len()),
+            )
+            .field("created_by", &self.created_by)
+            .field("created_at", &self.created_at)
+            .finish()
+    }
+}
+
+/// A secret as listed: its name, latest version and date, never its ciphertext.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretInfo {
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// The secret's name.
+    pub name: String,
+    /// Its latest version.
+    pub version: u32,
+    /// Who set that version.
+    pub created_by: String,
+    /// When.
+    pub created_at: Timestamp,
+}
+
+/// What a token allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum TokenScope {
+    /// Everything.
+    Admin,
+    /// Deploying one service, to some of its environments.
+    Deploy {
+        /// The service.
+        service: String,
+        /// The environments it may deploy to.
+        environments: Vec<String>,
+    },
+}
+
+/// An API token. The store keeps only its hash; the plaintext is shown once, by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    /// The store's identifier.
+    pub id: i64,
+    /// A name for people ("ci for hello").
+    pub name: String,
+    /// The token's hash, by which it is looked up.
+    pub hash: Vec<u8>,
+    /// What it allows.
+    pub scope: TokenScope,
+    /// When it stops working, if ever.
+    pub expires_at: Option<Timestamp>,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<Timestamp>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Who created it.
+    pub created_by: String,
+}
+
+impl Token {
+    /// Whether the token works at `now`: not revoked, not expired.
+    pub fn is_active_at(&self, now: Timestamp) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|expiry| now < expiry)
+    }
+}
+
+/// What creating a token takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewToken {
+    /// A name for people.
+    pub name: String,
+    /// The hash of the token (unique).
+    pub hash: Vec<u8>,
+    /// What it allows.
+    pub scope: TokenScope,
+    /// When it stops working, if ever.
+    pub expires_at: Option<Timestamp>,
+}
+
+/// One line of the audit log, written in the same transaction as the change it records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Increasing with time.
+    pub id: i64,
+    /// When.
+    pub at: Timestamp,
+    /// Who (a user, a token's name, `reconciler`, `autoscaler`).
+    pub actor: String,
+    /// What, e.g. `service.create`, `deploy`, `secret.set`.
+    pub action: String,
+    /// On what, e.g. `hello/production`, `token/3`.
+    pub target: String,
+    /// Details; never a secret's value.
+    pub detail: serde_json::Value,
+}

@@ -1,0 +1,211 @@
+//! The `Store` trait: everything the control plane asks of its database.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision,
+    NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, SecretInfo,
+    SecretVersion, Service, ServiceUpdate, Token,
+};
+
+/// What a deploy, rollback or promotion recorded, all in one transaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeployRecord {
+    /// The revision deployed: new for a deploy or a promotion, the earlier one for a rollback.
+    pub revision: Revision,
+    /// The deployment, `Pending`, with its first event written.
+    pub deployment: Deployment,
+    /// The new desired state, its generation bumped.
+    pub desired: Desired,
+}
+
+/// The control plane's store. Only implementations of this trait touch SQL.
+///
+/// Methods are synchronous; async callers use `spawn_blocking`. Every method that changes
+/// something takes the `actor` who asked and writes an [`AuditEntry`] in the same transaction as
+/// the change. Every method is one transaction: it happens whole or not at all.
+pub trait Store: Send + Sync + fmt::Debug {
+    // --- services -------------------------------------------------------------------------
+
+    /// Onboards a service. `AlreadyExists` if the name is taken; `Invalid` without
+    /// environments or with a duplicate one.
+    fn service_create(&self, actor: &str, service: &NewService) -> Result<Service>;
+
+    /// One service, or `NotFound`.
+    fn service_get(&self, name: &str) -> Result<Service>;
+
+    /// Every service, by name.
+    fn service_list(&self) -> Result<Vec<Service>>;
+
+    /// Changes a service's owners or environments. `Conflict` when an environment to remove
+    /// still has revisions (decommission the service instead, or keep the environment).
+    fn service_update(&self, actor: &str, name: &str, update: &ServiceUpdate) -> Result<Service>;
+
+    /// Decommissions a service: removes it with its revisions, deployments and desired state
+    /// (so the reconciler stops its instances). Its secrets go too only when `delete_secrets`;
+    /// kept, they come back if a service of that name is onboarded again. The audit log keeps
+    /// everything it recorded.
+    fn service_decommission(&self, actor: &str, name: &str, delete_secrets: bool) -> Result<()>;
+
+    // --- revisions ------------------------------------------------------------------------
+
+    /// One revision by name (`hello-production-00007`), or `NotFound`.
+    fn revision_get(&self, name: &str) -> Result<Revision>;
+
+    /// A service's revisions in an environment, oldest first.
+    fn revision_list(&self, service: &str, env: &str) -> Result<Vec<Revision>>;
+
+    // --- deployments ----------------------------------------------------------------------
+
+    /// Records a deploy at once: allocates the next revision number, inserts the revision, a
+    /// `Pending` deployment with its first event, the new desired state (in which
+    /// [`RevisionRef::New`](crate::RevisionRef::New) names the new revision) and an audit entry.
+    ///
+    /// The deployment's `from_revision` is the revision with the most weight in the desired
+    /// state it replaces. `Conflict` while another deployment of the same service and
+    /// environment is `Pending` or `Progressing`.
+    fn record_deploy(
+        &self,
+        actor: &str,
+        revision: &NewRevision,
+        desired: &[PlannedRevision],
+    ) -> Result<DeployRecord>;
+
+    /// Records a rollback to an earlier revision of the same service and environment: no new
+    /// revision, a `Rollback` deployment, and `desired` (which must include `to_revision`).
+    /// Deployments still `Pending` or `Progressing` there are marked `Failed`, superseded.
+    fn record_rollback(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        to_revision: &str,
+        desired: &[DesiredRevision],
+    ) -> Result<DeployRecord>;
+
+    /// Records a promotion: copies `from_revision`'s manifest, artifact (same digest),
+    /// environment variables and secret versions into a new revision of the same service in
+    /// `to_env`, with a `Promote` deployment and `desired` there. `Conflict` as for a deploy.
+    fn record_promote(
+        &self,
+        actor: &str,
+        from_revision: &str,
+        to_env: &str,
+        desired: &[PlannedRevision],
+    ) -> Result<DeployRecord>;
+
+    /// One deployment, or `NotFound`.
+    fn deployment_get(&self, id: i64) -> Result<Deployment>;
+
+    /// A service's deployments, in one environment or all, newest first, at most `limit`.
+    fn deployment_list(
+        &self,
+        service: &str,
+        env: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Deployment>>;
+
+    /// Moves a deployment to `to`, recording an event; `reason` replaces the stored one when
+    /// given. `InvalidTransition` unless [`DeploymentState::can_become`] allows it, so a
+    /// terminal state never changes.
+    fn deployment_transition(
+        &self,
+        actor: &str,
+        id: i64,
+        to: DeploymentState,
+        reason: Option<&str>,
+    ) -> Result<Deployment>;
+
+    /// Appends an event to a deployment's story.
+    fn deployment_add_event(&self, actor: &str, id: i64, message: &str) -> Result<DeploymentEvent>;
+
+    /// A deployment's events, oldest first.
+    fn deployment_events(&self, id: i64) -> Result<Vec<DeploymentEvent>>;
+
+    // --- desired state --------------------------------------------------------------------
+
+    /// The desired state of a service in an environment, `None` before its first deploy.
+    fn desired_get(&self, service: &str, env: &str) -> Result<Option<Desired>>;
+
+    /// Every desired state, by service and environment: the reconciler's input.
+    fn desired_list(&self) -> Result<Vec<Desired>>;
+
+    /// Replaces a desired state and bumps its generation. With `expected_generation`, a
+    /// `Conflict` unless the stored generation (0 when there is none) is that one. Every
+    /// revision must belong to the service and environment, once.
+    fn desired_set(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        revisions: &[DesiredRevision],
+        expected_generation: Option<u64>,
+    ) -> Result<Desired>;
+
+    /// Sets only one revision's instances (the autoscaler), bumping the generation;
+    /// `expected_generation` as for [`Store::desired_set`].
+    fn desired_set_instances(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        revision: &str,
+        instances: u32,
+        expected_generation: Option<u64>,
+    ) -> Result<Desired>;
+
+    // --- secrets --------------------------------------------------------------------------
+
+    /// Stores a new version of a secret, sealed by the caller; returns it without ciphertext.
+    /// Names are upper-case letters, digits and `_`, not starting with a digit.
+    fn secret_set(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        name: &str,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<SecretInfo>;
+
+    /// Marks a secret deleted: it leaves the listing; a later set makes a new version.
+    /// `NotFound` when it is not set.
+    fn secret_unset(&self, actor: &str, service: &str, env: &str, name: &str) -> Result<()>;
+
+    /// The secrets set for a service in an environment, by name, with their latest version.
+    /// Never a ciphertext.
+    fn secret_list(&self, service: &str, env: &str) -> Result<Vec<SecretInfo>>;
+
+    /// One version of a secret with its ciphertext, for injection into an instance. The only
+    /// method that returns ciphertext. A version stays readable after an unset, because
+    /// revisions pinning it are immutable and may be rolled back to.
+    fn secret_read(
+        &self,
+        service: &str,
+        env: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<SecretVersion>;
+
+    // --- tokens ---------------------------------------------------------------------------
+
+    /// Stores a token by its hash. `Conflict` if another token has the same hash.
+    fn token_create(&self, actor: &str, token: &NewToken) -> Result<Token>;
+
+    /// The token with this hash, revoked or expired ones included (see
+    /// [`Token::is_active_at`]).
+    fn token_by_hash(&self, hash: &[u8]) -> Result<Option<Token>>;
+
+    /// Every token, oldest first.
+    fn token_list(&self) -> Result<Vec<Token>>;
+
+    /// Revokes a token; revoking it again keeps the first date.
+    fn token_revoke(&self, actor: &str, id: i64) -> Result<Token>;
+
+    // --- audit ----------------------------------------------------------------------------
+
+    /// Audit entries with an id above `after_id`, oldest first, at most `limit`.
+    fn audit_list(&self, after_id: i64, limit: u32) -> Result<Vec<AuditEntry>>;
+}

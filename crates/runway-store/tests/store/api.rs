@@ -1,0 +1,1126 @@
+//! Every method of the store, through `dyn Store`.
+
+use std::sync::Arc;
+
+use runway_store::{
+    DeploymentKind, DeploymentState, DesiredRevision, NewService, NewToken, PlannedRevision,
+    RevisionRef, ServiceUpdate, SqliteStore, Store, StoreError, Timestamp, TokenScope,
+};
+use serde_json::json;
+
+use crate::support::{all_new, deploy_ok, fixture, new_revision, onboard, only};
+
+fn actions(store: &dyn Store) -> Vec<String> {
+    store
+        .audit_list(0, 1000)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect()
+}
+
+#[test]
+fn the_trait_is_object_safe_and_shareable() {
+    let f = fixture();
+    let store: Arc<dyn Store> = Arc::new(f.store);
+    let other = Arc::clone(&store);
+    std::thread::spawn(move || onboard(other.as_ref(), "hello"))
+        .join()
+        .unwrap();
+    assert_eq!(store.service_get("hello").unwrap().name, "hello");
+}
+
+#[test]
+fn services_create_get_list_and_refuse_duplicates() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    onboard(store, "api");
+    let hello = store.service_get("hello").unwrap();
+    assert_eq!(hello.environments, ["staging", "production"]);
+    assert_eq!(hello.owners, ["alice"]);
+    assert_eq!(hello.created_by, "alice");
+    let names: Vec<_> = store
+        .service_list()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["api", "hello"]);
+
+    let again = store.service_create(
+        "bob",
+        &NewService {
+            name: "hello".into(),
+            owners: vec![],
+            environments: vec!["dev".into()],
+        },
+    );
+    let err = again.unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::AlreadyExists {
+            kind: "service",
+            ..
+        }
+    ));
+    assert_eq!(err.to_string(), "service \"hello\" already exists");
+
+    let missing = store.service_get("nope").unwrap_err();
+    assert_eq!(missing.to_string(), "service \"nope\" not found");
+
+    for bad in [
+        NewService {
+            name: "x".into(),
+            owners: vec![],
+            environments: vec![],
+        },
+        NewService {
+            name: "x".into(),
+            owners: vec![],
+            environments: vec!["a".into(), "a".into()],
+        },
+        NewService {
+            name: String::new(),
+            owners: vec![],
+            environments: vec!["a".into()],
+        },
+    ] {
+        assert!(matches!(
+            store.service_create("bob", &bad),
+            Err(StoreError::Invalid(_))
+        ));
+    }
+    assert_eq!(actions(store), ["service.create", "service.create"]);
+}
+
+#[test]
+fn deploy_allocates_numbers_per_service_and_env() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    onboard(store, "api");
+    let names: Vec<_> = [
+        ("hello", "production"),
+        ("hello", "production"),
+        ("hello", "staging"),
+        ("api", "production"),
+        ("hello", "production"),
+    ]
+    .into_iter()
+    .map(|(s, e)| deploy_ok(store, s, e, "sha256:aa").revision.name)
+    .collect();
+    assert_eq!(
+        names,
+        [
+            "hello-production-00001",
+            "hello-production-00002",
+            "hello-staging-00001",
+            "api-production-00001",
+            "hello-production-00003",
+        ]
+    );
+    let numbers: Vec<_> = store
+        .revision_list("hello", "production")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.number)
+        .collect();
+    assert_eq!(numbers, [1, 2, 3]);
+}
+
+#[test]
+fn record_deploy_writes_everything_together() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let first = deploy_ok(store, "hello", "production", "sha256:11");
+    assert_eq!(first.deployment.from_revision, None);
+
+    let new = new_revision("hello", "production", "sha256:22");
+    let planned = vec![
+        PlannedRevision {
+            revision: RevisionRef::Named(first.revision.name.clone()),
+            instances: 2,
+            weight: 100,
+        },
+        PlannedRevision {
+            revision: RevisionRef::New,
+            instances: 2,
+            weight: 0,
+        },
+    ];
+    let second = store.record_deploy("bob", &new, &planned).unwrap();
+    let revision = &second.revision;
+    assert_eq!(revision.number, 2);
+    assert_eq!(revision.name, "hello-production-00002");
+    assert_eq!(revision.artifact, new.artifact);
+    assert_eq!(revision.manifest, new.manifest);
+    assert_eq!(revision.env_vars, new.env_vars);
+    assert_eq!(revision.secret_versions, new.secret_versions);
+    assert_eq!(revision.created_by, "bob");
+    assert_eq!(store.revision_get(&revision.name).unwrap(), *revision);
+
+    let deployment = &second.deployment;
+    assert_eq!(deployment.kind, DeploymentKind::Deploy);
+    assert_eq!(deployment.state, DeploymentState::Pending);
+    assert_eq!(
+        deployment.from_revision.as_deref(),
+        Some("hello-production-00001")
+    );
+    assert_eq!(deployment.to_revision, "hello-production-00002");
+    assert_eq!(store.deployment_get(deployment.id).unwrap(), *deployment);
+    let events = store.deployment_events(deployment.id).unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(events[0].message.contains("hello-production-00002"));
+
+    let desired = store.desired_get("hello", "production").unwrap().unwrap();
+    assert_eq!(desired, second.desired);
+    assert_eq!(desired.generation, 2);
+    assert_eq!(
+        desired.revisions,
+        [
+            DesiredRevision {
+                revision: "hello-production-00001".into(),
+                instances: 2,
+                weight: 100
+            },
+            DesiredRevision {
+                revision: "hello-production-00002".into(),
+                instances: 2,
+                weight: 0
+            },
+        ]
+    );
+
+    let audit = store.audit_list(0, 100).unwrap();
+    let last = audit.last().unwrap();
+    assert_eq!(last.action, "deploy");
+    assert_eq!(last.actor, "bob");
+    assert_eq!(last.target, "service/hello/production");
+    assert_eq!(last.detail["revision"], "hello-production-00002");
+    assert_eq!(last.detail["deployment"], deployment.id);
+}
+
+#[test]
+fn a_failed_deploy_leaves_nothing_behind() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let before = store.audit_list(0, 100).unwrap();
+    // The desired state names a revision that does not exist: refused after the revision
+    // was inserted, so the transaction must roll it back.
+    let planned = vec![
+        PlannedRevision {
+            revision: RevisionRef::New,
+            instances: 1,
+            weight: 1,
+        },
+        PlannedRevision {
+            revision: RevisionRef::Named("hello-production-00042".into()),
+            instances: 1,
+            weight: 1,
+        },
+    ];
+    let err = store
+        .record_deploy("bob", &new_revision("hello", "production", "d"), &planned)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NotFound {
+                kind: "revision",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        store
+            .revision_list("hello", "production")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.deployment_list("hello", None, 10).unwrap().is_empty());
+    assert_eq!(store.desired_get("hello", "production").unwrap(), None);
+    assert_eq!(store.audit_list(0, 100).unwrap(), before);
+    // The number was not used up.
+    let ok = store
+        .record_deploy(
+            "bob",
+            &new_revision("hello", "production", "d"),
+            &all_new(1),
+        )
+        .unwrap();
+    assert_eq!(ok.revision.number, 1);
+}
+
+#[test]
+fn deploy_checks_its_inputs() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    onboard(store, "api");
+    let unknown = store
+        .record_deploy("bob", &new_revision("nope", "production", "d"), &all_new(1))
+        .unwrap_err();
+    assert!(matches!(
+        unknown,
+        StoreError::NotFound {
+            kind: "service",
+            ..
+        }
+    ));
+    let env = store
+        .record_deploy("bob", &new_revision("hello", "dev", "d"), &all_new(1))
+        .unwrap_err();
+    assert_eq!(env.to_string(), "environment \"hello/dev\" not found");
+    let no_new = store
+        .record_deploy("bob", &new_revision("hello", "production", "d"), &[])
+        .unwrap_err();
+    assert!(matches!(no_new, StoreError::Invalid(_)));
+    let other = deploy_ok(store, "api", "production", "d");
+    let foreign = vec![
+        PlannedRevision {
+            revision: RevisionRef::New,
+            instances: 1,
+            weight: 1,
+        },
+        PlannedRevision {
+            revision: RevisionRef::Named(other.revision.name),
+            instances: 1,
+            weight: 1,
+        },
+    ];
+    let err = store
+        .record_deploy("bob", &new_revision("hello", "production", "d"), &foreign)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err}");
+}
+
+#[test]
+fn only_one_deployment_in_flight() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let first = store
+        .record_deploy(
+            "bob",
+            &new_revision("hello", "production", "a"),
+            &all_new(1),
+        )
+        .unwrap();
+    let err = store
+        .record_deploy(
+            "bob",
+            &new_revision("hello", "production", "b"),
+            &all_new(1),
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    assert!(err.to_string().contains("still pending"), "{err}");
+    // Another environment is free.
+    store
+        .record_deploy("bob", &new_revision("hello", "staging", "b"), &all_new(1))
+        .unwrap();
+    store
+        .deployment_transition(
+            "bob",
+            first.deployment.id,
+            DeploymentState::Failed,
+            Some("probe"),
+        )
+        .unwrap();
+    let next = store
+        .record_deploy(
+            "bob",
+            &new_revision("hello", "production", "b"),
+            &all_new(1),
+        )
+        .unwrap();
+    assert_eq!(next.revision.number, 2);
+}
+
+#[test]
+fn the_state_machine_is_enforced() {
+    use DeploymentState::*;
+    let all = [Pending, Progressing, Succeeded, Failed, RolledBack];
+    let allowed = [
+        (Pending, Progressing),
+        (Pending, Failed),
+        (Progressing, Succeeded),
+        (Progressing, Failed),
+        (Progressing, RolledBack),
+    ];
+    for from in all {
+        for to in all {
+            assert_eq!(
+                from.can_become(to),
+                allowed.contains(&(from, to)),
+                "{from} → {to}"
+            );
+        }
+        if from.is_terminal() {
+            assert!(all.iter().all(|to| !from.can_become(*to)));
+        }
+    }
+
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let record = store
+        .record_deploy(
+            "bob",
+            &new_revision("hello", "production", "a"),
+            &all_new(1),
+        )
+        .unwrap();
+    let id = record.deployment.id;
+    let err = store
+        .deployment_transition("bob", id, Succeeded, None)
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        StoreError::InvalidTransition {
+            from: Pending,
+            to: Succeeded
+        }
+    ));
+    assert_eq!(
+        err.to_string(),
+        "a deployment cannot go from pending to succeeded"
+    );
+    let progressing = store
+        .deployment_transition("rollout", id, Progressing, None)
+        .unwrap();
+    assert_eq!(progressing.state, Progressing);
+    assert!(progressing.updated_at >= record.deployment.updated_at);
+    let rolled = store
+        .deployment_transition("rollout", id, RolledBack, Some("error rate 12% > 1%"))
+        .unwrap();
+    assert_eq!(rolled.state, RolledBack);
+    assert_eq!(rolled.reason.as_deref(), Some("error rate 12% > 1%"));
+    for to in all {
+        assert!(matches!(
+            store.deployment_transition("bob", id, to, None),
+            Err(StoreError::InvalidTransition {
+                from: RolledBack,
+                ..
+            })
+        ));
+    }
+    assert_eq!(store.deployment_get(id).unwrap(), rolled);
+    let events: Vec<_> = store
+        .deployment_events(id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[1], "pending → progressing");
+    assert_eq!(events[2], "progressing → rolled_back: error rate 12% > 1%");
+    assert!(matches!(
+        store.deployment_transition("bob", 999, Failed, None),
+        Err(StoreError::NotFound {
+            kind: "deployment",
+            ..
+        })
+    ));
+    let audited = actions(store);
+    assert_eq!(
+        audited
+            .iter()
+            .filter(|a| *a == "deployment.transition")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn events_and_listing_deployments() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let a = deploy_ok(store, "hello", "production", "a");
+    let b = deploy_ok(store, "hello", "staging", "b");
+    let c = deploy_ok(store, "hello", "production", "c");
+    let ids = |env, limit| -> Vec<i64> {
+        store
+            .deployment_list("hello", env, limit)
+            .unwrap()
+            .into_iter()
+            .map(|d| d.id)
+            .collect()
+    };
+    assert_eq!(
+        ids(None, 10),
+        [c.deployment.id, b.deployment.id, a.deployment.id]
+    );
+    assert_eq!(
+        ids(Some("production"), 10),
+        [c.deployment.id, a.deployment.id]
+    );
+    assert_eq!(ids(Some("production"), 1), [c.deployment.id]);
+    let event = store
+        .deployment_add_event("rollout", a.deployment.id, "3 of 3 instances ready")
+        .unwrap();
+    assert_eq!(event.deployment_id, a.deployment.id);
+    let events = store.deployment_events(a.deployment.id).unwrap();
+    assert_eq!(events.last().unwrap(), &event);
+    assert!(matches!(
+        store.deployment_add_event("rollout", 999, "x"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.deployment_events(999),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(actions(store).last().unwrap(), "deployment.event");
+}
+
+#[test]
+fn revisions_are_immutable() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let record = deploy_ok(store, "hello", "production", "sha256:aa");
+    // Nothing in the API changes a revision; below it, SQL refuses too.
+    let conn = rusqlite::Connection::open(f.path()).unwrap();
+    let err = conn
+        .execute(
+            "UPDATE revisions SET artifact = '{}' WHERE name = ?1",
+            [&record.revision.name],
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("revisions are immutable"), "{err}");
+    drop(conn);
+    assert_eq!(
+        store.revision_get(&record.revision.name).unwrap(),
+        record.revision
+    );
+}
+
+#[test]
+fn rollback_moves_traffic_back_without_a_new_revision() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let one = deploy_ok(store, "hello", "production", "a");
+    let two = store
+        .record_deploy(
+            "bob",
+            &new_revision("hello", "production", "b"),
+            &all_new(3),
+        )
+        .unwrap();
+    store
+        .deployment_transition(
+            "rollout",
+            two.deployment.id,
+            DeploymentState::Progressing,
+            None,
+        )
+        .unwrap();
+
+    let back = store
+        .record_rollback(
+            "carol",
+            "hello",
+            "production",
+            &one.revision.name,
+            &only(&one.revision.name, 3),
+        )
+        .unwrap();
+    assert_eq!(back.revision, one.revision);
+    assert_eq!(back.deployment.kind, DeploymentKind::Rollback);
+    assert_eq!(back.deployment.state, DeploymentState::Pending);
+    assert_eq!(
+        back.deployment.from_revision.as_deref(),
+        Some(two.revision.name.as_str())
+    );
+    assert_eq!(back.deployment.to_revision, one.revision.name);
+    assert_eq!(back.desired.revisions, only(&one.revision.name, 3));
+    assert_eq!(store.revision_list("hello", "production").unwrap().len(), 2);
+    // The deploy in flight was superseded.
+    let superseded = store.deployment_get(two.deployment.id).unwrap();
+    assert_eq!(superseded.state, DeploymentState::Failed);
+    assert_eq!(
+        superseded.reason,
+        Some(format!("superseded by rollback {}", back.deployment.id))
+    );
+    assert_eq!(actions(store).last().unwrap(), "rollback");
+
+    // Refusals: foreign revision, desired state without the target.
+    deploy_ok(store, "hello", "staging", "s");
+    assert!(matches!(
+        store.record_rollback(
+            "carol",
+            "hello",
+            "production",
+            "hello-staging-00001",
+            &only("hello-staging-00001", 1)
+        ),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.record_rollback(
+            "carol",
+            "hello",
+            "production",
+            &one.revision.name,
+            &only(&two.revision.name, 1)
+        ),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.record_rollback("carol", "hello", "production", "nope", &only("nope", 1)),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn promote_copies_a_revision_to_another_environment() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    deploy_ok(store, "hello", "production", "old");
+    deploy_ok(store, "hello", "staging", "x");
+    let staged = deploy_ok(store, "hello", "staging", "sha256:beef");
+
+    let promoted = store
+        .record_promote("carol", &staged.revision.name, "production", &all_new(2))
+        .unwrap();
+    let revision = &promoted.revision;
+    assert_eq!(revision.env, "production");
+    assert_eq!(revision.name, "hello-production-00002");
+    assert_eq!(revision.artifact, staged.revision.artifact);
+    assert_eq!(revision.artifact["digest"], "sha256:beef");
+    assert_eq!(revision.manifest, staged.revision.manifest);
+    assert_eq!(revision.env_vars, staged.revision.env_vars);
+    assert_eq!(revision.secret_versions, staged.revision.secret_versions);
+    assert_eq!(revision.created_by, "carol");
+    assert_eq!(promoted.deployment.kind, DeploymentKind::Promote);
+    assert_eq!(
+        promoted.deployment.from_revision.as_deref(),
+        Some("hello-production-00001")
+    );
+    let events = store.deployment_events(promoted.deployment.id).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message.contains(&staged.revision.name))
+    );
+    let audit = store.audit_list(0, 1000).unwrap();
+    let last = audit.last().unwrap();
+    assert_eq!(last.action, "promote");
+    assert_eq!(last.detail["source_revision"], staged.revision.name);
+
+    assert!(matches!(
+        store.record_promote("carol", &staged.revision.name, "staging", &all_new(1)),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.record_promote("carol", &staged.revision.name, "dev", &all_new(1)),
+        Err(StoreError::NotFound {
+            kind: "environment",
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.record_promote("carol", &staged.revision.name, "production", &all_new(1)),
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+#[test]
+fn desired_state_generations_and_instances() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    assert_eq!(store.desired_get("hello", "production").unwrap(), None);
+    let one = deploy_ok(store, "hello", "production", "a");
+    let two = deploy_ok(store, "hello", "production", "b");
+    assert_eq!(two.desired.generation, 2);
+
+    let split = vec![
+        DesiredRevision {
+            revision: one.revision.name.clone(),
+            instances: 1,
+            weight: 25,
+        },
+        DesiredRevision {
+            revision: two.revision.name.clone(),
+            instances: 3,
+            weight: 75,
+        },
+    ];
+    let set = store
+        .desired_set("rollout", "hello", "production", &split, Some(2))
+        .unwrap();
+    assert_eq!(set.generation, 3);
+    assert_eq!(set.revisions, split);
+    let stale = store
+        .desired_set("rollout", "hello", "production", &split, Some(2))
+        .unwrap_err();
+    assert!(matches!(stale, StoreError::Conflict(_)));
+    assert!(stale.to_string().contains("generation 3, not 2"), "{stale}");
+
+    let scaled = store
+        .desired_set_instances(
+            "autoscaler",
+            "hello",
+            "production",
+            &two.revision.name,
+            7,
+            Some(3),
+        )
+        .unwrap();
+    assert_eq!(scaled.generation, 4);
+    assert_eq!(scaled.revisions[1].instances, 7);
+    assert_eq!(scaled.revisions[1].weight, 75);
+    assert_eq!(scaled.revisions[0], split[0]);
+    assert!(matches!(
+        store.desired_set_instances("autoscaler", "hello", "production", "nope", 1, None),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.desired_set_instances("autoscaler", "hello", "staging", "x", 1, None),
+        Err(StoreError::NotFound { .. })
+    ));
+
+    let dup = vec![split[0].clone(), split[0].clone()];
+    assert!(matches!(
+        store.desired_set("rollout", "hello", "production", &dup, None),
+        Err(StoreError::Invalid(_))
+    ));
+    // Expected generation 0 means "none yet".
+    deploy_ok(store, "hello", "staging", "s");
+    let empty = store
+        .desired_set("rollout", "hello", "staging", &[], Some(1))
+        .unwrap();
+    assert!(empty.revisions.is_empty());
+    assert_eq!(empty.generation, 2);
+
+    let all: Vec<_> = store
+        .desired_list()
+        .unwrap()
+        .into_iter()
+        .map(|d| (d.env, d.generation))
+        .collect();
+    assert_eq!(all, [("production".into(), 4), ("staging".into(), 2)]);
+    let audited = actions(store);
+    assert!(audited.contains(&"desired.set".to_owned()));
+    assert!(audited.contains(&"desired.instances".to_owned()));
+}
+
+#[test]
+fn secrets_version_list_unset_and_read() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let v1 = store
+        .secret_set(
+            "alice",
+            "hello",
+            "production",
+            "DATABASE_URL",
+            b"n1",
+            b"sealed-1",
+        )
+        .unwrap();
+    assert_eq!(v1.version, 1);
+    let v2 = store
+        .secret_set(
+            "alice",
+            "hello",
+            "production",
+            "DATABASE_URL",
+            b"n2",
+            b"sealed-2",
+        )
+        .unwrap();
+    assert_eq!(v2.version, 2);
+    store
+        .secret_set(
+            "alice",
+            "hello",
+            "production",
+            "API_KEY",
+            b"n3",
+            b"sealed-3",
+        )
+        .unwrap();
+    store
+        .secret_set("alice", "hello", "staging", "API_KEY", b"n4", b"sealed-4")
+        .unwrap();
+
+    let listed = store.secret_list("hello", "production").unwrap();
+    let summary: Vec<_> = listed
+        .iter()
+        .map(|s| (s.name.as_str(), s.version))
+        .collect();
+    assert_eq!(summary, [("API_KEY", 1), ("DATABASE_URL", 2)]);
+    // Never a ciphertext in a listing, whatever form it takes.
+    let json = serde_json::to_string(&listed).unwrap();
+    assert!(!json.contains("sealed") && !json.contains("ciphertext") && !json.contains("nonce"));
+    assert!(!format!("{listed:?}").contains("sealed"));
+
+    let read = store
+        .secret_read("hello", "production", "DATABASE_URL", 1)
+        .unwrap();
+    assert_eq!(read.ciphertext, b"sealed-1");
+    assert_eq!(read.nonce, b"n1");
+    assert_eq!(read.version, 1);
+    // Debug output does not carry the bytes either.
+    assert!(!format!("{read:?}").contains("115, 101"));
+
+    store
+        .secret_unset("bob", "hello", "production", "DATABASE_URL")
+        .unwrap();
+    let names: Vec<_> = store
+        .secret_list("hello", "production")
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["API_KEY"]);
+    assert!(matches!(
+        store.secret_unset("bob", "hello", "production", "DATABASE_URL"),
+        Err(StoreError::NotFound { kind: "secret", .. })
+    ));
+    // Pinned versions stay readable for rollbacks.
+    assert!(
+        store
+            .secret_read("hello", "production", "DATABASE_URL", 2)
+            .is_ok()
+    );
+    let v3 = store
+        .secret_set(
+            "alice",
+            "hello",
+            "production",
+            "DATABASE_URL",
+            b"n5",
+            b"sealed-5",
+        )
+        .unwrap();
+    assert_eq!(v3.version, 3);
+    assert_eq!(store.secret_list("hello", "production").unwrap().len(), 2);
+
+    assert!(matches!(
+        store.secret_read("hello", "production", "DATABASE_URL", 9),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.secret_set("alice", "hello", "production", "lower", b"", b""),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.secret_set("alice", "hello", "dev", "A", b"", b""),
+        Err(StoreError::NotFound { .. })
+    ));
+
+    // The audit log has the versions, never the bytes.
+    let audit = store.audit_list(0, 100).unwrap();
+    let audit_json = serde_json::to_string(&audit).unwrap();
+    assert!(!audit_json.contains("sealed"));
+    assert_eq!(
+        audit
+            .iter()
+            .filter(|e| e.action.starts_with("secret."))
+            .count(),
+        6
+    );
+}
+
+#[test]
+fn decommission_removes_the_service_and_optionally_its_secrets() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    onboard(store, "api");
+    let record = deploy_ok(store, "hello", "production", "a");
+    store
+        .deployment_add_event("x", record.deployment.id, "hi")
+        .unwrap();
+    store
+        .secret_set("alice", "hello", "production", "TOKEN", b"n", b"c")
+        .unwrap();
+    deploy_ok(store, "api", "production", "a");
+
+    store.service_decommission("alice", "hello", false).unwrap();
+    assert!(matches!(
+        store.service_get("hello"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(
+        store
+            .revision_list("hello", "production")
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.deployment_list("hello", None, 10).unwrap().is_empty());
+    assert_eq!(store.desired_get("hello", "production").unwrap(), None);
+    assert!(matches!(
+        store.deployment_get(record.deployment.id),
+        Err(StoreError::NotFound { .. })
+    ));
+    // The other service is untouched.
+    assert_eq!(store.desired_list().unwrap().len(), 1);
+    assert!(matches!(
+        store.service_decommission("alice", "hello", false),
+        Err(StoreError::NotFound { .. })
+    ));
+
+    // Secrets were kept: onboarding again finds them, and numbering restarts.
+    onboard(store, "hello");
+    assert_eq!(store.secret_list("hello", "production").unwrap().len(), 1);
+    let again = deploy_ok(store, "hello", "production", "b");
+    assert_eq!(again.revision.number, 1);
+    store.service_decommission("alice", "hello", true).unwrap();
+    onboard(store, "hello");
+    assert!(store.secret_list("hello", "production").unwrap().is_empty());
+
+    let audit = store.audit_list(0, 1000).unwrap();
+    let decommissions: Vec<_> = audit
+        .iter()
+        .filter(|e| e.action == "service.decommission")
+        .collect();
+    assert_eq!(decommissions.len(), 2);
+    assert_eq!(decommissions[0].detail["delete_secrets"], false);
+    assert_eq!(decommissions[1].detail["secret_versions_removed"], 1);
+    f.store.integrity_check().unwrap();
+}
+
+#[test]
+fn tokens_by_hash_revoke_and_expiry() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    let soon = Timestamp::now().add_millis(60_000);
+    let admin = store
+        .token_create(
+            "root",
+            &NewToken {
+                name: "admin".into(),
+                hash: vec![1; 32],
+                scope: TokenScope::Admin,
+                expires_at: None,
+            },
+        )
+        .unwrap();
+    let deploy = store
+        .token_create(
+            "root",
+            &NewToken {
+                name: "ci for hello".into(),
+                hash: vec![2; 32],
+                scope: TokenScope::Deploy {
+                    service: "hello".into(),
+                    environments: vec!["staging".into()],
+                },
+                expires_at: Some(soon),
+            },
+        )
+        .unwrap();
+    assert_eq!(deploy.expires_at, Some(soon));
+    assert_eq!(deploy.created_by, "root");
+    assert_eq!(store.token_by_hash(&[2; 32]).unwrap(), Some(deploy.clone()));
+    assert_eq!(store.token_by_hash(&[3; 32]).unwrap(), None);
+    assert!(deploy.is_active_at(Timestamp::now()));
+    assert!(!deploy.is_active_at(soon));
+    assert_eq!(store.token_list().unwrap(), [admin.clone(), deploy.clone()]);
+
+    let dup = store
+        .token_create(
+            "root",
+            &NewToken {
+                name: "other".into(),
+                hash: vec![1; 32],
+                scope: TokenScope::Admin,
+                expires_at: None,
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(dup, StoreError::Conflict(_)));
+
+    let revoked = store.token_revoke("root", admin.id).unwrap();
+    let at = revoked.revoked_at.unwrap();
+    assert!(!revoked.is_active_at(Timestamp::now()));
+    let again = store.token_revoke("root", admin.id).unwrap();
+    assert_eq!(again.revoked_at, Some(at));
+    assert_eq!(
+        store.token_by_hash(&[1; 32]).unwrap().unwrap().revoked_at,
+        Some(at)
+    );
+    assert!(matches!(
+        store.token_revoke("root", 999),
+        Err(StoreError::NotFound { kind: "token", .. })
+    ));
+    let scope = serde_json::to_value(&deploy.scope).unwrap();
+    assert_eq!(
+        scope,
+        json!({ "type": "deploy", "service": "hello", "environments": ["staging"] })
+    );
+    assert_eq!(
+        actions(store),
+        [
+            "token.create",
+            "token.create",
+            "token.revoke",
+            "token.revoke"
+        ]
+    );
+}
+
+#[test]
+fn audit_pages_in_order() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    for i in 0..5 {
+        onboard(store, &format!("svc{i}"));
+    }
+    let first = store.audit_list(0, 2).unwrap();
+    assert_eq!(first.len(), 2);
+    let rest = store.audit_list(first[1].id, 100).unwrap();
+    assert_eq!(rest.len(), 3);
+    assert!(rest.windows(2).all(|w| w[0].id < w[1].id));
+    assert_eq!(rest[0].target, "service/svc2");
+    assert_eq!(
+        rest[0].detail["environments"],
+        json!(["staging", "production"])
+    );
+    assert!(rest.iter().all(|e| e.actor == "alice"));
+}
+
+#[test]
+fn records_serialize_with_rfc3339_times() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    let record = deploy_ok(store, "hello", "production", "a");
+    let stored = store.deployment_get(record.deployment.id).unwrap();
+    let value = serde_json::to_value(&stored).unwrap();
+    let at = value["created_at"].as_str().unwrap();
+    assert!(
+        at.ends_with('Z') && at.len() == "2026-11-21T13:50:39.123Z".len(),
+        "{at}"
+    );
+    assert_eq!(value["kind"], "deploy");
+    let back: runway_store::Deployment = serde_json::from_value(value).unwrap();
+    assert_eq!(back, stored);
+}
+
+#[test]
+fn two_handles_on_one_file_see_each_other() {
+    let f = fixture();
+    let other = SqliteStore::open(f.path()).unwrap();
+    onboard(&f.store, "hello");
+    assert_eq!(other.service_get("hello").unwrap().name, "hello");
+}
+
+#[test]
+fn concurrent_writers_on_one_file_allocate_distinct_versions() {
+    let f = fixture();
+    onboard(&f.store, "hello");
+    let path = f.path();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                // A connection of its own, as another process would have.
+                let store = SqliteStore::open(&path).unwrap();
+                (0..25)
+                    .map(|i| {
+                        store
+                            .secret_set(
+                                &format!("writer{t}"),
+                                "hello",
+                                "production",
+                                "SHARED",
+                                b"n",
+                                format!("{t}-{i}").as_bytes(),
+                            )
+                            .unwrap()
+                            .version
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut versions: Vec<u32> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    versions.sort_unstable();
+    assert_eq!(versions, (1..=100).collect::<Vec<u32>>());
+    let listed = f.store.secret_list("hello", "production").unwrap();
+    assert_eq!(listed[0].version, 100);
+}
+
+#[test]
+fn services_update_owners_and_environments() {
+    let f = fixture();
+    let store: &dyn Store = &f.store;
+    onboard(store, "hello");
+    deploy_ok(store, "hello", "production", "a");
+    let updated = store
+        .service_update(
+            "bob",
+            "hello",
+            &ServiceUpdate {
+                owners: Some(vec!["bob".into(), "carol".into()]),
+                environments: Some(vec!["production".into(), "dev".into()]),
+            },
+        )
+        .unwrap();
+    assert_eq!(updated.owners, ["bob", "carol"]);
+    assert_eq!(updated.environments, ["production", "dev"]);
+    assert_eq!(updated.created_by, "alice");
+    assert_eq!(store.service_get("hello").unwrap(), updated);
+    deploy_ok(store, "hello", "dev", "b");
+
+    let keep_owners = store
+        .service_update(
+            "bob",
+            "hello",
+            &ServiceUpdate {
+                owners: None,
+                environments: Some(vec!["dev".into()]),
+            },
+        )
+        .unwrap_err();
+    assert!(
+        matches!(keep_owners, StoreError::Conflict(_)),
+        "{keep_owners}"
+    );
+    assert!(keep_owners.to_string().contains("\"production\""));
+    let nothing = store
+        .service_update("bob", "hello", &ServiceUpdate::default())
+        .unwrap();
+    assert_eq!(nothing, updated);
+    assert!(matches!(
+        store.service_update("bob", "nope", &ServiceUpdate::default()),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.service_update(
+            "bob",
+            "hello",
+            &ServiceUpdate {
+                owners: None,
+                environments: Some(vec![]),
+            }
+        ),
+        Err(StoreError::Invalid(_))
+    ));
+    let audit = store.audit_list(0, 100).unwrap();
+    let update = audit.iter().find(|e| e.action == "service.update").unwrap();
+    assert_eq!(update.detail["owners"]["to"], json!(["bob", "carol"]));
+    assert_eq!(
+        audit
+            .iter()
+            .filter(|e| e.action == "service.update")
+            .count(),
+        2
+    );
+}

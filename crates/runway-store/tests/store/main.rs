@@ -1,0 +1,8 @@
+//! The store's integration tests: one binary (the durability test re-runs it as a child).
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod api;
+mod durability;
+mod migrations;
+mod props;
+mod support;

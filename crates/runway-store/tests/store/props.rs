@@ -1,0 +1,302 @@
+//! A random sequence of operations never panics, and the invariants hold after each one.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use runway_store::{
+    DeploymentState, DesiredRevision, PlannedRevision, RevisionRef, SqliteStore, Store,
+};
+
+use crate::support::{new_revision, onboard};
+
+const SERVICES: [&str; 2] = ["hello", "api"];
+const ENVS: [&str; 2] = ["staging", "production"];
+const STATES: [DeploymentState; 5] = [
+    DeploymentState::Pending,
+    DeploymentState::Progressing,
+    DeploymentState::Succeeded,
+    DeploymentState::Failed,
+    DeploymentState::RolledBack,
+];
+
+#[derive(Debug, Clone)]
+enum Op {
+    Deploy {
+        service: usize,
+        env: usize,
+        keep_old: bool,
+    },
+    Rollback {
+        service: usize,
+        env: usize,
+        pick: usize,
+    },
+    Promote {
+        service: usize,
+        pick: usize,
+    },
+    Transition {
+        pick: usize,
+        to: usize,
+    },
+    SetInstances {
+        service: usize,
+        env: usize,
+        pick: usize,
+        instances: u32,
+    },
+    SecretSet {
+        service: usize,
+        env: usize,
+        name: usize,
+    },
+    SecretUnset {
+        service: usize,
+        env: usize,
+        name: usize,
+    },
+    Decommission {
+        service: usize,
+        delete_secrets: bool,
+    },
+    Onboard {
+        service: usize,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let s = 0..SERVICES.len();
+    let e = 0..ENVS.len();
+    prop_oneof![
+        4 => (s.clone(), e.clone(), any::<bool>())
+            .prop_map(|(service, env, keep_old)| Op::Deploy { service, env, keep_old }),
+        1 => (s.clone(), e.clone(), 0..8usize)
+            .prop_map(|(service, env, pick)| Op::Rollback { service, env, pick }),
+        1 => (s.clone(), 0..8usize).prop_map(|(service, pick)| Op::Promote { service, pick }),
+        4 => (0..16usize, 0..STATES.len()).prop_map(|(pick, to)| Op::Transition { pick, to }),
+        1 => (s.clone(), e.clone(), 0..4usize, 0..10u32).prop_map(
+            |(service, env, pick, instances)| Op::SetInstances { service, env, pick, instances }
+        ),
+        1 => (s.clone(), e.clone(), 0..2usize)
+            .prop_map(|(service, env, name)| Op::SecretSet { service, env, name }),
+        1 => (s.clone(), e.clone(), 0..2usize)
+            .prop_map(|(service, env, name)| Op::SecretUnset { service, env, name }),
+        1 => (s.clone(), any::<bool>())
+            .prop_map(|(service, delete_secrets)| Op::Decommission { service, delete_secrets }),
+        1 => s.prop_map(|service| Op::Onboard { service }),
+    ]
+}
+
+fn pick<T: Clone>(items: &[T], index: usize) -> Option<T> {
+    (!items.is_empty()).then(|| items[index % items.len()].clone())
+}
+
+/// Applies one operation; errors are allowed (the store refuses what it must), panics not.
+fn apply(store: &dyn Store, op: &Op) {
+    let _ = match *op {
+        Op::Deploy {
+            service,
+            env,
+            keep_old,
+        } => {
+            let (service, env) = (SERVICES[service], ENVS[env]);
+            let mut planned = vec![PlannedRevision {
+                revision: RevisionRef::New,
+                instances: 1,
+                weight: 100,
+            }];
+            if keep_old
+                && let Ok(Some(desired)) = store.desired_get(service, env)
+                && let Some(old) = desired.revisions.first()
+            {
+                planned.push(PlannedRevision {
+                    revision: RevisionRef::Named(old.revision.clone()),
+                    instances: 1,
+                    weight: 0,
+                });
+            }
+            store
+                .record_deploy("prop", &new_revision(service, env, "d"), &planned)
+                .map(drop)
+        }
+        Op::Rollback {
+            service,
+            env,
+            pick: index,
+        } => {
+            let (service, env) = (SERVICES[service], ENVS[env]);
+            let revisions = store.revision_list(service, env).unwrap_or_default();
+            match pick(&revisions, index) {
+                Some(r) => store
+                    .record_rollback(
+                        "prop",
+                        service,
+                        env,
+                        &r.name,
+                        &[DesiredRevision {
+                            revision: r.name.clone(),
+                            instances: 1,
+                            weight: 1,
+                        }],
+                    )
+                    .map(drop),
+                None => Ok(()),
+            }
+        }
+        Op::Promote {
+            service,
+            pick: index,
+        } => {
+            let service = SERVICES[service];
+            let revisions = store.revision_list(service, "staging").unwrap_or_default();
+            match pick(&revisions, index) {
+                Some(r) => store
+                    .record_promote(
+                        "prop",
+                        &r.name,
+                        "production",
+                        &[PlannedRevision {
+                            revision: RevisionRef::New,
+                            instances: 2,
+                            weight: 1,
+                        }],
+                    )
+                    .map(drop),
+                None => Ok(()),
+            }
+        }
+        Op::Transition { pick: index, to } => {
+            let mut all = Vec::new();
+            for service in SERVICES {
+                all.extend(
+                    store
+                        .deployment_list(service, None, 100)
+                        .unwrap_or_default(),
+                );
+            }
+            match pick(&all, index) {
+                Some(d) => {
+                    let result = store.deployment_transition("prop", d.id, STATES[to], None);
+                    // The state machine decides, whatever the store holds.
+                    assert_eq!(result.is_ok(), d.state.can_become(STATES[to]), "{result:?}");
+                    result.map(drop)
+                }
+                None => Ok(()),
+            }
+        }
+        Op::SetInstances {
+            service,
+            env,
+            pick: index,
+            instances,
+        } => {
+            let (service, env) = (SERVICES[service], ENVS[env]);
+            match store.desired_get(service, env) {
+                Ok(Some(desired)) => match pick(&desired.revisions, index) {
+                    Some(r) => store
+                        .desired_set_instances("prop", service, env, &r.revision, instances, None)
+                        .map(drop),
+                    None => Ok(()),
+                },
+                _ => Ok(()),
+            }
+        }
+        Op::SecretSet { service, env, name } => store
+            .secret_set(
+                "prop",
+                SERVICES[service],
+                ENVS[env],
+                ["A", "B"][name],
+                b"n",
+                b"c",
+            )
+            .map(drop),
+        Op::SecretUnset { service, env, name } => {
+            store.secret_unset("prop", SERVICES[service], ENVS[env], ["A", "B"][name])
+        }
+        Op::Decommission {
+            service,
+            delete_secrets,
+        } => store.service_decommission("prop", SERVICES[service], delete_secrets),
+        Op::Onboard { service } => {
+            if store.service_get(SERVICES[service]).is_err() {
+                onboard(store, SERVICES[service]);
+            }
+            Ok(())
+        }
+    };
+}
+
+/// What must hold after every operation.
+fn check(store: &SqliteStore, generations: &mut BTreeMap<(String, String), u64>) {
+    for service in SERVICES {
+        let exists = store.service_get(service).is_ok();
+        let mut in_flight = BTreeMap::<&str, usize>::new();
+        for env in ENVS {
+            let revisions = store.revision_list(service, env).unwrap();
+            if !exists {
+                assert!(revisions.is_empty());
+            }
+            // Numbers 1..n, strictly increasing, names matching.
+            for (i, r) in revisions.iter().enumerate() {
+                assert_eq!(r.number as usize, i + 1);
+                assert_eq!(r.name, runway_store::revision_name(service, env, r.number));
+            }
+            let desired = store.desired_get(service, env).unwrap();
+            if let Some(desired) = &desired {
+                for entry in &desired.revisions {
+                    assert!(revisions.iter().any(|r| r.name == entry.revision));
+                }
+                let key = (service.to_owned(), env.to_owned());
+                let last = generations.get(&key).copied().unwrap_or(0);
+                assert!(desired.generation >= last, "generation went back");
+                generations.insert(key, desired.generation);
+            } else {
+                generations.remove(&(service.to_owned(), env.to_owned()));
+            }
+        }
+        for d in store.deployment_list(service, None, 1000).unwrap() {
+            if !d.state.is_terminal() {
+                *in_flight
+                    .entry(if d.env == "staging" {
+                        "staging"
+                    } else {
+                        "production"
+                    })
+                    .or_default() += 1;
+            }
+        }
+        for count in in_flight.values() {
+            assert!(*count <= 1, "two deployments in flight in one environment");
+        }
+        if exists {
+            for env in ENVS {
+                let listed = store.secret_list(service, env).unwrap();
+                assert!(listed.windows(2).all(|w| w[0].name < w[1].name));
+            }
+        }
+    }
+    let audit = store.audit_list(0, u32::MAX).unwrap();
+    assert!(audit.windows(2).all(|w| w[0].id < w[1].id));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        max_shrink_iters: 64,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_operations_keep_the_invariants(ops in prop::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("runway.db")).unwrap();
+        onboard(&store, "hello");
+        let mut generations = BTreeMap::new();
+        for op in &ops {
+            apply(&store, op);
+            check(&store, &mut generations);
+        }
+        store.integrity_check().unwrap();
+    }
+}
