@@ -41,10 +41,19 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// What the proxy knows about the connection a request came on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Peer {
-    pub(crate) address: SocketAddr,
     pub(crate) tls: bool,
+    /// The client's address as a header value, made once per connection.
+    pub(crate) ip: HeaderValue,
+}
+
+impl Peer {
+    pub(crate) fn new(address: SocketAddr, tls: bool) -> Self {
+        let ip = HeaderValue::from_maybe_shared(Bytes::from(address.ip().to_string()))
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        Self { tls, ip }
+    }
 }
 
 /// The service function of every client connection.
@@ -67,7 +76,7 @@ pub(crate) async fn handle(
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             request_id: request_id.to_str().unwrap_or_default().to_owned(),
-            client: peer.address.ip().to_string(),
+            client: peer.ip.to_str().unwrap_or_default().to_owned(),
             method: request.method().to_string(),
             path: request
                 .uri()
@@ -110,26 +119,47 @@ pub(crate) async fn handle(
     }
 }
 
+/// 32 random hex digits (128 bits), without the formatting machinery: this runs per request.
 fn new_request_id() -> HeaderValue {
-    let id = format!("{:032x}", fastrand::u128(..));
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let random = fastrand::u128(..);
+    let mut id = [0u8; 32];
+    for (i, digit) in id.iter_mut().enumerate() {
+        *digit = HEX[((random >> (4 * (31 - i))) & 0xf) as usize];
+    }
     // Hex digits are always a valid header value.
-    HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
+    HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
 /// The request's host, lower case and without port.
 fn host_of(request: &Request<Incoming>) -> Option<String> {
     let raw = match request.uri().host() {
         Some(host) => host,
-        None => {
-            let value = request.headers().get(header::HOST)?.to_str().ok()?;
-            // `host:port` or `[v6]:port`: the authority parser knows both.
-            return value
-                .parse::<http::uri::Authority>()
-                .ok()
-                .map(|a| a.host().to_ascii_lowercase());
-        }
+        None => strip_port(request.headers().get(header::HOST)?.to_str().ok()?)?,
     };
     Some(raw.to_ascii_lowercase())
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port` to the host (`[v6]` keeps its brackets, as
+/// `Uri::host` gives it). None when what follows the host is not a port. The host itself is
+/// not checked here: one no route serves gets 404.
+fn strip_port(authority: &str) -> Option<&str> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let end = rest.find(']')? + 2;
+            let port = match &authority[end..] {
+                "" => None,
+                after => Some(after.strip_prefix(':')?),
+            };
+            (&authority[..end], port)
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    (!host.is_empty() && port_ok).then_some(host)
 }
 
 async fn proxy(
@@ -187,7 +217,7 @@ async fn proxy(
         instance: Some(Arc::clone(&instance)),
     };
     let upstream_request =
-        upstream_request(request, peer, &host, request_id, upgrade.as_ref(), shared);
+        upstream_request(request, &peer, &host, request_id, upgrade.as_ref(), shared);
     let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
     let sent = tokio::time::timeout_at(
         deadline.into(),
@@ -468,23 +498,35 @@ fn upgrade_protocol(request: &Request<Incoming>) -> Option<HeaderValue> {
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Headers named in `Connection` are hop-by-hop too.
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+    // Most messages carry none of them: find them by walking the few names there are, since
+    // every lookup or removal by name hashes it. This runs twice per request.
+    let mut present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| *name == header::UPGRADE || HOP_BY_HOP.contains(name))
+        .cloned()
         .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+    if present.is_empty() {
+        return;
+    }
+    // Headers named in `Connection` are hop-by-hop too.
+    if present.contains(&header::CONNECTION) {
+        present.extend(
+            headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok()),
+        );
+    }
+    for name in &present {
         headers.remove(name);
     }
-    headers.remove(header::UPGRADE);
 }
 
 fn upstream_request(
     request: Request<Incoming>,
-    peer: Peer,
+    peer: &Peer,
     host: &str,
     request_id: &HeaderValue,
     upgrade: Option<&HeaderValue>,
@@ -533,12 +575,13 @@ fn upstream_request(
     } else if let Ok(value) = HeaderValue::from_str(host) {
         headers.insert(X_FORWARDED_HOST, value);
     }
-    let client = peer.address.ip().to_string();
-    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(earlier) => format!("{earlier}, {client}"),
-        None => client,
+    let forwarded_for = match headers.get(&X_FORWARDED_FOR).map(HeaderValue::as_bytes) {
+        Some(earlier) => {
+            HeaderValue::from_bytes(&[earlier, b", ", peer.ip.as_bytes()].concat()).ok()
+        }
+        None => Some(peer.ip.clone()),
     };
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
+    if let Some(value) = forwarded_for {
         headers.insert(X_FORWARDED_FOR, value);
     }
     headers.insert(
@@ -639,4 +682,29 @@ fn body_too_large(error: &hyper::Error) -> bool {
         source = error.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_port;
+
+    #[test]
+    fn hosts_lose_their_port() {
+        for (authority, host) in [
+            ("hello.dev.localhost", Some("hello.dev.localhost")),
+            ("hello.dev.localhost:8443", Some("hello.dev.localhost")),
+            ("[::1]", Some("[::1]")),
+            ("[::1]:80", Some("[::1]")),
+            ("127.0.0.1:80", Some("127.0.0.1")),
+            ("", None),
+            (":80", None),
+            ("host:", None),
+            ("host:http", None),
+            ("host:80:81", None),
+            ("[::1", None),
+            ("[::1]x", None),
+        ] {
+            assert_eq!(strip_port(authority), host, "{authority}");
+        }
+    }
 }

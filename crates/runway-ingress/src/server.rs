@@ -111,6 +111,83 @@ impl Ingress {
     }
 }
 
+impl Ingress {
+    /// Serves clients on `address` from `loops` threads, each a single-threaded event loop
+    /// with its own listening socket (`SO_REUSEPORT`: the kernel spreads connections), as
+    /// nginx's workers do. A connection, its requests and the instance connections they use
+    /// stay on one thread. Over TLS when `tls` is given. Returns once `shutdown` turns true
+    /// and every loop has let its in-flight requests finish.
+    pub async fn serve_event_loops(
+        &self,
+        address: SocketAddr,
+        loops: usize,
+        tls: Option<&Tls>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let watcher = tls.map(|tls| {
+            tokio::spawn(watch_certificates(
+                tls.clone(),
+                self.shared.options.certificate_poll,
+                Arc::clone(&self.shared.metrics),
+            ))
+        });
+        // Bind every socket first, so that an address in use fails here, not in a thread.
+        let listeners = (0..loops.max(1))
+            .map(|_| reuse_port_listener(address))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let threads: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(index, listener)| {
+                let ingress = self.clone();
+                let acceptor = tls.map(|tls| tls.acceptor.clone());
+                let mut shutdown = shutdown.clone();
+                std::thread::Builder::new()
+                    .name(format!("ingress-loop-{}", index + 1))
+                    .spawn(move || -> std::io::Result<()> {
+                        crate::upstream::enter_event_loop(index + 1);
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        runtime.block_on(async move {
+                            let listener = TcpListener::from_std(listener)?;
+                            let stop = async move {
+                                let _ = shutdown.wait_for(|stop| *stop).await;
+                            };
+                            ingress.accept_loop(listener, acceptor, stop).await
+                        })
+                    })
+            })
+            .collect::<std::io::Result<_>>()?;
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                thread
+                    .join()
+                    .map_err(|_| std::io::Error::other("an event loop panicked"))??;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
+        joined
+    }
+}
+
+fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(address)?;
+    socket.listen(1024)?.into_std()
+}
+
 /// Reloads the operator's certificates whenever their files change.
 async fn watch_certificates(tls: Tls, period: Duration, metrics: Arc<crate::Metrics>) {
     let mut ticks = tokio::time::interval(period);
@@ -170,12 +247,9 @@ impl Ingress {
             };
             let _ = stream.set_nodelay(true);
             let shared = Arc::clone(&self.shared);
-            let peer = Peer {
-                address,
-                tls: tls.is_some(),
-            };
+            let peer = Peer::new(address, tls.is_some());
             let service = service_fn(move |request: Request<Incoming>| {
-                handle(Arc::clone(&shared), peer, request)
+                handle(Arc::clone(&shared), peer.clone(), request)
             });
             let watcher = graceful.watcher();
             let builder = Arc::clone(&builder);

@@ -1,6 +1,7 @@
 //! Connections to instances: HTTP/1.1 with keep-alive, one small pool of idle connections per
 //! instance, so draining an instance closes exactly its connections.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,13 +21,29 @@ pub(crate) type UpstreamBody = Limited<Incoming>;
 pub(crate) type Sender = SendRequest<UpstreamBody>;
 
 /// Idle connections kept per instance.
-const MAX_IDLE: usize = 64;
+const MAX_IDLE: usize = 256;
+
+thread_local! {
+    /// The event loop this thread runs (see [`crate::Ingress::serve_event_loops`]); 0 on the
+    /// shared multi-threaded runtime.
+    static EVENT_LOOP: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks this thread as event loop `index` (from 1), so that it uses its own connections.
+pub(crate) fn enter_event_loop(index: usize) {
+    EVENT_LOOP.with(|l| l.set(index));
+}
+
+fn event_loop() -> usize {
+    EVENT_LOOP.with(Cell::get)
+}
 
 /// Idle keep-alive connections to one instance (HTTP/1.1), or its one shared HTTP/2
-/// connection (h2c).
+/// connection (h2c). An HTTP/1.1 connection is driven by a task on the event loop that made
+/// it, so each loop takes only its own: a request never hops to another thread's loop.
 #[derive(Debug, Default)]
 pub(crate) struct Pool {
-    idle: Mutex<Vec<Sender>>,
+    idle: Mutex<Vec<(usize, Sender)>>,
     h2: Mutex<Option<H2Sender>>,
     closed: AtomicBool,
 }
@@ -145,7 +162,9 @@ impl Pool {
         loop {
             let mut sender = {
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                idle.pop()?
+                let here = event_loop();
+                let index = idle.iter().rposition(|(l, _)| *l == here)?;
+                idle.swap_remove(index).1
             };
             // A connection goes back to the pool once its response body ended, so it is ready
             // at once or very soon; one that closed meanwhile is dropped.
@@ -162,7 +181,7 @@ impl Pool {
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push(sender);
+            idle.push((event_loop(), sender));
         }
     }
 

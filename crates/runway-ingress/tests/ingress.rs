@@ -681,6 +681,56 @@ async fn an_http2_client_that_stops_answering_pings_is_disconnected() {
     .unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_loops_share_one_port_and_stop_on_shutdown() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("looped").await;
+        let ingress = Ingress::new(Options::default());
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        ingress.set_routes(&config).unwrap();
+        let address = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let served = ingress.clone();
+        let server =
+            tokio::spawn(async move { served.serve_event_loops(address, 2, None, stopped).await });
+        let mut ready = false;
+        for _ in 0..100 {
+            if TcpStream::connect(address).await.is_ok() {
+                ready = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(ready, "nothing listens on {address}");
+        // Many connections at once: the kernel spreads them over the loops; all are served.
+        let tasks: Vec<_> = (0..40)
+            .map(|_| tokio::spawn(async move { get(address, HOST, "/").await }))
+            .collect();
+        for task in tasks {
+            let (status, _, body) = task.await.unwrap();
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "looped"));
+        }
+        // A second server cannot take the port from under it without SO_REUSEPORT.
+        assert!(std::net::TcpListener::bind(address).is_err());
+        stop.send(true).unwrap();
+        server.await.unwrap().unwrap();
+        assert!(TcpStream::connect(address).await.is_err());
+    })
+    .await
+    .unwrap();
+}
+
 /// Sends raw bytes and reads until the ingress answers or closes; returns what it sent.
 async fn raw(address: SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&raw_bytes(address, bytes).await).into_owned()

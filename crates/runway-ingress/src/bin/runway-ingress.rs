@@ -130,6 +130,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let until = |mut stopped: watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
+    let admin_ingress = ingress.clone();
+    let admin_task = tokio::spawn({
+        let stopped = stopped.clone();
+        async move { admin_ingress.serve_admin(admin, until(stopped)).await }
+    });
     let https_task = match args.https {
         Some(address) => {
             let tls = ingress
@@ -138,28 +143,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     certificates: args.certificates.clone(),
                 })
                 .context("cannot set up TLS")?;
-            let listener = TcpListener::bind(address)
-                .await
-                .with_context(|| format!("cannot listen on {address}"))?;
             eprintln!(
                 "runway-ingress: HTTPS on {address}; local CA certificate in {}",
                 args.ca_dir.join("ca.pem").display()
             );
             let https_ingress = ingress.clone();
             let stopped = stopped.clone();
-            Some(tokio::spawn(async move {
-                https_ingress
-                    .serve_tls(listener, &tls, until(stopped))
+            let loops = args.event_loops;
+            if loops > 0 {
+                Some(tokio::spawn(async move {
+                    https_ingress
+                        .serve_event_loops(address, loops, Some(&tls), stopped)
+                        .await
+                }))
+            } else {
+                let listener = TcpListener::bind(address)
                     .await
-            }))
+                    .with_context(|| format!("cannot listen on {address}"))?;
+                Some(tokio::spawn(async move {
+                    https_ingress
+                        .serve_tls(listener, &tls, until(stopped))
+                        .await
+                }))
+            }
         }
         None => None,
     };
-    let admin_ingress = ingress.clone();
-    let admin_task = tokio::spawn({
-        let stopped = stopped.clone();
-        async move { admin_ingress.serve_admin(admin, until(stopped)).await }
-    });
     match (args.https, args.no_redirect) {
         (Some(https), false) => {
             ingress
@@ -168,40 +177,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
         _ if args.event_loops > 0 => {
             drop(listener);
-            let mut loops = Vec::new();
-            for _ in 0..args.event_loops {
-                let ingress = ingress.clone();
-                let stopped = stopped.clone();
-                let address = args.listen;
-                loops.push(std::thread::spawn(move || -> anyhow::Result<()> {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    runtime.block_on(async move {
-                        let socket = if address.is_ipv4() {
-                            tokio::net::TcpSocket::new_v4()?
-                        } else {
-                            tokio::net::TcpSocket::new_v6()?
-                        };
-                        socket.set_reuseaddr(true)?;
-                        socket.set_reuseport(true)?;
-                        socket.bind(address)?;
-                        let listener = socket.listen(1024)?;
-                        ingress.serve(listener, until(stopped)).await
-                    })?;
-                    Ok(())
-                }));
-            }
-            tokio::task::spawn_blocking(move || {
-                for event_loop in loops {
-                    match event_loop.join() {
-                        Ok(result) => result?,
-                        Err(_) => anyhow::bail!("an event loop panicked"),
-                    }
-                }
-                Ok(())
-            })
-            .await??;
+            ingress
+                .serve_event_loops(args.listen, args.event_loops, None, stopped)
+                .await?;
         }
         _ => ingress.serve(listener, until(stopped)).await?,
     }
