@@ -476,10 +476,11 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
             .arg(format!("{HOST}:{}:{}", cert.display(), key.display()))
             .args(["--admin", &admin.to_string()])
             .args(["--threads", &threads.to_string()])
-            .args([
-                "--event-loops",
-                &std::env::var("BENCH_EVENT_LOOPS").unwrap_or_else(|_| "0".to_owned()),
-            ])
+            .args(
+                std::env::var("BENCH_EVENT_LOOPS")
+                    .map(|loops| vec!["--event-loops".to_owned(), loops])
+                    .unwrap_or_default(),
+            )
             .stderr(Stdio::null())
             .spawn()?,
     );

@@ -42,14 +42,15 @@ struct Args {
     /// Write the JSON access log to standard output.
     #[arg(long)]
     access_log: bool,
-    /// Worker threads (default: one per CPU).
+    /// Worker threads of the shared runtime, which serves the admin port, and clients with
+    /// `--event-loops 0` (default: one per CPU).
     #[arg(long)]
     threads: Option<usize>,
-    /// Serve plain HTTP from this many single-threaded event loops, each with its own
-    /// listening socket (SO_REUSEPORT), as nginx's workers do; 0 serves it from the shared
-    /// runtime.
-    #[arg(long, default_value_t = 0)]
-    event_loops: usize,
+    /// Serve clients from this many single-threaded event loops, each with its own listening
+    /// socket (SO_REUSEPORT), as nginx's workers do (default: one per CPU); 0 serves them
+    /// from the shared runtime.
+    #[arg(long)]
+    event_loops: Option<usize>,
     /// Seconds in-flight requests get to finish on SIGTERM or SIGINT.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_seconds: u64,
@@ -81,6 +82,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    let event_loops = args
+        .event_loops
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let table = RouteTableConfig::load(&args.routes)?;
     let options = Options {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
@@ -149,7 +153,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             );
             let https_ingress = ingress.clone();
             let stopped = stopped.clone();
-            let loops = args.event_loops;
+            let loops = event_loops;
             if loops > 0 {
                 Some(tokio::spawn(async move {
                     https_ingress
@@ -175,10 +179,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .serve_redirect(listener, https.port(), until(stopped))
                 .await?;
         }
-        _ if args.event_loops > 0 => {
+        _ if event_loops > 0 => {
             drop(listener);
             ingress
-                .serve_event_loops(args.listen, args.event_loops, None, stopped)
+                .serve_event_loops(args.listen, event_loops, None, stopped)
                 .await?;
         }
         _ => ingress.serve(listener, until(stopped)).await?,
