@@ -1,4 +1,4 @@
-//! `runway run`, `ps`, `logs` and `stop`: a service's instances on this machine, through the
+//! `runway run` and `runway local ps`, `logs` and `stop`: a service's instances on this machine, through the
 //! local runtime. Each instance has a supervisor process of its own (`runway supervise`,
 //! hidden), so instances keep running when the command that started them ends.
 
@@ -81,7 +81,7 @@ pub(crate) struct PsArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct LogsArgs {
-    /// The instance, as `runway ps` lists it.
+    /// The instance, as `runway local ps` lists it.
     id: String,
     /// Lines to show from the end.
     #[arg(short = 'n', long, default_value_t = 100)]
@@ -95,7 +95,7 @@ pub(crate) struct LogsArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct StopArgs {
-    /// The instances, as `runway ps` lists them.
+    /// The instances, as `runway local ps` lists them.
     #[arg(required = true)]
     ids: Vec<String>,
     /// Also forget them: their status and output are deleted.
@@ -243,7 +243,7 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{}", describe(&status));
         if args.detach {
             eprintln!(
-                "instance {id} runs in the background: `runway logs -f {id}`, `runway stop {id}`"
+                "instance {id} runs in the background: `runway local logs -f {id}`, `runway local stop {id}`"
             );
             return Ok(ExitCode::SUCCESS);
         }
@@ -389,7 +389,7 @@ pub(crate) fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn table<const N: usize>(rows: &[[String; N]]) -> String {
+pub(crate) fn table<const N: usize>(rows: &[[String; N]]) -> String {
     let mut widths = [0usize; N];
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {

@@ -6,8 +6,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod api;
+mod config;
 mod init;
 mod local;
+mod platform;
 mod render;
 mod repo;
 mod validate;
@@ -53,16 +56,49 @@ enum Command {
     /// The instance gets a free port in `PORT`, the manifest's variables, `K_SERVICE` and
     /// `K_REVISION`; its probes are checked and it is restarted with backoff when it ends. It
     /// runs under a supervisor process of its own, so it keeps running if this command is
-    /// killed: `runway ps` finds it again. Ctrl-C stops it (its stop signal, then SIGKILL after
-    /// its grace period). With `--detach`, returns once it has started. Secrets the manifest
-    /// names are taken from this command's environment.
+    /// killed: `runway local ps` finds it again. Ctrl-C stops it (its stop signal, then SIGKILL
+    /// after its grace period). With `--detach`, returns once it has started. Secrets the
+    /// manifest names are taken from this command's environment.
     Run(local::RunArgs),
-    /// List the instances on this machine with their phase, readiness, port and restarts.
-    Ps(local::PsArgs),
-    /// Print an instance's output (stdout and stderr, with `--follow` as it comes).
-    Logs(local::LogsArgs),
-    /// Stop instances: their stop signal, their grace period, then SIGKILL.
-    Stop(local::StopArgs),
+    /// The instances on this machine (started by `runway run`): list, output, stop.
+    #[command(subcommand)]
+    Local(LocalCommand),
+    /// Log in to a Runway control plane: check the token, then save the server, token and CA.
+    ///
+    /// The token is checked with the server (`GET /v1/whoami`) before anything is saved. The
+    /// settings go to $RUNWAY_CONFIG, else ~/.config/runway/config.json (mode 0600). The
+    /// environment variables RUNWAY_SERVER, RUNWAY_TOKEN and RUNWAY_CA override the file (for
+    /// CI). `--token -` reads the token from standard input; it is never printed.
+    Login(platform::LoginArgs),
+    /// Register, list and decommission services on the control plane.
+    #[command(subcommand)]
+    Services(platform::ServicesCommand),
+    /// Deploy the repository's service to an environment of the control plane.
+    ///
+    /// Validates `.runway/` first (as `runway validate`), then sends the manifest merged for the
+    /// environment, the variables of `env-<env>.yml` (secret values never leave the server) and
+    /// the repository's absolute path (for a process artifact). The control plane records an
+    /// immutable revision and rolls it out. With `--wait`, shows the rollout's events as they
+    /// happen. Exit codes: 0 started (or succeeded, with --wait), 1 failed or rolled back (or
+    /// an error from the server), 2 usage or invalid settings, 3 --timeout ran out.
+    Deploy(platform::DeployArgs),
+    /// Show a service in an environment: its URL, traffic, revisions and instances.
+    Status(platform::TargetArgs),
+    /// List a service's revisions in an environment, newest first.
+    Revisions(platform::TargetArgs),
+    /// Move traffic back to an earlier revision (nothing is rebuilt).
+    Rollback(platform::RollbackArgs),
+    /// Deploy the revision serving in one environment to another: same manifest, image digest
+    /// and variables.
+    Promote(platform::PromoteArgs),
+    /// Show a deployment's events: by id, or the latest of a service in an environment.
+    Events(platform::EventsArgs),
+    /// Show a service's output on the control plane (all its instances, or one), with
+    /// `--follow` as it comes. For an instance on this machine: `runway local logs`.
+    Logs(platform::LogsArgs),
+    /// Set, list and unset a service's secrets in an environment (values are never shown).
+    #[command(subcommand)]
+    Secrets(platform::SecretsCommand),
     /// Run a command and serve GitLab Runner's process wrapper gRPC API for it.
     ///
     /// Wire-compatible with `gitlab-runner wrapper`: the `deployer` (or any client built from
@@ -73,6 +109,17 @@ enum Command {
     /// Supervise one instance (started by the runtime, not by hand).
     #[command(hide = true)]
     Supervise(local::SuperviseArgs),
+}
+
+/// `runway local ...`: instances on this machine.
+#[derive(Debug, Subcommand)]
+enum LocalCommand {
+    /// List the instances on this machine with their phase, readiness, port and restarts.
+    Ps(local::PsArgs),
+    /// Print an instance's output (stdout and stderr, with `--follow` as it comes).
+    Logs(local::LogsArgs),
+    /// Stop instances: their stop signal, their grace period, then SIGKILL.
+    Stop(local::StopArgs),
 }
 
 /// How results are printed.
@@ -96,9 +143,19 @@ fn main() -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Render(args) => render::run(&args),
         Command::Run(args) => local::run(&args),
-        Command::Ps(args) => local::ps(&args),
-        Command::Logs(args) => local::logs(&args),
-        Command::Stop(args) => local::stop(&args),
+        Command::Local(LocalCommand::Ps(args)) => local::ps(&args),
+        Command::Local(LocalCommand::Logs(args)) => local::logs(&args),
+        Command::Local(LocalCommand::Stop(args)) => local::stop(&args),
+        Command::Login(args) => platform::login(&args),
+        Command::Services(command) => platform::services(&command),
+        Command::Deploy(args) => platform::deploy(&args),
+        Command::Status(args) => platform::status(&args),
+        Command::Revisions(args) => platform::revisions(&args),
+        Command::Rollback(args) => platform::rollback(&args),
+        Command::Promote(args) => platform::promote(&args),
+        Command::Events(args) => platform::events(&args),
+        Command::Logs(args) => platform::logs(&args),
+        Command::Secrets(command) => platform::secrets(&command),
         Command::Supervise(args) => return local::supervise(&args),
         Command::Wrapper(args) => runway_wrapper::run_blocking(args)
             .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
@@ -111,7 +168,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(EXIT_USAGE)
+            ExitCode::from(platform::exit_code(&error).unwrap_or(EXIT_USAGE))
         }
     }
 }

@@ -51,6 +51,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The findings for `repo` as `runway validate` prints them, when one is an error; `None` when
+/// every manifest is valid. (`runway deploy` checks before it sends anything.)
+pub(crate) fn errors_text(repo: &Repository) -> Option<String> {
+    let report = check(repo);
+    (!report.valid).then(|| text(&report, repo))
+}
+
 fn check(repo: &Repository) -> Report {
     let mut diagnostics = Vec::new();
     let mut services = Vec::new();

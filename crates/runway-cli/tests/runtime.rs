@@ -620,7 +620,8 @@ async fn an_unknown_image_is_a_clear_error_and_leaves_nothing_behind() {
     assert!(!fixture.runtime.instance_dir("nope").exists());
 }
 
-/// The same through the command line: `runway run --detach --image`, `ps`, `logs`, `stop`.
+/// The same through the command line: `runway run --detach --image`, `runway local ps`, `logs`,
+/// `stop`.
 #[test]
 fn runway_run_ps_logs_and_stop_an_image() {
     if image_tools("runway run an image") {
@@ -689,14 +690,16 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
-        err.contains(&format!("instance {id} runs in the background")),
+        err.contains(&format!(
+            "instance {id} runs in the background: `runway local logs -f {id}`"
+        )),
         "{err}"
     );
 
     // Wait for ready through `ps --output json`.
     let deadline = Instant::now() + WAIT;
     let port = loop {
-        let (code, out, err) = runway(&["ps", "--output", "json"]);
+        let (code, out, err) = runway(&["local", "ps", "--output", "json"]);
         assert_eq!(code, Some(0), "{err}");
         let list: serde_json::Value = serde_json::from_str(&out).unwrap();
         if list[0]["ready"] == true {
@@ -706,7 +709,7 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(http_get(port, "/index.html").contains("served from a container"));
-    let (_, table, _) = runway(&["ps"]);
+    let (_, table, _) = runway(&["local", "ps"]);
     let header: Vec<&str> = table
         .lines()
         .next()
@@ -718,16 +721,16 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
         ["ID", "PHASE", "READY", "PORT", "PID", "RESTARTS", "MESSAGE"]
     );
     assert!(table.contains(&format!("{id}  running  yes")), "{table}");
-    let (code, logs, err) = runway(&["logs", &id]);
+    let (code, logs, err) = runway(&["local", "logs", &id]);
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(logs, "hello from shop\n");
 
-    let (code, _, err) = runway(&["stop", "--remove", &id]);
+    let (code, _, err) = runway(&["local", "stop", "--remove", &id]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains(&format!("{id}: stopped")), "{err}");
-    let (_, out, _) = runway(&["ps", "--output", "json"]);
+    let (_, out, _) = runway(&["local", "ps", "--output", "json"]);
     assert_eq!(out.trim(), "[]");
-    let (code, _, err) = runway(&["logs", &id]);
+    let (code, _, err) = runway(&["local", "logs", &id]);
     assert_eq!(code, Some(2));
     assert!(err.contains(&format!("no instance \"{id}\"")), "{err}");
 }

@@ -1,0 +1,842 @@
+//! The control plane's HTTP API as the CLI sees it (`/work/tools/api-contract.md`): typed
+//! requests and responses mirroring the contract, one [`Client`] with a method per route, and
+//! one error type, [`ApiError`].
+//!
+//! Responses are read leniently (unknown fields ignored, missing optional fields defaulted), so
+//! that a newer server still answers an older CLI.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How long one request may take, connection included (not a followed log stream).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who a token is: `GET /v1/whoami`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WhoAmI {
+    #[serde(default)]
+    pub(crate) token_id: Value,
+    #[serde(default)]
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) scope: Value,
+}
+
+/// `POST /v1/services`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CreateService {
+    pub(crate) name: String,
+    pub(crate) owners: Vec<String>,
+    /// Absent: every environment the server knows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) environments: Option<Vec<String>>,
+}
+
+/// A service.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Service {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) owners: Vec<String>,
+    #[serde(default)]
+    pub(crate) environments: Vec<String>,
+    #[serde(default)]
+    pub(crate) created_at: String,
+    #[serde(default)]
+    pub(crate) created_by: String,
+}
+
+/// `DELETE /v1/services/{service}`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Decommissioned {
+    pub(crate) decommissioned: String,
+}
+
+/// `POST /v1/services/{service}/environments/{env}/deployments`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DeployRequest {
+    /// The merged manifest for the environment (`runway_manifest::Manifest` as JSON).
+    pub(crate) manifest: Value,
+    /// The environment file's variables (never secret values).
+    pub(crate) env_vars: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) source_dir: Option<PathBuf>,
+}
+
+/// A deployment, rollback or promotion.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Deployment {
+    pub(crate) id: Value,
+    #[serde(default)]
+    pub(crate) service: String,
+    #[serde(default)]
+    pub(crate) env: String,
+    #[serde(default)]
+    pub(crate) kind: String,
+    #[serde(default)]
+    pub(crate) from_revision: Option<String>,
+    #[serde(default)]
+    pub(crate) to_revision: Option<String>,
+    pub(crate) state: DeploymentState,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+    #[serde(default)]
+    pub(crate) created_by: String,
+    #[serde(default)]
+    pub(crate) created_at: String,
+    #[serde(default)]
+    pub(crate) updated_at: String,
+}
+
+impl Deployment {
+    /// The id as the routes take it (a number or a string in the JSON).
+    pub(crate) fn id_text(&self) -> String {
+        match &self.id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Where a deployment is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DeploymentState {
+    Pending,
+    Progressing,
+    Succeeded,
+    Failed,
+    RolledBack,
+    /// A state this CLI does not know yet.
+    #[serde(other)]
+    Unknown,
+}
+
+impl DeploymentState {
+    /// Whether the deployment has ended.
+    pub(crate) fn is_final(&self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::RolledBack)
+    }
+
+    pub(crate) fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Progressing => "progressing",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::RolledBack => "rolled_back",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// One thing that happened during a deployment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct DeploymentEvent {
+    #[serde(default)]
+    pub(crate) deployment_id: Value,
+    #[serde(default)]
+    pub(crate) at: String,
+    pub(crate) message: String,
+}
+
+/// An immutable revision.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Revision {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) number: u64,
+    #[serde(default)]
+    pub(crate) service: String,
+    #[serde(default)]
+    pub(crate) env: String,
+    #[serde(default)]
+    pub(crate) image: Option<String>,
+    #[serde(default)]
+    pub(crate) source_dir: Option<String>,
+    #[serde(default)]
+    pub(crate) env_vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) secret_versions: BTreeMap<String, Value>,
+    #[serde(default)]
+    pub(crate) created_by: String,
+    #[serde(default)]
+    pub(crate) created_at: String,
+    #[serde(default)]
+    pub(crate) manifest: Value,
+}
+
+/// `POST .../rollback`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RollbackRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) to: Option<String>,
+}
+
+/// `POST .../promote`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PromoteRequest {
+    pub(crate) from: String,
+    pub(crate) to: String,
+}
+
+/// A service's state in one environment.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Status {
+    #[serde(default)]
+    pub(crate) service: String,
+    #[serde(default)]
+    pub(crate) env: String,
+    #[serde(default)]
+    pub(crate) url: Option<String>,
+    #[serde(default)]
+    pub(crate) desired: Vec<DesiredRevision>,
+    #[serde(default)]
+    pub(crate) routes: Vec<Route>,
+    #[serde(default)]
+    pub(crate) revisions: Vec<RevisionStatus>,
+    #[serde(default)]
+    pub(crate) instances: Vec<InstanceView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct DesiredRevision {
+    pub(crate) revision: String,
+    #[serde(default)]
+    pub(crate) instances: u64,
+    #[serde(default)]
+    pub(crate) weight: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Route {
+    pub(crate) revision: String,
+    #[serde(default)]
+    pub(crate) weight: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RevisionStatus {
+    pub(crate) revision: String,
+    #[serde(default)]
+    pub(crate) desired_instances: u64,
+    #[serde(default)]
+    pub(crate) ready: u64,
+    #[serde(default)]
+    pub(crate) starting: u64,
+    #[serde(default)]
+    pub(crate) failed: u64,
+    #[serde(default)]
+    pub(crate) condition: String,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct InstanceView {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) revision: String,
+    #[serde(default)]
+    pub(crate) phase: String,
+    #[serde(default)]
+    pub(crate) ready: bool,
+    #[serde(default)]
+    pub(crate) port: Option<u16>,
+    #[serde(default)]
+    pub(crate) restarts: u64,
+    #[serde(default)]
+    pub(crate) message: String,
+}
+
+/// One line of an instance's output.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct LogLine {
+    #[serde(default)]
+    pub(crate) instance: String,
+    #[serde(default)]
+    pub(crate) time: String,
+    #[serde(default)]
+    pub(crate) stream: String,
+    pub(crate) text: String,
+}
+
+/// A secret, without its value.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SecretInfo {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) version: Value,
+    #[serde(default)]
+    pub(crate) created_by: String,
+    #[serde(default)]
+    pub(crate) created_at: String,
+}
+
+/// `PUT .../secrets/{name}`. Not `Debug`-printable with its value.
+#[derive(Serialize)]
+struct SetSecret<'a> {
+    value: &'a str,
+}
+
+/// The error body of every route.
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorDetail {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    field: Option<String>,
+}
+
+/// Everything that can go wrong talking to the server.
+#[derive(Debug)]
+pub(crate) enum ApiError {
+    /// The server answered with an error.
+    Api {
+        status: StatusCode,
+        code: String,
+        message: String,
+        field: Option<String>,
+    },
+    /// The server could not be reached (or the connection broke).
+    Connect { server: String, reason: String },
+    /// The server's answer was not what the contract says.
+    Decode { what: String, reason: String },
+    /// The client's own settings are unusable (server URL, CA file).
+    Config { reason: String },
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Api {
+                status,
+                code,
+                message,
+                field,
+            } => {
+                let message = if message.is_empty() {
+                    status.canonical_reason().unwrap_or("error")
+                } else {
+                    message
+                };
+                write!(f, "{message}")?;
+                if let Some(field) = field {
+                    write!(f, " (field `{field}`)")?;
+                }
+                let code = if code.is_empty() { "error" } else { code };
+                write!(f, " [{} {code}]", status.as_u16())?;
+                if *status == StatusCode::UNAUTHORIZED {
+                    write!(
+                        f,
+                        "; the token was refused: run `runway login` with a valid one"
+                    )?;
+                }
+                Ok(())
+            }
+            Self::Connect { server, reason } => write!(
+                f,
+                "cannot reach the Runway server at {server}: {reason}; check the address, or run `runway login --server URL --token -`"
+            ),
+            Self::Decode { what, reason } => {
+                write!(f, "unexpected answer from the server to {what}: {reason}")
+            }
+            Self::Config { reason } => write!(f, "{reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The full chain of a reqwest error, which its `Display` alone does not say.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Parses and checks a server URL: HTTPS, or plain HTTP on a loopback address only (tests and
+/// local use), so that a token never crosses a network in clear text.
+pub(crate) fn server_url(text: &str) -> Result<Url, ApiError> {
+    let bad = |reason: String| ApiError::Config { reason };
+    let mut url =
+        Url::parse(text.trim()).map_err(|e| bad(format!("invalid server URL `{text}`: {e}")))?;
+    match url.scheme() {
+        "https" => {}
+        "http" => {
+            let host = url.host_str().unwrap_or_default();
+            let ip = host.trim_start_matches('[').trim_end_matches(']');
+            let loopback = host == "localhost"
+                || ip
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            if !loopback {
+                return Err(bad(format!(
+                    "the server URL `{text}` is plain HTTP: use https:// (plain HTTP is allowed only on localhost)"
+                )));
+            }
+        }
+        other => {
+            return Err(bad(format!(
+                "the server URL `{text}` has scheme `{other}`: use https://"
+            )));
+        }
+    }
+    if url.cannot_be_a_base() || url.host().is_none() {
+        return Err(bad(format!("the server URL `{text}` has no host")));
+    }
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    url.set_query(None);
+    url.set_fragment(None);
+    Ok(url)
+}
+
+/// A client of one server with one token.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    base: Url,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// A client of `server` (see [`server_url`]) trusting `ca` (a PEM file) and nothing else
+    /// when given, else the system's roots.
+    pub(crate) fn new(server: &str, token: &str, ca: Option<&Path>) -> Result<Self, ApiError> {
+        let base = server_url(server)?;
+        // reqwest is built without a bundled crypto provider: ring, as for image pulls.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("runway/", env!("CARGO_PKG_VERSION")));
+        if let Some(ca) = ca {
+            let pem = std::fs::read(ca).map_err(|e| ApiError::Config {
+                reason: format!("cannot read the CA file {}: {e}", ca.display()),
+            })?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ApiError::Config {
+                    reason: format!("the CA file {} holds no PEM certificate: {e}", ca.display()),
+                })?;
+            if certs.is_empty() {
+                return Err(ApiError::Config {
+                    reason: format!("the CA file {} holds no PEM certificate", ca.display()),
+                });
+            }
+            builder = builder.tls_certs_only(certs);
+        }
+        let http = builder.build().map_err(|e| ApiError::Config {
+            reason: format!("cannot set up the HTTP client: {}", chain(&e)),
+        })?;
+        Ok(Self {
+            base,
+            token: token.to_owned(),
+            http,
+        })
+    }
+
+    /// The server's URL, as shown in messages.
+    pub(crate) fn server(&self) -> &str {
+        self.base.as_str().trim_end_matches('/')
+    }
+
+    /// `segments` percent-encoded onto the base, with `query`.
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        if !query.is_empty() {
+            let mut pairs = url.query_pairs_mut();
+            for (key, value) in query {
+                pairs.append_pair(key, value);
+            }
+        }
+        url
+    }
+
+    fn connect_error(&self, error: &reqwest::Error) -> ApiError {
+        ApiError::Connect {
+            server: self.server().to_owned(),
+            reason: chain(error),
+        }
+    }
+
+    /// Sends a request and returns the successful response, or the server's error.
+    async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<Vec<u8>>,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Response, ApiError> {
+        let mut request = self
+            .http
+            .request(method, url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        if let Some(body) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+        }
+        let response = request.send().await.map_err(|e| self.connect_error(&e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let bytes = response.bytes().await.unwrap_or_default();
+        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(body) => ApiError::Api {
+                status,
+                code: body.error.code,
+                message: body.error.message,
+                field: body.error.field,
+            },
+            Err(_) => ApiError::Api {
+                status,
+                code: String::new(),
+                message: String::from_utf8_lossy(&bytes)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+                    .trim()
+                    .to_owned(),
+                field: None,
+            },
+        })
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&impl Serialize>,
+    ) -> Result<T, ApiError> {
+        let what = format!("{method} {}", url.path());
+        let body = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| ApiError::Config {
+                reason: format!("cannot encode the request: {e}"),
+            })?;
+        let response = self.send(method, url, body, Some(REQUEST_TIMEOUT)).await?;
+        let bytes = response.bytes().await.map_err(|e| self.connect_error(&e))?;
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::Decode {
+            what,
+            reason: e.to_string(),
+        })
+    }
+
+    async fn get<T: DeserializeOwned>(&self, url: Url) -> Result<T, ApiError> {
+        self.call(Method::GET, url, None::<&()>).await
+    }
+
+    /// `GET /v1/whoami`.
+    pub(crate) async fn whoami(&self) -> Result<WhoAmI, ApiError> {
+        self.get(self.url(&["v1", "whoami"], &[])).await
+    }
+
+    /// `POST /v1/services`.
+    pub(crate) async fn create_service(
+        &self,
+        request: &CreateService,
+    ) -> Result<Service, ApiError> {
+        let url = self.url(&["v1", "services"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `GET /v1/services`.
+    pub(crate) async fn services(&self) -> Result<Vec<Service>, ApiError> {
+        self.get(self.url(&["v1", "services"], &[])).await
+    }
+
+    /// `DELETE /v1/services/{service}?confirm=..&delete_secrets=..`.
+    pub(crate) async fn delete_service(
+        &self,
+        service: &str,
+        confirm: &str,
+        delete_secrets: bool,
+    ) -> Result<Decommissioned, ApiError> {
+        let url = self.url(
+            &["v1", "services", service],
+            &[
+                ("confirm", confirm.to_owned()),
+                ("delete_secrets", delete_secrets.to_string()),
+            ],
+        );
+        self.call(Method::DELETE, url, None::<&()>).await
+    }
+
+    fn env_url(&self, service: &str, env: &str, rest: &[&str], query: &[(&str, String)]) -> Url {
+        let mut segments = vec!["v1", "services", service, "environments", env];
+        segments.extend(rest);
+        self.url(&segments, query)
+    }
+
+    /// `POST /v1/services/{service}/environments/{env}/deployments`.
+    pub(crate) async fn deploy(
+        &self,
+        service: &str,
+        env: &str,
+        request: &DeployRequest,
+    ) -> Result<Deployment, ApiError> {
+        let url = self.env_url(service, env, &["deployments"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `GET /v1/services/{service}/environments/{env}/deployments?limit=N`, newest first.
+    pub(crate) async fn deployments(
+        &self,
+        service: &str,
+        env: &str,
+        limit: u32,
+    ) -> Result<Vec<Deployment>, ApiError> {
+        let url = self.env_url(
+            service,
+            env,
+            &["deployments"],
+            &[("limit", limit.to_string())],
+        );
+        self.get(url).await
+    }
+
+    /// `GET /v1/deployments/{id}`.
+    pub(crate) async fn deployment(&self, id: &str) -> Result<Deployment, ApiError> {
+        self.get(self.url(&["v1", "deployments", id], &[])).await
+    }
+
+    /// `GET /v1/deployments/{id}/events?after=N`: the events after the first `after`.
+    pub(crate) async fn events(
+        &self,
+        id: &str,
+        after: usize,
+    ) -> Result<Vec<DeploymentEvent>, ApiError> {
+        let url = self.url(
+            &["v1", "deployments", id, "events"],
+            &[("after", after.to_string())],
+        );
+        self.get(url).await
+    }
+
+    /// `GET /v1/services/{service}/environments/{env}/revisions`, newest first.
+    pub(crate) async fn revisions(
+        &self,
+        service: &str,
+        env: &str,
+    ) -> Result<Vec<Revision>, ApiError> {
+        self.get(self.env_url(service, env, &["revisions"], &[]))
+            .await
+    }
+
+    /// `POST /v1/services/{service}/environments/{env}/rollback`.
+    pub(crate) async fn rollback(
+        &self,
+        service: &str,
+        env: &str,
+        request: &RollbackRequest,
+    ) -> Result<Deployment, ApiError> {
+        let url = self.env_url(service, env, &["rollback"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `POST /v1/services/{service}/promote`.
+    pub(crate) async fn promote(
+        &self,
+        service: &str,
+        request: &PromoteRequest,
+    ) -> Result<Deployment, ApiError> {
+        let url = self.url(&["v1", "services", service, "promote"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `GET /v1/services/{service}/environments/{env}/status`.
+    pub(crate) async fn status(&self, service: &str, env: &str) -> Result<Status, ApiError> {
+        self.get(self.env_url(service, env, &["status"], &[])).await
+    }
+
+    fn logs_url(&self, service: &str, env: &str, query: &LogsQuery<'_>, follow: bool) -> Url {
+        let mut pairs = vec![
+            ("lines", query.lines.to_string()),
+            ("follow", follow.to_string()),
+        ];
+        if let Some(instance) = query.instance {
+            pairs.insert(0, ("instance", instance.to_owned()));
+        }
+        self.env_url(service, env, &["logs"], &pairs)
+    }
+
+    /// `GET .../logs?follow=false`: the last lines.
+    pub(crate) async fn logs(
+        &self,
+        service: &str,
+        env: &str,
+        query: &LogsQuery<'_>,
+    ) -> Result<Vec<LogLine>, ApiError> {
+        self.get(self.logs_url(service, env, query, false)).await
+    }
+
+    /// `GET .../logs?follow=true`: calls `each` for every line of the NDJSON stream until the
+    /// server ends it (or `each` returns false).
+    pub(crate) async fn follow_logs(
+        &self,
+        service: &str,
+        env: &str,
+        query: &LogsQuery<'_>,
+        mut each: impl FnMut(LogLine) -> bool,
+    ) -> Result<(), ApiError> {
+        let url = self.logs_url(service, env, query, true);
+        let what = format!("GET {}", url.path());
+        let mut response = self.send(Method::GET, url, None, None).await?;
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let chunk = response.chunk().await.map_err(|e| self.connect_error(&e))?;
+            let Some(chunk) = chunk else {
+                return Ok(());
+            };
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let line = line.trim_ascii();
+                if line.is_empty() {
+                    continue;
+                }
+                let parsed: LogLine =
+                    serde_json::from_slice(line).map_err(|e| ApiError::Decode {
+                        what: what.clone(),
+                        reason: e.to_string(),
+                    })?;
+                if !each(parsed) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// `PUT .../secrets/{name}` with the value.
+    pub(crate) async fn set_secret(
+        &self,
+        service: &str,
+        env: &str,
+        name: &str,
+        value: &str,
+    ) -> Result<SecretInfo, ApiError> {
+        let url = self.env_url(service, env, &["secrets", name], &[]);
+        self.call(Method::PUT, url, Some(&SetSecret { value }))
+            .await
+    }
+
+    /// `GET .../secrets`.
+    pub(crate) async fn secrets(
+        &self,
+        service: &str,
+        env: &str,
+    ) -> Result<Vec<SecretInfo>, ApiError> {
+        self.get(self.env_url(service, env, &["secrets"], &[]))
+            .await
+    }
+
+    /// `DELETE .../secrets/{name}`.
+    pub(crate) async fn unset_secret(
+        &self,
+        service: &str,
+        env: &str,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let url = self.env_url(service, env, &["secrets", name], &[]);
+        self.send(Method::DELETE, url, None, Some(REQUEST_TIMEOUT))
+            .await
+            .map(drop)
+    }
+}
+
+/// Which lines `logs` asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct LogsQuery<'a> {
+    pub(crate) instance: Option<&'a str>,
+    pub(crate) lines: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+    use super::*;
+
+    #[test]
+    fn server_urls_are_https_or_loopback_http() {
+        assert_eq!(
+            server_url("https://runway.example.com").unwrap().as_str(),
+            "https://runway.example.com/"
+        );
+        assert!(server_url("http://127.0.0.1:8080").is_ok());
+        assert!(server_url("http://localhost:8080/").is_ok());
+        assert!(server_url("http://[::1]:8080/").is_ok());
+        let err = server_url("http://runway.example.com").unwrap_err();
+        assert!(err.to_string().contains("plain HTTP"), "{err}");
+        assert!(server_url("ftp://x").is_err());
+        assert!(server_url("not a url").is_err());
+    }
+
+    #[test]
+    fn paths_are_encoded_under_the_base() {
+        let client = Client::new("http://127.0.0.1:1/prefix", "t", None).unwrap();
+        let url = client.env_url("hello", "dev", &["secrets", "A B/C"], &[]);
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:1/prefix/v1/services/hello/environments/dev/secrets/A%20B%2FC"
+        );
+        let url = client.url(
+            &["v1", "deployments", "7", "events"],
+            &[("after", "3".into())],
+        );
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:1/prefix/v1/deployments/7/events?after=3"
+        );
+    }
+
+    #[test]
+    fn api_errors_say_message_and_field() {
+        let err = ApiError::Api {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "invalid_manifest".into(),
+            message: "container_port must be below 65536".into(),
+            field: Some("manifest.spec.container_port".into()),
+        };
+        assert_eq!(
+            err.to_string(),
+            "container_port must be below 65536 (field `manifest.spec.container_port`) [422 invalid_manifest]"
+        );
+    }
+}

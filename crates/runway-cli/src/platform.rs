@@ -1,0 +1,1216 @@
+//! The commands that talk to the control plane: `login`, `services`, `deploy`, `status`,
+//! `revisions`, `rollback`, `promote`, `events`, `logs` and `secrets`. Each prints for people by
+//! default and one JSON document on stdout with `--output json`; the API is in [`crate::api`].
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::api::{
+    ApiError, Client, CreateService, DeployRequest, Deployment, DeploymentEvent, DeploymentState,
+    LogLine, LogsQuery, PromoteRequest, RollbackRequest,
+};
+use crate::config;
+use crate::local::table;
+use crate::repo::{Repository, discover, display, is_named, valid_services};
+use crate::{EXIT_INVALID, Output, print_stdout};
+
+/// A deployment that ended badly.
+pub(crate) const EXIT_FAILED: u8 = 1;
+/// `--timeout` ran out while waiting.
+pub(crate) const EXIT_TIMEOUT: u8 = 3;
+
+/// How often `--wait` asks the server.
+const POLL: Duration = Duration::from_millis(500);
+
+/// `--output`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OutputArg {
+    /// Print for people (text) or one JSON document on stdout (json).
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+}
+
+/// Which service and environment a command is about.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Target {
+    /// The repository holding `.runway/`, whose service is meant (default: the current
+    /// directory). Not needed with `--service`.
+    #[arg(value_name = "DIR")]
+    path: Option<PathBuf>,
+    /// The service, by name; in a repository with several, also picks one (by name or id).
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The environment.
+    #[arg(short, long, default_value = "dev")]
+    env: String,
+}
+
+/// `--service` alone (for commands whose positional argument is something else).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ServiceEnv {
+    /// The service, by name (default: the one in the current directory's `.runway/`).
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The environment.
+    #[arg(short, long, default_value = "dev")]
+    env: String,
+}
+
+/// `--wait` and its bound.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct WaitArgs {
+    /// Show the deployment's progress as it happens and return when it ends: exit code 0 when
+    /// it succeeded, 1 when it failed or was rolled back, 3 when --timeout ran out.
+    #[arg(short, long)]
+    wait: bool,
+    /// How long --wait waits (e.g. 90s, 10m, 1h).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    timeout: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    runway_wrapper::duration::parse(text).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoginArgs {
+    /// The control plane's URL: https://..., or http:// on localhost only.
+    #[arg(long, value_name = "URL")]
+    server: String,
+    /// The API token; `-` reads it from standard input (recommended: it stays out of the shell's
+    /// history and the process list).
+    #[arg(long, value_name = "TOKEN")]
+    token: String,
+    /// A PEM file of the certificate authority that signed the server's certificate (the
+    /// control plane's local CA). When given, only it is trusted for this server.
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ServicesCommand {
+    /// Register a service: its owners and environments (admin token).
+    Create(CreateArgs),
+    /// List the services this token can see.
+    List(OutputArg),
+    /// Decommission a service: stop it everywhere and forget it (admin token).
+    ///
+    /// Asks to type the service's name to confirm, unless `--yes`.
+    Delete(DeleteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CreateArgs {
+    /// The service's name (a DNS label, as its manifest's `metadata.name`).
+    name: String,
+    /// An owner's e-mail address. Repeat for several.
+    #[arg(long = "owner", value_name = "EMAIL")]
+    owners: Vec<String>,
+    /// An environment it may be deployed to. Repeat for several; default: every environment
+    /// the server has.
+    #[arg(long = "env", value_name = "ENV")]
+    environments: Vec<String>,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DeleteArgs {
+    /// The service.
+    name: String,
+    /// Also delete its secrets (kept by default).
+    #[arg(long)]
+    delete_secrets: bool,
+    /// Do not ask to type the name.
+    #[arg(short, long)]
+    yes: bool,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DeployArgs {
+    /// The repository holding `.runway/` (or a `.runway` directory, a service directory under
+    /// it, or one manifest file).
+    #[arg(value_name = "DIR", default_value = ".")]
+    path: PathBuf,
+    /// The service to deploy, by name or id, when the repository has several.
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The environment: its `runway-<env>.yml` overrides and `env-<env>.yml` variables apply.
+    #[arg(short, long, default_value = "dev")]
+    env: String,
+    /// The image to deploy instead of the manifest's `spec.image`; the server pins a tag to its
+    /// digest.
+    #[arg(long, value_name = "REF")]
+    image: Option<String>,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TargetArgs {
+    #[command(flatten)]
+    target: Target,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RollbackArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The revision to go back to (as `runway revisions` lists it); default: the one before the
+    /// revision serving now.
+    #[arg(long, value_name = "REVISION")]
+    to: Option<String>,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PromoteArgs {
+    /// The repository holding `.runway/`, whose service is meant (default: the current
+    /// directory). Not needed with `--service`.
+    #[arg(value_name = "DIR")]
+    path: Option<PathBuf>,
+    /// The service, by name.
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The environment whose serving revision is promoted.
+    #[arg(long, value_name = "ENV")]
+    from: String,
+    /// The environment it goes to.
+    #[arg(long, value_name = "ENV")]
+    to: String,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EventsArgs {
+    /// A deployment's id (as `runway deploy` prints it).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["service", "path"])]
+    deployment: Option<String>,
+    /// The repository holding `.runway/`; the events are its latest deployment's.
+    #[arg(value_name = "DIR")]
+    path: Option<PathBuf>,
+    /// The service whose latest deployment's events are shown.
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The environment.
+    #[arg(short, long, default_value = "dev")]
+    env: String,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LogsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Only this instance's lines (as `runway status` lists them).
+    #[arg(long, value_name = "ID")]
+    instance: Option<String>,
+    /// Keep printing lines as they come, until Ctrl-C. With --output json, one JSON object a
+    /// line.
+    #[arg(short, long)]
+    follow: bool,
+    /// Lines to show from the end.
+    #[arg(short = 'n', long, default_value_t = 100)]
+    lines: u32,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum SecretsCommand {
+    /// Set a secret's value (a new version), read from standard input or --from-file, never
+    /// from an argument. One trailing newline is dropped.
+    ///
+    /// On a terminal the value is asked for without being shown. A revision records the
+    /// secrets' versions: deploy again for instances to get the new value.
+    Set(SecretSetArgs),
+    /// List the secrets' names and versions (never their values).
+    List(SecretListArgs),
+    /// Delete a secret.
+    Unset(SecretUnsetArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SecretSetArgs {
+    /// The secret's name, as the manifest's `spec.workload.secrets` lists it.
+    name: String,
+    #[command(flatten)]
+    target: ServiceEnv,
+    /// Read the value from this file instead of standard input.
+    #[arg(long, value_name = "FILE")]
+    from_file: Option<PathBuf>,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SecretListArgs {
+    #[command(flatten)]
+    target: ServiceEnv,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SecretUnsetArgs {
+    /// The secret's name.
+    name: String,
+    #[command(flatten)]
+    target: ServiceEnv,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// A client from the configuration file and environment.
+fn client() -> anyhow::Result<Client> {
+    let settings = config::resolve()?;
+    Ok(Client::new(
+        &settings.server,
+        &settings.token,
+        settings.ca.as_deref(),
+    )?)
+}
+
+fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+    print_stdout(&format!("{}\n", serde_json::to_string_pretty(value)?));
+    Ok(())
+}
+
+// ---- login ----
+
+pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
+    let token = if args.token == "-" {
+        read_token()?
+    } else {
+        args.token.trim().to_owned()
+    };
+    if token.is_empty() {
+        bail!("the token is empty");
+    }
+    let ca = args
+        .ca
+        .as_ref()
+        .map(|ca| std::path::absolute(ca).unwrap_or_else(|_| ca.clone()));
+    let client = Client::new(&args.server, &token, ca.as_deref())?;
+    let who = tokio()?.block_on(client.whoami())?;
+    let path = config::path()?;
+    let server = client.server().to_owned();
+    config::save(
+        &path,
+        &config::Config {
+            server: Some(server.clone()),
+            token: Some(token),
+            ca: ca.clone(),
+        },
+    )?;
+    match args.output.output {
+        Output::Json => print_json(&serde_json::json!({
+            "server": server,
+            "name": who.name,
+            "token_id": who.token_id,
+            "scope": who.scope,
+            "config": path,
+        }))?,
+        Output::Text => print_stdout(&format!(
+            "logged in to {server} as {} ({}); settings saved in {}\n",
+            if who.name.is_empty() { "?" } else { &who.name },
+            describe_scope(&who.scope),
+            path.display()
+        )),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_token() -> anyhow::Result<String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return read_hidden("token: ");
+    }
+    let mut line = String::new();
+    stdin
+        .lock()
+        .read_line(&mut line)
+        .context("cannot read the token from standard input")?;
+    Ok(line.trim().to_owned())
+}
+
+/// What a token may do, in a few words.
+fn describe_scope(scope: &Value) -> String {
+    if scope.get("admin").is_some() {
+        return "admin".to_owned();
+    }
+    if let Some(deploy) = scope.get("deploy") {
+        let service = deploy.get("service").and_then(Value::as_str).unwrap_or("?");
+        let envs: Vec<&str> = deploy
+            .get("environments")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        return format!("deploy {service} to {}", envs.join(", "));
+    }
+    scope.to_string()
+}
+
+/// Reads a line from the terminal without echoing it.
+fn read_hidden(prompt: &str) -> anyhow::Result<String> {
+    use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+    let stdin = std::io::stdin();
+    eprint!("{prompt}");
+    let original = tcgetattr(&stdin).context("cannot set up the terminal")?;
+    let mut quiet = original.clone();
+    quiet.local_flags.remove(LocalFlags::ECHO);
+    tcsetattr(&stdin, SetArg::TCSANOW, &quiet).context("cannot set up the terminal")?;
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    let _ = tcsetattr(&stdin, SetArg::TCSANOW, &original);
+    eprintln!();
+    read.context("cannot read from the terminal")?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+// ---- services ----
+
+pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
+    let client = client()?;
+    let rt = tokio()?;
+    match command {
+        ServicesCommand::Create(args) => {
+            let request = CreateService {
+                name: args.name.clone(),
+                owners: args.owners.clone(),
+                environments: (!args.environments.is_empty()).then(|| args.environments.clone()),
+            };
+            let service = rt.block_on(client.create_service(&request))?;
+            match args.output.output {
+                Output::Json => print_json(&service)?,
+                Output::Text => print_stdout(&format!(
+                    "created service {} (environments: {}; owners: {})\n",
+                    service.name,
+                    list_or_none(&service.environments),
+                    list_or_none(&service.owners)
+                )),
+            }
+        }
+        ServicesCommand::List(output) => {
+            let services = rt.block_on(client.services())?;
+            match output.output {
+                Output::Json => print_json(&services)?,
+                Output::Text => {
+                    let mut rows = vec![[
+                        "NAME".to_owned(),
+                        "ENVIRONMENTS".to_owned(),
+                        "OWNERS".to_owned(),
+                        "CREATED".to_owned(),
+                    ]];
+                    for s in &services {
+                        rows.push([
+                            s.name.clone(),
+                            list_or_none(&s.environments),
+                            list_or_none(&s.owners),
+                            s.created_at.clone(),
+                        ]);
+                    }
+                    print_stdout(&table(&rows));
+                }
+            }
+        }
+        ServicesCommand::Delete(args) => {
+            let confirm = if args.yes {
+                args.name.clone()
+            } else {
+                let typed = ask(&format!(
+                    "This stops {0} in every environment and forgets it{1}. Type its name ({0}) to confirm: ",
+                    args.name,
+                    if args.delete_secrets {
+                        ", with its secrets"
+                    } else {
+                        ""
+                    }
+                ))?;
+                if typed != args.name {
+                    eprintln!("not deleted: `{typed}` is not `{}`", args.name);
+                    return Ok(ExitCode::from(EXIT_FAILED));
+                }
+                typed
+            };
+            let done =
+                rt.block_on(client.delete_service(&args.name, &confirm, args.delete_secrets))?;
+            match args.output.output {
+                Output::Json => print_json(&done)?,
+                Output::Text => print_stdout(&format!(
+                    "decommissioned {}{}\n",
+                    done.decommissioned,
+                    if args.delete_secrets {
+                        " and its secrets"
+                    } else {
+                        ""
+                    }
+                )),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "-".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// Asks a question on stderr and reads one line of answer from stdin.
+fn ask(question: &str) -> anyhow::Result<String> {
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    let read = std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .context("cannot read the answer from standard input")?;
+    if read == 0 {
+        eprintln!();
+        bail!("no answer on standard input: pass --yes to skip the question");
+    }
+    Ok(line.trim().to_owned())
+}
+
+// ---- finding the service ----
+
+/// The service named by `--service`, or the one service of the repository at `path`.
+fn service_name(path: Option<&Path>, service: Option<&str>) -> anyhow::Result<String> {
+    if let (Some(service), None) = (service, path) {
+        return Ok(service.to_owned());
+    }
+    let path = path.unwrap_or(Path::new("."));
+    let repo = discover(path)?;
+    let Some(services) = valid_services(&repo, path, |s| is_named(s, service)) else {
+        bail!("cannot tell which service is meant: name it with --service");
+    };
+    Ok(only_one(services, &repo, service)?.name().to_owned())
+}
+
+fn only_one(
+    mut services: Vec<runway_manifest::Service>,
+    repo: &Repository,
+    wanted: Option<&str>,
+) -> anyhow::Result<runway_manifest::Service> {
+    if services.len() > 1 {
+        let names: Vec<&str> = services
+            .iter()
+            .map(runway_manifest::Service::name)
+            .collect();
+        bail!(
+            "{} holds several services ({}): choose one with --service",
+            display(&repo.runway_dir),
+            names.join(", ")
+        );
+    }
+    match services.pop() {
+        Some(service) => Ok(service),
+        None => bail!(
+            "no service named `{}` in {}",
+            wanted.unwrap_or_default(),
+            display(&repo.runway_dir)
+        ),
+    }
+}
+
+/// The directory holding `.runway/`.
+fn repository_root(runway_dir: &Path) -> PathBuf {
+    let named = |p: &Path| p.file_name().is_some_and(|n| n == ".runway");
+    let root = if named(runway_dir) {
+        runway_dir.parent()
+    } else if runway_dir.parent().is_some_and(named) {
+        runway_dir.parent().and_then(Path::parent)
+    } else {
+        Some(runway_dir)
+    };
+    let root = match root {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::canonicalize(&root)
+        .or_else(|_| std::path::absolute(&root))
+        .unwrap_or(root)
+}
+
+// ---- deploy ----
+
+pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
+    let path = &args.path;
+    let repo = discover(path)?;
+    if let Some(errors) = crate::validate::errors_text(&repo) {
+        eprint!("{errors}");
+        eprintln!(
+            "error: the manifest is invalid, so nothing was deployed; `runway validate {}` checks it again",
+            display(path)
+        );
+        return Ok(ExitCode::from(EXIT_INVALID));
+    }
+    let wanted = args.service.as_deref();
+    let Some(services) = valid_services(&repo, path, |s| is_named(s, wanted)) else {
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let service = only_one(services, &repo, wanted)?;
+    let env = args.env.as_str();
+    let config = service.config(Some(env))?;
+    let manifest =
+        serde_json::to_value(&config.manifest).context("cannot encode the manifest as JSON")?;
+    let env_vars = env_file_vars(&repo, &service.id, env)?;
+    let request = DeployRequest {
+        manifest,
+        env_vars,
+        image: args.image.clone(),
+        source_dir: Some(repository_root(&repo.runway_dir)),
+    };
+    let name = service.name().to_owned();
+    let client = client()?;
+    let rt = tokio()?;
+    let deployment = rt.block_on(client.deploy(&name, env, &request))?;
+    if args.output.output == Output::Text {
+        print_stdout(&format!(
+            "deployment {} of {name} to {env}: revision {} ({})\n",
+            deployment.id_text(),
+            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.state.as_str()
+        ));
+    }
+    finish(&rt, &client, deployment, &args.wait, args.output.output)
+}
+
+/// The variables of `.runway/[<id>/]env-<env>.yml`, as the manifest loader reads them.
+fn env_file_vars(
+    repo: &Repository,
+    id: &str,
+    env: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let Some(file) = repo
+        .services
+        .iter()
+        .find(|files| files.id == id)
+        .and_then(|files| files.env_files.get(env))
+    else {
+        return Ok(BTreeMap::new());
+    };
+    let doc = runway_manifest::parse(file).map_err(|diagnostics| {
+        let first = diagnostics
+            .first()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        anyhow::anyhow!("cannot read {}: {first}", file.name)
+    })?;
+    let Value::Object(map) = doc.value else {
+        bail!("{} is not a mapping of variable names to values", file.name);
+    };
+    map.into_iter()
+        .map(|(name, value)| {
+            let text = match value {
+                Value::String(s) => s,
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => bail!("{}: {name} is not a string, number or boolean", file.name),
+            };
+            Ok((name, text))
+        })
+        .collect()
+}
+
+/// After a deploy, rollback or promote: print it (JSON), or wait for it with `--wait`.
+fn finish(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    deployment: Deployment,
+    wait: &WaitArgs,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    if !wait.wait {
+        if output == Output::Json {
+            print_json(&deployment)?;
+        } else {
+            print_stdout(&format!(
+                "follow it with `runway events --deployment {0}`, or pass --wait\n",
+                deployment.id_text()
+            ));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (last, outcome) = rt.block_on(wait_for(client, deployment, wait.timeout, output))?;
+    if output == Output::Json {
+        print_json(&last)?;
+    }
+    let id = last.id_text();
+    let elapsed = |d: Duration| format!("{:.1}s", d.as_secs_f64());
+    Ok(match outcome {
+        Outcome::Ended(took) => match last.state {
+            DeploymentState::Succeeded => {
+                if output == Output::Text {
+                    print_stdout(&format!(
+                        "deployment {id} succeeded in {}: {} serves {} of {}\n",
+                        elapsed(took),
+                        last.to_revision.as_deref().unwrap_or("the new revision"),
+                        last.env,
+                        last.service
+                    ));
+                }
+                ExitCode::SUCCESS
+            }
+            _ => {
+                eprintln!(
+                    "error: deployment {id} {}: {}",
+                    match last.state {
+                        DeploymentState::RolledBack => "was rolled back",
+                        _ => "failed",
+                    },
+                    last.reason.as_deref().unwrap_or("no reason given")
+                );
+                ExitCode::from(EXIT_FAILED)
+            }
+        },
+        Outcome::TimedOut => {
+            eprintln!(
+                "error: gave up waiting after {}: deployment {id} is still {}; `runway events --deployment {id}` shows what it does",
+                humanize(wait.timeout),
+                last.state.as_str()
+            );
+            ExitCode::from(EXIT_TIMEOUT)
+        }
+    })
+}
+
+enum Outcome {
+    Ended(Duration),
+    TimedOut,
+}
+
+fn humanize(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 && secs.is_multiple_of(60) {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// Polls the deployment and its events every 500 ms, printing each event as it arrives, until
+/// it ends or `timeout` runs out. A spinner with the elapsed time shows on a terminal only.
+async fn wait_for(
+    client: &Client,
+    mut deployment: Deployment,
+    timeout: Duration,
+    output: Output,
+) -> Result<(Deployment, Outcome), ApiError> {
+    let id = deployment.id_text();
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let spinner = std::io::stderr().is_terminal();
+    let mut seen = 0usize;
+    let mut frame = 0usize;
+    let mut next_poll = Instant::now();
+    loop {
+        if Instant::now() >= next_poll {
+            next_poll = Instant::now() + POLL;
+            let events = client.events(&id, seen).await?;
+            seen += events.len();
+            print_events(&events, output, spinner);
+            deployment = client.deployment(&id).await?;
+            if deployment.state.is_final() {
+                // What happened between the two calls.
+                let events = client.events(&id, seen).await?;
+                print_events(&events, output, spinner);
+                clear_spinner(spinner);
+                return Ok((deployment, Outcome::Ended(start.elapsed())));
+            }
+        }
+        if Instant::now() >= deadline {
+            clear_spinner(spinner);
+            return Ok((deployment, Outcome::TimedOut));
+        }
+        if spinner {
+            const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[2K{} {} {}, {}s",
+                FRAMES[frame % FRAMES.len()],
+                id,
+                deployment.state.as_str(),
+                start.elapsed().as_secs()
+            );
+            let _ = err.flush();
+            frame += 1;
+        }
+        let step = if spinner {
+            Duration::from_millis(100)
+        } else {
+            next_poll.saturating_duration_since(Instant::now())
+        };
+        tokio::time::sleep(step.min(deadline.saturating_duration_since(Instant::now()))).await;
+    }
+}
+
+fn clear_spinner(spinner: bool) {
+    if spinner {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K");
+        let _ = err.flush();
+    }
+}
+
+/// Events as `HH:MM:SS  message`: on stdout, or on stderr when stdout holds JSON.
+fn print_events(events: &[DeploymentEvent], output: Output, spinner: bool) {
+    if events.is_empty() {
+        return;
+    }
+    clear_spinner(spinner);
+    let mut text = String::new();
+    for event in events {
+        text.push_str(&format!("{}  {}\n", clock(&event.at), event.message));
+    }
+    match output {
+        Output::Text => print_stdout(&text),
+        Output::Json => eprint!("{text}"),
+    }
+}
+
+/// The time of day of an RFC 3339 time (`2026-11-21T14:05:03.12Z` → `14:05:03`), else the text.
+fn clock(at: &str) -> &str {
+    at.split_once('T')
+        .and_then(|(_, time)| time.get(..8))
+        .unwrap_or(at)
+}
+
+// ---- status, revisions, rollback, promote, events ----
+
+pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
+    let name = service_name(args.target.path.as_deref(), args.target.service.as_deref())?;
+    let client = client()?;
+    let status = tokio()?.block_on(client.status(&name, &args.target.env))?;
+    if args.output.output == Output::Json {
+        print_json(&status)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = format!(
+        "{} in {}: {}\n",
+        name,
+        args.target.env,
+        status.url.as_deref().unwrap_or("no URL")
+    );
+    let traffic: Vec<String> = status
+        .routes
+        .iter()
+        .map(|r| format!("{} {}%", r.revision, r.weight))
+        .collect();
+    out.push_str(&format!(
+        "traffic: {}\n",
+        if traffic.is_empty() {
+            "none".to_owned()
+        } else {
+            traffic.join(", ")
+        }
+    ));
+    if !status.revisions.is_empty() {
+        out.push('\n');
+        let mut rows = vec![[
+            "REVISION".to_owned(),
+            "CONDITION".to_owned(),
+            "READY".to_owned(),
+            "STARTING".to_owned(),
+            "FAILED".to_owned(),
+            "REASON".to_owned(),
+        ]];
+        for r in &status.revisions {
+            rows.push([
+                r.revision.clone(),
+                r.condition.clone(),
+                format!("{}/{}", r.ready, r.desired_instances),
+                r.starting.to_string(),
+                r.failed.to_string(),
+                r.reason.clone().unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
+    if !status.instances.is_empty() {
+        out.push('\n');
+        let mut rows = vec![[
+            "INSTANCE".to_owned(),
+            "PHASE".to_owned(),
+            "READY".to_owned(),
+            "PORT".to_owned(),
+            "RESTARTS".to_owned(),
+            "MESSAGE".to_owned(),
+        ]];
+        for i in &status.instances {
+            rows.push([
+                i.id.clone(),
+                i.phase.clone(),
+                if i.ready { "yes" } else { "no" }.to_owned(),
+                i.port.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                i.restarts.to_string(),
+                i.message.clone(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
+    print_stdout(&out);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn revisions(args: &TargetArgs) -> anyhow::Result<ExitCode> {
+    let name = service_name(args.target.path.as_deref(), args.target.service.as_deref())?;
+    let client = client()?;
+    let revisions = tokio()?.block_on(client.revisions(&name, &args.target.env))?;
+    if args.output.output == Output::Json {
+        print_json(&revisions)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = vec![[
+        "REVISION".to_owned(),
+        "ARTIFACT".to_owned(),
+        "SECRETS".to_owned(),
+        "CREATED".to_owned(),
+        "BY".to_owned(),
+    ]];
+    for r in &revisions {
+        let secrets: Vec<String> = r
+            .secret_versions
+            .iter()
+            .map(|(name, version)| format!("{name}@{version}"))
+            .collect();
+        rows.push([
+            r.name.clone(),
+            r.image
+                .clone()
+                .or_else(|| r.source_dir.clone())
+                .unwrap_or_else(|| "-".to_owned()),
+            list_or_none(&secrets),
+            r.created_at.clone(),
+            r.created_by.clone(),
+        ]);
+    }
+    print_stdout(&table(&rows));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn rollback(args: &RollbackArgs) -> anyhow::Result<ExitCode> {
+    let name = service_name(args.target.path.as_deref(), args.target.service.as_deref())?;
+    let client = client()?;
+    let rt = tokio()?;
+    let request = RollbackRequest {
+        to: args.to.clone(),
+    };
+    let deployment = rt.block_on(client.rollback(&name, &args.target.env, &request))?;
+    if args.output.output == Output::Text {
+        print_stdout(&format!(
+            "rollback {} of {name} in {}: {} → {} ({})\n",
+            deployment.id_text(),
+            args.target.env,
+            deployment.from_revision.as_deref().unwrap_or("-"),
+            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.state.as_str()
+        ));
+    }
+    finish(&rt, &client, deployment, &args.wait, args.output.output)
+}
+
+pub(crate) fn promote(args: &PromoteArgs) -> anyhow::Result<ExitCode> {
+    let name = service_name(args.path.as_deref(), args.service.as_deref())?;
+    let client = client()?;
+    let rt = tokio()?;
+    let request = PromoteRequest {
+        from: args.from.clone(),
+        to: args.to.clone(),
+    };
+    let deployment = rt.block_on(client.promote(&name, &request))?;
+    if args.output.output == Output::Text {
+        print_stdout(&format!(
+            "promotion {} of {name} from {} to {}: revision {} ({})\n",
+            deployment.id_text(),
+            args.from,
+            args.to,
+            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.state.as_str()
+        ));
+    }
+    finish(&rt, &client, deployment, &args.wait, args.output.output)
+}
+
+pub(crate) fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
+    let client = client()?;
+    let rt = tokio()?;
+    let id = match &args.deployment {
+        Some(id) => id.clone(),
+        None => {
+            let name = service_name(args.path.as_deref(), args.service.as_deref())?;
+            let latest = rt.block_on(client.deployments(&name, &args.env, 1))?;
+            match latest.first() {
+                Some(d) => d.id_text(),
+                None => bail!("{name} has no deployment in {}", args.env),
+            }
+        }
+    };
+    let (deployment, events) = rt.block_on(async {
+        let deployment = client.deployment(&id).await?;
+        let events = client.events(&id, 0).await?;
+        Ok::<_, ApiError>((deployment, events))
+    })?;
+    match args.output.output {
+        Output::Json => print_json(&serde_json::json!({
+            "deployment": deployment,
+            "events": events,
+        }))?,
+        Output::Text => {
+            print_stdout(&format!(
+                "deployment {id} ({}) of {} to {}: {} → {}, {}{}\n",
+                deployment.kind,
+                deployment.service,
+                deployment.env,
+                deployment.from_revision.as_deref().unwrap_or("-"),
+                deployment.to_revision.as_deref().unwrap_or("-"),
+                deployment.state.as_str(),
+                deployment
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ));
+            print_events(&events, Output::Text, false);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---- logs ----
+
+pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
+    let name = service_name(args.target.path.as_deref(), args.target.service.as_deref())?;
+    let client = client()?;
+    let rt = tokio()?;
+    let query = LogsQuery {
+        instance: args.instance.as_deref(),
+        lines: args.lines,
+    };
+    let env = &args.target.env;
+    let output = args.output.output;
+    if !args.follow {
+        let lines = rt.block_on(client.logs(&name, env, &query))?;
+        match output {
+            Output::Json => print_json(&lines)?,
+            Output::Text => {
+                let text: String = lines.iter().map(log_text).collect();
+                print_stdout(&text);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    rt.block_on(async {
+        let stream = client.follow_logs(&name, env, &query, |line| {
+            let text = match output {
+                Output::Json => match serde_json::to_string(&line) {
+                    Ok(json) => format!("{json}\n"),
+                    Err(_) => return true,
+                },
+                Output::Text => log_text(&line),
+            };
+            write_stdout(&text)
+        });
+        tokio::select! {
+            result = stream => result.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One log line for people: the instance, then the text.
+fn log_text(line: &LogLine) -> String {
+    format!("{} {}\n", line.instance, line.text)
+}
+
+/// Writes and flushes; false once stdout is closed (`runway logs -f | head`).
+fn write_stdout(text: &str) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_ok()
+}
+
+// ---- secrets ----
+
+pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        SecretsCommand::Set(args) => {
+            let name = service_name(None, args.target.service.as_deref())?;
+            let value = match &args.from_file {
+                Some(file) => {
+                    let bytes = std::fs::read(file)
+                        .with_context(|| format!("cannot read {}", file.display()))?;
+                    String::from_utf8(bytes)
+                        .with_context(|| format!("{} is not UTF-8 text", file.display()))?
+                }
+                None if std::io::stdin().is_terminal() => {
+                    read_hidden(&format!("value of {} (not shown): ", args.name))?
+                }
+                None => {
+                    let mut value = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut value)
+                        .context("cannot read the value from standard input")?;
+                    value
+                }
+            };
+            let value = strip_newline(&value);
+            if value.is_empty() {
+                bail!("the value of {} is empty", args.name);
+            }
+            let client = client()?;
+            let info =
+                tokio()?.block_on(client.set_secret(&name, &args.target.env, &args.name, value))?;
+            match args.output.output {
+                Output::Json => print_json(&info)?,
+                Output::Text => print_stdout(&format!(
+                    "set {} for {name} in {} (version {}); deploy again for instances to get it\n",
+                    info.name,
+                    args.target.env,
+                    version_text(&info.version)
+                )),
+            }
+        }
+        SecretsCommand::List(args) => {
+            let name = service_name(None, args.target.service.as_deref())?;
+            let client = client()?;
+            let list = tokio()?.block_on(client.secrets(&name, &args.target.env))?;
+            match args.output.output {
+                Output::Json => print_json(&list)?,
+                Output::Text => {
+                    let mut rows = vec![[
+                        "NAME".to_owned(),
+                        "VERSION".to_owned(),
+                        "CREATED".to_owned(),
+                        "BY".to_owned(),
+                    ]];
+                    for s in &list {
+                        rows.push([
+                            s.name.clone(),
+                            version_text(&s.version),
+                            s.created_at.clone(),
+                            s.created_by.clone(),
+                        ]);
+                    }
+                    print_stdout(&table(&rows));
+                }
+            }
+        }
+        SecretsCommand::Unset(args) => {
+            let name = service_name(None, args.target.service.as_deref())?;
+            let client = client()?;
+            tokio()?.block_on(client.unset_secret(&name, &args.target.env, &args.name))?;
+            match args.output.output {
+                Output::Json => print_json(&serde_json::json!({
+                    "service": name,
+                    "env": args.target.env,
+                    "unset": args.name,
+                }))?,
+                Output::Text => print_stdout(&format!(
+                    "unset {} for {name} in {}\n",
+                    args.name, args.target.env
+                )),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn strip_newline(value: &str) -> &str {
+    value
+        .strip_suffix("\r\n")
+        .or_else(|| value.strip_suffix('\n'))
+        .unwrap_or(value)
+}
+
+fn version_text(version: &Value) -> String {
+    match version {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// The exit code for an error that reached `main`: 1 for what the server or the network said,
+/// 2 (usage) for the rest.
+pub(crate) fn exit_code(error: &anyhow::Error) -> Option<u8> {
+    error.chain().find_map(|cause| {
+        cause.downcast_ref::<ApiError>().map(|e| match e {
+            ApiError::Config { .. } => crate::EXIT_USAGE,
+            _ => EXIT_FAILED,
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_shows_the_time_of_day() {
+        assert_eq!(clock("2026-11-21T14:05:03.123456Z"), "14:05:03");
+        assert_eq!(clock("later"), "later");
+    }
+
+    #[test]
+    fn one_trailing_newline_is_dropped() {
+        assert_eq!(strip_newline("s3cr3t\n"), "s3cr3t");
+        assert_eq!(strip_newline("s3cr3t\r\n"), "s3cr3t");
+        assert_eq!(strip_newline("a\n\n"), "a\n");
+    }
+
+    #[test]
+    fn status_codes_are_kept() {
+        let err = ApiError::Api {
+            status: reqwest::StatusCode::NOT_FOUND,
+            code: "not_found".into(),
+            message: "service x not found".into(),
+            field: None,
+        };
+        assert_eq!(exit_code(&anyhow::Error::from(err)), Some(EXIT_FAILED));
+        let config = ApiError::Config {
+            reason: "bad".into(),
+        };
+        assert_eq!(
+            exit_code(&anyhow::Error::from(config)),
+            Some(crate::EXIT_USAGE)
+        );
+    }
+}
