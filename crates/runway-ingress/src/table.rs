@@ -575,4 +575,87 @@ mod tests {
         rev.release(&second);
         assert!(matches!(rev.try_pick(), Pick::Got(_)));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn label() -> impl Strategy<Value = String> {
+            "[a-z][a-z0-9]{0,5}(-[a-z0-9]{1,5}){0,2}"
+        }
+
+        /// Routes for distinct service names, each with two revisions, one tagged.
+        fn routes() -> impl Strategy<Value = Vec<(String, String, u32)>> {
+            proptest::collection::btree_map(label(), (label(), 0u32..=100), 1..6)
+                .prop_map(|m| m.into_iter().map(|(s, (e, w))| (s, e, w)).collect())
+        }
+
+        fn table(routes: &[(String, String, u32)]) -> RouteTableConfig {
+            RouteTableConfig {
+                domain: "example.test".into(),
+                routes: routes
+                    .iter()
+                    .map(|(service, env, weight)| RouteConfig {
+                        service: service.clone(),
+                        env: env.clone(),
+                        domains: vec![format!("{service}.custom.test")],
+                        request_timeout_seconds: 5.0,
+                        sticky: false,
+                        revisions: [("a", *weight, None), ("b", 100 - weight, Some("canary"))]
+                            .into_iter()
+                            .map(|(suffix, weight, tag)| RevisionConfig {
+                                name: format!("{service}-{suffix}"),
+                                weight,
+                                tag: tag.map(str::to_owned),
+                                average_start_seconds: None,
+                                protocol: crate::config::Protocol::Http1,
+                                instances: vec![],
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            }
+        }
+
+        proptest! {
+            /// Every route is reached by its generated host, its custom domain, and its tag
+            /// host (which pins the tagged revision); nothing panics on any other host.
+            #[test]
+            fn hosts_lead_to_their_route(routes in routes(), noise in ".{0,40}") {
+                let config = table(&routes);
+                prop_assert!(config.validate().is_ok());
+                let live = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
+                live.set(&config);
+                let table = live.load();
+                for (service, env, _) in &routes {
+                    for host in [format!("{service}.{env}.example.test"), format!("{service}.custom.test")] {
+                        let target = table.resolve(&host);
+                        prop_assert!(target.is_some_and(|t| &t.route.service == service && t.revision.is_none()), "{host}");
+                    }
+                    let tagged = table.resolve(&format!("canary---{service}.{env}.example.test"));
+                    let canary = format!("{service}-b");
+                    prop_assert!(tagged.and_then(|t| t.revision.as_ref()).is_some_and(|r| r.name == canary));
+                    // A revision is chosen by weight among those with weight.
+                    let route = &table.resolve(&format!("{service}.custom.test")).map(|t| Arc::clone(&t.route));
+                    if let Some(route) = route {
+                        let chosen = route.choose();
+                        prop_assert!(route.revisions.iter().any(|(w, r)| *w > 0 && Arc::ptr_eq(r, chosen)));
+                    }
+                }
+                let _ = table.resolve(&noise);
+            }
+
+            /// Any JSON a route table file could hold parses or fails with an error; never a
+            /// panic, in parsing or in validation.
+            #[test]
+            fn any_route_table_text_is_handled(text in ".{0,300}") {
+                if let Ok(config) = RouteTableConfig::from_json(&text) {
+                    let _ = config.validate();
+                }
+                if let Ok(config) = RouteTableConfig::from_yaml(&text) {
+                    let _ = config.validate();
+                }
+            }
+        }
+    }
 }
