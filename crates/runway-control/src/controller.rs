@@ -1,0 +1,651 @@
+//! The controller: the loop, one reconciliation of every service, and the actions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use runway_ingress::{Ingress, RouteTableConfig, ScaleUp};
+use runway_reconciler::{
+    Action, Desired as PlanDesired, DesiredRevision as PlanRevision, Observed, ObservedInstance,
+    Policy, RouteWeight, plan,
+};
+use runway_runtime::status::now_ms;
+use runway_runtime::{InstanceStatus, Runtime, RuntimeError};
+use runway_secrets::Sealer;
+use runway_store::{Deployment, Desired, Store, StoreError};
+use tokio::sync::{Notify, broadcast};
+
+use crate::config::ControllerConfig;
+use crate::error::{ControlError, Result};
+use crate::observe::{failure_reason, instance_state, kind, new_instance_id, revision_of};
+use crate::revision::RevisionInfo;
+use crate::start::{build_spec, open_secrets};
+use crate::state::{Key, StartFailure, State};
+use crate::table::build_table;
+
+/// The name the controller writes in the audit log.
+pub(crate) const ACTOR: &str = "reconciler";
+
+/// Makes the store's desired state true on a runtime and in the ingress, and moves
+/// deployments along. See the crate documentation.
+pub struct Controller<R: Runtime + Send + Sync + 'static> {
+    pub(crate) config: ControllerConfig,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) runtime: Arc<R>,
+    pub(crate) ingress: Ingress,
+    sealer: Arc<Sealer>,
+    wake: Notify,
+    pub(crate) state: Mutex<State>,
+    /// One reconciliation at a time.
+    pass: tokio::sync::Mutex<PassMemory>,
+}
+
+/// What one pass leaves for the loop.
+#[derive(Debug, Default)]
+struct PassMemory {
+    /// The soonest time-driven change a plan asked for.
+    requeue_after_ms: Option<u64>,
+    /// The errors last printed, so a lasting one is printed once.
+    printed: BTreeSet<String>,
+}
+
+impl<R: Runtime + Send + Sync + 'static> fmt::Debug for Controller<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("config", &self.config)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+    /// A controller over `runtime` and `ingress`. Nothing happens until [`Controller::run`]
+    /// or [`Controller::reconcile_all`].
+    pub fn new(
+        config: ControllerConfig,
+        store: Arc<dyn Store>,
+        runtime: Arc<R>,
+        ingress: Ingress,
+        sealer: Sealer,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            runtime,
+            ingress,
+            sealer: Arc::new(sealer),
+            wake: Notify::new(),
+            state: Mutex::new(State::default()),
+            pass: tokio::sync::Mutex::new(PassMemory::default()),
+        }
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &ControllerConfig {
+        &self.config
+    }
+
+    /// Reconciles now rather than at the next interval (after a deploy, say).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Reconciles every `reconcile_interval` (sooner when a drain grace or a start timeout
+    /// falls due), at once on [`Controller::wake`] or when the ingress holds requests for a
+    /// revision, until `shutdown` completes. Instances keep running after it returns.
+    pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        let mut scale_up = Some(self.ingress.subscribe_scale_up());
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let wait = self.pass_and_report().await;
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+                open = next_signal(&mut scale_up) => {
+                    if !open {
+                        scale_up = None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One pass, its new errors printed; returns the time to wait before the next.
+    async fn pass_and_report(&self) -> Duration {
+        let errors = self.reconcile_all().await;
+        let mut memory = self.pass.lock().await;
+        let messages: BTreeSet<String> = errors.iter().map(ToString::to_string).collect();
+        for message in messages.difference(&memory.printed) {
+            eprintln!("runway-control: {message}");
+        }
+        memory.printed = messages;
+        let interval = self.config.reconcile_interval();
+        memory.requeue_after_ms.map_or(interval, |ms| {
+            interval.min(Duration::from_millis(ms.max(10)))
+        })
+    }
+
+    /// Reconciles every service in every environment once: each desired state, and each
+    /// service/env that still has instances or routes without one (decommissioned). Returns
+    /// what went wrong; one service's failure does not stop the others.
+    pub async fn reconcile_all(&self) -> Vec<ControlError> {
+        let mut memory = self.pass.lock().await;
+        let mut errors = Vec::new();
+        let desired = match self
+            .db("list desired states", |store| store.desired_list())
+            .await
+        {
+            Ok(desired) => desired,
+            Err(error) => return vec![error],
+        };
+        let statuses = match self.runtime.instances().await {
+            Ok(statuses) => statuses,
+            Err(error) => return vec![ControlError::runtime("list instances", error)],
+        };
+        for wanted in &desired {
+            for revision in &wanted.revisions {
+                if let Err(error) = self.revision(&revision.revision).await {
+                    errors.push(error);
+                }
+            }
+        }
+        let mut by_key = self.group(statuses, &mut errors).await;
+        let mut keys: BTreeSet<Key> = desired
+            .iter()
+            .map(|d| (d.service.clone(), d.env.clone()))
+            .collect();
+        keys.extend(by_key.keys().cloned());
+        keys.extend(self.lock().services.keys().cloned());
+        let mut requeue: Option<u64> = None;
+        for key in keys {
+            let wanted = desired
+                .iter()
+                .find(|d| d.service == key.0 && d.env == key.1);
+            let instances = by_key.remove(&key).unwrap_or_default();
+            match self.reconcile_service(&key, wanted, instances).await {
+                Ok((after, mut failed)) => {
+                    requeue = min_some(requeue, after);
+                    errors.append(&mut failed);
+                }
+                Err(error) => errors.push(error),
+            }
+        }
+        self.forget_gone(&desired);
+        memory.requeue_after_ms = requeue;
+        errors
+    }
+
+    /// Instances by service and environment; those of revisions the store never knew (a
+    /// developer's `runway run`) are left out, and so left alone.
+    async fn group(
+        &self,
+        statuses: Vec<InstanceStatus>,
+        errors: &mut Vec<ControlError>,
+    ) -> BTreeMap<Key, Vec<InstanceStatus>> {
+        let ids: BTreeSet<&str> = statuses.iter().map(|s| s.id.as_str()).collect();
+        self.lock()
+            .tracked
+            .retain(|id, _| ids.contains(id.as_str()));
+        let mut by_key: BTreeMap<Key, Vec<InstanceStatus>> = BTreeMap::new();
+        for status in statuses {
+            let Some(name) = revision_of(&status.id) else {
+                continue;
+            };
+            match self.revision(name).await {
+                Ok(Some(info)) => by_key.entry(info.key()).or_default().push(status),
+                Ok(None) => {}
+                Err(error) => errors.push(error),
+            }
+        }
+        by_key
+    }
+
+    /// Plans one service in one environment and applies the plan; then moves its deployment.
+    /// Returns when to plan again for time's sake, and the actions' errors.
+    async fn reconcile_service(
+        &self,
+        key: &Key,
+        wanted: Option<&Desired>,
+        instances: Vec<InstanceStatus>,
+    ) -> Result<(Option<u64>, Vec<ControlError>)> {
+        let now = now_ms();
+        let (deployment, latest) = match wanted {
+            Some(_) => self.deployments(key).await?,
+            None => (None, None),
+        };
+        let (observed, changes) = self.observe(&instances, now);
+        let policy = self.policy_for(wanted, &instances);
+        let routes = {
+            let mut state = self.lock();
+            let service = state.services.entry(key.clone()).or_default();
+            service.instances = instances;
+            service.routes.clone()
+        };
+        let desired = plan_desired(wanted);
+        let observed = Observed {
+            instances: observed,
+            routes,
+            now_ms: now,
+        };
+        let plan = plan(&desired, &observed, &policy);
+        if let Some(service) = self.lock().services.get_mut(key) {
+            service.status = plan.status.clone();
+        }
+        let mut errors = Vec::new();
+        // Readiness changed since the last pass: the table follows at once.
+        if let Err(error) = self.apply_table() {
+            errors.push(error);
+        }
+        for change in changes {
+            self.event(deployment.as_ref(), &change, &mut errors).await;
+        }
+        for action in plan.actions {
+            let cleanup = matches!(action, Action::Drain { .. } | Action::Stop { .. });
+            let told = if cleanup {
+                latest.as_ref()
+            } else {
+                deployment.as_ref()
+            };
+            match self.apply(key, action, &policy).await {
+                Ok(message) => self.event(told, &message, &mut errors).await,
+                Err(error) => {
+                    self.event(deployment.as_ref(), &error.to_string(), &mut errors)
+                        .await;
+                    errors.push(error);
+                }
+            }
+        }
+        if let (Some(deployment), Some(wanted)) = (deployment, wanted) {
+            self.progress(key, &deployment, wanted).await?;
+        }
+        Ok((plan.requeue_after_ms, errors))
+    }
+
+    /// The planner's instances, with the state changes worth an event.
+    fn observe(
+        &self,
+        instances: &[InstanceStatus],
+        now: u64,
+    ) -> (Vec<ObservedInstance>, Vec<String>) {
+        let mut state = self.lock();
+        let mut observed = Vec::with_capacity(instances.len());
+        let mut changes = Vec::new();
+        for status in instances {
+            let Some(revision) = revision_of(&status.id) else {
+                continue;
+            };
+            let tracked = state.tracked.entry(status.id.clone()).or_default();
+            let current = instance_state(status, tracked);
+            let current_kind = kind(&current);
+            if tracked.kind != current_kind {
+                if let Some(change) = change_message(&status.id, current_kind, status) {
+                    changes.push(change);
+                }
+                tracked.kind = current_kind;
+                tracked.since_ms = now;
+            }
+            tracked.was_ready |= current.is_ready();
+            observed.push(ObservedInstance {
+                id: status.id.clone(),
+                revision: revision.to_owned(),
+                state: current,
+                since_ms: tracked.draining_since_ms.unwrap_or(tracked.since_ms),
+            });
+        }
+        (observed, changes)
+    }
+
+    /// The planner's bounds for this service: the drain grace shortened to the manifests'
+    /// stop grace.
+    fn policy_for(&self, wanted: Option<&Desired>, instances: &[InstanceStatus]) -> Policy {
+        let state = self.lock();
+        let names = wanted
+            .into_iter()
+            .flat_map(|d| d.revisions.iter().map(|r| r.revision.as_str()))
+            .chain(instances.iter().filter_map(|s| revision_of(&s.id)));
+        let grace = names
+            .filter_map(|name| state.revisions.get(name))
+            .map(|info| self.config.drain_grace_for(info.stop_grace_seconds()))
+            .min()
+            .unwrap_or(self.config.drain_grace_ms);
+        Policy {
+            drain_grace_ms: grace,
+            ..self.config.policy.clone()
+        }
+    }
+
+    /// Applies one action; returns what happened, for the deployment's events.
+    async fn apply(&self, key: &Key, action: Action, policy: &Policy) -> Result<String> {
+        match action {
+            Action::SetRoutes { weights } => self.set_routes(key, weights),
+            Action::Start { revision } => {
+                let id = self.start(key, &revision).await?;
+                Ok(format!("instance {id} started"))
+            }
+            Action::Replace { instance, revision } => {
+                self.stop(key, &instance).await?;
+                let id = self.start(key, &revision).await?;
+                Ok(format!("instance {instance} replaced by {id}"))
+            }
+            Action::Drain { instance } => {
+                self.drain(key, &instance, policy)?;
+                Ok(format!("instance {instance} draining"))
+            }
+            Action::Stop { instance } => {
+                self.stop(key, &instance).await?;
+                Ok(format!("instance {instance} stopped"))
+            }
+        }
+    }
+
+    /// Remembers the weights and sets the whole table; on refusal the old weights stay.
+    fn set_routes(&self, key: &Key, weights: Vec<RouteWeight>) -> Result<String> {
+        let message = traffic_message(&weights);
+        let previous = {
+            let mut state = self.lock();
+            let service = state.services.entry(key.clone()).or_default();
+            std::mem::replace(&mut service.routes, weights)
+        };
+        if let Err(error) = self.apply_table() {
+            if let Some(service) = self.lock().services.get_mut(key) {
+                service.routes = previous;
+            }
+            return Err(error);
+        }
+        Ok(message)
+    }
+
+    /// Builds the whole table from every service and gives it to the ingress, when it changed.
+    pub(crate) fn apply_table(&self) -> Result<()> {
+        let mut state = self.lock();
+        let table = build_table(&state, &self.config.domain);
+        if state.applied_table.as_ref() == Some(&table) {
+            return Ok(());
+        }
+        self.ingress
+            .set_routes(&table)
+            .map_err(|e| ControlError::Ingress(e.to_string()))?;
+        state.applied_table = Some(table);
+        Ok(())
+    }
+
+    /// Starts a new instance of `revision`; returns its id.
+    async fn start(&self, key: &Key, revision: &str) -> Result<String> {
+        let failed = |reason: String| ControlError::Start {
+            revision: revision.to_owned(),
+            reason,
+        };
+        let info = self
+            .revision(revision)
+            .await?
+            .ok_or_else(|| failed("the store has no such revision".to_owned()))?;
+        let id = self.unused_id(key, revision);
+        let secrets = {
+            let (store, sealer, info) = (
+                Arc::clone(&self.store),
+                Arc::clone(&self.sealer),
+                Arc::clone(&info),
+            );
+            tokio::task::spawn_blocking(move || open_secrets(store.as_ref(), &sealer, &info.record))
+                .await
+                .map_err(|e| ControlError::Task(e.to_string()))?
+        };
+        let spec = match secrets.and_then(|secrets| build_spec(&info, &id, secrets)) {
+            Ok(spec) => spec,
+            Err(reason) => {
+                self.remember_start_error(key, revision, true, Some(reason.clone()));
+                return Err(failed(reason));
+            }
+        };
+        let status = match self.runtime.instance_ensure(spec).await {
+            Ok(status) => status,
+            Err(error) => {
+                let reason = error.to_string();
+                self.remember_start_error(key, revision, false, Some(reason.clone()));
+                return Err(failed(reason));
+            }
+        };
+        self.remember_start_error(key, revision, false, None);
+        if let Some(service) = self.lock().services.get_mut(key) {
+            service.instances.push(status);
+        }
+        Ok(id)
+    }
+
+    fn remember_start_error(
+        &self,
+        key: &Key,
+        revision: &str,
+        permanent: bool,
+        reason: Option<String>,
+    ) {
+        let mut state = self.lock();
+        let Some(service) = state.services.get_mut(key) else {
+            return;
+        };
+        match reason {
+            Some(reason) => service
+                .start_errors
+                .insert(revision.to_owned(), StartFailure { permanent, reason }),
+            None => service.start_errors.remove(revision),
+        };
+    }
+
+    fn unused_id(&self, key: &Key, revision: &str) -> String {
+        let state = self.lock();
+        let taken = |id: &str| {
+            state
+                .services
+                .get(key)
+                .is_some_and(|s| s.instances.iter().any(|i| i.id == id))
+        };
+        let mut id = new_instance_id(revision);
+        while taken(&id) {
+            id = new_instance_id(revision);
+        }
+        id
+    }
+
+    /// Marks the instance draining, updates the table, and lets the ingress drain it in the
+    /// background; the planner stops it when its grace has passed.
+    fn drain(&self, key: &Key, id: &str, policy: &Policy) -> Result<()> {
+        let port = {
+            let mut state = self.lock();
+            let now = now_ms();
+            let tracked = state.tracked.entry(id.to_owned()).or_default();
+            tracked.draining_since_ms.get_or_insert(now);
+            state
+                .services
+                .get(key)
+                .and_then(|s| s.instances.iter().find(|i| i.id == id))
+                .and_then(|i| i.port)
+        };
+        self.apply_table()?;
+        if let Some(port) = port {
+            let ingress = self.ingress.clone();
+            let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            let grace = Duration::from_millis(policy.drain_grace_ms);
+            tokio::spawn(async move {
+                ingress.drain(address, grace).await;
+            });
+        }
+        Ok(())
+    }
+
+    /// Stops and removes the instance, then takes it out of the table.
+    async fn stop(&self, key: &Key, id: &str) -> Result<()> {
+        let what = || format!("stop instance {id}");
+        match self.runtime.instance_stop(id).await {
+            Ok(_) | Err(RuntimeError::NotFound(_)) => {}
+            Err(error) => return Err(ControlError::runtime(what(), error)),
+        }
+        match self.runtime.instance_remove(id).await {
+            Ok(()) | Err(RuntimeError::NotFound(_)) => {}
+            Err(error) => return Err(ControlError::runtime(what(), error)),
+        }
+        {
+            let mut state = self.lock();
+            state.tracked.remove(id);
+            if let Some(service) = state.services.get_mut(key) {
+                service.instances.retain(|i| i.id != id);
+            }
+        }
+        self.apply_table()
+    }
+
+    /// A revision by name, read from the store once and kept; `None` when the store does not
+    /// know it (and never did, as far as this controller saw).
+    pub(crate) async fn revision(&self, name: &str) -> Result<Option<Arc<RevisionInfo>>> {
+        if let Some(info) = self.lock().revisions.get(name) {
+            return Ok(Some(Arc::clone(info)));
+        }
+        let owned = name.to_owned();
+        let found = self
+            .db(format!("read revision {name}"), move |store| {
+                store.revision_get(&owned)
+            })
+            .await;
+        match found {
+            Ok(record) => {
+                let info = Arc::new(RevisionInfo::new(record));
+                self.lock()
+                    .revisions
+                    .insert(name.to_owned(), Arc::clone(&info));
+                Ok(Some(info))
+            }
+            Err(ControlError::Store {
+                source: StoreError::NotFound { .. },
+                ..
+            }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Forgets services with no desired state, instances or routes left, and their revisions.
+    fn forget_gone(&self, desired: &[Desired]) {
+        let mut state = self.lock();
+        let gone: Vec<Key> = state
+            .services
+            .iter()
+            .filter(|(key, service)| {
+                service.instances.is_empty()
+                    && service.routes.is_empty()
+                    && !desired.iter().any(|d| d.service == key.0 && d.env == key.1)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in gone {
+            state.services.remove(&key);
+            state.revisions.retain(|_, info| info.key() != key);
+        }
+    }
+
+    /// Runs a store call on the blocking pool.
+    pub(crate) async fn db<T: Send + 'static>(
+        &self,
+        what: impl Into<String>,
+        call: impl FnOnce(&dyn Store) -> runway_store::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = Arc::clone(&self.store);
+        let what = what.into();
+        match tokio::task::spawn_blocking(move || call(store.as_ref())).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(ControlError::store(what, error)),
+            Err(error) => Err(ControlError::Task(error.to_string())),
+        }
+    }
+
+    /// Adds an event to the deployment in progress, if there is one.
+    pub(crate) async fn event(
+        &self,
+        deployment: Option<&Deployment>,
+        message: &str,
+        errors: &mut Vec<ControlError>,
+    ) {
+        let Some(deployment) = deployment else {
+            return;
+        };
+        let (id, text) = (deployment.id, message.to_owned());
+        let added = self
+            .db(format!("add an event to deployment {id}"), move |store| {
+                store.deployment_add_event(ACTOR, id, &text)
+            })
+            .await;
+        if let Err(error) = added {
+            errors.push(error);
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The table last given to the ingress (empty before the first).
+    pub fn route_table(&self) -> RouteTableConfig {
+        self.lock().applied_table.clone().unwrap_or_default()
+    }
+}
+
+/// The planner's desired state from the store's.
+fn plan_desired(wanted: Option<&Desired>) -> PlanDesired {
+    PlanDesired {
+        revisions: wanted
+            .map(|d| {
+                d.revisions
+                    .iter()
+                    .map(|r| PlanRevision {
+                        name: r.revision.clone(),
+                        instances: r.instances,
+                        weight: r.weight,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// "traffic: hello-dev-00001 10%, hello-dev-00002 90%".
+pub(crate) fn traffic_message(weights: &[RouteWeight]) -> String {
+    if weights.is_empty() {
+        return "traffic: none".to_owned();
+    }
+    let parts: Vec<String> = weights
+        .iter()
+        .map(|w| format!("{} {}%", w.revision, w.weight))
+        .collect();
+    format!("traffic: {}", parts.join(", "))
+}
+
+/// The event for an instance entering a state, when that is news.
+fn change_message(id: &str, kind: &str, status: &InstanceStatus) -> Option<String> {
+    match kind {
+        "ready" => Some(format!("instance {id} is ready")),
+        "failed" | "crash_loop" => {
+            Some(format!("instance {id} failed: {}", failure_reason(status)))
+        }
+        "exited" => Some(format!("instance {id} exited: {}", failure_reason(status))),
+        _ => None,
+    }
+}
+
+fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Waits for the next scale-up signal; false once the ingress is gone.
+async fn next_signal(receiver: &mut Option<broadcast::Receiver<ScaleUp>>) -> bool {
+    match receiver {
+        Some(receiver) => !matches!(
+            receiver.recv().await,
+            Err(broadcast::error::RecvError::Closed)
+        ),
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,301 @@
+//! The deployment controller: a deployment in progress moves to `Progressing`, then to
+//! `Succeeded` once the ingress has the desired weights with the target revision ready, or
+//! to `Failed` (with the previous desired state restored) when it is not within
+//! `deploy_timeout_ms`, or at once when its revision can never start.
+
+use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
+use runway_runtime::Runtime;
+use runway_runtime::status::now_ms;
+use runway_store::{Deployment, DeploymentState, Desired, DesiredRevision};
+
+use crate::controller::{ACTOR, Controller, traffic_message};
+use crate::error::Result;
+use crate::observe::{failure_reason, revision_of};
+use crate::state::{Key, StartFailure};
+
+/// How many lines of a failed instance's output a failure's reason carries.
+const REASON_LOG_LINES: usize = 10;
+
+impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+    /// The deployment of this service/env that is `Pending` or `Progressing` (moved to
+    /// `Progressing`), and the latest deployment whatever its state: the cleanup after a
+    /// deployment (drains and stops) is told in the latest one's events.
+    pub(crate) async fn deployments(
+        &self,
+        key: &Key,
+    ) -> Result<(Option<Deployment>, Option<Deployment>)> {
+        let (service, env) = key.clone();
+        let listed = self
+            .db(
+                format!("list deployments of {service}/{env}"),
+                move |store| store.deployment_list(&service, Some(&env), 10),
+            )
+            .await?;
+        let latest = listed.first().cloned();
+        let Some(active) = listed.into_iter().find(|d| !d.state.is_terminal()) else {
+            return Ok((None, latest));
+        };
+        if active.state != DeploymentState::Pending {
+            return Ok((Some(active), latest));
+        }
+        let id = active.id;
+        let moved = self
+            .db(format!("start deployment {id}"), move |store| {
+                store.deployment_transition(ACTOR, id, DeploymentState::Progressing, None)
+            })
+            .await?;
+        Ok((Some(moved.clone()), Some(moved)))
+    }
+
+    /// Decides whether the deployment succeeded or failed by now.
+    pub(crate) async fn progress(
+        &self,
+        key: &Key,
+        deployment: &Deployment,
+        wanted: &Desired,
+    ) -> Result<()> {
+        let target = &deployment.to_revision;
+        let (status, routes, start_error) = {
+            let state = self.lock();
+            let service = state.services.get(key);
+            (
+                service.and_then(|s| s.status.iter().find(|r| &r.revision == target).cloned()),
+                service.map(|s| s.routes.clone()).unwrap_or_default(),
+                service.and_then(|s| s.start_errors.get(target).cloned()),
+            )
+        };
+        let ready = status
+            .as_ref()
+            .is_some_and(|s| s.condition == Condition::Ready);
+        if ready && routes == desired_routes(wanted) {
+            return self
+                .finish(deployment, DeploymentState::Succeeded, None)
+                .await;
+        }
+        let elapsed_ms = self.elapsed_ms(deployment);
+        let permanent = start_error.as_ref().is_some_and(|e| e.permanent);
+        if !permanent && elapsed_ms < self.config.deploy_timeout_ms {
+            return Ok(());
+        }
+        let reason = self
+            .failure(key, target, status.as_ref(), start_error, elapsed_ms)
+            .await;
+        self.restore_previous(deployment, wanted).await?;
+        self.finish(deployment, DeploymentState::Failed, Some(reason))
+            .await
+    }
+
+    /// Time since the deployment was created, or since this controller first saw it when
+    /// later (a controller that was down does not fail a deployment it never worked on).
+    fn elapsed_ms(&self, deployment: &Deployment) -> u64 {
+        let now = now_ms();
+        let created = u64::try_from(deployment.created_at.unix_millis()).unwrap_or(0);
+        let seen = *self
+            .lock()
+            .deployments_seen
+            .entry(deployment.id)
+            .or_insert(now);
+        now.saturating_sub(created.max(seen))
+    }
+
+    async fn finish(
+        &self,
+        deployment: &Deployment,
+        to: DeploymentState,
+        reason: Option<String>,
+    ) -> Result<()> {
+        let id = deployment.id;
+        self.lock().deployments_seen.remove(&id);
+        self.db(format!("mark deployment {id} {to}"), move |store| {
+            store.deployment_transition(ACTOR, id, to, reason.as_deref())
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Why the target revision did not make it: its condition (the probe, exit code or
+    /// signal of the failing instance), and the last lines that instance wrote.
+    async fn failure(
+        &self,
+        key: &Key,
+        target: &str,
+        status: Option<&RevisionStatus>,
+        start_error: Option<StartFailure>,
+        elapsed_ms: u64,
+    ) -> String {
+        let seconds = elapsed_ms / 1000;
+        let mut reason = match (start_error, status) {
+            (Some(error), _) => format!("{target} cannot start: {}", error.reason),
+            (
+                None,
+                Some(RevisionStatus {
+                    condition: Condition::Failing { reason } | Condition::TimedOut { reason },
+                    ..
+                }),
+            ) => format!("{target} not ready after {seconds} s: {reason}"),
+            (None, status) => {
+                let (ready, desired) = status.map_or((0, 0), |s| (s.ready, s.desired_instances));
+                format!(
+                    "{target} not ready after {seconds} s: {ready} of {desired} instance(s) ready"
+                )
+            }
+        };
+        if let Some((id, lines)) = self.failing_output(key, target).await {
+            reason.push_str(&format!("\nlast output of {id}:\n{}", lines.join("\n")));
+        }
+        reason
+    }
+
+    /// The last lines written by the target's first instance that is not ready.
+    async fn failing_output(&self, key: &Key, target: &str) -> Option<(String, Vec<String>)> {
+        let candidate = {
+            let state = self.lock();
+            let instances = &state.services.get(key)?.instances;
+            let mut not_ready: Vec<_> = instances
+                .iter()
+                .filter(|s| revision_of(&s.id) == Some(target) && !s.ready)
+                .collect();
+            not_ready.sort_by_key(|s| s.last_exit.is_none());
+            not_ready.first().map(|s| (*s).clone())
+        }?;
+        let lines = match self.runtime.logs(&candidate.id, REASON_LOG_LINES).await {
+            Ok(lines) if !lines.is_empty() => lines.into_iter().map(|l| l.text).collect(),
+            _ => candidate
+                .last_exit
+                .as_ref()
+                .map(|exit| exit.last_output.clone())
+                .unwrap_or_else(|| vec![failure_reason(&candidate)]),
+        };
+        Some((candidate.id, lines))
+    }
+
+    /// Sets the desired state back to the previous revision at weight 100 with its instance
+    /// count, so it keeps serving and the target's instances are stopped. Without a previous
+    /// revision, the target is kept at no instances and no traffic.
+    async fn restore_previous(&self, deployment: &Deployment, wanted: &Desired) -> Result<()> {
+        let target = deployment.to_revision.clone();
+        let previous = match &deployment.from_revision {
+            Some(from) if *from != target => {
+                let instances = match wanted
+                    .revisions
+                    .iter()
+                    .find(|r| &r.revision == from)
+                    .map(|r| r.instances)
+                    .filter(|&n| n > 0)
+                {
+                    Some(instances) => instances,
+                    None => self
+                        .revision(from)
+                        .await?
+                        .map_or(1, |info| info.default_instances()),
+                };
+                vec![DesiredRevision {
+                    revision: from.clone(),
+                    instances,
+                    weight: 100,
+                }]
+            }
+            _ => vec![DesiredRevision {
+                revision: target,
+                instances: 0,
+                weight: 0,
+            }],
+        };
+        let weights: Vec<RouteWeight> = previous
+            .iter()
+            .filter(|r| r.weight > 0)
+            .map(|r| RouteWeight::new(r.revision.clone(), r.weight))
+            .collect();
+        let (service, env) = (deployment.service.clone(), deployment.env.clone());
+        let id = deployment.id;
+        self.db(
+            format!("restore the desired state of {service}/{env}"),
+            move |store| {
+                store.desired_set(ACTOR, &service, &env, &previous, None)?;
+                store.deployment_add_event(
+                    ACTOR,
+                    id,
+                    &format!("desired state restored, {}", traffic_message(&weights)),
+                )
+            },
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// The desired weights as the planner routes them: positive ones, scaled to sum to 100
+/// (largest remainder, ties to the first name), sorted by revision.
+pub(crate) fn desired_routes(wanted: &Desired) -> Vec<RouteWeight> {
+    let mut weights: Vec<(String, u64)> = Vec::new();
+    for revision in wanted.revisions.iter().filter(|r| r.weight > 0) {
+        if !weights.iter().any(|(name, _)| name == &revision.revision) {
+            weights.push((revision.revision.clone(), u64::from(revision.weight)));
+        }
+    }
+    weights.sort();
+    let total: u64 = weights.iter().map(|(_, w)| w).sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut shares: Vec<(String, u64, u64)> = weights
+        .into_iter()
+        .map(|(name, w)| (name, w * 100 / total, w * 100 % total))
+        .collect();
+    let assigned: u64 = shares.iter().map(|s| s.1).sum();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| shares[b].2.cmp(&shares[a].2).then(a.cmp(&b)));
+    for &index in order
+        .iter()
+        .take(usize::try_from(100 - assigned).unwrap_or(0))
+    {
+        shares[index].1 += 1;
+    }
+    shares
+        .into_iter()
+        .filter(|s| s.1 > 0)
+        .map(|(name, share, _)| RouteWeight::new(name, u32::try_from(share).unwrap_or(100)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired(pairs: &[(&str, u32)]) -> Desired {
+        Desired {
+            service: "hello".to_owned(),
+            env: "dev".to_owned(),
+            revisions: pairs
+                .iter()
+                .map(|&(revision, weight)| DesiredRevision {
+                    revision: revision.to_owned(),
+                    instances: 1,
+                    weight,
+                })
+                .collect(),
+            generation: 1,
+        }
+    }
+
+    #[test]
+    fn desired_routes_are_scaled_to_100_and_sorted() {
+        assert_eq!(
+            desired_routes(&desired(&[("b", 10), ("a", 90)])),
+            [RouteWeight::new("a", 90), RouteWeight::new("b", 10)]
+        );
+        assert_eq!(
+            desired_routes(&desired(&[("a", 1), ("b", 1), ("c", 1)])),
+            [
+                RouteWeight::new("a", 34),
+                RouteWeight::new("b", 33),
+                RouteWeight::new("c", 33)
+            ]
+        );
+        assert_eq!(
+            desired_routes(&desired(&[("a", 0), ("b", 3)])),
+            [RouteWeight::new("b", 100)]
+        );
+        assert!(desired_routes(&desired(&[("a", 0)])).is_empty());
+    }
+}

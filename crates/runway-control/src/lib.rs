@@ -1,0 +1,84 @@
+//! Runway's control loop: the reconciler's executor and the deployment controller.
+//!
+//! The control plane (`runway server`) holds one [`Controller`]. It makes the desired state in
+//! the store true on a [`Runtime`](runway_runtime::Runtime) and in the
+//! [`Ingress`](runway_ingress::Ingress), level-triggered, and moves deployments through their
+//! states with events that explain every step and every failure.
+//!
+//! # The loop
+//!
+//! [`Controller::run`] calls [`Controller::reconcile_all`] every `reconcile_interval_ms`,
+//! sooner when a plan says a drain grace or a start timeout falls due, at once on
+//! [`Controller::wake`] and when the ingress holds requests for a revision (its scale-up
+//! signal). One pass:
+//!
+//! 1. reads every desired state from the store and every instance from the runtime;
+//! 2. gives each instance to its service and environment through its revision (the id minus
+//!    its last `-` segment); instances of revisions the store never knew are left alone;
+//! 3. for each service/env (desired, or with instances or routes but no desired state any
+//!    more: decommissioned) builds the planner's input: the desired revisions, the instances
+//!    with their state (runtime phase and readiness; failures with their supervisor's reason,
+//!    exit code or signal), and the routes this controller last applied (kept in memory, so
+//!    empty after a restart: the planner then routes to whatever is ready);
+//! 4. plans with [`runway_reconciler::plan`] and applies the actions in order, then moves the
+//!    deployment in progress, if any.
+//!
+//! Startup, recovery and normal work are this same pass: a new controller over a runtime that
+//! already runs instances adopts them (the planner finds the counts met, so nothing restarts)
+//! and sets the routes from the ready ones.
+//!
+//! # Actions
+//!
+//! | action | runtime | ingress |
+//! | --- | --- | --- |
+//! | `Start` | `instance_ensure` of a new `{revision}-{6 hex}` id, the spec from the revision's manifest, artifact, variables and opened secrets | — |
+//! | `Replace` | `instance_stop` + `instance_remove` of the dead one, then as `Start` | the table rebuilt |
+//! | `SetRoutes` | — | the weights remembered, the whole table rebuilt and set |
+//! | `Drain` | — | the instance stays in the table with `draining: true`; `Ingress::drain` in the background |
+//! | `Stop` | `instance_stop` + `instance_remove` | the instance dropped from the table |
+//!
+//! The table holds every service with routes: each routed revision (and each other revision
+//! with instances, at weight 0, so its `r{number}---` tag host answers) with its ready,
+//! non-draining instances at `127.0.0.1:{port}`, its draining ones marked so, the manifest's
+//! concurrency, request timeout and protocol (h2c for `HTTP2` and `grpc`). It is set only when
+//! it changed. Every action is idempotent: planning again on the same state is harmless.
+//!
+//! # Deployments
+//!
+//! ```text
+//! Pending ──▶ Progressing ──▶ Succeeded   routes = desired weights, target revision Ready
+//!                  │
+//!                  └────────▶ Failed      not so within deploy_timeout_ms of its creation,
+//!                                         or its revision can never start (manifest, spec,
+//!                                         secret); the desired state is set back to the
+//!                                         previous revision at weight 100
+//! ```
+//!
+//! While a deployment is in progress every step is an event: instances started, ready,
+//! failed (with the reason), traffic changes (`traffic: hello-dev-00002 100%`), drains and
+//! stops. A failure's reason says why (the probe, exit code or signal, as the supervisor
+//! reported it) and carries the last lines the failing instance wrote. Rollbacks and
+//! promotions are deployments like any other.
+//!
+//! # Secrets
+//!
+//! Each secret version a revision pins is read from the store and opened with the master key
+//! (bound to its service, environment, name and version) just before the instance starts,
+//! and reaches the runtime only in the spec's `secret_env`. A secret that cannot be opened
+//! fails the start with a reason naming the secret and its version, never a value.
+
+mod api;
+mod config;
+mod controller;
+mod deploy;
+mod error;
+mod observe;
+mod revision;
+mod start;
+mod state;
+mod table;
+
+pub use api::InstanceSummary;
+pub use config::ControllerConfig;
+pub use controller::Controller;
+pub use error::{ControlError, Result};

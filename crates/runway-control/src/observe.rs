@@ -1,0 +1,124 @@
+//! From what the runtime reports to what the planner reads: instance ids, states and the
+//! reasons of failures.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use runway_reconciler::InstanceState;
+use runway_runtime::{InstanceStatus, Phase};
+
+/// The revision an instance belongs to: its id minus the last `-` segment (the contract's
+/// `{revision}-{6 hex}`). `None` for an id not of that shape.
+pub(crate) fn revision_of(id: &str) -> Option<&str> {
+    let (revision, suffix) = id.rsplit_once('-')?;
+    let hex = suffix.len() == 6
+        && suffix
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex && !revision.is_empty()).then_some(revision)
+}
+
+/// A new instance id for `revision`: `{revision}-{6 lower-case hex}`, random.
+pub(crate) fn new_instance_id(revision: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u64(runway_runtime::status::now_ms());
+    format!("{revision}-{:06x}", hasher.finish() & 0x00ff_ffff)
+}
+
+/// What the controller remembers of one instance between reconciliations.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tracked {
+    /// The kind of the state last seen (see [`kind`]).
+    pub(crate) kind: &'static str,
+    /// When that state was first seen.
+    pub(crate) since_ms: u64,
+    /// It has been ready once: not ready now means "not ready", not "starting".
+    pub(crate) was_ready: bool,
+    /// When the controller told the ingress to drain it.
+    pub(crate) draining_since_ms: Option<u64>,
+}
+
+/// The planner's state of an instance, from its status and what the controller remembers.
+pub(crate) fn instance_state(status: &InstanceStatus, tracked: &Tracked) -> InstanceState {
+    if tracked.draining_since_ms.is_some() {
+        return InstanceState::Draining;
+    }
+    match status.phase {
+        Phase::Starting => InstanceState::Starting,
+        Phase::Running if status.ready => InstanceState::Ready,
+        Phase::Running if tracked.was_ready => InstanceState::NotReady,
+        Phase::Running => InstanceState::Starting,
+        Phase::BackingOff | Phase::CrashLoop => InstanceState::CrashLoop {
+            reason: failure_reason(status),
+        },
+        // Asked to stop already: the planner stops it again (idempotent) and removes it.
+        Phase::Stopping => InstanceState::Draining,
+        Phase::Stopped | Phase::Exited => InstanceState::Exited,
+        Phase::Failed => InstanceState::Failed {
+            reason: failure_reason(status),
+        },
+    }
+}
+
+/// A short name of a state, to tell when it changes.
+pub(crate) fn kind(state: &InstanceState) -> &'static str {
+    match state {
+        InstanceState::Starting => "starting",
+        InstanceState::Ready => "ready",
+        InstanceState::NotReady => "not_ready",
+        InstanceState::Draining => "draining",
+        InstanceState::Failed { .. } => "failed",
+        InstanceState::CrashLoop { .. } => "crash_loop",
+        InstanceState::Exited => "exited",
+    }
+}
+
+/// Why an instance is not running, in its supervisor's words: the status message, then how
+/// the last process ended (exit code or signal, OOM kill, the probe that killed it).
+pub(crate) fn failure_reason(status: &InstanceStatus) -> String {
+    let mut reason = status.message.trim().to_owned();
+    if let Some(exit) = &status.last_exit {
+        let how = match &exit.signal {
+            Some(signal) => format!("killed by signal {signal} (code {})", exit.code),
+            None => format!("exit code {}", exit.code),
+        };
+        let mut last = format!("last exit: {how}");
+        if exit.oom_killed {
+            last.push_str(", out of memory");
+        }
+        let generic = exit.reason.contains(&format!("code {}", exit.code));
+        if !exit.reason.is_empty() && !generic && !reason.contains(&exit.reason) {
+            last.push_str(&format!(", {}", exit.reason));
+        }
+        if reason.is_empty() {
+            reason = last;
+        } else {
+            reason = format!("{reason} ({last})");
+        }
+    }
+    if reason.is_empty() {
+        reason = format!("phase {}", status.phase.as_str());
+    }
+    reason
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_name_their_revision() {
+        assert_eq!(
+            revision_of("hello-dev-00002-3f9a1c"),
+            Some("hello-dev-00002")
+        );
+        assert_eq!(revision_of("hello-dev-00002"), None);
+        assert_eq!(revision_of("hello"), None);
+        let id = new_instance_id("hello-dev-00002");
+        assert_eq!(revision_of(&id), Some("hello-dev-00002"), "{id}");
+        assert_ne!(new_instance_id("a"), new_instance_id("a"));
+    }
+}

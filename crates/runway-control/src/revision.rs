@@ -1,0 +1,85 @@
+//! A revision as the controller uses it: the store's immutable record and the settings its
+//! manifest gives, read once and kept.
+
+use std::path::PathBuf;
+
+use runway_ingress::Protocol;
+use runway_manifest::{Manifest, ServiceConfig};
+use runway_store::Revision;
+
+/// One revision, with its settings applied.
+#[derive(Debug)]
+pub(crate) struct RevisionInfo {
+    pub(crate) record: Revision,
+    /// The settings, or why the manifest cannot be read.
+    pub(crate) config: Result<ServiceConfig, String>,
+}
+
+impl RevisionInfo {
+    pub(crate) fn new(record: Revision) -> Self {
+        let config = serde_json::from_value::<Manifest>(record.manifest.clone())
+            .map(|manifest| {
+                ServiceConfig::from_manifest(&manifest, Some(&record.env), &record.env_vars)
+            })
+            .map_err(|e| format!("its manifest cannot be read: {e}"));
+        Self { record, config }
+    }
+
+    pub(crate) fn key(&self) -> (String, String) {
+        (self.record.service.clone(), self.record.env.clone())
+    }
+
+    /// The tag the ingress serves it under: `r{number}`.
+    pub(crate) fn tag(&self) -> String {
+        format!("r{}", self.record.number)
+    }
+
+    /// The image pinned at deploy, for an image artifact.
+    pub(crate) fn image(&self) -> Option<String> {
+        self.record
+            .artifact
+            .get("image")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
+    /// The directory holding `.runway/`, for a process artifact.
+    pub(crate) fn source_dir(&self) -> PathBuf {
+        self.record
+            .artifact
+            .get("source_dir")
+            .and_then(serde_json::Value::as_str)
+            .map(PathBuf::from)
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn protocol(&self) -> Protocol {
+        match &self.config {
+            Ok(config) if config.backend_protocol.is_http2() => Protocol::H2c,
+            _ => Protocol::Http1,
+        }
+    }
+
+    pub(crate) fn max_concurrency(&self) -> u32 {
+        self.config.as_ref().map_or(0, |config| config.concurrency)
+    }
+
+    pub(crate) fn request_timeout_seconds(&self) -> f64 {
+        self.config.as_ref().map_or(300.0, |config| {
+            f64::from(config.request_timeout_seconds.max(1))
+        })
+    }
+
+    pub(crate) fn stop_grace_seconds(&self) -> u32 {
+        self.config
+            .as_ref()
+            .map_or(30, |config| config.stop_grace_period_seconds)
+    }
+
+    /// Instances a revision runs until autoscaling: `max(min_instances, 1)`.
+    pub(crate) fn default_instances(&self) -> u32 {
+        self.config
+            .as_ref()
+            .map_or(1, |config| config.min_instances.max(1))
+    }
+}

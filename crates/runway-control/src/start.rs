@@ -1,0 +1,61 @@
+//! What starting an instance of a revision takes: its secrets opened and its spec built.
+
+use std::collections::BTreeMap;
+
+use runway_runtime::InstanceSpec;
+use runway_runtime::service::{InstanceOptions, instance_spec};
+use runway_secrets::{Context, Sealed, Sealer};
+use runway_store::{Revision, Store};
+
+use crate::revision::RevisionInfo;
+
+/// The spec of instance `id` of the revision, with its secrets' values. The error says why
+/// it can never start, and holds no secret value.
+pub(crate) fn build_spec(
+    info: &RevisionInfo,
+    id: &str,
+    secret_env: BTreeMap<String, String>,
+) -> Result<InstanceSpec, String> {
+    let config = info.config.as_ref().map_err(Clone::clone)?;
+    let options = InstanceOptions {
+        id: id.to_owned(),
+        revision: info.record.name.clone(),
+        image: info.image(),
+        base_dir: info.source_dir(),
+        secret_env,
+    };
+    instance_spec(config, &options).map_err(|e| e.to_string())
+}
+
+/// The values of the secrets the revision pins, by name, opened with the master key. The
+/// error names the secret and its version, never a value.
+pub(crate) fn open_secrets(
+    store: &dyn Store,
+    sealer: &Sealer,
+    revision: &Revision,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut values = BTreeMap::new();
+    for (name, &version) in &revision.secret_versions {
+        let what = format!("secret {name} version {version}");
+        let stored = store
+            .secret_read(&revision.service, &revision.env, name, version)
+            .map_err(|e| format!("{what} cannot be read: {e}"))?;
+        let sealed = Sealed {
+            nonce: stored.nonce.clone(),
+            ciphertext: stored.ciphertext.clone(),
+        };
+        let context = Context {
+            service: &revision.service,
+            env: &revision.env,
+            name,
+            version: u64::from(version),
+        };
+        let value = sealer
+            .open(&sealed, &context)
+            .map_err(|e| format!("{what} cannot be opened: {e}"))?;
+        let text = String::from_utf8(value.expose().to_vec())
+            .map_err(|_| format!("{what} is not UTF-8 text"))?;
+        values.insert(name.clone(), text);
+    }
+    Ok(values)
+}

@@ -1,0 +1,51 @@
+//! What the controller keeps in memory between reconciliations. None of it is needed to
+//! recover: after a restart the routes start empty and are rebuilt from the ready instances.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use runway_ingress::RouteTableConfig;
+use runway_reconciler::{RevisionStatus, RouteWeight};
+use runway_runtime::InstanceStatus;
+
+use crate::observe::Tracked;
+use crate::revision::RevisionInfo;
+
+/// A service in an environment.
+pub(crate) type Key = (String, String);
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Revisions seen, by name (immutable, so kept until their service is gone).
+    pub(crate) revisions: HashMap<String, Arc<RevisionInfo>>,
+    pub(crate) services: BTreeMap<Key, ServiceState>,
+    /// Per instance id.
+    pub(crate) tracked: HashMap<String, Tracked>,
+    /// When this controller first saw each deployment in progress (by id): its timeout runs
+    /// from then or from its creation, whichever is later.
+    pub(crate) deployments_seen: HashMap<i64, u64>,
+    /// The table the ingress has, as last set by this controller.
+    pub(crate) applied_table: Option<RouteTableConfig>,
+}
+
+/// One service in one environment.
+#[derive(Debug, Default)]
+pub(crate) struct ServiceState {
+    /// The weights last applied to the ingress.
+    pub(crate) routes: Vec<RouteWeight>,
+    /// The last plan's status per revision.
+    pub(crate) status: Vec<RevisionStatus>,
+    /// Its instances as last observed (and changed by the actions since).
+    pub(crate) instances: Vec<InstanceStatus>,
+    /// The last failed start of each revision since its last successful one.
+    pub(crate) start_errors: BTreeMap<String, StartFailure>,
+}
+
+/// Why an instance of a revision could not be started.
+#[derive(Debug, Clone)]
+pub(crate) struct StartFailure {
+    /// It never will: its manifest, spec or a secret cannot be used, and a revision is
+    /// immutable. A deployment of it fails at once.
+    pub(crate) permanent: bool,
+    pub(crate) reason: String,
+}

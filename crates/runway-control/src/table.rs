@@ -1,0 +1,106 @@
+//! The whole ingress table, built from every service's routes and instances.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, SocketAddr};
+
+use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
+use runway_runtime::Phase;
+
+use crate::observe::revision_of;
+use crate::state::{Key, ServiceState, State};
+
+/// The table for every service with routes: each routed revision (and each other revision
+/// with instances, at weight 0, so its tag host answers) with its ready, non-draining
+/// instances, and its draining ones marked so.
+pub(crate) fn build_table(state: &State, domain: &str) -> RouteTableConfig {
+    RouteTableConfig {
+        domain: domain.to_owned(),
+        routes: state
+            .services
+            .iter()
+            .filter_map(|(key, service)| route(state, key, service))
+            .collect(),
+    }
+}
+
+fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig> {
+    let weights: BTreeMap<&str, u32> = service
+        .routes
+        .iter()
+        .filter(|route| route.weight > 0)
+        .map(|route| (route.revision.as_str(), route.weight))
+        .collect();
+    if weights.values().sum::<u32>() != 100 {
+        return None;
+    }
+    let names: BTreeSet<&str> = weights
+        .keys()
+        .copied()
+        .chain(
+            service
+                .instances
+                .iter()
+                .filter_map(|status| revision_of(&status.id)),
+        )
+        .collect();
+    let mut seen = BTreeSet::new();
+    let revisions: Vec<RevisionConfig> = names
+        .into_iter()
+        .map(|name| {
+            let weight = weights.get(name).copied().unwrap_or(0);
+            revision(state, service, name, weight, &mut seen)
+        })
+        .filter(|revision| revision.weight > 0 || !revision.instances.is_empty())
+        .collect();
+    let heaviest = weights
+        .iter()
+        .max_by_key(|(_, weight)| **weight)
+        .and_then(|(name, _)| state.revisions.get(*name));
+    Some(RouteConfig {
+        service: key.0.clone(),
+        env: key.1.clone(),
+        domains: Vec::new(),
+        request_timeout_seconds: heaviest.map_or(300.0, |info| info.request_timeout_seconds()),
+        sticky: false,
+        revisions,
+    })
+}
+
+fn revision(
+    state: &State,
+    service: &ServiceState,
+    name: &str,
+    weight: u32,
+    seen: &mut BTreeSet<SocketAddr>,
+) -> RevisionConfig {
+    let info = state.revisions.get(name);
+    let max_concurrency = info.map_or(0, |info| info.max_concurrency());
+    let instances = service
+        .instances
+        .iter()
+        .filter(|status| revision_of(&status.id) == Some(name))
+        .filter_map(|status| {
+            let address = SocketAddr::from((Ipv4Addr::LOCALHOST, status.port?));
+            let draining = status.phase == Phase::Stopping
+                || state
+                    .tracked
+                    .get(&status.id)
+                    .is_some_and(|tracked| tracked.draining_since_ms.is_some());
+            let serving = status.phase == Phase::Running && status.ready;
+            ((draining || serving) && seen.insert(address)).then_some(InstanceConfig {
+                address,
+                ready: true,
+                draining,
+                max_concurrency,
+            })
+        })
+        .collect();
+    RevisionConfig {
+        name: name.to_owned(),
+        weight,
+        tag: info.map(|info| info.tag()),
+        average_start_seconds: None,
+        protocol: info.map_or(Protocol::Http1, |info| info.protocol()),
+        instances,
+    }
+}

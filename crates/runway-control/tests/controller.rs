@@ -1,0 +1,380 @@
+//! The controller over an in-memory runtime, a real SQLite store and a real ingress (its
+//! table, not its sockets).
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{Behavior, Harness, fast_config};
+use runway_reconciler::RouteWeight;
+use runway_secrets::{Context, Sealer, SecretValue};
+use runway_store::{DeploymentState, DesiredRevision, Store};
+
+const BOUND: Duration = Duration::from_secs(10);
+const V1: &str = "hello-dev-00001";
+const V2: &str = "hello-dev-00002";
+
+fn weights(pairs: &[(&str, u32)]) -> Vec<RouteWeight> {
+    pairs.iter().map(|&(r, w)| RouteWeight::new(r, w)).collect()
+}
+
+/// A harness with v1 of hello deployed and serving.
+async fn serving_v1() -> Harness {
+    let harness = Harness::new(fast_config());
+    harness.onboard("hello");
+    let first = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| h.state(&first) == DeploymentState::Succeeded)
+        .await;
+    harness
+}
+
+#[tokio::test]
+async fn first_deploy_starts_an_instance_and_routes_to_it() {
+    let harness = Harness::new(fast_config());
+    harness.onboard("hello");
+    let deployment = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| {
+            h.state(&deployment) == DeploymentState::Succeeded
+        })
+        .await;
+
+    let controller = &harness.controller;
+    assert_eq!(controller.routes("hello", "dev"), weights(&[(V1, 100)]));
+    assert_eq!(
+        controller.url("hello", "dev"),
+        "https://hello.dev.localhost:8443/"
+    );
+    let instances = controller.instances("hello", "dev").await.unwrap();
+    assert_eq!(instances.len(), 1);
+    assert!(instances[0].ready);
+    assert_eq!(instances[0].revision, V1);
+    assert!(instances[0].id.starts_with("hello-dev-00001-"));
+
+    let table = controller.route_table();
+    assert_eq!(table.routes.len(), 1);
+    let route = &table.routes[0];
+    assert_eq!(
+        (route.service.as_str(), route.env.as_str()),
+        ("hello", "dev")
+    );
+    assert_eq!(route.request_timeout_seconds, 30.0);
+    assert_eq!(route.revisions[0].tag.as_deref(), Some("r1"));
+    assert_eq!(route.revisions[0].instances.len(), 1);
+    assert_eq!(route.revisions[0].instances[0].max_concurrency, 50);
+    assert_eq!(harness.ingress.table().routes().len(), 1);
+
+    let spec = &harness.runtime.specs()[0];
+    assert_eq!(spec.revision, V1);
+    assert_eq!(spec.env.get("GREETING").map(String::as_str), Some("hi"));
+
+    let events = harness.events(&deployment).join("\n");
+    for expected in [
+        "started",
+        "is ready",
+        "traffic: hello-dev-00001 100%",
+        "succeeded",
+    ] {
+        assert!(events.contains(expected), "{expected:?} not in\n{events}");
+    }
+    let statuses = controller.revision_status("hello", "dev");
+    assert_eq!(statuses[0].ready, 1);
+}
+
+#[tokio::test]
+async fn a_rolling_deploy_never_leaves_the_route_without_a_ready_instance() {
+    let harness = serving_v1().await;
+    harness
+        .runtime
+        .watch_ingress(&harness.ingress, "hello", "dev");
+    harness.runtime.behave(V2, Behavior::ReadyAfter(4));
+    let v1_ids = harness.runtime.ids_of(V1);
+
+    let second = harness.deploy("hello", BTreeMap::new());
+    assert_eq!(second.from_revision.as_deref(), Some(V1));
+    harness
+        .settle(BOUND, |h| {
+            h.state(&second) == DeploymentState::Succeeded && h.runtime.ids_of(V1).is_empty()
+        })
+        .await;
+
+    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V2, 100)])
+    );
+    let stopped = harness.runtime.stopped();
+    assert!(v1_ids.iter().all(|id| stopped.contains(id)));
+    let events = harness.events(&second).join("\n");
+    for expected in [
+        "traffic: hello-dev-00002 100%",
+        "draining",
+        "stopped",
+        "succeeded",
+    ] {
+        assert!(events.contains(expected), "{expected:?} not in\n{events}");
+    }
+    // The draining v1 instance was dropped from the table once stopped.
+    let table = harness.controller.route_table();
+    let names: Vec<&str> = table.routes[0]
+        .revisions
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names, [V2]);
+}
+
+#[tokio::test]
+async fn a_failing_deploy_fails_with_the_exit_code_and_output_and_v1_keeps_serving() {
+    let harness = serving_v1().await;
+    harness
+        .runtime
+        .watch_ingress(&harness.ingress, "hello", "dev");
+    harness.runtime.behave(
+        V2,
+        Behavior::Crash {
+            code: 3,
+            output: vec![
+                "booting".to_owned(),
+                "panic: DATABASE_URL is not set".to_owned(),
+            ],
+        },
+    );
+    let started = tokio::time::Instant::now();
+    let second = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| h.state(&second) == DeploymentState::Failed)
+        .await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+
+    let failed = harness.store.deployment_get(second.id).unwrap();
+    let reason = failed.reason.unwrap();
+    assert!(reason.contains("exit code 3"), "{reason}");
+    assert!(
+        reason.contains("panic: DATABASE_URL is not set"),
+        "{reason}"
+    );
+    assert!(reason.contains(V2), "{reason}");
+
+    // The previous revision is desired again, and the bad instances go.
+    let desired = harness.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(
+        desired.revisions,
+        [DesiredRevision {
+            revision: V1.to_owned(),
+            instances: 1,
+            weight: 100
+        }]
+    );
+    harness
+        .settle(BOUND, |h| h.runtime.ids_of(V2).is_empty())
+        .await;
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V1, 100)])
+    );
+    assert_eq!(harness.runtime.ids_of(V1).len(), 1);
+    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    let events = harness.events(&second).join("\n");
+    assert!(events.contains("failed: crash loop"), "{events}");
+}
+
+#[tokio::test]
+async fn a_rollback_moves_traffic_back_and_stops_the_newer_revision() {
+    let harness = serving_v1().await;
+    let second = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| {
+            h.state(&second) == DeploymentState::Succeeded && h.runtime.ids_of(V1).is_empty()
+        })
+        .await;
+    harness
+        .runtime
+        .watch_ingress(&harness.ingress, "hello", "dev");
+
+    let rollback = harness
+        .store
+        .record_rollback(
+            "admin",
+            "hello",
+            "dev",
+            V1,
+            &[DesiredRevision {
+                revision: V1.to_owned(),
+                instances: 1,
+                weight: 100,
+            }],
+        )
+        .unwrap()
+        .deployment;
+    harness
+        .settle(BOUND, |h| {
+            h.state(&rollback) == DeploymentState::Succeeded && h.runtime.ids_of(V2).is_empty()
+        })
+        .await;
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V1, 100)])
+    );
+    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn scaling_up_adds_the_new_ready_instance_to_the_table() {
+    let harness = serving_v1().await;
+    harness
+        .runtime
+        .watch_ingress(&harness.ingress, "hello", "dev");
+    harness
+        .store
+        .desired_set_instances("autoscaler", "hello", "dev", V1, 2, None)
+        .unwrap();
+    harness
+        .settle(BOUND, |h| {
+            let table = h.controller.route_table();
+            table.routes[0].revisions[0].instances.len() == 2
+        })
+        .await;
+    assert_eq!(harness.runtime.ids_of(V1).len(), 2);
+    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_decommissioned_service_is_drained_and_stopped() {
+    let harness = serving_v1().await;
+    let id = harness.runtime.ids_of(V1)[0].clone();
+    harness
+        .store
+        .service_decommission("admin", "hello", false)
+        .unwrap();
+    harness.settle(BOUND, |h| h.runtime.ids().is_empty()).await;
+    assert!(harness.runtime.stopped().contains(&id));
+    assert!(harness.controller.route_table().routes.is_empty());
+    assert!(harness.ingress.table().routes().is_empty());
+    assert!(harness.controller.routes("hello", "dev").is_empty());
+}
+
+#[tokio::test]
+async fn a_new_controller_adopts_running_instances_and_restores_routes() {
+    let harness = serving_v1().await;
+    let starts = harness.runtime.specs().len();
+    let ids = harness.runtime.ids();
+
+    let (second, ingress) = harness.another_controller();
+    assert!(second.routes("hello", "dev").is_empty());
+    for _ in 0..5 {
+        assert!(second.reconcile_all().await.is_empty());
+    }
+    assert_eq!(second.routes("hello", "dev"), weights(&[(V1, 100)]));
+    assert_eq!(harness.runtime.specs().len(), starts, "nothing restarted");
+    assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
+    assert_eq!(harness.runtime.ids(), ids);
+    let table = ingress.table();
+    let route = &table.routes()[0];
+    assert_eq!(route.revisions[0].0, 100);
+    assert_eq!(route.revisions[0].1.instances().len(), 1);
+}
+
+fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper: bool) -> u32 {
+    let sealer = Sealer::new(&harness.key);
+    // The store numbers versions; the first one of a name is 1.
+    let version = 1;
+    let mut sealed = sealer
+        .seal(
+            &SecretValue::from(value.to_owned()),
+            &Context {
+                service,
+                env: "dev",
+                name,
+                version: u64::from(version),
+            },
+        )
+        .unwrap();
+    if tamper {
+        let last = sealed.ciphertext.len() - 1;
+        sealed.ciphertext[last] ^= 0x01;
+    }
+    let info = harness
+        .store
+        .secret_set(
+            "admin",
+            service,
+            "dev",
+            name,
+            &sealed.nonce,
+            &sealed.ciphertext,
+        )
+        .unwrap();
+    assert_eq!(info.version, version);
+    info.version
+}
+
+#[tokio::test]
+async fn secrets_are_opened_into_the_spec_and_a_tampered_one_fails_the_start() {
+    let harness = Harness::new(fast_config());
+    harness.onboard("hello");
+    let version = set_secret(&harness, "hello", "API_KEY", "s3cr3t-value", false);
+    let good = harness.deploy("hello", BTreeMap::from([("API_KEY".to_owned(), version)]));
+    harness
+        .settle(BOUND, |h| h.state(&good) == DeploymentState::Succeeded)
+        .await;
+    let spec = &harness.runtime.specs()[0];
+    assert_eq!(
+        spec.secret_env,
+        BTreeMap::from([("API_KEY".to_owned(), "s3cr3t-value".to_owned())])
+    );
+    assert!(!spec.env.contains_key("API_KEY"));
+
+    harness.onboard("other");
+    let version = set_secret(&harness, "other", "TOKEN", "tampered-value", true);
+    let bad = harness.deploy("other", BTreeMap::from([("TOKEN".to_owned(), version)]));
+    harness
+        .settle(BOUND, |h| h.state(&bad) == DeploymentState::Failed)
+        .await;
+    let reason = harness
+        .store
+        .deployment_get(bad.id)
+        .unwrap()
+        .reason
+        .unwrap();
+    assert!(
+        reason.contains("secret TOKEN version 1 cannot be opened"),
+        "{reason}"
+    );
+    let story = format!("{reason}\n{}", harness.events(&bad).join("\n"));
+    assert!(!story.contains("tampered-value"), "{story}");
+    assert!(harness.runtime.ids_of("other-dev-00001").is_empty());
+    // hello was not disturbed.
+    assert_eq!(harness.runtime.ids_of(V1).len(), 1);
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V1, 100)])
+    );
+}
+
+#[tokio::test]
+async fn run_reconciles_until_shutdown() {
+    let harness = std::sync::Arc::new(Harness::new(fast_config()));
+    harness.onboard("hello");
+    let deployment = harness.deploy("hello", BTreeMap::new());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = std::sync::Arc::new(harness.another_controller().0);
+    let task = tokio::spawn(std::sync::Arc::clone(&controller).run(async {
+        let _ = stopped.await;
+    }));
+    controller.wake();
+    tokio::time::timeout(BOUND, async {
+        while harness.state(&deployment) != DeploymentState::Succeeded {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    stop.send(()).unwrap();
+    tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
+}
