@@ -1,0 +1,97 @@
+//! The API on plain HTTP with a temporary store and a platform that answers with nothing,
+//! for trying the API by hand or running schemathesis against it:
+//!
+//! ```text
+//! cargo run -p runway-api --example dev_server -- 127.0.0.1:7480
+//! schemathesis run http://127.0.0.1:7480/openapi.json -H "Authorization: Bearer $TOKEN"
+//! ```
+//!
+//! It prints the admin token on its first line and stops on Ctrl-C or when stdin closes.
+
+use std::sync::Arc;
+
+use runway_api::types::LogLine;
+use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, StatusParts};
+use tokio::sync::mpsc;
+
+#[derive(Debug)]
+struct NoPlatform;
+
+impl Platform for NoPlatform {
+    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
+        let pinned = match reference.split_once('@') {
+            Some(_) => reference.to_owned(),
+            None => {
+                let repo = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+                format!("{repo}@sha256:{}", "0".repeat(64))
+            }
+        };
+        Box::pin(async move { Ok(pinned) })
+    }
+
+    fn status(&self, _: &str, _: &str) -> BoxFuture<'_, StatusParts> {
+        Box::pin(async { StatusParts::default() })
+    }
+
+    fn logs(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: usize,
+    ) -> BoxFuture<'_, Result<Vec<LogLine>, String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn follow_logs(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: usize,
+    ) -> BoxFuture<'_, Result<mpsc::Receiver<LogLine>, String>> {
+        Box::pin(async { Ok(mpsc::channel(1).1) })
+    }
+
+    fn wake(&self) {}
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let listen = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:7480".to_owned());
+    let dir = tempfile::tempdir()?;
+    let store = Arc::new(runway_store::SqliteStore::open(
+        dir.path().join("runway.db"),
+    )?);
+    if let Some(token) = runway_api::bootstrap_admin(store.as_ref())? {
+        println!("{}", token.expose());
+    }
+    let state = ApiState::new(
+        store,
+        Arc::new(NoPlatform),
+        runway_secrets::Sealer::new(&runway_secrets::MasterKey::generate()?),
+        ["dev", "staging", "production"].map(str::to_owned).to_vec(),
+    );
+    let listener = tokio::net::TcpListener::bind(&listen).await?;
+    eprintln!("listening on http://{listen}");
+    let shutdown = async {
+        let mut line = String::new();
+        let stdin = tokio::io::stdin();
+        let mut reader = tokio::io::BufReader::new(stdin);
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line) => {}
+        }
+    };
+    runway_api::serve(
+        listener,
+        runway_api::router(state, Limits::default()),
+        None,
+        ServeOptions::default(),
+        shutdown,
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,288 @@
+//! The API server's configuration: a YAML (or JSON) file, every key optional, unknown keys
+//! refused, an error naming the file, line and key path.
+//!
+//! ```yaml
+//! listen: 127.0.0.1:7443
+//! data_dir: /var/lib/runway
+//! tls:
+//!   enabled: true          # false: plain HTTP (tests, or behind a TLS proxy)
+//!   ca_dir: null           # default {data_dir}/ca, shared with the ingress
+//!   hostnames: [localhost, 127.0.0.1]
+//! environments: [dev, staging, production]   # also the promotion order
+//! limits:
+//!   body_bytes: 1048576
+//!   request_timeout_seconds: 30
+//!   tls_handshake_timeout_seconds: 10
+//!   header_read_timeout_seconds: 30
+//!   shutdown_grace_seconds: 30
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::server::{Limits, ServeOptions};
+
+/// The API server's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The control plane's state: the store, the master key, the local CA.
+    pub data_dir: PathBuf,
+    /// TLS.
+    pub tls: TlsConfig,
+    /// The environments, in promotion order.
+    pub environments: Vec<String>,
+    /// Bounds on requests and connections.
+    pub limits: LimitsConfig,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7443)),
+            data_dir: PathBuf::from("/var/lib/runway"),
+            tls: TlsConfig::default(),
+            environments: ["dev", "staging", "production"].map(str::to_owned).to_vec(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+/// TLS settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// Serve HTTPS (the default) or plain HTTP.
+    pub enabled: bool,
+    /// The local certificate authority's directory; `{data_dir}/ca` when absent.
+    pub ca_dir: Option<PathBuf>,
+    /// The names the API's certificate is for.
+    pub hostnames: Vec<String>,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            ca_dir: None,
+            hostnames: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
+        }
+    }
+}
+
+/// Every bound, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// The largest request body, in bytes.
+    pub body_bytes: usize,
+    /// From a request's arrival to its response's head.
+    pub request_timeout_seconds: u64,
+    /// A TLS handshake.
+    pub tls_handshake_timeout_seconds: u64,
+    /// A request's head.
+    pub header_read_timeout_seconds: u64,
+    /// Open connections after shutdown is asked.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            body_bytes: 1 << 20,
+            request_timeout_seconds: 30,
+            tls_handshake_timeout_seconds: 10,
+            header_read_timeout_seconds: 30,
+            shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+/// Why the configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not a valid configuration.
+    #[error("{}{}: {key}: {message}", path.display(), position(*line, *column))]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The line, from 1, when known.
+        line: Option<u64>,
+        /// The column, from 1, when known.
+        column: Option<u64>,
+        /// The key path (`limits.body_bytes`), `.` for the document.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The values are valid one by one but not together.
+    #[error("{}: {key}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// The key at fault.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn position(line: Option<u64>, column: Option<u64>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(":{l}:{c}"),
+        (Some(l), None) => format!(":{l}"),
+        _ => String::new(),
+    }
+}
+
+impl ApiConfig {
+    /// Reads and checks the configuration file at `path` (YAML; JSON is YAML too).
+    ///
+    /// # Errors
+    /// See [`ConfigError`]; each names the file, and a parse error the line and key path.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and checks `text`, as read from `path`.
+    ///
+    /// # Errors
+    /// See [`ConfigError`].
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let config = if text.trim().is_empty() {
+            Self::default()
+        } else {
+            let mut key = String::new();
+            serde_saphyr::with_deserializer_from_str(text, |de| {
+                serde_path_to_error::deserialize(de).map_err(|e| {
+                    key = e.path().to_string();
+                    e.into_inner()
+                })
+            })
+            .map_err(|e| {
+                let location = e.location();
+                ConfigError::Parse {
+                    path: path.to_owned(),
+                    line: location.as_ref().map(serde_saphyr::Location::line),
+                    column: location.as_ref().map(serde_saphyr::Location::column),
+                    key: if key.is_empty() { ".".to_owned() } else { key },
+                    message: first_line(&e.to_string()),
+                }
+            })?
+        };
+        config.check(path)?;
+        Ok(config)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: key.to_owned(),
+            message,
+        };
+        if self.environments.is_empty() {
+            return Err(invalid(
+                "environments",
+                "at least one environment is needed".into(),
+            ));
+        }
+        for (i, env) in self.environments.iter().enumerate() {
+            if !crate::routes::is_label(env) {
+                return Err(invalid(
+                    &format!("environments[{i}]"),
+                    format!("{env:?} is not a DNS label"),
+                ));
+            }
+            if self.environments[..i].contains(env) {
+                return Err(invalid(
+                    &format!("environments[{i}]"),
+                    format!("{env:?} is listed twice"),
+                ));
+            }
+        }
+        if self.tls.enabled && self.tls.hostnames.is_empty() {
+            return Err(invalid(
+                "tls.hostnames",
+                "TLS needs at least one host name".into(),
+            ));
+        }
+        let l = &self.limits;
+        for (key, value) in [
+            ("limits.request_timeout_seconds", l.request_timeout_seconds),
+            (
+                "limits.tls_handshake_timeout_seconds",
+                l.tls_handshake_timeout_seconds,
+            ),
+            (
+                "limits.header_read_timeout_seconds",
+                l.header_read_timeout_seconds,
+            ),
+            (
+                "limits.body_bytes",
+                u64::try_from(l.body_bytes).unwrap_or(u64::MAX),
+            ),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be above 0".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The local CA's directory: `tls.ca_dir`, or `{data_dir}/ca`.
+    pub fn ca_dir(&self) -> PathBuf {
+        self.tls
+            .ca_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("ca"))
+    }
+
+    /// The bounds on one request.
+    pub fn request_limits(&self) -> Limits {
+        Limits {
+            body_bytes: self.limits.body_bytes,
+            request_timeout: Duration::from_secs(self.limits.request_timeout_seconds),
+        }
+    }
+
+    /// The bounds on connections.
+    pub fn serve_options(&self) -> ServeOptions {
+        ServeOptions {
+            tls_handshake_timeout: Duration::from_secs(self.limits.tls_handshake_timeout_seconds),
+            header_read_timeout: Duration::from_secs(self.limits.header_read_timeout_seconds),
+            shutdown_grace: Duration::from_secs(self.limits.shutdown_grace_seconds),
+        }
+    }
+}
+
+/// The message's first line without serde-saphyr's `error: line N column M: ` prefix, which
+/// the error already says in its own place.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let line = line.strip_prefix("error: ").unwrap_or(line);
+    match line
+        .strip_prefix("line ")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        Some((_, message)) => message.to_owned(),
+        None => line.to_owned(),
+    }
+}

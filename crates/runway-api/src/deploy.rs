@@ -1,0 +1,300 @@
+//! Deploy and promote: the manifest validated by `runway-manifest` (never re-implemented
+//! here), the image pinned once, the secrets' latest versions, and one store call that
+//! records it all; then the reconciler is woken.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use runway_manifest::{
+    Artifact, Manifest, ServiceConfig, ServiceFiles, Severity, SourceFile, load,
+};
+use runway_store::{
+    Deployment, NewRevision, PlannedRevision, Revision, RevisionRef, Store, StoreError,
+};
+use serde_json::{Value, json};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::state::ApiState;
+use crate::types::{DeployRequest, PromoteRequest};
+
+/// The name the manifest has in diagnostics.
+const MANIFEST_FILE: &str = "manifest";
+/// The name the environment variables have in diagnostics.
+const ENV_FILE: &str = "env_vars";
+
+/// Validates `manifest` (with `env_vars`) for `service` in `env` as `runway validate` would,
+/// and gives its settings. The first error is a 422 naming its field (`manifest.spec.…`,
+/// `env_vars.NAME`).
+pub(crate) fn validate(
+    service: &str,
+    env: &str,
+    manifest: &Value,
+    env_vars: &BTreeMap<String, String>,
+) -> ApiResult<ServiceConfig> {
+    if !manifest.is_object() {
+        return Err(
+            ApiError::manifest_invalid("the manifest must be a JSON object").field("manifest"),
+        );
+    }
+    // JSON is YAML: the manifest crate reads it as it reads a file, with the same schema and
+    // rules, and the same diagnostics.
+    let files = ServiceFiles {
+        id: service.to_owned(),
+        base: Some(SourceFile::new(MANIFEST_FILE, json_text(manifest))),
+        overrides: BTreeMap::new(),
+        env_files: BTreeMap::from([(
+            env.to_owned(),
+            SourceFile::new(ENV_FILE, json_text(env_vars)),
+        )]),
+    };
+    let loaded = load(&files);
+    if let Some(error) = loaded
+        .diagnostics
+        .iter()
+        .find(|d| d.severity == Severity::Error)
+    {
+        let in_env = error
+            .location
+            .as_ref()
+            .is_some_and(|l| &*l.file == ENV_FILE);
+        let root = if in_env { ENV_FILE } else { "manifest" };
+        let field = if error.path.is_empty() {
+            root.to_owned()
+        } else {
+            format!("{root}.{}", error.path)
+        };
+        return Err(
+            ApiError::manifest_invalid(format!("{field}: {}", error.headline())).field(field),
+        );
+    }
+    let config = loaded
+        .service
+        .ok_or_else(|| ApiError::manifest_invalid("the manifest is not valid").field("manifest"))?
+        .config(Some(env))
+        .map_err(|e| ApiError::manifest_invalid(e.to_string()).field("manifest"))?;
+    if config.name != service {
+        return Err(ApiError::manifest_invalid(format!(
+            "metadata.name is {:?}, but this is service {service:?}",
+            config.name
+        ))
+        .field("manifest.metadata.name"));
+    }
+    Ok(config)
+}
+
+/// `value` as JSON text; serializing a `Value` or a map of strings cannot fail.
+fn json_text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// How many instances a revision starts with: `max(min_instances, 1)`, so a deploy is
+/// proven to start before any scaling to zero.
+pub(crate) fn instances_for(config: &ServiceConfig) -> u32 {
+    config.min_instances.max(1)
+}
+
+/// [`instances_for`] of a stored revision's manifest.
+pub(crate) fn instances_of(manifest: &Value, env: &str) -> u32 {
+    serde_json::from_value::<Manifest>(manifest.clone())
+        .map(|m| {
+            instances_for(&ServiceConfig::from_manifest(
+                &m,
+                Some(env),
+                &BTreeMap::new(),
+            ))
+        })
+        .unwrap_or(1)
+}
+
+/// Records a deploy: see the module's documentation.
+pub(crate) async fn deploy(
+    state: &ApiState,
+    caller: &Caller,
+    service: &str,
+    env: &str,
+    body: DeployRequest,
+) -> ApiResult<Deployment> {
+    let config = validate(service, env, &body.manifest, &body.env_vars)?;
+    let artifact = match &config.artifact {
+        Artifact::Process { .. } => {
+            let dir = body.source_dir.as_deref().ok_or_else(|| {
+                ApiError::invalid(
+                    "a process artifact needs `source_dir`, the directory holding .runway/",
+                )
+                .field("source_dir")
+            })?;
+            if !Path::new(dir).is_absolute() {
+                return Err(
+                    ApiError::invalid("source_dir must be an absolute path").field("source_dir")
+                );
+            }
+            json!({ "source_dir": dir })
+        }
+        Artifact::Image { reference, .. } => {
+            let (reference, field) = match (&body.image, reference) {
+                (Some(image), _) => (image.as_str(), "image"),
+                (None, Some(reference)) => (reference.as_str(), "manifest.spec.image"),
+                (None, None) => {
+                    return Err(ApiError::invalid(
+                        "no image: give `image`, or set spec.image in the manifest",
+                    )
+                    .field("image"));
+                }
+            };
+            let pinned = state.platform.resolve_image(reference).await.map_err(|e| {
+                ApiError::invalid(format!("cannot resolve image {reference:?}: {e}")).field(field)
+            })?;
+            json!({ "image": pinned })
+        }
+    };
+    let instances = instances_for(&config);
+    let (service, env, actor) = (service.to_owned(), env.to_owned(), caller.name.clone());
+    let declared = config.secrets.clone();
+    let env_names: Vec<String> = config.env.keys().cloned().collect();
+    let revision = NewRevision {
+        service: service.clone(),
+        env: env.clone(),
+        manifest: body.manifest,
+        artifact,
+        env_vars: body.env_vars,
+        secret_versions: BTreeMap::new(),
+    };
+    let record = state
+        .store(move |s| {
+            let secrets = s.secret_list(&service, &env)?;
+            let mut revision = revision;
+            revision.secret_versions = secrets
+                .iter()
+                .map(|i| (i.name.clone(), i.version))
+                .collect();
+            if let Err(clashes) =
+                runway_secrets::check_clashes(revision.secret_versions.keys(), &env_names)
+            {
+                return Err(ApiError::invalid(format!(
+                    "{} set both as a secret and as an environment variable; remove one",
+                    clashes.join(", ")
+                ))
+                .field("env_vars"));
+            }
+            if let Some(missing) = declared
+                .iter()
+                .find(|n| !revision.secret_versions.contains_key(*n))
+            {
+                return Err(ApiError::invalid(format!(
+                    "the manifest uses secret {missing} but it is not set for {service} in {env}"
+                ))
+                .field("manifest.spec.workload.secrets"));
+            }
+            let desired = [PlannedRevision {
+                revision: RevisionRef::New,
+                instances,
+                weight: 100,
+            }];
+            Ok(s.record_deploy(&actor, &revision, &desired)?)
+        })
+        .await?;
+    state.platform.wake();
+    Ok(record.deployment)
+}
+
+/// The revision serving in a desired state: the one with the most weight.
+fn serving(s: &dyn Store, service: &str, env: &str) -> ApiResult<Option<Revision>> {
+    let desired = s.desired_get(service, env)?;
+    let Some(top) = desired.and_then(|d| d.revisions.into_iter().max_by_key(|r| r.weight)) else {
+        return Ok(None);
+    };
+    Ok(Some(s.revision_get(&top.revision)?))
+}
+
+/// The revision before the serving one, for a rollback without `to`.
+pub(crate) fn previous_revision(s: &dyn Store, service: &str, env: &str) -> ApiResult<Revision> {
+    s.service_get(service)?;
+    let current = serving(s, service, env)?
+        .ok_or_else(|| ApiError::conflict(format!("nothing is deployed for {service} in {env}")))?;
+    s.revision_list(service, env)?
+        .into_iter()
+        .filter(|r| r.number < current.number)
+        .max_by_key(|r| r.number)
+        .ok_or_else(|| {
+            ApiError::conflict(format!(
+                "{} is the first revision of {service} in {env}: there is none to roll back to",
+                current.name
+            ))
+        })
+}
+
+/// Records a promotion of the revision serving in `from` to `to`.
+pub(crate) async fn promote(
+    state: &ApiState,
+    caller: &Caller,
+    service: &str,
+    body: PromoteRequest,
+) -> ApiResult<Deployment> {
+    let order = &state.environments;
+    let position = |env: &str, field: &str| {
+        order.iter().position(|e| e == env).ok_or_else(|| {
+            ApiError::not_found(format!("environment {env:?} not found")).field(field)
+        })
+    };
+    if position(&body.to, "to")? <= position(&body.from, "from")? {
+        return Err(ApiError::invalid(format!(
+            "{} does not come after {} in the promotion order ({})",
+            body.to,
+            body.from,
+            order.join(" → ")
+        ))
+        .field("to"));
+    }
+    let (service, actor) = (service.to_owned(), caller.name.clone());
+    let record = state
+        .store(move |s| {
+            s.service_get(&service)?;
+            let source = serving(s, &service, &body.from)?.ok_or_else(|| {
+                ApiError::conflict(format!(
+                    "nothing is deployed for {service} in {}",
+                    body.from
+                ))
+            })?;
+            let desired = [PlannedRevision {
+                revision: RevisionRef::New,
+                instances: instances_of(&source.manifest, &body.to),
+                weight: 100,
+            }];
+            Ok(s.record_promote(&actor, &source.name, &body.to, &desired)?)
+        })
+        .await?;
+    state.platform.wake();
+    Ok(record.deployment)
+}
+
+/// The version the next `secret_set` of this secret will get: one above the highest ever
+/// stored, deleted ones included (which the listing does not show, so versions above the
+/// listed one are probed).
+///
+/// The store allocates the number itself but the value must be sealed for it first; the
+/// caller holds the API's secret lock across this and the set, and checks the number the
+/// store gave back.
+pub(crate) fn next_secret_version(
+    s: &dyn Store,
+    service: &str,
+    env: &str,
+    name: &str,
+) -> ApiResult<u32> {
+    let listed = s
+        .secret_list(service, env)?
+        .into_iter()
+        .find(|i| i.name == name)
+        .map_or(0, |i| i.version);
+    let mut version = listed;
+    loop {
+        let next = version
+            .checked_add(1)
+            .ok_or_else(|| ApiError::conflict(format!("secret {name} has run out of versions")))?;
+        match s.secret_read(service, env, name, next) {
+            Ok(_) => version = next,
+            Err(StoreError::NotFound { .. }) => return Ok(next),
+            Err(other) => return Err(other.into()),
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Extractors whose rejections take the API's error shape: a JSON body (the field at fault
+//! named by its path), query parameters and path parameters.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A JSON request body. An empty body reads as `{}`; unknown keys are refused where the type
+/// says so; a type error names its field (`manifest.spec`, `scope.deploy.service`).
+#[derive(Debug)]
+pub(crate) struct Json<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::too_large("the request body is too large")
+            } else {
+                ApiError::invalid("cannot read the request body")
+            }
+        })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let error = ApiError::invalid(format!("invalid JSON body: {}", e.into_inner()));
+            if path.is_empty() || path == "." {
+                error
+            } else {
+                error.field(path)
+            }
+        })?;
+        de.end()
+            .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
+        Ok(Json(value))
+    }
+}
+
+/// Query parameters.
+#[derive(Debug)]
+pub(crate) struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Query(q.0))
+            .map_err(|e| ApiError::invalid(format!("invalid query parameters: {}", e.body_text())))
+    }
+}
+
+/// Path parameters.
+#[derive(Debug)]
+pub(crate) struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+    }
+}

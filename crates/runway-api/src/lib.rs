@@ -1,0 +1,81 @@
+//! Runway's control-plane API: HTTP/JSON over TLS, as `tools/api-contract.md` specifies it.
+//!
+//! # Routes
+//!
+//! | route | needs |
+//! | --- | --- |
+//! | `GET /healthz`, `GET /openapi.json` | nothing |
+//! | `GET /v1/whoami`, `GET /v1/services` (a deploy token sees its own) | any token |
+//! | `POST /v1/services`, `DELETE /v1/services/{service}?confirm=`, `/v1/tokens…`, `GET /v1/audit` | admin |
+//! | `GET /v1/services/{service}` | read on the service |
+//! | `…/environments/{env}/deployments` (POST deploys), `…/rollback`, `…/secrets/{name}` (PUT, DELETE) | write in the environment |
+//! | `…/deployments` (GET), `…/revisions`, `…/status`, `…/logs`, `…/secrets` (GET), `/v1/deployments/{id}…` | read in the environment |
+//! | `POST /v1/services/{service}/promote` | read in `from`, write in `to` |
+//!
+//! The OpenAPI 3.1 document ([`openapi::openapi_json`], checked in as `openapi.json`) is
+//! generated from the handlers with `utoipa`; `utoipa-axum` builds the router and the
+//! document from the same list, so a route cannot be served undescribed.
+//!
+//! # Authentication and authorization
+//!
+//! `Authorization: Bearer <token>` on every route but the two public ones. The token's text
+//! is checked ([`runway_secrets::Token::parse`]), looked up by hash in the store, and must be
+//! neither revoked nor expired: a missing, malformed or unknown token is a 401 with one
+//! message for all three. Each handler then authorizes its action with
+//! [`runway_secrets::authorize`], the service and environment taken from the path: a refusal
+//! is a 403. The token's name is the actor of every audit entry the store writes.
+//! [`bootstrap_admin`] makes the first admin token.
+//!
+//! # Errors
+//!
+//! Every error is `{"error": {"code", "message", "field"}}` ([`error`], the one place where
+//! store, token, body and manifest errors become statuses): 400 invalid input, 401, 403,
+//! 404, 409 conflict, 413 body too large, 422 invalid manifest (with `field`, e.g.
+//! `manifest.spec.container_port`), 503 over the request timeout, and 500, which says only
+//! "internal error" and logs its cause to stderr with the request's id (`x-request-id`).
+//!
+//! # Secrets
+//!
+//! A value is sealed ([`runway_secrets::Sealer`]) for its service, environment, name and
+//! version before it reaches the store, and is never returned, listed or logged.
+//!
+//! # Serving
+//!
+//! ```no_run
+//! # async fn run(store: std::sync::Arc<dyn runway_store::Store>,
+//! #     platform: std::sync::Arc<dyn runway_api::Platform>,
+//! #     sealer: runway_secrets::Sealer) -> Result<(), Box<dyn std::error::Error>> {
+//! use runway_api::{ApiConfig, ApiState, router, serve, tls_config};
+//! let config = ApiConfig::load("runway-server.yml".as_ref())?;
+//! if let Some(token) = runway_api::bootstrap_admin(store.as_ref())? {
+//!     println!("admin token (shown once): {}", token.expose());
+//! }
+//! let state = ApiState::new(store, platform, sealer, config.environments.clone());
+//! let app = router(state, config.request_limits());
+//! let tls = config.tls.enabled.then(|| tls_config(&config.ca_dir(), &config.tls.hostnames)).transpose()?;
+//! let listener = tokio::net::TcpListener::bind(config.listen).await?;
+//! serve(listener, app, tls, config.serve_options(), async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+
+mod auth;
+pub mod config;
+mod deploy;
+pub mod error;
+mod extract;
+pub mod openapi;
+mod platform;
+mod routes;
+mod server;
+mod state;
+mod stream;
+mod tls;
+pub mod types;
+
+pub use auth::{BootstrapError, Caller, bootstrap_admin};
+pub use config::{ApiConfig, ConfigError, LimitsConfig, TlsConfig};
+pub use error::{ApiError, ErrorBody, ErrorDetail};
+pub use platform::{BoxFuture, Platform, StatusParts};
+pub use server::{Limits, ServeOptions, X_REQUEST_ID, router, serve};
+pub use state::ApiState;
+pub use tls::{TlsSetupError, tls_config};

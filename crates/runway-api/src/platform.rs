@@ -1,0 +1,60 @@
+//! What the API needs from outside the store: the registry, the runtime's view of instances,
+//! their logs, and a nudge for the reconciler. The server binary implements it over the
+//! reconciler and the runtime; the tests over plain values.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::sync::mpsc;
+
+use crate::types::{InstanceView, LogLine, RevisionStatus, RouteView};
+
+/// A boxed, sendable future (the trait stays object safe: `Arc<dyn Platform>`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the runtime and the ingress say about a service in an environment; the desired state
+/// comes from the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StatusParts {
+    /// Where it is served, `https://hello.dev.localhost:8443/`.
+    pub url: String,
+    /// What the ingress routes now.
+    pub routes: Vec<RouteView>,
+    /// How each revision is doing.
+    pub revisions: Vec<RevisionStatus>,
+    /// Every instance of the service in the environment.
+    pub instances: Vec<InstanceView>,
+}
+
+/// Everything outside the store the API asks about.
+pub trait Platform: Send + Sync + 'static {
+    /// Resolves an image reference to `repository@sha256:…` (once, at deploy). The error is
+    /// shown to the caller, so it must say what is wrong without internals.
+    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>>;
+
+    /// What runs for `service` in `env` now.
+    fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts>;
+
+    /// The last `lines` lines of the service's instances in `env` (or one instance), oldest
+    /// first.
+    fn logs(
+        &self,
+        service: &str,
+        env: &str,
+        instance: Option<&str>,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<Vec<LogLine>, String>>;
+
+    /// The last `lines` lines, then every new one as it is written, until the receiver is
+    /// dropped (the client went away).
+    fn follow_logs(
+        &self,
+        service: &str,
+        env: &str,
+        instance: Option<&str>,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<mpsc::Receiver<LogLine>, String>>;
+
+    /// The desired state changed: the reconciler should look again now.
+    fn wake(&self);
+}

@@ -1,0 +1,654 @@
+//! The handlers, one per route of the contract. Each authenticates ([`Caller`] comes first
+//! among its extractors, so no body is read for a caller without a token), authorizes its
+//! action, and calls the store off the async threads or the platform.
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use runway_secrets::{Context, SecretValue, TokenKind};
+use runway_store::{DesiredRevision, NewService, NewToken, StoreError, Timestamp, TokenScope};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::auth::{Admin, Caller, Read, Write};
+use crate::deploy;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Json, Path, Query};
+use crate::state::ApiState;
+use crate::types::*;
+
+/// The longest a token may live: ten years.
+const MAX_EXPIRY_SECONDS: u64 = 315_360_000;
+
+type JsonResponse<T> = ApiResult<axum::Json<T>>;
+
+/// Every route of the contract, with its OpenAPI description.
+pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(doc)
+        .routes(routes!(healthz))
+        .routes(routes!(openapi_json))
+        .routes(routes!(whoami))
+        .routes(routes!(create_service, list_services))
+        .routes(routes!(get_service, decommission_service))
+        .routes(routes!(deploy_handler, list_deployments))
+        .routes(routes!(get_deployment))
+        .routes(routes!(deployment_events))
+        .routes(routes!(list_revisions))
+        .routes(routes!(rollback))
+        .routes(routes!(promote))
+        .routes(routes!(status))
+        .routes(routes!(logs))
+        .routes(routes!(set_secret, delete_secret))
+        .routes(routes!(list_secrets))
+        .routes(routes!(create_token, list_tokens))
+        .routes(routes!(revoke_token))
+        .routes(routes!(audit))
+}
+
+/// Whether `name` is a DNS label: 1 to 63 of `a-z`, `0-9`, `-`, not starting or ending
+/// with `-`.
+pub(crate) fn is_label(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// A query parameter within its documented bounds; 400 naming it if not.
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    value: Option<T>,
+    min: T,
+    max: T,
+    field: &str,
+) -> ApiResult<()> {
+    match value {
+        Some(v) if v < min || v > max => Err(ApiError::invalid(format!(
+            "{field} is {v}, it must be from {min} to {max}"
+        ))
+        .field(field)),
+        _ => Ok(()),
+    }
+}
+
+/// The service exists and has `env`; 404 if not.
+fn service_env(s: &dyn runway_store::Store, service: &str, env: &str) -> ApiResult<()> {
+    if s.service_get(service)?
+        .environments
+        .iter()
+        .any(|e| e == env)
+    {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!(
+            "service {service:?} has no environment {env:?}"
+        )))
+    }
+}
+
+/// Whether the server knows `env`; 404 if not.
+fn known_env(state: &ApiState, env: &str) -> ApiResult<()> {
+    if state.environments.iter().any(|e| e == env) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!(
+            "environment {env:?} not found"
+        )))
+    }
+}
+
+/// The server is up.
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = Health)))]
+async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health {
+        status: "ok".to_owned(),
+    })
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document", body = Object)))]
+async fn openapi_json() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        crate::openapi::openapi_json(),
+    )
+        .into_response()
+}
+
+/// The token making the request.
+#[utoipa::path(get, path = "/v1/whoami", responses((status = 200, body = WhoAmI)))]
+async fn whoami(caller: Caller) -> axum::Json<WhoAmI> {
+    axum::Json(WhoAmI {
+        token_id: caller.id,
+        scope: ScopeView::from(&caller.scope),
+        name: caller.name,
+    })
+}
+
+/// Onboards a service (admin).
+#[utoipa::path(post, path = "/v1/services", request_body = CreateService,
+    responses((status = 201, body = ServiceView)))]
+async fn create_service(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Json(body): Json<CreateService>,
+) -> ApiResult<(StatusCode, axum::Json<ServiceView>)> {
+    caller.allow(Admin, None, None)?;
+    if !is_label(&body.name) {
+        return Err(ApiError::invalid(format!(
+            "service name {:?} is not a DNS label (lower-case letters, digits and `-`, at most 63)",
+            body.name
+        ))
+        .field("name"));
+    }
+    let environments = body
+        .environments
+        .unwrap_or_else(|| state.environments.to_vec());
+    if environments.is_empty() {
+        return Err(
+            ApiError::invalid("a service needs at least one environment").field("environments"),
+        );
+    }
+    if let Some(unknown) = environments
+        .iter()
+        .find(|e| !state.environments.contains(e))
+    {
+        return Err(ApiError::invalid(format!(
+            "environment {unknown:?} is not one of this server's: {}",
+            state.environments.join(", ")
+        ))
+        .field("environments"));
+    }
+    let new = NewService {
+        name: body.name,
+        owners: body.owners,
+        environments,
+    };
+    let actor = caller.name.clone();
+    let service = state
+        .store(move |s| Ok(s.service_create(&actor, &new)?))
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(service.into())))
+}
+
+/// Every service (a deploy token sees its own only).
+#[utoipa::path(get, path = "/v1/services", responses((status = 200, body = Vec<ServiceView>)))]
+async fn list_services(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+) -> JsonResponse<Vec<ServiceView>> {
+    let services = state.store(|s| Ok(s.service_list()?)).await?;
+    Ok(axum::Json(
+        services
+            .into_iter()
+            .filter(|s| caller.allow(Read, Some(&s.name), None).is_ok())
+            .map(ServiceView::from)
+            .collect(),
+    ))
+}
+
+/// One service.
+#[utoipa::path(get, path = "/v1/services/{service}", params(("service" = String, Path)),
+    responses((status = 200, body = ServiceView)))]
+async fn get_service(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(service): Path<String>,
+) -> JsonResponse<ServiceView> {
+    caller.allow(Read, Some(&service), None)?;
+    let found = state.store(move |s| Ok(s.service_get(&service)?)).await?;
+    Ok(axum::Json(found.into()))
+}
+
+/// Decommissions a service (admin): its revisions, deployments and desired state go, so its
+/// instances stop; its secrets too with `delete_secrets=true`.
+#[utoipa::path(delete, path = "/v1/services/{service}",
+    params(("service" = String, Path), DecommissionQuery),
+    responses((status = 200, body = Decommissioned)))]
+async fn decommission_service(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(service): Path<String>,
+    Query(query): Query<DecommissionQuery>,
+) -> JsonResponse<Decommissioned> {
+    caller.allow(Admin, Some(&service), None)?;
+    if query.confirm.as_deref() != Some(service.as_str()) {
+        return Err(ApiError::invalid(format!(
+            "to decommission {service:?}, repeat its name: `confirm={service}`"
+        ))
+        .field("confirm"));
+    }
+    let actor = caller.name.clone();
+    let name = service.clone();
+    state
+        .store(move |s| Ok(s.service_decommission(&actor, &name, query.delete_secrets)?))
+        .await?;
+    state.platform.wake();
+    Ok(axum::Json(Decommissioned {
+        decommissioned: service,
+    }))
+}
+
+/// Deploys a new revision: validates the manifest, pins the image to a digest, records the
+/// revision with the latest secret versions, and asks the reconciler to roll it out.
+#[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/deployments",
+    params(("service" = String, Path), ("env" = String, Path)), request_body = DeployRequest,
+    responses((status = 202, body = DeploymentView),
+        (status = 422, description = "The manifest is invalid", body = crate::error::ErrorBody)))]
+async fn deploy_handler(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+    Json(body): Json<DeployRequest>,
+) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
+    caller.allow(Write, Some(&service), Some(&env))?;
+    known_env(&state, &env)?;
+    let deployment = deploy::deploy(&state, &caller, &service, &env, body).await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
+}
+
+/// A service's deployments in an environment, newest first.
+#[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/deployments",
+    params(("service" = String, Path), ("env" = String, Path), LimitQuery),
+    responses((status = 200, body = Vec<DeploymentView>)))]
+async fn list_deployments(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+    Query(query): Query<LimitQuery>,
+) -> JsonResponse<Vec<DeploymentView>> {
+    caller.allow(Read, Some(&service), Some(&env))?;
+    in_range(query.limit, 1, 1000, "limit")?;
+    let limit = query.limit.unwrap_or(20);
+    let list = state
+        .store(move |s| {
+            service_env(s, &service, &env)?;
+            Ok(s.deployment_list(&service, Some(&env), limit)?)
+        })
+        .await?;
+    Ok(axum::Json(list.into_iter().map(Into::into).collect()))
+}
+
+/// One deployment.
+#[utoipa::path(get, path = "/v1/deployments/{id}", params(("id" = i64, Path)),
+    responses((status = 200, body = DeploymentView)))]
+async fn get_deployment(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(id): Path<i64>,
+) -> JsonResponse<DeploymentView> {
+    let found = state.store(move |s| Ok(s.deployment_get(id)?)).await?;
+    caller.allow(Read, Some(&found.service), Some(&found.env))?;
+    Ok(axum::Json(found.into()))
+}
+
+/// A deployment's events after the first `after` (the count already seen), for polling.
+#[utoipa::path(get, path = "/v1/deployments/{id}/events", params(("id" = i64, Path), AfterQuery),
+    responses((status = 200, body = Vec<DeploymentEventView>)))]
+async fn deployment_events(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(id): Path<i64>,
+    Query(query): Query<AfterQuery>,
+) -> JsonResponse<Vec<DeploymentEventView>> {
+    let found = state.store(move |s| Ok(s.deployment_get(id)?)).await?;
+    caller.allow(Read, Some(&found.service), Some(&found.env))?;
+    in_range(query.after, 0, 1_000_000, "after")?;
+    let events = state.store(move |s| Ok(s.deployment_events(id)?)).await?;
+    let after = usize::try_from(query.after.unwrap_or(0)).unwrap_or(usize::MAX);
+    Ok(axum::Json(
+        events.into_iter().skip(after).map(Into::into).collect(),
+    ))
+}
+
+/// A service's revisions in an environment, newest first.
+#[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/revisions",
+    params(("service" = String, Path), ("env" = String, Path)),
+    responses((status = 200, body = Vec<RevisionView>)))]
+async fn list_revisions(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+) -> JsonResponse<Vec<RevisionView>> {
+    caller.allow(Read, Some(&service), Some(&env))?;
+    let list = state
+        .store(move |s| {
+            service_env(s, &service, &env)?;
+            Ok(s.revision_list(&service, &env)?)
+        })
+        .await?;
+    Ok(axum::Json(list.into_iter().rev().map(Into::into).collect()))
+}
+
+/// Moves traffic back to an earlier revision (by default the one before the serving one).
+#[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/rollback",
+    params(("service" = String, Path), ("env" = String, Path)), request_body = RollbackRequest,
+    responses((status = 202, body = DeploymentView)))]
+async fn rollback(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+    Json(body): Json<RollbackRequest>,
+) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
+    caller.allow(Write, Some(&service), Some(&env))?;
+    let actor = caller.name.clone();
+    let record = state
+        .store(move |s| {
+            let target = match body.to {
+                Some(name) => s.revision_get(&name).map_err(|e| match e {
+                    StoreError::NotFound { .. } => {
+                        ApiError::not_found(format!("revision {name:?} not found")).field("to")
+                    }
+                    other => other.into(),
+                })?,
+                None => deploy::previous_revision(s, &service, &env)?,
+            };
+            if target.service != service || target.env != env {
+                return Err(ApiError::invalid(format!(
+                    "revision {:?} is not a revision of {service} in {env}",
+                    target.name
+                ))
+                .field("to"));
+            }
+            let desired = [DesiredRevision {
+                revision: target.name.clone(),
+                instances: deploy::instances_of(&target.manifest, &env),
+                weight: 100,
+            }];
+            Ok(s.record_rollback(&actor, &service, &env, &target.name, &desired)?)
+        })
+        .await?;
+    state.platform.wake();
+    Ok((StatusCode::ACCEPTED, axum::Json(record.deployment.into())))
+}
+
+/// Promotes the revision serving in `from` to `to`: same manifest, digest and environment
+/// variables, a new revision there.
+#[utoipa::path(post, path = "/v1/services/{service}/promote",
+    params(("service" = String, Path)), request_body = PromoteRequest,
+    responses((status = 202, body = DeploymentView)))]
+async fn promote(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(service): Path<String>,
+    Json(body): Json<PromoteRequest>,
+) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
+    caller.allow(Read, Some(&service), Some(&body.from))?;
+    caller.allow(Write, Some(&service), Some(&body.to))?;
+    let deployment = deploy::promote(&state, &caller, &service, body).await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
+}
+
+/// What runs for a service in an environment: desired state, routes, revisions, instances.
+#[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/status",
+    params(("service" = String, Path), ("env" = String, Path)),
+    responses((status = 200, body = StatusView)))]
+async fn status(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+) -> JsonResponse<StatusView> {
+    caller.allow(Read, Some(&service), Some(&env))?;
+    let (s2, e2) = (service.clone(), env.clone());
+    let desired = state
+        .store(move |s| {
+            service_env(s, &s2, &e2)?;
+            Ok(s.desired_get(&s2, &e2)?)
+        })
+        .await?;
+    let parts = state.platform.status(&service, &env).await;
+    Ok(axum::Json(StatusView {
+        desired: desired
+            .map(|d| d.revisions.into_iter().map(Into::into).collect())
+            .unwrap_or_default(),
+        service,
+        env,
+        url: parts.url,
+        routes: parts.routes,
+        revisions: parts.revisions,
+        instances: parts.instances,
+    }))
+}
+
+/// The last lines the service's instances wrote; with `follow=true`, NDJSON until the client
+/// goes.
+#[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/logs",
+    params(("service" = String, Path), ("env" = String, Path), LogsQuery),
+    responses((status = 200, description = "The lines, oldest first; NDJSON with follow=true",
+        content((Vec<LogLine> = "application/json"), (LogLine = "application/x-ndjson")))))]
+async fn logs(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+    Query(query): Query<LogsQuery>,
+) -> ApiResult<Response> {
+    caller.allow(Read, Some(&service), Some(&env))?;
+    let (s2, e2) = (service.clone(), env.clone());
+    state.store(move |s| service_env(s, &s2, &e2)).await?;
+    in_range(query.lines, 0, 10_000, "lines")?;
+    let lines = query.lines.unwrap_or(100);
+    let instance = query.instance.as_deref();
+    if !query.follow {
+        let lines = state
+            .platform
+            .logs(&service, &env, instance, lines)
+            .await
+            .map_err(|e| ApiError::invalid(format!("cannot read logs: {e}")))?;
+        return Ok(axum::Json(lines).into_response());
+    }
+    let receiver = state
+        .platform
+        .follow_logs(&service, &env, instance, lines)
+        .await
+        .map_err(|e| ApiError::invalid(format!("cannot follow logs: {e}")))?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(crate::stream::NdjsonLines::new(receiver)),
+    )
+        .into_response())
+}
+
+/// Sets a secret: a new version, sealed before it reaches the store. The value is never
+/// returned.
+#[utoipa::path(put, path = "/v1/services/{service}/environments/{env}/secrets/{name}",
+    params(("service" = String, Path), ("env" = String, Path), ("name" = String, Path)),
+    request_body = SetSecret, responses((status = 200, body = SecretInfoView)))]
+async fn set_secret(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env, name)): Path<(String, String, String)>,
+    Json(body): Json<SetSecret>,
+) -> JsonResponse<SecretInfoView> {
+    caller.allow(Write, Some(&service), Some(&env))?;
+    runway_secrets::validate_name(&name)
+        .map_err(|e| ApiError::invalid(e.to_string()).field("name"))?;
+    let value = SecretValue::from(body.value);
+    let actor = caller.name.clone();
+    let sealer = std::sync::Arc::clone(&state.sealer);
+    let lock = std::sync::Arc::clone(&state.secret_writes);
+    let info = state
+        .store(move |s| {
+            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let version = deploy::next_secret_version(s, &service, &env, &name)?;
+            let context = Context {
+                service: &service,
+                env: &env,
+                name: &name,
+                version: u64::from(version),
+            };
+            let sealed = sealer
+                .seal(&value, &context)
+                .map_err(|e| ApiError::internal(format!("sealing a secret: {e}")))?;
+            let info = s.secret_set(
+                &actor,
+                &service,
+                &env,
+                &name,
+                &sealed.nonce,
+                &sealed.ciphertext,
+            )?;
+            if info.version != version {
+                return Err(ApiError::internal(format!(
+                    "secret {service}/{env}/{name} stored as version {} but sealed for {version}",
+                    info.version
+                )));
+            }
+            Ok(info)
+        })
+        .await?;
+    Ok(axum::Json(info.into()))
+}
+
+/// Deletes a secret: it leaves the listing; revisions that pinned a version keep it.
+#[utoipa::path(delete, path = "/v1/services/{service}/environments/{env}/secrets/{name}",
+    params(("service" = String, Path), ("env" = String, Path), ("name" = String, Path)),
+    responses((status = 204, description = "Deleted")))]
+async fn delete_secret(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env, name)): Path<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.allow(Write, Some(&service), Some(&env))?;
+    let actor = caller.name.clone();
+    state
+        .store(move |s| Ok(s.secret_unset(&actor, &service, &env, &name)?))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The secrets set for a service in an environment: names and versions, never values.
+#[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/secrets",
+    params(("service" = String, Path), ("env" = String, Path)),
+    responses((status = 200, body = Vec<SecretInfoView>)))]
+async fn list_secrets(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+) -> JsonResponse<Vec<SecretInfoView>> {
+    caller.allow(Read, Some(&service), Some(&env))?;
+    let list = state
+        .store(move |s| Ok(s.secret_list(&service, &env)?))
+        .await?;
+    Ok(axum::Json(list.into_iter().map(Into::into).collect()))
+}
+
+/// Creates a token (admin). Its text is in this answer only.
+#[utoipa::path(post, path = "/v1/tokens", request_body = CreateToken,
+    responses((status = 201, body = CreatedToken)))]
+async fn create_token(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Json(body): Json<CreateToken>,
+) -> ApiResult<(StatusCode, axum::Json<CreatedToken>)> {
+    caller.allow(Admin, None, None)?;
+    if body.name.trim().is_empty() {
+        return Err(ApiError::invalid("a token needs a name").field("name"));
+    }
+    in_range(
+        body.expires_in_seconds,
+        1,
+        MAX_EXPIRY_SECONDS,
+        "expires_in_seconds",
+    )?;
+    let expires_at = body.expires_in_seconds.map(|seconds| {
+        // In range: at most ten years, so the product fits.
+        Timestamp::now().add_millis(i64::try_from(seconds * 1000).unwrap_or(i64::MAX))
+    });
+    let scope = TokenScope::from(body.scope);
+    let kind = match &scope {
+        TokenScope::Admin => TokenKind::Admin,
+        TokenScope::Deploy { .. } => TokenKind::Deploy,
+    };
+    let (text, hash) = runway_secrets::Token::generate(kind)
+        .map_err(|e| ApiError::internal(format!("generating a token: {e}")))?;
+    let actor = caller.name.clone();
+    let name = body.name;
+    let token = state
+        .store(move |s| {
+            if let TokenScope::Deploy {
+                service,
+                environments,
+            } = &scope
+            {
+                let found = s.service_get(service).map_err(|e| match e {
+                    StoreError::NotFound { .. } => {
+                        ApiError::not_found(format!("service {service:?} not found"))
+                            .field("scope.deploy.service")
+                    }
+                    other => other.into(),
+                })?;
+                if let Some(env) = environments
+                    .iter()
+                    .find(|e| !found.environments.contains(e))
+                {
+                    return Err(ApiError::invalid(format!(
+                        "service {service:?} has no environment {env:?}"
+                    ))
+                    .field("scope.deploy.environments"));
+                }
+            }
+            let new = NewToken {
+                name,
+                hash: hash.as_bytes().to_vec(),
+                scope,
+                expires_at,
+            };
+            Ok(s.token_create(&actor, &new)?)
+        })
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(CreatedToken {
+            token: text.expose().to_owned(),
+            info: token.into(),
+        }),
+    ))
+}
+
+/// Every token (admin); never a token's text or hash.
+#[utoipa::path(get, path = "/v1/tokens", responses((status = 200, body = Vec<TokenInfo>)))]
+async fn list_tokens(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+) -> JsonResponse<Vec<TokenInfo>> {
+    caller.allow(Admin, None, None)?;
+    let list = state.store(|s| Ok(s.token_list()?)).await?;
+    Ok(axum::Json(list.into_iter().map(Into::into).collect()))
+}
+
+/// Revokes a token (admin).
+#[utoipa::path(delete, path = "/v1/tokens/{id}", params(("id" = i64, Path)),
+    responses((status = 200, body = TokenInfo)))]
+async fn revoke_token(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(id): Path<i64>,
+) -> JsonResponse<TokenInfo> {
+    caller.allow(Admin, None, None)?;
+    let actor = caller.name.clone();
+    let token = state
+        .store(move |s| Ok(s.token_revoke(&actor, id)?))
+        .await?;
+    Ok(axum::Json(token.into()))
+}
+
+/// The audit log (admin), oldest first.
+#[utoipa::path(get, path = "/v1/audit", params(AuditQuery),
+    responses((status = 200, body = Vec<AuditEntryView>)))]
+async fn audit(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Query(query): Query<AuditQuery>,
+) -> JsonResponse<Vec<AuditEntryView>> {
+    caller.allow(Admin, None, None)?;
+    in_range(query.after, 0, i64::MAX, "after")?;
+    in_range(query.limit, 1, 1000, "limit")?;
+    let after = query.after.unwrap_or(0);
+    let limit = query.limit.unwrap_or(100);
+    let list = state
+        .store(move |s| Ok(s.audit_list(after, limit)?))
+        .await?;
+    Ok(axum::Json(list.into_iter().map(Into::into).collect()))
+}

@@ -1,0 +1,190 @@
+//! The router with its layers (request id, timeout, body limit, the logging of internal
+//! errors), and [`serve`]: HTTP/1.1 over TCP or TLS with a graceful shutdown.
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::error::{ApiError, InternalCause};
+use crate::state::ApiState;
+
+/// The header carrying the request's id, also in the server's log lines.
+pub const X_REQUEST_ID: &str = "x-request-id";
+
+/// Bounds on one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest request body accepted (413 above).
+    pub body_bytes: usize,
+    /// From a request's arrival to its response's head (a followed log's body is not cut).
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            body_bytes: 1 << 20,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The API's router over `state`, every route of the contract with its layers.
+pub fn router(state: ApiState, limits: Limits) -> Router {
+    let (router, _) = crate::routes::api_router_with(crate::openapi::base()).split_for_parts();
+    let timeout = limits.request_timeout;
+    router
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(limits.body_bytes))
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| per_request(timeout, req, next),
+        ))
+}
+
+fn next_request_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
+    format!("{start:x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Gives the request an id, bounds it in time, and logs the cause of a 500 with that id.
+async fn per_request(timeout: Duration, req: Request, next: Next) -> Response {
+    let id = next_request_id();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let mut response = match tokio::time::timeout(timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => {
+            eprintln!("runway-api: request {id}: {method} {path}: timed out after {timeout:?}");
+            ApiError::timeout().into_response()
+        }
+    };
+    if let Some(InternalCause(cause)) = response.extensions_mut().remove::<InternalCause>() {
+        eprintln!("runway-api: request {id}: {method} {path}: internal error: {cause}");
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(X_REQUEST_ID, value);
+    }
+    response
+}
+
+/// Bounds on connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// How long a TLS handshake may take.
+    pub tls_handshake_timeout: Duration,
+    /// How long a client may take to send a request's head.
+    pub header_read_timeout: Duration,
+    /// How long open connections may finish after shutdown is asked.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            tls_handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown` completes,
+/// then lets open connections finish for at most `options.shutdown_grace`.
+///
+/// # Errors
+/// None today: a failed accept is logged and retried after a pause; the result leaves room.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let acceptor = tls.map(TlsAcceptor::from);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    eprintln!("runway-api: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let watcher = graceful.watcher();
+        let service = TowerToHyperService::new(router.clone());
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(options.header_read_timeout);
+            let result = match acceptor {
+                None => {
+                    watcher
+                        .watch(builder.serve_connection(TokioIo::new(stream), service))
+                        .await
+                }
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(
+                        options.tls_handshake_timeout,
+                        acceptor.accept(stream),
+                    )
+                    .await;
+                    let stream = match handshake {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => {
+                            eprintln!("runway-api: tls handshake with {peer}: {e}");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    watcher
+                        .watch(builder.serve_connection(TokioIo::new(stream), service))
+                        .await
+                }
+            };
+            if let Err(e) = result
+                && !e.is_incomplete_message()
+            {
+                eprintln!("runway-api: connection from {peer}: {e}");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(options.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "runway-api: connections still open after {:?}; closing them",
+            options.shutdown_grace
+        );
+    }
+    Ok(())
+}

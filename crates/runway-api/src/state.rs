@@ -1,0 +1,61 @@
+//! What every handler shares.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use runway_secrets::Sealer;
+use runway_store::Store;
+
+use crate::error::ApiError;
+use crate::platform::Platform;
+
+/// The router's state: the store, the platform, the sealer and the environments.
+#[derive(Clone)]
+pub struct ApiState {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) platform: Arc<dyn Platform>,
+    pub(crate) sealer: Arc<Sealer>,
+    /// The environments in promotion order.
+    pub(crate) environments: Arc<[String]>,
+    /// Held while a secret's next version is found, sealed for and stored, so two writers of
+    /// one secret cannot seal for the same version.
+    pub(crate) secret_writes: Arc<Mutex<()>>,
+}
+
+impl fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiState")
+            .field("store", &self.store)
+            .field("environments", &self.environments)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiState {
+    /// The state for a router: `environments` in promotion order (`dev`, `staging`,
+    /// `production`).
+    pub fn new(
+        store: Arc<dyn Store>,
+        platform: Arc<dyn Platform>,
+        sealer: Sealer,
+        environments: Vec<String>,
+    ) -> Self {
+        Self {
+            store,
+            platform,
+            sealer: Arc::new(sealer),
+            environments: environments.into(),
+            secret_writes: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// Runs `f` on the store off the async threads.
+    pub(crate) async fn store<T, F>(&self, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> Result<T, ApiError> + Send + 'static,
+    {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || f(store.as_ref())).await?
+    }
+}

@@ -1,0 +1,659 @@
+//! The API's JSON types, as the contract has them. Store records are turned into these (never
+//! serialized as they are), so the wire format is this module's alone and the OpenAPI
+//! document is generated from it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use runway_store::{
+    AuditEntry, Deployment, DeploymentEvent, DesiredRevision, Revision, SecretInfo, Service,
+    Timestamp, Token, TokenScope,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// A DNS label: service and environment names (repeated literally in the `#[schema]`
+/// attributes below).
+pub(crate) const LABEL_PATTERN: &str = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$";
+
+fn ts(t: Timestamp) -> String {
+    t.to_string()
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+}
+
+/// What a token allows: `{"admin": {}}` or `{"deploy": {"service", "environments"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ScopeView {
+    /// Everything.
+    Admin {},
+    /// One service, in some of its environments.
+    Deploy {
+        /// The service.
+        #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+        service: String,
+        /// The environments it may act in.
+        #[schema(min_items = 1)]
+        environments: Vec<String>,
+    },
+}
+
+impl From<&TokenScope> for ScopeView {
+    fn from(scope: &TokenScope) -> Self {
+        match scope {
+            TokenScope::Admin => Self::Admin {},
+            TokenScope::Deploy {
+                service,
+                environments,
+            } => Self::Deploy {
+                service: service.clone(),
+                environments: environments.clone(),
+            },
+        }
+    }
+}
+
+impl From<ScopeView> for TokenScope {
+    fn from(scope: ScopeView) -> Self {
+        match scope {
+            ScopeView::Admin {} => Self::Admin,
+            ScopeView::Deploy {
+                service,
+                environments,
+            } => Self::Deploy {
+                service,
+                environments,
+            },
+        }
+    }
+}
+
+/// `GET /v1/whoami`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WhoAmI {
+    /// The token's id.
+    pub token_id: i64,
+    /// The token's name.
+    pub name: String,
+    /// What it allows.
+    pub scope: ScopeView,
+}
+
+/// A service onboarded onto the platform.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ServiceView {
+    /// Its name, a DNS label.
+    pub name: String,
+    /// Who owns it.
+    pub owners: Vec<String>,
+    /// The environments it may be deployed to.
+    pub environments: Vec<String>,
+    /// When it was onboarded (RFC 3339).
+    pub created_at: String,
+    /// Who onboarded it.
+    pub created_by: String,
+}
+
+impl From<Service> for ServiceView {
+    fn from(s: Service) -> Self {
+        Self {
+            name: s.name,
+            owners: s.owners,
+            environments: s.environments,
+            created_at: ts(s.created_at),
+            created_by: s.created_by,
+        }
+    }
+}
+
+/// `POST /v1/services`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateService {
+    /// The service's name, a DNS label.
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    pub name: String,
+    /// Its owners.
+    #[serde(default)]
+    pub owners: Vec<String>,
+    /// Its environments; all the server's when absent.
+    #[serde(default)]
+    #[schema(min_items = 1)]
+    pub environments: Option<Vec<String>>,
+}
+
+/// `DELETE /v1/services/{service}` query.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DecommissionQuery {
+    /// Must repeat the service's name.
+    #[param(required = true)]
+    pub confirm: Option<String>,
+    /// Delete the service's secrets too (default false: kept for a service of that name
+    /// onboarded again).
+    #[serde(default)]
+    pub delete_secrets: bool,
+}
+
+/// `DELETE /v1/services/{service}` answer.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Decommissioned {
+    /// The service's name.
+    pub decommissioned: String,
+}
+
+/// `POST /v1/services/{service}/environments/{env}/deployments`.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeployRequest {
+    /// The merged manifest for this environment (`runway_manifest::Manifest`, schema
+    /// `schemas/runway-v1.json`).
+    #[schema(value_type = Object)]
+    pub manifest: serde_json::Value,
+    /// Environment variables (`.runway/env-<env>.yml`).
+    #[serde(default)]
+    pub env_vars: BTreeMap<String, String>,
+    /// An image reference; overrides `spec.image`. A tag is resolved to a digest once, here.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// For a process artifact: the absolute directory holding `.runway/`, on the server's
+    /// machine.
+    #[serde(default)]
+    pub source_dir: Option<String>,
+}
+
+impl fmt::Debug for DeployRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeployRequest")
+            .field("image", &self.image)
+            .field("source_dir", &self.source_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `deploy`, `rollback` or `promote`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentKindView {
+    /// A new revision.
+    Deploy,
+    /// Back to an earlier revision.
+    Rollback,
+    /// A revision copied from another environment.
+    Promote,
+}
+
+/// Where a deployment is.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentStateView {
+    /// Recorded, not started.
+    Pending,
+    /// Instances starting or traffic shifting.
+    Progressing,
+    /// All traffic on the new revision.
+    Succeeded,
+    /// Stopped short; see the reason.
+    Failed,
+    /// Undone.
+    RolledBack,
+}
+
+/// One change of what runs for a service in an environment.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DeploymentView {
+    /// Its id.
+    pub id: i64,
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// Deploy, rollback or promote.
+    pub kind: DeploymentKindView,
+    /// The revision that had the most traffic before.
+    pub from_revision: Option<String>,
+    /// The revision it moves to.
+    pub to_revision: String,
+    /// Where it is.
+    pub state: DeploymentStateView,
+    /// Why it is there.
+    pub reason: Option<String>,
+    /// Who started it.
+    pub created_by: String,
+    /// When (RFC 3339).
+    pub created_at: String,
+    /// When its state last changed (RFC 3339).
+    pub updated_at: String,
+}
+
+impl From<Deployment> for DeploymentView {
+    fn from(d: Deployment) -> Self {
+        use runway_store::{DeploymentKind as K, DeploymentState as S};
+        Self {
+            id: d.id,
+            service: d.service,
+            env: d.env,
+            kind: match d.kind {
+                K::Deploy => DeploymentKindView::Deploy,
+                K::Rollback => DeploymentKindView::Rollback,
+                K::Promote => DeploymentKindView::Promote,
+            },
+            from_revision: d.from_revision,
+            to_revision: d.to_revision,
+            state: match d.state {
+                S::Pending => DeploymentStateView::Pending,
+                S::Progressing => DeploymentStateView::Progressing,
+                S::Succeeded => DeploymentStateView::Succeeded,
+                S::Failed => DeploymentStateView::Failed,
+                S::RolledBack => DeploymentStateView::RolledBack,
+            },
+            reason: d.reason,
+            created_by: d.created_by,
+            created_at: ts(d.created_at),
+            updated_at: ts(d.updated_at),
+        }
+    }
+}
+
+/// `?limit=` of a deployment listing.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LimitQuery {
+    /// At most this many (default 20).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+/// `?after=` of a deployment's events.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AfterQuery {
+    /// How many events were already seen (default 0).
+    #[param(minimum = 0, maximum = 1000000)]
+    pub after: Option<u32>,
+}
+
+/// A line in a deployment's story.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DeploymentEventView {
+    /// The deployment.
+    pub deployment_id: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// What happened.
+    pub message: String,
+}
+
+impl From<DeploymentEvent> for DeploymentEventView {
+    fn from(e: DeploymentEvent) -> Self {
+        Self {
+            deployment_id: e.deployment_id,
+            at: ts(e.at),
+            message: e.message,
+        }
+    }
+}
+
+/// An immutable revision. Secret versions are shown, never values.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RevisionView {
+    /// `hello-dev-00002`.
+    pub name: String,
+    /// 1, 2, 3… per service and environment.
+    pub number: u32,
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// The image pinned to its digest, for an image artifact.
+    pub image: Option<String>,
+    /// The source directory, for a process artifact.
+    pub source_dir: Option<String>,
+    /// Environment variables.
+    pub env_vars: BTreeMap<String, String>,
+    /// The version of each secret it runs with.
+    pub secret_versions: BTreeMap<String, u32>,
+    /// Who created it.
+    pub created_by: String,
+    /// When (RFC 3339).
+    pub created_at: String,
+    /// The merged manifest, as validated.
+    #[schema(value_type = Object)]
+    pub manifest: serde_json::Value,
+}
+
+impl From<Revision> for RevisionView {
+    fn from(r: Revision) -> Self {
+        let field = |key: &str| {
+            r.artifact
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        Self {
+            image: field("image"),
+            source_dir: field("source_dir"),
+            name: r.name,
+            number: r.number,
+            service: r.service,
+            env: r.env,
+            env_vars: r.env_vars,
+            secret_versions: r.secret_versions,
+            created_by: r.created_by,
+            created_at: ts(r.created_at),
+            manifest: r.manifest,
+        }
+    }
+}
+
+/// `POST /v1/services/{service}/environments/{env}/rollback`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// The revision to go back to; the one before the serving one when absent.
+    #[serde(default)]
+    pub to: Option<String>,
+}
+
+/// `POST /v1/services/{service}/promote`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromoteRequest {
+    /// The environment whose serving revision is promoted.
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    pub from: String,
+    /// The environment it goes to; after `from` in the promotion order.
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    pub to: String,
+}
+
+/// One revision in the desired state.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DesiredView {
+    /// The revision.
+    pub revision: String,
+    /// How many instances.
+    pub instances: u32,
+    /// Its traffic weight.
+    pub weight: u32,
+}
+
+impl From<DesiredRevision> for DesiredView {
+    fn from(d: DesiredRevision) -> Self {
+        Self {
+            revision: d.revision,
+            instances: d.instances,
+            weight: d.weight,
+        }
+    }
+}
+
+/// A revision's share of traffic as the ingress routes it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RouteView {
+    /// The revision.
+    pub revision: String,
+    /// Its weight.
+    pub weight: u32,
+}
+
+/// `progressing`, `ready`, `failing` or `timed_out`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Condition {
+    /// Instances are starting.
+    Progressing,
+    /// Every desired instance is ready.
+    Ready,
+    /// Instances fail.
+    Failing,
+    /// Not ready within the bound.
+    TimedOut,
+}
+
+/// How one revision's instances are doing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RevisionStatus {
+    /// The revision.
+    pub revision: String,
+    /// Instances wanted.
+    pub desired_instances: u32,
+    /// Instances ready.
+    pub ready: u32,
+    /// Instances starting.
+    pub starting: u32,
+    /// Instances failed.
+    pub failed: u32,
+    /// Its condition.
+    pub condition: Condition,
+    /// Why, when it is not ready.
+    pub reason: Option<String>,
+}
+
+/// One instance as the runtime sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct InstanceView {
+    /// `{revision}-{6 hex}`.
+    pub id: String,
+    /// Its revision.
+    pub revision: String,
+    /// The runtime's phase, snake_case (`starting`, `running`, …).
+    pub phase: String,
+    /// Whether it passes its readiness check.
+    pub ready: bool,
+    /// The port it listens on.
+    pub port: Option<u16>,
+    /// How often it was restarted.
+    pub restarts: u32,
+    /// What the runtime says about it.
+    pub message: String,
+}
+
+/// A service's state in an environment.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StatusView {
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// Where it is served.
+    pub url: String,
+    /// What should run.
+    pub desired: Vec<DesiredView>,
+    /// What the ingress routes now.
+    pub routes: Vec<RouteView>,
+    /// How each revision is doing.
+    pub revisions: Vec<RevisionStatus>,
+    /// Every instance.
+    pub instances: Vec<InstanceView>,
+}
+
+/// `?instance=&lines=&follow=` of the logs.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// One instance's lines only.
+    pub instance: Option<String>,
+    /// The last this many lines (default 100).
+    #[param(minimum = 0, maximum = 10000)]
+    pub lines: Option<usize>,
+    /// Keep streaming new lines as NDJSON until the client goes.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+/// `stdout` or `stderr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// One line an instance wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LogLine {
+    /// The instance.
+    pub instance: String,
+    /// When (RFC 3339).
+    pub time: String,
+    /// Which stream.
+    pub stream: Stream,
+    /// The line, without its newline.
+    pub text: String,
+}
+
+/// `PUT …/secrets/{name}`. The value is never returned, logged or printed.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSecret {
+    /// The secret's value.
+    pub value: String,
+}
+
+impl fmt::Debug for SetSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SetSecret(<redacted>)")
+    }
+}
+
+/// A secret as listed: name and latest version, never the value.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SecretInfoView {
+    /// Its name.
+    pub name: String,
+    /// Its latest version.
+    pub version: u32,
+    /// Who set it.
+    pub created_by: String,
+    /// When (RFC 3339).
+    pub created_at: String,
+}
+
+impl From<SecretInfo> for SecretInfoView {
+    fn from(s: SecretInfo) -> Self {
+        Self {
+            name: s.name,
+            version: s.version,
+            created_by: s.created_by,
+            created_at: ts(s.created_at),
+        }
+    }
+}
+
+/// `POST /v1/tokens`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// A name for people; the audit log's actor.
+    #[schema(min_length = 1, pattern = r"\S")]
+    pub name: String,
+    /// What it allows.
+    pub scope: ScopeView,
+    /// Seconds until it expires (at most ten years); never when absent.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 315_360_000)]
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// A token as listed; never its text or hash.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenInfo {
+    /// Its id.
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// What it allows.
+    pub scope: ScopeView,
+    /// When it stops working (RFC 3339).
+    pub expires_at: Option<String>,
+    /// When it was revoked (RFC 3339).
+    pub revoked_at: Option<String>,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// Who created it.
+    pub created_by: String,
+}
+
+impl From<Token> for TokenInfo {
+    fn from(t: Token) -> Self {
+        Self {
+            id: t.id,
+            name: t.name,
+            scope: ScopeView::from(&t.scope),
+            expires_at: t.expires_at.map(ts),
+            revoked_at: t.revoked_at.map(ts),
+            created_at: ts(t.created_at),
+            created_by: t.created_by,
+        }
+    }
+}
+
+/// `POST /v1/tokens` answer: the token's text, shown this once.
+#[derive(Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreatedToken {
+    /// `runway_admin_…` or `runway_deploy_…`; not shown again.
+    pub token: String,
+    /// The token's record.
+    pub info: TokenInfo,
+}
+
+impl fmt::Debug for CreatedToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CreatedToken")
+            .field("token", &"<redacted>")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+/// `?after=&limit=` of the audit log.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// Entries with an id above this (default 0).
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    /// At most this many (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+/// One line of the audit log.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntryView {
+    /// Increasing with time.
+    pub id: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// The token's name.
+    pub actor: String,
+    /// What, e.g. `deploy`, `secret.set`.
+    pub action: String,
+    /// On what, e.g. `hello/dev`.
+    pub target: String,
+    /// Details; never a secret's value.
+    #[schema(value_type = Object)]
+    pub detail: serde_json::Value,
+}
+
+impl From<AuditEntry> for AuditEntryView {
+    fn from(a: AuditEntry) -> Self {
+        Self {
+            id: a.id,
+            at: ts(a.at),
+            actor: a.actor,
+            action: a.action,
+            target: a.target,
+            detail: a.detail,
+        }
+    }
+}

@@ -1,0 +1,793 @@
+//! Each route doing its work, as the admin.
+
+use std::sync::atomic::Ordering;
+
+use hyper::StatusCode;
+use runway_store::Store;
+use serde_json::json;
+
+use crate::support::{deploy_body, manifest, start, start_with};
+
+#[tokio::test]
+async fn health_whoami_and_services() {
+    let server = start().await;
+    let health = server.call("GET", "/healthz", None, None).await;
+    assert_eq!(health.body, json!({"status": "ok"}));
+    let whoami = server.admin("GET", "/v1/whoami", None, 200).await;
+    assert_eq!(whoami["name"], "admin");
+    assert_eq!(whoami["scope"], json!({"admin": {}}));
+
+    let created = server
+        .admin(
+            "POST",
+            "/v1/services",
+            Some(json!({"name": "hello", "owners": ["alice"], "environments": ["dev", "staging"]})),
+            201,
+        )
+        .await;
+    assert_eq!(created["environments"], json!(["dev", "staging"]));
+    assert_eq!(created["created_by"], "admin");
+    let all = server
+        .admin("POST", "/v1/services", Some(json!({"name": "world"})), 201)
+        .await;
+    assert_eq!(all["environments"], json!(["dev", "staging", "production"]));
+    let again = server
+        .call(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(json!({"name": "hello"})),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    let bad = server
+        .call(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(json!({"name": "Hello_World"})),
+        )
+        .await;
+    assert_eq!((bad.status, bad.field()), (StatusCode::BAD_REQUEST, "name"));
+    let unknown_env = server
+        .call(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(json!({"name": "x", "environments": ["qa"]})),
+        )
+        .await;
+    assert_eq!(
+        (unknown_env.status, unknown_env.field()),
+        (StatusCode::BAD_REQUEST, "environments")
+    );
+    let unknown_key = server
+        .call(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(json!({"name": "x", "colour": "red"})),
+        )
+        .await;
+    assert_eq!(
+        unknown_key.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        unknown_key.text
+    );
+    let wrong_type = server
+        .call(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(json!({"name": "x", "owners": "alice"})),
+        )
+        .await;
+    assert_eq!(
+        (wrong_type.status, wrong_type.field()),
+        (StatusCode::BAD_REQUEST, "owners")
+    );
+
+    let list = server.admin("GET", "/v1/services", None, 200).await;
+    assert_eq!(list.as_array().unwrap().len(), 2);
+    assert_eq!(
+        server.admin("GET", "/v1/services/hello", None, 200).await["owners"],
+        json!(["alice"])
+    );
+    let missing = server
+        .call("GET", "/v1/services/nope", Some(&server.admin), None)
+        .await;
+    assert_eq!(
+        (missing.status, missing.code()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let no_route = server.call("GET", "/v2/nothing", None, None).await;
+    assert_eq!(
+        (no_route.status, no_route.code()),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let not_allowed = server
+        .call("PATCH", "/v1/services", Some(&server.admin), None)
+        .await;
+    assert_eq!(not_allowed.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn deploy_records_a_pinned_revision_and_wakes_the_reconciler() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let deployment = server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(deploy_body("hello")),
+            202,
+        )
+        .await;
+    assert_eq!(deployment["kind"], "deploy");
+    assert_eq!(deployment["state"], "pending");
+    assert_eq!(deployment["to_revision"], "hello-dev-00001");
+    assert_eq!(deployment["from_revision"], json!(null));
+    assert_eq!(server.platform.wakes.load(Ordering::SeqCst), 1);
+
+    let second = server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(json!({"manifest": manifest("hello"), "image": "registry.local/hello:2"})),
+            409,
+        )
+        .await;
+    assert_eq!(
+        second["error"]["code"], "conflict",
+        "a deploy while one is pending"
+    );
+
+    let revisions = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/revisions",
+            None,
+            200,
+        )
+        .await;
+    let revision = &revisions[0];
+    assert_eq!(revision["number"], 1);
+    assert_eq!(
+        revision["image"],
+        format!("registry.local/hello@sha256:{}", "ab".repeat(32))
+    );
+    assert_eq!(revision["env_vars"], json!({"GREETING": "hi"}));
+    assert_eq!(revision["manifest"], manifest("hello"));
+
+    // The desired state: the new revision, max(min_instances, 1) instances, all the weight.
+    let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(desired.revisions.len(), 1);
+    assert_eq!(
+        (desired.revisions[0].instances, desired.revisions[0].weight),
+        (2, 100)
+    );
+
+    let id = deployment["id"].as_i64().unwrap();
+    let one = server
+        .admin("GET", &format!("/v1/deployments/{id}"), None, 200)
+        .await;
+    assert_eq!(one["id"], id);
+    let events = server
+        .admin("GET", &format!("/v1/deployments/{id}/events"), None, 200)
+        .await;
+    assert!(!events.as_array().unwrap().is_empty());
+    let after = events.as_array().unwrap().len();
+    let none = server
+        .admin(
+            "GET",
+            &format!("/v1/deployments/{id}/events?after={after}"),
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(none, json!([]));
+    let list = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/deployments?limit=5",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(
+        server
+            .call("GET", "/v1/deployments/999", Some(&server.admin), None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let bad_limit = server
+        .call(
+            "GET",
+            "/v1/services/hello/environments/dev/deployments?limit=x",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(bad_limit.status, StatusCode::BAD_REQUEST);
+
+    // Status: desired from the store, the rest from the platform.
+    let status = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/status",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(
+        status["desired"],
+        json!([{"revision": "hello-dev-00001", "instances": 2, "weight": 100}])
+    );
+    assert_eq!(status["url"], "https://hello.dev.localhost:8443/");
+    assert_eq!(status["instances"][0]["phase"], "running");
+    assert_eq!(status["revisions"][0]["condition"], "ready");
+
+    // Logs, and followed logs as NDJSON.
+    let logs = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/logs?lines=2",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(logs.as_array().unwrap().len(), 2);
+    assert_eq!(logs[0]["stream"], "stdout");
+    let follow = server
+        .call(
+            "GET",
+            "/v1/services/hello/environments/dev/logs?follow=true",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(follow.content_type, "application/x-ndjson");
+    let lines: Vec<serde_json::Value> = follow
+        .text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[2]["text"], "line 2");
+}
+
+#[tokio::test]
+async fn an_invalid_manifest_is_422_with_its_field() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let path = "/v1/services/hello/environments/dev/deployments";
+    let mut unknown = manifest("hello");
+    unknown["spec"]["container_prot"] = json!(8080);
+    let mut wrong_type = manifest("hello");
+    wrong_type["spec"]["container_port"] = json!("eighty");
+    for (manifest, field) in [
+        (unknown, "manifest.spec.container_prot"),
+        (wrong_type, "manifest.spec.container_port"),
+        (manifest("other"), "manifest.metadata.name"),
+    ] {
+        let answer = server
+            .call(
+                "POST",
+                path,
+                Some(&server.admin),
+                Some(json!({"manifest": manifest})),
+            )
+            .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}",
+            answer.text
+        );
+        assert_eq!(answer.code(), "manifest_invalid");
+        assert_eq!(answer.field(), field, "{}", answer.text);
+    }
+    let not_object = server
+        .call(
+            "POST",
+            path,
+            Some(&server.admin),
+            Some(json!({"manifest": [1]})),
+        )
+        .await;
+    assert_eq!(
+        (not_object.status, not_object.field()),
+        (StatusCode::UNPROCESSABLE_ENTITY, "manifest")
+    );
+    let reserved = server
+        .call(
+            "POST",
+            path,
+            Some(&server.admin),
+            Some(json!({"manifest": manifest("hello"), "env_vars": {"PORT": "1"}})),
+        )
+        .await;
+    assert_eq!(
+        reserved.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reserved.text
+    );
+    assert!(
+        reserved.field().starts_with("env_vars"),
+        "{}",
+        reserved.text
+    );
+    let unresolvable = server
+        .call(
+            "POST",
+            path,
+            Some(&server.admin),
+            Some(json!({"manifest": manifest("hello"), "image": "registry.local/missing:1"})),
+        )
+        .await;
+    assert_eq!(
+        (unresolvable.status, unresolvable.field()),
+        (StatusCode::BAD_REQUEST, "image"),
+        "{}",
+        unresolvable.text
+    );
+    let unknown_env = server
+        .call(
+            "POST",
+            "/v1/services/hello/environments/qa/deployments",
+            Some(&server.admin),
+            Some(deploy_body("hello")),
+        )
+        .await;
+    assert_eq!(unknown_env.status, StatusCode::NOT_FOUND);
+    assert!(
+        server
+            .store
+            .revision_list("hello", "dev")
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_secret_clashing_with_an_env_var_is_refused_by_name() {
+    let server = start().await;
+    server.onboard("hello").await;
+    server
+        .admin(
+            "PUT",
+            "/v1/services/hello/environments/dev/secrets/GREETING",
+            Some(json!({"value": "s3cret"})),
+            200,
+        )
+        .await;
+    let answer = server
+        .call(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(&server.admin),
+            Some(deploy_body("hello")),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.text);
+    assert!(answer.message().contains("GREETING"), "{}", answer.text);
+    assert_eq!(answer.field(), "env_vars");
+}
+
+#[tokio::test]
+async fn secrets_are_versioned_listed_without_values_and_sealed_on_disk() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let path = "/v1/services/hello/environments/dev/secrets/DB_PASSWORD";
+    let value_one = "correct-horse-battery-staple-0001";
+    let value_two = "correct-horse-battery-staple-0002";
+    let first = server
+        .admin("PUT", path, Some(json!({"value": value_one})), 200)
+        .await;
+    let second = server
+        .admin("PUT", path, Some(json!({"value": value_two})), 200)
+        .await;
+    assert_eq!(
+        (first["version"].as_u64(), second["version"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert!(!first.to_string().contains(value_one));
+    let list = server
+        .call(
+            "GET",
+            "/v1/services/hello/environments/dev/secrets",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(
+        list.body,
+        json!([{"name": "DB_PASSWORD", "version": 2, "created_by": "admin", "created_at": second["created_at"]}])
+    );
+    assert!(!list.text.contains("correct-horse"));
+
+    // Deleted, then set again: the next version, sealed for that version.
+    assert_eq!(
+        server
+            .call("DELETE", path, Some(&server.admin), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        server
+            .admin(
+                "GET",
+                "/v1/services/hello/environments/dev/secrets",
+                None,
+                200
+            )
+            .await,
+        json!([])
+    );
+    let third = server
+        .admin("PUT", path, Some(json!({"value": value_one})), 200)
+        .await;
+    assert_eq!(third["version"], 3);
+    let bad_name = server
+        .call(
+            "PUT",
+            "/v1/services/hello/environments/dev/secrets/db-password",
+            Some(&server.admin),
+            Some(json!({"value": "x"})),
+        )
+        .await;
+    assert_eq!(
+        (bad_name.status, bad_name.field()),
+        (StatusCode::BAD_REQUEST, "name")
+    );
+    assert_eq!(
+        server
+            .call(
+                "DELETE",
+                "/v1/services/hello/environments/dev/secrets/NOPE",
+                Some(&server.admin),
+                None
+            )
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+
+    // The deploy pins the latest version.
+    server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(deploy_body("hello")),
+            202,
+        )
+        .await;
+    let revisions = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/revisions",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(revisions[0]["secret_versions"], json!({"DB_PASSWORD": 3}));
+
+    // The audit log names the actor and never holds a value.
+    let audit = server
+        .call(
+            "GET",
+            "/v1/audit?after=0&limit=100",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert!(
+        audit
+            .body
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["action"] == "secret.set" && e["actor"] == "admin")
+    );
+    assert!(!audit.text.contains("correct-horse"));
+
+    // Nothing on disk holds a value in plaintext: the database and its WAL.
+    for entry in std::fs::read_dir(server.dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(
+            !bytes
+                .windows(b"correct-horse".len())
+                .any(|w| w == b"correct-horse")
+        );
+    }
+}
+
+#[tokio::test]
+async fn rollback_promote_and_decommission() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let deploy = "/v1/services/hello/environments/dev/deployments";
+    let first = server
+        .admin("POST", deploy, Some(deploy_body("hello")), 202)
+        .await;
+    // Let the first deployment finish so the second may start.
+    let id = first["id"].as_i64().unwrap();
+    finish(&server, id);
+    let second = server
+        .admin("POST", deploy, Some(json!({"manifest": manifest("hello"), "env_vars": {"GREETING": "hey"}, "image": "registry.local/hello:2"})), 202)
+        .await;
+    assert_eq!(second["from_revision"], "hello-dev-00001");
+    assert_eq!(second["to_revision"], "hello-dev-00002");
+    finish(&server, second["id"].as_i64().unwrap());
+
+    // Rollback without `to`: the revision before the serving one.
+    let rollback = server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/rollback",
+            None,
+            202,
+        )
+        .await;
+    assert_eq!(
+        (rollback["kind"].as_str(), rollback["to_revision"].as_str()),
+        (Some("rollback"), Some("hello-dev-00001"))
+    );
+    let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(desired.revisions[0].revision, "hello-dev-00001");
+    let to = server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/rollback",
+            Some(json!({"to": "hello-dev-00002"})),
+            202,
+        )
+        .await;
+    assert_eq!(to["to_revision"], "hello-dev-00002");
+    let bad = server
+        .call(
+            "POST",
+            "/v1/services/hello/environments/dev/rollback",
+            Some(&server.admin),
+            Some(json!({"to": "hello-dev-00009"})),
+        )
+        .await;
+    assert_eq!((bad.status, bad.field()), (StatusCode::NOT_FOUND, "to"));
+    let first_only = server
+        .call(
+            "POST",
+            "/v1/services/hello/environments/staging/rollback",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(
+        first_only.status,
+        StatusCode::CONFLICT,
+        "{}",
+        first_only.text
+    );
+
+    // Promote: the revision serving in dev, copied to staging as a new revision.
+    let promoted = server
+        .admin(
+            "POST",
+            "/v1/services/hello/promote",
+            Some(json!({"from": "dev", "to": "staging"})),
+            202,
+        )
+        .await;
+    assert_eq!(promoted["kind"], "promote");
+    assert_eq!(promoted["to_revision"], "hello-staging-00001");
+    let dev = server.store.revision_get("hello-dev-00002").unwrap();
+    let staging = server.store.revision_get("hello-staging-00001").unwrap();
+    assert_eq!(staging.artifact, dev.artifact);
+    assert_eq!(staging.env_vars, dev.env_vars);
+    assert_eq!(staging.manifest, dev.manifest);
+    let backwards = server
+        .call(
+            "POST",
+            "/v1/services/hello/promote",
+            Some(&server.admin),
+            Some(json!({"from": "staging", "to": "dev"})),
+        )
+        .await;
+    assert_eq!(
+        (backwards.status, backwards.field()),
+        (StatusCode::BAD_REQUEST, "to")
+    );
+
+    // Decommission needs the name repeated.
+    let unconfirmed = server
+        .call("DELETE", "/v1/services/hello", Some(&server.admin), None)
+        .await;
+    assert_eq!(
+        (unconfirmed.status, unconfirmed.field()),
+        (StatusCode::BAD_REQUEST, "confirm")
+    );
+    let wrong = server
+        .call(
+            "DELETE",
+            "/v1/services/hello?confirm=hell",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
+    let done = server
+        .admin(
+            "DELETE",
+            "/v1/services/hello?confirm=hello&delete_secrets=true",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(done, json!({"decommissioned": "hello"}));
+    assert_eq!(
+        server
+            .call("GET", "/v1/services/hello", Some(&server.admin), None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    assert!(
+        server.store.desired_get("hello", "dev").is_err()
+            || server.store.desired_get("hello", "dev").unwrap().is_none()
+    );
+
+    let audit = server.admin("GET", "/v1/audit", None, 200).await;
+    let actions: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"service.decommission")
+            || actions.iter().any(|a| a.contains("decommission")),
+        "{actions:?}"
+    );
+}
+
+/// Moves a deployment to succeeded, as the reconciler would.
+fn finish(server: &crate::support::Server, id: i64) {
+    use runway_store::DeploymentState::{Progressing, Succeeded};
+    server
+        .store
+        .deployment_transition("reconciler", id, Progressing, None)
+        .unwrap();
+    server
+        .store
+        .deployment_transition("reconciler", id, Succeeded, None)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_413() {
+    let server = start_with(runway_api::Limits {
+        body_bytes: 1024,
+        ..runway_api::Limits::default()
+    })
+    .await;
+    server.onboard("hello").await;
+    let big = json!({"value": "x".repeat(4096)});
+    let answer = server
+        .call(
+            "PUT",
+            "/v1/services/hello/environments/dev/secrets/BIG",
+            Some(&server.admin),
+            Some(big),
+        )
+        .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+    let garbage = server
+        .raw(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(b"{not json".to_vec()),
+        )
+        .await;
+    assert_eq!(
+        (garbage.status, garbage.code()),
+        (StatusCode::BAD_REQUEST, "invalid")
+    );
+}
+
+#[tokio::test]
+async fn bootstrap_makes_one_admin_token() {
+    let server = start().await;
+    assert!(
+        runway_api::bootstrap_admin(server.store.as_ref())
+            .unwrap()
+            .is_none()
+    );
+    let tokens = server.admin("GET", "/v1/tokens", None, 200).await;
+    assert_eq!(tokens.as_array().unwrap().len(), 1);
+    assert_eq!(tokens[0]["name"], "admin");
+}
+
+#[tokio::test]
+async fn a_request_over_its_time_bound_is_503_and_every_answer_has_a_request_id() {
+    let server = start_with(runway_api::Limits {
+        request_timeout: std::time::Duration::from_millis(200),
+        ..runway_api::Limits::default()
+    })
+    .await;
+    server.onboard("slow").await;
+    let started = std::time::Instant::now();
+    let answer = server
+        .call(
+            "GET",
+            "/v1/services/slow/environments/dev/status",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::SERVICE_UNAVAILABLE, "timeout")
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+    let other = server.call("GET", "/healthz", None, None).await;
+    assert!(!answer.request_id.is_empty() && !other.request_id.is_empty());
+    assert_ne!(answer.request_id, other.request_id);
+}
+
+#[tokio::test]
+async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let path = "/v1/services/hello/environments/dev/deployments";
+    let process = json!({
+        "apiVersion": "runway/v1",
+        "kind": "RunwayService",
+        "metadata": {"name": "hello"},
+        "spec": {"container_port": 8080, "workload": {"process": {"command": ["python3", "app.py"]}}}
+    });
+    for (source_dir, field) in [(None, "source_dir"), (Some("relative/dir"), "source_dir")] {
+        let answer = server
+            .call(
+                "POST",
+                path,
+                Some(&server.admin),
+                Some(json!({"manifest": process, "source_dir": source_dir})),
+            )
+            .await;
+        assert_eq!(
+            (answer.status, answer.field()),
+            (StatusCode::BAD_REQUEST, field),
+            "{}",
+            answer.text
+        );
+    }
+    server
+        .admin(
+            "POST",
+            path,
+            Some(json!({"manifest": process, "source_dir": "/srv/hello"})),
+            202,
+        )
+        .await;
+    let revisions = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/revisions",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(revisions[0]["source_dir"], "/srv/hello");
+    assert_eq!(revisions[0]["image"], json!(null));
+    // min_instances unset: one instance all the same.
+    let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(desired.revisions[0].instances, 1);
+}

@@ -1,0 +1,10 @@
+//! The API over real sockets on loopback, with a real `SqliteStore` in a temporary directory
+//! and an in-memory `Platform`.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod auth;
+mod config;
+mod flows;
+mod openapi_doc;
+mod support;

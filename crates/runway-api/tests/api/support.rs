@@ -1,0 +1,319 @@
+//! The fixture: a server on a loopback port, a client, a fake platform.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use runway_api::types::{Condition, InstanceView, LogLine, RevisionStatus, RouteView, Stream};
+use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, StatusParts};
+use runway_secrets::{MasterKey, Sealer};
+use runway_store::{SqliteStore, Store};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// A platform of plain values.
+#[derive(Debug, Default)]
+pub(crate) struct FakePlatform {
+    pub(crate) wakes: AtomicUsize,
+}
+
+pub(crate) fn log_line(n: usize) -> LogLine {
+    LogLine {
+        instance: "hello-dev-00001-3f9a1c".into(),
+        time: "2026-11-21T13:50:39.123Z".into(),
+        stream: Stream::Stdout,
+        text: format!("line {n}"),
+    }
+}
+
+impl Platform for FakePlatform {
+    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
+        let reference = reference.to_owned();
+        Box::pin(async move {
+            if reference.contains("missing") {
+                return Err("manifest unknown".to_owned());
+            }
+            if reference.contains("@sha256:") {
+                return Ok(reference);
+            }
+            let repo = reference
+                .rsplit_once(':')
+                .map_or(reference.as_str(), |(r, _)| r);
+            Ok(format!("{repo}@sha256:{}", "ab".repeat(32)))
+        })
+    }
+
+    fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
+        let (service, env) = (service.to_owned(), env.to_owned());
+        Box::pin(async move {
+            if service == "slow" {
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            }
+            StatusParts {
+                url: format!("https://{service}.{env}.localhost:8443/"),
+                routes: vec![RouteView {
+                    revision: format!("{service}-{env}-00001"),
+                    weight: 100,
+                }],
+                revisions: vec![RevisionStatus {
+                    revision: format!("{service}-{env}-00001"),
+                    desired_instances: 1,
+                    ready: 1,
+                    starting: 0,
+                    failed: 0,
+                    condition: Condition::Ready,
+                    reason: None,
+                }],
+                instances: vec![InstanceView {
+                    id: format!("{service}-{env}-00001-3f9a1c"),
+                    revision: format!("{service}-{env}-00001"),
+                    phase: "running".into(),
+                    ready: true,
+                    port: Some(8123),
+                    restarts: 0,
+                    message: String::new(),
+                }],
+            }
+        })
+    }
+
+    fn logs(
+        &self,
+        _service: &str,
+        _env: &str,
+        _instance: Option<&str>,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<Vec<LogLine>, String>> {
+        Box::pin(async move { Ok((0..lines.min(3)).map(log_line).collect()) })
+    }
+
+    fn follow_logs(
+        &self,
+        _service: &str,
+        _env: &str,
+        _instance: Option<&str>,
+        _lines: usize,
+    ) -> BoxFuture<'_, Result<mpsc::Receiver<LogLine>, String>> {
+        Box::pin(async move {
+            let (tx, rx) = mpsc::channel(8);
+            for n in 0..3 {
+                tx.send(log_line(n)).await.map_err(|e| e.to_string())?;
+            }
+            Ok(rx)
+        })
+    }
+
+    fn wake(&self) {
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A running server.
+pub(crate) struct Server {
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) admin: String,
+    pub(crate) store: Arc<SqliteStore>,
+    pub(crate) platform: Arc<FakePlatform>,
+    pub(crate) dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub(crate) async fn start() -> Server {
+    start_with(Limits::default()).await
+}
+
+pub(crate) async fn start_with(limits: Limits) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
+    let admin = runway_api::bootstrap_admin(store.as_ref())
+        .unwrap()
+        .unwrap();
+    let platform = Arc::new(FakePlatform::default());
+    let state = ApiState::new(
+        Arc::clone(&store) as Arc<dyn Store>,
+        Arc::clone(&platform) as Arc<dyn Platform>,
+        Sealer::new(&MasterKey::generate().unwrap()),
+        ["dev", "staging", "production"].map(str::to_owned).to_vec(),
+    );
+    let router = runway_api::router(state, limits);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(runway_api::serve(
+        listener,
+        router,
+        None,
+        ServeOptions::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Server {
+        addr,
+        admin: admin.expose().to_owned(),
+        store,
+        platform,
+        dir,
+        stop: Some(stop),
+    }
+}
+
+/// An answer: status, content type, body (JSON when it parses, else a string).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) request_id: String,
+    pub(crate) content_type: String,
+    pub(crate) text: String,
+    pub(crate) body: Value,
+}
+
+impl Answer {
+    pub(crate) fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+    pub(crate) fn field(&self) -> &str {
+        self.body["error"]["field"].as_str().unwrap_or("")
+    }
+    pub(crate) fn message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("")
+    }
+}
+
+impl Server {
+    pub(crate) async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Answer {
+        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap());
+        self.raw(method, path, token, bytes).await
+    }
+
+    pub(crate) async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Answer {
+        let stream = TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let mut request = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(path)
+            .header("host", "localhost");
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let request_id = response
+            .headers()
+            .get(runway_api::X_REQUEST_ID)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Answer {
+            status,
+            request_id,
+            content_type,
+            text,
+            body,
+        }
+    }
+
+    /// As the admin, expecting `status`.
+    pub(crate) async fn admin(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        status: u16,
+    ) -> Value {
+        let answer = self.call(method, path, Some(&self.admin), body).await;
+        assert_eq!(
+            answer.status.as_u16(),
+            status,
+            "{method} {path}: {}",
+            answer.text
+        );
+        answer.body
+    }
+
+    /// Onboards `name` in every environment.
+    pub(crate) async fn onboard(&self, name: &str) {
+        self.admin(
+            "POST",
+            "/v1/services",
+            Some(json!({"name": name, "owners": ["alice"]})),
+            201,
+        )
+        .await;
+    }
+
+    /// A deploy token for `service` in `envs`.
+    pub(crate) async fn deploy_token(
+        &self,
+        service: &str,
+        envs: &[&str],
+        expires: Option<u64>,
+    ) -> String {
+        let mut body = json!({"name": format!("ci for {service}"),
+            "scope": {"deploy": {"service": service, "environments": envs}}});
+        if let Some(seconds) = expires {
+            body["expires_in_seconds"] = json!(seconds);
+        }
+        let created = self.admin("POST", "/v1/tokens", Some(body), 201).await;
+        created["token"].as_str().unwrap().to_owned()
+    }
+}
+
+/// A valid manifest for `name`.
+pub(crate) fn manifest(name: &str) -> Value {
+    json!({
+        "apiVersion": "runway/v1",
+        "kind": "RunwayService",
+        "metadata": {"name": name},
+        "spec": {
+            "container_port": 8080,
+            "image": format!("registry.local/{name}:1"),
+            "scalability": {"min_instances": 2}
+        }
+    })
+}
+
+pub(crate) fn deploy_body(name: &str) -> Value {
+    json!({"manifest": manifest(name), "env_vars": {"GREETING": "hi"}})
+}
