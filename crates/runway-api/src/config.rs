@@ -149,6 +149,38 @@ fn position(line: Option<u64>, column: Option<u64>) -> String {
     }
 }
 
+/// Parses a configuration file's text (YAML; JSON is YAML too) into any serde type, an empty
+/// file giving its defaults; errors name the file, line, column and key path. `runway server`
+/// reads its whole file, of which [`ApiConfig`] is one section, with it.
+///
+/// # Errors
+/// [`ConfigError::Parse`].
+pub fn parse_file<T: serde::de::DeserializeOwned + Default>(
+    path: &Path,
+    text: &str,
+) -> Result<T, ConfigError> {
+    if text.trim().is_empty() {
+        return Ok(T::default());
+    }
+    let mut key = String::new();
+    serde_saphyr::with_deserializer_from_str(text, |de| {
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            key = e.path().to_string();
+            e.into_inner()
+        })
+    })
+    .map_err(|e| {
+        let location = e.location();
+        ConfigError::Parse {
+            path: path.to_owned(),
+            line: location.as_ref().map(serde_saphyr::Location::line),
+            column: location.as_ref().map(serde_saphyr::Location::column),
+            key: if key.is_empty() { ".".to_owned() } else { key },
+            message: first_line(&e.to_string()),
+        }
+    })
+}
+
 impl ApiConfig {
     /// Reads and checks the configuration file at `path` (YAML; JSON is YAML too).
     ///
@@ -167,32 +199,17 @@ impl ApiConfig {
     /// # Errors
     /// See [`ConfigError`].
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let config = if text.trim().is_empty() {
-            Self::default()
-        } else {
-            let mut key = String::new();
-            serde_saphyr::with_deserializer_from_str(text, |de| {
-                serde_path_to_error::deserialize(de).map_err(|e| {
-                    key = e.path().to_string();
-                    e.into_inner()
-                })
-            })
-            .map_err(|e| {
-                let location = e.location();
-                ConfigError::Parse {
-                    path: path.to_owned(),
-                    line: location.as_ref().map(serde_saphyr::Location::line),
-                    column: location.as_ref().map(serde_saphyr::Location::column),
-                    key: if key.is_empty() { ".".to_owned() } else { key },
-                    message: first_line(&e.to_string()),
-                }
-            })?
-        };
+        let config: Self = parse_file(path, text)?;
         config.check(path)?;
         Ok(config)
     }
 
-    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+    /// Checks what serde cannot: values valid one by one but not together. `path` names the
+    /// file in the errors.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the key at fault.
+    pub fn check(&self, path: &Path) -> Result<(), ConfigError> {
         let invalid = |key: &str, message: String| ConfigError::Invalid {
             path: path.to_owned(),
             key: key.to_owned(),

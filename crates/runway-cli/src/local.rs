@@ -139,11 +139,21 @@ fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<Lo
     Ok(LocalRuntime::new(config))
 }
 
+/// A local runtime keeping its state under `root` (the control plane's is its data
+/// directory's `runtime/`).
+pub(crate) fn runtime_in(root: PathBuf) -> anyhow::Result<LocalRuntime> {
+    Ok(LocalRuntime::new(config_in(root)?))
+}
+
 fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {
     let root = match &state.state_dir {
         Some(dir) => dir.clone(),
         None => default_state_dir()?,
     };
+    config_in(root)
+}
+
+fn config_in(root: PathBuf) -> anyhow::Result<LocalConfig> {
     let program = std::env::current_exe().context("cannot find the runway binary")?;
     // The small supervisor binary installed beside this one; else this binary's own.
     let beside = program.with_file_name("runway-supervisor");
@@ -161,7 +171,7 @@ fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {
     Ok(LocalConfig::new(root, supervisor))
 }
 
-fn default_state_dir() -> anyhow::Result<PathBuf> {
+pub(crate) fn default_state_dir() -> anyhow::Result<PathBuf> {
     if is_root() {
         return Ok(PathBuf::from("/var/lib/runway"));
     }

@@ -12,7 +12,9 @@ mod init;
 mod local;
 mod platform;
 mod render;
+mod quickstart;
 mod repo;
+mod server;
 mod validate;
 
 /// Runway turns `.runway/runway.yml` into a running, observable, safely rolled-out service.
@@ -63,6 +65,25 @@ enum Command {
     /// The instances on this machine (started by `runway run`): list, output, stop.
     #[command(subcommand)]
     Local(LocalCommand),
+    /// Start a platform on this machine and watch it roll out a service without failing a
+    /// request.
+    ///
+    /// Starts an embedded control plane (API, store, controller, ingress, local runtime) in a
+    /// temporary directory (or --data-dir), onboards the bundled example service, deploys it
+    /// as a plain process and prints its HTTPS URL and the certificate authority to trust;
+    /// then deploys a second version while clients keep requesting it through the ingress,
+    /// and reports how many requests failed (the answer should be 0). Keeps serving until
+    /// Ctrl-C, or exits with --exit-after-rollout (0 when no request failed). The platform's
+    /// instances are stopped when it exits.
+    Quickstart(quickstart::Args),
+    /// Run the control plane on this machine: the API, the store, the controller, the ingress
+    /// and the local runtime, in one process.
+    ///
+    /// State (the SQLite store, the master key that seals secrets, the certificate authority,
+    /// the instances) lives in --data-dir. The first start prints an admin token once. SIGTERM
+    /// or Ctrl-C stops the servers; instances keep running under their supervisors and the
+    /// next start adopts them.
+    Server(server::Args),
     /// Log in to a Runway control plane: check the token, then save the server, token and CA.
     ///
     /// The token is checked with the server (`GET /v1/whoami`) before anything is saved. The
@@ -156,6 +177,8 @@ fn main() -> ExitCode {
         Command::Events(args) => platform::events(&args),
         Command::Logs(args) => platform::logs(&args),
         Command::Secrets(command) => platform::secrets(&command),
+        Command::Server(args) => server::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Quickstart(args) => quickstart::run(&args),
         Command::Supervise(args) => return local::supervise(&args),
         Command::Wrapper(args) => runway_wrapper::run_blocking(args)
             .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),

@@ -584,17 +584,7 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     };
     let service = only_one(services, &repo, wanted)?;
     let env = args.env.as_str();
-    let config = service.config(Some(env))?;
-    let manifest =
-        serde_json::to_value(&config.manifest).context("cannot encode the manifest as JSON")?;
-    let env_vars = env_file_vars(&repo, &service.id, env)?;
-    let request = DeployRequest {
-        manifest,
-        env_vars,
-        image: args.image.clone(),
-        source_dir: Some(repository_root(&repo.runway_dir)),
-    };
-    let name = service.name().to_owned();
+    let (name, request) = deploy_request(&repo, &service, env, args.image.clone())?;
     let client = client()?;
     let rt = tokio()?;
     let deployment = rt.block_on(client.deploy(&name, env, &request))?;
@@ -607,6 +597,28 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
         ));
     }
     finish(&rt, &client, deployment, &args.wait, args.output.output)
+}
+
+/// What `runway deploy` sends for a valid service: its manifest merged for `env`, the env
+/// file's variables, the image, and the repository's absolute path. Returns the service's name
+/// with it.
+pub(crate) fn deploy_request(
+    repo: &Repository,
+    service: &runway_manifest::Service,
+    env: &str,
+    image: Option<String>,
+) -> anyhow::Result<(String, DeployRequest)> {
+    let config = service.config(Some(env))?;
+    let manifest =
+        serde_json::to_value(&config.manifest).context("cannot encode the manifest as JSON")?;
+    let env_vars = env_file_vars(repo, &service.id, env)?;
+    let request = DeployRequest {
+        manifest,
+        env_vars,
+        image,
+        source_dir: Some(repository_root(&repo.runway_dir)),
+    };
+    Ok((service.name().to_owned(), request))
 }
 
 /// The variables of `.runway/[<id>/]env-<env>.yml`, as the manifest loader reads them.
@@ -708,7 +720,7 @@ fn finish(
     })
 }
 
-enum Outcome {
+pub(crate) enum Outcome {
     Ended(Duration),
     TimedOut,
 }
@@ -724,7 +736,7 @@ fn humanize(d: Duration) -> String {
 
 /// Polls the deployment and its events every 500 ms, printing each event as it arrives, until
 /// it ends or `timeout` runs out. A spinner with the elapsed time shows on a terminal only.
-async fn wait_for(
+pub(crate) async fn wait_for(
     client: &Client,
     mut deployment: Deployment,
     timeout: Duration,

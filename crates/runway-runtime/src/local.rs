@@ -88,6 +88,26 @@ impl LocalRuntime {
         }
     }
 
+    /// Pulls an image into the cache instances start from (verified, unpacked) and returns it
+    /// with its digest: `pull(reference).await?.pinned` is what a deploy records.
+    pub async fn pull_image(&self, reference: &str) -> Result<runway_oci::Image, RuntimeError> {
+        let image_error = |message: String| RuntimeError::Image {
+            reference: reference.to_owned(),
+            message,
+        };
+        let store =
+            Store::open(self.config.root.join("images")).map_err(|e| image_error(e.to_string()))?;
+        let user_namespace = self.config.user_namespace.then(UserNamespace::default);
+        let pull = PullOptions {
+            id_shift: user_namespace.map_or(0, |ns| ns.host_base),
+            ..self.config.pull.clone()
+        };
+        store
+            .pull(reference, &pull)
+            .await
+            .map_err(|e| image_error(e.to_string()))
+    }
+
     /// Pulls the image (pinned to its digest) into the shared cache and writes the instance's
     /// bundle; the spec's artifact becomes that container. Secrets stay out of the bundle: the
     /// supervisor adds them only for the moment `runc create` reads it.
@@ -107,17 +127,8 @@ impl LocalRuntime {
         };
         let oci_runtime = find_program(&self.config.oci_runtime, None, None)
             .map_err(|e| image_error(format!("no OCI runtime to run it: {e}")))?;
-        let store =
-            Store::open(self.config.root.join("images")).map_err(|e| image_error(e.to_string()))?;
         let user_namespace = self.config.user_namespace.then(UserNamespace::default);
-        let pull = PullOptions {
-            id_shift: user_namespace.map_or(0, |ns| ns.host_base),
-            ..self.config.pull.clone()
-        };
-        let image = store
-            .pull(reference, &pull)
-            .await
-            .map_err(|e| image_error(e.to_string()))?;
+        let image = self.pull_image(reference).await?;
         let cgroup_path = format!("/runway/{}", spec.id);
         let options = BundleOptions {
             command: command.clone(),

@@ -1,0 +1,321 @@
+//! `runway quickstart`: an embedded control plane serving the bundled example, and a rollout
+//! under load that must not fail a single request.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use runway_runtime::Runtime;
+
+use crate::api::{Client, CreateService, Deployment, DeploymentState};
+use crate::platform::{deploy_request, wait_for};
+use crate::repo::{discover, valid_services};
+use crate::server::{IngressConfig, Running, ServerConfig};
+use crate::{EXIT_INVALID, Output};
+
+/// The bundled example, written into the data directory so the command works from anywhere.
+const EXAMPLE: [(&str, &str); 5] = [
+    (
+        ".runway/runway.yml",
+        include_str!("../../../examples/hello/.runway/runway.yml"),
+    ),
+    (
+        ".runway/runway-dev.yml",
+        include_str!("../../../examples/hello/.runway/runway-dev.yml"),
+    ),
+    (
+        ".runway/runway-production.yml",
+        include_str!("../../../examples/hello/.runway/runway-production.yml"),
+    ),
+    (
+        ".runway/env-production.yml",
+        include_str!("../../../examples/hello/.runway/env-production.yml"),
+    ),
+    ("app.py", include_str!("../../../examples/hello/app.py")),
+];
+
+const SERVICE: &str = "hello";
+const ENV: &str = "dev";
+
+/// `runway quickstart`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Keep the platform's state here (default: a temporary directory, removed at exit).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where the services are served over HTTPS (port 0: any free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443")]
+    https: SocketAddr,
+    /// Where plain HTTP is redirected to HTTPS (port 0: any free port).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    http: SocketAddr,
+    /// Clients that keep requesting through the ingress during the rollout.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Exit after the rollout's report: 0 when no request failed, 1 otherwise (for scripts
+    /// and CI); the instances are stopped.
+    #[arg(long)]
+    exit_after_rollout: bool,
+}
+
+/// What the load loop counted.
+#[derive(Debug, Default)]
+struct Counts {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let temporary = match &args.data_dir {
+        Some(_) => None,
+        None => Some(tempfile::tempdir().context("cannot make a temporary directory")?),
+    };
+    let data_dir = match (&args.data_dir, &temporary) {
+        (Some(dir), _) => std::path::absolute(dir)
+            .with_context(|| format!("cannot use {}", dir.display()))?,
+        (None, Some(temp)) => temp.path().to_path_buf(),
+        (None, None) => bail!("no data directory"),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(quickstart(args, &data_dir));
+    drop(temporary);
+    result
+}
+
+async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
+    let example = data_dir.join("example");
+    for (path, text) in EXAMPLE {
+        let path = example.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let mut config = ServerConfig::default();
+    config.api.data_dir = data_dir.to_path_buf();
+    config.api.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.ingress = IngressConfig {
+        https: args.https,
+        http: args.http,
+        redirect: true,
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+    };
+    // Old instances stop a few seconds after traffic left them, so the report comes soon.
+    config.control.drain_grace_ms = 3_000;
+    let running = crate::server::start(config).await?;
+    let outcome = demonstrate(args, &running, &example).await;
+    // The platform's instances go with it: stop them, then the servers.
+    stop_instances(&running).await;
+    running.stop().await?;
+    outcome
+}
+
+async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::Result<ExitCode> {
+    let token = running
+        .admin_token
+        .clone()
+        .context("the data directory already has an admin token: give an empty --data-dir")?;
+    let client = Client::new(
+        &format!("https://{}", running.api),
+        &token,
+        Some(&running.ca_path),
+    )?;
+    say(&format!(
+        "platform: API on https://{}, state in {}",
+        running.api,
+        running.ca_path.parent().and_then(Path::parent).map_or_else(
+            || "?".to_owned(),
+            |p| p.display().to_string()
+        )
+    ));
+    client
+        .create_service(&CreateService {
+            name: SERVICE.to_owned(),
+            owners: vec!["quickstart@localhost".to_owned()],
+            environments: None,
+        })
+        .await?;
+    say(&format!("onboarded service {SERVICE}"));
+    let secret = format!("quickstart-{:016x}", fastrand_u64());
+    client.set_secret(SERVICE, ENV, "API_KEY", &secret).await?;
+    say("set secret API_KEY (sealed at rest, injected at start)");
+
+    let repo = discover(example)?;
+    let Some(mut services) = valid_services(&repo, example, |_| true) else {
+        return Ok(ExitCode::from(EXIT_INVALID));
+    };
+    let service = services.remove(0);
+    let (_, mut request) = deploy_request(&repo, &service, ENV, None)?;
+    let first = deploy(&client, &request, "first version").await?;
+    let url = format!("https://{SERVICE}.{ENV}.localhost:{}/", running.https.port());
+    say(&format!("{SERVICE} serves {url} ({first})"));
+    say(&format!(
+        "trust the platform's certificate authority: {}\n    curl --cacert {} {url}",
+        running.ca_path.display(),
+        running.ca_path.display()
+    ));
+
+    // The second version, with a load loop running through the ingress all along.
+    let counts = Arc::new(Counts::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(args.clients, running, &counts, &stop)?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    request
+        .env_vars
+        .insert("GREETING".to_owned(), "hello again".to_owned());
+    let started = Instant::now();
+    let second = deploy(&client, &request, "second version").await?;
+    // The rollout ends when the old revision's instances are gone, drained and stopped.
+    wait_retired(running, &first, Duration::from_secs(60)).await;
+    let rollout = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for task in load {
+        let _ = task.await;
+    }
+    let (ok, failed) = (
+        counts.ok.load(Ordering::SeqCst),
+        counts.failed.load(Ordering::SeqCst),
+    );
+    say(&format!(
+        "rollout {first} → {second} under load ({} clients): {ok} requests, {failed} failed, {:.1} s \
+         from deploy to the old revision stopped",
+        args.clients,
+        rollout.as_secs_f64()
+    ));
+    if args.exit_after_rollout {
+        return Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    say(&format!("{SERVICE} keeps serving {url}; Ctrl-C stops the platform"));
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot wait for Ctrl-C")?;
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What the quickstart tells its user, on standard output beside the deployments' events.
+fn say(text: &str) {
+    crate::print_stdout(&format!("quickstart: {text}\n"));
+}
+
+fn fastrand_u64() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    // Not a secret worth more: the example only checks that one is set.
+    (now as u64) ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// Deploys and waits for the deployment to succeed; returns the revision's name.
+async fn deploy(
+    client: &Client,
+    request: &crate::api::DeployRequest,
+    what: &str,
+) -> anyhow::Result<String> {
+    let deployment = client.deploy(SERVICE, ENV, request).await?;
+    say(&format!(
+        "deploying the {what}: {}",
+        deployment.to_revision.as_deref().unwrap_or("?")
+    ));
+    let (deployment, _) = wait_for(client, deployment, Duration::from_secs(120), Output::Text)
+        .await
+        .map_err(anyhow::Error::from)?;
+    succeeded(&deployment)
+}
+
+fn succeeded(deployment: &Deployment) -> anyhow::Result<String> {
+    let revision = deployment.to_revision.clone().unwrap_or_default();
+    if deployment.state != DeploymentState::Succeeded {
+        bail!(
+            "the deployment of {revision} ended {}: {}",
+            deployment.state.as_str(),
+            deployment.reason.as_deref().unwrap_or("no reason given")
+        );
+    }
+    Ok(revision)
+}
+
+/// Clients requesting `/` through the ingress over HTTPS (the platform's CA trusted, SNI and
+/// Host the service's name) until `stop`.
+fn start_load(
+    clients: usize,
+    running: &Running,
+    counts: &Arc<Counts>,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let ca = reqwest::Certificate::from_pem(running.ca_pem.as_bytes())
+        .context("cannot read the platform's CA certificate")?;
+    let host = format!("{SERVICE}.{ENV}.localhost");
+    let http = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .resolve(&host, running.https)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .context("cannot build the load client")?;
+    let url = format!("https://{host}:{}/", running.https.port());
+    Ok((0..clients.max(1))
+        .map(|_| {
+            let (http, url, counts, stop) = (
+                http.clone(),
+                url.clone(),
+                Arc::clone(counts),
+                Arc::clone(stop),
+            );
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let ok = match http.get(&url).send().await {
+                        Ok(response) => {
+                            response.status().is_success() && response.bytes().await.is_ok()
+                        }
+                        Err(_) => false,
+                    };
+                    let counter = if ok { &counts.ok } else { &counts.failed };
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect())
+}
+
+/// Waits until no instance of `revision` is left, at most `bound`.
+async fn wait_retired(running: &Running, revision: &str, bound: Duration) {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        let left = running
+            .controller
+            .instances(SERVICE, ENV)
+            .await
+            .map(|all| all.iter().any(|i| i.revision == revision))
+            .unwrap_or(true);
+        if !left {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Stops and removes every instance the embedded platform started.
+async fn stop_instances(running: &Running) {
+    let runtime = running.runtime();
+    if let Ok(instances) = runtime.instances().await {
+        for instance in instances {
+            let _ = runtime.instance_remove(&instance.id).await;
+        }
+    }
+}

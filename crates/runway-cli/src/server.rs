@@ -1,0 +1,490 @@
+//! `runway server`: the control plane in one process: the API, the store, the controller, the
+//! ingress and the local runtime. Instances run under their own supervisors, so stopping the
+//! server stops none of them; the next start adopts them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, StatusParts};
+use runway_control::{Controller, ControllerConfig};
+use runway_ingress::{Ingress, Options as IngressOptions, TlsOptions};
+use runway_runtime::LocalRuntime;
+use runway_secrets::{MasterKey, Sealer};
+use runway_store::{SqliteStore, Store};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+/// `runway server`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The configuration file (YAML): `api`, `ingress` and `control` sections, every key
+    /// optional, unknown keys refused.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Where the store, the master key, the certificate authority and the instances' state
+    /// live (overrides `api.data_dir`).
+    #[arg(long, value_name = "DIR", env = "RUNWAY_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ServerConfig {
+    /// The API: listen address, data directory, TLS, environments, limits.
+    pub(crate) api: ApiConfig,
+    /// Where the ingress serves the services.
+    pub(crate) ingress: IngressConfig,
+    /// The controller: domain, intervals, deploy timeout, drain grace.
+    pub(crate) control: ControllerConfig,
+}
+
+/// Where the ingress listens.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct IngressConfig {
+    /// HTTPS, for every service's `https://{service}.{env}.{domain}:{port}/`.
+    pub(crate) https: SocketAddr,
+    /// Plain HTTP: redirected to HTTPS unless `redirect` is false, then served as is.
+    pub(crate) http: SocketAddr,
+    pub(crate) redirect: bool,
+    /// Prometheus metrics (`/metrics`) and `/healthz`.
+    pub(crate) admin: SocketAddr,
+}
+
+impl Default for IngressConfig {
+    fn default() -> Self {
+        Self {
+            https: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            http: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            redirect: true,
+            admin: SocketAddr::from(([127, 0, 0, 1], 9090)),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads the file (errors name its line and key path), or the defaults without one.
+    pub(crate) fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let Some(path) = path else {
+            return Ok(Self::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let config: Self = runway_api::config::parse_file(path, &text)?;
+        config.api.check(path)?;
+        Ok(config)
+    }
+}
+
+/// What a running control plane shows its caller (`runway quickstart` uses it in-process).
+#[derive(Debug)]
+pub(crate) struct Running {
+    pub(crate) api: SocketAddr,
+    pub(crate) https: SocketAddr,
+    pub(crate) http: SocketAddr,
+    pub(crate) ca_pem: String,
+    pub(crate) ca_path: PathBuf,
+    /// The admin token, when this start created it (the first start).
+    pub(crate) admin_token: Option<String>,
+    pub(crate) controller: Arc<Controller<LocalRuntime>>,
+    runtime: Arc<LocalRuntime>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    /// The runtime the control plane runs instances on.
+    pub(crate) fn runtime(&self) -> &LocalRuntime {
+        &self.runtime
+    }
+
+    /// Stops accepting, lets in-flight requests finish (each server's grace), and returns.
+    /// Instances keep running.
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            task.await.context("a server task panicked")??;
+        }
+        Ok(())
+    }
+}
+
+/// Starts everything; returns once every listener is bound.
+pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
+    let data_dir = config.api.data_dir.clone();
+    create_private_dir(&data_dir)?;
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(data_dir.join("runway.db"))
+            .with_context(|| format!("cannot open the store in {}", data_dir.display()))?,
+    );
+    let key_path = data_dir.join("master.key");
+    let (key, _) = MasterKey::load_or_create(&key_path)
+        .with_context(|| format!("cannot use the master key {}", key_path.display()))?;
+    let admin_token = runway_api::bootstrap_admin(store.as_ref())
+        .context("cannot create the admin token")?
+        .map(|token| token.expose().to_owned());
+
+    let ca_dir = config.api.ca_dir();
+    let ingress = Ingress::new(IngressOptions::default());
+    let tls = ingress
+        .tls(&TlsOptions {
+            ca_dir: Some(ca_dir.clone()),
+            certificates: vec![],
+        })
+        .context("cannot set up the ingress's TLS")?;
+    let ca_pem = tls.ca_pem().unwrap_or_default().to_owned();
+    let runtime = Arc::new(crate::local::runtime_in(data_dir.join("runtime"))?);
+
+    let (stop, stopped) = watch::channel(false);
+    let until = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let bind = |address: SocketAddr, what: &'static str| async move {
+        TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address} ({what})"))
+    };
+    let api_listener = bind(config.api.listen, "API").await?;
+    let http_listener = bind(config.ingress.http, "ingress, HTTP").await?;
+    let admin_listener = bind(config.ingress.admin, "ingress, metrics").await?;
+    let api_address = api_listener.local_addr()?;
+    let http_address = http_listener.local_addr()?;
+    // The event loops bind their own sockets (SO_REUSEPORT); a port 0 is chosen here first.
+    let https_address = bind(config.ingress.https, "ingress, HTTPS")
+        .await?
+        .local_addr()?;
+    config.control.https_port = https_address.port();
+    let controller = Arc::new(Controller::new(
+        config.control.clone(),
+        Arc::clone(&store),
+        Arc::clone(&runtime),
+        ingress.clone(),
+        Sealer::new(&key),
+    ));
+
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn({
+        let controller = Arc::clone(&controller);
+        let stopped = stopped.clone();
+        async move {
+            controller.run(until(stopped)).await;
+            Ok(())
+        }
+    }));
+    tasks.push(tokio::spawn({
+        let ingress = ingress.clone();
+        let stopped = stopped.clone();
+        let tls = tls.clone();
+        let loops = std::thread::available_parallelism().map_or(1, usize::from);
+        async move {
+            ingress
+                .serve_event_loops(https_address, loops, Some(&tls), stopped)
+                .await
+                .context("the ingress (HTTPS) stopped")
+        }
+    }));
+    tasks.push(tokio::spawn({
+        let ingress = ingress.clone();
+        let stopped = stopped.clone();
+        let redirect = config.ingress.redirect;
+        async move {
+            if redirect {
+                ingress
+                    .serve_redirect(http_listener, https_address.port(), until(stopped))
+                    .await
+            } else {
+                ingress.serve(http_listener, until(stopped)).await
+            }
+            .context("the ingress (HTTP) stopped")
+        }
+    }));
+    tasks.push(tokio::spawn({
+        let ingress = ingress.clone();
+        let stopped = stopped.clone();
+        async move {
+            ingress
+                .serve_admin(admin_listener, until(stopped))
+                .await
+                .context("the ingress's metrics server stopped")
+        }
+    }));
+    let platform = Arc::new(ServerPlatform {
+        controller: Arc::clone(&controller),
+        runtime: Arc::clone(&runtime),
+    });
+    let state = ApiState::new(
+        Arc::clone(&store),
+        platform,
+        Sealer::new(&key),
+        config.api.environments.clone(),
+    );
+    let router = runway_api::router(state, config.api.request_limits());
+    let api_tls = if config.api.tls.enabled {
+        Some(
+            runway_api::tls_config(&ca_dir, &config.api.tls.hostnames)
+                .context("cannot set up the API's TLS")?,
+        )
+    } else {
+        None
+    };
+    let options = config.api.serve_options();
+    tasks.push(tokio::spawn({
+        let stopped = stopped.clone();
+        async move {
+            runway_api::serve(api_listener, router, api_tls, options, until(stopped))
+                .await
+                .context("the API server stopped")
+        }
+    }));
+    Ok(Running {
+        api: api_address,
+        https: https_address,
+        http: http_address,
+        ca_pem,
+        ca_path: ca_dir.join("ca.pem"),
+        admin_token,
+        controller,
+        runtime,
+        stop,
+        tasks,
+    })
+}
+
+/// `runway server`: runs until SIGTERM or SIGINT.
+pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
+    let mut config = ServerConfig::load(args.config.as_deref())?;
+    if let Some(dir) = &args.data_dir {
+        config.api.data_dir.clone_from(dir);
+    } else if args.config.is_none() {
+        config.api.data_dir = crate::local::default_state_dir()?.join("server");
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(async move {
+            let running = start(config).await?;
+            let scheme = if running.ca_pem.is_empty() { "http" } else { "https" };
+            eprintln!("runway server: API on {scheme}://{}", running.api);
+            eprintln!(
+                "runway server: services on https://{{service}}.{{env}}.localhost:{} (HTTP on {})",
+                running.https.port(),
+                running.http
+            );
+            eprintln!(
+                "runway server: clients trust the certificate authority in {}",
+                running.ca_path.display()
+            );
+            if let Some(token) = &running.admin_token {
+                eprintln!(
+                    "runway server: the admin token, shown this once (it is stored hashed):\n{token}\n\
+                     log in with: runway login --server https://{} --ca {} --token -",
+                    running.api,
+                    running.ca_path.display()
+                );
+            }
+            shutdown_signal().await?;
+            eprintln!("runway server: stopping (instances keep running)");
+            running.stop().await?;
+            eprintln!("runway server: stopped");
+            Ok(())
+        })
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// The API's view of the world outside the store: the controller and the runtime.
+struct ServerPlatform {
+    controller: Arc<Controller<LocalRuntime>>,
+    runtime: Arc<LocalRuntime>,
+}
+
+fn api_log_line(instance: String, line: runway_runtime::logs::LogLine) -> runway_api::types::LogLine {
+    runway_api::types::LogLine {
+        instance,
+        time: line.time,
+        stream: match line.stream {
+            runway_runtime::logs::Stream::Stdout => runway_api::types::Stream::Stdout,
+            runway_runtime::logs::Stream::Stderr => runway_api::types::Stream::Stderr,
+        },
+        text: line.text,
+    }
+}
+
+impl Platform for ServerPlatform {
+    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
+        let reference = reference.to_owned();
+        Box::pin(async move {
+            self.runtime
+                .pull_image(&reference)
+                .await
+                .map(|image| image.pinned)
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
+        let (service, env) = (service.to_owned(), env.to_owned());
+        Box::pin(async move {
+            use runway_api::types::{Condition, InstanceView, RevisionStatus, RouteView};
+            use runway_reconciler::Condition as Planned;
+            let controller = &self.controller;
+            let instances = controller
+                .instances(&service, &env)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .map(|i| InstanceView {
+                    id: i.id,
+                    revision: i.revision,
+                    phase: serde_json::to_value(i.phase)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    ready: i.ready,
+                    port: i.port,
+                    restarts: i.restarts,
+                    message: i.message,
+                })
+                .collect();
+            StatusParts {
+                url: controller.url(&service, &env),
+                routes: controller
+                    .routes(&service, &env)
+                    .into_iter()
+                    .map(|r| RouteView {
+                        revision: r.revision,
+                        weight: r.weight,
+                    })
+                    .collect(),
+                revisions: controller
+                    .revision_status(&service, &env)
+                    .into_iter()
+                    .map(|r| {
+                        let (condition, reason) = match r.condition {
+                            Planned::Progressing => (Condition::Progressing, None),
+                            Planned::Ready => (Condition::Ready, None),
+                            Planned::Failing { reason } => (Condition::Failing, Some(reason)),
+                            Planned::TimedOut { reason } => (Condition::TimedOut, Some(reason)),
+                        };
+                        RevisionStatus {
+                            revision: r.revision,
+                            desired_instances: r.desired_instances,
+                            ready: r.ready,
+                            starting: r.starting,
+                            failed: r.failed,
+                            condition,
+                            reason,
+                        }
+                    })
+                    .collect(),
+                instances,
+            }
+        })
+    }
+
+    fn logs(
+        &self,
+        service: &str,
+        env: &str,
+        instance: Option<&str>,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<Vec<runway_api::types::LogLine>, String>> {
+        let (service, env, instance) = (
+            service.to_owned(),
+            env.to_owned(),
+            instance.map(str::to_owned),
+        );
+        Box::pin(async move {
+            let mut all: Vec<_> = self
+                .controller
+                .logs(&service, &env, instance.as_deref(), lines)
+                .await
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(id, line)| api_log_line(id, line))
+                .collect();
+            // Oldest first across instances; RFC 3339 in UTC sorts as text.
+            all.sort_by(|a, b| a.time.cmp(&b.time));
+            let skip = all.len().saturating_sub(lines);
+            Ok(all.split_off(skip))
+        })
+    }
+
+    fn follow_logs(
+        &self,
+        service: &str,
+        env: &str,
+        instance: Option<&str>,
+        lines: usize,
+    ) -> BoxFuture<'_, Result<mpsc::Receiver<runway_api::types::LogLine>, String>> {
+        let (service, env, instance) = (
+            service.to_owned(),
+            env.to_owned(),
+            instance.map(str::to_owned),
+        );
+        Box::pin(async move {
+            let first = self.logs(&service, &env, instance.as_deref(), lines).await?;
+            let (sender, receiver) = mpsc::channel(256);
+            let controller = Arc::clone(&self.controller);
+            tokio::spawn(async move {
+                // The newest time sent per instance; later lines are new.
+                let mut sent: HashMap<String, String> = HashMap::new();
+                for line in first {
+                    sent.insert(line.instance.clone(), line.time.clone());
+                    if sender.send(line).await.is_err() {
+                        return;
+                    }
+                }
+                while !sender.is_closed() {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let Ok(recent) = controller
+                        .logs(&service, &env, instance.as_deref(), 1000)
+                        .await
+                    else {
+                        continue;
+                    };
+                    for (id, line) in recent {
+                        if sent.get(&id).is_some_and(|last| line.time <= *last) {
+                            continue;
+                        }
+                        sent.insert(id.clone(), line.time.clone());
+                        if sender.send(api_log_line(id, line)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+            Ok(receiver)
+        })
+    }
+
+    fn wake(&self) {
+        self.controller.wake();
+    }
+}

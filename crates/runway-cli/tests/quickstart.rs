@@ -1,0 +1,64 @@
+//! `runway quickstart --exit-after-rollout`, the README's main command as CI runs it: a
+//! platform on this machine, the example deployed, a second version rolled out under load with
+//! no failed request, and nothing left running.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn quickstart_rolls_out_without_a_failed_request() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "python3 is needed under CI");
+        eprintln!("skipped: the example needs python3");
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
+        .args(["quickstart", "--https", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .arg("--exit-after-rollout")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(180) {
+            let _ = child.kill();
+            panic!("quickstart still running after 180 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{out}{err}");
+    assert!(out.contains("hello serves https://hello.dev.localhost:"), "{out}");
+    assert!(out.contains("curl --cacert"), "{out}");
+    let report = out
+        .lines()
+        .find(|l| l.contains("under load"))
+        .unwrap_or_else(|| panic!("no report: {out}"));
+    assert!(report.contains(", 0 failed,"), "{report}");
+    let served: u64 = report
+        .split("): ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(served > 100, "only {served} requests during the rollout: {report}");
+    // The platform stopped its instances: no supervisor is left in its data directory.
+    let instances = data.path().join("runtime/instances");
+    let left: Vec<_> = std::fs::read_dir(&instances)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "instances left: {left:?}");
+}
