@@ -76,8 +76,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         None => Some(tempfile::tempdir().context("cannot make a temporary directory")?),
     };
     let data_dir = match (&args.data_dir, &temporary) {
-        (Some(dir), _) => std::path::absolute(dir)
-            .with_context(|| format!("cannot use {}", dir.display()))?,
+        (Some(dir), _) => {
+            std::path::absolute(dir).with_context(|| format!("cannot use {}", dir.display()))?
+        }
         (None, Some(temp)) => temp.path().to_path_buf(),
         (None, None) => bail!("no data directory"),
     };
@@ -132,10 +133,11 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
     say(&format!(
         "platform: API on https://{}, state in {}",
         running.api,
-        running.ca_path.parent().and_then(Path::parent).map_or_else(
-            || "?".to_owned(),
-            |p| p.display().to_string()
-        )
+        running
+            .ca_path
+            .parent()
+            .and_then(Path::parent)
+            .map_or_else(|| "?".to_owned(), |p| p.display().to_string())
     ));
     client
         .create_service(&CreateService {
@@ -156,7 +158,10 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
     let service = services.remove(0);
     let (_, mut request) = deploy_request(&repo, &service, ENV, None)?;
     let first = deploy(&client, &request, "first version").await?;
-    let url = format!("https://{SERVICE}.{ENV}.localhost:{}/", running.https.port());
+    let url = format!(
+        "https://{SERVICE}.{ENV}.localhost:{}/",
+        running.https.port()
+    );
     say(&format!("{SERVICE} serves {url} ({first})"));
     say(&format!(
         "trust the platform's certificate authority: {}\n    curl --cacert {} {url}",
@@ -198,7 +203,9 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
             ExitCode::FAILURE
         });
     }
-    say(&format!("{SERVICE} keeps serving {url}; Ctrl-C stops the platform"));
+    say(&format!(
+        "{SERVICE} keeps serving {url}; Ctrl-C stops the platform"
+    ));
     tokio::signal::ctrl_c()
         .await
         .context("cannot wait for Ctrl-C")?;

@@ -324,7 +324,10 @@ struct ServerPlatform {
     runtime: Arc<LocalRuntime>,
 }
 
-fn api_log_line(instance: String, line: runway_runtime::logs::LogLine) -> runway_api::types::LogLine {
+fn api_log_line(
+    instance: String,
+    line: runway_runtime::logs::LogLine,
+) -> runway_api::types::LogLine {
     runway_api::types::LogLine {
         instance,
         time: line.time,
@@ -449,7 +452,9 @@ impl Platform for ServerPlatform {
             instance.map(str::to_owned),
         );
         Box::pin(async move {
-            let first = self.logs(&service, &env, instance.as_deref(), lines).await?;
+            let first = self
+                .logs(&service, &env, instance.as_deref(), lines)
+                .await?;
             let (sender, receiver) = mpsc::channel(256);
             let controller = Arc::clone(&self.controller);
             tokio::spawn(async move {

@@ -11,13 +11,22 @@ use std::time::{Duration, Instant};
 #[test]
 fn quickstart_rolls_out_without_a_failed_request() {
     if Command::new("python3").arg("--version").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "python3 is needed under CI");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is needed under CI"
+        );
         eprintln!("skipped: the example needs python3");
         return;
     }
     let data = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
-        .args(["quickstart", "--https", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args([
+            "quickstart",
+            "--https",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(data.path())
         .arg("--exit-after-rollout")
@@ -38,10 +47,23 @@ fn quickstart_rolls_out_without_a_failed_request() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let (mut out, mut err) = (String::new(), String::new());
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(status.success(), "{out}{err}");
-    assert!(out.contains("hello serves https://hello.dev.localhost:"), "{out}");
+    assert!(
+        out.contains("hello serves https://hello.dev.localhost:"),
+        "{out}"
+    );
     assert!(out.contains("curl --cacert"), "{out}");
     let report = out
         .lines()
@@ -54,7 +76,10 @@ fn quickstart_rolls_out_without_a_failed_request() {
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap();
-    assert!(served > 100, "only {served} requests during the rollout: {report}");
+    assert!(
+        served > 100,
+        "only {served} requests during the rollout: {report}"
+    );
     // The platform stopped its instances: no supervisor is left in its data directory.
     let instances = data.path().join("runtime/instances");
     let left: Vec<_> = std::fs::read_dir(&instances)
