@@ -357,50 +357,64 @@ struct Settings {
     threads: u64,
 }
 
-/// Every load against one target; `tls` is None for the direct connection.
-fn measure(
+/// One proxy (or the direct connection) under test.
+struct Target {
     name: &'static str,
     at: Listening,
+    /// Whether it serves HTTPS (the direct connection does not).
     tls: bool,
+    /// The process whose peak memory is reported.
     pid: Option<u32>,
+}
+
+/// The loads, in the order they run; each runs against every target before the next load, so
+/// that whatever else the machine does hits the targets alike.
+const LOADS: [&str; 4] = [
+    "HTTP/1.1, full speed (wrk)",
+    "HTTP/1.1 at 1,000 req/s (h2load)",
+    "HTTPS, HTTP/1.1 (h2load)",
+    "HTTPS, HTTP/2, 10 streams per connection (h2load)",
+];
+
+/// Runs load `index` of [`LOADS`] against a target; None when the target has no TLS for it.
+fn measure(
+    index: usize,
+    target: &Target,
     settings: &Settings,
     dir: &Path,
-    rows: &mut Vec<(&'static str, &'static str, Result)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<Result>> {
     let Settings {
         seconds,
         connections,
         threads,
     } = *settings;
-    let peak = || pid.map_or(0, peak_kib);
-    let log = dir.join(format!("{name}.log"));
-    eprintln!("bench: {name}: HTTP/1.1, wrk");
-    let mut result = wrk(at.plain, seconds, connections, threads)?;
-    result.peak_kib = peak();
-    rows.push(("HTTP/1.1, full speed (wrk)", name, result));
-    eprintln!("bench: {name}: HTTP/1.1 at 1,000 req/s, h2load");
-    let paced = Load::Paced {
-        clients: 10,
-        per_client: 100,
+    let log = dir.join(format!("{}.log", target.name));
+    eprintln!("bench: {}: {}", target.name, LOADS[index]);
+    let mut result = match index {
+        0 => wrk(target.at.plain, seconds, connections, threads)?,
+        1 => {
+            let paced = Load::Paced {
+                clients: 10,
+                per_client: 100,
+            };
+            h2load(target.at.plain, paced, seconds, connections, threads, &log)?
+        }
+        _ if !target.tls => return Ok(None),
+        2 => h2load(
+            target.at.tls,
+            Load::Https1,
+            seconds,
+            connections,
+            threads,
+            &log,
+        )?,
+        _ => {
+            let h2 = Load::Https2 { streams: 10 };
+            h2load(target.at.tls, h2, seconds, connections, threads, &log)?
+        }
     };
-    let result = h2load(at.plain, paced, seconds, connections, threads, &log)?;
-    rows.push(("HTTP/1.1 at 1,000 req/s (h2load)", name, result));
-    if tls {
-        eprintln!("bench: {name}: HTTPS HTTP/1.1, h2load");
-        let mut result = h2load(at.tls, Load::Https1, seconds, connections, threads, &log)?;
-        result.peak_kib = peak();
-        rows.push(("HTTPS, HTTP/1.1 (h2load)", name, result));
-        eprintln!("bench: {name}: HTTPS HTTP/2, h2load");
-        let h2 = Load::Https2 { streams: 10 };
-        let mut result = h2load(at.tls, h2, seconds, connections, threads, &log)?;
-        result.peak_kib = peak();
-        rows.push((
-            "HTTPS, HTTP/2, 10 streams per connection (h2load)",
-            name,
-            result,
-        ));
-    }
-    Ok(())
+    result.peak_kib = target.pid.map_or(0, peak_kib);
+    Ok(Some(result))
 }
 
 fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
@@ -438,15 +452,6 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
         plain: upstream_address,
         tls: upstream_address,
     };
-    measure(
-        "direct",
-        direct,
-        false,
-        None,
-        &settings,
-        dir.path(),
-        &mut rows,
-    )?;
 
     // The ingress.
     let routes = dir.path().join("routes.json");
@@ -486,17 +491,12 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
     );
     wait_listening(at.plain)?;
     wait_listening(at.tls)?;
-    let pid = ingress.0.id();
-    measure(
-        "runway-ingress",
+    let ingress_target = Target {
+        name: "runway-ingress",
         at,
-        true,
-        Some(pid),
-        &settings,
-        dir.path(),
-        &mut rows,
-    )?;
-    drop(ingress);
+        tls: true,
+        pid: Some(ingress.0.id()),
+    };
 
     // nginx.
     let at = Listening {
@@ -520,25 +520,35 @@ fn run(seconds: u64, connections: u64, threads: u64) -> anyhow::Result<()> {
     );
     wait_listening(at.plain)?;
     wait_listening(at.tls)?;
-    let pid = nginx.0.id();
-    measure(
-        "nginx",
-        at,
-        true,
-        Some(pid),
-        &settings,
-        dir.path(),
-        &mut rows,
-    )?;
-    drop(nginx);
+    let targets = [
+        Target {
+            name: "direct",
+            at: direct,
+            tls: false,
+            pid: None,
+        },
+        ingress_target,
+        Target {
+            name: "nginx",
+            at,
+            tls: true,
+            pid: Some(nginx.0.id()),
+        },
+    ];
+    for (index, load) in LOADS.iter().enumerate() {
+        for target in &targets {
+            if let Some(result) = measure(index, target, &settings, dir.path())? {
+                rows.push((*load, target.name, result));
+            }
+        }
+    }
+    drop((ingress, nginx));
 
     println!(
         "same upstream; {} CPUs; {seconds} s per row; {connections} connections, {threads} client threads",
         std::thread::available_parallelism().map_or(0, usize::from)
     );
-    let mut loads: Vec<&str> = rows.iter().map(|(load, _, _)| *load).collect();
-    loads.dedup();
-    for load in loads {
+    for load in LOADS {
         println!("\n{load}");
         println!(
             "  {:<16} {:>10} {:>9} {:>9} {:>9}  errors",
