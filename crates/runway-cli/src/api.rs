@@ -563,6 +563,31 @@ impl Client {
         self.call(Method::GET, url, None::<&()>).await
     }
 
+    /// `POST /v1/tokens`: a new token; its text is in the answer, once.
+    pub(crate) async fn create_token(&self, request: &Value) -> Result<Value, ApiError> {
+        self.call(
+            Method::POST,
+            self.url(&["v1", "tokens"], &[]),
+            Some(request),
+        )
+        .await
+    }
+
+    /// `GET /v1/tokens`.
+    pub(crate) async fn tokens(&self) -> Result<Vec<Value>, ApiError> {
+        self.get(self.url(&["v1", "tokens"], &[])).await
+    }
+
+    /// `DELETE /v1/tokens/{id}`: revokes it.
+    pub(crate) async fn revoke_token(&self, id: &str) -> Result<Value, ApiError> {
+        self.call(
+            Method::DELETE,
+            self.url(&["v1", "tokens", id], &[]),
+            None::<&()>,
+        )
+        .await
+    }
+
     /// `GET /v1/whoami`.
     pub(crate) async fn whoami(&self) -> Result<WhoAmI, ApiError> {
         self.get(self.url(&["v1", "whoami"], &[])).await

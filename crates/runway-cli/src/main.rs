@@ -120,6 +120,9 @@ enum Command {
     /// Set, list and unset a service's secrets in an environment (values are never shown).
     #[command(subcommand)]
     Secrets(platform::SecretsCommand),
+    /// API tokens (admin only): create admin or per-service deploy tokens, list, revoke.
+    #[command(subcommand)]
+    Tokens(platform::TokensCommand),
     /// Run a command and serve GitLab Runner's process wrapper gRPC API for it.
     ///
     /// Wire-compatible with `gitlab-runner wrapper`: the `deployer` (or any client built from
@@ -177,6 +180,7 @@ fn main() -> ExitCode {
         Command::Events(args) => platform::events(&args),
         Command::Logs(args) => platform::logs(&args),
         Command::Secrets(command) => platform::secrets(&command),
+        Command::Tokens(command) => platform::tokens(&command),
         Command::Server(args) => server::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Quickstart(args) => quickstart::run(&args),
         Command::Supervise(args) => return local::supervise(&args),

@@ -239,6 +239,66 @@ pub(crate) struct LogsArgs {
 }
 
 #[derive(Debug, clap::Subcommand)]
+pub(crate) enum TokensCommand {
+    /// Create a token (admin only); its text is printed this once and never again.
+    ///
+    /// Without --service, an admin token. With --service, a deploy token that can read and
+    /// deploy that service only, in the environments given with --env (at least one).
+    Create(TokenCreateArgs),
+    /// List tokens: id, name, scope, expiry, revocation (never their text).
+    List(OutputArg),
+    /// Revoke a token by id; it is refused from then on.
+    Revoke(TokenRevokeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TokenCreateArgs {
+    /// A name for people; the audit log shows it as the actor.
+    name: String,
+    /// Scope the token to this service (a deploy token).
+    #[arg(long)]
+    service: Option<String>,
+    /// An environment the deploy token may act in (repeat for more).
+    #[arg(long = "env", value_name = "ENV")]
+    environments: Vec<String>,
+    /// Expire the token after this long (`90d`, `12h`, `30m`); never by default.
+    #[arg(long, value_parser = parse_lifetime)]
+    expires_in: Option<Duration>,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+fn parse_lifetime(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = number.parse().map_err(|_| {
+        format!("expected a number and a unit (d, h, m, s), e.g. 90d, not {text:?}")
+    })?;
+    let seconds = match unit {
+        "d" => n * 86_400,
+        "h" => n * 3_600,
+        "m" => n * 60,
+        "s" | "" => n,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?}: use d, h, m or s"
+            ));
+        }
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TokenRevokeArgs {
+    /// The token's id, as `runway tokens list` shows it.
+    id: u64,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Subcommand)]
 pub(crate) enum SecretsCommand {
     /// Set a secret's value (a new version), read from standard input or --from-file, never
     /// from an argument. One trailing newline is dropped.
@@ -1079,6 +1139,99 @@ fn write_stdout(text: &str) -> bool {
         .is_ok()
 }
 
+// ---- tokens ----
+
+fn scope_text(scope: &Value) -> String {
+    match scope.get("deploy") {
+        Some(deploy) => format!(
+            "deploy {} in {}",
+            deploy.get("service").and_then(Value::as_str).unwrap_or("?"),
+            deploy
+                .get("environments")
+                .and_then(Value::as_array)
+                .map(|envs| envs
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default()
+        ),
+        None => "admin".to_owned(),
+    }
+}
+
+pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
+    let client = client()?;
+    let rt = tokio()?;
+    match command {
+        TokensCommand::Create(args) => {
+            let scope = match &args.service {
+                None if args.environments.is_empty() => serde_json::json!({"admin": {}}),
+                None => bail!("--env scopes a deploy token: give --service too"),
+                Some(_) if args.environments.is_empty() => {
+                    bail!("a deploy token needs at least one --env it may act in")
+                }
+                Some(service) => serde_json::json!({"deploy": {
+                    "service": service,
+                    "environments": args.environments,
+                }}),
+            };
+            let mut request = serde_json::json!({"name": args.name, "scope": scope});
+            if let Some(lifetime) = args.expires_in {
+                request["expires_in_seconds"] = lifetime.as_secs().into();
+            }
+            let created = rt.block_on(client.create_token(&request))?;
+            match args.output.output {
+                Output::Json => print_json(&created)?,
+                Output::Text => {
+                    let info = &created["info"];
+                    print_stdout(&format!(
+                        "token {} ({}, {}); shown this once:\n{}\n",
+                        info["id"],
+                        args.name,
+                        scope_text(&info["scope"]),
+                        created["token"].as_str().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        TokensCommand::List(output) => {
+            let list = rt.block_on(client.tokens())?;
+            match output.output {
+                Output::Json => print_json(&list)?,
+                Output::Text => {
+                    let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+                    let mut rows = vec![[
+                        "ID".to_owned(),
+                        "NAME".to_owned(),
+                        "SCOPE".to_owned(),
+                        "EXPIRES".to_owned(),
+                        "REVOKED".to_owned(),
+                    ]];
+                    for t in &list {
+                        rows.push([
+                            t["id"].to_string(),
+                            text(&t["name"]),
+                            scope_text(&t["scope"]),
+                            text(&t["expires_at"]),
+                            text(&t["revoked_at"]),
+                        ]);
+                    }
+                    print_stdout(&table(&rows));
+                }
+            }
+        }
+        TokensCommand::Revoke(args) => {
+            let revoked = rt.block_on(client.revoke_token(&args.id.to_string()))?;
+            match args.output.output {
+                Output::Json => print_json(&revoked)?,
+                Output::Text => print_stdout(&format!("revoked token {}\n", args.id)),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 // ---- secrets ----
 
 pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
@@ -1224,5 +1377,16 @@ mod tests {
             exit_code(&anyhow::Error::from(config)),
             Some(crate::EXIT_USAGE)
         );
+    }
+
+    #[test]
+    fn token_lifetimes() {
+        use std::time::Duration;
+        assert_eq!(parse_lifetime("90d"), Ok(Duration::from_secs(90 * 86_400)));
+        assert_eq!(parse_lifetime("12h"), Ok(Duration::from_secs(12 * 3_600)));
+        assert_eq!(parse_lifetime("30m"), Ok(Duration::from_secs(1_800)));
+        assert_eq!(parse_lifetime("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_lifetime("d").is_err());
+        assert!(parse_lifetime("3w").unwrap_err().contains("unknown unit"));
     }
 }
