@@ -109,20 +109,30 @@ impl LocalCa {
         &self.cert_pem
     }
 
-    /// A certificate for one host name, with its chain.
-    fn issue(&self, name: &str, provider: &CryptoProvider) -> Option<Arc<CertifiedKey>> {
-        let key = KeyPair::generate().ok()?;
-        let mut params = CertificateParams::new(vec![name.to_owned()]).ok()?;
-        params.distinguished_name.push(DnType::CommonName, name);
+    /// A server certificate for `names` (DNS names or IP addresses; the first is its common
+    /// name), as its chain (the certificate, then the authority's) and its new private key.
+    /// The control plane's API serves one, so clients trust both with one `ca.pem`.
+    pub fn issue(
+        &self,
+        names: &[String],
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
+        let key = KeyPair::generate().map_err(TlsError::Ca)?;
+        let mut params = CertificateParams::new(names.to_vec()).map_err(TlsError::Ca)?;
+        if let Some(first) = names.first() {
+            params.distinguished_name.push(DnType::CommonName, first);
+        }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.use_authority_key_identifier_extension = true;
-        let cert = params.signed_by(&key, &self.issuer).ok()?;
+        let cert = params.signed_by(&key, &self.issuer).map_err(TlsError::Ca)?;
         let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let signing = provider.key_provider.load_private_key(der).ok()?;
-        Some(Arc::new(CertifiedKey::new(
-            vec![cert.der().clone(), self.cert_der.clone()],
-            signing,
-        )))
+        Ok((vec![cert.der().clone(), self.cert_der.clone()], der))
+    }
+
+    /// A certificate for one host name, with its chain, for the handshake.
+    fn certified(&self, name: &str, provider: &CryptoProvider) -> Option<Arc<CertifiedKey>> {
+        let (chain, key) = self.issue(&[name.to_owned()]).ok()?;
+        let signing = provider.key_provider.load_private_key(key).ok()?;
+        Some(Arc::new(CertifiedKey::new(chain, signing)))
     }
 }
 
@@ -201,7 +211,7 @@ impl ResolvesServerCert for Resolver {
         if let Some(key) = issued.get(&name) {
             return Some(Arc::clone(key));
         }
-        let key = ca.issue(&name, &self.provider)?;
+        let key = ca.certified(&name, &self.provider)?;
         issued.insert(name, Arc::clone(&key));
         Some(key)
     }
