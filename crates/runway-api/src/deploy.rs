@@ -2,14 +2,15 @@
 //! here), the image pinned once, the secrets' latest versions, and one store call that
 //! records it all; then the reconciler is woken.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use runway_manifest::{
     Artifact, Manifest, ServiceConfig, ServiceFiles, Severity, SourceFile, load,
 };
+use runway_secrets::{Context, Sealer, SecretValue};
 use runway_store::{
-    Deployment, NewRevision, PlannedRevision, Revision, RevisionRef, Store, StoreError,
+    Deployment, NewRevision, PlannedRevision, Revision, RevisionRef, SecretInfo, Store, StoreError,
 };
 use serde_json::{Value, json};
 
@@ -224,6 +225,56 @@ pub(crate) fn previous_revision(s: &dyn Store, service: &str, env: &str) -> ApiR
         })
 }
 
+/// What a promotion of `source` to `to` checks before the store records it, as a deploy
+/// does: every secret the source pins (and its manifest declares) is set in `to`, whose
+/// latest versions the new revision pins; none of them is also an environment variable. The
+/// store checks the secrets again in its transaction.
+fn check_promotion(s: &dyn Store, source: &Revision, to: &str) -> ApiResult<()> {
+    let target: BTreeSet<String> = s
+        .secret_list(&source.service, to)?
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    let config = serde_json::from_value::<Manifest>(source.manifest.clone())
+        .ok()
+        .map(|m| ServiceConfig::from_manifest(&m, Some(to), &source.env_vars));
+    let declared = config.iter().flat_map(|c| c.secrets.iter());
+    let needed: BTreeSet<&String> = source.secret_versions.keys().chain(declared).collect();
+    let missing: Vec<&str> = needed
+        .iter()
+        .filter(|n| !target.contains(n.as_str()))
+        .map(|n| n.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(ApiError::invalid(format!(
+            "{} uses {} {}, not set for {} in {to}; set {} there first",
+            source.name,
+            if missing.len() == 1 {
+                "secret"
+            } else {
+                "secrets"
+            },
+            missing.join(", "),
+            source.service,
+            if missing.len() == 1 { "it" } else { "them" },
+        ))
+        .field("to"));
+    }
+    let env_names: Vec<&String> = match &config {
+        Some(config) => config.env.keys().collect(),
+        None => source.env_vars.keys().collect(),
+    };
+    if let Err(clashes) = runway_secrets::check_clashes(&needed, &env_names) {
+        return Err(ApiError::invalid(format!(
+            "{} set both as a secret and as an environment variable of {}; remove one",
+            clashes.join(", "),
+            source.name
+        ))
+        .field("from"));
+    }
+    Ok(())
+}
+
 /// Records a promotion of the revision serving in `from` to `to`.
 pub(crate) async fn promote(
     state: &ApiState,
@@ -256,6 +307,7 @@ pub(crate) async fn promote(
                     body.from
                 ))
             })?;
+            check_promotion(s, &source, &body.to)?;
             let desired = [PlannedRevision {
                 revision: RevisionRef::New,
                 instances: instances_of(&source.manifest, &body.to),
@@ -268,33 +320,49 @@ pub(crate) async fn promote(
     Ok(record.deployment)
 }
 
-/// The version the next `secret_set` of this secret will get: one above the highest ever
-/// stored, deleted ones included (which the listing does not show, so versions above the
-/// listed one are probed).
-///
-/// The store allocates the number itself but the value must be sealed for it first; the
-/// caller holds the API's secret lock across this and the set, and checks the number the
-/// store gave back.
-pub(crate) fn next_secret_version(
+/// How many times a secret is sealed and stored before a run of conflicts (other writers of
+/// the same secret taking each next version first) is reported.
+const SECRET_SET_ATTEMPTS: u32 = 5;
+
+/// Sets a secret: seals `value` for the next version, stores it naming that version, and on
+/// `Conflict` (another writer took it) seals again for the new next version. The version is
+/// chosen in the store's transaction, so any number of API processes can share a store.
+pub(crate) fn set_secret(
     s: &dyn Store,
-    service: &str,
-    env: &str,
-    name: &str,
-) -> ApiResult<u32> {
-    let listed = s
-        .secret_list(service, env)?
-        .into_iter()
-        .find(|i| i.name == name)
-        .map_or(0, |i| i.version);
-    let mut version = listed;
+    sealer: &Sealer,
+    actor: &str,
+    [service, env, name]: [&str; 3],
+    value: &SecretValue,
+) -> ApiResult<SecretInfo> {
+    let mut attempt = 1;
     loop {
-        let next = version
-            .checked_add(1)
-            .ok_or_else(|| ApiError::conflict(format!("secret {name} has run out of versions")))?;
-        match s.secret_read(service, env, name, next) {
-            Ok(_) => version = next,
-            Err(StoreError::NotFound { .. }) => return Ok(next),
-            Err(other) => return Err(other.into()),
+        let version = s.secret_next_version(service, env, name)?;
+        let context = Context {
+            service,
+            env,
+            name,
+            version: u64::from(version),
+        };
+        let sealed = sealer
+            .seal(value, &context)
+            .map_err(|e| ApiError::internal(format!("sealing a secret: {e}")))?;
+        match s.secret_set(
+            actor,
+            service,
+            env,
+            name,
+            version,
+            &sealed.nonce,
+            &sealed.ciphertext,
+        ) {
+            Err(StoreError::Conflict(_)) if attempt < SECRET_SET_ATTEMPTS => attempt += 1,
+            Err(StoreError::Conflict(reason)) => {
+                return Err(ApiError::conflict(format!(
+                    "secret {name} changed under {SECRET_SET_ATTEMPTS} attempts to set it; \
+                     try again ({reason})"
+                )));
+            }
+            other => return Ok(other?),
         }
     }
 }

@@ -37,7 +37,12 @@
 //! # Secrets
 //!
 //! A value is sealed ([`runway_secrets::Sealer`]) for its service, environment, name and
-//! version before it reaches the store, and is never returned, listed or logged.
+//! version before it reaches the store, and is never returned, listed or logged. The version
+//! is the store's next one ([`runway_store::Store::secret_next_version`]); the store refuses a
+//! set for any other in its transaction, so when another writer (in this process or another
+//! sharing the store) took it first, the API seals again for the new next one and retries.
+//! A promotion pins the target environment's latest version of each secret the source
+//! revision uses, and is refused when one is not set there.
 //!
 //! # Serving
 //!

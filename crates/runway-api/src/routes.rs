@@ -5,7 +5,7 @@
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runway_secrets::{Context, SecretValue, TokenKind};
+use runway_secrets::{SecretValue, TokenKind};
 use runway_store::{DesiredRevision, NewService, NewToken, StoreError, Timestamp, TokenScope};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -365,7 +365,8 @@ async fn rollback(
 }
 
 /// Promotes the revision serving in `from` to `to`: same manifest, digest and environment
-/// variables, a new revision there.
+/// variables, a new revision there, which pins `to`'s latest version of each secret the
+/// source uses. 400, naming them, when some are not set in `to`, or clash with a variable.
 #[utoipa::path(post, path = "/v1/services/{service}/promote",
     params(("service" = String, Path)), request_body = PromoteRequest,
     responses((status = 202, body = DeploymentView)))]
@@ -450,8 +451,8 @@ async fn logs(
         .into_response())
 }
 
-/// Sets a secret: a new version, sealed before it reaches the store. The value is never
-/// returned.
+/// Sets a secret: a new version, sealed for that version before it reaches the store. The
+/// value is never returned.
 #[utoipa::path(put, path = "/v1/services/{service}/environments/{env}/secrets/{name}",
     params(("service" = String, Path), ("env" = String, Path), ("name" = String, Path)),
     request_body = SetSecret, responses((status = 200, body = SecretInfoView)))]
@@ -467,36 +468,8 @@ async fn set_secret(
     let value = SecretValue::from(body.value);
     let actor = caller.name.clone();
     let sealer = std::sync::Arc::clone(&state.sealer);
-    let lock = std::sync::Arc::clone(&state.secret_writes);
     let info = state
-        .store(move |s| {
-            let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let version = deploy::next_secret_version(s, &service, &env, &name)?;
-            let context = Context {
-                service: &service,
-                env: &env,
-                name: &name,
-                version: u64::from(version),
-            };
-            let sealed = sealer
-                .seal(&value, &context)
-                .map_err(|e| ApiError::internal(format!("sealing a secret: {e}")))?;
-            let info = s.secret_set(
-                &actor,
-                &service,
-                &env,
-                &name,
-                &sealed.nonce,
-                &sealed.ciphertext,
-            )?;
-            if info.version != version {
-                return Err(ApiError::internal(format!(
-                    "secret {service}/{env}/{name} stored as version {} but sealed for {version}",
-                    info.version
-                )));
-            }
-            Ok(info)
-        })
+        .store(move |s| deploy::set_secret(s, &sealer, &actor, [&service, &env, &name], &value))
         .await?;
     Ok(axum::Json(info.into()))
 }

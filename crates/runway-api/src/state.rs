@@ -1,7 +1,7 @@
 //! What every handler shares.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use runway_secrets::Sealer;
 use runway_store::Store;
@@ -17,9 +17,6 @@ pub struct ApiState {
     pub(crate) sealer: Arc<Sealer>,
     /// The environments in promotion order.
     pub(crate) environments: Arc<[String]>,
-    /// Held while a secret's next version is found, sealed for and stored, so two writers of
-    /// one secret cannot seal for the same version.
-    pub(crate) secret_writes: Arc<Mutex<()>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -45,7 +42,6 @@ impl ApiState {
             platform,
             sealer: Arc::new(sealer),
             environments: environments.into(),
-            secret_writes: Arc::new(Mutex::new(())),
         }
     }
 

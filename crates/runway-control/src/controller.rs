@@ -20,7 +20,9 @@ use tokio::sync::{Notify, broadcast};
 
 use crate::config::ControllerConfig;
 use crate::error::{ControlError, Result};
-use crate::observe::{failure_reason, instance_state, kind, new_instance_id, revision_of};
+use crate::observe::{
+    failure_reason, instance_state, kind, managed_key, new_instance_id, revision_of,
+};
 use crate::revision::RevisionInfo;
 use crate::start::{build_spec, open_secrets};
 use crate::state::{Key, StartFailure, State};
@@ -179,8 +181,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         errors
     }
 
-    /// Instances by service and environment; those of revisions the store never knew (a
-    /// developer's `runway run`) are left out, and so left alone.
+    /// Instances by service and environment. An instance goes with its revision's service and
+    /// environment; one the platform started ([`InstanceStatus::managed`]) whose revision the
+    /// store no longer has (its service was decommissioned, maybe while no controller ran)
+    /// goes with the service and environment its runtime reports, where nothing is desired, so
+    /// it is drained and stopped. Any other instance (a developer's `runway run`) is left out,
+    /// and so left alone.
     async fn group(
         &self,
         statuses: Vec<InstanceStatus>,
@@ -195,9 +201,17 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             let Some(name) = revision_of(&status.id) else {
                 continue;
             };
+            // Its runtime says it runs another revision than its id names: not ours.
+            if status.revision.as_deref().is_some_and(|r| r != name) {
+                continue;
+            }
             match self.revision(name).await {
                 Ok(Some(info)) => by_key.entry(info.key()).or_default().push(status),
-                Ok(None) => {}
+                Ok(None) => {
+                    if let Some(key) = managed_key(&status, name) {
+                        by_key.entry(key).or_default().push(status);
+                    }
+                }
                 Err(error) => errors.push(error),
             }
         }

@@ -14,7 +14,12 @@
 //!
 //! 1. reads every desired state from the store and every instance from the runtime;
 //! 2. gives each instance to its service and environment through its revision (the id minus
-//!    its last `-` segment); instances of revisions the store never knew are left alone;
+//!    its last `-` segment, which must be the revision the runtime reports). The instances it
+//!    starts carry `RUNWAY_MANAGED=1` in their environment and the runtime reports them
+//!    `managed`, with their service and revision: one whose revision the store no longer has
+//!    (its service was decommissioned, perhaps while the control plane was down) goes with that
+//!    service and environment, where nothing is desired, and is drained and stopped. Other
+//!    instances (a developer's `runway run`) are left alone;
 //! 3. for each service/env (desired, or with instances or routes but no desired state any
 //!    more: decommissioned) builds the planner's input: the desired revisions, the instances
 //!    with their state (runtime phase and readiness; failures with their supervisor's reason,

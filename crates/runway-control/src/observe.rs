@@ -19,6 +19,23 @@ pub(crate) fn revision_of(id: &str) -> Option<&str> {
     (hex && !revision.is_empty()).then_some(revision)
 }
 
+/// The service and environment of an instance the platform started (the runtime reports it
+/// [`managed`](InstanceStatus::managed)) of revision `name`, from the service its runtime
+/// reports and the revision name's shape `{service}-{env}-{5 digits}`: what is needed to stop
+/// it when the store no longer knows its revision. `None` for any other instance.
+pub(crate) fn managed_key(status: &InstanceStatus, name: &str) -> Option<(String, String)> {
+    if !status.managed || status.revision.as_deref() != Some(name) {
+        return None;
+    }
+    let service = status.service.as_deref()?;
+    let (env, number) = name
+        .strip_prefix(service)?
+        .strip_prefix('-')?
+        .rsplit_once('-')?;
+    let number_shaped = number.len() == 5 && number.bytes().all(|b| b.is_ascii_digit());
+    (number_shaped && !env.is_empty()).then(|| (service.to_owned(), env.to_owned()))
+}
+
 /// A new instance id for `revision`: `{revision}-{6 lower-case hex}`, random.
 pub(crate) fn new_instance_id(revision: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -120,5 +137,52 @@ mod tests {
         let id = new_instance_id("hello-dev-00002");
         assert_eq!(revision_of(&id), Some("hello-dev-00002"), "{id}");
         assert_ne!(new_instance_id("a"), new_instance_id("a"));
+    }
+
+    fn status(service: &str, revision: &str, managed: bool) -> InstanceStatus {
+        InstanceStatus {
+            id: format!("{revision}-3f9a1c"),
+            service: Some(service.to_owned()),
+            revision: Some(revision.to_owned()),
+            managed,
+            phase: Phase::Running,
+            ready: true,
+            pid: None,
+            port: None,
+            restarts: 0,
+            consecutive_failures: 0,
+            started_at_ms: None,
+            next_start_at_ms: None,
+            message: String::new(),
+            last_exit: None,
+            supervisor_pid: 1,
+        }
+    }
+
+    #[test]
+    fn managed_instances_name_their_service_and_environment() {
+        let key = |service: &str, env: &str| Some((service.to_owned(), env.to_owned()));
+        let name = "hello-dev-00002";
+        assert_eq!(
+            managed_key(&status("hello", name, true), name),
+            key("hello", "dev")
+        );
+        let dashed = "my-app-eu-west-00012";
+        assert_eq!(
+            managed_key(&status("my-app", dashed, true), dashed),
+            key("my-app", "eu-west")
+        );
+        // Not the platform's, or not of that shape: nobody's to stop.
+        assert_eq!(managed_key(&status("hello", name, false), name), None);
+        assert_eq!(
+            managed_key(&status("hello", name, true), "hello-dev-00003"),
+            None
+        );
+        assert_eq!(managed_key(&status("other", name, true), name), None);
+        let local = "hello-local";
+        assert_eq!(managed_key(&status("hello", local, true), local), None);
+        let mut unknown = status("hello", name, true);
+        unknown.service = None;
+        assert_eq!(managed_key(&unknown, name), None);
     }
 }

@@ -4,13 +4,15 @@ use std::collections::BTreeMap;
 
 use runway_runtime::InstanceSpec;
 use runway_runtime::service::{InstanceOptions, instance_spec};
+use runway_runtime::spec::MANAGED_ENV;
 use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::{Revision, Store};
 
 use crate::revision::RevisionInfo;
 
-/// The spec of instance `id` of the revision, with its secrets' values. The error says why
-/// it can never start, and holds no secret value.
+/// The spec of instance `id` of the revision, with its secrets' values, marked as the
+/// platform's ([`MANAGED_ENV`]). The error says why it can never start, and holds no secret
+/// value.
 pub(crate) fn build_spec(
     info: &RevisionInfo,
     id: &str,
@@ -24,7 +26,10 @@ pub(crate) fn build_spec(
         base_dir: info.source_dir(),
         secret_env,
     };
-    instance_spec(config, &options).map_err(|e| e.to_string())
+    let mut spec = instance_spec(config, &options).map_err(|e| e.to_string())?;
+    // Marks it the platform's, so a later controller knows it even once its revision is gone.
+    spec.env.insert(MANAGED_ENV.to_owned(), "1".to_owned());
+    Ok(spec)
 }
 
 /// The values of the secrets the revision pins, by name, opened with the master key. The

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use common::{Behavior, Harness, fast_config};
 use runway_reconciler::RouteWeight;
+use runway_runtime::Runtime;
+use runway_runtime::spec::MANAGED_ENV;
 use runway_secrets::{Context, Sealer, SecretValue};
 use runway_store::{DeploymentState, DesiredRevision, Store};
 
@@ -71,6 +73,11 @@ async fn first_deploy_starts_an_instance_and_routes_to_it() {
     let spec = &harness.runtime.specs()[0];
     assert_eq!(spec.revision, V1);
     assert_eq!(spec.env.get("GREETING").map(String::as_str), Some("hi"));
+    assert!(
+        spec.is_managed(),
+        "marked as the platform's: {:?}",
+        spec.env
+    );
 
     let events = harness.events(&deployment).join("\n");
     for expected in [
@@ -260,6 +267,64 @@ async fn a_decommissioned_service_is_drained_and_stopped() {
 }
 
 #[tokio::test]
+async fn a_new_controller_stops_the_instances_of_a_service_decommissioned_meanwhile() {
+    let harness = serving_v1().await;
+    let platform = harness.runtime.ids_of(V1);
+    assert_eq!(platform.len(), 1);
+    harness
+        .store
+        .service_decommission("admin", "hello", false)
+        .unwrap();
+
+    // Instances a developer started with `runway run`, not the platform: one with an id of
+    // the platform's shape, one of a service the store never knew, one with its own id.
+    let template = harness.runtime.specs()[0].clone();
+    let own = [
+        "hello-dev-00001-abcdef",
+        "other-dev-00003-123456",
+        "hello-dev",
+    ];
+    for id in own {
+        let mut spec = template.clone();
+        spec.id = id.to_owned();
+        spec.revision = "hello-local".to_owned();
+        spec.env.remove(MANAGED_ENV);
+        harness.runtime.instance_ensure(spec).await.unwrap();
+    }
+
+    // The controller that knew hello is gone; a new one never saw its revisions.
+    let (second, ingress) = harness.another_controller();
+    let until = tokio::time::Instant::now() + BOUND;
+    while harness.runtime.ids().iter().any(|id| platform.contains(id)) {
+        let _ = second.reconcile_all().await;
+        assert!(
+            tokio::time::Instant::now() < until,
+            "still running: {:?}",
+            harness.runtime.ids()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(harness.runtime.stopped().contains(&platform[0]));
+    for _ in 0..5 {
+        let _ = second.reconcile_all().await;
+    }
+    let mut left = harness.runtime.ids();
+    left.sort();
+    let mut expected: Vec<String> = own.iter().map(|id| (*id).to_owned()).collect();
+    expected.sort();
+    assert_eq!(left, expected, "the developer's instances are left alone");
+    assert!(
+        harness
+            .runtime
+            .stopped()
+            .iter()
+            .all(|id| !own.contains(&id.as_str()))
+    );
+    assert!(second.routes("hello", "dev").is_empty());
+    assert!(ingress.table().routes().is_empty());
+}
+
+#[tokio::test]
 async fn a_new_controller_adopts_running_instances_and_restores_routes() {
     let harness = serving_v1().await;
     let starts = harness.runtime.specs().len();
@@ -306,6 +371,7 @@ fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper:
             service,
             "dev",
             name,
+            version,
             &sealed.nonce,
             &sealed.ciphertext,
         )

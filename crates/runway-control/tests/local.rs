@@ -253,7 +253,7 @@ async fn rolling_deploy_on_the_local_runtime() {
     };
     let key = MasterKey::generate().unwrap();
     let controller = Arc::new(Controller::new(
-        config,
+        config.clone(),
         Arc::clone(&store) as Arc<dyn Store>,
         Arc::clone(&runtime),
         ingress.clone(),
@@ -279,6 +279,10 @@ async fn rolling_deploy_on_the_local_runtime() {
             .find(|s| s.id == v1[0].id)
             .unwrap();
         let v1_pids = [v1_status.pid.unwrap(), v1_status.supervisor_pid];
+        // The runtime reports whose it is, from the spec, and that the platform started it.
+        assert_eq!(v1_status.service.as_deref(), Some("hello"));
+        assert_eq!(v1_status.revision.as_deref(), Some("hello-dev-00001"));
+        assert!(v1_status.managed);
 
         // A steady stream of requests from four clients while v2 rolls out.
         let stop = Arc::new(AtomicBool::new(false));
@@ -378,6 +382,27 @@ async fn rolling_deploy_on_the_local_runtime() {
 
     let _ = stop_controller.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), control).await;
+
+    // Decommissioned while no controller runs: a new one, which never saw its revisions,
+    // still drains and stops its instances.
+    assert!(!runtime.instances().await.unwrap().is_empty());
+    store.service_decommission("admin", "hello", false).unwrap();
+    let fresh = Controller::new(
+        config,
+        Arc::clone(&store) as Arc<dyn Store>,
+        Arc::clone(&runtime),
+        ingress.clone(),
+        Sealer::new(&key),
+    );
+    tokio::time::timeout(BOUND, async {
+        while !runtime.instances().await.unwrap().is_empty() {
+            let _ = fresh.reconcile_all().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap();
+
     let _ = stop_serving.send(());
     let _ = tokio::time::timeout(Duration::from_secs(35), server).await;
 }

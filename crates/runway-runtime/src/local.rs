@@ -82,10 +82,11 @@ impl LocalRuntime {
         if !dir.is_dir() {
             return Err(RuntimeError::NotFound(id.to_owned()));
         }
-        match request(&dir, Request::Status).await {
-            Ok(status) => Ok(status),
-            Err(_) => read_last_status(&dir, id),
-        }
+        let status = match request(&dir, Request::Status).await {
+            Ok(status) => status,
+            Err(_) => read_last_status(&dir, id)?,
+        };
+        Ok(with_spec(&dir, status))
     }
 
     /// Pulls an image into the cache instances start from (verified, unpacked) and returns it
@@ -474,6 +475,19 @@ fn lost_if_not_final(mut status: InstanceStatus) -> InstanceStatus {
     status
 }
 
+/// The status with what a supervisor older than `service`, `revision` and `managed` does not
+/// report, read from its `spec.json`.
+fn with_spec(dir: &Path, mut status: InstanceStatus) -> InstanceStatus {
+    if (status.service.is_none() || status.revision.is_none())
+        && let Some(spec) = read_spec(dir)
+    {
+        status.managed |= spec.is_managed();
+        status.service.get_or_insert(spec.service);
+        status.revision.get_or_insert(spec.revision);
+    }
+    status
+}
+
 fn read_spec(dir: &Path) -> Option<InstanceSpec> {
     serde_json::from_str(&fs::read_to_string(dir.join(SPEC_FILE)).ok()?).ok()
 }
@@ -543,4 +557,92 @@ fn free_port() -> io::Result<u16> {
 fn assign_port(spec: &mut InstanceSpec, port: u16) {
     spec.port = Some(port);
     spec.env.insert("PORT".to_owned(), port.to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::process::StopSignal;
+    use crate::spec::{LogLimits, MANAGED_ENV, Probes, RestartPolicy};
+
+    fn spec(id: &str, managed: bool) -> InstanceSpec {
+        let mut env = BTreeMap::from([("PORT".to_owned(), "8080".to_owned())]);
+        if managed {
+            env.insert(MANAGED_ENV.to_owned(), "1".to_owned());
+        }
+        InstanceSpec {
+            id: id.to_owned(),
+            service: "hello".to_owned(),
+            revision: "hello-dev-00001".to_owned(),
+            artifact: Artifact::Command {
+                program: PathBuf::from("true"),
+                args: Vec::new(),
+                working_dir: None,
+            },
+            env,
+            secret_env: BTreeMap::new(),
+            port: Some(8080),
+            probes: Probes::default(),
+            stop_signal: StopSignal::TERM,
+            stop_grace_period: Duration::from_secs(1),
+            restart: RestartPolicy::default(),
+            limits: crate::spec::Limits::default(),
+            logs: LogLimits::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_older_supervisors_status_gets_service_revision_and_mark_from_its_spec() {
+        let root = tempfile::tempdir().unwrap();
+        let runtime = LocalRuntime::new(LocalConfig::new(
+            root.path(),
+            SupervisorCommand {
+                program: PathBuf::from("runway-supervisor"),
+                args: Vec::new(),
+            },
+        ));
+        for (id, managed) in [("hello-dev-00001-3f9a1c", true), ("hello-dev", false)] {
+            let dir = runtime.instance_dir(id);
+            fs::create_dir_all(&dir).unwrap();
+            let spec = serde_json::to_string(&spec(id, managed)).unwrap();
+            fs::write(dir.join(SPEC_FILE), spec).unwrap();
+            // A status file as supervisors wrote it before these fields existed.
+            let status = serde_json::json!({
+                "id": id, "phase": "stopped", "ready": false, "pid": null, "port": 8080,
+                "restarts": 0, "consecutive_failures": 0, "started_at_ms": null,
+                "next_start_at_ms": null, "message": "stopped", "last_exit": null,
+                "supervisor_pid": 1,
+            });
+            fs::write(dir.join(STATUS_FILE), status.to_string()).unwrap();
+        }
+        let statuses = runtime.instances().await.unwrap();
+        let seen: Vec<(&str, Option<&str>, Option<&str>, bool)> = statuses
+            .iter()
+            .map(|s| {
+                (
+                    s.id.as_str(),
+                    s.service.as_deref(),
+                    s.revision.as_deref(),
+                    s.managed,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("hello-dev", Some("hello"), Some("hello-dev-00001"), false),
+                (
+                    "hello-dev-00001-3f9a1c",
+                    Some("hello"),
+                    Some("hello-dev-00001"),
+                    true
+                ),
+            ]
+        );
+        assert_eq!(statuses[1].phase, Phase::Stopped);
+    }
 }

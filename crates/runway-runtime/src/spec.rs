@@ -34,6 +34,19 @@ pub struct InstanceSpec {
     pub logs: LogLimits,
 }
 
+/// The environment variable the control plane sets to `1` in the instances it starts, so that
+/// it can tell them, through [`InstanceStatus::managed`](crate::InstanceStatus::managed), from
+/// a developer's own instances on the same machine, even after their revision is gone from its
+/// store.
+pub const MANAGED_ENV: &str = "RUNWAY_MANAGED";
+
+impl InstanceSpec {
+    /// Whether the control plane started it: [`MANAGED_ENV`] is `1` in its environment.
+    pub fn is_managed(&self) -> bool {
+        self.env.get(MANAGED_ENV).is_some_and(|value| value == "1")
+    }
+}
+
 /// What runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -8,6 +8,18 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceStatus {
     pub id: String,
+    /// The service it runs, from its spec. `None` only from a supervisor older than this
+    /// field whose `spec.json` cannot be read.
+    #[serde(default)]
+    pub service: Option<String>,
+    /// The revision it runs, from its spec (`None` as for `service`).
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// Started by the control plane: its spec's environment sets
+    /// [`MANAGED_ENV`](crate::spec::MANAGED_ENV) to `1`. A developer's `runway run` instance
+    /// is not, and the control plane leaves it alone.
+    #[serde(default)]
+    pub managed: bool,
     pub phase: Phase,
     /// Passing its readiness probe (or, without one, its startup probe): may take traffic.
     pub ready: bool,

@@ -127,6 +127,9 @@ pub async fn supervise(
 
     let initial = InstanceStatus {
         id: spec.id.clone(),
+        service: Some(spec.service.clone()),
+        revision: Some(spec.revision.clone()),
+        managed: spec.is_managed(),
         phase: Phase::Starting,
         ready: false,
         pid: None,

@@ -1,6 +1,6 @@
 //! `SqliteStore`: the embedded implementation of [`Store`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -638,6 +638,85 @@ fn transition(
     Ok(())
 }
 
+fn check_secret_name(name: &str) -> Result<()> {
+    if is_secret_name(name) {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "secret name {name:?}: use upper-case letters, digits and `_`, not starting with a \
+             digit"
+        )))
+    }
+}
+
+/// One above the highest version of the secret ever stored, unset ones included.
+fn next_secret_version(conn: &Connection, service: &str, env: &str, name: &str) -> Result<u32> {
+    let last: i64 = conn
+        .query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM secrets \
+             WHERE service = ?1 AND env = ?2 AND name = ?3",
+            [service, env, name],
+            |row| row.get(0),
+        )
+        .db()?;
+    u32::try_from(last)
+        .ok()
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(|| StoreError::Conflict(format!("secret {name:?} has run out of versions")))
+}
+
+/// The latest version of a secret that is set (not unset), if any.
+fn current_secret_version(
+    conn: &Connection,
+    service: &str,
+    env: &str,
+    name: &str,
+) -> Result<Option<u32>> {
+    query_one(
+        conn,
+        "SELECT s.version FROM secrets s \
+         WHERE s.service = ?1 AND s.env = ?2 AND s.name = ?3 AND s.deleted_at IS NULL \
+         AND s.version = (SELECT MAX(t.version) FROM secrets t \
+             WHERE t.service = s.service AND t.env = s.env AND t.name = s.name)",
+        [service, env, name],
+        |row| get_u32(row, 0, "secret version"),
+    )
+}
+
+/// The latest version in `env` of each secret `source` pins. `Invalid`, naming them, when
+/// some are not set there.
+fn pin_secrets_in(
+    conn: &Connection,
+    source: &Revision,
+    env: &str,
+) -> Result<BTreeMap<String, u32>> {
+    let mut pinned = BTreeMap::new();
+    let mut missing = Vec::new();
+    for name in source.secret_versions.keys() {
+        match current_secret_version(conn, &source.service, env, name)? {
+            Some(version) => {
+                pinned.insert(name.clone(), version);
+            }
+            None => missing.push(name.as_str()),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "revision {} uses {} {}, not set for {} in {env}; set {} there first",
+            source.name,
+            if missing.len() == 1 {
+                "secret"
+            } else {
+                "secrets"
+            },
+            missing.join(", "),
+            source.service,
+            if missing.len() == 1 { "it" } else { "them" },
+        )));
+    }
+    Ok(pinned)
+}
+
 fn is_secret_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     bytes
@@ -967,6 +1046,7 @@ impl Store for SqliteStore {
             let service = source.service.as_str();
             load_service_env(conn, service, to_env)?;
             refuse_in_flight(conn, service, to_env)?;
+            let secret_versions = pin_secrets_in(conn, &source, to_env)?;
             let previous = load_desired(conn, service, to_env)?;
             let created = insert_revision(
                 conn,
@@ -978,7 +1058,7 @@ impl Store for SqliteStore {
                     manifest: source.manifest.clone(),
                     artifact: source.artifact.clone(),
                     env_vars: source.env_vars.clone(),
-                    secret_versions: source.secret_versions.clone(),
+                    secret_versions,
                 },
             )?;
             let resolved = resolve_planned(desired, &created.name)?;
@@ -1014,6 +1094,7 @@ impl Store for SqliteStore {
                     "revision": created.name,
                     "source_revision": from_revision,
                     "from_revision": replaced,
+                    "secret_versions": created.secret_versions,
                     "generation": desired.generation,
                 }),
             )?;
@@ -1200,31 +1281,20 @@ impl Store for SqliteStore {
         service: &str,
         env: &str,
         name: &str,
+        expected_version: u32,
         nonce: &[u8],
         ciphertext: &[u8],
     ) -> Result<SecretInfo> {
-        if !is_secret_name(name) {
-            return Err(StoreError::Invalid(format!(
-                "secret name {name:?}: use upper-case letters, digits and `_`, not starting \
-                 with a digit"
-            )));
-        }
+        check_secret_name(name)?;
         self.write(|conn, now| {
             load_service_env(conn, service, env)?;
-            let last: i64 = conn
-                .query_row(
-                    "SELECT COALESCE(MAX(version), 0) FROM secrets \
-                     WHERE service = ?1 AND env = ?2 AND name = ?3",
-                    [service, env, name],
-                    |row| row.get(0),
-                )
-                .db()?;
-            let version = u32::try_from(last)
-                .ok()
-                .and_then(|v| v.checked_add(1))
-                .ok_or_else(|| {
-                    StoreError::Conflict(format!("secret {name:?} has run out of versions"))
-                })?;
+            let version = next_secret_version(conn, service, env, name)?;
+            if version != expected_version {
+                return Err(StoreError::Conflict(format!(
+                    "secret {service}/{env}/{name}: the next version is {version}, not \
+                     {expected_version}"
+                )));
+            }
             conn.execute(
                 "INSERT INTO secrets (service, env, name, version, nonce, ciphertext, \
                  created_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -1256,6 +1326,14 @@ impl Store for SqliteStore {
                 created_by: actor.to_owned(),
                 created_at: now,
             })
+        })
+    }
+
+    fn secret_next_version(&self, service: &str, env: &str, name: &str) -> Result<u32> {
+        check_secret_name(name)?;
+        self.read(|conn| {
+            load_service_env(conn, service, env)?;
+            next_secret_version(conn, service, env, name)
         })
     }
 

@@ -85,9 +85,12 @@ pub trait Store: Send + Sync + fmt::Debug {
         desired: &[DesiredRevision],
     ) -> Result<DeployRecord>;
 
-    /// Records a promotion: copies `from_revision`'s manifest, artifact (same digest),
-    /// environment variables and secret versions into a new revision of the same service in
-    /// `to_env`, with a `Promote` deployment and `desired` there. `Conflict` as for a deploy.
+    /// Records a promotion: copies `from_revision`'s manifest, artifact (same digest) and
+    /// environment variables into a new revision of the same service in `to_env`, with a
+    /// `Promote` deployment and `desired` there. The new revision pins `to_env`'s latest
+    /// version of each secret `from_revision` pins (a secret's versions belong to one
+    /// environment); `Invalid`, naming the secrets and `to_env`, when one is not set there.
+    /// `Conflict` as for a deploy.
     fn record_promote(
         &self,
         actor: &str,
@@ -158,17 +161,31 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     // --- secrets --------------------------------------------------------------------------
 
-    /// Stores a new version of a secret, sealed by the caller; returns it without ciphertext.
-    /// Names are upper-case letters, digits and `_`, not starting with a digit.
+    /// Stores a new version of a secret, sealed by the caller for `expected_version`; returns
+    /// it without ciphertext. `Conflict` unless `expected_version` is exactly the next version
+    /// of that service, environment and name ([`Store::secret_next_version`] at the moment of
+    /// the write): the value is sealed with its version in its associated data, so the caller
+    /// seals again for the new next version and retries. Names are upper-case letters, digits
+    /// and `_`, not starting with a digit.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a secret's place, the version it was sealed for, and the sealed value"
+    )]
     fn secret_set(
         &self,
         actor: &str,
         service: &str,
         env: &str,
         name: &str,
+        expected_version: u32,
         nonce: &[u8],
         ciphertext: &[u8],
     ) -> Result<SecretInfo>;
+
+    /// The version the next [`Store::secret_set`] of this secret must name: one above the
+    /// highest ever stored, unset ones included (1 for a new name). `NotFound` for an unknown
+    /// service or environment.
+    fn secret_next_version(&self, service: &str, env: &str, name: &str) -> Result<u32>;
 
     /// Marks a secret deleted: it leaves the listing; a later set makes a new version.
     /// `NotFound` when it is not set.

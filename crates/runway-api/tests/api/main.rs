@@ -7,4 +7,5 @@ mod auth;
 mod config;
 mod flows;
 mod openapi_doc;
+mod secrets;
 mod support;

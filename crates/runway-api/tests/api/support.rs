@@ -120,6 +120,8 @@ pub(crate) struct Server {
     pub(crate) store: Arc<SqliteStore>,
     pub(crate) platform: Arc<FakePlatform>,
     pub(crate) dir: TempDir,
+    /// The master key its secrets are sealed with.
+    pub(crate) key: Arc<MasterKey>,
     stop: Option<oneshot::Sender<()>>,
 }
 
@@ -141,11 +143,37 @@ pub(crate) async fn start_with(limits: Limits) -> Server {
     let admin = runway_api::bootstrap_admin(store.as_ref())
         .unwrap()
         .unwrap();
+    let key = Arc::new(MasterKey::generate().unwrap());
+    serve_on(dir, store, key, admin.expose().to_owned(), limits).await
+}
+
+/// A second server over the same database file and master key, as another replica of the
+/// control plane would be: its own store handle and its own state.
+pub(crate) async fn replica_of(server: &Server) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(server.dir.path().join("runway.db")).unwrap());
+    serve_on(
+        dir,
+        store,
+        Arc::clone(&server.key),
+        server.admin.clone(),
+        Limits::default(),
+    )
+    .await
+}
+
+async fn serve_on(
+    dir: TempDir,
+    store: Arc<SqliteStore>,
+    key: Arc<MasterKey>,
+    admin: String,
+    limits: Limits,
+) -> Server {
     let platform = Arc::new(FakePlatform::default());
     let state = ApiState::new(
         Arc::clone(&store) as Arc<dyn Store>,
         Arc::clone(&platform) as Arc<dyn Platform>,
-        Sealer::new(&MasterKey::generate().unwrap()),
+        Sealer::new(&key),
         ["dev", "staging", "production"].map(str::to_owned).to_vec(),
     );
     let router = runway_api::router(state, limits);
@@ -163,10 +191,11 @@ pub(crate) async fn start_with(limits: Limits) -> Server {
     ));
     Server {
         addr,
-        admin: admin.expose().to_owned(),
+        admin,
         store,
         platform,
         dir,
+        key,
         stop: Some(stop),
     }
 }

@@ -30,6 +30,10 @@ pub enum Behavior {
 #[derive(Debug)]
 struct Fake {
     behavior: Behavior,
+    /// From its spec, as the local runtime reports them.
+    service: String,
+    revision: String,
+    managed: bool,
     port: u16,
     polls: u32,
     stopped: bool,
@@ -129,6 +133,9 @@ impl FakeRuntime {
 fn status_of(id: &str, fake: &Fake) -> InstanceStatus {
     let mut status = InstanceStatus {
         id: id.to_owned(),
+        service: Some(fake.service.clone()),
+        revision: Some(fake.revision.clone()),
+        managed: fake.managed,
         phase: Phase::Starting,
         ready: false,
         pid: Some(4242),
@@ -186,6 +193,9 @@ impl Runtime for FakeRuntime {
             .unwrap_or(Behavior::ReadyAfter(2));
         let fake = Fake {
             behavior,
+            service: spec.service.clone(),
+            revision: spec.revision.clone(),
+            managed: spec.is_managed(),
             port,
             polls: 0,
             stopped: false,

@@ -1,5 +1,6 @@
 //! Every method of the store, through `dyn Store`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use runway_store::{
@@ -586,6 +587,34 @@ fn promote_copies_a_revision_to_another_environment() {
     deploy_ok(store, "hello", "production", "old");
     deploy_ok(store, "hello", "staging", "x");
     let staged = deploy_ok(store, "hello", "staging", "sha256:beef");
+    assert_eq!(staged.revision.secret_versions["DATABASE_URL"], 1);
+
+    // Production has no DATABASE_URL (staging's version 1 is staging's): refused, by name.
+    let set = |env: &str, version: u32| {
+        store
+            .secret_set("alice", "hello", env, "DATABASE_URL", version, b"n", b"c")
+            .unwrap()
+    };
+    let missing = |store: &dyn Store| {
+        let refused = store
+            .record_promote("carol", &staged.revision.name, "production", &all_new(2))
+            .unwrap_err();
+        assert!(matches!(refused, StoreError::Invalid(_)), "{refused}");
+        let message = refused.to_string();
+        assert!(message.contains("DATABASE_URL"), "{message}");
+        assert!(message.contains("production"), "{message}");
+        assert_eq!(store.revision_list("hello", "production").unwrap().len(), 1);
+    };
+    missing(store);
+    // Set, then unset: still missing.
+    set("production", 1);
+    store
+        .secret_unset("alice", "hello", "production", "DATABASE_URL")
+        .unwrap();
+    missing(store);
+    // Set again (version 2) and once more (3): the promotion pins production's latest.
+    set("production", 2);
+    set("production", 3);
 
     let promoted = store
         .record_promote("carol", &staged.revision.name, "production", &all_new(2))
@@ -597,7 +626,10 @@ fn promote_copies_a_revision_to_another_environment() {
     assert_eq!(revision.artifact["digest"], "sha256:beef");
     assert_eq!(revision.manifest, staged.revision.manifest);
     assert_eq!(revision.env_vars, staged.revision.env_vars);
-    assert_eq!(revision.secret_versions, staged.revision.secret_versions);
+    assert_eq!(
+        revision.secret_versions,
+        BTreeMap::from([("DATABASE_URL".to_owned(), 3)])
+    );
     assert_eq!(revision.created_by, "carol");
     assert_eq!(promoted.deployment.kind, DeploymentKind::Promote);
     assert_eq!(
@@ -724,6 +756,7 @@ fn secrets_version_list_unset_and_read() {
             "hello",
             "production",
             "DATABASE_URL",
+            1,
             b"n1",
             b"sealed-1",
         )
@@ -735,6 +768,7 @@ fn secrets_version_list_unset_and_read() {
             "hello",
             "production",
             "DATABASE_URL",
+            2,
             b"n2",
             b"sealed-2",
         )
@@ -746,12 +780,21 @@ fn secrets_version_list_unset_and_read() {
             "hello",
             "production",
             "API_KEY",
+            1,
             b"n3",
             b"sealed-3",
         )
         .unwrap();
     store
-        .secret_set("alice", "hello", "staging", "API_KEY", b"n4", b"sealed-4")
+        .secret_set(
+            "alice",
+            "hello",
+            "staging",
+            "API_KEY",
+            1,
+            b"n4",
+            b"sealed-4",
+        )
         .unwrap();
 
     let listed = store.secret_list("hello", "production").unwrap();
@@ -794,12 +837,38 @@ fn secrets_version_list_unset_and_read() {
             .secret_read("hello", "production", "DATABASE_URL", 2)
             .is_ok()
     );
+    // Unset versions still count: the next is 3, and only 3 is taken.
+    assert_eq!(
+        store
+            .secret_next_version("hello", "production", "DATABASE_URL")
+            .unwrap(),
+        3
+    );
+    for stale in [1, 2, 4] {
+        let refused = store
+            .secret_set(
+                "alice",
+                "hello",
+                "production",
+                "DATABASE_URL",
+                stale,
+                b"n",
+                b"c",
+            )
+            .unwrap_err();
+        assert!(matches!(refused, StoreError::Conflict(_)), "{refused}");
+        assert!(
+            refused.to_string().contains("next version is 3"),
+            "{refused}"
+        );
+    }
     let v3 = store
         .secret_set(
             "alice",
             "hello",
             "production",
             "DATABASE_URL",
+            3,
             b"n5",
             b"sealed-5",
         )
@@ -812,11 +881,21 @@ fn secrets_version_list_unset_and_read() {
         Err(StoreError::NotFound { .. })
     ));
     assert!(matches!(
-        store.secret_set("alice", "hello", "production", "lower", b"", b""),
+        store.secret_set("alice", "hello", "production", "lower", 1, b"", b""),
         Err(StoreError::Invalid(_))
     ));
     assert!(matches!(
-        store.secret_set("alice", "hello", "dev", "A", b"", b""),
+        store.secret_set("alice", "hello", "dev", "A", 1, b"", b""),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(
+        store
+            .secret_next_version("hello", "staging", "NEW")
+            .unwrap(),
+        1
+    );
+    assert!(matches!(
+        store.secret_next_version("hello", "dev", "A"),
         Err(StoreError::NotFound { .. })
     ));
 
@@ -844,7 +923,7 @@ fn decommission_removes_the_service_and_optionally_its_secrets() {
         .deployment_add_event("x", record.deployment.id, "hi")
         .unwrap();
     store
-        .secret_set("alice", "hello", "production", "TOKEN", b"n", b"c")
+        .secret_set("alice", "hello", "production", "TOKEN", 1, b"n", b"c")
         .unwrap();
     deploy_ok(store, "api", "production", "a");
 
@@ -1031,26 +1110,48 @@ fn concurrent_writers_on_one_file_allocate_distinct_versions() {
                 let store = SqliteStore::open(&path).unwrap();
                 (0..25)
                     .map(|i| {
-                        store
-                            .secret_set(
+                        // As the API does: the next version, sealed for, then stored; again
+                        // when another writer took it first.
+                        loop {
+                            let next = store
+                                .secret_next_version("hello", "production", "SHARED")
+                                .unwrap();
+                            let value = format!("{t}-{i}-{next}");
+                            match store.secret_set(
                                 &format!("writer{t}"),
                                 "hello",
                                 "production",
                                 "SHARED",
+                                next,
                                 b"n",
-                                format!("{t}-{i}").as_bytes(),
-                            )
-                            .unwrap()
-                            .version
+                                value.as_bytes(),
+                            ) {
+                                Ok(info) => {
+                                    assert_eq!(info.version, next);
+                                    break (next, value);
+                                }
+                                Err(StoreError::Conflict(_)) => {}
+                                Err(other) => panic!("{other}"),
+                            }
+                        }
                     })
                     .collect::<Vec<_>>()
             })
         })
         .collect();
-    let mut versions: Vec<u32> = threads
+    let stored: Vec<(u32, String)> = threads
         .into_iter()
         .flat_map(|t| t.join().unwrap())
         .collect();
+    // Each value is stored under the version it was written for.
+    for (version, value) in &stored {
+        let read = f
+            .store
+            .secret_read("hello", "production", "SHARED", *version)
+            .unwrap();
+        assert_eq!(&read.ciphertext, value.as_bytes());
+    }
+    let mut versions: Vec<u32> = stored.into_iter().map(|(v, _)| v).collect();
     versions.sort_unstable();
     assert_eq!(versions, (1..=100).collect::<Vec<u32>>());
     let listed = f.store.secret_list("hello", "production").unwrap();

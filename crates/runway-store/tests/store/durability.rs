@@ -43,6 +43,7 @@ fn durability_child() {
                 "hello",
                 "production",
                 "KEY",
+                i + 1,
                 b"n",
                 format!("c{i}").as_bytes(),
             )

@@ -201,16 +201,15 @@ fn apply(store: &dyn Store, op: &Op) {
                 _ => Ok(()),
             }
         }
-        Op::SecretSet { service, env, name } => store
-            .secret_set(
-                "prop",
-                SERVICES[service],
-                ENVS[env],
-                ["A", "B"][name],
-                b"n",
-                b"c",
-            )
-            .map(drop),
+        Op::SecretSet { service, env, name } => {
+            let (service, env, name) = (SERVICES[service], ENVS[env], ["A", "B"][name]);
+            store
+                .secret_next_version(service, env, name)
+                .and_then(|version| {
+                    store.secret_set("prop", service, env, name, version, b"n", b"c")
+                })
+                .map(drop)
+        }
         Op::SecretUnset { service, env, name } => {
             store.secret_unset("prop", SERVICES[service], ENVS[env], ["A", "B"][name])
         }
