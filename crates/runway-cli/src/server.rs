@@ -88,6 +88,8 @@ pub(crate) struct Running {
     pub(crate) api: SocketAddr,
     pub(crate) https: SocketAddr,
     pub(crate) http: SocketAddr,
+    /// The ingress's metrics and health (`/metrics`, `/healthz`).
+    pub(crate) admin: SocketAddr,
     pub(crate) ca_pem: String,
     pub(crate) ca_path: PathBuf,
     /// The admin token, when this start created it (the first start).
@@ -155,6 +157,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let admin_listener = bind(config.ingress.admin, "ingress, metrics").await?;
     let api_address = api_listener.local_addr()?;
     let http_address = http_listener.local_addr()?;
+    let admin_address = admin_listener.local_addr()?;
     // The event loops bind their own sockets (SO_REUSEPORT); a port 0 is chosen here first.
     let https_address = bind(config.ingress.https, "ingress, HTTPS")
         .await?
@@ -246,6 +249,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         api: api_address,
         https: https_address,
         http: http_address,
+        admin: admin_address,
         ca_pem,
         ca_path: ca_dir.join("ca.pem"),
         admin_token,
@@ -277,6 +281,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
                 "runway server: services on https://{{service}}.{{env}}.localhost:{} (HTTP on {})",
                 running.https.port(),
                 running.http
+            );
+            eprintln!(
+                "runway server: ingress metrics on http://{}/metrics",
+                running.admin
             );
             eprintln!(
                 "runway server: clients trust the certificate authority in {}",

@@ -235,7 +235,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let policy = self.policy_for(wanted, &instances);
         let routes = {
             let mut state = self.lock();
+            let fresh = !state.services.contains_key(key);
             let service = state.services.entry(key.clone()).or_default();
+            if fresh {
+                service.routes = seed_routes(deployment.as_ref());
+            }
             service.instances = instances;
             service.routes.clone()
         };
@@ -662,4 +666,16 @@ async fn next_signal(receiver: &mut Option<broadcast::Receiver<ScaleUp>>) -> boo
         ),
         None => std::future::pending().await,
     }
+}
+
+/// The routes a controller assumes for a service it has not planned before (its first pass
+/// after a start). The ingress's routes live only in memory; the desired state names only the
+/// revision being deployed, so a deployment caught in progress by a restart would otherwise
+/// leave its previous revision unrouted (and then retired, drained and stopped) before the
+/// new one is ready. Its previous revision keeps the traffic until the planner moves it.
+fn seed_routes(active: Option<&runway_store::Deployment>) -> Vec<RouteWeight> {
+    active
+        .and_then(|deployment| deployment.from_revision.clone())
+        .map(|revision| vec![RouteWeight { revision, weight: 100 }])
+        .unwrap_or_default()
 }

@@ -345,6 +345,40 @@ async fn a_new_controller_adopts_running_instances_and_restores_routes() {
     assert_eq!(route.revisions[0].1.instances().len(), 1);
 }
 
+#[tokio::test]
+async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_one_is_ready() {
+    let harness = serving_v1().await;
+    harness.runtime.behave(V2, Behavior::ReadyAfter(6));
+    let v1_ids = harness.runtime.ids_of(V1);
+    let second = harness.deploy("hello", BTreeMap::new());
+    // The first controller starts v2's instance, then "dies" before it is ready.
+    assert!(harness.controller.reconcile_all().await.is_empty());
+    assert!(!harness.runtime.ids_of(V2).is_empty());
+
+    // A new controller (a new server process) with a new, empty ingress.
+    let (next, ingress) = harness.another_controller();
+    harness.runtime.watch_ingress(&ingress, "hello", "dev");
+    assert!(next.reconcile_all().await.is_empty());
+    // At once, before v2 is ready: v1 routed, not drained, not stopped.
+    assert_eq!(next.routes("hello", "dev"), weights(&[(V1, 100)]));
+    assert!(!ingress.table().routes().is_empty(), "the new ingress routes hello");
+    assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
+    for _ in 0..40 {
+        if harness.state(&second) == DeploymentState::Succeeded
+            && harness.runtime.ids_of(V1).is_empty()
+        {
+            break;
+        }
+        let _ = next.reconcile_all().await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(harness.state(&second), DeploymentState::Succeeded);
+    assert_eq!(next.routes("hello", "dev"), weights(&[(V2, 100)]));
+    // v1 went only after v2 took the traffic, and the route never lacked a ready instance.
+    assert!(v1_ids.iter().all(|id| harness.runtime.stopped().contains(id)));
+    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+}
+
 fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper: bool) -> u32 {
     let sealer = Sealer::new(&harness.key);
     // The store numbers versions; the first one of a name is 1.

@@ -1,0 +1,757 @@
+//! The control plane end to end: the real `runway server` binary on ephemeral ports with a
+//! temporary data directory, driven by the real CLI (`runway login`, `services`, `secrets`,
+//! `deploy --wait`, `rollback`, `promote`, `status`, `revisions`, `local ps`), requests through
+//! its HTTPS ingress trusting only its CA, and its API for what the CLI has no command for
+//! (tokens). The service is a small Python program (`support::APP`) run as a plain process.
+//!
+//! Every wait is bounded; every server and instance is killed when a test ends, even when it
+//! fails (`support::Platform`'s drop). The two tests that put load on the machine take an
+//! exclusive lock, so their figures do not depend on what else runs.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::{Load, Platform, Settings, have_python, revision_of, set_env_file};
+
+/// Load tests run alone; the others share the machine.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+const HOST: &str = "hello.dev.localhost";
+
+fn secret_value() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("s3cret-{nanos:x}-{:x}", std::process::id())
+}
+
+/// What the test service's `/secret` answers for a value (never the value itself).
+fn secret_fingerprint(value: &str) -> String {
+    let sum: u64 = value.bytes().map(u64::from).sum::<u64>() % 65521;
+    format!("API_KEY present length={} sum={sum}\n", value.len())
+}
+
+fn assert_absent(path: &Path, needle: &str) {
+    let Ok(bytes) = std::fs::read(path) else {
+        return;
+    };
+    assert!(
+        !bytes
+            .windows(needle.len())
+            .any(|window| window == needle.as_bytes()),
+        "a secret's value is in {} in plaintext",
+        path.display()
+    );
+}
+
+/// The instances: id → (pid, supervisor pid, restarts), from `runway local ps`.
+fn instances(platform: &Platform) -> Vec<(String, u64, u64, u64)> {
+    platform
+        .local_ps()
+        .iter()
+        .map(|i| {
+            (
+                i["id"].as_str().unwrap().to_owned(),
+                i["pid"].as_u64().unwrap_or(0),
+                i["supervisor_pid"].as_u64().unwrap_or(0),
+                i["restarts"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+/// Onboard, deploy and serve; secrets injected and sealed at rest; a failing revision leaves
+/// the old one serving; rollback; promote dev → staging.
+#[test]
+fn deploy_secrets_failure_rollback_and_promote() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings {
+        deploy_timeout_ms: 8_000,
+        ..Settings::default()
+    });
+    let secret = secret_value();
+    let repo = platform.onboard("hello", &["dev", "staging"], &secret);
+
+    // Onboard + deploy + GET through the ingress.
+    set_env_file(&repo, "dev", &[("GREETING", "first")]);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    let (status, body) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("first from hello-dev-00001"), "{body}");
+    let shown = platform.runway(&["status", "--service", "hello", "--output", "json"]);
+    assert!(shown.ok(), "{}", shown.all());
+    let shown = shown.json();
+    assert_eq!(
+        shown["routes"],
+        json!([{"revision": "hello-dev-00001", "weight": 100}])
+    );
+    assert!(
+        shown["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://hello.dev.localhost:"),
+        "{shown}"
+    );
+
+    // The secret reached the instance, and is nowhere in the store's files in plaintext, nor
+    // in what the API or the CLI show.
+    let (_, body) = platform.get(HOST, "/secret", Duration::from_secs(5));
+    assert_eq!(body, secret_fingerprint(&secret));
+    for file in ["runway.db", "runway.db-wal", "runway.db-shm"] {
+        let path = platform.data.join(file);
+        if file == "runway.db" {
+            assert!(path.exists(), "no store at {}", path.display());
+        }
+        assert_absent(&path, &secret);
+    }
+    let revisions = platform.runway(&["revisions", "--service", "hello", "--output", "json"]);
+    assert!(revisions.ok(), "{}", revisions.all());
+    assert!(!revisions.stdout.contains(&secret));
+    assert_eq!(
+        revisions.json()[0]["secret_versions"],
+        json!({"API_KEY": 1})
+    );
+    let listed = platform.runway(&["secrets", "list", "--service", "hello", "--output", "json"]);
+    assert!(
+        listed.ok() && !listed.stdout.contains(&secret),
+        "{}",
+        listed.all()
+    );
+
+    // A revision that can never start: the deployment fails within the deploy timeout with
+    // the reason and the program's last output, and the first revision serves every request
+    // meanwhile.
+    let client = platform.ingress_client(HOST);
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        4,
+        None,
+    );
+    let counts = std::sync::Arc::clone(&load.counts);
+    set_env_file(&repo, "dev", &[("GREETING", "broken"), ("CRASH", "1")]);
+    let broken = platform.deploy(&repo, "dev");
+    let (ok, failed) = load.stop(&platform.rt);
+    assert_eq!(broken.code, Some(1), "a failing deploy: {}", broken.all());
+    assert!(
+        broken.took < Duration::from_secs(8 + 10),
+        "the failure took {:?}",
+        broken.took
+    );
+    let said = format!("{}{}", broken.stdout, broken.stderr);
+    assert!(said.contains("hello-dev-00002"), "{said}");
+    assert!(said.contains("crashing on purpose"), "no reason: {said}");
+    assert_eq!(
+        failed,
+        0,
+        "requests failed while a broken revision was deployed: {:?}",
+        counts.failures.lock().unwrap()
+    );
+    assert!(ok > 10, "only {ok} requests");
+    assert_eq!(
+        *counts.bodies.lock().unwrap(),
+        ["first from hello-dev-00001".to_owned()].into()
+    );
+    let (_, body) = platform.get(HOST, "/", Duration::from_secs(5));
+    assert!(body.starts_with("first from hello-dev-00001"), "{body}");
+    platform.wait_retired("hello-dev-00002", Duration::from_secs(20));
+
+    // A second good revision, then rollback to the first.
+    set_env_file(&repo, "dev", &[("GREETING", "third")]);
+    let third = platform.deploy(&repo, "dev");
+    assert!(third.ok(), "third deploy: {}", third.all());
+    let (_, body) = platform.get(HOST, "/", Duration::from_secs(5));
+    assert!(body.starts_with("third from hello-dev-00003"), "{body}");
+    let back = platform.runway_for(
+        &[
+            "rollback",
+            "--service",
+            "hello",
+            "--to",
+            "hello-dev-00001",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(back.ok(), "rollback: {}", back.all());
+    let (_, body) = platform.get(HOST, "/", Duration::from_secs(5));
+    assert!(body.starts_with("first from hello-dev-00001"), "{body}");
+
+    // Promote what dev serves to staging: a new revision of staging with the same content.
+    let promoted = platform.runway_for(
+        &[
+            "promote",
+            "--service",
+            "hello",
+            "--from",
+            "dev",
+            "--to",
+            "staging",
+            "--wait",
+            "--timeout",
+            "60s",
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(promoted.ok(), "promote: {}", promoted.all());
+    let (status, body) = platform.get("hello.staging.localhost", "/", Duration::from_secs(10));
+    assert_eq!(status, 200);
+    assert!(body.starts_with("first from hello-staging-00001"), "{body}");
+    let revision = |env: &str, name: &str| -> Value {
+        let listed = platform.runway(&[
+            "revisions",
+            "--service",
+            "hello",
+            "--env",
+            env,
+            "--output",
+            "json",
+        ]);
+        assert!(listed.ok(), "{}", listed.all());
+        listed
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {}", listed.stdout))
+    };
+    let (dev, staging) = (
+        revision("dev", "hello-dev-00001"),
+        revision("staging", "hello-staging-00001"),
+    );
+    for field in ["manifest", "env_vars", "image", "source_dir"] {
+        assert_eq!(
+            dev[field], staging[field],
+            "{field} differs after promotion"
+        );
+    }
+    // staging's instance has staging's secret version (set once, version 1).
+    let (_, body) = platform.get("hello.staging.localhost", "/secret", Duration::from_secs(5));
+    assert_eq!(body, secret_fingerprint(&secret));
+    // Production is not one of the service's environments.
+    let refused = platform.runway(&[
+        "promote",
+        "--service",
+        "hello",
+        "--from",
+        "staging",
+        "--to",
+        "production",
+    ]);
+    assert_eq!(refused.code, Some(1), "{}", refused.all());
+    for file in ["runway.db", "runway.db-wal", "runway.db-shm"] {
+        assert_absent(&platform.data.join(file), &secret);
+    }
+}
+
+/// 20 consecutive rollouts under concurrent load through the ingress: not one failed request.
+#[test]
+fn twenty_rollouts_under_load_fail_no_request() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let started = Instant::now();
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    set_env_file(&repo, "dev", &[("GREETING", "v0")]);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    platform.get(HOST, "/", Duration::from_secs(10));
+
+    let client = platform.ingress_client(HOST);
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        8,
+        None,
+    );
+    let counts = std::sync::Arc::clone(&load.counts);
+    const ROLLOUTS: usize = 20;
+    for n in 1..=ROLLOUTS {
+        let greeting = format!("v{n}");
+        set_env_file(&repo, "dev", &[("GREETING", &greeting)]);
+        let rolled = platform.deploy(&repo, "dev");
+        assert!(
+            rolled.ok(),
+            "rollout {n}: {}\nserver:\n{}",
+            rolled.all(),
+            platform.log()
+        );
+        let (ok, failed) = load.snapshot();
+        assert_eq!(
+            failed,
+            0,
+            "rollout {n}: {failed} of {} requests failed: {:?}",
+            ok + failed,
+            load.failures()
+        );
+    }
+    // The last rollout's old revision drains and stops with the load still running.
+    let last_old = format!("hello-dev-{:05}", ROLLOUTS);
+    platform.wait_retired(&last_old, Duration::from_secs(20));
+    let (ok, failed) = load.stop(&platform.rt);
+    let seen = counts.bodies.lock().unwrap().clone();
+    eprintln!(
+        "{ROLLOUTS} rollouts under load in {:.1} s: {ok} requests, {failed} failed; {} revisions answered",
+        started.elapsed().as_secs_f64(),
+        seen.len()
+    );
+    assert_eq!(
+        failed,
+        0,
+        "failed requests: {:?}",
+        counts.failures.lock().unwrap()
+    );
+    assert!(ok > 500, "only {ok} requests in {ROLLOUTS} rollouts");
+    let newest = format!("v{ROLLOUTS} from hello-dev-{:05}", ROLLOUTS + 1);
+    assert!(seen.contains(&newest), "{newest} never answered: {seen:?}");
+    assert!(
+        seen.len() > ROLLOUTS / 2,
+        "few revisions answered: {seen:?}"
+    );
+    // Only the newest revision is left.
+    let left = instances(&platform);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(
+        revision_of(&left[0].0),
+        format!("hello-dev-{:05}", ROLLOUTS + 1)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(170),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// `kill -9` of the server while a deployment is in progress, then a restart on the same data
+/// directory: the deployment converges, and no instance was restarted or replaced by it.
+///
+/// The ingress lives in the server's process, so while the server is down requests through the
+/// ingress fail by construction (nothing listens on its port); what must survive is the
+/// instances, which run under their own supervisors. So the proof is: every instance that ran
+/// before the kill runs after the restart with the same pid and no restart (the new server
+/// adopted them), the old revision's instance answered every request sent straight to it
+/// across the kill and the restart, the deployment then succeeds on the new instance started
+/// before the kill, and from the restart on the ingress serves without failing while the
+/// deployment finishes. That last part fails today (a bug in the controller, see the final
+/// assertion): everything before it passes.
+#[test]
+fn kill_9_mid_deploy_then_restart_converges() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let mut platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    set_env_file(&repo, "dev", &[("GREETING", "old")]);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    platform.get(HOST, "/", Duration::from_secs(10));
+    let old = instances(&platform);
+    assert_eq!(old.len(), 1, "{old:?}");
+    let old_port = platform.local_ps()[0]["port"].as_u64().unwrap();
+
+    // Requests straight to the old instance, across the kill and the restart.
+    let direct_client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let direct = Load::start(
+        &platform.rt,
+        &direct_client,
+        &format!("http://127.0.0.1:{old_port}/"),
+        4,
+        None,
+    );
+    let direct_counts = std::sync::Arc::clone(&direct.counts);
+
+    // The new revision takes 8 s before it listens, so the deployment is in progress when the
+    // server dies, and the old instance still has the traffic when the new server is up.
+    set_env_file(&repo, "dev", &[("GREETING", "new"), ("START_DELAY", "8")]);
+    let started = platform.runway_with(
+        &["deploy", "--env", "dev", "--output", "json"],
+        Some(repo.as_os_str()),
+        None,
+        support::COMMAND,
+    );
+    assert!(started.ok(), "deploy: {}", started.all());
+    let deployment = started.json();
+    assert_eq!(deployment["to_revision"], "hello-dev-00002");
+    // Wait for the new revision's instance to exist, then kill the server.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !instances(&platform)
+        .iter()
+        .any(|i| revision_of(&i.0) == "hello-dev-00002" && i.1 > 0)
+    {
+        assert!(Instant::now() < deadline, "no new instance was started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = instances(&platform);
+    let mid = platform.call(
+        Method::GET,
+        &format!("/v1/deployments/{}", support::id_text(&deployment["id"])),
+        Some(&platform.token),
+        None,
+    );
+    assert!(
+        matches!(mid.1["state"].as_str(), Some("pending" | "progressing")),
+        "not mid-deploy: {}",
+        mid.1
+    );
+    platform.kill9();
+    std::thread::sleep(Duration::from_secs(1));
+    let during = instances(&platform);
+    assert_eq!(
+        during, before,
+        "instances changed while the server was down"
+    );
+
+    platform.restart();
+    // Requests through the ingress from the moment its port accepts connections.
+    let https = platform.https();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(https).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the ingress does not listen again"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = platform.ingress_client(HOST);
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        4,
+        None,
+    );
+    let counts = std::sync::Arc::clone(&load.counts);
+    // The new revision is not ready yet (it sleeps 8 s): the old instance still serves.
+    let (direct_ok, direct_failed) = direct.stop(&platform.rt);
+    assert_eq!(
+        direct_failed,
+        0,
+        "the old instance failed requests across the kill: {:?}",
+        direct_counts.failures.lock().unwrap()
+    );
+    assert!(direct_ok > 20, "only {direct_ok} direct requests");
+    // Adopted, not restarted: same pids, no restarts.
+    let after = instances(&platform);
+    for instance in &before {
+        assert!(
+            after.contains(instance),
+            "{instance:?} was not adopted as it was: {after:?}"
+        );
+    }
+
+    // The deployment converges on the instance started before the kill, never restarted.
+    let ended = platform.wait_deployment(&deployment["id"], Duration::from_secs(60));
+    assert_eq!(ended["state"], "succeeded", "{ended}\n{}", platform.log());
+    platform.wait_retired("hello-dev-00001", Duration::from_secs(20));
+    let (ok, failed) = load.stop(&platform.rt);
+    let (_, body) = platform.get(HOST, "/", Duration::from_secs(5));
+    assert!(body.starts_with("new from hello-dev-00002"), "{body}");
+    let new_before: Vec<_> = before
+        .iter()
+        .filter(|i| revision_of(&i.0) == "hello-dev-00002")
+        .collect();
+    let now = instances(&platform);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(&now[0], new_before[0], "the new instance was replaced");
+
+    // Through the ingress, from the restart to the end of the deployment: no failure. The old
+    // revision was ready and adopted all along, so it must keep the traffic until the new one
+    // is ready. (Fails today: the restarted controller starts with empty routes, and the
+    // planner routes only desired revisions with weight, so hello/dev has no route, and its
+    // TLS handshakes are refused, until the new revision is ready.)
+    let events = platform.runway(&[
+        "events",
+        "--deployment",
+        &support::id_text(&deployment["id"]),
+    ]);
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {} requests through the ingress failed after the restart, while the old \
+         revision's instance was ready: {:?}\nthe deployment's events:\n{}",
+        ok + failed,
+        counts.failures.lock().unwrap().first(),
+        events.stdout
+    );
+    assert!(ok > 10, "only {ok} requests after the restart");
+}
+
+/// A deploy token reaches its own service and environments only; a revoked token is refused;
+/// every route of the OpenAPI document refuses a missing or a wrong token.
+#[test]
+fn tokens_are_scoped_and_revocable() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let secret = secret_value();
+    let repo = platform.onboard("hello", &["dev", "staging"], &secret);
+    let other = platform.onboard("other", &["dev"], &secret);
+    let admin = platform.token.clone();
+
+    let (status, created) = platform.call(
+        Method::POST,
+        "/v1/tokens",
+        Some(&admin),
+        Some(json!({"name": "ci-hello", "scope": {"deploy": {"service": "hello", "environments": ["dev"]}}})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let token = created["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("runway_deploy_"));
+    let id = created["info"]["id"].clone();
+
+    // Its own service in its environment: deploy, status, secrets.
+    let mut deploy = Command::new(support::RUNWAY);
+    deploy
+        .env("RUNWAY_CONFIG", &platform.cli_config)
+        .env("RUNWAY_TOKEN", &token)
+        .args(["deploy", "--env", "dev", "--wait", "--timeout", "60s"])
+        .arg(&repo);
+    let deployed = support::run(deploy, None, Duration::from_secs(90));
+    assert!(
+        deployed.ok(),
+        "deploy with the deploy token: {}",
+        deployed.all()
+    );
+    let listed = platform.runway_as(&token, &["services", "list", "--output", "json"]);
+    assert!(listed.ok(), "{}", listed.all());
+    let names: Vec<String> = listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["hello"]);
+    assert!(
+        platform
+            .runway_as(&token, &["status", "--service", "hello"])
+            .ok()
+    );
+
+    // Another service, another environment, admin routes: 403.
+    let forbidden = [
+        (Method::GET, "/v1/services/other".to_owned(), None),
+        (
+            Method::GET,
+            "/v1/services/other/environments/dev/status".to_owned(),
+            None,
+        ),
+        (
+            Method::PUT,
+            "/v1/services/other/environments/dev/secrets/API_KEY".to_owned(),
+            Some(json!({"value": "x"})),
+        ),
+        (
+            Method::GET,
+            "/v1/services/hello/environments/staging/status".to_owned(),
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/services/hello/promote".to_owned(),
+            Some(json!({"from": "dev", "to": "staging"})),
+        ),
+        (
+            Method::POST,
+            "/v1/services".to_owned(),
+            Some(json!({"name": "third", "owners": ["a@example.com"]})),
+        ),
+        (Method::GET, "/v1/tokens".to_owned(), None),
+        (Method::GET, "/v1/audit".to_owned(), None),
+    ];
+    for (method, path, body) in forbidden {
+        let (status, answer) = platform.call(method.clone(), &path, Some(&token), body);
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
+    }
+    // The CLI says so and exits 1.
+    let mut deploy_other = Command::new(support::RUNWAY);
+    deploy_other
+        .env("RUNWAY_CONFIG", &platform.cli_config)
+        .env("RUNWAY_TOKEN", &token)
+        .args(["deploy", "--env", "dev"])
+        .arg(&other);
+    let refused = support::run(deploy_other, None, support::COMMAND);
+    assert_eq!(refused.code, Some(1), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("403")
+            || refused.stderr.to_lowercase().contains("not allowed")
+            || refused.stderr.to_lowercase().contains("forbidden"),
+        "{}",
+        refused.all()
+    );
+    let secret_other = platform.runway_with(
+        &[
+            "secrets",
+            "set",
+            "API_KEY",
+            "--service",
+            "other",
+            "--env",
+            "dev",
+        ],
+        None,
+        Some(b"x"),
+        support::COMMAND,
+    );
+    // (as admin this works: the refusal above is the token's scope)
+    assert!(secret_other.ok(), "{}", secret_other.all());
+
+    // Revoked: refused everywhere, by the API and the CLI.
+    let (status, revoked) = platform.call(
+        Method::DELETE,
+        &format!("/v1/tokens/{}", support::id_text(&id)),
+        Some(&admin),
+        None,
+    );
+    assert_eq!(status, 200, "{revoked}");
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    let (status, answer) = platform.call(Method::GET, "/v1/whoami", Some(&token), None);
+    assert_eq!(status, 401, "{answer}");
+    let (status, _) = platform.call(Method::GET, "/v1/services/hello", Some(&token), None);
+    assert_eq!(status, 401);
+    let after = platform.runway_as(&token, &["status", "--service", "hello"]);
+    assert_eq!(after.code, Some(1), "{}", after.all());
+
+    // Every route of the document refuses a missing or a wrong token (401), except the two
+    // that need none.
+    let (status, document) = platform.call(Method::GET, "/openapi.json", None, None);
+    assert_eq!(status, 200);
+    let wrong = format!("runway_admin_{}", "0".repeat(40));
+    let mut routes = 0;
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        let concrete = path
+            .replace("{service}", "hello")
+            .replace("{env}", "dev")
+            .replace("{id}", "1")
+            .replace("{name}", "API_KEY");
+        for method in operations.as_object().unwrap().keys() {
+            let Ok(method) = Method::from_bytes(method.to_uppercase().as_bytes()) else {
+                continue;
+            };
+            if matches!(path.as_str(), "/healthz" | "/openapi.json") {
+                continue;
+            }
+            let body = matches!(method, Method::POST | Method::PUT).then(|| json!({}));
+            for token in [None, Some(wrong.as_str()), Some("not-a-token")] {
+                let (status, answer) =
+                    platform.call(method.clone(), &concrete, token, body.clone());
+                assert_eq!(status, 401, "{method} {concrete} with {token:?}: {answer}");
+                assert_eq!(answer["error"]["code"], "unauthorized", "{answer}");
+            }
+            routes += 1;
+        }
+    }
+    assert!(routes >= 20, "only {routes} routes in the document");
+    // Nothing was touched by the refused calls: the service still serves.
+    let (status, _) = platform.get(HOST, "/", Duration::from_secs(5));
+    assert_eq!(status, 200);
+}
+
+/// Schemathesis, from PyPI, fuzzes the API from its checked-in OpenAPI document against a live
+/// server with the admin token: no response is a 5xx. Token revocation is left out (it would
+/// revoke the admin token the run uses).
+#[test]
+fn schemathesis_finds_no_server_error() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let found = Command::new("schemathesis")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let reason = "schemathesis is not installed (python3 -m pip install schemathesis)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    // Something to find: a service with a secret and a deployment.
+    let repo = platform.onboard("hello", &["dev", "staging"], &secret_value());
+    let deployed = platform.deploy(&repo, "dev");
+    assert!(deployed.ok(), "{}", deployed.all());
+
+    let document = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runway-api/openapi.json");
+    let reports = platform.dir.path().join("schemathesis");
+    // `follow=true` streams logs until the client goes: by design it never ends, so the fuzzer
+    // asks for the lines so far. The operations that act on one service and environment are
+    // pointed at the one that exists (random names only reach a 404); the others keep random
+    // path parameters.
+    let config = platform.dir.path().join("schemathesis.toml");
+    std::fs::write(
+        &config,
+        r#"[[operations]]
+include-operation-id = "logs"
+parameters = { "query.follow" = false }
+
+[[operations]]
+include-operation-id = ["deploy_handler", "rollback", "promote", "status", "list_revisions"]
+parameters = { "path.service" = "hello", "path.env" = "dev" }
+"#,
+    )
+    .unwrap();
+    let mut command = Command::new("schemathesis");
+    command
+        .current_dir(platform.dir.path())
+        .arg("--config-file")
+        .arg(&config)
+        .arg("run")
+        .arg(&document)
+        .args(["--url", &platform.api()])
+        .arg("--tls-verify")
+        .arg(platform.ca())
+        .args([
+            "--header",
+            &format!("Authorization: Bearer {}", platform.token),
+        ])
+        .args(["--checks", "not_a_server_error"])
+        .args(["--exclude-operation-id", "revoke_token"])
+        .args(["--max-examples", "25", "--max-time", "90"])
+        .args(["--request-timeout", "10", "--workers", "1", "--seed", "1"])
+        .args(["--phases", "examples,coverage,fuzzing"])
+        .args(["--report", "junit", "--report-dir"])
+        .arg(&reports)
+        .env("SCHEMATHESIS_HOOKS", "")
+        .env("NO_COLOR", "1");
+    let ran = support::run(command, None, Duration::from_secs(200));
+    // The summary, for the log of a passing run too.
+    let summary: Vec<&str> = ran.stdout.lines().rev().take(12).collect();
+    for line in summary.iter().rev() {
+        eprintln!("{line}");
+    }
+    assert!(
+        ran.ok(),
+        "schemathesis found server errors (or could not run): {}\nserver:\n{}",
+        ran.all(),
+        platform.log()
+    );
+}

@@ -1,0 +1,829 @@
+//! A real `runway server` in a temporary directory, driven by the real CLI and HTTPS clients:
+//! shared by `tests/server.rs` and `benches/platform.rs`.
+//!
+//! Every wait is bounded. Dropping a [`Platform`] kills the server and stops (then kills) every
+//! instance it started, even when a test panics.
+
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    reason = "test support, each user takes what it needs"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
+
+/// Bound on one CLI command that does not wait for a deployment.
+pub const COMMAND: Duration = Duration::from_secs(30);
+
+/// True when python3 runs; otherwise prints why the caller skips (a failure under CI=true).
+pub fn have_python() -> bool {
+    if Command::new("python3")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        return true;
+    }
+    let reason = "python3 is not installed (the test service is a Python program)";
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+    eprintln!("skipped: {reason}");
+    false
+}
+
+/// The test service: `/` greets with its revision, `/secret` says whether `API_KEY` is set
+/// with its length and byte sum (never the value), `/healthz` is ok. `CRASH=1` exits at once
+/// (a revision that can never start); `START_DELAY` seconds pass before it listens.
+pub const APP: &str = r#"import os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+if os.environ.get("CRASH") == "1":
+    print("crashing on purpose: CRASH=1", flush=True)
+    sys.exit(3)
+time.sleep(float(os.environ.get("START_DELAY", "0")))
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        if self.path == "/healthz":
+            body = b"ok\n"
+        elif self.path == "/":
+            greeting = os.environ.get("GREETING", "hello")
+            body = f"{greeting} from {os.environ.get('K_REVISION', '?')} pid {os.getpid()}\n".encode()
+        elif self.path == "/secret":
+            value = os.environ.get("API_KEY")
+            if value is None:
+                body = b"API_KEY absent\n"
+            else:
+                raw = value.encode()
+                body = f"API_KEY present length={len(raw)} sum={sum(raw) % 65521}\n".encode()
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/plain")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format, *args):
+        pass
+
+
+ThreadingHTTPServer.daemon_threads = True
+server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print(f"listening on {os.environ['PORT']}", flush=True)
+server.serve_forever()
+"#;
+
+/// The test service's manifest: one plain-process instance, a startup probe on `/healthz`.
+pub fn manifest(name: &str) -> String {
+    format!(
+        r#"apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: {name}
+  owner_email_handle: platform-team
+  department: engineering
+spec:
+  container_port: 8080
+  regions: [local]
+  request_timeout: 30
+  scalability:
+    min_instances: 1
+    max_instances: 1
+    max_instance_request_concurrency: 100
+  startup_probe:
+    path: /healthz
+    period_seconds: 1
+    failure_threshold: 60
+  deployment:
+    strategy: legacy
+  workload:
+    process:
+      command: ["python3", "app.py"]
+    env:
+      GREETING: hello
+    secrets: [API_KEY]
+"#
+    )
+}
+
+/// A repository holding the test service, under `dir`.
+pub fn write_repo(dir: &Path, name: &str) -> PathBuf {
+    let repo = dir.join(format!("repo-{name}"));
+    std::fs::create_dir_all(repo.join(".runway")).unwrap();
+    std::fs::write(repo.join(".runway/runway.yml"), manifest(name)).unwrap();
+    std::fs::write(repo.join("app.py"), APP).unwrap();
+    repo
+}
+
+/// Sets the variables of `.runway/env-<env>.yml` (a new revision's content).
+pub fn set_env_file(repo: &Path, env: &str, vars: &[(&str, &str)]) {
+    let text: String = vars
+        .iter()
+        .map(|(k, v)| format!("{k}: \"{v}\"\n"))
+        .collect();
+    std::fs::write(repo.join(format!(".runway/env-{env}.yml")), text).unwrap();
+}
+
+/// What one CLI command did.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub took: Duration,
+}
+
+impl Ran {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+
+    pub fn all(&self) -> String {
+        format!(
+            "exit {:?} after {:.1} s\n--- stdout\n{}--- stderr\n{}",
+            self.code,
+            self.took.as_secs_f64(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// Runs a command to its end, at most `bound` (then kills it, and says so in `code: None`).
+pub fn run(mut command: Command, stdin: Option<&[u8]>, bound: Duration) -> Ran {
+    let started = Instant::now();
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(bytes).unwrap();
+    }
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ran {
+        code,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        took: started.elapsed(),
+    }
+}
+
+/// The `control` section and anything else a test sets in the server's configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub deploy_timeout_ms: u64,
+    pub drain_grace_ms: u64,
+    pub reconcile_interval_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            deploy_timeout_ms: 60_000,
+            drain_grace_ms: 1_000,
+            reconcile_interval_ms: 250,
+        }
+    }
+}
+
+/// One start of `runway server`, and what it printed.
+#[derive(Debug)]
+pub struct Server {
+    pub child: Child,
+    pub api: String,
+    pub https: SocketAddr,
+    pub http: SocketAddr,
+    pub admin: SocketAddr,
+    pub ca: PathBuf,
+    pub token: Option<String>,
+}
+
+/// A control plane in a temporary directory.
+#[derive(Debug)]
+pub struct Platform {
+    pub dir: tempfile::TempDir,
+    pub data: PathBuf,
+    pub config: PathBuf,
+    pub cli_config: PathBuf,
+    pub token: String,
+    pub server: Option<Server>,
+    /// Everything every start of the server wrote on stderr, for failure messages.
+    pub log: Arc<Mutex<String>>,
+    pub rt: tokio::runtime::Runtime,
+}
+
+impl Platform {
+    /// Starts `runway server` on ephemeral ports and logs the CLI in with the admin token.
+    pub fn start(settings: &Settings) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let config = dir.path().join("server.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "api:\n  listen: 127.0.0.1:0\ningress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
+                 admin: 127.0.0.1:0\ncontrol:\n  deploy_timeout_ms: {}\n  drain_grace_ms: {}\n  \
+                 reconcile_interval_ms: {}\n",
+                settings.deploy_timeout_ms,
+                settings.drain_grace_ms,
+                settings.reconcile_interval_ms
+            ),
+        )
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut platform = Self {
+            cli_config: dir.path().join("cli.json"),
+            dir,
+            data,
+            config,
+            token: String::new(),
+            server: None,
+            log: Arc::new(Mutex::new(String::new())),
+            rt,
+        };
+        let server = platform.spawn_server();
+        platform.token = server
+            .token
+            .clone()
+            .unwrap_or_else(|| panic!("no admin token printed:\n{}", platform.log()));
+        platform.server = Some(server);
+        let login = platform.runway_with(
+            &["login", "--server", &platform.api(), "--token", "-", "--ca"],
+            Some(platform.ca().as_os_str()),
+            Some(format!("{}\n", platform.token).as_bytes()),
+            COMMAND,
+        );
+        assert!(login.ok(), "login: {}", login.all());
+        platform
+    }
+
+    fn spawn_server(&self) -> Server {
+        let mut child = Command::new(RUNWAY)
+            .arg("server")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(&self.data)
+            .env_remove("RUNWAY_DATA_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (lines, receive) = mpsc::channel();
+        let log = Arc::clone(&self.log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                log.lock().unwrap().push_str(&format!("{line}\n"));
+                let _ = lines.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (mut api, mut https, mut http, mut admin, mut ca, mut token) =
+            (None, None, None, None, None, None);
+        let mut token_next = false;
+        let mut ended = false;
+        while !ended {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = receive.recv_timeout(left) else {
+                let _ = child.kill();
+                panic!("runway server did not print its addresses:\n{}", self.log());
+            };
+            if token_next {
+                token = Some(line.trim().to_owned());
+                token_next = false;
+            } else if let Some(rest) = line.strip_prefix("runway server: API on ") {
+                api = Some(rest.trim().to_owned());
+            } else if let Some(rest) = line.strip_prefix("runway server: services on ") {
+                // https://{service}.{env}.localhost:PORT (HTTP on ADDR)
+                let port: u16 = rest
+                    .split("localhost:")
+                    .nth(1)
+                    .and_then(|r| r.split(' ').next())
+                    .and_then(|p| p.parse().ok())
+                    .unwrap();
+                https = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+                http = rest
+                    .split("(HTTP on ")
+                    .nth(1)
+                    .and_then(|r| r.strip_suffix(')'))
+                    .and_then(|a| a.parse().ok());
+            } else if let Some(rest) =
+                line.strip_prefix("runway server: ingress metrics on http://")
+            {
+                admin = rest.strip_suffix("/metrics").and_then(|a| a.parse().ok());
+            } else if let Some(rest) =
+                line.strip_prefix("runway server: clients trust the certificate authority in ")
+            {
+                ca = Some(PathBuf::from(rest.trim()));
+                // A later start prints no token: the CA's line is its last.
+                ended = self.data.join("runway.db").exists() && !self.token.is_empty();
+            } else if line.starts_with("runway server: the admin token") {
+                token_next = true;
+            } else if line.starts_with("log in with:") {
+                ended = true;
+            }
+        }
+        let (Some(api), Some(https), Some(http), Some(admin), Some(ca)) =
+            (api, https, http, admin, ca)
+        else {
+            let _ = child.kill();
+            panic!("runway server printed an incomplete start:\n{}", self.log());
+        };
+        Server {
+            child,
+            api,
+            https,
+            http,
+            admin,
+            ca,
+            token,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn server(&self) -> &Server {
+        self.server.as_ref().expect("the server is running")
+    }
+
+    pub fn api(&self) -> String {
+        self.server().api.clone()
+    }
+
+    pub fn https(&self) -> SocketAddr {
+        self.server().https
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.server().ca.clone()
+    }
+
+    pub fn server_pid(&self) -> u32 {
+        self.server().child.id()
+    }
+
+    /// `kill -9` of the server; its instances keep running under their supervisors.
+    pub fn kill9(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.child.kill();
+            let _ = server.child.wait();
+        }
+    }
+
+    /// Starts the server again on the same data directory (new ports), and points the CLI at it.
+    pub fn restart(&mut self) {
+        assert!(self.server.is_none(), "kill the server first");
+        let server = self.spawn_server();
+        assert!(
+            server.token.is_none(),
+            "a restart printed a new admin token"
+        );
+        self.server = Some(server);
+        let login = self.runway_with(
+            &["login", "--server", &self.api(), "--token", "-", "--ca"],
+            Some(self.ca().as_os_str()),
+            Some(format!("{}\n", self.token).as_bytes()),
+            COMMAND,
+        );
+        assert!(login.ok(), "login after restart: {}", login.all());
+    }
+
+    /// `runway ARGS` with the CLI's configuration in the temporary directory.
+    pub fn runway(&self, args: &[&str]) -> Ran {
+        self.runway_with(args, None, None, COMMAND)
+    }
+
+    /// `runway ARGS` waiting at most `bound`.
+    pub fn runway_for(&self, args: &[&str], bound: Duration) -> Ran {
+        self.runway_with(args, None, None, bound)
+    }
+
+    /// `runway ARGS [extra]` with standard input.
+    pub fn runway_with(
+        &self,
+        args: &[&str],
+        extra: Option<&std::ffi::OsStr>,
+        stdin: Option<&[u8]>,
+        bound: Duration,
+    ) -> Ran {
+        let mut command = self.command();
+        command.args(args);
+        if let Some(extra) = extra {
+            command.arg(extra);
+        }
+        run(command, stdin, bound)
+    }
+
+    /// `runway ARGS` as another token (`RUNWAY_TOKEN` overrides the saved one).
+    pub fn runway_as(&self, token: &str, args: &[&str]) -> Ran {
+        let mut command = self.command();
+        command.env("RUNWAY_TOKEN", token).args(args);
+        run(command, None, COMMAND)
+    }
+
+    fn command(&self) -> Command {
+        let mut command = Command::new(RUNWAY);
+        command
+            .env("RUNWAY_CONFIG", &self.cli_config)
+            .env_remove("RUNWAY_SERVER")
+            .env_remove("RUNWAY_TOKEN")
+            .env_remove("RUNWAY_CA")
+            .env_remove("RUNWAY_STATE_DIR")
+            .current_dir(self.dir.path());
+        command
+    }
+
+    /// The instances under `<data>/runtime`, as `runway local ps --output json` lists them.
+    pub fn local_ps(&self) -> Vec<Value> {
+        let ran = self.runway_with(
+            &["local", "ps", "--output", "json", "--state-dir"],
+            Some(self.data.join("runtime").as_os_str()),
+            None,
+            COMMAND,
+        );
+        assert!(ran.ok(), "local ps: {}", ran.all());
+        match ran.json() {
+            Value::Array(items) => items,
+            other => panic!("local ps: not an array: {other}"),
+        }
+    }
+
+    /// An HTTPS client trusting only the platform's CA, reaching `host` at the ingress.
+    pub fn ingress_client(&self, host: &str) -> reqwest::Client {
+        let pem = std::fs::read(self.ca()).unwrap();
+        reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+            .resolve(host, self.https())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    }
+
+    /// The URL of `path` on `host` through the ingress.
+    pub fn ingress_url(&self, host: &str, path: &str) -> String {
+        format!("https://{host}:{}{path}", self.https().port())
+    }
+
+    /// An HTTPS client for the API, trusting only the platform's CA.
+    pub fn api_client(&self) -> reqwest::Client {
+        let pem = std::fs::read(self.ca()).unwrap();
+        reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+            .timeout(Duration::from_secs(15))
+            .build()
+            .unwrap()
+    }
+
+    /// `GET path` through the ingress: status and body, retried until `bound` while the
+    /// request fails to connect or answers 5xx.
+    pub fn get(&self, host: &str, path: &str, bound: Duration) -> (u16, String) {
+        let client = self.ingress_client(host);
+        let url = self.ingress_url(host, path);
+        self.rt.block_on(async {
+            let deadline = Instant::now() + bound;
+            loop {
+                let last = match client.get(&url).send().await {
+                    Ok(response) => {
+                        let status = response.status().as_u16();
+                        let body = response.text().await.unwrap_or_default();
+                        if status < 500 {
+                            return (status, body);
+                        }
+                        format!("{status}: {body}")
+                    }
+                    Err(e) => format!("{e:?}"),
+                };
+                assert!(Instant::now() < deadline, "GET {url} kept failing: {last}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    }
+
+    /// An API call with a token (or none): status and JSON body.
+    pub fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let client = self.api_client();
+        let url = format!("{}{path}", self.api());
+        self.rt.block_on(async {
+            let mut request = client.request(method, &url);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap();
+            (
+                status,
+                serde_json::from_str(&text).unwrap_or(Value::String(text)),
+            )
+        })
+    }
+
+    /// Polls the API until the deployment ends (or `bound`); returns it.
+    pub fn wait_deployment(&self, id: &Value, bound: Duration) -> Value {
+        let deadline = Instant::now() + bound;
+        loop {
+            let (status, deployment) = self.call(
+                reqwest::Method::GET,
+                &format!("/v1/deployments/{}", id_text(id)),
+                Some(&self.token),
+                None,
+            );
+            assert_eq!(status, 200, "{deployment}");
+            let state = deployment["state"].as_str().unwrap_or_default().to_owned();
+            if !matches!(state.as_str(), "pending" | "progressing") {
+                return deployment;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "deployment {id} still {state} after {bound:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits until no instance of `revision` is left (drained and stopped), at most `bound`.
+    pub fn wait_retired(&self, revision: &str, bound: Duration) {
+        let deadline = Instant::now() + bound;
+        while self.local_ps().iter().any(|i| {
+            i["id"]
+                .as_str()
+                .is_some_and(|id| revision_of(id) == revision)
+        }) {
+            assert!(
+                Instant::now() < deadline,
+                "{revision} still has instances after {bound:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Onboards `name` in `envs` and sets its `API_KEY` in each; returns the repository.
+    pub fn onboard(&self, name: &str, envs: &[&str], secret: &str) -> PathBuf {
+        let mut args = vec!["services", "create", name, "--owner", "team@example.com"];
+        for env in envs {
+            args.extend(["--env", env]);
+        }
+        let created = self.runway(&args);
+        assert!(created.ok(), "services create: {}", created.all());
+        for env in envs {
+            let set = self.runway_with(
+                &["secrets", "set", "API_KEY", "--service", name, "--env", env],
+                None,
+                Some(secret.as_bytes()),
+                COMMAND,
+            );
+            assert!(set.ok(), "secrets set: {}", set.all());
+        }
+        write_repo(self.dir.path(), name)
+    }
+
+    /// `runway deploy REPO --env ENV --wait`, bounded.
+    pub fn deploy(&self, repo: &Path, env: &str) -> Ran {
+        self.runway_with(
+            &["deploy", "--env", env, "--wait", "--timeout", "90s"],
+            Some(repo.as_os_str()),
+            None,
+            Duration::from_secs(120),
+        )
+    }
+}
+
+impl Drop for Platform {
+    fn drop(&mut self) {
+        self.kill9();
+        // The instances, which outlive the server by design: stopped and removed, then
+        // whatever is left killed by pid.
+        let state = self.data.join("runtime");
+        let ps = |platform: &Self| {
+            let ran = platform.runway_with(
+                &["local", "ps", "--output", "json", "--state-dir"],
+                Some(state.as_os_str()),
+                None,
+                COMMAND,
+            );
+            serde_json::from_str::<Vec<Value>>(&ran.stdout).unwrap_or_default()
+        };
+        let instances = ps(self);
+        let ids: Vec<&str> = instances.iter().filter_map(|i| i["id"].as_str()).collect();
+        if !ids.is_empty() {
+            let mut command = Command::new(RUNWAY);
+            command
+                .args(["local", "stop", "--remove", "--state-dir"])
+                .arg(&state)
+                .args(&ids);
+            let _ = run(command, None, Duration::from_secs(30));
+        }
+        for instance in instances.iter().chain(ps(self).iter()) {
+            for key in ["supervisor_pid", "pid"] {
+                if let Some(pid) = instance[key].as_u64().filter(|&p| p > 1) {
+                    let _ = Command::new("kill")
+                        .args(["-9", &pid.to_string()])
+                        .stderr(Stdio::null())
+                        .status();
+                }
+            }
+        }
+    }
+}
+
+/// A deployment's id as a path segment.
+pub fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The revision of an instance id: the id minus its last `-` segment.
+pub fn revision_of(id: &str) -> &str {
+    id.rsplit_once('-').map_or(id, |(revision, _)| revision)
+}
+
+/// What a load loop counted.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub ok: AtomicU64,
+    pub failed: AtomicU64,
+    /// The first failures, for the assertion's message.
+    pub failures: Mutex<Vec<String>>,
+    /// Bodies seen, by first word of the revision, for checks on who answered.
+    pub bodies: Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// A load loop: `clients` tasks requesting `url` until `stop` (each request at most 10 s).
+pub struct Load {
+    pub counts: Arc<Counts>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Load")
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+impl Load {
+    /// Starts clients as fast as they go, or each paced at `per_client` requests a second.
+    pub fn start(
+        rt: &tokio::runtime::Runtime,
+        client: &reqwest::Client,
+        url: &str,
+        clients: usize,
+        per_client: Option<f64>,
+    ) -> Self {
+        let counts = Arc::new(Counts::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..clients)
+            .map(|n| {
+                let (client, url, counts, stop) = (
+                    client.clone(),
+                    url.to_owned(),
+                    Arc::clone(&counts),
+                    Arc::clone(&stop),
+                );
+                rt.spawn(async move {
+                    let mut pace = per_client.map(|rate| {
+                        let period = Duration::from_secs_f64(1.0 / rate);
+                        // Spread the clients over one period.
+                        let offset = period.mul_f64(n as f64 / clients as f64);
+                        let mut interval =
+                            tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
+                        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        interval
+                    });
+                    while !stop.load(Ordering::SeqCst) {
+                        if let Some(pace) = &mut pace {
+                            pace.tick().await;
+                        }
+                        let outcome = match client.get(&url).send().await {
+                            Ok(response) => {
+                                let status = response.status();
+                                match response.text().await {
+                                    Ok(body) if status.is_success() => Ok(body),
+                                    Ok(body) => Err(format!("{status}: {}", body.trim())),
+                                    Err(e) => Err(format!("{status}, body: {e:?}")),
+                                }
+                            }
+                            Err(e) => Err(format!("{e:?}")),
+                        };
+                        match outcome {
+                            Ok(body) => {
+                                counts.ok.fetch_add(1, Ordering::SeqCst);
+                                let who = body.split(" pid ").next().unwrap_or_default().to_owned();
+                                counts.bodies.lock().unwrap().insert(who);
+                            }
+                            Err(e) => {
+                                counts.failed.fetch_add(1, Ordering::SeqCst);
+                                let mut failures = counts.failures.lock().unwrap();
+                                if failures.len() < 10 {
+                                    failures.push(e);
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        Self {
+            counts,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops the clients (each finishes its request) and returns (ok, failed).
+    pub fn stop(self, rt: &tokio::runtime::Runtime) -> (u64, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        rt.block_on(async {
+            for task in self.tasks {
+                let _ = tokio::time::timeout(Duration::from_secs(15), task).await;
+            }
+        });
+        (
+            self.counts.ok.load(Ordering::SeqCst),
+            self.counts.failed.load(Ordering::SeqCst),
+        )
+    }
+
+    pub fn snapshot(&self) -> (u64, u64) {
+        (
+            self.counts.ok.load(Ordering::SeqCst),
+            self.counts.failed.load(Ordering::SeqCst),
+        )
+    }
+
+    pub fn failures(&self) -> Vec<String> {
+        self.counts.failures.lock().unwrap().clone()
+    }
+}
