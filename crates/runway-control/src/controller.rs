@@ -676,6 +676,11 @@ async fn next_signal(receiver: &mut Option<broadcast::Receiver<ScaleUp>>) -> boo
 fn seed_routes(active: Option<&runway_store::Deployment>) -> Vec<RouteWeight> {
     active
         .and_then(|deployment| deployment.from_revision.clone())
-        .map(|revision| vec![RouteWeight { revision, weight: 100 }])
+        .map(|revision| {
+            vec![RouteWeight {
+                revision,
+                weight: 100,
+            }]
+        })
         .unwrap_or_default()
 }

@@ -361,7 +361,10 @@ async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_
     assert!(next.reconcile_all().await.is_empty());
     // At once, before v2 is ready: v1 routed, not drained, not stopped.
     assert_eq!(next.routes("hello", "dev"), weights(&[(V1, 100)]));
-    assert!(!ingress.table().routes().is_empty(), "the new ingress routes hello");
+    assert!(
+        !ingress.table().routes().is_empty(),
+        "the new ingress routes hello"
+    );
     assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
     for _ in 0..40 {
         if harness.state(&second) == DeploymentState::Succeeded
@@ -375,7 +378,11 @@ async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_
     assert_eq!(harness.state(&second), DeploymentState::Succeeded);
     assert_eq!(next.routes("hello", "dev"), weights(&[(V2, 100)]));
     // v1 went only after v2 took the traffic, and the route never lacked a ready instance.
-    assert!(v1_ids.iter().all(|id| harness.runtime.stopped().contains(id)));
+    assert!(
+        v1_ids
+            .iter()
+            .all(|id| harness.runtime.stopped().contains(id))
+    );
     assert_eq!(harness.runtime.violations(), Vec::<String>::new());
 }
 
