@@ -27,7 +27,7 @@
 //! gRPC over it, with tonic (`hyper_util::rt::TokioIo` makes the stream hyper's; the URI is
 //! only the `:authority`):
 //!
-//! ```ignore
+//! ```text
 //! let channel = Endpoint::from_static("http://localhost")
 //!     .connect_timeout(timeout)
 //!     .connect_with_connector(tower::service_fn(move |_: Uri| {
