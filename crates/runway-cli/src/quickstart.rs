@@ -209,6 +209,7 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
     tokio::signal::ctrl_c()
         .await
         .context("cannot wait for Ctrl-C")?;
+    say("stopping the platform and its instances");
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
