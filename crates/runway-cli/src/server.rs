@@ -13,6 +13,7 @@ use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, StatusParts};
 use runway_control::{Controller, ControllerConfig};
 use runway_ingress::{Ingress, Options as IngressOptions, TlsOptions};
 use runway_runtime::LocalRuntime;
+use runway_runtime::logs::Follower;
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
 use serde::{Deserialize, Serialize};
@@ -327,9 +328,21 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 }
 
 /// The API's view of the world outside the store: the controller and the runtime.
+#[derive(Clone)]
 struct ServerPlatform {
     controller: Arc<Controller<LocalRuntime>>,
     runtime: Arc<LocalRuntime>,
+}
+
+impl ServerPlatform {
+    /// The ids of a service's instances in an environment (none when they cannot be listed).
+    async fn instance_ids(&self, service: &str, env: &str) -> Vec<String> {
+        self.controller
+            .instances(service, env)
+            .await
+            .map(|all| all.into_iter().map(|i| i.id).collect())
+            .unwrap_or_default()
+    }
 }
 
 fn api_log_line(
@@ -373,10 +386,7 @@ impl Platform for ServerPlatform {
                 .map(|i| InstanceView {
                     id: i.id,
                     revision: i.revision,
-                    phase: serde_json::to_value(i.phase)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
+                    phase: i.phase.as_str().to_owned(),
                     ready: i.ready,
                     port: i.port,
                     restarts: i.restarts,
@@ -463,32 +473,45 @@ impl Platform for ServerPlatform {
             let first = self
                 .logs(&service, &env, instance.as_deref(), lines)
                 .await?;
+            // The instances shown so far are followed from the end of their output; one that
+            // appears later (a rollout) from its start.
+            let ids = match &instance {
+                Some(id) => vec![id.clone()],
+                None => self.instance_ids(&service, &env).await,
+            };
+            let runtime = Arc::clone(&self.runtime);
+            let mut followers: HashMap<String, Follower> = ids
+                .into_iter()
+                .map(|id| {
+                    let follower = Follower::from_end(&runtime.instance_dir(&id));
+                    (id, follower)
+                })
+                .collect();
             let (sender, receiver) = mpsc::channel(256);
-            let controller = Arc::clone(&self.controller);
+            let platform = self.clone();
             tokio::spawn(async move {
-                // The newest time sent per instance; later lines are new.
-                let mut sent: HashMap<String, String> = HashMap::new();
                 for line in first {
-                    sent.insert(line.instance.clone(), line.time.clone());
                     if sender.send(line).await.is_err() {
                         return;
                     }
                 }
+                let mut tick = tokio::time::interval(Duration::from_millis(500));
                 while !sender.is_closed() {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    let Ok(recent) = controller
-                        .logs(&service, &env, instance.as_deref(), 1000)
-                        .await
-                    else {
-                        continue;
-                    };
-                    for (id, line) in recent {
-                        if sent.get(&id).is_some_and(|last| line.time <= *last) {
-                            continue;
+                    tick.tick().await;
+                    if instance.is_none() {
+                        let now = platform.instance_ids(&service, &env).await;
+                        followers.retain(|id, _| now.contains(id));
+                        for id in now {
+                            followers.entry(id).or_insert_with_key(|id| {
+                                Follower::from_start(&runtime.instance_dir(id))
+                            });
                         }
-                        sent.insert(id.clone(), line.time.clone());
-                        if sender.send(api_log_line(id, line)).await.is_err() {
-                            return;
+                    }
+                    for (id, follower) in &mut followers {
+                        for line in follower.poll().unwrap_or_default() {
+                            if sender.send(api_log_line(id.clone(), line)).await.is_err() {
+                                return;
+                            }
                         }
                     }
                 }

@@ -755,3 +755,52 @@ parameters = { "path.service" = "hello", "path.env" = "dev" }
         platform.log()
     );
 }
+
+#[test]
+fn followed_logs_show_a_new_revisions_output_as_it_starts() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+
+    // Follow the service's output, then roll out a second revision: its instance's first line
+    // ("listening on PORT", written as it starts) arrives on the stream.
+    let client = platform.api_client();
+    let url = format!(
+        "{}/v1/services/hello/environments/dev/logs?follow=true&lines=5",
+        platform.api()
+    );
+    let mut response = platform.rt.block_on(async {
+        let response = client
+            .get(&url)
+            .bearer_auth(&platform.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response
+    });
+    set_env_file(&repo, "dev", &[("GREETING", "second")]);
+    let second = platform.deploy(&repo, "dev");
+    assert!(second.ok(), "second deploy: {}", second.all());
+    let seen = platform.rt.block_on(async {
+        let mut seen = String::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !seen.contains("\"instance\":\"hello-dev-00002-") || !seen.contains("listening on") {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, response.chunk()).await {
+                Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+                _ => break,
+            }
+        }
+        seen
+    });
+    let line = seen
+        .lines()
+        .find(|l| l.contains("\"instance\":\"hello-dev-00002-") && l.contains("listening on"));
+    assert!(line.is_some(), "no output of the new instance in:\n{seen}");
+}

@@ -251,6 +251,15 @@ impl Follower {
         }
     }
 
+    /// Starts at the beginning, for an instance whose output is all new to the reader.
+    pub fn from_start(dir: &Path) -> Self {
+        Self {
+            path: dir.join(LOG_FILE),
+            offset: 0,
+            partial: Vec::new(),
+        }
+    }
+
     pub fn poll(&mut self) -> io::Result<Vec<LogLine>> {
         use std::io::{Read, Seek, SeekFrom};
         let mut file = match File::open(&self.path) {
