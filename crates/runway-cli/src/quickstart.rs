@@ -113,14 +113,19 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     // Old instances stop a few seconds after traffic left them, so the report comes soon.
     config.control.drain_grace_ms = 3_000;
     let running = crate::server::start(config).await?;
-    let outcome = demonstrate(args, &running, &example).await;
+    let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.
     stop_instances(&running).await;
     running.stop().await?;
     outcome
 }
 
-async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::Result<ExitCode> {
+async fn demonstrate(
+    args: &Args,
+    running: &Running,
+    data_dir: &Path,
+    example: &Path,
+) -> anyhow::Result<ExitCode> {
     let token = running
         .admin_token
         .clone()
@@ -133,11 +138,7 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
     say(&format!(
         "platform: API on https://{}, state in {}",
         running.api,
-        running
-            .ca_path
-            .parent()
-            .and_then(Path::parent)
-            .map_or_else(|| "?".to_owned(), |p| p.display().to_string())
+        data_dir.display()
     ));
     client
         .create_service(&CreateService {
@@ -147,8 +148,10 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
         })
         .await?;
     say(&format!("onboarded service {SERVICE}"));
-    let secret = format!("quickstart-{:016x}", fastrand_u64());
-    client.set_secret(SERVICE, ENV, "API_KEY", &secret).await?;
+    // The example only checks that its secret is set; the value is not worth guarding.
+    client
+        .set_secret(SERVICE, ENV, "API_KEY", "quickstart-example-key")
+        .await?;
     say("set secret API_KEY (sealed at rest, injected at start)");
 
     let repo = discover(example)?;
@@ -220,14 +223,6 @@ async fn demonstrate(args: &Args, running: &Running, example: &Path) -> anyhow::
 /// What the quickstart tells its user, on standard output beside the deployments' events.
 fn say(text: &str) {
     crate::print_stdout(&format!("quickstart: {text}\n"));
-}
-
-fn fastrand_u64() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    // Not a secret worth more: the example only checks that one is set.
-    (now as u64) ^ u64::from(std::process::id()).rotate_left(32)
 }
 
 /// Deploys and waits for the deployment to succeed; returns the revision's name.
