@@ -26,7 +26,7 @@ pub use body::ProxyBody;
 pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 pub use error::{ConfigError, ProxyError};
 pub use log::AccessRecord;
-pub use metrics::Metrics;
+pub use metrics::{Metrics, RevisionStats};
 pub use proxy::X_REQUEST_ID;
 pub use server::Tls;
 pub use table::{Instance, Revision, Route, ScaleUp, Table};
@@ -141,6 +141,16 @@ impl Ingress {
 
     pub fn options(&self) -> &Options {
         &self.shared.options
+    }
+
+    /// A revision's figures now (see [`RevisionStats`]); `None` when no table ever had it.
+    pub fn revision_stats(
+        &self,
+        service: &str,
+        env: &str,
+        revision: &str,
+    ) -> Option<RevisionStats> {
+        self.shared.metrics.revision_stats(service, env, revision)
     }
 
     /// Scale-up signals: a revision with no ready instance is holding requests.

@@ -3,6 +3,10 @@
 //! Label sets are resolved once per revision (when it first appears in a table) and the
 //! handles kept on the revision, so a request touches only atomics.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -25,9 +29,22 @@ pub(crate) struct RequestLabels {
     pub(crate) class: &'static str,
 }
 
+/// The latency histogram's first upper bound, in seconds: 0.25 ms.
+const LATENCY_START: f64 = 0.000_25;
+/// Its bounds, doubling from [`LATENCY_START`]: up to about 4 min.
+const LATENCY_BUCKETS: usize = 20;
+
 fn latency_histogram() -> Histogram {
-    // 0.25 ms to about 4 min.
-    Histogram::new(exponential_buckets(0.000_25, 2.0, 20))
+    Histogram::new(exponential_buckets(
+        LATENCY_START,
+        2.0,
+        LATENCY_BUCKETS as u16,
+    ))
+}
+
+/// The histogram's upper bounds, in seconds.
+fn latency_bounds() -> impl Iterator<Item = f64> {
+    exponential_buckets(LATENCY_START, 2.0, LATENCY_BUCKETS as u16)
 }
 
 /// Every metric the ingress exports.
@@ -42,6 +59,8 @@ pub struct Metrics {
     connect_errors: Family<RevisionLabels, Counter>,
     upstream_errors: Family<RevisionLabels, Counter>,
     unrouted: Counter,
+    /// Every revision's handles, for [`Metrics::revision_stats`].
+    revisions: Mutex<HashMap<RevisionLabels, RevisionMetrics>>,
     pub(crate) connections: Gauge,
     pub(crate) tls_handshake_errors: Counter,
     pub(crate) certificate_reloads: Counter,
@@ -54,7 +73,10 @@ const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 #[derive(Debug, Clone)]
 pub(crate) struct RevisionMetrics {
     requests: [Counter; 5],
-    pub(crate) latency: Histogram,
+    latency: Histogram,
+    /// The histogram's counts per bucket (not cumulative; the last one is `+Inf`), which
+    /// `prometheus_client` does not let us read back: the canary analysis needs them.
+    buckets: Arc<[AtomicU64; LATENCY_BUCKETS + 1]>,
     pub(crate) in_flight: Gauge,
     pub(crate) queued: Gauge,
     pub(crate) held: Gauge,
@@ -63,9 +85,76 @@ pub(crate) struct RevisionMetrics {
 }
 
 impl RevisionMetrics {
-    pub(crate) fn count(&self, status: u16) {
+    /// One response: its status class and the time to its head.
+    pub(crate) fn record(&self, status: u16, seconds: f64) {
         let class = usize::from((status / 100).clamp(1, 5)) - 1;
         self.requests[class].inc();
+        self.latency.observe(seconds);
+        self.buckets[bucket_index(seconds)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn stats(&self) -> RevisionStats {
+        let mut cumulative = 0;
+        let latency_buckets = latency_bounds()
+            .zip(self.buckets.iter())
+            .map(|(bound, count)| {
+                cumulative += count.load(Ordering::Relaxed);
+                (bound, cumulative)
+            })
+            .collect();
+        RevisionStats {
+            in_flight: gauge_value(&self.in_flight),
+            queued: gauge_value(&self.queued),
+            held: gauge_value(&self.held),
+            requests: self.requests.iter().map(Counter::get).sum(),
+            errors_5xx: self.requests[4].get(),
+            latency_buckets,
+        }
+    }
+}
+
+/// The bucket a latency falls in: the first whose upper bound is at least `seconds`, as
+/// Prometheus's `le` (give or take a rounding at a bound exactly); the last is `+Inf`.
+fn bucket_index(seconds: f64) -> usize {
+    if seconds <= LATENCY_START || seconds.is_nan() {
+        return 0;
+    }
+    let index = (seconds / LATENCY_START).log2().ceil();
+    if index >= LATENCY_BUCKETS as f64 {
+        LATENCY_BUCKETS
+    } else {
+        // In 1..LATENCY_BUCKETS by the checks above.
+        index as usize
+    }
+}
+
+fn gauge_value(gauge: &Gauge) -> u64 {
+    u64::try_from(gauge.get()).unwrap_or(0)
+}
+
+/// One revision's figures as the ingress sees them now: gauges of the moment, and counters
+/// since the ingress started (take the difference of two readings for a window).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RevisionStats {
+    /// Requests being served by its instances.
+    pub in_flight: u64,
+    /// Requests waiting for a free slot on a ready instance.
+    pub queued: u64,
+    /// Requests held because it has no ready instance.
+    pub held: u64,
+    /// Responses given, whatever their status.
+    pub requests: u64,
+    /// Responses with a 5xx status, the ingress's own 502, 503 and 504 included.
+    pub errors_5xx: u64,
+    /// The latency histogram: `(upper bound in seconds, cumulative count)`, as the
+    /// `request_duration_seconds_bucket` series, without `+Inf` (which is `requests`).
+    pub latency_buckets: Vec<(f64, u64)>,
+}
+
+impl RevisionStats {
+    /// Requests in flight, queued and held: the demand the autoscaler reads.
+    pub fn concurrency(&self) -> u64 {
+        self.in_flight + self.queued + self.held
     }
 }
 
@@ -161,6 +250,7 @@ impl Metrics {
             connect_errors,
             upstream_errors,
             unrouted,
+            revisions: Mutex::default(),
             connections,
             tls_handshake_errors,
             certificate_reloads,
@@ -184,15 +274,44 @@ impl Metrics {
                 })
                 .clone()
         });
-        RevisionMetrics {
+        let mut revisions = self
+            .revisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = revisions.get(&labels) {
+            return known.clone();
+        }
+        let metrics = RevisionMetrics {
             requests,
             latency: self.latency.get_or_create(&labels).clone(),
+            buckets: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
             in_flight: self.in_flight.get_or_create(&labels).clone(),
             queued: self.queued.get_or_create(&labels).clone(),
             held: self.held.get_or_create(&labels).clone(),
             connect_errors: self.connect_errors.get_or_create(&labels).clone(),
             upstream_errors: self.upstream_errors.get_or_create(&labels).clone(),
-        }
+        };
+        revisions.insert(labels, metrics.clone());
+        metrics
+    }
+
+    /// A revision's figures now; `None` when no route table ever had it.
+    pub fn revision_stats(
+        &self,
+        service: &str,
+        env: &str,
+        revision: &str,
+    ) -> Option<RevisionStats> {
+        let labels = RevisionLabels {
+            service: service.to_owned(),
+            env: env.to_owned(),
+            revision: revision.to_owned(),
+        };
+        let revisions = self
+            .revisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        revisions.get(&labels).map(RevisionMetrics::stats)
     }
 
     pub(crate) fn unrouted(&self) {
@@ -205,5 +324,58 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_falls_in_the_first_bucket_whose_bound_holds_it() {
+        assert_eq!(bucket_index(0.0), 0);
+        assert_eq!(bucket_index(0.000_2), 0);
+        assert_eq!(bucket_index(0.000_3), 1);
+        assert_eq!(bucket_index(0.001), 2);
+        assert_eq!(bucket_index(0.0011), 3);
+        assert_eq!(bucket_index(1e9), LATENCY_BUCKETS);
+        assert_eq!(bucket_index(f64::NAN), 0);
+        for (index, bound) in latency_bounds().enumerate() {
+            assert_eq!(bucket_index(bound * 0.99), index, "{bound}");
+            assert_eq!(bucket_index(bound * 1.01), index + 1, "{bound}");
+        }
+    }
+
+    #[test]
+    fn revision_stats_add_up_what_was_recorded() {
+        let metrics = Metrics::new();
+        assert_eq!(
+            metrics.revision_stats("hello", "dev", "hello-dev-00001"),
+            None
+        );
+        let revision = metrics.revision("hello", "dev", "hello-dev-00001");
+        revision.record(200, 0.000_1);
+        revision.record(503, 0.003);
+        revision.record(204, 0.003);
+        revision.record(500, 600.0);
+        revision.in_flight.inc();
+        revision.held.set(2);
+        // The same revision asked for again shares the counters.
+        metrics
+            .revision("hello", "dev", "hello-dev-00001")
+            .queued
+            .inc();
+        let stats = metrics
+            .revision_stats("hello", "dev", "hello-dev-00001")
+            .unwrap_or_default();
+        assert_eq!((stats.requests, stats.errors_5xx), (4, 2));
+        assert_eq!(stats.concurrency(), 4);
+        assert_eq!(stats.latency_buckets.len(), LATENCY_BUCKETS);
+        assert_eq!(stats.latency_buckets[0], (LATENCY_START, 1));
+        // 3 ms is in the bucket up to 4 ms; 600 s only in +Inf, left out.
+        assert_eq!(stats.latency_buckets[4].1, 3);
+        assert_eq!(stats.latency_buckets[LATENCY_BUCKETS - 1].1, 3);
+        let text = metrics.encode();
+        assert!(text.contains("runway_ingress_requests_total{service=\"hello\",env=\"dev\",revision=\"hello-dev-00001\",class=\"5xx\"} 2"), "{text}");
     }
 }

@@ -103,8 +103,7 @@ pub(crate) async fn handle(
             let status = response.status().as_u16();
             match &revision {
                 Some(rev) => {
-                    rev.metrics.count(status);
-                    rev.metrics.latency.observe(start.elapsed().as_secs_f64());
+                    rev.metrics.record(status, start.elapsed().as_secs_f64());
                 }
                 None => shared.metrics.unrouted(),
             }
@@ -245,11 +244,9 @@ async fn proxy(
     if let Some(cookie) = set_cookie {
         parts.headers.append(header::SET_COOKIE, cookie);
     }
-    revision.metrics.count(parts.status.as_u16());
     revision
         .metrics
-        .latency
-        .observe(start.elapsed().as_secs_f64());
+        .record(parts.status.as_u16(), start.elapsed().as_secs_f64());
     record.status = parts.status.as_u16();
     let mut finish = Finish {
         record: std::mem::take(record),

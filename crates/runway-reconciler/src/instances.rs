@@ -75,18 +75,20 @@ fn start_room(revision: &Revision<'_>, policy: &Policy) -> usize {
 
 /// Remove live instances beyond the desired count, not-ready ones first, then the newest
 /// (rule 1). A routed revision keeps all its instances when retired (rule 4), and keeps a
-/// ready instance whenever it has one (rule 3); an instance that may have requests in flight
-/// is drained, one that never had traffic is stopped at once.
+/// ready instance whenever it has one (rule 3), unless it is scaled to zero (rule 7); an
+/// instance that may have requests in flight is drained, one that never had traffic is
+/// stopped at once.
 fn remove_extras(revision: &Revision<'_>, routed: bool) -> Vec<Action> {
     let mut live: Vec<&ObservedInstance> = revision.live().collect();
     let keep = usize::try_from(revision.desired_instances).unwrap_or(usize::MAX);
-    if live.len() <= keep || (routed && keep == 0) {
+    let retired_but_routed = routed && keep == 0 && !revision.scaled_to_zero;
+    if live.len() <= keep || retired_but_routed {
         return Vec::new();
     }
     live.sort_by_key(|instance| removal_order(instance));
     let (victims, kept) = live.split_at(live.len() - keep);
     let kept_ready = kept.iter().any(|instance| instance.state.is_ready());
-    let may_drain = !routed || kept_ready;
+    let may_drain = !routed || kept_ready || revision.scaled_to_zero;
     victims
         .iter()
         .filter(|victim| may_drain || !victim.state.may_have_traffic())

@@ -59,8 +59,12 @@
 //!    [`Plan::requeue_after_ms`] is the time until the next drain grace ends or start timeout
 //!    falls due, when only time would change the plan.
 //!
-//! Scale to zero (weight with 0 instances) is left to the ingress and the autoscaler: a routed
-//! revision keeps its instances while it is routed.
+//! 7. **Scale to zero.** A desired revision with weight but 0 instances (the autoscaler's
+//!    doing, when its `min_instances` is 0) is *scaled to zero*: its instances are drained and
+//!    stopped even though it is routed, and it stays routed with no ready instance, so the
+//!    ingress holds its requests (and signals a scale-up) until it has an instance again. This
+//!    is the one case where rule 3 gives way and routes point at a revision with no ready
+//!    instance.
 
 mod instances;
 mod model;

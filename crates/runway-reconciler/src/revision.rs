@@ -11,6 +11,9 @@ pub(crate) struct Revision<'a> {
     pub(crate) name: &'a str,
     /// 0 when the revision is not desired.
     pub(crate) desired_instances: u32,
+    /// Desired with traffic weight but no instances: scaled to zero, the ingress holding
+    /// its requests until it has an instance again.
+    pub(crate) scaled_to_zero: bool,
     /// Its observed instances, ordered by id.
     pub(crate) instances: Vec<&'a ObservedInstance>,
 }
@@ -67,7 +70,9 @@ pub(crate) fn gather<'a>(
     let mut revisions = Vec::new();
     for wanted in &desired.revisions {
         if seen.insert(wanted.name.as_str()) {
-            revisions.push(new_revision(&wanted.name, wanted.instances, observed));
+            let mut revision = new_revision(&wanted.name, wanted.instances, observed);
+            revision.scaled_to_zero = wanted.instances == 0 && wanted.weight > 0;
+            revisions.push(revision);
         }
     }
     let others: BTreeSet<&str> = observed
@@ -93,6 +98,7 @@ fn new_revision<'a>(name: &'a str, desired_instances: u32, observed: &'a Observe
     Revision {
         name,
         desired_instances,
+        scaled_to_zero: false,
         instances,
     }
 }

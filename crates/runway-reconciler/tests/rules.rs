@@ -562,3 +562,48 @@ fn rollback_from_a_canary_moves_all_traffic_back_at_once() {
     let plan = plan_default(&desired(&[("v1", 2, 100)]), &state);
     assert_eq!(plan.actions, vec![routes(&[("v1", 100)])]);
 }
+
+#[test]
+fn scaled_to_zero_drains_every_instance_and_keeps_the_route() {
+    let plan = plan_default(
+        &desired(&[("v1", 0, 100)]),
+        &observed(vec![ready("a", "v1"), ready("b", "v1")], &[("v1", 100)]),
+    );
+    assert_eq!(plan.actions, [drain("b"), drain("a")]);
+
+    // Drained: the route stays, so the ingress holds requests; stopped after the grace.
+    let plan = plan_default(
+        &desired(&[("v1", 0, 100)]),
+        &observed(vec![draining("a", "v1", 0)], &[("v1", 100)]),
+    );
+    assert_eq!(plan.actions, [stop("a")]);
+    let plan = plan_default(
+        &desired(&[("v1", 0, 100)]),
+        &observed(vec![], &[("v1", 100)]),
+    );
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+}
+
+#[test]
+fn a_cold_start_from_zero_starts_an_instance_then_serves_on_the_same_route() {
+    let plan = plan_default(
+        &desired(&[("v1", 1, 100)]),
+        &observed(vec![], &[("v1", 100)]),
+    );
+    assert_eq!(plan.actions, [start("v1")]);
+    let plan = plan_default(
+        &desired(&[("v1", 1, 100)]),
+        &observed(vec![ready("a", "v1")], &[("v1", 100)]),
+    );
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+}
+
+#[test]
+fn a_retired_revision_still_routed_is_not_taken_for_one_scaled_to_zero() {
+    // v1 has no desired weight: it keeps its instances until the routes leave it (rule 4).
+    let plan = plan_default(
+        &desired(&[("v1", 0, 0), ("v2", 1, 100)]),
+        &observed(vec![ready("a", "v1"), starting("b", "v2")], &[("v1", 100)]),
+    );
+    assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+}
