@@ -150,6 +150,8 @@ pub(crate) async fn deploy(
         }
     };
     let instances = instances_for(&config);
+    let max_instances = config.max_instances.max(instances);
+    let pause = body.pause;
     let (service, env, actor) = (service.to_owned(), env.to_owned(), caller.name.clone());
     let declared = config.secrets.clone();
     let env_names: Vec<String> = config.env.keys().cloned().collect();
@@ -161,7 +163,7 @@ pub(crate) async fn deploy(
         env_vars: body.env_vars,
         secret_versions: BTreeMap::new(),
     };
-    let record = state
+    let deployment = state
         .store(move |s| {
             let secrets = s.secret_list(&service, &env)?;
             let mut revision = revision;
@@ -187,16 +189,31 @@ pub(crate) async fn deploy(
                 ))
                 .field("manifest.spec.workload.secrets"));
             }
+            // The new revision starts with the capacity serving now, so taking all the
+            // traffic does not overload it while the autoscaler catches up.
+            let serving_now = s
+                .desired_get(&service, &env)?
+                .and_then(|d| d.revisions.into_iter().map(|r| r.instances).max())
+                .unwrap_or(0);
             let desired = [PlannedRevision {
                 revision: RevisionRef::New,
-                instances,
+                instances: instances.max(serving_now.min(max_instances)),
                 weight: 100,
             }];
-            Ok(s.record_deploy(&actor, &revision, &desired)?)
+            let record = s.record_deploy(&actor, &revision, &desired)?;
+            if pause {
+                return Ok(s.deployment_command(
+                    &actor,
+                    &service,
+                    &env,
+                    runway_store::RolloutCommand::Pause,
+                )?);
+            }
+            Ok(record.deployment)
         })
         .await?;
     state.platform.wake();
-    Ok(record.deployment)
+    Ok(deployment)
 }
 
 /// The revision serving in a desired state: the one with the most weight.

@@ -7,7 +7,7 @@ use std::pin::Pin;
 
 use tokio::sync::mpsc;
 
-use crate::types::{InstanceView, LogLine, RevisionStatus, RouteView};
+use crate::types::{InstanceView, LogLine, RevisionStatus, RolloutView, RouteView, ScalingView};
 
 /// A boxed, sendable future (the trait stays object safe: `Arc<dyn Platform>`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -24,6 +24,10 @@ pub struct StatusParts {
     pub revisions: Vec<RevisionStatus>,
     /// Every instance of the service in the environment.
     pub instances: Vec<InstanceView>,
+    /// Each autoscaled revision's demand and last decisions.
+    pub scaling: Vec<ScalingView>,
+    /// The progressive rollout in progress.
+    pub rollout: Option<RolloutView>,
 }
 
 /// Everything outside the store the API asks about.

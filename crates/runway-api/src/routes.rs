@@ -36,6 +36,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(list_revisions))
         .routes(routes!(rollback))
         .routes(routes!(promote))
+        .routes(routes!(rollout_command))
         .routes(routes!(status))
         .routes(routes!(logs))
         .routes(routes!(set_secret, delete_secret))
@@ -382,6 +383,33 @@ async fn promote(
     Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
 }
 
+/// Gives an operator's command to the progressive rollout in progress: pause, resume, abort
+/// (all traffic back to the stable revision) or promote (to 100 % once ready). The controller
+/// carries it out on its next pass; its events say when. 409 when no deployment is in
+/// progress.
+#[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/rollout",
+    params(("service" = String, Path), ("env" = String, Path)), request_body = RolloutRequest,
+    responses((status = 202, body = DeploymentView),
+        (status = 409, description = "No deployment is in progress", body = crate::error::ErrorBody)))]
+async fn rollout_command(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+    Json(body): Json<RolloutRequest>,
+) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
+    caller.allow(Write, Some(&service), Some(&env))?;
+    known_env(&state, &env)?;
+    let actor = caller.name.clone();
+    let deployment = state
+        .store(move |s| {
+            service_env(s, &service, &env)?;
+            Ok(s.deployment_command(&actor, &service, &env, body.command.into())?)
+        })
+        .await?;
+    state.platform.wake();
+    Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
+}
+
 /// What runs for a service in an environment: desired state, routes, revisions, instances.
 #[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/status",
     params(("service" = String, Path), ("env" = String, Path)),
@@ -410,6 +438,8 @@ async fn status(
         routes: parts.routes,
         revisions: parts.revisions,
         instances: parts.instances,
+        scaling: parts.scaling,
+        rollout: parts.rollout,
     }))
 }
 

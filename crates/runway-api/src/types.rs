@@ -166,6 +166,11 @@ pub struct DeployRequest {
     /// machine.
     #[serde(default)]
     pub source_dir: Option<String>,
+    /// Start the rollout paused: the new revision starts but its strategy takes no step
+    /// until `rollout` is asked to resume or promote. Only progressive strategies
+    /// (`regional_rollout`, `runway_canary`, `runway_blue_green`) have steps to pause.
+    #[serde(default)]
+    pub pause: bool,
 }
 
 impl fmt::Debug for DeployRequest {
@@ -173,6 +178,7 @@ impl fmt::Debug for DeployRequest {
         f.debug_struct("DeployRequest")
             .field("image", &self.image)
             .field("source_dir", &self.source_dir)
+            .field("pause", &self.pause)
             .finish_non_exhaustive()
     }
 }
@@ -455,6 +461,77 @@ pub struct InstanceView {
     pub message: String,
 }
 
+/// An operator's command to the rollout in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutCommandView {
+    /// Hold the weights where they are (a failed analysis still rolls back).
+    Pause,
+    /// Carry on; the current step's analysis window starts again.
+    Resume,
+    /// Move all traffic back to the stable revision now; the deployment is rolled back.
+    Abort,
+    /// Go to 100 % as soon as the new revision is ready (blue/green: switch now).
+    Promote,
+}
+
+impl From<RolloutCommandView> for runway_store::RolloutCommand {
+    fn from(command: RolloutCommandView) -> Self {
+        match command {
+            RolloutCommandView::Pause => Self::Pause,
+            RolloutCommandView::Resume => Self::Resume,
+            RolloutCommandView::Abort => Self::Abort,
+            RolloutCommandView::Promote => Self::Promote,
+        }
+    }
+}
+
+/// `POST …/rollout`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutRequest {
+    pub command: RolloutCommandView,
+}
+
+/// The progressive rollout in progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RolloutView {
+    /// The deployment it belongs to.
+    pub deployment: i64,
+    /// The manifest's strategy: `regional_rollout`, `runway_canary`, `runway_blue_green`.
+    pub strategy: String,
+    /// `waiting_ready`, `stepping`, `staged`, `switched`, `completed` or `rolled_back`.
+    pub phase: String,
+    /// The new revision's share of the traffic, percent.
+    pub new_weight: u32,
+    /// The step it is at (1-based), of how many.
+    pub step: Option<u32>,
+    pub steps: Option<u32>,
+    /// An operator paused it.
+    pub paused: bool,
+    /// What it waits for, or what it did last.
+    pub message: String,
+}
+
+/// A revision's autoscaling.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ScalingView {
+    /// The revision.
+    pub revision: String,
+    /// Requests in flight, queued and held at the ingress now.
+    pub concurrency: u64,
+    /// The autoscaler's last decision, in one line.
+    pub last_decision: Option<String>,
+    /// When it was made (RFC 3339).
+    pub last_decision_at: Option<String>,
+    /// The last decision that changed the instance count.
+    pub last_change: Option<String>,
+    /// When it was made (RFC 3339).
+    pub last_change_at: Option<String>,
+    /// A burst at least twice the ready capacity: no scale-down until it passes.
+    pub panicking: bool,
+}
+
 /// A service's state in an environment.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct StatusView {
@@ -472,6 +549,12 @@ pub struct StatusView {
     pub revisions: Vec<RevisionStatus>,
     /// Every instance.
     pub instances: Vec<InstanceView>,
+    /// Each autoscaled revision: its demand now and the autoscaler's last decisions.
+    #[serde(default)]
+    pub scaling: Vec<ScalingView>,
+    /// The progressive rollout in progress, if any.
+    #[serde(default)]
+    pub rollout: Option<RolloutView>,
 }
 
 /// `?instance=&lines=&follow=` of the logs.

@@ -72,6 +72,9 @@ pub(crate) struct DeployRequest {
     pub(crate) image: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) source_dir: Option<PathBuf>,
+    /// Start a progressive rollout paused.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) pause: bool,
 }
 
 /// A deployment, rollback or promotion.
@@ -177,6 +180,12 @@ pub(crate) struct Revision {
     pub(crate) manifest: Value,
 }
 
+/// `POST .../rollout`: `pause`, `resume`, `abort` or `promote`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RolloutRequest {
+    pub(crate) command: &'static str,
+}
+
 /// `POST .../rollback`.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RollbackRequest {
@@ -208,6 +217,47 @@ pub(crate) struct Status {
     pub(crate) revisions: Vec<RevisionStatus>,
     #[serde(default)]
     pub(crate) instances: Vec<InstanceView>,
+    #[serde(default)]
+    pub(crate) scaling: Vec<Scaling>,
+    #[serde(default)]
+    pub(crate) rollout: Option<Rollout>,
+}
+
+/// A revision's autoscaling, in a status.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Scaling {
+    pub(crate) revision: String,
+    #[serde(default)]
+    pub(crate) concurrency: u64,
+    #[serde(default)]
+    pub(crate) last_decision: Option<String>,
+    #[serde(default)]
+    pub(crate) last_change: Option<String>,
+    #[serde(default)]
+    pub(crate) last_change_at: Option<String>,
+    #[serde(default)]
+    pub(crate) panicking: bool,
+}
+
+/// The progressive rollout in progress, in a status.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Rollout {
+    #[serde(default)]
+    pub(crate) deployment: i64,
+    #[serde(default)]
+    pub(crate) strategy: String,
+    #[serde(default)]
+    pub(crate) phase: String,
+    #[serde(default)]
+    pub(crate) new_weight: u32,
+    #[serde(default)]
+    pub(crate) step: Option<u32>,
+    #[serde(default)]
+    pub(crate) steps: Option<u32>,
+    #[serde(default)]
+    pub(crate) paused: bool,
+    #[serde(default)]
+    pub(crate) message: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -693,6 +743,17 @@ impl Client {
         request: &RollbackRequest,
     ) -> Result<Deployment, ApiError> {
         let url = self.env_url(service, env, &["rollback"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `POST /v1/services/{service}/environments/{env}/rollout`.
+    pub(crate) async fn rollout(
+        &self,
+        service: &str,
+        env: &str,
+        request: &RolloutRequest,
+    ) -> Result<Deployment, ApiError> {
+        let url = self.env_url(service, env, &["rollout"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
 

@@ -112,6 +112,11 @@ enum Command {
     /// Deploy the revision serving in one environment to another: same manifest, image digest
     /// and variables.
     Promote(platform::PromoteArgs),
+    /// Steer the progressive rollout in progress (`regional_rollout`, `runway_canary`,
+    /// `runway_blue_green`): pause, resume, abort (all traffic back to the stable revision)
+    /// or promote (to 100 % once ready; blue/green switches now). With `--wait`, follows the
+    /// deployment to its end.
+    Rollout(platform::RolloutArgs),
     /// Show a deployment's events: by id, or the latest of a service in an environment.
     Events(platform::EventsArgs),
     /// Show a service's output on the control plane (all its instances, or one), with
@@ -177,6 +182,7 @@ fn main() -> ExitCode {
         Command::Revisions(args) => platform::revisions(&args),
         Command::Rollback(args) => platform::rollback(&args),
         Command::Promote(args) => platform::promote(&args),
+        Command::Rollout(args) => platform::rollout(&args),
         Command::Events(args) => platform::events(&args),
         Command::Logs(args) => platform::logs(&args),
         Command::Secrets(command) => platform::secrets(&command),

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::api::{
     ApiError, Client, CreateService, DeployRequest, Deployment, DeploymentEvent, DeploymentState,
-    LogLine, LogsQuery, PromoteRequest, RollbackRequest,
+    LogLine, LogsQuery, PromoteRequest, RollbackRequest, RolloutRequest,
 };
 use crate::config;
 use crate::local::table;
@@ -153,6 +153,48 @@ pub(crate) struct DeployArgs {
     /// digest.
     #[arg(long, value_name = "REF")]
     image: Option<String>,
+    /// Start the rollout paused: the new revision starts, but a progressive strategy
+    /// (`regional_rollout`, `runway_canary`, `runway_blue_green`) takes no step until
+    /// `runway rollout resume` or `promote`.
+    #[arg(long)]
+    pause: bool,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// What `runway rollout` asks of the rollout in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RolloutAction {
+    /// Hold the traffic where it is (a failed analysis still rolls back).
+    Pause,
+    /// Carry on; the current step's analysis window starts again.
+    Resume,
+    /// Move all traffic back to the stable revision now: the deployment is rolled back.
+    Abort,
+    /// Go to 100 % as soon as the new revision is ready (blue/green: switch now).
+    Promote,
+}
+
+impl RolloutAction {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Abort => "abort",
+            Self::Promote => "promote",
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RolloutArgs {
+    /// What to do.
+    #[arg(value_enum)]
+    action: RolloutAction,
+    #[command(flatten)]
+    target: Target,
     #[command(flatten)]
     wait: WaitArgs,
     #[command(flatten)]
@@ -644,7 +686,8 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     };
     let service = only_one(services, &repo, wanted)?;
     let env = args.env.as_str();
-    let (name, request) = deploy_request(&repo, &service, env, args.image.clone())?;
+    let (name, mut request) = deploy_request(&repo, &service, env, args.image.clone())?;
+    request.pause = args.pause;
     let client = client()?;
     let rt = tokio()?;
     let deployment = rt.block_on(client.deploy(&name, env, &request))?;
@@ -677,6 +720,7 @@ pub(crate) fn deploy_request(
         env_vars,
         image,
         source_dir: Some(repository_root(&repo.runway_dir)),
+        pause: false,
     };
     Ok((service.name().to_owned(), request))
 }
@@ -933,6 +977,40 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
         }
         out.push_str(&table(&rows));
     }
+    if let Some(rollout) = &status.rollout {
+        let step = match (rollout.step, rollout.steps) {
+            (Some(at), Some(of)) => format!(", step {at} of {of}"),
+            _ => String::new(),
+        };
+        let paused = if rollout.paused { ", paused" } else { "" };
+        out.push_str(&format!(
+            "rollout: {} (deployment {}), {}{step}, new revision at {} %{paused}: {}\n",
+            rollout.strategy,
+            rollout.deployment,
+            rollout.phase,
+            rollout.new_weight,
+            rollout.message
+        ));
+    }
+    if !status.scaling.is_empty() {
+        out.push('\n');
+        let mut rows = vec![[
+            "REVISION".to_owned(),
+            "CONCURRENCY".to_owned(),
+            "LAST SCALING".to_owned(),
+            "AT".to_owned(),
+        ]];
+        for s in &status.scaling {
+            let panic = if s.panicking { " (panicking)" } else { "" };
+            rows.push([
+                s.revision.clone(),
+                s.concurrency.to_string(),
+                format!("{}{panic}", s.last_change.as_deref().unwrap_or("none yet")),
+                s.last_change_at.as_deref().map_or("-", clock).to_owned(),
+            ]);
+        }
+        out.push_str(&table(&rows));
+    }
     if !status.instances.is_empty() {
         out.push('\n');
         let mut rows = vec![[
@@ -1006,6 +1084,28 @@ pub(crate) fn rollback(args: &RollbackArgs) -> anyhow::Result<ExitCode> {
     if args.output.output == Output::Text {
         print_stdout(&format!(
             "rollback {} of {name} in {}: {} → {} ({})\n",
+            deployment.id_text(),
+            args.target.env,
+            deployment.from_revision.as_deref().unwrap_or("-"),
+            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.state.as_str()
+        ));
+    }
+    finish(&rt, &client, deployment, &args.wait, args.output.output)
+}
+
+pub(crate) fn rollout(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
+    let name = service_name(args.target.path.as_deref(), args.target.service.as_deref())?;
+    let client = client()?;
+    let rt = tokio()?;
+    let request = RolloutRequest {
+        command: args.action.as_str(),
+    };
+    let deployment = rt.block_on(client.rollout(&name, &args.target.env, &request))?;
+    if args.output.output == Output::Text {
+        print_stdout(&format!(
+            "{} asked of deployment {} of {name} in {}: {} → {} ({})\n",
+            args.action.as_str(),
             deployment.id_text(),
             args.target.env,
             deployment.from_revision.as_deref().unwrap_or("-"),

@@ -375,7 +375,9 @@ impl Platform for ServerPlatform {
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
         let (service, env) = (service.to_owned(), env.to_owned());
         Box::pin(async move {
-            use runway_api::types::{Condition, InstanceView, RevisionStatus, RouteView};
+            use runway_api::types::{
+                Condition, InstanceView, RevisionStatus, RolloutView, RouteView, ScalingView,
+            };
             use runway_reconciler::Condition as Planned;
             let controller = &self.controller;
             let instances = controller
@@ -425,6 +427,34 @@ impl Platform for ServerPlatform {
                     })
                     .collect(),
                 instances,
+                scaling: controller
+                    .scaling(&service, &env)
+                    .into_iter()
+                    .map(|s| ScalingView {
+                        revision: s.revision,
+                        concurrency: s.concurrency,
+                        last_decision: s.last_decision,
+                        last_decision_at: s.last_decision_at_ms.and_then(rfc3339),
+                        last_change: s.last_change,
+                        last_change_at: s.last_change_at_ms.and_then(rfc3339),
+                        panicking: s.panicking,
+                    })
+                    .collect(),
+                rollout: controller
+                    .rollout(&service, &env)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|r| RolloutView {
+                        deployment: r.deployment,
+                        strategy: r.strategy,
+                        phase: r.phase,
+                        new_weight: r.new_weight,
+                        step: r.step.and_then(|(at, _)| u32::try_from(at).ok()),
+                        steps: r.step.and_then(|(_, of)| u32::try_from(of).ok()),
+                        paused: r.paused,
+                        message: r.message,
+                    }),
             }
         })
     }
@@ -523,4 +553,10 @@ impl Platform for ServerPlatform {
     fn wake(&self) {
         self.controller.wake();
     }
+}
+
+/// Unix milliseconds as RFC 3339, when in range.
+fn rfc3339(ms: u64) -> Option<String> {
+    let ms = i64::try_from(ms).ok()?;
+    runway_store::Timestamp::from_unix_millis(ms).map(|t| t.to_string())
 }

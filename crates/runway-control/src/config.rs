@@ -6,7 +6,7 @@ use runway_reconciler::Policy;
 use serde::{Deserialize, Serialize};
 
 /// How the controller runs. Unknown keys are refused; every field has a default.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ControllerConfig {
     /// The domain under which services are reachable: `{service}.{env}.{domain}`. Default
@@ -25,6 +25,13 @@ pub struct ControllerConfig {
     /// The planner's bounds. Its `drain_grace_ms` is replaced by the one above (or the
     /// manifest's grace, when shorter).
     pub policy: Policy,
+    /// How often the autoscaler samples each serving revision's demand and decides its
+    /// instance count. Default 1 s; 0 turns autoscaling off (revisions keep the count they
+    /// were deployed with).
+    pub autoscale_interval_ms: u64,
+    /// The autoscaler's windows, rates and utilisation (Knative's defaults). Each revision's
+    /// `min_instances`, `max_instances` and concurrency come from its manifest instead.
+    pub autoscaler: runway_autoscaler::Settings,
 }
 
 impl Default for ControllerConfig {
@@ -36,6 +43,8 @@ impl Default for ControllerConfig {
             deploy_timeout_ms: 120_000,
             drain_grace_ms: 30_000,
             policy: Policy::default(),
+            autoscale_interval_ms: 1_000,
+            autoscaler: runway_autoscaler::Settings::default(),
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::observe::{
     failure_reason, instance_state, kind, managed_key, new_instance_id, revision_of,
 };
 use crate::revision::RevisionInfo;
+use crate::rollout::Outcome;
 use crate::start::{build_spec, open_secrets};
 use crate::state::{Key, StartFailure, State};
 use crate::table::build_table;
@@ -39,7 +40,8 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     pub(crate) runtime: Arc<R>,
     pub(crate) ingress: Ingress,
     sealer: Arc<Sealer>,
-    wake: Notify,
+    /// Shared with the tasks that watch a starting instance for readiness.
+    wake: Arc<Notify>,
     pub(crate) state: Mutex<State>,
     /// One reconciliation at a time.
     pass: tokio::sync::Mutex<PassMemory>,
@@ -79,7 +81,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             runtime,
             ingress,
             sealer: Arc::new(sealer),
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
         }
@@ -96,24 +98,53 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// Reconciles every `reconcile_interval` (sooner when a drain grace or a start timeout
-    /// falls due), at once on [`Controller::wake`] or when the ingress holds requests for a
-    /// revision, until `shutdown` completes. Instances keep running after it returns.
+    /// falls due), at once on [`Controller::wake`], when a starting instance becomes ready, or
+    /// when the autoscaler changes a count; runs the autoscaler every `autoscale_interval_ms`
+    /// and at once when the ingress holds requests for a revision (a cold start); until
+    /// `shutdown` completes. Instances keep running after it returns.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         let mut scale_up = Some(self.ingress.subscribe_scale_up());
         let mut shutdown = std::pin::pin!(shutdown);
+        let autoscaling = self.config.autoscale_interval_ms > 0;
+        let mut tick = tokio::time::interval(Duration::from_millis(
+            self.config.autoscale_interval_ms.max(1),
+        ));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wait = self.pass_and_report().await;
-            tokio::select! {
-                () = &mut shutdown => return,
-                () = self.wake.notified() => {}
-                () = tokio::time::sleep(wait) => {}
-                open = next_signal(&mut scale_up) => {
-                    if !open {
-                        scale_up = None;
+            let deadline = tokio::time::sleep(wait);
+            let mut deadline = std::pin::pin!(deadline);
+            loop {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = self.wake.notified() => break,
+                    () = &mut deadline => break,
+                    open = next_signal(&mut scale_up) => {
+                        if !open {
+                            scale_up = None;
+                        }
+                        if autoscaling {
+                            self.autoscale_and_report().await;
+                        }
+                        break;
+                    }
+                    _ = tick.tick(), if autoscaling => {
+                        if self.autoscale_and_report().await {
+                            break;
+                        }
                     }
                 }
             }
         }
+    }
+
+    /// One autoscaler round, its errors printed; true when a count changed.
+    async fn autoscale_and_report(&self) -> bool {
+        let (changed, errors) = self.autoscale().await;
+        for error in errors {
+            eprintln!("runway-control: autoscaler: {error}");
+        }
+        changed
     }
 
     /// One pass, its new errors printed; returns the time to wait before the next.
@@ -231,6 +262,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             Some(_) => self.deployments(key).await?,
             None => (None, None),
         };
+        // A progressive rollout sets the weights before the planner moves traffic.
+        let (outcome, rolled) = match (deployment.as_ref(), wanted) {
+            (Some(deployment), Some(wanted)) => self.roll(key, deployment, wanted).await?,
+            _ => (Outcome::Rolling, None),
+        };
+        let wanted = rolled.as_ref().or(wanted);
         let (observed, changes) = self.observe(&instances, now);
         let policy = self.policy_for(wanted, &instances);
         let routes = {
@@ -278,9 +315,17 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             }
         }
         if let (Some(deployment), Some(wanted)) = (deployment, wanted) {
-            self.progress(key, &deployment, wanted).await?;
+            self.progress(key, &deployment, wanted, &outcome).await?;
         }
-        Ok((plan.requeue_after_ms, errors))
+        let requeue = match outcome {
+            // A step under way is looked at every second: its analysis, its pause's end.
+            Outcome::Stepping { wake_at_ms, .. } => min_some(
+                plan.requeue_after_ms,
+                Some(wake_at_ms.map_or(1_000, |at| at.saturating_sub(now).min(1_000))),
+            ),
+            _ => plan.requeue_after_ms,
+        };
+        Ok((requeue, errors))
     }
 
     /// The planner's instances, with the state changes worth an event.
@@ -292,6 +337,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let mut state = self.lock();
         let mut observed = Vec::with_capacity(instances.len());
         let mut changes = Vec::new();
+        let mut lost = Vec::new();
         for status in instances {
             let Some(revision) = revision_of(&status.id) else {
                 continue;
@@ -303,6 +349,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 if let Some(change) = change_message(&status.id, current_kind, status) {
                     changes.push(change);
                 }
+                let lost_readiness = tracked.kind == "ready"
+                    && matches!(
+                        current_kind,
+                        "not_ready" | "failed" | "crash_loop" | "exited"
+                    );
+                if lost_readiness {
+                    lost.push(revision.to_owned());
+                }
                 tracked.kind = current_kind;
                 tracked.since_ms = now;
             }
@@ -313,6 +367,9 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 state: current,
                 since_ms: tracked.draining_since_ms.unwrap_or(tracked.since_ms),
             });
+        }
+        for revision in lost {
+            *state.readiness_failures.entry(revision).or_default() += 1;
         }
         (observed, changes)
     }
@@ -431,7 +488,28 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         if let Some(service) = self.lock().services.get_mut(key) {
             service.instances.push(status);
         }
+        self.wake_when_ready(&id);
         Ok(id)
+    }
+
+    /// Wakes the loop as soon as the instance is ready (or has stopped), so its traffic
+    /// moves then rather than at the next interval: what a cold start waits for.
+    fn wake_when_ready(&self, id: &str) {
+        let (runtime, wake, id) = (
+            Arc::clone(&self.runtime),
+            Arc::clone(&self.wake),
+            id.to_owned(),
+        );
+        let limit = Duration::from_millis(self.config.policy.start_timeout_ms.max(1));
+        tokio::spawn(async move {
+            let Ok(mut status) = runtime.watch(&id).await else {
+                return;
+            };
+            let settled = status.wait_for(|s| s.ready || s.phase.is_final());
+            if tokio::time::timeout(limit, settled).await.is_ok() {
+                wake.notify_one();
+            }
+        });
     }
 
     fn remember_start_error(
@@ -560,6 +638,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             state.services.remove(&key);
             state.revisions.retain(|_, info| info.key() != key);
         }
+        let State {
+            revisions,
+            readiness_failures,
+            ..
+        } = &mut *state;
+        readiness_failures.retain(|name, _| revisions.contains_key(name));
     }
 
     /// Runs a store call on the blocking pool.

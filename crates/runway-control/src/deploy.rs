@@ -11,6 +11,7 @@ use runway_store::{Deployment, DeploymentState, Desired, DesiredRevision};
 use crate::controller::{ACTOR, Controller, traffic_message};
 use crate::error::Result;
 use crate::observe::{failure_reason, revision_of};
+use crate::rollout::Outcome;
 use crate::state::{Key, StartFailure};
 
 /// How many lines of a failed instance's output a failure's reason carries.
@@ -47,13 +48,39 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         Ok((Some(moved.clone()), Some(moved)))
     }
 
-    /// Decides whether the deployment succeeded or failed by now.
+    /// Decides whether the deployment succeeded or failed by now. A progressive rollout
+    /// (`outcome`) ends it when it rolls back or finishes a dry run; while it steps, the deploy
+    /// timeout applies only until its new revision is ready.
     pub(crate) async fn progress(
         &self,
         key: &Key,
         deployment: &Deployment,
         wanted: &Desired,
+        outcome: &Outcome,
     ) -> Result<()> {
+        match outcome {
+            Outcome::RolledBack(reason) => {
+                return self
+                    .finish(
+                        deployment,
+                        DeploymentState::RolledBack,
+                        Some(reason.clone()),
+                    )
+                    .await;
+            }
+            Outcome::DryRun(plan) => {
+                let reason = format!("dry run: nothing was started or routed; the plan:\n{plan}");
+                return self
+                    .finish(deployment, DeploymentState::Succeeded, Some(reason))
+                    .await;
+            }
+            Outcome::Stepping {
+                waiting_ready: false,
+                ..
+            } => return Ok(()),
+            Outcome::Stepping { .. } | Outcome::Rolling | Outcome::Completed => {}
+        }
+        let stepping = matches!(outcome, Outcome::Stepping { .. });
         let target = &deployment.to_revision;
         let (status, routes, start_error) = {
             let state = self.lock();
@@ -67,7 +94,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let ready = status
             .as_ref()
             .is_some_and(|s| s.condition == Condition::Ready);
-        if ready && routes == desired_routes(wanted) {
+        if ready && !stepping && routes == desired_routes(wanted) {
             return self
                 .finish(deployment, DeploymentState::Succeeded, None)
                 .await;
@@ -105,7 +132,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         reason: Option<String>,
     ) -> Result<()> {
         let id = deployment.id;
-        self.lock().deployments_seen.remove(&id);
+        {
+            let mut state = self.lock();
+            state.deployments_seen.remove(&id);
+            state.baselines.remove(&id);
+            state.rollout_messages.remove(&id);
+        }
         self.db(format!("mark deployment {id} {to}"), move |store| {
             store.deployment_transition(ACTOR, id, to, reason.as_deref())
         })

@@ -73,17 +73,21 @@
 //! fails the start with a reason naming the secret and its version, never a value.
 
 mod api;
+mod autoscale;
 mod config;
 mod controller;
 mod deploy;
 mod error;
 mod observe;
 mod revision;
+mod rollout;
 mod start;
 mod state;
 mod table;
 
 pub use api::InstanceSummary;
+pub use autoscale::ScalingSummary;
 pub use config::ControllerConfig;
 pub use controller::Controller;
 pub use error::{ControlError, Result};
+pub use rollout::RolloutSummary;

@@ -8,8 +8,10 @@ use runway_ingress::RouteTableConfig;
 use runway_reconciler::{RevisionStatus, RouteWeight};
 use runway_runtime::InstanceStatus;
 
+use crate::autoscale::Scaler;
 use crate::observe::Tracked;
 use crate::revision::RevisionInfo;
+use crate::rollout::StepBaseline;
 
 /// A service in an environment.
 pub(crate) type Key = (String, String);
@@ -26,6 +28,15 @@ pub(crate) struct State {
     pub(crate) deployments_seen: HashMap<i64, u64>,
     /// The table the ingress has, as last set by this controller.
     pub(crate) applied_table: Option<RouteTableConfig>,
+    /// The autoscaler of each revision desired with traffic, by revision name.
+    pub(crate) scalers: HashMap<String, Scaler>,
+    /// Times an instance of each revision went from ready to not ready or failed, by name:
+    /// the canary analysis's readiness failures.
+    pub(crate) readiness_failures: HashMap<String, u32>,
+    /// The counters each progressive deployment's current step started from, by id.
+    pub(crate) baselines: HashMap<i64, StepBaseline>,
+    /// What each progressive deployment waits for or did last, by id.
+    pub(crate) rollout_messages: HashMap<i64, String>,
 }
 
 /// One service in one environment.

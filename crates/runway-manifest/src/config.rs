@@ -6,10 +6,14 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::types::{
-    BackendProtocol, DEFAULT_CONCURRENCY, DEFAULT_CONTAINER_PORT, DEFAULT_CPU,
-    DEFAULT_MAX_INSTANCES, DEFAULT_MEMORY, DEFAULT_REGION, DEFAULT_REQUEST_TIMEOUT_SECONDS,
-    DEFAULT_ROLLOUT_PERCENTAGES, DEFAULT_SERVICE_GRACE_SECONDS, DEFAULT_WORKER_GRACE_SECONDS,
-    Manifest, Probe, ReadinessProbe, StopSignal, Strategy, WorkloadKind,
+    Analysis, BackendProtocol, DEFAULT_CANARY_STEPS, DEFAULT_CONCURRENCY, DEFAULT_CONTAINER_PORT,
+    DEFAULT_CPU, DEFAULT_KEEP_OLD_SECONDS, DEFAULT_LATENCY_SLO_MS, DEFAULT_MAX_ERROR_PERCENT,
+    DEFAULT_MAX_ERROR_PERCENT_OVER_STABLE, DEFAULT_MAX_INCONCLUSIVE_WINDOWS, DEFAULT_MAX_INSTANCES,
+    DEFAULT_MAX_P99_OVER_STABLE_RATIO, DEFAULT_MEMORY, DEFAULT_MIN_P99_INCREASE_MS,
+    DEFAULT_MIN_REQUESTS, DEFAULT_REGION, DEFAULT_REQUEST_TIMEOUT_SECONDS,
+    DEFAULT_ROLLOUT_PAUSE_SECONDS, DEFAULT_ROLLOUT_PERCENTAGES, DEFAULT_SERVICE_GRACE_SECONDS,
+    DEFAULT_WORKER_GRACE_SECONDS, Manifest, Percent, Probe, ReadinessProbe, Rollout, StopSignal,
+    Strategy, WorkloadKind,
 };
 
 /// Default seconds between probe checks.
@@ -80,8 +84,12 @@ pub struct ServiceConfig {
     pub internal: bool,
     /// Rollout strategy.
     pub strategy: Strategy,
-    /// Traffic steps of a regional rollout.
+    /// Traffic steps of a regional rollout, each held for `rollout.pause_seconds`.
     pub rollout_percentages: Vec<u8>,
+    /// Progressive delivery: the canary's steps and analysis, the pause of `runway_canary` and
+    /// `regional_rollout`, and blue/green's switch and warm time. Resolved whatever the
+    /// strategy; each strategy reads the fields it names.
+    pub rollout: RolloutConfig,
     /// Environment variables: `spec.workload.env` overlaid with `.runway/env-<env>.yml`.
     pub env: BTreeMap<String, String>,
     /// Names of secrets injected as environment variables.
@@ -135,6 +143,79 @@ pub struct ProbeConfig {
     pub failure_threshold: u32,
     /// Consecutive successes before the probe passes.
     pub success_threshold: u32,
+}
+
+/// `spec.workload.rollout` with every default applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutConfig {
+    /// `runway_canary`: the new revision's share of the traffic at each step, in percent,
+    /// strictly increasing and ending at 100.
+    pub steps: Vec<Percent>,
+    /// `runway_canary` and `regional_rollout`: seconds each step is held, at least 1. For a
+    /// canary, also the length of each analysis window.
+    pub pause_seconds: u32,
+    /// `runway_canary`: the limits each step's window is held to.
+    pub analysis: AnalysisConfig,
+    /// `runway_blue_green`: seconds after the new revision is ready that all traffic switches
+    /// to it; `None` waits for `runway rollout promote`.
+    pub auto_switch_after_seconds: Option<u32>,
+    /// `runway_blue_green`: seconds the old revision stays warm after the switch.
+    pub keep_old_seconds: u32,
+}
+
+impl Default for RolloutConfig {
+    /// The settings of a manifest that gives none.
+    fn default() -> Self {
+        Self {
+            steps: DEFAULT_CANARY_STEPS.to_vec(),
+            pause_seconds: DEFAULT_ROLLOUT_PAUSE_SECONDS,
+            analysis: AnalysisConfig::default(),
+            auto_switch_after_seconds: None,
+            keep_old_seconds: DEFAULT_KEEP_OLD_SECONDS,
+        }
+    }
+}
+
+/// `spec.workload.rollout.analysis` with every default applied: the limits a `runway_canary`
+/// step's window of the new revision is held to, against the stable revision's same window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnalysisConfig {
+    /// Highest share of 5xx responses, in percent, 0 to 100.
+    pub max_error_percent: f64,
+    /// Percentage points the new revision's 5xx share may exceed the stable revision's, 0 to
+    /// 100.
+    pub max_error_percent_over_stable: f64,
+    /// Highest p99 latency, in milliseconds, at least 1.
+    pub latency_slo_ms: u32,
+    /// How many times the stable revision's p99 latency the new revision's may be, at least 1.
+    pub max_p99_over_stable_ratio: f64,
+    /// The least p99 increase over the stable revision that fails a window, in milliseconds.
+    pub min_p99_increase_ms: u32,
+    /// Fewest new-revision requests in a window for it to be judged; fewer is inconclusive.
+    pub min_requests: u64,
+    /// Readiness probe failures allowed in a window.
+    pub max_readiness_failures: u32,
+    /// Instance restarts allowed in a window.
+    pub max_restarts: u32,
+    /// Windows a step may stay inconclusive before the rollout is rolled back, at least 1.
+    pub max_inconclusive_windows: u32,
+}
+
+impl Default for AnalysisConfig {
+    /// The limits of a manifest that gives none.
+    fn default() -> Self {
+        Self {
+            max_error_percent: DEFAULT_MAX_ERROR_PERCENT,
+            max_error_percent_over_stable: DEFAULT_MAX_ERROR_PERCENT_OVER_STABLE,
+            latency_slo_ms: DEFAULT_LATENCY_SLO_MS,
+            max_p99_over_stable_ratio: DEFAULT_MAX_P99_OVER_STABLE_RATIO,
+            min_p99_increase_ms: DEFAULT_MIN_P99_INCREASE_MS,
+            min_requests: DEFAULT_MIN_REQUESTS,
+            max_readiness_failures: 0,
+            max_restarts: 0,
+            max_inconclusive_windows: DEFAULT_MAX_INCONCLUSIVE_WINDOWS,
+        }
+    }
 }
 
 /// What one check does.
@@ -253,6 +334,7 @@ impl ServiceConfig {
                 .rollout_traffic_percentages
                 .or(deployment.traffic_rollout_percentages)
                 .unwrap_or_else(|| DEFAULT_ROLLOUT_PERCENTAGES.to_vec()),
+            rollout: workload.rollout.as_ref().map(rollout).unwrap_or_default(),
             env,
             secrets: workload.secrets.unwrap_or_default(),
             stop_signal: workload.stop_signal.unwrap_or(if is_worker {
@@ -307,6 +389,56 @@ fn probe(p: &Probe) -> ProbeConfig {
             .failure_threshold
             .unwrap_or(DEFAULT_PROBE_FAILURE_THRESHOLD),
         success_threshold: 1,
+    }
+}
+
+fn rollout(r: &Rollout) -> RolloutConfig {
+    let defaults = RolloutConfig::default();
+    RolloutConfig {
+        steps: r.steps.clone().unwrap_or(defaults.steps),
+        pause_seconds: r
+            .pause_seconds
+            .filter(|&s| s >= 1)
+            .unwrap_or(defaults.pause_seconds),
+        analysis: r.analysis.as_ref().map(analysis).unwrap_or_default(),
+        auto_switch_after_seconds: r.auto_switch_after_seconds,
+        keep_old_seconds: r.keep_old_seconds.unwrap_or(defaults.keep_old_seconds),
+    }
+}
+
+fn analysis(a: &Analysis) -> AnalysisConfig {
+    let defaults = AnalysisConfig::default();
+    let percent = |value: Option<f64>, default: f64| {
+        value
+            .filter(|v| v.is_finite() && (0.0..=100.0).contains(v))
+            .unwrap_or(default)
+    };
+    AnalysisConfig {
+        max_error_percent: percent(a.max_error_percent, defaults.max_error_percent),
+        max_error_percent_over_stable: percent(
+            a.max_error_percent_over_stable,
+            defaults.max_error_percent_over_stable,
+        ),
+        latency_slo_ms: a
+            .latency_slo_ms
+            .filter(|&ms| ms >= 1)
+            .unwrap_or(defaults.latency_slo_ms),
+        max_p99_over_stable_ratio: a
+            .max_p99_over_stable_ratio
+            .filter(|r| r.is_finite() && *r >= 1.0)
+            .unwrap_or(defaults.max_p99_over_stable_ratio),
+        min_p99_increase_ms: a
+            .min_p99_increase_ms
+            .unwrap_or(defaults.min_p99_increase_ms),
+        min_requests: a.min_requests.unwrap_or(defaults.min_requests),
+        max_readiness_failures: a
+            .max_readiness_failures
+            .unwrap_or(defaults.max_readiness_failures),
+        max_restarts: a.max_restarts.unwrap_or(defaults.max_restarts),
+        max_inconclusive_windows: a
+            .max_inconclusive_windows
+            .filter(|&w| w >= 1)
+            .unwrap_or(defaults.max_inconclusive_windows),
     }
 }
 

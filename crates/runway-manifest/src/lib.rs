@@ -29,7 +29,9 @@ mod source;
 mod types;
 mod validate;
 
-pub use config::{Artifact, ProbeAction, ProbeConfig, ServiceConfig, dns_name};
+pub use config::{
+    AnalysisConfig, Artifact, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig, dns_name,
+};
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
 pub use quantity::{Quantity, QuantityError};
 pub use schema::{manifest_reference_markdown, manifest_schema, manifest_schema_json};

@@ -81,33 +81,40 @@ fn reference_rows(root: &Value, node: &Value, prefix: &str, out: &mut String) {
         let resolved = resolve(root, property);
         let items = resolved.get("items").map(|i| resolve(root, i));
         let mut kind = type_label(resolved);
-        if let Some(items) = items {
-            kind = format!("list of {}", type_label(items));
-        }
         let mut limits = Vec::new();
         if required.contains(&name.as_str()) {
             limits.push("required".to_owned());
         }
-        for (key, label) in [
-            ("minimum", "≥"),
-            ("maximum", "≤"),
-            ("minLength", "length ≥"),
-            ("maxLength", "length ≤"),
-            ("minItems", "items ≥"),
-        ] {
-            if let Some(limit) = resolved.get(key) {
-                limits.push(format!("{label} {limit}"));
+        limits.extend(bounds(resolved));
+        if let Some(items) = items {
+            kind = format!("list of {}", type_label(items));
+            let each = bounds(items);
+            if !each.is_empty() {
+                limits.push(format!("each {}", each.join(", ")));
             }
         }
         if !limits.is_empty() {
             kind = format!("{kind} ({})", limits.join(", "));
         }
-        let description = property
-            .get("description")
-            .or_else(|| resolved.get("description"))
-            .and_then(Value::as_str)
+        let own = property.get("description").and_then(Value::as_str);
+        let mut description = own
+            .or_else(|| resolved.get("description").and_then(Value::as_str))
             .unwrap_or_default()
+            .to_owned();
+        // An enum's values are described on its definition, which the field's own description
+        // hides: list them after it.
+        if own.is_some()
+            && resolved.get("enum").is_some()
+            && let Some((_, values)) = resolved
+                .get("description")
+                .and_then(Value::as_str)
+                .and_then(|d| d.split_once("\n\n- "))
+        {
+            description = format!("{description}\n\n- {values}");
+        }
+        let description = description
             .replace("\n\n", "<br>")
+            .replace("\n- ", "<br>- ")
             .replace('\n', " ")
             .replace('|', "\\|");
         out.push_str(&format!("| `{path}` | {kind} | {description} |\n"));
@@ -122,6 +129,20 @@ fn reference_rows(root: &Value, node: &Value, prefix: &str, out: &mut String) {
             reference_rows(root, values, &format!("{path}.*"), out);
         }
     }
+}
+
+/// The numeric, length and size limits of a schema node, as the reference shows them.
+fn bounds(node: &Value) -> Vec<String> {
+    [
+        ("minimum", "≥"),
+        ("maximum", "≤"),
+        ("minLength", "length ≥"),
+        ("maxLength", "length ≤"),
+        ("minItems", "items ≥"),
+    ]
+    .into_iter()
+    .filter_map(|(key, label)| Some(format!("{label} {}", node.get(key)?)))
+    .collect()
 }
 
 fn type_label(node: &Value) -> String {
@@ -293,12 +314,13 @@ pub(crate) fn check(value: &Value, spans: &SpanMap) -> (Vec<Diagnostic>, Vec<Str
                         .collect::<Vec<_>>()
                         .join(" or "),
                 };
-                Diagnostic::error(
-                    spans.value_location(&pointer),
-                    path,
-                    format!("found {}", describe(instance)),
-                )
-                .expected(expected)
+                let found = match instance {
+                    Some(Value::String(text)) if spans.is_non_finite(&pointer) => {
+                        format!("found `{text}`, which is not a finite number")
+                    }
+                    _ => format!("found {}", describe(instance)),
+                };
+                Diagnostic::error(spans.value_location(&pointer), path, found).expected(expected)
             }
             ValidationErrorKind::Enum { options }
             | ValidationErrorKind::Constant {
@@ -308,9 +330,16 @@ pub(crate) fn check(value: &Value, spans: &SpanMap) -> (Vec<Diagnostic>, Vec<Str
                     Value::Array(items) => items.iter().map(plain).collect(),
                     other => vec![plain(other)],
                 };
-                let suggestion = instance
-                    .and_then(Value::as_str)
-                    .and_then(|s| nearest(s, &options));
+                // Runway's own values carry a `runway_` prefix that users may leave out.
+                let suggestion = instance.and_then(Value::as_str).and_then(|s| {
+                    nearest(s, &options).or_else(|| {
+                        options
+                            .iter()
+                            .any(|o| o.starts_with("runway_"))
+                            .then(|| nearest(&format!("runway_{s}"), &options))
+                            .flatten()
+                    })
+                });
                 Diagnostic::error(
                     spans.value_location(&pointer),
                     path,
@@ -500,6 +529,17 @@ mod tests {
             Some("request_timeout")
         );
         assert_eq!(nearest("zzz", &keys), None);
+    }
+
+    #[test]
+    fn strategies_are_suggested_without_their_prefix() {
+        let value = serde_json::json!({
+            "apiVersion": "runway/v1", "kind": "RunwayService", "metadata": {"name": "a"},
+            "spec": {"deployment": {"strategy": "blue_green"}}
+        });
+        let (errors, _) = check(&value, &SpanMap::default());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].suggestion.as_deref(), Some("runway_blue_green"));
     }
 
     #[test]

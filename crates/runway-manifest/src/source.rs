@@ -1,7 +1,7 @@
 //! YAML text to a JSON value plus the location of every node, so that schema and semantic errors
 //! found on the value can be pointed back at the line and column they came from.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
@@ -65,6 +65,8 @@ pub struct NodeSpan {
 #[derive(Debug, Clone, Default)]
 pub struct SpanMap {
     spans: HashMap<String, NodeSpan>,
+    /// Pointers of the floats JSON cannot hold (`.inf`, `-.inf`, `.nan`), kept as text.
+    non_finite: HashSet<String>,
 }
 
 impl SpanMap {
@@ -95,12 +97,20 @@ impl SpanMap {
         }
     }
 
+    /// Whether the node at `pointer` was a float JSON cannot hold (`.inf`, `-.inf`, `.nan`),
+    /// which the value holds as text.
+    pub fn is_non_finite(&self, pointer: &str) -> bool {
+        self.non_finite.contains(pointer)
+    }
+
     /// Lays `other` over `self`: where both know a node, `other`'s location wins. Used for
     /// per-environment overrides, whose values replace the base's.
     pub fn overlay(&mut self, other: &SpanMap) {
         for (pointer, span) in &other.spans {
+            self.non_finite.remove(pointer);
             self.spans.insert(pointer.clone(), span.clone());
         }
+        self.non_finite.extend(other.non_finite.iter().cloned());
     }
 
     fn insert(&mut self, pointer: String, span: NodeSpan) {
@@ -208,7 +218,12 @@ impl Converter<'_> {
             );
         }
         match &node.data {
-            YamlData::Value(scalar) => scalar_to_json(scalar),
+            YamlData::Value(scalar) => {
+                if matches!(scalar, Scalar::FloatingPoint(f) if !f.is_finite()) {
+                    self.spans.non_finite.insert(pointer);
+                }
+                scalar_to_json(scalar)
+            }
             YamlData::Representation(text, _, _) => Value::String(text.to_string()),
             YamlData::Tagged(_, inner) => self.convert(inner, pointer, depth + 1),
             YamlData::Sequence(items) => {
@@ -263,9 +278,22 @@ fn scalar_to_json(scalar: &Scalar<'_>) -> Value {
         Scalar::Boolean(b) => Value::Bool(*b),
         Scalar::Integer(i) => Value::Number((*i).into()),
         Scalar::FloatingPoint(f) => {
-            // JSON has no infinity or NaN: keep the text, so the schema reports a type error.
-            Number::from_f64(f.into_inner())
-                .map_or_else(|| Value::String(f.to_string()), Value::Number)
+            // JSON has no infinity or NaN: keep YAML's spelling as text, so the schema reports a
+            // type error (which the span map's `is_non_finite` lets it word).
+            let f = f.into_inner();
+            Number::from_f64(f).map_or_else(
+                || {
+                    Value::String(
+                        match (f.is_nan(), f.is_sign_negative()) {
+                            (true, _) => ".nan",
+                            (false, true) => "-.inf",
+                            (false, false) => ".inf",
+                        }
+                        .to_owned(),
+                    )
+                },
+                Value::Number,
+            )
         }
         Scalar::String(s) => Value::String(s.to_string()),
     }
@@ -351,9 +379,17 @@ mod tests {
 
     #[test]
     fn infinity_becomes_text() {
+        let doc = parse_str("a: .inf\nb: [-.inf, .NaN, 1.5]\nc: \".inf\"\n").unwrap();
         assert_eq!(
-            parse_str("a: .inf\n").unwrap().value,
-            serde_json::json!({"a": "inf"})
+            doc.value,
+            serde_json::json!({"a": ".inf", "b": ["-.inf", ".nan", 1.5], "c": ".inf"})
+        );
+        assert!(doc.spans.is_non_finite("/a"));
+        assert!(doc.spans.is_non_finite("/b/0") && doc.spans.is_non_finite("/b/1"));
+        assert!(!doc.spans.is_non_finite("/b/2"));
+        assert!(
+            !doc.spans.is_non_finite("/c"),
+            "a quoted string is a string"
         );
     }
 }

@@ -28,6 +28,30 @@ pub const DEFAULT_MAX_INSTANCES: u32 = 100;
 pub const DEFAULT_CONCURRENCY: u32 = 80;
 /// Traffic steps of a regional rollout when the manifest does not say.
 pub const DEFAULT_ROLLOUT_PERCENTAGES: [u8; 4] = [5, 25, 75, 100];
+/// Traffic steps of a `runway_canary` rollout when the manifest does not say.
+pub const DEFAULT_CANARY_STEPS: [u8; 4] = [10, 25, 50, 100];
+/// Seconds each canary step, and each regional rollout percentage, is held when the manifest
+/// does not say.
+pub const DEFAULT_ROLLOUT_PAUSE_SECONDS: u32 = 60;
+/// Seconds a `runway_blue_green` rollout keeps the old revision warm after the switch when the
+/// manifest does not say.
+pub const DEFAULT_KEEP_OLD_SECONDS: u32 = 600;
+/// Highest share of 5xx responses, in percent, a canary window may have by default.
+pub const DEFAULT_MAX_ERROR_PERCENT: f64 = 1.0;
+/// Percentage points by which a canary's 5xx share may exceed the stable revision's by default.
+pub const DEFAULT_MAX_ERROR_PERCENT_OVER_STABLE: f64 = 0.5;
+/// Highest p99 latency of a canary window, in milliseconds, by default: upstream's apdex
+/// "satisfied" threshold.
+pub const DEFAULT_LATENCY_SLO_MS: u32 = 1024;
+/// How many times the stable revision's p99 latency a canary's may be by default.
+pub const DEFAULT_MAX_P99_OVER_STABLE_RATIO: f64 = 1.5;
+/// The least p99 increase over the stable revision, in milliseconds, that fails a canary
+/// window by default: below it a difference between two fast revisions is noise.
+pub const DEFAULT_MIN_P99_INCREASE_MS: u32 = 25;
+/// Fewest canary requests in a window for it to be judged, by default.
+pub const DEFAULT_MIN_REQUESTS: u64 = 50;
+/// Inconclusive windows a canary step may have before the rollout is rolled back, by default.
+pub const DEFAULT_MAX_INCONCLUSIVE_WINDOWS: u32 = 3;
 /// Grace between the stop signal and SIGKILL for services, in seconds.
 pub const DEFAULT_SERVICE_GRACE_SECONDS: u32 = 30;
 /// Grace between the stop signal and SIGKILL for workers, in seconds: a worker finishes its
@@ -163,7 +187,8 @@ pub struct Spec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_based_billing: Option<bool>,
     /// Runway's own settings for running the service on its runtime: the artifact, its
-    /// environment, secrets, stop behaviour and workload kind. Not part of upstream's schema.
+    /// environment, secrets, stop behaviour, workload kind and progressive delivery. Not part of
+    /// upstream's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<Workload>,
 }
@@ -326,11 +351,13 @@ pub struct Deployment {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
     /// Traffic percentages a regional rollout walks through, strictly increasing and ending at
-    /// 100. Default `[5, 25, 75, 100]`.
+    /// 100, each held for `spec.workload.rollout.pause_seconds`. Default `[5, 25, 75, 100]`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(inner(range(min = 1, max = 100)))]
     pub rollout_traffic_percentages: Option<Vec<Percent>>,
     /// The same list under the spelling upstream's documentation uses; give one or the other.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(inner(range(min = 1, max = 100)))]
     pub traffic_rollout_percentages: Option<Vec<Percent>>,
 }
 
@@ -344,12 +371,26 @@ pub enum Strategy {
     /// A rolling deploy: new instances become ready, then take all the traffic.
     #[default]
     Legacy,
-    /// Region by region, walking the rollout percentages in each.
+    /// Region by region, walking the rollout percentages in each region; every percentage is
+    /// held for `spec.workload.rollout.pause_seconds` (default 60).
     RegionalRollout,
     /// Straight to 100 % once ready.
     Expedited,
     /// Compute and print the plan; change nothing.
     Dryrun,
+    /// Runway's canary: the new revision takes the traffic in steps
+    /// (`spec.workload.rollout.steps`, default 10, 25, 50 and 100 %), each held for
+    /// `rollout.pause_seconds`. A step is passed only when an automatic analysis finds the new
+    /// revision's window no worse than the stable revision's over the same time
+    /// (`rollout.analysis`); a failed analysis rolls all traffic back to the stable revision.
+    /// Not part of upstream's schema.
+    RunwayCanary,
+    /// Runway's blue/green: the new revision starts at full capacity with no traffic, reachable
+    /// at its tag URL for checking; then all traffic moves to it at once, on
+    /// `runway rollout promote` or `spec.workload.rollout.auto_switch_after_seconds` after it is
+    /// ready. The old revision stays warm for `rollout.keep_old_seconds` (default 600), so a
+    /// rollback is instant. Not part of upstream's schema.
+    RunwayBlueGreen,
 }
 
 /// Metrics the platform collects from the service.
@@ -415,6 +456,90 @@ pub struct Workload {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 86400))]
     pub stop_grace_period_seconds: Option<u32>,
+    /// Progressive delivery: the steps, pauses and checks of the `runway_canary` and
+    /// `runway_blue_green` strategies, and the pause of `regional_rollout`. Settings no strategy
+    /// of this manifest uses are allowed, for a per-environment file that changes the strategy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// Progressive delivery: how a new revision takes the traffic under `spec.deployment.strategy`.
+/// Each field applies to the strategies it names and is ignored by the others.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rollout {
+    /// `runway_canary`: the new revision's share of the traffic at each step, in percent,
+    /// strictly increasing and ending at 100. Default `[10, 25, 50, 100]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(inner(range(min = 1, max = 100)))]
+    pub steps: Option<Vec<Percent>>,
+    /// `runway_canary` and `regional_rollout`: seconds each step (each percentage of a regional
+    /// rollout) is held before the next. For a canary it is also the window each analysis
+    /// looks at. Default 60.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub pause_seconds: Option<u32>,
+    /// `runway_canary`: the checks that pass or fail each step, comparing the new revision with
+    /// the stable one over the same window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<Analysis>,
+    /// `runway_blue_green`: switch all traffic this many seconds after the new revision is
+    /// ready. Without it, the switch waits for `runway rollout promote`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_switch_after_seconds: Option<u32>,
+    /// `runway_blue_green`: seconds the old revision stays warm after the switch, during which
+    /// a rollback is instant. Default 600.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keep_old_seconds: Option<u32>,
+}
+
+/// The checks of a `runway_canary` step. Each step's window of the new revision is compared
+/// with the stable revision's over the same time; any limit exceeded fails the step and rolls
+/// the rollout back. The step at 100 % is not analysed: the stable revision has no traffic left
+/// to compare with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Analysis {
+    /// Highest share of 5xx responses allowed, in percent (0 to 100). Default 1.0. Not
+    /// applied when the stable revision is over it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub max_error_percent: Option<f64>,
+    /// How many percentage points the new revision's 5xx share may exceed the stable
+    /// revision's (0 to 100). Default 0.5.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub max_error_percent_over_stable: Option<f64>,
+    /// Highest p99 latency allowed, in milliseconds. Default 1024, upstream's apdex
+    /// "satisfied" threshold. Not applied when the stable revision is over it too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub latency_slo_ms: Option<u32>,
+    /// How many times the stable revision's p99 latency the new revision's may be. Default
+    /// 1.5, at least 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0))]
+    pub max_p99_over_stable_ratio: Option<f64>,
+    /// The least p99 increase over the stable revision, in milliseconds, that fails a window
+    /// whatever the ratio: p99s of a few milliseconds vary by more than half from one window
+    /// to the next, and such a difference is noise. Default 25.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_p99_increase_ms: Option<u32>,
+    /// Fewest requests the new revision must serve in a window for it to be judged; a window
+    /// with fewer is inconclusive and holds the step. Default 50.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_requests: Option<u64>,
+    /// Readiness probe failures of the new revision allowed in a window. Default 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_readiness_failures: Option<u32>,
+    /// Instance restarts of the new revision allowed in a window. Default 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// Windows a step may stay inconclusive (too few requests to judge) before the rollout is
+    /// rolled back. Default 3, at least 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_inconclusive_windows: Option<u32>,
 }
 
 /// A plain process.

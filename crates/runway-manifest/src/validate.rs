@@ -267,6 +267,13 @@ pub(crate) fn check(
         }
     }
 
+    // Rollout settings no strategy here uses are not refused: a per-environment file may
+    // switch the strategy. Ranges (steps within 1..=100, pause at least 1, percents within
+    // 0..=100, ratios at least 1, numbers finite) are the schema's.
+    if let Some(steps) = workload.rollout.as_ref().and_then(|r| r.steps.as_ref()) {
+        percentages(&mut c, "/spec/workload/rollout/steps", steps);
+    }
+
     // Environment variables and secrets share one namespace: the process's environment.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for name in workload.env.iter().flatten().map(|(k, _)| k) {

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use runway_manifest::{Diagnostic, ServiceFiles, SourceFile, load};
+use runway_manifest::{
+    AnalysisConfig, Diagnostic, RolloutConfig, ServiceConfig, ServiceFiles, SourceFile, Strategy,
+    load,
+};
 
 fn base(name: &str, text: &str) -> ServiceFiles {
     ServiceFiles {
@@ -201,6 +204,318 @@ spec:
     insta::assert_snapshot!("structural_errors", render(&loaded.diagnostics));
 }
 
+/// The base's config, asserting the files load without any finding.
+fn clean_config(files: &ServiceFiles, environment: Option<&str>) -> ServiceConfig {
+    let loaded = load(files);
+    assert_eq!(
+        loaded.diagnostics,
+        vec![],
+        "{}",
+        render(&loaded.diagnostics)
+    );
+    let Some(service) = loaded.service else {
+        panic!("no service without a finding");
+    };
+    match service.config(environment) {
+        Ok(config) => config,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+const CANARY: &str = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: svc
+spec:
+  deployment:
+    strategy: runway_canary
+  workload:
+    rollout:
+      steps: [10, 50, 100]
+      pause_seconds: 30
+      analysis:
+        max_error_percent: 2.5
+        max_error_percent_over_stable: 0.25
+        latency_slo_ms: 500
+        max_p99_over_stable_ratio: 1.2
+        min_p99_increase_ms: 10
+        min_requests: 100
+        max_readiness_failures: 1
+        max_restarts: 2
+        max_inconclusive_windows: 4
+      auto_switch_after_seconds: 300
+      keep_old_seconds: 900
+";
+
+#[test]
+fn rollout_settings_parse_into_the_config() {
+    let config = clean_config(&base("m.yml", CANARY), None);
+    assert_eq!(config.strategy, Strategy::RunwayCanary);
+    assert_eq!(
+        config.rollout,
+        RolloutConfig {
+            steps: vec![10, 50, 100],
+            pause_seconds: 30,
+            analysis: AnalysisConfig {
+                max_error_percent: 2.5,
+                max_error_percent_over_stable: 0.25,
+                latency_slo_ms: 500,
+                max_p99_over_stable_ratio: 1.2,
+                min_p99_increase_ms: 10,
+                min_requests: 100,
+                max_readiness_failures: 1,
+                max_restarts: 2,
+                max_inconclusive_windows: 4,
+            },
+            auto_switch_after_seconds: Some(300),
+            keep_old_seconds: 900,
+        }
+    );
+}
+
+#[test]
+fn rollout_defaults_apply_field_by_field() {
+    let expected_defaults = RolloutConfig {
+        steps: vec![10, 25, 50, 100],
+        pause_seconds: 60,
+        analysis: AnalysisConfig {
+            max_error_percent: 1.0,
+            max_error_percent_over_stable: 0.5,
+            latency_slo_ms: 1024,
+            max_p99_over_stable_ratio: 1.5,
+            min_p99_increase_ms: 25,
+            min_requests: 50,
+            max_readiness_failures: 0,
+            max_restarts: 0,
+            max_inconclusive_windows: 3,
+        },
+        auto_switch_after_seconds: None,
+        keep_old_seconds: 600,
+    };
+    assert_eq!(RolloutConfig::default(), expected_defaults);
+    let none = clean_config(&base("m.yml", MINIMAL), None);
+    assert_eq!(none.rollout, expected_defaults, "no rollout mapping");
+    assert_eq!(none.strategy, Strategy::Legacy);
+
+    let partial = MINIMAL.to_owned()
+        + "    rollout:\n      analysis: {max_restarts: 2, max_error_percent: 0}\n";
+    let config = clean_config(&base("m.yml", &partial), None);
+    assert_eq!(
+        config.rollout,
+        RolloutConfig {
+            analysis: AnalysisConfig {
+                max_restarts: 2,
+                max_error_percent: 0.0,
+                ..expected_defaults.analysis.clone()
+            },
+            ..expected_defaults.clone()
+        }
+    );
+    let empty = MINIMAL.to_owned() + "    rollout: {analysis: {}}\n";
+    assert_eq!(
+        clean_config(&base("m.yml", &empty), None).rollout,
+        expected_defaults
+    );
+}
+
+#[test]
+fn an_example_per_strategy() {
+    let manifest = |strategy: &str, deployment: &str, rollout: &str| {
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: svc\nspec:\n  \
+             deployment:\n    strategy: {strategy}\n{deployment}  workload:\n    rollout:\n{rollout}"
+        )
+    };
+    let cases = [
+        (
+            manifest("legacy", "", "      keep_old_seconds: 60\n"),
+            Strategy::Legacy,
+        ),
+        (
+            manifest("expedited", "", "      pause_seconds: 5\n"),
+            Strategy::Expedited,
+        ),
+        (
+            manifest("dryrun", "", "      steps: [50, 100]\n"),
+            Strategy::Dryrun,
+        ),
+        (
+            manifest(
+                "regional_rollout",
+                "    rollout_traffic_percentages: [20, 100]\n",
+                "      pause_seconds: 120\n",
+            ),
+            Strategy::RegionalRollout,
+        ),
+        (
+            manifest(
+                "runway_canary",
+                "",
+                "      steps: [5, 100]\n      analysis:\n        min_requests: 0\n",
+            ),
+            Strategy::RunwayCanary,
+        ),
+        (
+            manifest(
+                "runway_blue_green",
+                "",
+                "      auto_switch_after_seconds: 0\n      keep_old_seconds: 3600\n",
+            ),
+            Strategy::RunwayBlueGreen,
+        ),
+    ];
+    for (text, strategy) in cases {
+        let config = clean_config(&base("m.yml", &text), None);
+        assert_eq!(config.strategy, strategy, "{text}");
+        match strategy {
+            Strategy::RegionalRollout => {
+                assert_eq!(config.rollout_percentages, [20, 100]);
+                assert_eq!(config.rollout.pause_seconds, 120, "the regional pause");
+            }
+            Strategy::RunwayCanary => {
+                assert_eq!(config.rollout.steps, [5, 100]);
+                assert_eq!(config.rollout.analysis.min_requests, 0);
+            }
+            Strategy::RunwayBlueGreen => {
+                assert_eq!(config.rollout.auto_switch_after_seconds, Some(0));
+                assert_eq!(config.rollout.keep_old_seconds, 3600);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn bad_rollout_settings_are_located() {
+    let text = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: svc
+spec:
+  deployment:
+    strategy: runway_canary
+  workload:
+    rollout:
+      steps: [10, 50, 40]
+      pause_seconds: 0
+      keep_old_secs: 60
+      analysis:
+        max_error_percent: 150
+        max_error_percent_over_stable: .inf
+        max_p99_over_stable_ratio: 0.5
+        max_inconclusive_windows: 0
+        latency_slo: 200
+";
+    let loaded = load(&base("m.yml", text));
+    assert!(loaded.service.is_none());
+    insta::assert_snapshot!("rollout_errors", render(&loaded.diagnostics));
+
+    let out_of_range = CANARY.replace("[10, 50, 100]", "[0, 100]");
+    let loaded = load(&base("m.yml", &out_of_range));
+    assert_eq!(
+        render(&loaded.diagnostics),
+        "error: m.yml:10:15: spec.workload.rollout.steps[0]: found `0` (expected at least 1)\n"
+    );
+    let empty = CANARY.replace("[10, 50, 100]", "[]");
+    let loaded = load(&base("m.yml", &empty));
+    assert_eq!(
+        render(&loaded.diagnostics),
+        "error: m.yml:10:14: spec.workload.rollout.steps: the list is empty \
+         (expected strictly increasing percentages from 1 to 100, ending at 100)\n"
+    );
+}
+
+#[test]
+fn rollout_settings_no_strategy_uses_are_allowed() {
+    // Blue/green and canary settings beside `legacy`: an environment may switch strategy.
+    let text = CANARY.replace("runway_canary", "legacy");
+    let config = clean_config(&base("m.yml", &text), None);
+    assert_eq!(config.strategy, Strategy::Legacy);
+    assert_eq!(config.rollout.steps, [10, 50, 100]);
+}
+
+#[test]
+fn overrides_change_the_strategy_and_merge_rollout_settings() {
+    let base_text = MINIMAL.to_owned()
+        + "    rollout:\n      steps: [10, 50, 100]\n      pause_seconds: 30\n      \
+           analysis: {min_requests: 10, max_restarts: 5}\n";
+    let mut files = base(".runway/runway.yml", &base_text);
+    files.overrides.insert(
+        "production".into(),
+        SourceFile::new(
+            ".runway/runway-production.yml",
+            "spec:\n  deployment:\n    strategy: runway_canary\n  workload:\n    rollout:\n      \
+             steps: [5, 20, 100]\n      analysis:\n        max_restarts: 1\n",
+        ),
+    );
+    files.overrides.insert(
+        "staging".into(),
+        SourceFile::new(
+            ".runway/runway-staging.yml",
+            "spec:\n  deployment: {strategy: runway_blue_green}\n  workload:\n    rollout: {auto_switch_after_seconds: 0}\n",
+        ),
+    );
+    let loaded = load(&files);
+    assert_eq!(loaded.diagnostics, vec![]);
+    let service = loaded.service.unwrap();
+
+    let plain = service.config(None).unwrap();
+    assert_eq!(plain.strategy, Strategy::Legacy);
+    assert_eq!(plain.rollout.steps, [10, 50, 100]);
+
+    let prod = service.config(Some("production")).unwrap();
+    assert_eq!(prod.strategy, Strategy::RunwayCanary);
+    assert_eq!(prod.rollout.steps, [5, 20, 100], "lists are replaced");
+    assert_eq!(prod.rollout.pause_seconds, 30, "the base's, merged");
+    assert_eq!(
+        (
+            prod.rollout.analysis.min_requests,
+            prod.rollout.analysis.max_restarts
+        ),
+        (10, 1),
+        "mappings merge key by key"
+    );
+    assert_eq!(prod.env.get("A").map(String::as_str), Some("base"));
+
+    let staging = service.config(Some("staging")).unwrap();
+    assert_eq!(staging.strategy, Strategy::RunwayBlueGreen);
+    assert_eq!(staging.rollout.auto_switch_after_seconds, Some(0));
+    assert_eq!(staging.rollout.steps, [10, 50, 100]);
+
+    // A bad list in an override is reported in the override.
+    files.overrides.insert(
+        "production".into(),
+        SourceFile::new(
+            ".runway/runway-production.yml",
+            "spec:\n  workload:\n    rollout:\n      steps: [50, 25]\n",
+        ),
+    );
+    let loaded = load(&files);
+    assert!(loaded.service.is_none());
+    assert_eq!(
+        render(&loaded.diagnostics),
+        "error: .runway/runway-production.yml:4:19: spec.workload.rollout.steps[1]: 25 does not \
+         increase on 50 (expected strictly increasing percentages from 1 to 100, ending at 100)\n\
+         error: .runway/runway-production.yml:4:19: spec.workload.rollout.steps[1]: the last step \
+         is 25 (expected strictly increasing percentages from 1 to 100, ending at 100)\n"
+    );
+}
+
+#[test]
+fn rollout_settings_round_trip() {
+    let config = clean_config(&base("m.yml", CANARY), None);
+    // JSON is YAML: the manifest written out loads back to the same manifest and settings.
+    let json = serde_json::to_string(&config.manifest).unwrap();
+    let again = clean_config(&base("m.json", &json), None);
+    assert_eq!(again.manifest, config.manifest);
+    assert_eq!(again.rollout, config.rollout);
+    let none = clean_config(&base("m.yml", MINIMAL), None);
+    let json = serde_json::to_string(&none.manifest).unwrap();
+    assert!(!json.contains("rollout"), "absent stays absent: {json}");
+}
+
 /// The published schema and the reference generated from it are checked in; this fails when the
 /// types change and they were not regenerated. `UPDATE_GENERATED=1 cargo test` rewrites them.
 #[test]
@@ -246,6 +561,11 @@ mod no_panic {
             Just("  resources: {limits: {cpu: 1e9, memory: -1}}\n".to_owned()),
             Just("  deployment: {rollout_traffic_percentages: [0, 300]}\n".to_owned()),
             Just("  workload: {secrets: [A, A], env: {A: 1}}\n".to_owned()),
+            Just(
+                "  workload: {rollout: {steps: [50, 10], analysis: {max_error_percent: 1e9}}}\n"
+                    .to_owned()
+            ),
+            Just("  deployment: {strategy: runway_canary}\n".to_owned()),
             Just("- ".to_owned()),
             Just("&a ".to_owned()),
             Just("*a ".to_owned()),

@@ -22,6 +22,11 @@ pub struct AnalysisSettings {
     pub latency_slo_seconds: f64,
     /// How many times the stable revision's p99 the canary's may be. Default 1.5.
     pub max_p99_over_stable_ratio: f64,
+    /// The least p99 increase over the stable revision that fails a window, in seconds,
+    /// whatever the ratio: fast services' p99s of a few milliseconds differ by more than
+    /// half from one window to the next (a new process's cold caches, the histogram's
+    /// doubling buckets), and such a difference is noise, not a regression. Default 0.025.
+    pub min_p99_increase_seconds: f64,
     /// Readiness probe failures allowed in the canary's window. Default 0.
     pub max_readiness_failures: u32,
     /// Instance restarts allowed in the canary's window. Default 0.
@@ -42,6 +47,7 @@ impl Default for AnalysisSettings {
             max_error_ratio_over_stable: 0.005,
             latency_slo_seconds: 1.024,
             max_p99_over_stable_ratio: 1.5,
+            min_p99_increase_seconds: 0.025,
             max_readiness_failures: 0,
             max_restarts: 0,
             min_requests: 50,
@@ -81,6 +87,13 @@ impl AnalysisSettings {
                 field: "analysis.max_p99_over_stable_ratio",
                 value: self.max_p99_over_stable_ratio.to_string(),
                 expected: "a factor of at least 1, e.g. 1.5",
+            });
+        }
+        if !(self.min_p99_increase_seconds.is_finite() && self.min_p99_increase_seconds >= 0.0) {
+            return Err(StrategyError::Invalid {
+                field: "analysis.min_p99_increase_seconds",
+                value: self.min_p99_increase_seconds.to_string(),
+                expected: "a number of seconds from 0, e.g. 0.025",
             });
         }
         if self.max_inconclusive_windows == 0 {
@@ -237,7 +250,8 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
         };
     }
     if let Some(stable_p99) = stable_p99 {
-        let limit = stable_p99 * settings.max_p99_over_stable_ratio;
+        let limit = (stable_p99 * settings.max_p99_over_stable_ratio)
+            .max(stable_p99 + settings.min_p99_increase_seconds);
         if canary_p99 > limit {
             return Verdict::Fail {
                 measure: Measure::LatencyP99,
@@ -245,10 +259,11 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
                 stable_value: Some(stable_p99),
                 limit,
                 message: format!(
-                    "p99 latency {} over the limit {} ({}× stable's {stable_text})",
+                    "p99 latency {} over the limit {} ({}× stable's {stable_text}, and at least {} more)",
                     seconds(canary_p99),
                     seconds(limit),
                     settings.max_p99_over_stable_ratio,
+                    seconds(settings.min_p99_increase_seconds),
                 ),
             };
         }

@@ -97,8 +97,9 @@
 //!    ratio plus `max_error_ratio_over_stable` (default 0.5 points);
 //! 5. the p99 latency (as Prometheus's `histogram_quantile`) above `latency_slo_seconds`
 //!    (default 1.024 s, upstream's apdex "satisfied" threshold), or above
-//!    `max_p99_over_stable_ratio` (default 1.5) times the stable revision's p99; no latency
-//!    histogram is inconclusive.
+//!    `max_p99_over_stable_ratio` (default 1.5) times the stable revision's p99 and by at
+//!    least `min_p99_increase_seconds` (default 25 ms: a few milliseconds' difference between
+//!    two fast revisions is noise); no latency histogram is inconclusive.
 //!
 //! The absolute limits (1 % and the SLO) are not applied when the stable revision is over
 //! them too: then the canary is judged only against the stable revision, so that a fix

@@ -152,7 +152,7 @@ impl Strategy {
     /// The new revision's weight at each step, made safe whatever the strategy holds:
     /// values clamped to 1..=100, only strictly increasing ones kept, ending at 100. Blue/green
     /// and the one-step strategies give `[100]`; a dry run gives nothing.
-    pub(crate) fn ladder(&self) -> Vec<u32> {
+    pub fn ladder(&self) -> Vec<u32> {
         let raw: &[u32] = match self {
             Self::DryRun => return Vec::new(),
             Self::Legacy | Self::Expedited | Self::BlueGreen { .. } => &[100],
@@ -176,7 +176,7 @@ impl Strategy {
     }
 
     /// How long each step of the ladder is held (0 for the one-step strategies).
-    pub(crate) fn pause_ms(&self) -> u64 {
+    pub fn pause_ms(&self) -> u64 {
         match self {
             Self::RegionalRollout { pause_ms, .. } | Self::Canary { pause_ms, .. } => *pause_ms,
             _ => 0,

@@ -208,7 +208,22 @@ fn verdicts() {
             window(500, 0, fast),
             Expect::Fail(
                 Measure::LatencyP99,
-                "p99 latency 255 ms over the limit 96 ms (1.5× stable's 64 ms)",
+                "p99 latency 255 ms over the limit 96 ms (1.5× stable's 64 ms, and at least 25 ms more)",
+            ),
+        ),
+        (
+            "over 1.5 × a fast stable but by less than 25 ms passes: that is noise",
+            window(500, 0, 0.003),
+            window(500, 0, 0.0015),
+            Expect::Pass,
+        ),
+        (
+            "over 1.5 × a fast stable and by more than 25 ms fails",
+            window(500, 0, 0.05),
+            window(500, 0, 0.0015),
+            Expect::Fail(
+                Measure::LatencyP99,
+                "p99 latency 64 ms over the limit 27 ms (1.5× stable's 2.0 ms, and at least 25 ms more)",
             ),
         ),
         (

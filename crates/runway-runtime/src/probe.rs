@@ -188,6 +188,36 @@ pub async fn wait_period(probe: &Probe) {
     tokio::time::sleep(probe.period.max(Duration::from_millis(10))).await;
 }
 
+/// How often a starting instance's port is tried while nothing listens on it.
+const LISTEN_POLL: Duration = Duration::from_millis(20);
+
+/// Waits out the startup probe's period, cut short the moment the instance begins to listen
+/// when nothing listened on its port at first: the next check then runs at once rather than
+/// up to a period later. A cold start waits for this (Knative's queue-proxy probes a
+/// starting container as eagerly). An instance that already listens (and answered the check
+/// badly) waits the whole period, so failures still come one per period.
+pub async fn wait_period_or_listening(probe: &Probe, port: u16) {
+    let period = probe.period.max(Duration::from_millis(10));
+    let deadline = tokio::time::Instant::now() + period;
+    let listening = || async {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        matches!(
+            tokio::time::timeout(LISTEN_POLL, TcpStream::connect(address)).await,
+            Ok(Ok(_))
+        )
+    };
+    if listening().await {
+        tokio::time::sleep_until(deadline).await;
+        return;
+    }
+    while tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(LISTEN_POLL.min(deadline - tokio::time::Instant::now())).await;
+        if listening().await {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,6 +246,33 @@ mod tests {
             }
         });
         port
+    }
+
+    #[tokio::test]
+    async fn the_wait_ends_when_the_port_starts_listening_but_not_for_one_that_listens() {
+        let mut slow = probe(Check::Tcp);
+        slow.period = Duration::from_secs(5);
+        // Nothing listens yet; it does 100 ms later: the wait ends then, not after 5 s.
+        let spare = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = spare.local_addr().unwrap().port();
+        drop(spare);
+        let started = tokio::time::Instant::now();
+        let opener = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(listener);
+        });
+        wait_period_or_listening(&slow, port).await;
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
+        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        // Listening already: the whole period.
+        slow.period = Duration::from_millis(300);
+        let started = tokio::time::Instant::now();
+        wait_period_or_listening(&slow, port).await;
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        opener.abort();
     }
 
     #[tokio::test]

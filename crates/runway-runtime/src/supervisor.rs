@@ -520,7 +520,7 @@ impl Supervisor {
                         error,
                     },
                     Verdict::Unchanged => {
-                        probe::wait_period(&probe).await;
+                        probe::wait_period_or_listening(&probe, port).await;
                         continue;
                     }
                 };

@@ -23,7 +23,11 @@
 //! - **Revisions are immutable**: the trait has no update or delete, and a trigger refuses an
 //!   `UPDATE` in SQL. They leave only with their service ([`Store::service_decommission`]).
 //! - **Deployments move through a checked state machine** ([`DeploymentState::can_become`]);
-//!   terminal states never change.
+//!   terminal states never change. A deployment in progress also carries the rollout
+//!   controller's progress (JSON the store does not read) and at most one operator command
+//!   ([`RolloutCommand`]) waiting for the controller; the controller clears the command
+//!   compare-and-clear as it saves its progress ([`Store::deployment_save_rollout`]), so a
+//!   newer command that arrived meanwhile is not lost, and a terminal state drops it.
 //! - **The store sees only ciphertext** for secrets, and only [`Store::secret_read`] returns
 //!   it; listings carry names, versions and dates. Tokens are stored by hash.
 //!
@@ -62,7 +66,8 @@ pub use error::{Result, StoreError};
 pub use model::{
     AuditEntry, Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired,
     DesiredRevision, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
-    SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope, revision_name,
+    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
+    revision_name,
 };
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{DeployRecord, Store};

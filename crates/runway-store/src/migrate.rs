@@ -7,7 +7,10 @@ use crate::error::{DbResult, Result, StoreError};
 
 /// Migration `i` (0-based) takes the schema from version `i` to `i + 1`. Append only: a
 /// released migration is never edited.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_initial.sql"),
+    include_str!("../migrations/0002_rollout.sql"),
+];
 
 /// The schema version this code writes.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Timestamp;
+use crate::{StoreError, Timestamp};
 
 /// A service onboarded onto the platform (the inventory). It exists before its first deploy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +224,69 @@ pub struct Deployment {
     pub created_at: Timestamp,
     /// When its state last changed.
     pub updated_at: Timestamp,
+    /// The controller's rollout progress as JSON, opaque to the store; `None` before its first
+    /// step. Written with [`Store::deployment_save_rollout`](crate::Store::deployment_save_rollout).
+    pub rollout: Option<String>,
+    /// An operator's command not yet carried out: set with
+    /// [`Store::deployment_command`](crate::Store::deployment_command), cleared when the
+    /// controller saves its rollout having consumed it, or when the deployment ends.
+    pub command: Option<RolloutCommand>,
+}
+
+/// What an operator asks of a progressive rollout (canary or blue-green) in progress.
+///
+/// The store only keeps the latest command not yet carried out, one per deployment; the
+/// controller decides what each means for its rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RolloutCommand {
+    /// Stop at the current step, traffic as it is.
+    Pause,
+    /// Go on from where a pause stopped.
+    Resume,
+    /// Stop and send the traffic back to the previous revision.
+    Abort,
+    /// Skip the remaining steps: all traffic to the new revision now.
+    Promote,
+}
+
+impl RolloutCommand {
+    /// Every command, in the order of the declaration.
+    pub const ALL: [Self; 4] = [Self::Pause, Self::Resume, Self::Abort, Self::Promote];
+
+    /// The command's name as stored and shown: `pause`, `resume`, `abort`, `promote`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Abort => "abort",
+            Self::Promote => "promote",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == text)
+    }
+}
+
+impl fmt::Display for RolloutCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RolloutCommand {
+    type Err = StoreError;
+
+    /// Parses a command's name as [`RolloutCommand::as_str`] writes it; anything else is
+    /// [`StoreError::Invalid`], naming the commands there are.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text).ok_or_else(|| {
+            StoreError::Invalid(format!(
+                "unknown rollout command {text:?}: expected pause, resume, abort or promote"
+            ))
+        })
+    }
 }
 
 /// A line in a deployment's story: "3 of 3 instances ready", "traffic 25% → 75%".

@@ -16,8 +16,8 @@ use crate::migrate;
 use crate::{
     AuditEntry, DeployRecord, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
     Desired, DesiredRevision, NewRevision, NewService, NewToken, PlannedRevision, Revision,
-    RevisionRef, SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Timestamp, Token,
-    TokenScope, revision_name,
+    RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store,
+    Timestamp, Token, TokenScope, revision_name,
 };
 
 /// How long a writer waits for another process's write transaction before `database is
@@ -218,11 +218,12 @@ fn revision_from_row(row: &Row<'_>) -> Result<Revision> {
 }
 
 const DEPLOYMENT_COLUMNS: &str = "id, service, env, kind, from_revision, to_revision, state, \
-                                  reason, created_by, created_at, updated_at";
+                                  reason, created_by, created_at, updated_at, rollout, command";
 
 fn deployment_from_row(row: &Row<'_>) -> Result<Deployment> {
     let kind: String = get(row, 3)?;
     let state: String = get(row, 6)?;
+    let command: Option<String> = get(row, 12)?;
     Ok(Deployment {
         id: get(row, 0)?,
         service: get(row, 1)?,
@@ -237,6 +238,13 @@ fn deployment_from_row(row: &Row<'_>) -> Result<Deployment> {
         created_by: get(row, 8)?,
         created_at: get_ts(row, 9)?,
         updated_at: get_ts(row, 10)?,
+        rollout: get(row, 11)?,
+        command: command
+            .map(|text| {
+                RolloutCommand::parse(&text)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unknown rollout command {text:?}")))
+            })
+            .transpose()?,
     })
 }
 
@@ -613,21 +621,31 @@ fn resolve_planned(planned: &[PlannedRevision], new_name: &str) -> Result<Vec<De
         .collect())
 }
 
+/// Moves `deployment` (as loaded in this transaction) to `to`, with its event. A terminal
+/// state drops a pending command, nothing being left to carry it out; the dropped command is
+/// returned.
 fn transition(
     conn: &Connection,
     now: Timestamp,
     deployment: &Deployment,
     to: DeploymentState,
     reason: Option<&str>,
-) -> Result<()> {
+) -> Result<Option<RolloutCommand>> {
     let from = deployment.state;
     if !from.can_become(to) {
         return Err(StoreError::InvalidTransition { from, to });
     }
+    let dropped = deployment.command.filter(|_| to.is_terminal());
     conn.execute(
-        "UPDATE deployments SET state = ?2, reason = COALESCE(?3, reason), updated_at = ?4 \
-         WHERE id = ?1",
-        params![deployment.id, to.as_str(), reason, now.unix_millis()],
+        "UPDATE deployments SET state = ?2, reason = COALESCE(?3, reason), updated_at = ?4, \
+         command = CASE WHEN ?5 THEN NULL ELSE command END WHERE id = ?1",
+        params![
+            deployment.id,
+            to.as_str(),
+            reason,
+            now.unix_millis(),
+            to.is_terminal()
+        ],
     )
     .db()?;
     let message = match reason {
@@ -635,7 +653,15 @@ fn transition(
         None => format!("{from} → {to}"),
     };
     insert_event(conn, now, deployment.id, &message)?;
-    Ok(())
+    if let Some(command) = dropped {
+        insert_event(
+            conn,
+            now,
+            deployment.id,
+            &format!("{command} not carried out: the deployment is {to}"),
+        )?;
+    }
+    Ok(dropped)
 }
 
 fn check_secret_name(name: &str) -> Result<()> {
@@ -1138,7 +1164,7 @@ impl Store for SqliteStore {
     ) -> Result<Deployment> {
         self.write(|conn, now| {
             let deployment = load_deployment(conn, id)?;
-            transition(conn, now, &deployment, to, reason)?;
+            let dropped = transition(conn, now, &deployment, to, reason)?;
             audit(
                 conn,
                 now,
@@ -1150,6 +1176,7 @@ impl Store for SqliteStore {
                     "from": deployment.state,
                     "to": to,
                     "reason": reason,
+                    "dropped_command": dropped,
                 }),
             )?;
             load_deployment(conn, id)
@@ -1182,6 +1209,87 @@ impl Store for SqliteStore {
                 [id],
                 event_from_row,
             )
+        })
+    }
+
+    fn deployment_command(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        command: RolloutCommand,
+    ) -> Result<Deployment> {
+        self.write(|conn, now| {
+            load_service_env(conn, service, env)?;
+            // At most one is in flight (deploys and promotions refuse a second, a rollback
+            // supersedes the others); the newest is the one a command is for.
+            let Some(deployment) = in_flight(conn, service, env)?.pop() else {
+                return Err(StoreError::Conflict(format!(
+                    "no deployment of {service}/{env} is pending or progressing; there is \
+                     nothing to {command}"
+                )));
+            };
+            let id = deployment.id;
+            conn.execute(
+                "UPDATE deployments SET command = ?2 WHERE id = ?1",
+                params![id, command.as_str()],
+            )
+            .db()?;
+            let message = match deployment.command {
+                Some(replaced) if replaced != command => {
+                    format!("{command} asked by {actor}, in place of {replaced}")
+                }
+                _ => format!("{command} asked by {actor}"),
+            };
+            insert_event(conn, now, id, &message)?;
+            audit(
+                conn,
+                now,
+                actor,
+                "deployment.command",
+                &env_target(service, env),
+                &json!({
+                    "deployment": id,
+                    "command": command,
+                    "replaced": deployment.command,
+                }),
+            )?;
+            load_deployment(conn, id)
+        })
+    }
+
+    fn deployment_save_rollout(
+        &self,
+        actor: &str,
+        id: i64,
+        rollout: &str,
+        consumed: Option<RolloutCommand>,
+    ) -> Result<Deployment> {
+        self.write(|conn, now| {
+            let deployment = load_deployment(conn, id)?;
+            if deployment.state.is_terminal() {
+                return Err(StoreError::Conflict(format!(
+                    "deployment {id} of {}/{} is {}; its rollout cannot change any more",
+                    deployment.service, deployment.env, deployment.state
+                )));
+            }
+            // Compare and clear: a command that replaced the consumed one stays.
+            let cleared = consumed.filter(|c| deployment.command == Some(*c));
+            conn.execute(
+                "UPDATE deployments SET rollout = ?2, \
+                 command = CASE WHEN ?3 THEN NULL ELSE command END WHERE id = ?1",
+                params![id, rollout, cleared.is_some()],
+            )
+            .db()?;
+            audit(
+                conn,
+                now,
+                actor,
+                "deployment.rollout",
+                &env_target(&deployment.service, &deployment.env),
+                &json!({ "deployment": id, "consumed": cleared }),
+            )?;
+            load_deployment(conn, id)
         })
     }
 

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision,
-    NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, SecretInfo,
-    SecretVersion, Service, ServiceUpdate, Token,
+    NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand,
+    SecretInfo, SecretVersion, Service, ServiceUpdate, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -112,7 +112,9 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Moves a deployment to `to`, recording an event; `reason` replaces the stored one when
     /// given. `InvalidTransition` unless [`DeploymentState::can_become`] allows it, so a
-    /// terminal state never changes.
+    /// terminal state never changes. A terminal `to` drops the deployment's pending
+    /// [`command`](Deployment::command), with an event saying so, since nothing will carry it
+    /// out; its rollout progress stays.
     fn deployment_transition(
         &self,
         actor: &str,
@@ -126,6 +128,32 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// A deployment's events, oldest first.
     fn deployment_events(&self, id: i64) -> Result<Vec<DeploymentEvent>>;
+
+    /// Asks the rollout of `service` in `env` to pause, resume, abort or promote: sets the
+    /// [`command`](Deployment::command) of its deployment that is `Pending` or `Progressing`,
+    /// replacing a command not yet carried out, with an event (`pause asked by alice`).
+    /// `NotFound` for an unknown service or environment; `Conflict` when no deployment there
+    /// is in progress.
+    fn deployment_command(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        command: RolloutCommand,
+    ) -> Result<Deployment>;
+
+    /// Saves the rollout controller's progress, JSON the store keeps as it is, in place of
+    /// the last. With `consumed`, the command the controller carried out in this step, the
+    /// stored [`command`](Deployment::command) is cleared if it is still that one
+    /// (compare-and-clear: a different command that arrived meanwhile stays, for the next
+    /// step). `NotFound` for an unknown deployment; `Conflict` when it is in a terminal state.
+    fn deployment_save_rollout(
+        &self,
+        actor: &str,
+        id: i64,
+        rollout: &str,
+        consumed: Option<RolloutCommand>,
+    ) -> Result<Deployment>;
 
     // --- desired state --------------------------------------------------------------------
 

@@ -791,3 +791,74 @@ async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
     let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
     assert_eq!(desired.revisions[0].instances, 1);
 }
+
+#[tokio::test]
+async fn rollout_commands_reach_the_deployment_in_progress() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let path = "/v1/services/hello/environments/dev/rollout";
+    // Nothing in progress yet: 409, saying so.
+    let none = server
+        .admin("POST", path, Some(json!({"command": "pause"})), 409)
+        .await;
+    assert!(
+        none["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no deployment of hello/dev"),
+        "{none}"
+    );
+
+    // `pause: true` stores a pause on the new deployment at once.
+    let mut body = deploy_body("hello");
+    body["pause"] = json!(true);
+    let first = server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(body),
+            202,
+        )
+        .await;
+    let id = first["id"].as_i64().unwrap();
+    let stored = server.store.deployment_get(id).unwrap();
+    assert_eq!(stored.command, Some(runway_store::RolloutCommand::Pause));
+
+    // A command replaces it and wakes the reconciler; an unknown one is refused by field.
+    let wakes = server.platform.wakes.load(Ordering::SeqCst);
+    let resumed = server
+        .admin("POST", path, Some(json!({"command": "resume"})), 202)
+        .await;
+    assert_eq!(resumed["id"], id);
+    assert_eq!(server.platform.wakes.load(Ordering::SeqCst), wakes + 1);
+    let stored = server.store.deployment_get(id).unwrap();
+    assert_eq!(stored.command, Some(runway_store::RolloutCommand::Resume));
+    let bad = server
+        .call(
+            "POST",
+            path,
+            Some(&server.admin),
+            Some(json!({"command": "stop"})),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{:?}", bad.body);
+    assert!(bad.field().contains("command"), "{:?}", bad.body);
+
+    // The next deploy starts with the capacity the desired state has now.
+    finish(&server, id);
+    server
+        .store
+        .desired_set_instances("autoscaler", "hello", "dev", "hello-dev-00001", 5, None)
+        .unwrap();
+    server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(deploy_body("hello")),
+            202,
+        )
+        .await;
+    let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(desired.revisions[0].revision, "hello-dev-00002");
+    assert_eq!(desired.revisions[0].instances, 5);
+}

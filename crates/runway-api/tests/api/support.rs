@@ -78,6 +78,7 @@ impl Platform for FakePlatform {
                     restarts: 0,
                     message: String::new(),
                 }],
+                ..StatusParts::default()
             }
         })
     }

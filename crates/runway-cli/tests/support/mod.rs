@@ -45,26 +45,48 @@ pub fn have_python() -> bool {
 
 /// The test service: `/` greets with its revision, `/secret` says whether `API_KEY` is set
 /// with its length and byte sum (never the value), `/healthz` is ok. `CRASH=1` exits at once
-/// (a revision that can never start); `START_DELAY` seconds pass before it listens.
-pub const APP: &str = r#"import os, signal, sys, time
+/// (a revision that can never start); `START_DELAY` seconds pass before it listens;
+/// `FAIL_EVERY=N` answers every Nth `/` with a 500; `?sleep=S` waits S seconds before
+/// answering.
+pub const APP: &str = r#"import os, signal, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 if os.environ.get("CRASH") == "1":
     print("crashing on purpose: CRASH=1", flush=True)
     sys.exit(3)
 time.sleep(float(os.environ.get("START_DELAY", "0")))
+FAIL_EVERY = int(os.environ.get("FAIL_EVERY", "0"))
+served = 0
+lock = threading.Lock()
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
-        if self.path == "/healthz":
+        global served
+        url = urlsplit(self.path)
+        sleep = parse_qs(url.query).get("sleep")
+        if sleep:
+            time.sleep(float(sleep[0]))
+        if url.path == "/" and FAIL_EVERY:
+            with lock:
+                served += 1
+                fail = served % FAIL_EVERY == 0
+            if fail:
+                body = f"injected failure from {os.environ.get('K_REVISION', '?')}\n".encode()
+                self.send_response(500)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+        if url.path == "/healthz":
             body = b"ok\n"
-        elif self.path == "/":
+        elif url.path == "/":
             greeting = os.environ.get("GREETING", "hello")
             body = f"{greeting} from {os.environ.get('K_REVISION', '?')} pid {os.getpid()}\n".encode()
-        elif self.path == "/secret":
+        elif url.path == "/secret":
             value = os.environ.get("API_KEY")
             if value is None:
                 body = b"API_KEY absent\n"
@@ -223,6 +245,8 @@ pub struct Settings {
     pub deploy_timeout_ms: u64,
     pub drain_grace_ms: u64,
     pub reconcile_interval_ms: u64,
+    /// More of the `control` section, as YAML lines indented by two spaces.
+    pub control: String,
 }
 
 impl Default for Settings {
@@ -231,6 +255,7 @@ impl Default for Settings {
             deploy_timeout_ms: 60_000,
             drain_grace_ms: 1_000,
             reconcile_interval_ms: 250,
+            control: String::new(),
         }
     }
 }
@@ -273,10 +298,11 @@ impl Platform {
             format!(
                 "api:\n  listen: 127.0.0.1:0\ningress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
                  admin: 127.0.0.1:0\ncontrol:\n  deploy_timeout_ms: {}\n  drain_grace_ms: {}\n  \
-                 reconcile_interval_ms: {}\n",
+                 reconcile_interval_ms: {}\n{}",
                 settings.deploy_timeout_ms,
                 settings.drain_grace_ms,
-                settings.reconcile_interval_ms
+                settings.reconcile_interval_ms,
+                settings.control
             ),
         )
         .unwrap();

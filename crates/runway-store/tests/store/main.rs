@@ -5,4 +5,5 @@ mod api;
 mod durability;
 mod migrations;
 mod props;
+mod rollout;
 mod support;

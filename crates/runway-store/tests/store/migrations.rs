@@ -1,6 +1,8 @@
 //! Migrations: applied once, idempotent on reopen, and a newer database refused untouched.
 
-use runway_store::{SCHEMA_VERSION, SqliteStore, Store, StoreError};
+use runway_store::{
+    DeploymentState, RolloutCommand, SCHEMA_VERSION, SqliteStore, Store, StoreError,
+};
 
 use crate::support::{deploy_ok, onboard};
 
@@ -21,7 +23,7 @@ fn a_new_database_gets_the_latest_schema_with_its_pragmas() {
     let path = dir.path().join("runway.db");
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 1);
+    assert_eq!(SCHEMA_VERSION, 2);
     assert_eq!(store.path(), path);
     store.integrity_check().unwrap();
     drop(store);
@@ -66,6 +68,74 @@ fn reopening_keeps_data_and_applies_nothing_twice() {
     let store = SqliteStore::open(&path).unwrap();
     let next = deploy_ok(&store, "hello", "production", "b");
     assert_eq!(next.revision.number, 2);
+}
+
+/// A database as Runway wrote it at schema version 1, with a service, a revision and two
+/// deployments (one ended, one in flight), written with the released migration itself.
+fn version_1_database(path: &std::path::Path) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(include_str!("../../migrations/0001_initial.sql"))
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO services VALUES ('hello', '[\"alice\"]', '[\"production\"]', 1000, 'alice');
+         INSERT INTO revisions (service, env, number, name, manifest, artifact, env_vars,
+             secret_versions, created_by, created_at)
+         VALUES ('hello', 'production', 1, 'hello-production-00001', '{}', '{}', '{}', '{}',
+             'alice', 1000);
+         INSERT INTO deployments (service, env, kind, from_revision, to_revision, state,
+             reason, created_by, created_at, updated_at)
+         VALUES ('hello', 'production', 'deploy', NULL, 'hello-production-00001', 'failed',
+             'probe', 'alice', 1000, 2000),
+                ('hello', 'production', 'rollback', NULL, 'hello-production-00001',
+             'progressing', NULL, 'alice', 3000, 3000);
+         INSERT INTO deployment_events (deployment_id, at, message)
+         VALUES (1, 1000, 'deploy of hello-production-00001 by alice');
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_version_1_database_migrates_and_keeps_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    version_1_database(&path);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    store.integrity_check().unwrap();
+    let deployments = store.deployment_list("hello", None, 10).unwrap();
+    assert_eq!(deployments.len(), 2);
+    let (active, ended) = (&deployments[0], &deployments[1]);
+    assert_eq!(
+        (ended.state, ended.reason.as_deref()),
+        (DeploymentState::Failed, Some("probe"))
+    );
+    assert_eq!(ended.updated_at.unix_millis(), 2000);
+    for d in &deployments {
+        assert_eq!((d.rollout.as_deref(), d.command), (None, None));
+    }
+    assert_eq!(store.deployment_events(ended.id).unwrap().len(), 1);
+    // The new columns work on the old rows.
+    store
+        .deployment_command("alice", "hello", "production", RolloutCommand::Pause)
+        .unwrap();
+    let saved = store
+        .deployment_save_rollout("rollout", active.id, "{}", Some(RolloutCommand::Pause))
+        .unwrap();
+    assert_eq!(
+        (saved.rollout.as_deref(), saved.command),
+        (Some("{}"), None)
+    );
+    drop(store);
+    // Reopening applies nothing again, and SQL refuses a command that is not one.
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let err = conn
+        .execute("UPDATE deployments SET command = 'stop' WHERE id = 2", [])
+        .unwrap_err();
+    assert!(err.to_string().contains("CHECK constraint failed"), "{err}");
 }
 
 #[test]

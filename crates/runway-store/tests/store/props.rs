@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use runway_store::{
-    DeploymentState, DesiredRevision, PlannedRevision, RevisionRef, SqliteStore, Store,
+    DeploymentState, DesiredRevision, PlannedRevision, RevisionRef, RolloutCommand, SqliteStore,
+    Store,
 };
 
 use crate::support::{new_revision, onboard};
@@ -62,6 +63,15 @@ enum Op {
     Onboard {
         service: usize,
     },
+    Command {
+        service: usize,
+        env: usize,
+        command: usize,
+    },
+    SaveRollout {
+        pick: usize,
+        consumed: Option<usize>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -83,7 +93,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(service, env, name)| Op::SecretUnset { service, env, name }),
         1 => (s.clone(), any::<bool>())
             .prop_map(|(service, delete_secrets)| Op::Decommission { service, delete_secrets }),
-        1 => s.prop_map(|service| Op::Onboard { service }),
+        1 => s.clone().prop_map(|service| Op::Onboard { service }),
+        2 => (s, e, 0..RolloutCommand::ALL.len())
+            .prop_map(|(service, env, command)| Op::Command { service, env, command }),
+        2 => (0..16usize, prop::option::of(0..RolloutCommand::ALL.len()))
+            .prop_map(|(pick, consumed)| Op::SaveRollout { pick, consumed }),
     ]
 }
 
@@ -166,15 +180,7 @@ fn apply(store: &dyn Store, op: &Op) {
             }
         }
         Op::Transition { pick: index, to } => {
-            let mut all = Vec::new();
-            for service in SERVICES {
-                all.extend(
-                    store
-                        .deployment_list(service, None, 100)
-                        .unwrap_or_default(),
-                );
-            }
-            match pick(&all, index) {
+            match pick(&all_deployments(store), index) {
                 Some(d) => {
                     let result = store.deployment_transition("prop", d.id, STATES[to], None);
                     // The state machine decides, whatever the store holds.
@@ -223,7 +229,61 @@ fn apply(store: &dyn Store, op: &Op) {
             }
             Ok(())
         }
+        Op::Command {
+            service,
+            env,
+            command,
+        } => {
+            let (service, env) = (SERVICES[service], ENVS[env]);
+            let command = RolloutCommand::ALL[command];
+            let in_progress = store
+                .deployment_list(service, Some(env), 100)
+                .is_ok_and(|all| all.iter().any(|d| !d.state.is_terminal()));
+            let result = store.deployment_command("prop", service, env, command);
+            assert_eq!(result.is_ok(), in_progress, "{result:?}");
+            if let Ok(d) = &result {
+                assert!(!d.state.is_terminal(), "{d:?}");
+                assert_eq!((d.service.as_str(), d.env.as_str()), (service, env));
+                assert_eq!(d.command, Some(command));
+            }
+            result.map(drop)
+        }
+        Op::SaveRollout {
+            pick: index,
+            consumed,
+        } => match pick(&all_deployments(store), index) {
+            Some(d) => {
+                let consumed = consumed.map(|c| RolloutCommand::ALL[c]);
+                let rollout = format!("{{\"id\":{}}}", d.id);
+                let result = store.deployment_save_rollout("prop", d.id, &rollout, consumed);
+                assert_eq!(result.is_ok(), !d.state.is_terminal(), "{result:?}");
+                if let Ok(saved) = &result {
+                    assert_eq!(saved.rollout.as_deref(), Some(rollout.as_str()));
+                    // Compare and clear.
+                    let expected = if consumed.is_some() && consumed == d.command {
+                        None
+                    } else {
+                        d.command
+                    };
+                    assert_eq!(saved.command, expected);
+                }
+                result.map(drop)
+            }
+            None => Ok(()),
+        },
     };
+}
+
+fn all_deployments(store: &dyn Store) -> Vec<runway_store::Deployment> {
+    let mut all = Vec::new();
+    for service in SERVICES {
+        all.extend(
+            store
+                .deployment_list(service, None, 100)
+                .unwrap_or_default(),
+        );
+    }
+    all
 }
 
 /// What must hold after every operation.
@@ -255,6 +315,10 @@ fn check(store: &SqliteStore, generations: &mut BTreeMap<(String, String), u64>)
             }
         }
         for d in store.deployment_list(service, None, 1000).unwrap() {
+            // Nothing carries out a command once a deployment has ended.
+            if d.state.is_terminal() {
+                assert_eq!(d.command, None, "{d:?}");
+            }
             if !d.state.is_terminal() {
                 *in_flight
                     .entry(if d.env == "staging" {

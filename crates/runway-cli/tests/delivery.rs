@@ -1,0 +1,514 @@
+//! Progressive delivery and autoscaling end to end, through the real `runway server` and CLI:
+//! a canary with a bad revision rolled back by its analysis under load, a good one walked to
+//! 100 %, a paused rollout resumed, blue/green promoted, a dry run, and the autoscaler
+//! following a load step and scaling to zero then cold-starting.
+//!
+//! The service is `support::APP` (a Python program run as a plain process); `FAIL_EVERY`
+//! makes a revision answer every Nth request with a 500. Every wait is bounded and every
+//! process is killed when a test ends (`support::Platform`'s drop). The tests that put load
+//! on the machine take an exclusive lock.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::path::Path;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::Value;
+use support::{Load, Platform, Settings, have_python, revision_of, set_env_file};
+
+/// Load tests run alone; the others share the machine.
+static MACHINE: RwLock<()> = RwLock::new(());
+
+const HOST: &str = "hello.dev.localhost";
+
+/// The autoscaler's windows, short enough for a test: 4 s stable, 1 s panic, 1 s grace.
+const FAST_AUTOSCALER: &str = "  autoscale_interval_ms: 250\n  autoscaler:\n    \
+                               stable_window_ms: 4000\n    panic_window_ms: 1000\n    \
+                               scale_to_zero_grace_ms: 1000\n";
+
+/// Rewrites the repository's manifest: `strategy` (with `rollout`, YAML under
+/// `spec.workload.rollout`, indented six spaces) and the scalability bounds.
+fn set_manifest(repo: &Path, strategy: &str, rollout: &str, min: u32, max: u32, concurrency: u32) {
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let base = text.split("  scalability:").next().unwrap().to_owned();
+    let manifest = format!(
+        "{base}  scalability:\n    min_instances: {min}\n    max_instances: {max}\n    \
+         max_instance_request_concurrency: {concurrency}\n  startup_probe:\n    path: /healthz\n    \
+         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: {strategy}\n  \
+         workload:\n    process:\n      command: [\"python3\", \"app.py\"]\n    env:\n      \
+         GREETING: hello\n    secrets: [API_KEY]\n{}",
+        if rollout.is_empty() {
+            String::new()
+        } else {
+            format!("    rollout:\n{rollout}")
+        }
+    );
+    std::fs::write(&path, manifest).unwrap();
+}
+
+fn events(platform: &Platform, id: &Value) -> Vec<String> {
+    let (status, events) = platform.call(
+        Method::GET,
+        &format!("/v1/deployments/{}/events", support::id_text(id)),
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(status, 200, "{events}");
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn status(platform: &Platform) -> Value {
+    let ran = platform.runway(&[
+        "status",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    assert!(ran.ok(), "status: {}", ran.all());
+    ran.json()
+}
+
+/// `runway deploy` without waiting: the deployment's id.
+fn deploy_nowait(platform: &Platform, repo: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["deploy", "--env", "dev", "--output", "json"];
+    args.extend_from_slice(extra);
+    let ran = platform.runway_with(&args, Some(repo.as_os_str()), None, support::COMMAND);
+    assert!(
+        ran.ok(),
+        "deploy: {}\nserver:\n{}",
+        ran.all(),
+        platform.log()
+    );
+    ran.json()["id"].clone()
+}
+
+/// Waits until `check` holds of the status, at most `bound`; returns that status.
+fn wait_status(
+    platform: &Platform,
+    bound: Duration,
+    what: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + bound;
+    loop {
+        let now = status(platform);
+        if check(&now) {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {bound:?}; status: {now:#}\nserver:\n{}",
+            platform.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn weight_of(status: &Value, revision: &str) -> u64 {
+    status["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["revision"] == revision)
+        .map_or(0, |r| r["weight"].as_u64().unwrap_or(0))
+}
+
+fn live_instances(status: &Value, revision: &str) -> usize {
+    status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| revision_of(i["id"].as_str().unwrap_or_default()) == revision)
+        .filter(|i| i["phase"] == "running")
+        .count()
+}
+
+/// A revision answering 5 % of its requests with a 500 is rolled back by the canary's first
+/// analysis, under load: the only failed requests are those it answered itself in its step,
+/// and none after the rollback. Then a good revision walks every step to 100 %.
+#[test]
+fn a_bad_canary_is_rolled_back_and_a_good_one_reaches_100() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "canary-secret");
+    let rollout = "      steps: [20, 50, 100]\n      pause_seconds: 2\n      analysis:\n        \
+                   min_requests: 40\n";
+    set_manifest(&repo, "runway_canary", rollout, 1, 1, 100);
+    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    platform.get(HOST, "/", Duration::from_secs(10));
+
+    let client = platform.ingress_client(HOST);
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        6,
+        Some(40.0),
+    );
+
+    // The bad one: every 20th request a 500.
+    set_env_file(&repo, "dev", &[("GREETING", "v2"), ("FAIL_EVERY", "20")]);
+    let started = Instant::now();
+    let bad = platform.deploy(&repo, "dev");
+    let took = started.elapsed();
+    assert!(!bad.ok(), "the bad canary succeeded: {}", bad.all());
+    let (code, listed) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/deployments?limit=1",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(code, 200);
+    let deployment = &listed[0];
+    assert_eq!(
+        deployment["state"],
+        "rolled_back",
+        "{deployment:#}\n{}",
+        bad.all()
+    );
+    let reason = deployment["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("error ratio"), "{reason}");
+    let story = events(&platform, &deployment["id"]);
+    assert!(
+        story
+            .iter()
+            .any(|e| e.starts_with("runway_canary: step 1 of 3, hello-dev-00002 20 %")),
+        "{story:#?}"
+    );
+    assert!(
+        story
+            .iter()
+            .any(|e| e.starts_with("rolled back to hello-dev-00001")),
+        "{story:#?}"
+    );
+
+    // Traffic is back on v1; the failures so far are all the bad revision's own 500s.
+    let now = status(&platform);
+    assert_eq!(weight_of(&now, "hello-dev-00001"), 100, "{now:#}");
+    let (ok_at_rollback, failed_at_rollback) = load.snapshot();
+    for failure in load.failures() {
+        assert!(
+            failure.starts_with("500 Internal Server Error: injected failure from hello-dev-00002"),
+            "a failure not from the canary itself: {failure}"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let (ok_after, failed_after) = load.snapshot();
+    assert_eq!(
+        failed_after, failed_at_rollback,
+        "requests failed after the rollback"
+    );
+    assert!(ok_after > ok_at_rollback);
+    eprintln!(
+        "bad canary rolled back {:.1} s after the deploy; {failed_at_rollback} of {} requests \
+         failed, all its own 500s",
+        took.as_secs_f64(),
+        ok_at_rollback + failed_at_rollback
+    );
+
+    // The good one walks 20 → 50 → 100 with no failed request.
+    set_env_file(&repo, "dev", &[("GREETING", "v3")]);
+    let good = platform.deploy(&repo, "dev");
+    assert!(
+        good.ok(),
+        "good canary: {}\nserver:\n{}",
+        good.all(),
+        platform.log()
+    );
+    let (_, failed_end) = load.snapshot();
+    assert_eq!(
+        failed_end,
+        failed_after,
+        "the good canary failed requests: {:?}",
+        load.failures()
+    );
+    let (code, listed) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/deployments?limit=1",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(code, 200);
+    let story = events(&platform, &listed[0]["id"]);
+    for expected in [
+        "runway_canary: step 1 of 3, hello-dev-00003 20 %",
+        "runway_canary: step 2 of 3, hello-dev-00003 50 %",
+        "rollout complete: hello-dev-00003 100 %",
+    ] {
+        assert!(
+            story.iter().any(|e| e.starts_with(expected)),
+            "{expected}: {story:#?}"
+        );
+    }
+    let (ok, failed) = load.stop(&platform.rt);
+    let now = status(&platform);
+    assert_eq!(weight_of(&now, "hello-dev-00003"), 100, "{now:#}");
+    eprintln!("canary test: {ok} requests, {failed} failed (the bad canary's own)");
+}
+
+/// `deploy --pause` starts the new revision but takes no step until `rollout resume`;
+/// `rollout abort` then rolls back at once. Blue/green stages the new revision at full
+/// capacity on its tag URL with no traffic until `rollout promote`, then switches all of it
+/// at once and keeps the old one warm for `keep_old_seconds`.
+#[test]
+fn pause_resume_abort_and_blue_green_promote() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "pause-secret");
+    set_manifest(
+        &repo,
+        "runway_canary",
+        "      steps: [50, 100]\n      pause_seconds: 1\n      analysis:\n        min_requests: 1\n",
+        1,
+        1,
+        100,
+    );
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+
+    // Paused: v2 becomes ready, but keeps 0 %.
+    set_env_file(&repo, "dev", &[("GREETING", "v2")]);
+    let paused = deploy_nowait(&platform, &repo, &["--pause"]);
+    let now = wait_status(
+        &platform,
+        Duration::from_secs(20),
+        "v2 ready while paused",
+        |s| {
+            s["revisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["revision"] == "hello-dev-00002" && r["condition"] == "ready")
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let now2 = status(&platform);
+    assert_eq!(weight_of(&now2, "hello-dev-00002"), 0, "{now:#}\n{now2:#}");
+    assert_eq!(now2["rollout"]["paused"], true, "{now2:#}");
+    let text = platform.runway(&["status", "--service", "hello", "--env", "dev"]);
+    assert!(text.stdout.contains("paused"), "{}", text.all());
+
+    // Resumed: it steps to 50 %; aborted: all back on v1, rolled back.
+    let resumed = platform.runway(&["rollout", "resume", "--service", "hello", "--env", "dev"]);
+    assert!(resumed.ok(), "{}", resumed.all());
+    wait_status(&platform, Duration::from_secs(10), "v2 at 50 %", |s| {
+        weight_of(s, "hello-dev-00002") == 50
+    });
+    let aborted = platform.runway(&[
+        "rollout",
+        "abort",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--wait",
+    ]);
+    assert_eq!(
+        aborted.code,
+        Some(1),
+        "abort --wait ends rolled back: {}",
+        aborted.all()
+    );
+    let deployment = platform.wait_deployment(&paused, Duration::from_secs(10));
+    assert_eq!(deployment["state"], "rolled_back", "{deployment:#}");
+    assert!(
+        deployment["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("abort"),
+        "{deployment:#}"
+    );
+    let now = status(&platform);
+    assert_eq!(weight_of(&now, "hello-dev-00001"), 100, "{now:#}");
+
+    // No deployment in progress: a command is refused, saying so.
+    let refused = platform.runway(&["rollout", "promote", "--service", "hello", "--env", "dev"]);
+    assert!(!refused.ok());
+    assert!(
+        refused
+            .all()
+            .contains("no deployment of hello/dev is pending or progressing"),
+        "{}",
+        refused.all()
+    );
+
+    // Blue/green: staged with no traffic, on its tag URL.
+    set_manifest(
+        &repo,
+        "runway_blue_green",
+        "      keep_old_seconds: 2\n",
+        1,
+        1,
+        100,
+    );
+    set_env_file(&repo, "dev", &[("GREETING", "blue-green")]);
+    let staged = deploy_nowait(&platform, &repo, &[]);
+    wait_status(
+        &platform,
+        Duration::from_secs(20),
+        "the green revision ready",
+        |s| {
+            s["revisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["revision"] == "hello-dev-00003" && r["condition"] == "ready")
+        },
+    );
+    let (code, body) = platform.get("r3---hello.dev.localhost", "/", Duration::from_secs(10));
+    assert_eq!(
+        (code, body.starts_with("blue-green from hello-dev-00003")),
+        (200, true),
+        "{body}"
+    );
+    let (_, body) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert!(
+        body.contains("hello-dev-00001"),
+        "traffic moved before the switch: {body}"
+    );
+    let promoted = platform.runway(&["rollout", "promote", "--service", "hello", "--env", "dev"]);
+    assert!(promoted.ok(), "{}", promoted.all());
+    wait_status(&platform, Duration::from_secs(10), "switched", |s| {
+        weight_of(s, "hello-dev-00003") == 100
+    });
+    // The old one stays warm, then the rollout completes and it is stopped.
+    let now = status(&platform);
+    assert_eq!(live_instances(&now, "hello-dev-00001"), 1, "{now:#}");
+    let done = platform.wait_deployment(&staged, Duration::from_secs(20));
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    platform.wait_retired("hello-dev-00001", Duration::from_secs(20));
+    let story = events(&platform, &staged);
+    assert!(
+        story
+            .iter()
+            .any(|e| e.starts_with("switched: hello-dev-00003 100 %")),
+        "{story:#?}"
+    );
+}
+
+/// `dryrun` prints the plan and changes nothing: no instance of the new revision starts and
+/// the serving revision keeps all its traffic.
+#[test]
+fn a_dry_run_changes_nothing() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "dryrun-secret");
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    set_manifest(&repo, "dryrun", "", 1, 1, 100);
+    let dry = platform.deploy(&repo, "dev");
+    assert!(dry.ok(), "dry run: {}", dry.all());
+    let (_, listed) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/deployments?limit=1",
+        Some(&platform.token),
+        None,
+    );
+    let reason = listed[0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("dry run: nothing was started"),
+        "{reason}"
+    );
+    assert!(reason.contains("100 % new"), "{reason}");
+    let now = status(&platform);
+    assert_eq!(weight_of(&now, "hello-dev-00001"), 100, "{now:#}");
+    assert_eq!(live_instances(&now, "hello-dev-00002"), 0, "{now:#}");
+}
+
+/// A load step from 1 to 40 clients (each request 100 ms at the instance, 10 at once per
+/// instance) makes the autoscaler add instances; when the load stops they go back to the
+/// minimum. Then with `min_instances: 0` the service goes to zero, and a request is served
+/// after a cold start.
+#[test]
+fn the_autoscaler_follows_a_load_step_and_scales_to_zero() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings {
+        control: FAST_AUTOSCALER.to_owned(),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "scale-secret");
+    set_manifest(&repo, "legacy", "", 1, 6, 10);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    let revision = "hello-dev-00001";
+
+    let client = platform.ingress_client(HOST);
+    let url = platform.ingress_url(HOST, "/?sleep=0.1");
+    let one = Load::start(&platform.rt, &client, &url, 1, None);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(live_instances(&status(&platform), revision), 1);
+    let step = Instant::now();
+    let forty = Load::start(&platform.rt, &client, &url, 39, None);
+    let scaled = wait_status(&platform, Duration::from_secs(20), "scaled up to 4+", |s| {
+        s["revisions"][0]["ready"].as_u64().unwrap_or(0) >= 4
+    });
+    let reaction = step.elapsed();
+    let decision = scaled["scaling"][0]["last_change"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(!decision.is_empty(), "{scaled:#}");
+    let (ok, failed) = forty.stop(&platform.rt);
+    let (ok1, failed1) = one.stop(&platform.rt);
+    assert_eq!(failed + failed1, 0, "requests failed while scaling");
+    eprintln!(
+        "1 → 40 clients: 4 instances ready {:.1} s after the step ({} requests); {decision}",
+        reaction.as_secs_f64(),
+        ok + ok1
+    );
+    wait_status(&platform, Duration::from_secs(30), "back to 1", |s| {
+        live_instances(s, revision) == 1
+    });
+
+    // To zero, then a cold start.
+    set_manifest(&repo, "legacy", "", 0, 6, 10);
+    let second = platform.deploy(&repo, "dev");
+    assert!(second.ok(), "deploy with min 0: {}", second.all());
+    let revision = "hello-dev-00002";
+    let zero = Instant::now();
+    wait_status(&platform, Duration::from_secs(30), "scaled to zero", |s| {
+        live_instances(s, revision) == 0 && s["instances"].as_array().unwrap().is_empty()
+    });
+    eprintln!(
+        "to zero {:.1} s after the deploy",
+        zero.elapsed().as_secs_f64()
+    );
+    let cold = Instant::now();
+    let (code, body) = platform.get(HOST, "/", Duration::from_secs(20));
+    let first_byte = cold.elapsed();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(revision), "{body}");
+    eprintln!(
+        "cold start: first response {:.0} ms after the request",
+        first_byte.as_secs_f64() * 1000.0
+    );
+    let now = status(&platform);
+    assert_eq!(live_instances(&now, revision), 1, "{now:#}");
+}

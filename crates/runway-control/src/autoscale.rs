@@ -1,0 +1,229 @@
+//! The autoscaler's executor: samples each serving revision's demand from the ingress (its
+//! requests in flight, queued and held), decides with [`runway_autoscaler::decide`], and sets
+//! the revision's instance count in the desired state, which the planner then makes true.
+//!
+//! A revision is autoscaled while it is desired with traffic weight; one staged at weight 0
+//! (blue/green before its switch, the old revision kept warm after it) keeps the count its
+//! rollout gave it. Histories and decision state live in memory: after a restart the windows
+//! fill again, and a revision is not scaled to zero before a whole stable window and the grace
+//! have passed since this controller first decided for it.
+
+use std::collections::BTreeSet;
+
+use runway_autoscaler::{DecisionEvent, History, Sample, Settings, State as ScalerState, decide};
+use runway_runtime::Runtime;
+use runway_runtime::status::now_ms;
+use runway_store::StoreError;
+use serde::Serialize;
+
+use crate::controller::{ACTOR, Controller};
+use crate::error::{ControlError, Result};
+use crate::observe::revision_of;
+use crate::revision::RevisionInfo;
+use crate::state::Key;
+
+/// One revision's autoscaler: its demand history and its decision state.
+#[derive(Debug)]
+pub(crate) struct Scaler {
+    history: History,
+    state: ScalerState,
+    /// The last decision, for `runway status`.
+    last: Option<DecisionEvent>,
+    /// The last decision that changed the count.
+    last_change: Option<DecisionEvent>,
+}
+
+/// A revision's scaling as `runway status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScalingSummary {
+    pub revision: String,
+    /// Requests in flight, queued and held at the ingress now.
+    pub concurrency: u64,
+    /// The autoscaler's last decision, in one line, and when it was made (Unix ms).
+    pub last_decision: Option<String>,
+    pub last_decision_at_ms: Option<u64>,
+    /// The last decision that changed the instance count.
+    pub last_change: Option<String>,
+    pub last_change_at_ms: Option<u64>,
+    /// Panic mode (a burst at least twice the ready capacity): no scale-down until it ends.
+    pub panicking: bool,
+}
+
+impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+    /// One round of the autoscaler over every revision desired with traffic. Returns whether
+    /// some count changed (the caller reconciles at once), and what went wrong.
+    pub(crate) async fn autoscale(&self) -> (bool, Vec<ControlError>) {
+        let mut errors = Vec::new();
+        let desired = match self
+            .db("list desired states", |store| store.desired_list())
+            .await
+        {
+            Ok(desired) => desired,
+            Err(error) => return (false, vec![error]),
+        };
+        let now = now_ms();
+        let mut scaled = BTreeSet::new();
+        let mut changed = false;
+        for wanted in &desired {
+            let key: Key = (wanted.service.clone(), wanted.env.clone());
+            for revision in wanted.revisions.iter().filter(|r| r.weight > 0) {
+                scaled.insert(revision.revision.clone());
+                let info = match self.revision(&revision.revision).await {
+                    Ok(Some(info)) => info,
+                    Ok(None) => continue,
+                    Err(error) => {
+                        errors.push(error);
+                        continue;
+                    }
+                };
+                let Some(count) = self.decide(&key, &info, revision.instances, now) else {
+                    continue;
+                };
+                match self
+                    .set_instances(&key, &revision.revision, count, wanted.generation)
+                    .await
+                {
+                    Ok(true) => changed = true,
+                    Ok(false) => {}
+                    Err(error) => errors.push(error),
+                }
+            }
+        }
+        self.lock().scalers.retain(|name, _| scaled.contains(name));
+        (changed, errors)
+    }
+
+    /// Samples the revision's demand and decides; `Some(count)` when it differs from
+    /// `current`.
+    fn decide(&self, key: &Key, info: &RevisionInfo, current: u32, now: u64) -> Option<u32> {
+        let name = &info.record.name;
+        let settings = self.scaling_settings(info);
+        let concurrency = self
+            .ingress
+            .revision_stats(&key.0, &key.1, name)
+            .map_or(0, |stats| stats.concurrency());
+        let mut state = self.lock();
+        let ready = ready_instances(&state, key, name);
+        let scaler = state.scalers.entry(name.clone()).or_insert_with(|| Scaler {
+            history: History::for_settings(&settings),
+            state: ScalerState::default(),
+            last: None,
+            last_change: None,
+        });
+        // Counts are small: the f64 is exact.
+        #[allow(clippy::cast_precision_loss, reason = "a request count")]
+        let sample = Sample::new(now, concurrency as f64);
+        // Only a clock going backwards is refused; that sample is dropped.
+        let _ = scaler.history.push(sample);
+        let decision = decide(
+            &settings,
+            &scaler.history,
+            &scaler.state,
+            ready,
+            current,
+            now,
+        );
+        scaler.state = decision.state;
+        if decision.desired != current {
+            scaler.last_change = Some(decision.event.clone());
+        }
+        scaler.last = Some(decision.event);
+        (decision.desired != current).then_some(decision.desired)
+    }
+
+    /// The controller's autoscaler settings with the revision's bounds and concurrency.
+    fn scaling_settings(&self, info: &RevisionInfo) -> Settings {
+        let mut settings = self.config.autoscaler.clone();
+        if let Ok(config) = &info.config {
+            settings.min_instances = config.min_instances;
+            settings.max_instances = Some(config.max_instances.max(config.min_instances));
+            settings.container_concurrency = config.concurrency;
+        }
+        settings
+    }
+
+    /// Writes the new count unless the desired state changed since it was read (a deploy, a
+    /// rollout step): the next round decides again on the new one. True when written.
+    async fn set_instances(
+        &self,
+        key: &Key,
+        revision: &str,
+        count: u32,
+        generation: u64,
+    ) -> Result<bool> {
+        let (service, env, name) = (key.0.clone(), key.1.clone(), revision.to_owned());
+        let written = self
+            .db(format!("scale {revision}"), move |store| {
+                store.desired_set_instances(ACTOR, &service, &env, &name, count, Some(generation))
+            })
+            .await;
+        match written {
+            Ok(_) => {
+                if let Some(summary) = self
+                    .lock()
+                    .scalers
+                    .get(revision)
+                    .and_then(|s| s.last.as_ref())
+                    .map(DecisionEvent::summary)
+                {
+                    eprintln!("runway-control: {}/{}: {summary}", key.0, key.1);
+                }
+                Ok(true)
+            }
+            Err(ControlError::Store {
+                source: StoreError::Conflict(_),
+                ..
+            }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Each autoscaled revision of the service: its demand now and the autoscaler's last
+    /// decisions.
+    pub fn scaling(&self, service: &str, env: &str) -> Vec<ScalingSummary> {
+        let state = self.lock();
+        let mut summaries: Vec<ScalingSummary> = state
+            .scalers
+            .iter()
+            .filter(|(name, _)| {
+                state
+                    .revisions
+                    .get(name.as_str())
+                    .is_some_and(|info| info.record.service == service && info.record.env == env)
+            })
+            .map(|(name, scaler)| ScalingSummary {
+                revision: name.clone(),
+                concurrency: self
+                    .ingress
+                    .revision_stats(service, env, name)
+                    .map_or(0, |stats| stats.concurrency()),
+                last_decision: scaler.last.as_ref().map(DecisionEvent::summary),
+                last_decision_at_ms: scaler.last.as_ref().map(|e| e.at_ms),
+                last_change: scaler.last_change.as_ref().map(DecisionEvent::summary),
+                last_change_at_ms: scaler.last_change.as_ref().map(|e| e.at_ms),
+                panicking: scaler.state.panicking(),
+            })
+            .collect();
+        summaries.sort_by(|a, b| a.revision.cmp(&b.revision));
+        summaries
+    }
+}
+
+/// Ready instances of the revision that are not draining, as last observed.
+fn ready_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
+    let Some(service) = state.services.get(key) else {
+        return 0;
+    };
+    let count = service
+        .instances
+        .iter()
+        .filter(|status| revision_of(&status.id) == Some(revision) && status.ready)
+        .filter(|status| {
+            state
+                .tracked
+                .get(&status.id)
+                .is_none_or(|tracked| tracked.draining_since_ms.is_none())
+        })
+        .count();
+    u32::try_from(count).unwrap_or(u32::MAX)
+}

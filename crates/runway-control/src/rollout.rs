@@ -1,0 +1,528 @@
+//! Progressive delivery: drives a deployment whose revision's manifest names a progressive
+//! strategy (`regional_rollout`, `runway_canary`, `runway_blue_green`, or `dryrun`) through
+//! [`runway_rollout::next`], once per pass, before the planner runs.
+//!
+//! The rollout owns the traffic weights of the stable revision (the deployment's
+//! `from_revision`) and the new one: it writes them into the desired state, with the
+//! instance counts the autoscaler keeps, and the planner moves traffic only to ready
+//! instances as always. Its progress is stored on the deployment (so a restart carries on
+//! where it was, paused included); an operator's command (`runway rollout pause|resume|
+//! abort|promote`) is stored there by the API and consumed here. A canary's analysis compares
+//! the two revisions over the current step's window from the ingress's counters, read at the
+//! step's start and now; a restart starts that window again.
+//!
+//! `legacy` and `expedited` are the planner's rolling deploy, untouched. A rollback, and a
+//! first deploy (nothing to compare with or fall back to), are rolled as `legacy` too.
+
+use runway_reconciler::Condition;
+use runway_rollout::{
+    Action, AnalysisSettings, Command, Phase, Progress, Step, StepInput, Strategy, Verdict, Window,
+    analyse, next,
+};
+use runway_runtime::Runtime;
+use runway_runtime::status::now_ms;
+use runway_store::{
+    Deployment, DeploymentKind, Desired, DesiredRevision, RolloutCommand, StoreError,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::controller::{ACTOR, Controller};
+use crate::error::{ControlError, Result};
+use crate::observe::revision_of;
+use crate::revision::RevisionInfo;
+use crate::state::{Key, State};
+
+/// What a deployment's rollout stores between passes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct RolloutRecord {
+    /// The strategy's name, as the manifest writes it.
+    pub(crate) strategy: String,
+    pub(crate) progress: Progress,
+}
+
+/// What a canary step's window started from, in memory.
+#[derive(Debug, Clone)]
+pub(crate) struct StepBaseline {
+    /// The step it is for: its index and start.
+    step: (usize, u64),
+    canary: Window,
+    stable: Window,
+}
+
+/// What the rollout says about its deployment after this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    /// Not a progressive rollout: the planner's rolling deploy decides.
+    Rolling,
+    /// Under way. The deploy timeout applies only while the new revision is not yet ready.
+    Stepping {
+        waiting_ready: bool,
+        wake_at_ms: Option<u64>,
+    },
+    /// All traffic is on the new revision: succeeded once the routes say so.
+    Completed,
+    /// Traffic went back to the stable revision, for this reason.
+    RolledBack(String),
+    /// A dry run: nothing was started; this is the plan.
+    DryRun(String),
+}
+
+/// A rollout's status, for `runway status`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RolloutSummary {
+    pub deployment: i64,
+    /// The manifest's strategy.
+    pub strategy: String,
+    /// `waiting_ready`, `stepping`, `switched`, `completed` or `rolled_back`.
+    pub phase: String,
+    /// The new revision's share of the traffic, percent.
+    pub new_weight: u32,
+    /// The step it is at (1-based) and how many the strategy has, for steps.
+    pub step: Option<(usize, usize)>,
+    pub paused: bool,
+    /// What it waits for, or what it did last.
+    pub message: String,
+}
+
+/// The manifest's strategy, with its settings, for a revision.
+pub(crate) fn strategy_of(info: &RevisionInfo) -> Strategy {
+    use runway_manifest::Strategy as Manifest;
+    let Ok(config) = &info.config else {
+        return Strategy::Legacy;
+    };
+    let rollout = &config.rollout;
+    let pause_ms = u64::from(rollout.pause_seconds.max(1)) * 1000;
+    match config.strategy {
+        Manifest::Legacy => Strategy::Legacy,
+        Manifest::Expedited => Strategy::Expedited,
+        Manifest::Dryrun => Strategy::DryRun,
+        Manifest::RegionalRollout => Strategy::RegionalRollout {
+            percentages: config
+                .rollout_percentages
+                .iter()
+                .map(|&p| u32::from(p))
+                .collect(),
+            pause_ms,
+        },
+        Manifest::RunwayCanary => {
+            let a = &rollout.analysis;
+            Strategy::Canary {
+                steps: rollout.steps.iter().map(|&p| u32::from(p)).collect(),
+                pause_ms,
+                analysis: AnalysisSettings {
+                    max_error_ratio: a.max_error_percent / 100.0,
+                    max_error_ratio_over_stable: a.max_error_percent_over_stable / 100.0,
+                    latency_slo_seconds: f64::from(a.latency_slo_ms) / 1000.0,
+                    max_p99_over_stable_ratio: a.max_p99_over_stable_ratio,
+                    max_readiness_failures: a.max_readiness_failures,
+                    max_restarts: a.max_restarts,
+                    min_requests: a.min_requests,
+                    max_inconclusive_windows: a.max_inconclusive_windows,
+                    min_p99_increase_seconds: f64::from(a.min_p99_increase_ms) / 1000.0,
+                },
+            }
+        }
+        Manifest::RunwayBlueGreen => Strategy::BlueGreen {
+            auto_switch_after_ms: rollout
+                .auto_switch_after_seconds
+                .map(|s| u64::from(s) * 1000),
+            keep_old_ms: u64::from(rollout.keep_old_seconds) * 1000,
+        },
+    }
+}
+
+fn command(command: RolloutCommand) -> Command {
+    match command {
+        RolloutCommand::Pause => Command::Pause,
+        RolloutCommand::Resume => Command::Resume,
+        RolloutCommand::Abort => Command::Abort,
+        RolloutCommand::Promote => Command::Promote,
+    }
+}
+
+impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+    /// One step of the deployment's rollout: reads its progress, decides, writes the desired
+    /// state and the progress, and says how the deployment stands. Returns the desired state
+    /// the planner should use this pass (the one it wrote, when it wrote one).
+    pub(crate) async fn roll(
+        &self,
+        key: &Key,
+        deployment: &Deployment,
+        wanted: &Desired,
+    ) -> Result<(Outcome, Option<Desired>)> {
+        let target = &deployment.to_revision;
+        let from = match &deployment.from_revision {
+            Some(from) if from != target && deployment.kind != DeploymentKind::Rollback => {
+                from.clone()
+            }
+            _ => return Ok((Outcome::Rolling, None)),
+        };
+        let Some(info) = self.revision(target).await? else {
+            return Ok((Outcome::Rolling, None));
+        };
+        let strategy = strategy_of(&info);
+        if matches!(strategy, Strategy::Legacy | Strategy::Expedited) {
+            return Ok((Outcome::Rolling, None));
+        }
+        let now = now_ms();
+        let stored = deployment
+            .rollout
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<RolloutRecord>(text).ok());
+        let progress = stored
+            .as_ref()
+            .map_or_else(|| Progress::new(now), |record| record.progress.clone());
+        let new_ready = self.fully_ready(key, target);
+        let verdict = match &strategy {
+            Strategy::Canary { analysis, .. } if progress.phase == Phase::Stepping => {
+                self.verdict(key, deployment.id, &progress, &from, target, analysis)
+            }
+            _ => None,
+        };
+        let input = StepInput {
+            now_ms: now,
+            new_ready,
+            verdict,
+            command: deployment.command.map(command),
+        };
+        let step = next(&strategy, &progress, &input);
+        self.note_step(deployment, &strategy, &step).await?;
+
+        let revisions_now = self.rollout_revisions(key, &strategy, &step, wanted, &from, target);
+        let written = if same_revisions(&revisions_now, &wanted.revisions) {
+            None
+        } else {
+            self.write_desired(wanted, revisions_now.clone()).await?
+        };
+        let record = RolloutRecord {
+            strategy: strategy.name().to_owned(),
+            progress: step.progress.clone(),
+        };
+        if stored.as_ref() != Some(&record) || deployment.command.is_some() {
+            self.save_rollout(deployment, &record).await?;
+        }
+        // A finished rollout ends its deployment only once its desired state is written.
+        let settled = written.is_some() || same_revisions(&revisions_now, &wanted.revisions);
+        let outcome = match step.action {
+            Action::Complete if settled => Outcome::Completed,
+            Action::RollBack { reason } if settled => Outcome::RolledBack(reason),
+            Action::DryRun { plan } if settled => Outcome::DryRun(plan_text(&plan)),
+            _ => Outcome::Stepping {
+                waiting_ready: step.progress.phase == Phase::WaitingReady,
+                wake_at_ms: if settled {
+                    step.wake_at_ms.or(step.old_stop_at_ms)
+                } else {
+                    Some(now)
+                },
+            },
+        };
+        Ok((outcome, written))
+    }
+
+    /// The target revision has all its desired instances ready, by the last plan.
+    fn fully_ready(&self, key: &Key, revision: &str) -> bool {
+        self.lock()
+            .services
+            .get(key)
+            .and_then(|s| s.status.iter().find(|r| r.revision == revision))
+            .is_some_and(|s| {
+                s.condition == Condition::Ready && s.ready >= s.desired_instances.max(1)
+            })
+    }
+
+    /// The canary's verdict over the current step's window; `None` at its start, when the
+    /// counters are read for the first time.
+    fn verdict(
+        &self,
+        key: &Key,
+        deployment: i64,
+        progress: &Progress,
+        stable: &str,
+        canary: &str,
+        settings: &AnalysisSettings,
+    ) -> Option<Verdict> {
+        let mut state = self.lock();
+        let canary_now = self.window(&state, key, canary);
+        let stable_now = self.window(&state, key, stable);
+        let step = (progress.step_index, progress.step_started_ms);
+        match state.baselines.get(&deployment) {
+            Some(baseline) if baseline.step == step => Some(analyse(
+                settings,
+                &Window::delta(&canary_now, &baseline.canary),
+                &Window::delta(&stable_now, &baseline.stable),
+            )),
+            _ => {
+                state.baselines.insert(
+                    deployment,
+                    StepBaseline {
+                        step,
+                        canary: canary_now,
+                        stable: stable_now,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    /// A revision's counters now: the ingress's requests and latency, the runtime's restarts
+    /// and the readiness failures this controller saw.
+    fn window(&self, state: &State, key: &Key, revision: &str) -> Window {
+        let stats = self
+            .ingress
+            .revision_stats(&key.0, &key.1, revision)
+            .unwrap_or_default();
+        let restarts = state.services.get(key).map_or(0, |service| {
+            service
+                .instances
+                .iter()
+                .filter(|status| revision_of(&status.id) == Some(revision))
+                .map(|status| status.restarts)
+                .sum()
+        });
+        Window {
+            requests: stats.requests,
+            errors_5xx: stats.errors_5xx,
+            latency_buckets: stats.latency_buckets,
+            readiness_failures: state.readiness_failures.get(revision).copied().unwrap_or(0),
+            restarts,
+        }
+    }
+
+    /// The desired revisions for this step: the stable and new revisions with the step's
+    /// weights and the instance counts the autoscaler keeps; blue/green's new revision at
+    /// least at the stable one's capacity; once finished, the winner alone.
+    fn rollout_revisions(
+        &self,
+        key: &Key,
+        strategy: &Strategy,
+        step: &Step,
+        wanted: &Desired,
+        from: &str,
+        target: &str,
+    ) -> Vec<DesiredRevision> {
+        let count = |name: &str| {
+            wanted
+                .revisions
+                .iter()
+                .find(|r| r.revision == name)
+                .map(|r| r.instances)
+        };
+        // The API's deploy names only the new revision: the stable one keeps the instances it
+        // has ready.
+        let stable_instances = count(from)
+            .unwrap_or_else(|| self.ready_of(key, from))
+            .max(1);
+        let new_instances = count(target).unwrap_or(1).max(1);
+        let new_instances = if matches!(strategy, Strategy::BlueGreen { .. }) {
+            new_instances.max(stable_instances)
+        } else {
+            new_instances
+        };
+        let revision = |name: &str, instances, weight| DesiredRevision {
+            revision: name.to_owned(),
+            instances,
+            weight,
+        };
+        match &step.progress.phase {
+            Phase::Completed => vec![revision(target, new_instances, 100)],
+            Phase::RolledBack { .. } => vec![revision(from, stable_instances, 100)],
+            _ if matches!(step.action, Action::DryRun { .. }) => {
+                vec![revision(from, stable_instances, 100)]
+            }
+            _ => vec![
+                revision(from, stable_instances, step.weights.stable),
+                revision(target, new_instances, step.weights.new),
+            ],
+        }
+    }
+
+    fn ready_of(&self, key: &Key, revision: &str) -> u32 {
+        let state = self.lock();
+        let count = state.services.get(key).map_or(0, |service| {
+            service
+                .instances
+                .iter()
+                .filter(|s| revision_of(&s.id) == Some(revision) && s.ready)
+                .count()
+        });
+        u32::try_from(count).unwrap_or(u32::MAX)
+    }
+
+    /// Writes the desired state unless it changed since it was read (the autoscaler, a new
+    /// deploy): then the next pass steps again from the new one.
+    async fn write_desired(
+        &self,
+        wanted: &Desired,
+        revisions: Vec<DesiredRevision>,
+    ) -> Result<Option<Desired>> {
+        let (service, env, generation) = (
+            wanted.service.clone(),
+            wanted.env.clone(),
+            wanted.generation,
+        );
+        let written = self
+            .db(
+                format!("set the rollout's weights for {service}/{env}"),
+                move |store| store.desired_set(ACTOR, &service, &env, &revisions, Some(generation)),
+            )
+            .await;
+        match written {
+            Ok(desired) => Ok(Some(desired)),
+            Err(ControlError::Store {
+                source: StoreError::Conflict(_),
+                ..
+            }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn save_rollout(&self, deployment: &Deployment, record: &RolloutRecord) -> Result<()> {
+        let text = serde_json::to_string(record)
+            .map_err(|e| ControlError::Task(format!("encode a rollout: {e}")))?;
+        let (id, consumed) = (deployment.id, deployment.command);
+        self.db(
+            format!("save the rollout of deployment {id}"),
+            move |store| store.deployment_save_rollout(ACTOR, id, &text, consumed),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// The deployment's events for what this step did, and the status line kept for
+    /// `runway status`.
+    async fn note_step(
+        &self,
+        deployment: &Deployment,
+        strategy: &Strategy,
+        step: &Step,
+    ) -> Result<()> {
+        let target = &deployment.to_revision;
+        let from = deployment
+            .from_revision
+            .as_deref()
+            .unwrap_or("the stable revision");
+        let mut events = Vec::new();
+        if let Some(asked) = deployment.command {
+            events.push(format!("rollout: {} carried out", asked.as_str()));
+        }
+        let message = match &step.action {
+            Action::Advance => {
+                let total = strategy.ladder().len();
+                let message = format!(
+                    "{}: step {} of {total}, {target} {} %, {from} {} %",
+                    strategy.name(),
+                    step.progress.step_index + 1,
+                    step.weights.new,
+                    step.weights.stable
+                );
+                events.push(message.clone());
+                message
+            }
+            Action::Switch => {
+                let message = format!("switched: {target} 100 %, {from} kept warm");
+                events.push(message.clone());
+                message
+            }
+            Action::Complete => {
+                let message = format!("rollout complete: {target} 100 %");
+                events.push(message.clone());
+                message
+            }
+            Action::RollBack { reason } => {
+                let message = format!("rolled back to {from}: {reason}");
+                events.push(message.clone());
+                message
+            }
+            Action::DryRun { plan } => {
+                let message = format!("dry run, nothing started:\n{}", plan_text(plan));
+                events.push(message.clone());
+                message
+            }
+            Action::Hold { reason } => reason.clone(),
+            Action::WaitReady => format!("waiting for {target} to be ready"),
+        };
+        let first_wait = deployment.rollout.is_none() && step.action == Action::WaitReady;
+        if first_wait {
+            events.push(format!("{}: {message}", strategy.name()));
+        }
+        self.lock().rollout_messages.insert(deployment.id, message);
+        let mut errors = Vec::new();
+        for event in events {
+            self.event(Some(deployment), &event, &mut errors).await;
+        }
+        errors.into_iter().next().map_or(Ok(()), Err)
+    }
+
+    /// The rollout of the service's deployment in progress, if it is a progressive one.
+    pub async fn rollout(&self, service: &str, env: &str) -> Result<Option<RolloutSummary>> {
+        let (owned_service, owned_env) = (service.to_owned(), env.to_owned());
+        let listed = self
+            .db(
+                format!("list deployments of {service}/{env}"),
+                move |store| store.deployment_list(&owned_service, Some(&owned_env), 10),
+            )
+            .await?;
+        let Some(deployment) = listed.into_iter().find(|d| !d.state.is_terminal()) else {
+            return Ok(None);
+        };
+        let Some(record) = deployment
+            .rollout
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<RolloutRecord>(text).ok())
+        else {
+            return Ok(None);
+        };
+        let strategy = match self.revision(&deployment.to_revision).await? {
+            Some(info) => strategy_of(&info),
+            None => return Ok(None),
+        };
+        let progress = &record.progress;
+        let total = strategy.ladder().len();
+        let (phase, step) = match &progress.phase {
+            Phase::WaitingReady => ("waiting_ready", None),
+            Phase::Stepping if total > 0 => ("stepping", Some((progress.step_index + 1, total))),
+            Phase::Stepping => ("staged", None),
+            Phase::Switched { .. } => ("switched", None),
+            Phase::Completed => ("completed", None),
+            Phase::RolledBack { .. } => ("rolled_back", None),
+        };
+        let message = self
+            .lock()
+            .rollout_messages
+            .get(&deployment.id)
+            .cloned()
+            .unwrap_or_default();
+        Ok(Some(RolloutSummary {
+            deployment: deployment.id,
+            strategy: record.strategy,
+            phase: phase.to_owned(),
+            new_weight: progress.new_weight,
+            step,
+            paused: progress.paused,
+            message,
+        }))
+    }
+}
+
+/// The desired revisions equal, order aside.
+fn same_revisions(a: &[DesiredRevision], b: &[DesiredRevision]) -> bool {
+    let sorted = |list: &[DesiredRevision]| {
+        let mut list: Vec<(String, u32, u32)> = list
+            .iter()
+            .map(|r| (r.revision.clone(), r.instances, r.weight))
+            .collect();
+        list.sort();
+        list
+    };
+    sorted(a) == sorted(b)
+}
+
+/// A dry run's plan, one line per step.
+fn plan_text(steps: &[runway_rollout::PlannedStep]) -> String {
+    steps
+        .iter()
+        .map(|step| format!("  {:>3} % new: {}", step.weights.new, step.when))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
