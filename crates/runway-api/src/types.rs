@@ -528,6 +528,11 @@ pub struct ScalingView {
     pub last_change: Option<String>,
     /// When it was made (RFC 3339).
     pub last_change_at: Option<String>,
+    /// That decision whole (`runway_autoscaler::DecisionEvent`): its settings, ready and
+    /// desired counts, state before, demand figures, intermediate figures and reasons; it
+    /// replays to the same count.
+    #[schema(value_type = Object)]
+    pub last_change_event: Option<serde_json::Value>,
     /// A burst at least twice the ready capacity: no scale-down until it passes.
     pub panicking: bool,
 }

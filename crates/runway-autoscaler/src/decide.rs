@@ -82,7 +82,7 @@ pub enum Reason {
 
 /// Everything a decision read and why it came out as it did. With [`decide_demand`], its
 /// inputs give the same decision again.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionEvent {
     pub at_ms: u64,
     pub settings: Settings,

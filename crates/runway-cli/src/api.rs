@@ -232,9 +232,14 @@ pub(crate) struct Scaling {
     #[serde(default)]
     pub(crate) last_decision: Option<String>,
     #[serde(default)]
+    pub(crate) last_decision_at: Option<String>,
+    #[serde(default)]
     pub(crate) last_change: Option<String>,
     #[serde(default)]
     pub(crate) last_change_at: Option<String>,
+    /// The whole decision, with its inputs, passed through as the server gave it.
+    #[serde(default)]
+    pub(crate) last_change_event: Option<Value>,
     #[serde(default)]
     pub(crate) panicking: bool,
 }

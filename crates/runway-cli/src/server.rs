@@ -437,6 +437,9 @@ impl Platform for ServerPlatform {
                         last_decision_at: s.last_decision_at_ms.and_then(rfc3339),
                         last_change: s.last_change,
                         last_change_at: s.last_change_at_ms.and_then(rfc3339),
+                        last_change_event: s
+                            .last_change_event
+                            .and_then(|event| serde_json::to_value(event).ok()),
                         panicking: s.panicking,
                     })
                     .collect(),

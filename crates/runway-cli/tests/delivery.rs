@@ -475,6 +475,18 @@ fn the_autoscaler_follows_a_load_step_and_scales_to_zero() {
         .unwrap_or_default()
         .to_owned();
     assert!(!decision.is_empty(), "{scaled:#}");
+    // The decision comes with its inputs: it replays to the same count.
+    let event: runway_autoscaler::DecisionEvent =
+        serde_json::from_value(scaled["scaling"][0]["last_change_event"].clone()).unwrap();
+    let replayed = runway_autoscaler::decide_demand(
+        &event.settings,
+        &event.demand,
+        &event.state_before,
+        event.ready_instances,
+        event.current_desired,
+        event.at_ms,
+    );
+    assert_eq!(replayed.desired, event.desired, "{event:?}");
     let (ok, failed) = forty.stop(&platform.rt);
     let (ok1, failed1) = one.stop(&platform.rt);
     assert_eq!(failed + failed1, 0, "requests failed while scaling");
@@ -511,4 +523,159 @@ fn the_autoscaler_follows_a_load_step_and_scales_to_zero() {
     );
     let now = status(&platform);
     assert_eq!(live_instances(&now, revision), 1, "{now:#}");
+}
+
+/// A worker that notes what it does in `WORK_LOG`: a tick every 200 ms; on SIGQUIT it stops
+/// taking work, finishes the job in hand (1 s) and exits, unless `IGNORE_QUIT=1`.
+const WORKER: &str = r#"import os, signal, time
+gen, log = os.environ["GEN"], os.environ["WORK_LOG"]
+quitting = False
+
+def note(what):
+    with open(log, "a") as f:
+        f.write(f"{time.time():.3f} {gen} {what}\n")
+
+def on_quit(*_):
+    global quitting
+    if os.environ.get("IGNORE_QUIT") == "1":
+        note("ignores SIGQUIT")
+        return
+    quitting = True
+    note("quitting")
+
+signal.signal(signal.SIGQUIT, on_quit)
+note("started")
+while not quitting:
+    note("tick")
+    time.sleep(0.2)
+time.sleep(1.0)
+note("done")
+"#;
+
+/// The worker's notes: (time, generation, what).
+fn work_log(path: &Path) -> Vec<(f64, String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ' ');
+            Some((
+                parts.next()?.parse().ok()?,
+                parts.next()?.to_owned(),
+                parts.next()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+fn first(log: &[(f64, String, String)], generation: &str, what: &str) -> Option<f64> {
+    log.iter()
+        .find(|(_, g, w)| g == generation && w == what)
+        .map(|(t, _, _)| *t)
+}
+
+/// Workers roll as GRIT's runners do: the new generation starts and is healthy, then the old
+/// one gets SIGQUIT, finishes the job in hand and exits; one that ignores SIGQUIT is killed
+/// when its stop grace runs out. Generations never overlap past that, and the control loop is
+/// not held up while an old one finishes.
+#[test]
+fn workers_roll_new_first_then_the_old_quits_within_its_grace() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "worker-secret");
+    std::fs::write(repo.join("worker.py"), WORKER).unwrap();
+    std::fs::write(
+        repo.join(".runway/runway.yml"),
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: hello\nspec:\n  \
+         regions: [local]\n  workload:\n    kind: worker\n    stop_grace_period_seconds: 2\n    \
+         process:\n      command: [\"python3\", \"worker.py\"]\n    secrets: [API_KEY]\n",
+    )
+    .unwrap();
+    let log_path = platform.dir.path().join("work.log");
+    let log_text = log_path.to_str().unwrap();
+    let deploy = |generation: &str, ignore_quit: &str| {
+        set_env_file(
+            &repo,
+            "dev",
+            &[
+                ("GEN", generation),
+                ("WORK_LOG", log_text),
+                ("IGNORE_QUIT", ignore_quit),
+            ],
+        );
+        let started = Instant::now();
+        let ran = platform.deploy(&repo, "dev");
+        assert!(
+            ran.ok(),
+            "deploy {generation}: {}\nserver:\n{}",
+            ran.all(),
+            platform.log()
+        );
+        started.elapsed()
+    };
+    let wait_for = |generation: &str, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = work_log(&log_path);
+            if let Some(at) = first(&log, generation, what) {
+                return (at, log);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no `{generation} {what}`: {log:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    deploy("g1", "0");
+    wait_for("g1", "tick");
+    let took = deploy("g2", "0");
+    let (done, log) = wait_for("g1", "done");
+    let g2_started = first(&log, "g2", "started").unwrap();
+    let g1_quit = first(&log, "g1", "quitting").unwrap();
+    assert!(
+        g2_started < g1_quit,
+        "the old one quit before the new started: {log:?}"
+    );
+    let late: Vec<_> = log
+        .iter()
+        .filter(|(t, g, w)| g == "g1" && w == "tick" && *t > g1_quit)
+        .collect();
+    assert!(late.is_empty(), "g1 took work after SIGQUIT: {late:?}");
+    assert!(done - g1_quit >= 0.9, "g1 did not finish its job: {log:?}");
+    eprintln!(
+        "worker roll: deploy took {:.1} s; g1 quit {:.2} s after g2 started and finished its job in {:.2} s",
+        took.as_secs_f64(),
+        g1_quit - g2_started,
+        done - g1_quit
+    );
+
+    // A generation that ignores SIGQUIT is killed when its 2 s grace runs out; the loop is
+    // not held up meanwhile (the next deploy ends before the kill).
+    deploy("g3", "1");
+    wait_for("g2", "done");
+    let took = deploy("g4", "0");
+    let (ignored, _) = wait_for("g3", "ignores SIGQUIT");
+    platform.wait_retired("hello-dev-00003", Duration::from_secs(20));
+    let log = work_log(&log_path);
+    let last_g3 = log
+        .iter()
+        .filter(|(_, g, _)| g == "g3")
+        .map(|(t, _, _)| *t)
+        .fold(0.0, f64::max);
+    assert!(
+        last_g3 - ignored < 2.6,
+        "g3 ran {:.2} s past SIGQUIT with a 2 s grace: {log:?}",
+        last_g3 - ignored
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "deploying g4 took {took:?} while g3 was being stopped"
+    );
+    let now = status(&platform);
+    assert_eq!(now["instances"].as_array().unwrap().len(), 1, "{now:#}");
 }

@@ -2,7 +2,8 @@
 //! requests in flight, queued and held), decides with [`runway_autoscaler::decide`], and sets
 //! the revision's instance count in the desired state, which the planner then makes true.
 //!
-//! A revision is autoscaled while it is desired with traffic weight; one staged at weight 0
+//! A revision is autoscaled while it is desired with traffic weight (workers never are: they
+//! get no requests to count); one staged at weight 0
 //! (blue/green before its switch, the old revision kept warm after it) keeps the count its
 //! rollout gave it. Histories and decision state live in memory: after a restart the windows
 //! fill again, and a revision is not scaled to zero before a whole stable window and the grace
@@ -45,6 +46,9 @@ pub struct ScalingSummary {
     /// The last decision that changed the instance count.
     pub last_change: Option<String>,
     pub last_change_at_ms: Option<u64>,
+    /// That decision whole: every input it was made from, so it can be replayed
+    /// (`runway_autoscaler::decide_demand`), and the reasons for its count.
+    pub last_change_event: Option<DecisionEvent>,
     /// Panic mode (a burst at least twice the ready capacity): no scale-down until it ends.
     pub panicking: bool,
 }
@@ -69,8 +73,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             for revision in wanted.revisions.iter().filter(|r| r.weight > 0) {
                 scaled.insert(revision.revision.clone());
                 let info = match self.revision(&revision.revision).await {
-                    Ok(Some(info)) => info,
-                    Ok(None) => continue,
+                    Ok(Some(info)) if !info.is_worker() => info,
+                    Ok(_) => continue,
                     Err(error) => {
                         errors.push(error);
                         continue;
@@ -201,6 +205,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 last_decision_at_ms: scaler.last.as_ref().map(|e| e.at_ms),
                 last_change: scaler.last_change.as_ref().map(DecisionEvent::summary),
                 last_change_at_ms: scaler.last_change.as_ref().map(|e| e.at_ms),
+                last_change_event: scaler.last_change.clone(),
                 panicking: scaler.state.panicking(),
             })
             .collect();

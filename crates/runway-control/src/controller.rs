@@ -1,6 +1,6 @@
 //! The controller: the loop, one reconciliation of every service, and the actions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -42,6 +42,9 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     sealer: Arc<Sealer>,
     /// Shared with the tasks that watch a starting instance for readiness.
     wake: Arc<Notify>,
+    /// Instances being stopped in the background (a stop may take a worker's whole grace
+    /// period, which must not hold up the loop), by id.
+    stopping: Arc<Mutex<HashSet<String>>>,
     pub(crate) state: Mutex<State>,
     /// One reconciliation at a time.
     pass: tokio::sync::Mutex<PassMemory>,
@@ -82,6 +85,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             ingress,
             sealer: Arc::new(sealer),
             wake: Arc::new(Notify::new()),
+            stopping: Arc::default(),
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
         }
@@ -299,13 +303,18 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             self.event(deployment.as_ref(), &change, &mut errors).await;
         }
         for action in plan.actions {
+            if let Action::Stop { instance } = &action
+                && self.is_stopping(instance)
+            {
+                continue;
+            }
             let cleanup = matches!(action, Action::Drain { .. } | Action::Stop { .. });
             let told = if cleanup {
                 latest.as_ref()
             } else {
                 deployment.as_ref()
             };
-            match self.apply(key, action, &policy).await {
+            match self.apply(key, action, &policy, told).await {
                 Ok(message) => self.event(told, &message, &mut errors).await,
                 Err(error) => {
                     self.event(deployment.as_ref(), &error.to_string(), &mut errors)
@@ -375,7 +384,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// The planner's bounds for this service: the drain grace shortened to the manifests'
-    /// stop grace.
+    /// stop grace, and none for workers, which have no requests to finish (their stop signal
+    /// and stop grace are how they finish their work).
     fn policy_for(&self, wanted: Option<&Desired>, instances: &[InstanceStatus]) -> Policy {
         let state = self.lock();
         let names = wanted
@@ -384,7 +394,13 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .chain(instances.iter().filter_map(|s| revision_of(&s.id)));
         let grace = names
             .filter_map(|name| state.revisions.get(name))
-            .map(|info| self.config.drain_grace_for(info.stop_grace_seconds()))
+            .map(|info| {
+                if info.is_worker() {
+                    0
+                } else {
+                    self.config.drain_grace_for(info.stop_grace_seconds())
+                }
+            })
             .min()
             .unwrap_or(self.config.drain_grace_ms);
         Policy {
@@ -393,8 +409,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         }
     }
 
-    /// Applies one action; returns what happened, for the deployment's events.
-    async fn apply(&self, key: &Key, action: Action, policy: &Policy) -> Result<String> {
+    /// Applies one action; returns what happened, for the deployment's events (`told` is
+    /// told when a background stop ends).
+    async fn apply(
+        &self,
+        key: &Key,
+        action: Action,
+        policy: &Policy,
+        told: Option<&Deployment>,
+    ) -> Result<String> {
         match action {
             Action::SetRoutes { weights } => self.set_routes(key, weights),
             Action::Start { revision } => {
@@ -411,10 +434,65 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 Ok(format!("instance {instance} draining"))
             }
             Action::Stop { instance } => {
-                self.stop(key, &instance).await?;
-                Ok(format!("instance {instance} stopped"))
+                self.stop_in_background(&instance, told.map(|d| d.id));
+                Ok(format!("instance {instance} stopping"))
             }
         }
+    }
+
+    fn is_stopping(&self, id: &str) -> bool {
+        self.stopping
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(id)
+    }
+
+    /// Stops and removes the instance in a task of its own: its stop signal, then as long as
+    /// its grace period allows (up to an hour for a worker finishing its jobs) before SIGKILL.
+    /// The loop carries on meanwhile, and is woken when the instance is gone; the stop is
+    /// told in the deployment `told`'s events.
+    fn stop_in_background(&self, id: &str, told: Option<i64>) {
+        self.stopping
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned());
+        let (runtime, store, wake, stopping) = (
+            Arc::clone(&self.runtime),
+            Arc::clone(&self.store),
+            Arc::clone(&self.wake),
+            Arc::clone(&self.stopping),
+        );
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            let stopped = match runtime.instance_stop(&id).await {
+                Ok(_) | Err(RuntimeError::NotFound(_)) => {
+                    match runtime.instance_remove(&id).await {
+                        Ok(()) | Err(RuntimeError::NotFound(_)) => Ok(()),
+                        Err(error) => Err(error),
+                    }
+                }
+                Err(error) => Err(error),
+            };
+            let message = match stopped {
+                Ok(()) => format!("instance {id} stopped"),
+                Err(error) => {
+                    let message = format!("instance {id} could not be stopped: {error}");
+                    eprintln!("runway-control: {message}");
+                    message
+                }
+            };
+            if let Some(deployment) = told {
+                let _ = tokio::task::spawn_blocking(move || {
+                    store.deployment_add_event(ACTOR, deployment, &message)
+                })
+                .await;
+            }
+            stopping
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+            wake.notify_one();
+        });
     }
 
     /// Remembers the weights and sets the whole table; on refusal the old weights stay.

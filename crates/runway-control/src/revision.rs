@@ -70,6 +70,14 @@ impl RevisionInfo {
         })
     }
 
+    /// A worker (`kind: worker`): no port, no traffic, not autoscaled; nothing to drain, so
+    /// its instances get their stop signal as soon as they are retired.
+    pub(crate) fn is_worker(&self) -> bool {
+        self.config
+            .as_ref()
+            .is_ok_and(|config| config.kind == runway_manifest::WorkloadKind::Worker)
+    }
+
     pub(crate) fn stop_grace_seconds(&self) -> u32 {
         self.config
             .as_ref()
