@@ -437,6 +437,32 @@ fn a_dry_run_changes_nothing() {
     let now = status(&platform);
     assert_eq!(weight_of(&now, "hello-dev-00001"), 100, "{now:#}");
     assert_eq!(live_instances(&now, "hello-dev-00002"), 0, "{now:#}");
+
+    // A first deploy's dry run starts nothing either.
+    let fresh = platform.onboard("fresh", &["dev"], "dryrun-secret");
+    set_manifest(&fresh, "dryrun", "", 1, 1, 100);
+    let text = std::fs::read_to_string(fresh.join(".runway/runway.yml")).unwrap();
+    std::fs::write(
+        fresh.join(".runway/runway.yml"),
+        text.replace("name: hello", "name: fresh"),
+    )
+    .unwrap();
+    let dry = platform.deploy(&fresh, "dev");
+    assert!(dry.ok(), "first dry run: {}", dry.all());
+    std::thread::sleep(Duration::from_millis(500));
+    let ran = platform.runway(&[
+        "status",
+        "--service",
+        "fresh",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    assert!(ran.ok(), "{}", ran.all());
+    let now = ran.json();
+    assert!(now["instances"].as_array().unwrap().is_empty(), "{now:#}");
+    assert!(now["routes"].as_array().unwrap().is_empty(), "{now:#}");
 }
 
 /// A load step from 1 to 40 clients (each request 100 ms at the instance, 10 at once per

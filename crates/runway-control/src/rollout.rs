@@ -151,17 +151,19 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         wanted: &Desired,
     ) -> Result<(Outcome, Option<Desired>)> {
         let target = &deployment.to_revision;
-        let from = match &deployment.from_revision {
-            Some(from) if from != target && deployment.kind != DeploymentKind::Rollback => {
-                from.clone()
-            }
-            _ => return Ok((Outcome::Rolling, None)),
-        };
+        if deployment.kind == DeploymentKind::Rollback {
+            return Ok((Outcome::Rolling, None));
+        }
         let Some(info) = self.revision(target).await? else {
             return Ok((Outcome::Rolling, None));
         };
         let strategy = strategy_of(&info);
-        if matches!(strategy, Strategy::Legacy | Strategy::Expedited) {
+        // The revision serving before; a first deploy has none to step from (but a dry run
+        // still changes nothing).
+        let from = deployment.from_revision.clone().filter(|f| f != target);
+        let rolling = matches!(strategy, Strategy::Legacy | Strategy::Expedited)
+            || (from.is_none() && strategy != Strategy::DryRun);
+        if rolling {
             return Ok((Outcome::Rolling, None));
         }
         let now = now_ms();
@@ -173,9 +175,9 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .as_ref()
             .map_or_else(|| Progress::new(now), |record| record.progress.clone());
         let new_ready = self.fully_ready(key, target);
-        let verdict = match &strategy {
-            Strategy::Canary { analysis, .. } if progress.phase == Phase::Stepping => {
-                self.verdict(key, deployment.id, &progress, &from, target, analysis)
+        let verdict = match (&strategy, &from) {
+            (Strategy::Canary { analysis, .. }, Some(from)) if progress.phase == Phase::Stepping => {
+                self.verdict(key, deployment.id, &progress, from, target, analysis)
             }
             _ => None,
         };
@@ -188,7 +190,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let step = next(&strategy, &progress, &input);
         self.note_step(deployment, &strategy, &step).await?;
 
-        let revisions_now = self.rollout_revisions(key, &strategy, &step, wanted, &from, target);
+        let revisions_now =
+            self.rollout_revisions(key, &strategy, &step, wanted, from.as_deref(), target);
         let written = if same_revisions(&revisions_now, &wanted.revisions) {
             None
         } else {
@@ -298,7 +301,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         strategy: &Strategy,
         step: &Step,
         wanted: &Desired,
-        from: &str,
+        from: Option<&str>,
         target: &str,
     ) -> Vec<DesiredRevision> {
         let count = |name: &str| {
@@ -310,8 +313,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         };
         // The API's deploy names only the new revision: the stable one keeps the instances it
         // has ready.
-        let stable_instances = count(from)
-            .unwrap_or_else(|| self.ready_of(key, from))
+        let stable_instances = from
+            .map_or(0, |from| count(from).unwrap_or_else(|| self.ready_of(key, from)))
             .max(1);
         let new_instances = count(target).unwrap_or(1).max(1);
         let new_instances = if matches!(strategy, Strategy::BlueGreen { .. }) {
@@ -324,16 +327,20 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             instances,
             weight,
         };
-        match &step.progress.phase {
-            Phase::Completed => vec![revision(target, new_instances, 100)],
-            Phase::RolledBack { .. } => vec![revision(from, stable_instances, 100)],
-            _ if matches!(step.action, Action::DryRun { .. }) => {
-                vec![revision(from, stable_instances, 100)]
-            }
-            _ => vec![
+        let back = || match from {
+            Some(from) => vec![revision(from, stable_instances, 100)],
+            // Nothing served before (a first deploy's dry run): nothing runs.
+            None => vec![revision(target, 0, 0)],
+        };
+        match (&step.progress.phase, from) {
+            (Phase::Completed, _) => vec![revision(target, new_instances, 100)],
+            (Phase::RolledBack { .. }, _) => back(),
+            _ if matches!(step.action, Action::DryRun { .. }) => back(),
+            (_, Some(from)) => vec![
                 revision(from, stable_instances, step.weights.stable),
                 revision(target, new_instances, step.weights.new),
             ],
+            (_, None) => vec![revision(target, new_instances, step.weights.new)],
         }
     }
 
