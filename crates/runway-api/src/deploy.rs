@@ -151,6 +151,7 @@ pub(crate) async fn deploy(
     };
     let instances = instances_for(&config);
     let max_instances = config.max_instances.max(instances);
+    let dry_run = config.strategy == runway_manifest::Strategy::Dryrun;
     let pause = body.pause;
     let (service, env, actor) = (service.to_owned(), env.to_owned(), caller.name.clone());
     let declared = config.secrets.clone();
@@ -189,17 +190,36 @@ pub(crate) async fn deploy(
                 ))
                 .field("manifest.spec.workload.secrets"));
             }
-            // The new revision starts with the capacity serving now, so taking all the
-            // traffic does not overload it while the autoscaler catches up.
-            let serving_now = s
+            let current = s
                 .desired_get(&service, &env)?
-                .and_then(|d| d.revisions.into_iter().map(|r| r.instances).max())
-                .unwrap_or(0);
-            let desired = [PlannedRevision {
-                revision: RevisionRef::New,
-                instances: instances.max(serving_now.min(max_instances)),
-                weight: 100,
-            }];
+                .map(|d| d.revisions)
+                .unwrap_or_default();
+            let desired = if dry_run {
+                // A dry run records the revision and its plan and changes nothing: the desired
+                // state stays as it is, the new revision in it with no instances or traffic.
+                current
+                    .into_iter()
+                    .map(|r| PlannedRevision {
+                        revision: RevisionRef::Named(r.revision),
+                        instances: r.instances,
+                        weight: r.weight,
+                    })
+                    .chain([PlannedRevision {
+                        revision: RevisionRef::New,
+                        instances: 0,
+                        weight: 0,
+                    }])
+                    .collect()
+            } else {
+                // The new revision starts with the capacity serving now, so taking all the
+                // traffic does not overload it while the autoscaler catches up.
+                let serving_now = current.iter().map(|r| r.instances).max().unwrap_or(0);
+                vec![PlannedRevision {
+                    revision: RevisionRef::New,
+                    instances: instances.max(serving_now.min(max_instances)),
+                    weight: 100,
+                }]
+            };
             let record = s.record_deploy(&actor, &revision, &desired)?;
             if pause {
                 return Ok(s.deployment_command(
@@ -214,6 +234,57 @@ pub(crate) async fn deploy(
         .await?;
     state.platform.wake();
     Ok(deployment)
+}
+
+/// Refuses an operator's rollout command when the deployment in progress has no steps to
+/// steer: its revision rolls out with `legacy` or `expedited` (or it is a rollback).
+pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiResult<()> {
+    let Some(active) = s
+        .deployment_list(service, Some(env), 10)?
+        .into_iter()
+        .find(|d| !d.state.is_terminal())
+    else {
+        // The store says so, in its own words.
+        return Ok(());
+    };
+    let revision = s.revision_get(&active.to_revision)?;
+    let strategy = serde_json::from_value::<Manifest>(revision.manifest)
+        .ok()
+        .map(|m| ServiceConfig::from_manifest(&m, Some(env), &revision.env_vars).strategy);
+    let stepped = active.kind != runway_store::DeploymentKind::Rollback
+        && active.from_revision.is_some()
+        && matches!(
+            strategy,
+            Some(
+                runway_manifest::Strategy::RegionalRollout
+                    | runway_manifest::Strategy::RunwayCanary
+                    | runway_manifest::Strategy::RunwayBlueGreen
+            )
+        );
+    if stepped {
+        return Ok(());
+    }
+    Err(ApiError::conflict(format!(
+        "deployment {} of {service}/{env} rolls out in one step ({}): there is nothing to \
+         pause, resume, abort or promote; `runway rollback` goes back",
+        active.id,
+        if active.kind == runway_store::DeploymentKind::Rollback {
+            "a rollback".to_owned()
+        } else if active.from_revision.is_none() {
+            "a first deploy".to_owned()
+        } else {
+            format!(
+                "strategy {}",
+                strategy.map_or("legacy".to_owned(), |s| {
+                    serde_json::to_value(s)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                })
+            )
+        }
+    ))
+    .field("command"))
 }
 
 /// The revision serving in a desired state: the one with the most weight.

@@ -403,6 +403,7 @@ async fn rollout_command(
     let deployment = state
         .store(move |s| {
             service_env(s, &service, &env)?;
+            deploy::check_steerable(s, &service, &env)?;
             Ok(s.deployment_command(&actor, &service, &env, body.command.into())?)
         })
         .await?;

@@ -70,7 +70,22 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let mut changed = false;
         for wanted in &desired {
             let key: Key = (wanted.service.clone(), wanted.env.clone());
-            for revision in wanted.revisions.iter().filter(|r| r.weight > 0) {
+            // Revisions with traffic now: a deploy's new revision is sized by its deploy
+            // until the planner routes to it.
+            let routed: BTreeSet<String> = self
+                .lock()
+                .services
+                .get(&key)
+                .map(|s| s.routes.iter().map(|r| r.revision.clone()).collect())
+                .unwrap_or_default();
+            // During a split (a canary), neither side goes to zero: the analysis needs both.
+            let split = wanted.revisions.iter().filter(|r| r.weight > 0).count() > 1;
+            let mut generation = wanted.generation;
+            for revision in wanted
+                .revisions
+                .iter()
+                .filter(|r| r.weight > 0 && routed.contains(&r.revision))
+            {
                 scaled.insert(revision.revision.clone());
                 let info = match self.revision(&revision.revision).await {
                     Ok(Some(info)) if !info.is_worker() => info,
@@ -80,15 +95,18 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                         continue;
                     }
                 };
-                let Some(count) = self.decide(&key, &info, revision.instances, now) else {
+                let Some(count) = self.decide(&key, &info, revision.instances, split, now) else {
                     continue;
                 };
                 match self
-                    .set_instances(&key, &revision.revision, count, wanted.generation)
+                    .set_instances(&key, &revision.revision, count, generation)
                     .await
                 {
-                    Ok(true) => changed = true,
-                    Ok(false) => {}
+                    Ok(Some(written)) => {
+                        generation = written;
+                        changed = true;
+                    }
+                    Ok(None) => {}
                     Err(error) => errors.push(error),
                 }
             }
@@ -98,10 +116,20 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// Samples the revision's demand and decides; `Some(count)` when it differs from
-    /// `current`.
-    fn decide(&self, key: &Key, info: &RevisionInfo, current: u32, now: u64) -> Option<u32> {
+    /// `current`. With `split`, at least one instance.
+    fn decide(
+        &self,
+        key: &Key,
+        info: &RevisionInfo,
+        current: u32,
+        split: bool,
+        now: u64,
+    ) -> Option<u32> {
         let name = &info.record.name;
-        let settings = self.scaling_settings(info);
+        let mut settings = self.scaling_settings(info);
+        if split {
+            settings.min_instances = settings.min_instances.max(1);
+        }
         let concurrency = self
             .ingress
             .revision_stats(&key.0, &key.1, name)
@@ -128,9 +156,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             now,
         );
         scaler.state = decision.state;
-        if decision.desired != current {
-            scaler.last_change = Some(decision.event.clone());
-        }
         scaler.last = Some(decision.event);
         (decision.desired != current).then_some(decision.desired)
     }
@@ -147,14 +172,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// Writes the new count unless the desired state changed since it was read (a deploy, a
-    /// rollout step): the next round decides again on the new one. True when written.
+    /// rollout step): the next round decides again on the new one. The new generation when
+    /// written; the decision is then the revision's last change.
     async fn set_instances(
         &self,
         key: &Key,
         revision: &str,
         count: u32,
         generation: u64,
-    ) -> Result<bool> {
+    ) -> Result<Option<u64>> {
         let (service, env, name) = (key.0.clone(), key.1.clone(), revision.to_owned());
         let written = self
             .db(format!("scale {revision}"), move |store| {
@@ -162,22 +188,20 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             })
             .await;
         match written {
-            Ok(_) => {
-                if let Some(summary) = self
-                    .lock()
-                    .scalers
-                    .get(revision)
-                    .and_then(|s| s.last.as_ref())
-                    .map(DecisionEvent::summary)
-                {
-                    eprintln!("runway-control: {}/{}: {summary}", key.0, key.1);
+            Ok(desired) => {
+                let mut state = self.lock();
+                if let Some(scaler) = state.scalers.get_mut(revision) {
+                    scaler.last_change.clone_from(&scaler.last);
+                    if let Some(event) = &scaler.last {
+                        eprintln!("runway-control: {}/{}: {}", key.0, key.1, event.summary());
+                    }
                 }
-                Ok(true)
+                Ok(Some(desired.generation))
             }
             Err(ControlError::Store {
                 source: StoreError::Conflict(_),
                 ..
-            }) => Ok(false),
+            }) => Ok(None),
             Err(error) => Err(error),
         }
     }

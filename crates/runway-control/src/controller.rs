@@ -198,12 +198,16 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         keys.extend(by_key.keys().cloned());
         keys.extend(self.lock().services.keys().cloned());
         let mut requeue: Option<u64> = None;
+        let mut active = HashSet::new();
         for key in keys {
             let wanted = desired
                 .iter()
                 .find(|d| d.service == key.0 && d.env == key.1);
             let instances = by_key.remove(&key).unwrap_or_default();
-            match self.reconcile_service(&key, wanted, instances).await {
+            match self
+                .reconcile_service(&key, wanted, instances, &mut active)
+                .await
+            {
                 Ok((after, mut failed)) => {
                     requeue = min_some(requeue, after);
                     errors.append(&mut failed);
@@ -212,6 +216,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             }
         }
         self.forget_gone(&desired);
+        self.forget_finished(&active);
         memory.requeue_after_ms = requeue;
         errors
     }
@@ -253,19 +258,22 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         by_key
     }
 
-    /// Plans one service in one environment and applies the plan; then moves its deployment.
-    /// Returns when to plan again for time's sake, and the actions' errors.
+    /// Plans one service in one environment and applies the plan; then moves its deployment
+    /// (its id added to `active`). Returns when to plan again for time's sake, and the
+    /// actions' errors.
     async fn reconcile_service(
         &self,
         key: &Key,
         wanted: Option<&Desired>,
         instances: Vec<InstanceStatus>,
+        active: &mut HashSet<i64>,
     ) -> Result<(Option<u64>, Vec<ControlError>)> {
         let now = now_ms();
         let (deployment, latest) = match wanted {
             Some(_) => self.deployments(key).await?,
             None => (None, None),
         };
+        active.extend(deployment.as_ref().map(|d| d.id));
         // A progressive rollout sets the weights before the planner moves traffic.
         let (outcome, rolled) = match (deployment.as_ref(), wanted) {
             (Some(deployment), Some(wanted)) => self.roll(key, deployment, wanted).await?,
@@ -279,7 +287,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             let fresh = !state.services.contains_key(key);
             let service = state.services.entry(key.clone()).or_default();
             if fresh {
-                service.routes = seed_routes(deployment.as_ref());
+                service.routes = seed_routes(deployment.as_ref(), wanted);
             }
             service.instances = instances;
             service.routes.clone()
@@ -303,9 +311,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             self.event(deployment.as_ref(), &change, &mut errors).await;
         }
         for action in plan.actions {
-            if let Action::Stop { instance } = &action
-                && self.is_stopping(instance)
-            {
+            // An instance being stopped in the background is left to its task.
+            let busy = match &action {
+                Action::Stop { instance }
+                | Action::Drain { instance }
+                | Action::Replace { instance, .. } => self.is_stopping(instance),
+                Action::Start { .. } | Action::SetRoutes { .. } => false,
+            };
+            if busy {
                 continue;
             }
             let cleanup = matches!(action, Action::Drain { .. } | Action::Stop { .. });
@@ -714,14 +727,39 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .collect();
         for key in gone {
             state.services.remove(&key);
-            state.revisions.retain(|_, info| info.key() != key);
+        }
+        // Revisions still of use: desired, running or routed. The others are read again from
+        // the store if they ever are (a rollback).
+        let mut live: HashSet<String> = desired
+            .iter()
+            .flat_map(|d| d.revisions.iter().map(|r| r.revision.clone()))
+            .collect();
+        for service in state.services.values() {
+            live.extend(service.routes.iter().map(|r| r.revision.clone()));
+            live.extend(
+                service
+                    .instances
+                    .iter()
+                    .filter_map(|i| revision_of(&i.id).map(str::to_owned)),
+            );
         }
         let State {
             revisions,
             readiness_failures,
             ..
         } = &mut *state;
-        readiness_failures.retain(|name, _| revisions.contains_key(name));
+        revisions.retain(|name, _| live.contains(name));
+        readiness_failures.retain(|name, _| live.contains(name));
+    }
+
+    /// Forgets what it kept for progressive deployments no longer in progress (ended by a
+    /// rollback that superseded them, say, rather than by this controller).
+    fn forget_finished(&self, active: &HashSet<i64>) {
+        let mut state = self.lock();
+        state.baselines.retain(|id, _| active.contains(id));
+        state.rollout_messages.retain(|id, _| active.contains(id));
+        state.unready_since.retain(|id, _| active.contains(id));
+        state.deployments_seen.retain(|id, _| active.contains(id));
     }
 
     /// Runs a store call on the blocking pool.
@@ -835,14 +873,26 @@ async fn next_signal(receiver: &mut Option<broadcast::Receiver<ScaleUp>>) -> boo
 /// revision being deployed, so a deployment caught in progress by a restart would otherwise
 /// leave its previous revision unrouted (and then retired, drained and stopped) before the
 /// new one is ready. Its previous revision keeps the traffic until the planner moves it.
-fn seed_routes(active: Option<&runway_store::Deployment>) -> Vec<RouteWeight> {
-    active
-        .and_then(|deployment| deployment.from_revision.clone())
-        .map(|revision| {
-            vec![RouteWeight {
-                revision,
-                weight: 100,
-            }]
-        })
-        .unwrap_or_default()
+/// Without a deployment in progress, revisions scaled to zero keep their routes, so the
+/// ingress holds their requests (and signals a scale-up) rather than answering 404.
+fn seed_routes(active: Option<&Deployment>, wanted: Option<&Desired>) -> Vec<RouteWeight> {
+    if let Some(revision) = active.and_then(|deployment| deployment.from_revision.clone()) {
+        return vec![RouteWeight {
+            revision,
+            weight: 100,
+        }];
+    }
+    let Some(wanted) = wanted else {
+        return Vec::new();
+    };
+    let scaled_to_zero = Desired {
+        revisions: wanted
+            .revisions
+            .iter()
+            .filter(|r| r.instances == 0 && r.weight > 0)
+            .cloned()
+            .collect(),
+        ..wanted.clone()
+    };
+    crate::deploy::desired_routes(&scaled_to_zero)
 }

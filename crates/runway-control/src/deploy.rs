@@ -81,6 +81,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             Outcome::Stepping { .. } | Outcome::Rolling | Outcome::Completed => {}
         }
         let stepping = matches!(outcome, Outcome::Stepping { .. });
+        let completed = *outcome == Outcome::Completed;
         let target = &deployment.to_revision;
         let (status, routes, start_error) = {
             let state = self.lock();
@@ -94,10 +95,16 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let ready = status
             .as_ref()
             .is_some_and(|s| s.condition == Condition::Ready);
-        if ready && !stepping && routes == desired_routes(wanted) {
+        // A completed rollout succeeds once the routes are its own: the planner routes only to
+        // ready instances, and the autoscaler may be adding more under the full load then.
+        let routed = routes == desired_routes(wanted);
+        if routed && (completed || (ready && !stepping)) {
             return self
                 .finish(deployment, DeploymentState::Succeeded, None)
                 .await;
+        }
+        if completed {
+            return Ok(());
         }
         let elapsed_ms = self.elapsed_ms(deployment);
         let permanent = start_error.as_ref().is_some_and(|e| e.permanent);
@@ -137,6 +144,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             state.deployments_seen.remove(&id);
             state.baselines.remove(&id);
             state.rollout_messages.remove(&id);
+            state.unready_since.remove(&id);
         }
         self.db(format!("mark deployment {id} {to}"), move |store| {
             store.deployment_transition(ACTOR, id, to, reason.as_deref())

@@ -176,11 +176,16 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .map_or_else(|| Progress::new(now), |record| record.progress.clone());
         let new_ready = self.fully_ready(key, target);
         let verdict = match (&strategy, &from) {
-            (Strategy::Canary { analysis, .. }, Some(from)) if progress.phase == Phase::Stepping => {
+            (Strategy::Canary { analysis, .. }, Some(from))
+                if progress.phase == Phase::Stepping =>
+            {
                 self.verdict(key, deployment.id, &progress, from, target, analysis)
             }
             _ => None,
         };
+        let verdict = self
+            .unready_too_long(deployment, &progress, new_ready, now)
+            .or(verdict);
         let input = StepInput {
             now_ms: now,
             new_ready,
@@ -211,7 +216,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             Action::RollBack { reason } if settled => Outcome::RolledBack(reason),
             Action::DryRun { plan } if settled => Outcome::DryRun(plan_text(&plan)),
             _ => Outcome::Stepping {
-                waiting_ready: step.progress.phase == Phase::WaitingReady,
+                // A paused rollout waits for its operator, not against the deploy timeout.
+                waiting_ready: step.progress.phase == Phase::WaitingReady && !step.progress.paused,
                 wake_at_ms: if settled {
                     step.wake_at_ms.or(step.old_stop_at_ms)
                 } else {
@@ -220,6 +226,38 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             },
         };
         Ok((outcome, written))
+    }
+
+    /// A failed verdict once the new revision has had traffic and been short of ready
+    /// instances for longer than the deploy timeout: a rollout without an analysis (regional)
+    /// would otherwise wait for it for ever, part of the traffic on the stable revision.
+    fn unready_too_long(
+        &self,
+        deployment: &Deployment,
+        progress: &Progress,
+        new_ready: bool,
+        now: u64,
+    ) -> Option<Verdict> {
+        let mut state = self.lock();
+        let under_way = matches!(progress.phase, Phase::Stepping | Phase::Switched { .. });
+        if new_ready || !under_way {
+            state.unready_since.remove(&deployment.id);
+            return None;
+        }
+        let since = *state.unready_since.entry(deployment.id).or_insert(now);
+        let waited = now.saturating_sub(since);
+        (waited > self.config.deploy_timeout_ms).then(|| Verdict::Fail {
+            measure: runway_rollout::Measure::ReadinessFailures,
+            canary_value: 0.0,
+            stable_value: None,
+            limit: 0.0,
+            message: format!(
+                "{} not fully ready for {} s at {} %",
+                deployment.to_revision,
+                waited / 1000,
+                progress.new_weight
+            ),
+        })
     }
 
     /// The target revision has all its desired instances ready, by the last plan.
@@ -313,29 +351,36 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         };
         // The API's deploy names only the new revision: the stable one keeps the instances it
         // has ready.
-        let stable_instances = from
-            .map_or(0, |from| count(from).unwrap_or_else(|| self.ready_of(key, from)))
-            .max(1);
-        let new_instances = count(target).unwrap_or(1).max(1);
-        let new_instances = if matches!(strategy, Strategy::BlueGreen { .. }) {
-            new_instances.max(stable_instances)
+        // The autoscaler's count when it has one (0 included: scaled to zero).
+        let stable_instances = from.map_or(1, |from| {
+            count(from).unwrap_or_else(|| self.ready_of(key, from).max(1))
+        });
+        // The new revision carries its share of the stable revision's capacity at least
+        // (all of it for blue/green, and at 100 %), so a step does not overload it while the
+        // autoscaler catches up; and one instance, to be judged.
+        let share = if matches!(strategy, Strategy::BlueGreen { .. }) {
+            100
         } else {
-            new_instances
+            step.weights.new
         };
+        let new_instances = count(target)
+            .unwrap_or(1)
+            .max(1)
+            .max((stable_instances * share).div_ceil(100));
         let revision = |name: &str, instances, weight| DesiredRevision {
             revision: name.to_owned(),
             instances,
             weight,
         };
         let back = || match from {
-            Some(from) => vec![revision(from, stable_instances, 100)],
-            // Nothing served before (a first deploy's dry run): nothing runs.
+            Some(from) => vec![revision(from, stable_instances.max(1), 100)],
             None => vec![revision(target, 0, 0)],
         };
         match (&step.progress.phase, from) {
+            // The API left the desired state as it was; nothing to write.
+            _ if matches!(step.action, Action::DryRun { .. }) => wanted.revisions.clone(),
             (Phase::Completed, _) => vec![revision(target, new_instances, 100)],
             (Phase::RolledBack { .. }, _) => back(),
-            _ if matches!(step.action, Action::DryRun { .. }) => back(),
             (_, Some(from)) => vec![
                 revision(from, stable_instances, step.weights.stable),
                 revision(target, new_instances, step.weights.new),

@@ -37,6 +37,9 @@ pub(crate) struct State {
     pub(crate) baselines: HashMap<i64, StepBaseline>,
     /// What each progressive deployment waits for or did last, by id.
     pub(crate) rollout_messages: HashMap<i64, String>,
+    /// Since when each progressive deployment's new revision, having had traffic, has been
+    /// short of ready instances, by id.
+    pub(crate) unready_since: HashMap<i64, u64>,
 }
 
 /// One service in one environment.

@@ -1230,6 +1230,14 @@ impl Store for SqliteStore {
                 )));
             };
             let id = deployment.id;
+            // An abort not yet carried out stands: nothing but another abort replaces it.
+            if deployment.command == Some(RolloutCommand::Abort) && command != RolloutCommand::Abort
+            {
+                return Err(StoreError::Conflict(format!(
+                    "deployment {id} of {service}/{env} has an abort pending; it cannot be \
+                     replaced by {command}"
+                )));
+            }
             conn.execute(
                 "UPDATE deployments SET command = ?2 WHERE id = ?1",
                 params![id, command.as_str()],

@@ -131,9 +131,9 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Asks the rollout of `service` in `env` to pause, resume, abort or promote: sets the
     /// [`command`](Deployment::command) of its deployment that is `Pending` or `Progressing`,
-    /// replacing a command not yet carried out, with an event (`pause asked by alice`).
-    /// `NotFound` for an unknown service or environment; `Conflict` when no deployment there
-    /// is in progress.
+    /// replacing a command not yet carried out, with an event (`pause asked by alice`); a
+    /// pending abort is replaced by nothing but an abort. `NotFound` for an unknown service or
+    /// environment; `Conflict` when no deployment there is in progress, or an abort is pending.
     fn deployment_command(
         &self,
         actor: &str,

@@ -797,32 +797,53 @@ async fn rollout_commands_reach_the_deployment_in_progress() {
     let server = start().await;
     server.onboard("hello").await;
     let path = "/v1/services/hello/environments/dev/rollout";
+    let deploy = "/v1/services/hello/environments/dev/deployments";
     // Nothing in progress yet: 409, saying so.
     let none = server
         .admin("POST", path, Some(json!({"command": "pause"})), 409)
         .await;
+    let message = |body: &serde_json::Value| body["error"]["message"].as_str().unwrap().to_owned();
     assert!(
-        none["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("no deployment of hello/dev"),
+        message(&none).contains("no deployment of hello/dev"),
         "{none}"
     );
 
-    // `pause: true` stores a pause on the new deployment at once.
-    let mut body = deploy_body("hello");
-    body["pause"] = json!(true);
+    // A first deploy (legacy) has no steps to steer.
     let first = server
+        .admin("POST", deploy, Some(deploy_body("hello")), 202)
+        .await;
+    let one_step = server
+        .admin("POST", path, Some(json!({"command": "pause"})), 409)
+        .await;
+    assert!(
+        message(&one_step).contains("rolls out in one step (a first deploy)"),
+        "{one_step}"
+    );
+    finish(&server, first["id"].as_i64().unwrap());
+    // The autoscaler has grown the serving revision meanwhile.
+    server
+        .store
+        .desired_set_instances("autoscaler", "hello", "dev", "hello-dev-00001", 5, None)
+        .unwrap();
+
+    // A canary deployed with `pause: true` has the pause stored at once.
+    let mut manifest = manifest("hello");
+    manifest["spec"]["deployment"] = json!({"strategy": "runway_canary"});
+    let canary = server
         .admin(
             "POST",
-            "/v1/services/hello/environments/dev/deployments",
-            Some(body),
+            deploy,
+            Some(json!({"manifest": manifest, "pause": true})),
             202,
         )
         .await;
-    let id = first["id"].as_i64().unwrap();
+    let id = canary["id"].as_i64().unwrap();
     let stored = server.store.deployment_get(id).unwrap();
     assert_eq!(stored.command, Some(runway_store::RolloutCommand::Pause));
+    // It starts with the capacity serving now.
+    let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(desired.revisions[0].revision, "hello-dev-00002");
+    assert_eq!(desired.revisions[0].instances, 5);
 
     // A command replaces it and wakes the reconciler; an unknown one is refused by field.
     let wakes = server.platform.wakes.load(Ordering::SeqCst);
@@ -843,22 +864,35 @@ async fn rollout_commands_reach_the_deployment_in_progress() {
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{:?}", bad.body);
     assert!(bad.field().contains("command"), "{:?}", bad.body);
-
-    // The next deploy starts with the capacity the desired state has now.
-    finish(&server, id);
+    // A pending abort stands.
     server
-        .store
-        .desired_set_instances("autoscaler", "hello", "dev", "hello-dev-00001", 5, None)
-        .unwrap();
-    server
-        .admin(
-            "POST",
-            "/v1/services/hello/environments/dev/deployments",
-            Some(deploy_body("hello")),
-            202,
-        )
+        .admin("POST", path, Some(json!({"command": "abort"})), 202)
         .await;
-    let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
-    assert_eq!(desired.revisions[0].revision, "hello-dev-00002");
-    assert_eq!(desired.revisions[0].instances, 5);
+    server
+        .admin("POST", path, Some(json!({"command": "resume"})), 409)
+        .await;
+}
+
+#[tokio::test]
+async fn a_dry_run_records_its_revision_and_leaves_the_desired_state_as_it_was() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let deploy = "/v1/services/hello/environments/dev/deployments";
+    let first = server
+        .admin("POST", deploy, Some(deploy_body("hello")), 202)
+        .await;
+    finish(&server, first["id"].as_i64().unwrap());
+    let before = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    let mut manifest = manifest("hello");
+    manifest["spec"]["deployment"] = json!({"strategy": "dryrun"});
+    server
+        .admin("POST", deploy, Some(json!({"manifest": manifest})), 202)
+        .await;
+    let after = server.store.desired_get("hello", "dev").unwrap().unwrap();
+    assert_eq!(after.revisions[0], before.revisions[0]);
+    assert_eq!(after.revisions[1].revision, "hello-dev-00002");
+    assert_eq!(
+        (after.revisions[1].instances, after.revisions[1].weight),
+        (0, 0)
+    );
 }

@@ -236,11 +236,20 @@ fn apply(store: &dyn Store, op: &Op) {
         } => {
             let (service, env) = (SERVICES[service], ENVS[env]);
             let command = RolloutCommand::ALL[command];
-            let in_progress = store
+            let active = store
                 .deployment_list(service, Some(env), 100)
-                .is_ok_and(|all| all.iter().any(|d| !d.state.is_terminal()));
+                .ok()
+                .and_then(|all| all.into_iter().find(|d| !d.state.is_terminal()));
+            // A pending abort is replaced by nothing but an abort.
+            let abort_pending = active.as_ref().is_some_and(|d| {
+                d.command == Some(RolloutCommand::Abort) && command != RolloutCommand::Abort
+            });
             let result = store.deployment_command("prop", service, env, command);
-            assert_eq!(result.is_ok(), in_progress, "{result:?}");
+            assert_eq!(
+                result.is_ok(),
+                active.is_some() && !abort_pending,
+                "{result:?}"
+            );
             if let Ok(d) = &result {
                 assert!(!d.state.is_terminal(), "{d:?}");
                 assert_eq!((d.service.as_str(), d.env.as_str()), (service, env));

@@ -78,6 +78,13 @@ fn commands_are_set_replaced_and_consumed_compare_and_clear() {
         .unwrap();
     assert_eq!(saved.rollout.as_deref(), Some(r#"{"step":2}"#));
     assert_eq!(saved.command, Some(Abort));
+    // A pending abort stands: nothing but an abort replaces it.
+    let refused = store
+        .deployment_command("alice", "hello", "production", Resume)
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Conflict(_)), "{refused:?}");
+    assert!(refused.to_string().contains("abort pending"), "{refused}");
+    assert_eq!(store.deployment_get(id).unwrap().command, Some(Abort));
     // Consuming the stored command clears it.
     let saved = store
         .deployment_save_rollout("rollout", id, r#"{"step":2,"aborting":true}"#, Some(Abort))
