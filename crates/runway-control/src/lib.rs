@@ -65,6 +65,29 @@
 //! reported it) and carries the last lines the failing instance wrote. Rollbacks and
 //! promotions are deployments like any other.
 //!
+//! # Progressive delivery
+//!
+//! When the new revision's manifest names `regional_rollout`, `runway_canary`,
+//! `runway_blue_green` or `dryrun`, each pass first steps the deployment's rollout
+//! (`rollout.rs`, over `runway_rollout::next`): the stable and new revisions' weights go into
+//! the desired state (with the store's generation check), and the planner then moves traffic
+//! as always, only to ready instances. A canary's window is analysed from the ingress's
+//! counters ([`runway_ingress::Ingress::revision_stats`]) against the stable revision's; a
+//! failed window, an abort, or a new revision short of ready instances for the deploy timeout
+//! puts all traffic back on the stable revision and ends the deployment `RolledBack` with the
+//! reason. The progress and an operator's pending command (pause, resume, abort, promote)
+//! are stored on the deployment, so a restart carries on. A rollout completes with the new
+//! revision alone in the desired state and succeeds once the routes are its own.
+//!
+//! # Autoscaling
+//!
+//! Every `autoscale_interval_ms`, and at once when the ingress holds a request for a revision
+//! with no ready instance, `autoscale.rs` samples each routed revision's requests in flight,
+//! queued and held, decides with `runway_autoscaler::decide` (Knative's rules, bounded by the
+//! manifest's `min_instances` and `max_instances`) and sets its instance count in the desired
+//! state. With `min_instances: 0` a quiet revision goes to zero while keeping its route, so
+//! the ingress holds its next request while an instance starts. Workers are not autoscaled.
+//!
 //! # Secrets
 //!
 //! Each secret version a revision pins is read from the store and opened with the master key
