@@ -32,6 +32,9 @@ class Handler(BaseHTTPRequestHandler):
 
 def main():
     port = int(os.environ.get("PORT", "8080"))
+    # socketserver's default listen backlog is 5: a burst of new connections (the ingress
+    # spreading queued requests onto a fresh instance) would be reset.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"listening on 127.0.0.1:{port}", flush=True)

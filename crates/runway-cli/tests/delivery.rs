@@ -465,7 +465,7 @@ fn a_dry_run_changes_nothing() {
     assert!(now["routes"].as_array().unwrap().is_empty(), "{now:#}");
 }
 
-/// A load step from 1 to 40 clients (each request 100 ms at the instance, 10 at once per
+/// A load step from 1 to 200 clients (each request 500 ms at the instance, 50 at once per
 /// instance) makes the autoscaler add instances; when the load stops they go back to the
 /// minimum. Then with `min_instances: 0` the service goes to zero, and a request is served
 /// after a cold start.
@@ -480,18 +480,18 @@ fn the_autoscaler_follows_a_load_step_and_scales_to_zero() {
         ..Settings::default()
     });
     let repo = platform.onboard("hello", &["dev"], "scale-secret");
-    set_manifest(&repo, "legacy", "", 1, 6, 10);
+    set_manifest(&repo, "legacy", "", 1, 8, 50);
     let first = platform.deploy(&repo, "dev");
     assert!(first.ok(), "first deploy: {}", first.all());
     let revision = "hello-dev-00001";
 
     let client = platform.ingress_client(HOST);
-    let url = platform.ingress_url(HOST, "/?sleep=0.1");
+    let url = platform.ingress_url(HOST, "/?sleep=0.5");
     let one = Load::start(&platform.rt, &client, &url, 1, None);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(live_instances(&status(&platform), revision), 1);
     let step = Instant::now();
-    let forty = Load::start(&platform.rt, &client, &url, 39, None);
+    let step_up = Load::start(&platform.rt, &client, &url, 199, None);
     let scaled = wait_status(&platform, Duration::from_secs(20), "scaled up to 4+", |s| {
         s["revisions"][0]["ready"].as_u64().unwrap_or(0) >= 4
     });
@@ -513,11 +513,21 @@ fn the_autoscaler_follows_a_load_step_and_scales_to_zero() {
         event.at_ms,
     );
     assert_eq!(replayed.desired, event.desired, "{event:?}");
-    let (ok, failed) = forty.stop(&platform.rt);
+    let (step_counts, one_counts) = (
+        std::sync::Arc::clone(&step_up.counts),
+        std::sync::Arc::clone(&one.counts),
+    );
+    let (ok, failed) = step_up.stop(&platform.rt);
     let (ok1, failed1) = one.stop(&platform.rt);
-    assert_eq!(failed + failed1, 0, "requests failed while scaling");
+    let step_failures = step_counts.failures.lock().unwrap().clone();
+    let one_failures = one_counts.failures.lock().unwrap().clone();
+    assert_eq!(
+        failed + failed1,
+        0,
+        "requests failed while scaling: {step_failures:?} {one_failures:?}"
+    );
     eprintln!(
-        "1 → 40 clients: 4 instances ready {:.1} s after the step ({} requests); {decision}",
+        "1 → 200 clients: 4 instances ready {:.1} s after the step ({} requests); {decision}",
         reaction.as_secs_f64(),
         ok + ok1
     );

@@ -107,6 +107,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 ThreadingHTTPServer.daemon_threads = True
+# socketserver's default backlog is 5: a burst of new connections would be reset.
+ThreadingHTTPServer.request_queue_size = 128
 server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 print(f"listening on {os.environ['PORT']}", flush=True)
