@@ -715,3 +715,52 @@ fn workers_roll_new_first_then_the_old_quits_within_its_grace() {
     let now = status(&platform);
     assert_eq!(now["instances"].as_array().unwrap().len(), 1, "{now:#}");
 }
+
+/// Blue/green with `auto_switch_after_seconds` switches by itself once the new revision has
+/// been ready that long, then retires the old one after `keep_old_seconds`.
+#[test]
+fn blue_green_switches_by_itself_after_its_delay() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "switch-secret");
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    set_manifest(
+        &repo,
+        "runway_blue_green",
+        "      auto_switch_after_seconds: 1\n      keep_old_seconds: 1\n",
+        1,
+        1,
+        100,
+    );
+    set_env_file(&repo, "dev", &[("GREETING", "green")]);
+    let started = Instant::now();
+    let switched = platform.deploy(&repo, "dev");
+    assert!(
+        switched.ok(),
+        "{}\nserver:\n{}",
+        switched.all(),
+        platform.log()
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{}",
+        switched.all()
+    );
+    for expected in [
+        "switched: hello-dev-00002 100 %",
+        "rollout complete: hello-dev-00002",
+    ] {
+        assert!(
+            switched.stdout.contains(expected),
+            "{expected}: {}",
+            switched.all()
+        );
+    }
+    let (_, body) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert!(body.starts_with("green from hello-dev-00002"), "{body}");
+    platform.wait_retired("hello-dev-00001", Duration::from_secs(20));
+}
