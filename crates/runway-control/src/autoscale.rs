@@ -239,7 +239,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 }
 
 /// Ready instances of the revision that are not draining, as last observed.
-fn ready_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
+pub(crate) fn ready_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
     let Some(service) = state.services.get(key) else {
         return 0;
     };

@@ -477,16 +477,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         );
         let id = id.to_owned();
         tokio::spawn(async move {
-            let stopped = match runtime.instance_stop(&id).await {
-                Ok(_) | Err(RuntimeError::NotFound(_)) => {
-                    match runtime.instance_remove(&id).await {
-                        Ok(()) | Err(RuntimeError::NotFound(_)) => Ok(()),
-                        Err(error) => Err(error),
-                    }
-                }
-                Err(error) => Err(error),
-            };
-            let message = match stopped {
+            let message = match stop_and_remove(runtime.as_ref(), &id).await {
                 Ok(()) => format!("instance {id} stopped"),
                 Err(error) => {
                     let message = format!("instance {id} could not be stopped: {error}");
@@ -665,15 +656,9 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 
     /// Stops and removes the instance, then takes it out of the table.
     async fn stop(&self, key: &Key, id: &str) -> Result<()> {
-        let what = || format!("stop instance {id}");
-        match self.runtime.instance_stop(id).await {
-            Ok(_) | Err(RuntimeError::NotFound(_)) => {}
-            Err(error) => return Err(ControlError::runtime(what(), error)),
-        }
-        match self.runtime.instance_remove(id).await {
-            Ok(()) | Err(RuntimeError::NotFound(_)) => {}
-            Err(error) => return Err(ControlError::runtime(what(), error)),
-        }
+        stop_and_remove(self.runtime.as_ref(), id)
+            .await
+            .map_err(|error| ControlError::runtime(format!("stop instance {id}"), error))?;
         {
             let mut state = self.lock();
             state.tracked.remove(id);
@@ -854,6 +839,22 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
+    }
+}
+
+/// Stops the instance (its stop signal, then its grace) and forgets it; one already gone is
+/// no error.
+async fn stop_and_remove<R: Runtime>(
+    runtime: &R,
+    id: &str,
+) -> std::result::Result<(), RuntimeError> {
+    match runtime.instance_stop(id).await {
+        Ok(_) | Err(RuntimeError::NotFound(_)) => {}
+        Err(error) => return Err(error),
+    }
+    match runtime.instance_remove(id).await {
+        Ok(()) | Err(RuntimeError::NotFound(_)) => Ok(()),
+        Err(error) => Err(error),
     }
 }
 

@@ -26,6 +26,7 @@ use runway_store::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::autoscale::ready_instances;
 use crate::controller::{ACTOR, Controller};
 use crate::error::{ControlError, Result};
 use crate::observe::revision_of;
@@ -73,7 +74,8 @@ pub struct RolloutSummary {
     pub deployment: i64,
     /// The manifest's strategy.
     pub strategy: String,
-    /// `waiting_ready`, `stepping`, `switched`, `completed` or `rolled_back`.
+    /// `waiting_ready`, `stepping`, `staged` (blue/green before its switch), `switched`,
+    /// `completed` or `rolled_back`.
     pub phase: String,
     /// The new revision's share of the traffic, percent.
     pub new_weight: u32,
@@ -353,7 +355,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         // has ready.
         // The autoscaler's count when it has one (0 included: scaled to zero).
         let stable_instances = from.map_or(1, |from| {
-            count(from).unwrap_or_else(|| self.ready_of(key, from).max(1))
+            count(from).unwrap_or_else(|| ready_instances(&self.lock(), key, from).max(1))
         });
         // The new revision carries its share of the stable revision's capacity at least
         // (all of it for blue/green, and at 100 %), so a step does not overload it while the
@@ -387,18 +389,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             ],
             (_, None) => vec![revision(target, new_instances, step.weights.new)],
         }
-    }
-
-    fn ready_of(&self, key: &Key, revision: &str) -> u32 {
-        let state = self.lock();
-        let count = state.services.get(key).map_or(0, |service| {
-            service
-                .instances
-                .iter()
-                .filter(|s| revision_of(&s.id) == Some(revision) && s.ready)
-                .count()
-        });
-        u32::try_from(count).unwrap_or(u32::MAX)
     }
 
     /// Writes the desired state unless it changed since it was read (the autoscaler, a new
