@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::Method;
+use runway_oci::testing::Registry;
 use serde_json::Value;
 use support::{Load, Platform, Settings, set_env_file};
 
@@ -49,8 +50,19 @@ fn main() {
         return;
     }
     let begun = Instant::now();
+    // The image figure's registry, on loopback over plain HTTP, which the server is told of.
+    let registry = image_tools_missing()
+        .map_or_else(|| Ok(runway_oci::testing::Registry::start().unwrap()), Err);
+    let sections = match &registry {
+        Ok(registry) => format!(
+            "runtime:\n  insecure_registries: [\"{}\"]\n",
+            registry.host()
+        ),
+        Err(_) => String::new(),
+    };
     let platform = Platform::start(&Settings {
         control: FAST_AUTOSCALER.to_owned(),
+        sections,
         ..Settings::default()
     });
     println!(
@@ -58,6 +70,7 @@ fn main() {
     );
 
     cold_start(&platform);
+    image_cold_start(&platform, registry.as_ref());
     parallel_cold_starts(&platform);
     load_step(&platform);
     canaries(&platform);
@@ -119,6 +132,188 @@ fn cold_start(platform: &Platform) {
         stats_s(&to_zero_s[1..]),
         to_zero_s[0]
     );
+}
+
+/// The first tool the image figure needs that is not installed.
+fn image_tools_missing() -> Option<&'static str> {
+    ["docker-registry", "skopeo", "umoci", "runc"]
+        .into_iter()
+        .find(|tool| !runway_oci::testing::tool_available(tool))
+}
+
+/// Figure 1b: the same cold start for an image artifact (busybox httpd, pushed to a registry on
+/// loopback, deployed with `runway deploy --image`); beside it the local runtime's own start of
+/// the same image, ensure → ready, run directly.
+fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) {
+    use runway_oci::testing::{BusyboxImage, push_busybox_image};
+    let registry = match registry {
+        Ok(registry) => registry,
+        Err(missing) => {
+            println!();
+            println!("figure 1b skipped: {missing} is missing");
+            return;
+        }
+    };
+    let image = BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        cmd: vec!["trap 'exit 0' TERM; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into()],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![("www/index.html".into(), b"ok\n".to_vec(), 0o644)],
+        ..BusyboxImage::default()
+    };
+    let pushed = push_busybox_image(registry, "bench/web", "1", &image).unwrap();
+
+    let name = "cold-image";
+    let host = host(name);
+    let repo = platform.onboard(name, &["dev"], "bench-secret");
+    set_image_manifest(&repo);
+    let first = platform.runway_with(
+        &[
+            "deploy",
+            "--env",
+            "dev",
+            "--image",
+            &pushed.reference,
+            "--wait",
+            "--timeout",
+            "90s",
+        ],
+        Some(repo.as_os_str()),
+        None,
+        Duration::from_secs(120),
+    );
+    let (first_ready, ready) = runtime_image_ready_ms(registry, &pushed.pinned);
+    println!();
+    println!(
+        "1b. cold start, OCI image artifact (busybox httpd, registry on loopback), {COLD} times \
+         (time to response headers, HTTPS through the ingress, new connection):"
+    );
+    if first.ok() {
+        let mut cold_ms = Vec::new();
+        let mut to_zero_s = Vec::new();
+        for _ in 0..COLD {
+            let quiet = Instant::now();
+            wait_zero(platform, name, Duration::from_secs(60));
+            to_zero_s.push(quiet.elapsed().as_secs_f64());
+            let client = platform.ingress_client(&host);
+            let url = platform.ingress_url(&host, "/index.html");
+            let (ms, code) = platform.rt.block_on(ttfb(&client, &url));
+            assert_eq!(code, 200, "cold request to {name}");
+            cold_ms.push(ms);
+        }
+        println!("   cold TTFB                   {}", stats(&cold_ms));
+        print_image_alone(first_ready, &ready);
+        println!(
+            "   platform overhead ≈ cold − image alone: median {:.0} ms",
+            median(&cold_ms) - median(&ready)
+        );
+        println!(
+            "   (back to zero took {} after each request; after the first deploy {:.1} s)",
+            stats_s(&to_zero_s[1..]),
+            to_zero_s[0]
+        );
+    } else {
+        println!(
+            "   not measured: runway deploy --image {} --wait failed (exit {:?}): {}",
+            pushed.reference,
+            first.code,
+            first.stderr.trim()
+        );
+        let log = platform.log();
+        for line in log
+            .lines()
+            .filter(|l| l.contains(name) || l.contains(&registry.host()))
+        {
+            println!("   server log: {line}");
+        }
+        print_image_alone(first_ready, &ready);
+    }
+}
+
+fn print_image_alone(first_ready: f64, ready: &[f64]) {
+    println!(
+        "   image alone (local runtime, cached image, ensure → ready on /index.html, run directly) {}",
+        stats(ready)
+    );
+    println!("   (its first start, pull and unpack included: {first_ready:.0} ms)");
+}
+
+/// The local runtime on its own, in a fresh state directory: ms from `instance_ensure` to
+/// ready for the image, the first start (pull and unpack) apart, then [`COLD`] cached starts.
+fn runtime_image_ready_ms(
+    registry: &runway_oci::testing::Registry,
+    pinned: &str,
+) -> (f64, Vec<f64>) {
+    use std::collections::BTreeMap;
+
+    use runway_runtime::spec::{
+        Artifact, Check, InstanceSpec, Limits, LogLimits, Probe, Probes, RestartPolicy,
+    };
+    use runway_runtime::{LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
+
+    let state = tempfile::tempdir().unwrap();
+    let supervisor = SupervisorCommand {
+        program: env!("CARGO_BIN_EXE_runway-supervisor").into(),
+        args: vec![],
+    };
+    let mut config = LocalConfig::new(state.path(), supervisor);
+    config.pull.insecure_registries = vec![registry.host()];
+    let runtime = LocalRuntime::new(config);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut first = 0.0;
+    let mut ready = Vec::new();
+    rt.block_on(async {
+        for run in 0..=COLD {
+            let id = format!("bench-delivery-image-{run}");
+            let spec = InstanceSpec {
+                id: id.clone(),
+                service: "bench".to_owned(),
+                revision: "bench-1".to_owned(),
+                artifact: Artifact::Image {
+                    reference: pinned.to_owned(),
+                    command: None,
+                    args: None,
+                    working_dir: None,
+                },
+                env: BTreeMap::new(),
+                secret_env: BTreeMap::new(),
+                port: Some(0),
+                probes: Probes {
+                    startup: Some(Probe {
+                        check: Check::Http {
+                            path: "/index.html".to_owned(),
+                        },
+                        initial_delay: Duration::ZERO,
+                        period: Duration::from_millis(10),
+                        timeout: Duration::from_secs(1),
+                        failure_threshold: 1000,
+                        success_threshold: 1,
+                    }),
+                    ..Probes::default()
+                },
+                stop_signal: "TERM".parse().unwrap(),
+                stop_grace_period: Duration::from_secs(5),
+                restart: RestartPolicy::default(),
+                limits: Limits::default(),
+                logs: LogLimits::default(),
+            };
+            let started = Instant::now();
+            runtime.instance_ensure(spec).await.unwrap();
+            let mut status = runtime.watch(&id).await.unwrap();
+            status.wait_for(|s| s.ready).await.unwrap();
+            let ms = started.elapsed().as_secs_f64() * 1000.0;
+            if run == 0 {
+                first = ms;
+            } else {
+                ready.push(ms);
+            }
+            runtime.instance_remove(&id).await.unwrap();
+        }
+    });
+    (first, ready)
 }
 
 /// Figure 2: 25 services at zero, one request to each at the same moment.
@@ -509,6 +704,21 @@ fn set_manifest(repo: &Path, strategy: &str, rollout: &str, min: u32, max: u32, 
         } else {
             format!("    rollout:\n{rollout}")
         }
+    );
+    std::fs::write(&path, manifest).unwrap();
+}
+
+/// The manifest of figure 1b: no `workload.process` (the image given at deploy runs), from
+/// zero to one instance, a startup probe on the image's `/index.html`.
+fn set_image_manifest(repo: &Path) {
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let base = text.split("  scalability:").next().unwrap().to_owned();
+    let manifest = format!(
+        "{base}  scalability:\n    min_instances: 0\n    max_instances: 1\n    \
+         max_instance_request_concurrency: 100\n  startup_probe:\n    path: /index.html\n    \
+         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: legacy\n  \
+         workload:\n    env:\n      GREETING: hello\n    secrets: [API_KEY]\n"
     );
     std::fs::write(&path, manifest).unwrap();
 }

@@ -141,8 +141,17 @@ fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<Lo
 
 /// A local runtime keeping its state under `root` (the control plane's is its data
 /// directory's `runtime/`).
-pub(crate) fn runtime_in(root: PathBuf) -> anyhow::Result<LocalRuntime> {
-    Ok(LocalRuntime::new(config_in(root)?))
+/// A runtime under `root` pulling from `insecure_registries` over plain HTTP and running
+/// containers with `oci_runtime` (`runway server`'s `runtime` section).
+pub(crate) fn runtime_with(
+    root: PathBuf,
+    insecure_registries: &[String],
+    oci_runtime: &Path,
+) -> anyhow::Result<LocalRuntime> {
+    let mut config = config_in(root)?;
+    config.pull.insecure_registries = insecure_registries.to_vec();
+    config.oci_runtime = oci_runtime.to_path_buf();
+    Ok(LocalRuntime::new(config))
 }
 
 fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {

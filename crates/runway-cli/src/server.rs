@@ -43,6 +43,28 @@ pub(crate) struct ServerConfig {
     pub(crate) ingress: IngressConfig,
     /// The controller: domain, intervals, deploy timeout, drain grace.
     pub(crate) control: ControllerConfig,
+    /// How instances run: the registries reached over plain HTTP, the OCI runtime.
+    pub(crate) runtime: RuntimeConfig,
+}
+
+/// How the local runtime pulls and runs images.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct RuntimeConfig {
+    /// Registries (`host` or `host:port`, as image references write them) reached over plain
+    /// HTTP, such as a registry on this machine. Every other registry is HTTPS only.
+    pub(crate) insecure_registries: Vec<String>,
+    /// The OCI runtime that runs containers: `runc`, or `crun` (a name on PATH or a path).
+    pub(crate) oci_runtime: PathBuf,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            insecure_registries: Vec::new(),
+            oci_runtime: PathBuf::from("runc"),
+        }
+    }
 }
 
 /// Where the ingress listens.
@@ -142,7 +164,11 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         })
         .context("cannot set up the ingress's TLS")?;
     let ca_pem = tls.ca_pem().unwrap_or_default().to_owned();
-    let runtime = Arc::new(crate::local::runtime_in(data_dir.join("runtime"))?);
+    let runtime = Arc::new(crate::local::runtime_with(
+        data_dir.join("runtime"),
+        &config.runtime.insecure_registries,
+        &config.runtime.oci_runtime,
+    )?);
 
     let (stop, stopped) = watch::channel(false);
     let until = |mut stopped: watch::Receiver<bool>| async move {
@@ -562,4 +588,32 @@ impl Platform for ServerPlatform {
 fn rfc3339(ms: u64) -> Option<String> {
     let ms = i64::try_from(ms).ok()?;
     runway_store::Timestamp::from_unix_millis(ms).map(|t| t.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_section_names_plain_http_registries_and_refuses_unknown_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.yml");
+        std::fs::write(
+            &path,
+            "runtime:\n  insecure_registries: [\"127.0.0.1:5000\"]\n  oci_runtime: crun\n",
+        )
+        .unwrap();
+        let config = ServerConfig::load(Some(&path)).unwrap();
+        assert_eq!(config.runtime.insecure_registries, ["127.0.0.1:5000"]);
+        assert_eq!(config.runtime.oci_runtime, PathBuf::from("crun"));
+        assert_eq!(
+            ServerConfig::default().runtime.oci_runtime,
+            PathBuf::from("runc")
+        );
+
+        std::fs::write(&path, "runtime:\n  insecure_registry: [x]\n").unwrap();
+        let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+        assert!(error.contains("runtime.insecure_registry"), "{error}");
+        assert!(error.contains(":2:"), "{error}");
+    }
 }

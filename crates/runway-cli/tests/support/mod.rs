@@ -249,6 +249,8 @@ pub struct Settings {
     pub reconcile_interval_ms: u64,
     /// More of the `control` section, as YAML lines indented by two spaces.
     pub control: String,
+    /// Whole sections after `control` (`runtime:` …), as YAML lines.
+    pub sections: String,
 }
 
 impl Default for Settings {
@@ -258,6 +260,7 @@ impl Default for Settings {
             drain_grace_ms: 1_000,
             reconcile_interval_ms: 250,
             control: String::new(),
+            sections: String::new(),
         }
     }
 }
@@ -300,11 +303,12 @@ impl Platform {
             format!(
                 "api:\n  listen: 127.0.0.1:0\ningress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
                  admin: 127.0.0.1:0\ncontrol:\n  deploy_timeout_ms: {}\n  drain_grace_ms: {}\n  \
-                 reconcile_interval_ms: {}\n{}",
+                 reconcile_interval_ms: {}\n{}{}",
                 settings.deploy_timeout_ms,
                 settings.drain_grace_ms,
                 settings.reconcile_interval_ms,
-                settings.control
+                settings.control,
+                settings.sections
             ),
         )
         .unwrap();
