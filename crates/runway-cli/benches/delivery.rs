@@ -25,12 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use reqwest::Method;
 use runway_oci::testing::Registry;
 use serde_json::Value;
-use support::{Load, Platform, Settings, set_env_file};
+use support::{
+    FAST_AUTOSCALER, Load, Platform, Settings, live_instances, set_env_file, set_manifest,
+};
 
-/// The autoscaler's windows, as in `tests/delivery.rs`: 4 s stable, 1 s panic, 1 s grace.
-const FAST_AUTOSCALER: &str = "  autoscale_interval_ms: 250\n  autoscaler:\n    \
-                               stable_window_ms: 4000\n    panic_window_ms: 1000\n    \
-                               scale_to_zero_grace_ms: 1000\n";
 /// Cold starts timed one after the other, and direct starts of the app.
 const COLD: usize = 5;
 /// Services started from zero at once.
@@ -686,28 +684,6 @@ fn app_start_ms(repo: &Path) -> f64 {
     ms
 }
 
-/// Rewrites the repository's manifest (as `tests/delivery.rs` does): `strategy` (with
-/// `rollout`, YAML under `spec.workload.rollout`, indented six spaces) and the scalability
-/// bounds.
-fn set_manifest(repo: &Path, strategy: &str, rollout: &str, min: u32, max: u32, concurrency: u32) {
-    let path = repo.join(".runway/runway.yml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let base = text.split("  scalability:").next().unwrap().to_owned();
-    let manifest = format!(
-        "{base}  scalability:\n    min_instances: {min}\n    max_instances: {max}\n    \
-         max_instance_request_concurrency: {concurrency}\n  startup_probe:\n    path: /healthz\n    \
-         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: {strategy}\n  \
-         workload:\n    process:\n      command: [\"python3\", \"app.py\"]\n    env:\n      \
-         GREETING: hello\n    secrets: [API_KEY]\n{}",
-        if rollout.is_empty() {
-            String::new()
-        } else {
-            format!("    rollout:\n{rollout}")
-        }
-    );
-    std::fs::write(&path, manifest).unwrap();
-}
-
 /// The manifest of figure 1b: no `workload.process` (the image given at deploy runs), from
 /// zero to one instance, a startup probe on the image's `/index.html`.
 fn set_image_manifest(repo: &Path) {
@@ -761,15 +737,6 @@ fn wait_zero(platform: &Platform, service: &str, bound: Duration) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn live_instances(status: &Value, revision: &str) -> usize {
-    status["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["revision"] == revision && i["phase"] == "running")
-        .count()
 }
 
 /// The revision's desired and ready instances.

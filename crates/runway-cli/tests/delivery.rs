@@ -18,38 +18,15 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::Value;
-use support::{Load, Platform, Settings, have_python, revision_of, set_env_file};
+use support::{
+    FAST_AUTOSCALER, Load, Platform, Settings, have_python, live_instances, set_env_file,
+    set_manifest,
+};
 
 /// Load tests run alone; the others share the machine.
 static MACHINE: RwLock<()> = RwLock::new(());
 
 const HOST: &str = "hello.dev.localhost";
-
-/// The autoscaler's windows, short enough for a test: 4 s stable, 1 s panic, 1 s grace.
-const FAST_AUTOSCALER: &str = "  autoscale_interval_ms: 250\n  autoscaler:\n    \
-                               stable_window_ms: 4000\n    panic_window_ms: 1000\n    \
-                               scale_to_zero_grace_ms: 1000\n";
-
-/// Rewrites the repository's manifest: `strategy` (with `rollout`, YAML under
-/// `spec.workload.rollout`, indented six spaces) and the scalability bounds.
-fn set_manifest(repo: &Path, strategy: &str, rollout: &str, min: u32, max: u32, concurrency: u32) {
-    let path = repo.join(".runway/runway.yml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let base = text.split("  scalability:").next().unwrap().to_owned();
-    let manifest = format!(
-        "{base}  scalability:\n    min_instances: {min}\n    max_instances: {max}\n    \
-         max_instance_request_concurrency: {concurrency}\n  startup_probe:\n    path: /healthz\n    \
-         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: {strategy}\n  \
-         workload:\n    process:\n      command: [\"python3\", \"app.py\"]\n    env:\n      \
-         GREETING: hello\n    secrets: [API_KEY]\n{}",
-        if rollout.is_empty() {
-            String::new()
-        } else {
-            format!("    rollout:\n{rollout}")
-        }
-    );
-    std::fs::write(&path, manifest).unwrap();
-}
 
 fn events(platform: &Platform, id: &Value) -> Vec<String> {
     let (status, events) = platform.call(
@@ -124,16 +101,6 @@ fn weight_of(status: &Value, revision: &str) -> u64 {
         .iter()
         .find(|r| r["revision"] == revision)
         .map_or(0, |r| r["weight"].as_u64().unwrap_or(0))
-}
-
-fn live_instances(status: &Value, revision: &str) -> usize {
-    status["instances"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| revision_of(i["id"].as_str().unwrap_or_default()) == revision)
-        .filter(|i| i["phase"] == "running")
-        .count()
 }
 
 /// A revision answering 5 % of its requests with a 500 is rolled back by the canary's first

@@ -118,34 +118,61 @@ server.serve_forever()
 /// The test service's manifest: one plain-process instance, a startup probe on `/healthz`.
 pub fn manifest(name: &str) -> String {
     format!(
-        r#"apiVersion: runway/v1
-kind: RunwayService
-metadata:
-  name: {name}
-  owner_email_handle: platform-team
-  department: engineering
-spec:
-  container_port: 8080
-  regions: [local]
-  request_timeout: 30
-  scalability:
-    min_instances: 1
-    max_instances: 1
-    max_instance_request_concurrency: 100
-  startup_probe:
-    path: /healthz
-    period_seconds: 1
-    failure_threshold: 60
-  deployment:
-    strategy: legacy
-  workload:
-    process:
-      command: ["python3", "app.py"]
-    env:
-      GREETING: hello
-    secrets: [API_KEY]
-"#
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: {name}\n  \
+         owner_email_handle: platform-team\n  department: engineering\nspec:\n  \
+         container_port: 8080\n  regions: [local]\n  request_timeout: 30\n{}",
+        manifest_rest("legacy", "", 1, 1, 100)
     )
+}
+
+/// The manifest from `scalability:` on: the bounds, the startup probe, `strategy`, and the
+/// process with `rollout` (YAML for `spec.workload.rollout`, indented six spaces) when given.
+fn manifest_rest(strategy: &str, rollout: &str, min: u32, max: u32, concurrency: u32) -> String {
+    format!(
+        "  scalability:\n    min_instances: {min}\n    max_instances: {max}\n    \
+         max_instance_request_concurrency: {concurrency}\n  startup_probe:\n    path: /healthz\n    \
+         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: {strategy}\n  \
+         workload:\n    process:\n      command: [\"python3\", \"app.py\"]\n    env:\n      \
+         GREETING: hello\n    secrets: [API_KEY]\n{}",
+        if rollout.is_empty() {
+            String::new()
+        } else {
+            format!("    rollout:\n{rollout}")
+        }
+    )
+}
+
+/// Rewrites the repository's manifest with another `strategy`, `rollout` settings (see
+/// [`manifest_rest`]) and scalability bounds; its name and the rest stay.
+pub fn set_manifest(
+    repo: &Path,
+    strategy: &str,
+    rollout: &str,
+    min: u32,
+    max: u32,
+    concurrency: u32,
+) {
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let base = text.split("  scalability:").next().unwrap();
+    let rest = manifest_rest(strategy, rollout, min, max, concurrency);
+    std::fs::write(&path, format!("{base}{rest}")).unwrap();
+}
+
+/// The autoscaler's windows, short enough for tests and benches: 4 s stable, 1 s panic, 1 s
+/// grace before zero; a decision every 250 ms. Lines for [`Settings::control`].
+pub const FAST_AUTOSCALER: &str = "  autoscale_interval_ms: 250\n  autoscaler:\n    \
+                                   stable_window_ms: 4000\n    panic_window_ms: 1000\n    \
+                                   scale_to_zero_grace_ms: 1000\n";
+
+/// Running instances of `revision` in a status (`runway status --output json`).
+pub fn live_instances(status: &Value, revision: &str) -> usize {
+    status["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["revision"] == revision && i["phase"] == "running")
+        .count()
 }
 
 /// A repository holding the test service, under `dir`.
