@@ -26,7 +26,8 @@ use reqwest::Method;
 use runway_oci::testing::Registry;
 use serde_json::Value;
 use support::{
-    FAST_AUTOSCALER, Load, Platform, Settings, live_instances, set_env_file, set_manifest,
+    FAST_AUTOSCALER, Load, Platform, Settings, live_instances, median, millis, percentile,
+    set_env_file, set_manifest,
 };
 
 /// Cold starts timed one after the other, and direct starts of the app.
@@ -772,32 +773,6 @@ fn epoch_ms() -> f64 {
         * 1000.0
 }
 
-/// Milliseconds since the epoch of an RFC 3339 time in UTC (`2026-11-21T14:39:10.123Z`).
-fn millis(text: &str) -> f64 {
-    let (date, time) = text.split_once('T').unwrap();
-    let mut parts = date.split('-').map(|p| p.parse::<i64>().unwrap());
-    let (y, m, d) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let time = time.trim_end_matches('Z').trim_end_matches("+00:00");
-    let mut hms = time.split(':');
-    let (h, min, s) = (
-        hms.next().unwrap().parse::<f64>().unwrap(),
-        hms.next().unwrap().parse::<f64>().unwrap(),
-        hms.next().unwrap().parse::<f64>().unwrap(),
-    );
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days as f64 * 24.0 + h) * 60.0 + min) * 60_000.0 + s * 1000.0
-}
-
 /// min / median / max in ms.
 fn stats(values: &[f64]) -> String {
     let mut sorted = values.to_vec();
@@ -820,18 +795,4 @@ fn stats_s(values: &[f64]) -> String {
         percentile(&sorted, 0.5),
         sorted.last().copied().unwrap_or(f64::NAN)
     )
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    percentile(&sorted, 0.5)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[index]
 }

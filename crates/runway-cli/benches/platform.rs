@@ -16,7 +16,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use support::{Load, Platform, Settings, set_env_file};
+use support::{Load, Platform, Settings, median, millis, percentile, set_env_file};
 
 const HOST: &str = "hello.dev.localhost";
 /// Deployments timed for the first figure.
@@ -201,48 +201,8 @@ fn previous(revision: &str) -> String {
     format!("{base}-{:05}", number - 1)
 }
 
-/// Milliseconds since the epoch of an RFC 3339 time in UTC (`2026-11-21T14:39:10.123Z`).
-fn millis(text: &str) -> f64 {
-    let (date, time) = text.split_once('T').unwrap();
-    let mut parts = date.split('-').map(|p| p.parse::<i64>().unwrap());
-    let (y, m, d) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let time = time.trim_end_matches('Z').trim_end_matches("+00:00");
-    let mut hms = time.split(':');
-    let (h, min, s) = (
-        hms.next().unwrap().parse::<f64>().unwrap(),
-        hms.next().unwrap().parse::<f64>().unwrap(),
-        hms.next().unwrap().parse::<f64>().unwrap(),
-    );
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days as f64 * 24.0 + h) * 60.0 + min) * 60_000.0 + s * 1000.0
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    percentile(&sorted, 0.5)
-}
-
 fn max(values: &[f64]) -> f64 {
     values.iter().copied().fold(f64::NAN, f64::max)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[index]
 }
 
 /// A process's resident memory, from /proc.

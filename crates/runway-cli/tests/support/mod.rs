@@ -886,3 +886,26 @@ impl Load {
         self.counts.failures.lock().unwrap().clone()
     }
 }
+
+/// Milliseconds since the epoch of an RFC 3339 time in UTC, as the API writes them.
+pub fn millis(text: &str) -> f64 {
+    let at = runway_store::Timestamp::parse_rfc3339(text)
+        .unwrap_or_else(|| panic!("not an RFC 3339 time in UTC: {text:?}"));
+    at.unix_millis() as f64
+}
+
+/// The median of some figures (NaN for none).
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    percentile(&sorted, 0.5)
+}
+
+/// The `p` quantile of sorted figures, nearest rank (NaN for none).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[index]
+}
