@@ -152,9 +152,10 @@ impl From<StoreError> for ApiError {
             }
             StoreError::InvalidTransition { .. } => Self::conflict(error.to_string()),
             StoreError::Invalid(message) => Self::invalid(message.clone()),
-            StoreError::Sqlite(_) | StoreError::Corrupt(_) | StoreError::TooNew { .. } => {
-                Self::internal(format!("store: {error}"))
-            }
+            StoreError::Sqlite(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Io { .. }
+            | StoreError::TooNew { .. } => Self::internal(format!("store: {error}")),
         }
     }
 }

@@ -165,7 +165,7 @@ fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) {
     let name = "cold-image";
     let host = host(name);
     let repo = platform.onboard(name, &["dev"], "bench-secret");
-    set_image_manifest(&repo);
+    support::set_image_manifest(&repo, 0, 1);
     let first = platform.runway_with(
         &[
             "deploy",
@@ -683,21 +683,6 @@ fn app_start_ms(repo: &Path) -> f64 {
     let _ = child.kill();
     let _ = child.wait();
     ms
-}
-
-/// The manifest of figure 1b: no `workload.process` (the image given at deploy runs), from
-/// zero to one instance, a startup probe on the image's `/index.html`.
-fn set_image_manifest(repo: &Path) {
-    let path = repo.join(".runway/runway.yml");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let base = text.split("  scalability:").next().unwrap().to_owned();
-    let manifest = format!(
-        "{base}  scalability:\n    min_instances: 0\n    max_instances: 1\n    \
-         max_instance_request_concurrency: 100\n  startup_probe:\n    path: /index.html\n    \
-         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: legacy\n  \
-         workload:\n    env:\n      GREETING: hello\n    secrets: [API_KEY]\n"
-    );
-    std::fs::write(&path, manifest).unwrap();
 }
 
 /// `runway deploy` without waiting: the deployment's id.

@@ -143,7 +143,7 @@ impl Running {
 /// Starts everything; returns once every listener is bound.
 pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let data_dir = config.api.data_dir.clone();
-    create_private_dir(&data_dir)?;
+    create_data_dir(&data_dir)?;
     let store: Arc<dyn Store> = Arc::new(
         SqliteStore::open(data_dir.join("runway.db"))
             .with_context(|| format!("cannot open the store in {}", data_dir.display()))?,
@@ -344,13 +344,20 @@ async fn shutdown_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
+/// The data directory, `0711`: other users may not list it, but a container's root (another
+/// host id, in its user namespace) must search through it to reach its image's rootfs under
+/// `runtime/images/`. What is private inside is private itself: the database and the master key
+/// are `0600`, the CA's key too, the runtime's `instances/` is `0700`. A directory left `0700`
+/// by an earlier version is opened up to `0711`.
+fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(0o711)
         .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
+        .with_context(|| format!("cannot set the mode of {}", dir.display()))
 }
 
 /// The API's view of the world outside the store: the controller and the runtime.

@@ -731,3 +731,155 @@ fn blue_green_switches_by_itself_after_its_delay() {
     assert!(body.starts_with("green from hello-dev-00002"), "{body}");
     platform.wait_retired("hello-dev-00001", Duration::from_secs(20));
 }
+
+/// A busybox image serving `/www`: `/index.html` says `page`; `/cgi-bin/env` shows what the
+/// platform put in the environment (the variable, the secret's presence, the revision).
+fn web_image(page: &str) -> runway_oci::testing::BusyboxImage {
+    let cgi = "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n\
+               echo \"$GREETING from $K_REVISION secret=${API_KEY:+set}\"\n";
+    runway_oci::testing::BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        cmd: vec!["trap 'exit 0' TERM; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into()],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![
+            ("www/index.html".into(), page.as_bytes().to_vec(), 0o644),
+            ("www/cgi-bin/env".into(), cgi.as_bytes().to_vec(), 0o755),
+        ],
+        ..runway_oci::testing::BusyboxImage::default()
+    }
+}
+
+/// `runway deploy --image` through the server: an image from a registry on loopback (plain
+/// HTTP, named in the server's `runtime.insecure_registries`) is pulled, run under runc with
+/// its variables and secret, served through the ingress, replaced by a second image with no
+/// failed request, scaled to zero and cold-started.
+#[test]
+fn an_image_is_deployed_replaced_and_cold_started() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !runway_oci::testing::require_tools(
+        "deploying images",
+        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
+    ) {
+        return;
+    }
+    let registry = runway_oci::testing::Registry::start().unwrap();
+    let platform = Platform::start(&Settings {
+        control: FAST_AUTOSCALER.to_owned(),
+        sections: format!(
+            "runtime:\n  insecure_registries: [\"{}\"]\n",
+            registry.host()
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "image-secret");
+    support::set_image_manifest(&repo, 1, 1);
+    let deploy_image = |tag: &str, page: &str| {
+        let pushed =
+            runway_oci::testing::push_busybox_image(&registry, "team/web", tag, &web_image(page))
+                .unwrap();
+        let ran = platform.runway_with(
+            &[
+                "deploy",
+                "--env",
+                "dev",
+                "--image",
+                &pushed.reference,
+                "--wait",
+                "--timeout",
+                "90s",
+            ],
+            Some(repo.as_os_str()),
+            None,
+            Duration::from_secs(120),
+        );
+        assert!(
+            ran.ok(),
+            "deploy {}: {}\nserver:\n{}",
+            pushed.reference,
+            ran.all(),
+            platform.log()
+        );
+        pushed
+    };
+
+    let first = deploy_image("1", "one\n");
+    let (code, body) = platform.get(HOST, "/index.html", Duration::from_secs(10));
+    assert_eq!((code, body.as_str()), (200, "one\n"));
+    let (code, body) = platform.get(HOST, "/cgi-bin/env", Duration::from_secs(10));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body.trim(), "hello from hello-dev-00001 secret=set");
+    // The revision records the image pinned by digest.
+    let (code, revisions) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/revisions",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(code, 200, "{revisions}");
+    assert!(
+        revisions.to_string().contains(&first.digest.to_string()),
+        "{revisions:#}"
+    );
+
+    // A second image replaces the first under load, with no failed request.
+    let client = platform.ingress_client(HOST);
+    let url = platform.ingress_url(HOST, "/index.html");
+    let load = Load::start(&platform.rt, &client, &url, 4, None);
+    deploy_image("2", "two\n");
+    let counts = std::sync::Arc::clone(&load.counts);
+    let (ok, failed) = load.stop(&platform.rt);
+    assert_eq!(
+        failed,
+        0,
+        "requests failed while replacing the image: {:?}",
+        counts.failures.lock().unwrap()
+    );
+    assert!(ok > 0);
+    let (code, body) = platform.get(HOST, "/index.html", Duration::from_secs(10));
+    assert_eq!((code, body.as_str()), (200, "two\n"));
+
+    // To zero, then a cold start of the cached image.
+    support::set_image_manifest(&repo, 0, 1);
+    deploy_image("2", "two\n");
+    wait_status(&platform, Duration::from_secs(30), "scaled to zero", |s| {
+        s["instances"].as_array().unwrap().is_empty()
+    });
+    let cold = Instant::now();
+    let (code, body) = platform.get(HOST, "/cgi-bin/env", Duration::from_secs(20));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body.trim(), "hello from hello-dev-00003 secret=set");
+    eprintln!(
+        "image cold start: first response {:.0} ms after the request",
+        cold.elapsed().as_secs_f64() * 1000.0
+    );
+
+    // The data directory lets the container's root search through it; what is inside and
+    // private stays private.
+    let mode = |path: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(platform.data.join(path)).unwrap();
+        meta.permissions().mode() & 0o777
+    };
+    let modes: Vec<(&str, u32)> = [
+        "",
+        "runway.db",
+        "master.key",
+        "ca/ca-key.pem",
+        "runtime/instances",
+        "runtime/images/blobs",
+    ]
+    .into_iter()
+    .map(|path| (path, mode(path)))
+    .collect();
+    assert_eq!(
+        modes,
+        [
+            ("", 0o711),
+            ("runway.db", 0o600),
+            ("master.key", 0o600),
+            ("ca/ca-key.pem", 0o600),
+            ("runtime/instances", 0o700),
+            ("runtime/images/blobs", 0o700),
+        ]
+    );
+}

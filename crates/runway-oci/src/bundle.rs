@@ -142,7 +142,45 @@ pub fn build_bundle(
     opts: &BundleOptions,
 ) -> Result<Bundle, OciError> {
     let spec = bundle_spec(config, rootfs, opts)?;
+    if let Some(ns) = opts.user_namespace {
+        reachable_by(&rootfs.path, ns.host_base)?;
+    }
     write_bundle(dir, spec)
+}
+
+/// Checks that host id `id` (the container's root, in a user namespace) can search every
+/// directory down to `path`: the OCI runtime mounts the rootfs from inside the namespace, where
+/// the host's root has no power over a directory like a private `0700` state directory. Without
+/// this, `runc create` fails later with a bare "permission denied".
+pub fn reachable_by(path: &Path, id: u32) -> Result<(), OciError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    for dir in path.ancestors() {
+        let meta = std::fs::metadata(dir).map_err(|e| OciError::io("inspect", dir, e))?;
+        let bit = if meta.uid() == id {
+            0o100
+        } else if meta.gid() == id {
+            0o010
+        } else {
+            0o001
+        };
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode & bit == 0 {
+            return Err(OciError::InvalidBundle {
+                field: "rootfs",
+                reason: format!(
+                    "the container's root (host id {id}) cannot reach {}: {} has mode {mode:04o} and \
+                     owner {}:{}, so it cannot search it; let it (chmod o+x {}, or chgrp {id} and \
+                     chmod g+x) or keep the state directory elsewhere",
+                    path.display(),
+                    dir.display(),
+                    meta.uid(),
+                    meta.gid(),
+                    dir.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Writes `spec` to `dir/config.json` atomically (creating `dir`).
@@ -890,5 +928,45 @@ mod tests {
             ..o
         };
         assert!(bundle_spec(&image(), &rootfs, &big_uid).is_err());
+    }
+
+    #[test]
+    fn a_rootfs_the_containers_root_cannot_reach_is_refused_naming_the_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let private = tmp.path().join("data");
+        let rootfs = private.join("images/rootfs");
+        std::fs::create_dir_all(&rootfs).expect("dirs");
+        let chmod = |mode| {
+            std::fs::set_permissions(&private, std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        };
+        let id = DEFAULT_HOST_ID_BASE;
+        chmod(0o700);
+        let Err(OciError::InvalidBundle { field, reason }) = reachable_by(&rootfs, id) else {
+            panic!("a 0700 directory on the way was not noticed");
+        };
+        assert_eq!(field, "rootfs");
+        assert!(
+            reason.contains(&format!("{} has mode 0700", private.display())),
+            "{reason}"
+        );
+        chmod(0o711);
+        reachable_by(&rootfs, id).expect("others may search");
+        // The owner's bits decide for the owner, the group's for the group, even when others
+        // may search.
+        if owner_of(&private) == 0 {
+            std::os::unix::fs::chown(&private, Some(id), None).expect("chown");
+            chmod(0o611);
+            assert!(reachable_by(&rootfs, id).is_err(), "owner bits ignored");
+            std::os::unix::fs::chown(&private, Some(0), Some(id)).expect("chown");
+            chmod(0o710);
+            reachable_by(&rootfs, id).expect("the group may search");
+        }
+    }
+
+    fn owner_of(path: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).expect("stat").uid()
     }
 }

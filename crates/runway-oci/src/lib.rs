@@ -62,6 +62,12 @@
 //! files keep their owners inside the container. A bundle without a user namespace needs a
 //! rootfs pulled with `id_shift: 0`; [`bundle_spec`] refuses a mismatch.
 //!
+//! Modes: `blobs/` and `tmp/` are the store's user's alone (`0700`). The root and `rootfs/` are
+//! `0711` and `idshift-<n>/` is `0710` with group `n`, because the OCI runtime mounts a rootfs
+//! from inside the user namespace, as host id `n`, which must be able to search every directory
+//! on the way; [`build_bundle`] checks that it can ([`reachable_by`]) and names the directory
+//! that stops it, such as a private `0700` state directory above the store.
+//!
 //! # Unpacking rules
 //!
 //! Layers may be `tar`, `tar+gzip` or `tar+zstd` (Docker's and OCI's media types, including
@@ -131,7 +137,7 @@ pub mod testing;
 pub use auth::Credentials;
 pub use bundle::{
     Bundle, BundleOptions, CPU_PERIOD_US, CgroupVersion, DEFAULT_ID_RANGE, UserNamespace,
-    build_bundle, bundle_spec, write_bundle,
+    build_bundle, bundle_spec, reachable_by, write_bundle,
 };
 pub use digest::Digest;
 pub use error::{BlobKind, OciError, Result};

@@ -127,10 +127,21 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the cache at `root`.
     pub fn open(root: impl AsRef<Path>) -> Result<Store, OciError> {
+        use std::os::unix::fs::PermissionsExt;
         let root = root.as_ref();
-        for dir in ["blobs/sha256", "rootfs", "tmp"] {
+        // Only the store's user reads blobs and work in progress; a container's root (another
+        // host id, in its user namespace) must be able to search down to its rootfs.
+        for (dir, mode) in [
+            ("blobs/sha256", 0o700),
+            ("blobs", 0o700),
+            ("rootfs", 0o711),
+            ("tmp", 0o700),
+            ("", 0o711),
+        ] {
             let path = root.join(dir);
             std::fs::create_dir_all(&path).map_err(|e| OciError::io("create", &path, e))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| OciError::io("set mode of", &path, e))?;
         }
         let root = root
             .canonicalize()
@@ -175,6 +186,27 @@ impl Store {
             .join(format!("idshift-{id_shift}"))
             .join("sha256")
             .join(digest.hex())
+    }
+
+    /// `rootfs/idshift-<n>/`, created if missing: as root with a shift, owned by group `n`
+    /// (the container's root group) and `0710`, so containers of that shift can search it
+    /// and other users cannot; else `0711`.
+    fn create_shift_dir(&self, id_shift: u32) -> Result<(), OciError> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let dir = self.root.join("rootfs").join(format!("idshift-{id_shift}"));
+        let grouped = self.as_root && id_shift != 0;
+        let mode = if grouped { 0o710 } else { 0o711 };
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+            Err(e) => return Err(OciError::io("create", &dir, e)),
+        }
+        if grouped {
+            std::os::unix::fs::chown(&dir, None, Some(id_shift))
+                .map_err(|e| OciError::io("change the group of", &dir, e))?;
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| OciError::io("set mode of", &dir, e))
     }
 
     /// Pulls `reference` (`registry/repo:tag` or `registry/repo@sha256:...`) into the cache and
@@ -383,6 +415,7 @@ impl Store {
             layers.push((layer_digest, compression, config.diff_ids.get(i).cloned()));
         }
 
+        self.create_shift_dir(id_shift)?;
         let job = UnpackJob {
             blobs: self.root.join("blobs/sha256"),
             tmp: self.root.join("tmp"),

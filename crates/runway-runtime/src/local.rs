@@ -77,6 +77,20 @@ impl LocalRuntime {
         self.config.root.join("instances").join(id)
     }
 
+    /// `instances/`, created private (`0700`): instances' output, specs and sockets are this
+    /// user's alone. The root above it keeps its mode, which a container's root may need to
+    /// search on the way to `images/`.
+    fn create_instances_dir(&self) -> Result<(), RuntimeError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = &self.config.root;
+        fs::create_dir_all(root).map_err(|e| RuntimeError::io(root, e))?;
+        let dir = root.join("instances");
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(RuntimeError::io(&dir, e)),
+            _ => Ok(()),
+        }
+    }
+
     async fn status_of(&self, id: &str) -> Result<InstanceStatus, RuntimeError> {
         let dir = self.instance_dir(id);
         if !dir.is_dir() {
@@ -262,6 +276,7 @@ impl Runtime for LocalRuntime {
                 });
             }
         }
+        self.create_instances_dir()?;
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
         let started = async {
             if matches!(spec.artifact, Artifact::Image { .. }) {

@@ -44,6 +44,17 @@ pub enum StoreError {
     /// The database holds something this code cannot read.
     #[error("database is corrupt: {0}")]
     Corrupt(String),
+    /// The database's file could not be created or made private.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// The database was written by a newer Runway; it is left untouched.
     #[error(
         "database schema version {found} is newer than this runway knows ({supported}); \

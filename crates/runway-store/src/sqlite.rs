@@ -34,6 +34,46 @@ pub struct SqliteStore {
     path: PathBuf,
 }
 
+/// Creates the database file readable and writable by its owner only (`0600`), or makes an
+/// existing one and its `-wal` and `-shm` files so: they hold token hashes, sealed secrets and
+/// the audit log. SQLite gives the files it creates later the database file's mode.
+fn make_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StoreError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io("create", path)(e)),
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let file = PathBuf::from(name);
+        match std::fs::metadata(&file) {
+            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                    .map_err(io("make private", &file))?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("inspect", &file)(e)),
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     ///
@@ -41,6 +81,7 @@ impl SqliteStore {
     /// [`StoreError::TooNew`] before anything is written to it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        make_private(&path)?;
         let mut conn = Connection::open(&path).db()?;
         conn.busy_timeout(BUSY_TIMEOUT).db()?;
         // Before any pragma that writes: a database from a newer Runway stays as it was.
@@ -1681,6 +1722,37 @@ mod tests {
         assert_eq!(pragma("synchronous"), "Integer(2)");
         assert_eq!(pragma("foreign_keys"), "Integer(1)");
         assert_eq!(pragma("busy_timeout"), "Integer(5000)");
+    }
+
+    #[test]
+    fn the_database_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("db");
+        let mode = |suffix: &str| {
+            let file = dir.path().join(format!("db{suffix}"));
+            std::fs::metadata(&file).expect("stat").permissions().mode() & 0o777
+        };
+        let store = SqliteStore::open(&path).expect("open");
+        store
+            .lock()
+            .execute_batch("CREATE TABLE t (x)")
+            .expect("write");
+        assert_eq!(
+            (mode(""), mode("-wal"), mode("-shm")),
+            (0o600, 0o600, 0o600)
+        );
+        drop(store);
+        // A database an earlier version left readable by all is made private.
+        for suffix in ["", "-wal", "-shm"] {
+            let file = dir.path().join(format!("db{suffix}"));
+            if file.exists() {
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+                    .expect("chmod");
+            }
+        }
+        let _store = SqliteStore::open(&path).expect("reopen");
+        assert_eq!(mode(""), 0o600);
     }
 
     #[test]

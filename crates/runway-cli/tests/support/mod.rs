@@ -159,6 +159,21 @@ pub fn set_manifest(
     std::fs::write(&path, format!("{base}{rest}")).unwrap();
 }
 
+/// Rewrites the repository's manifest for an image artifact: no `workload.process` (the image
+/// given at deploy runs), `min`..=`max` instances, a startup probe on the image's `/index.html`.
+pub fn set_image_manifest(repo: &Path, min: u32, max: u32) {
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let base = text.split("  scalability:").next().unwrap();
+    let rest = format!(
+        "  scalability:\n    min_instances: {min}\n    max_instances: {max}\n    \
+         max_instance_request_concurrency: 100\n  startup_probe:\n    path: /index.html\n    \
+         period_seconds: 1\n    failure_threshold: 60\n  deployment:\n    strategy: legacy\n  \
+         workload:\n    env:\n      GREETING: hello\n    secrets: [API_KEY]\n"
+    );
+    std::fs::write(&path, format!("{base}{rest}")).unwrap();
+}
+
 /// The autoscaler's windows, short enough for tests and benches: 4 s stable, 1 s panic, 1 s
 /// grace before zero; a decision every 250 ms. Lines for [`Settings::control`].
 pub const FAST_AUTOSCALER: &str = "  autoscale_interval_ms: 250\n  autoscaler:\n    \

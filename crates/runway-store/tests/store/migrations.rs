@@ -176,6 +176,12 @@ fn a_file_that_is_not_a_database_is_an_error() {
 #[test]
 fn a_missing_directory_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let err = SqliteStore::open(dir.path().join("no/such/dir/runway.db")).unwrap_err();
-    assert!(matches!(err, StoreError::Sqlite(_)), "{err}");
+    let path = dir.path().join("no/such/dir/runway.db");
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("cannot create {}: ", path.display())),
+        "{err}"
+    );
 }
