@@ -28,6 +28,8 @@ pub struct StatusParts {
     pub scaling: Vec<ScalingView>,
     /// The progressive rollout in progress.
     pub rollout: Option<RolloutView>,
+    /// What could not be read, each saying which part is missing and why.
+    pub warnings: Vec<String>,
 }
 
 /// Everything outside the store the API asks about.

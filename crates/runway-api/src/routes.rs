@@ -441,6 +441,7 @@ async fn status(
         instances: parts.instances,
         scaling: parts.scaling,
         rollout: parts.rollout,
+        warnings: parts.warnings,
     }))
 }
 

@@ -560,6 +560,10 @@ pub struct StatusView {
     /// The progressive rollout in progress, if any.
     #[serde(default)]
     pub rollout: Option<RolloutView>,
+    /// Parts of this status that could not be read (the runtime or the store did not answer),
+    /// each saying which and why; those parts are empty rather than wrong.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// `?instance=&lines=&follow=` of the logs.

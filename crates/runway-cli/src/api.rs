@@ -221,6 +221,8 @@ pub(crate) struct Status {
     pub(crate) scaling: Vec<Scaling>,
     #[serde(default)]
     pub(crate) rollout: Option<Rollout>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) warnings: Vec<String>,
 }
 
 /// A revision's autoscaling, in a status.

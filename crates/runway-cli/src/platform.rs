@@ -1034,6 +1034,9 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
         out.push_str(&table(&rows));
     }
     print_stdout(&out);
+    for warning in &status.warnings {
+        eprintln!("warning: not shown: {warning}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -413,10 +413,14 @@ impl Platform for ServerPlatform {
             };
             use runway_reconciler::Condition as Planned;
             let controller = &self.controller;
+            let mut warnings = Vec::new();
             let instances = controller
                 .instances(&service, &env)
                 .await
-                .unwrap_or_default()
+                .unwrap_or_else(|e| {
+                    warnings.push(format!("instances: {e}"));
+                    Vec::new()
+                })
                 .into_iter()
                 .map(|i| InstanceView {
                     id: i.id,
@@ -479,8 +483,10 @@ impl Platform for ServerPlatform {
                 rollout: controller
                     .rollout(&service, &env)
                     .await
-                    .ok()
-                    .flatten()
+                    .unwrap_or_else(|e| {
+                        warnings.push(format!("rollout: {e}"));
+                        None
+                    })
                     .map(|r| RolloutView {
                         deployment: r.deployment,
                         strategy: r.strategy,
@@ -491,6 +497,7 @@ impl Platform for ServerPlatform {
                         paused: r.paused,
                         message: r.message,
                     }),
+                warnings,
             }
         })
     }

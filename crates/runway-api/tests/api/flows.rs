@@ -229,6 +229,7 @@ async fn deploy_records_a_pinned_revision_and_wakes_the_reconciler() {
     assert_eq!(status["url"], "https://hello.dev.localhost:8443/");
     assert_eq!(status["instances"][0]["phase"], "running");
     assert_eq!(status["revisions"][0]["condition"], "ready");
+    assert!(status.get("warnings").is_none(), "{status}");
 
     // Logs, and followed logs as NDJSON.
     let logs = server
@@ -740,6 +741,25 @@ async fn a_request_over_its_time_bound_is_503_and_every_answer_has_a_request_id(
     let other = server.call("GET", "/healthz", None, None).await;
     assert!(!answer.request_id.is_empty() && !other.request_id.is_empty());
     assert_ne!(answer.request_id, other.request_id);
+}
+
+#[tokio::test]
+async fn a_status_part_that_cannot_be_read_is_named_not_silently_empty() {
+    let server = start().await;
+    server.onboard("unreadable").await;
+    let status = server
+        .admin(
+            "GET",
+            "/v1/services/unreadable/environments/dev/status",
+            None,
+            200,
+        )
+        .await;
+    assert_eq!(status["instances"], json!([]));
+    assert_eq!(
+        status["warnings"],
+        json!(["instances: the runtime did not answer: gone"])
+    );
 }
 
 #[tokio::test]

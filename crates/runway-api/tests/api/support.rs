@@ -54,6 +54,13 @@ impl Platform for FakePlatform {
             if service == "slow" {
                 tokio::time::sleep(std::time::Duration::from_secs(5)).await;
             }
+            if service == "unreadable" {
+                return StatusParts {
+                    url: format!("https://{service}.{env}.localhost:8443/"),
+                    warnings: vec!["instances: the runtime did not answer: gone".into()],
+                    ..StatusParts::default()
+                };
+            }
             StatusParts {
                 url: format!("https://{service}.{env}.localhost:8443/"),
                 routes: vec![RouteView {
