@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -47,6 +48,11 @@ fn latency_bounds() -> impl Iterator<Item = f64> {
     exponential_buckets(LATENCY_START, 2.0, LATENCY_BUCKETS as u16)
 }
 
+/// How long a revision's series stay after it leaves the route table: long enough for the
+/// last scrapes and for a rollback's comparison, short enough that a server that has routed
+/// thousands of revisions does not keep them all.
+pub const RETIRED_SERIES_KEPT: Duration = Duration::from_secs(600);
+
 /// Every metric the ingress exports.
 #[derive(Debug)]
 pub struct Metrics {
@@ -59,8 +65,9 @@ pub struct Metrics {
     connect_errors: Family<RevisionLabels, Counter>,
     upstream_errors: Family<RevisionLabels, Counter>,
     unrouted: Counter,
-    /// Every revision's handles, for [`Metrics::revision_stats`].
-    revisions: Mutex<HashMap<RevisionLabels, RevisionMetrics>>,
+    /// Every revision's handles, for [`Metrics::revision_stats`], and since when it has been
+    /// out of the route table.
+    revisions: Mutex<HashMap<RevisionLabels, (RevisionMetrics, Option<Instant>)>>,
     pub(crate) connections: Gauge,
     pub(crate) tls_handshake_errors: Counter,
     pub(crate) certificate_reloads: Counter,
@@ -278,7 +285,7 @@ impl Metrics {
             .revisions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(known) = revisions.get(&labels) {
+        if let Some((known, _)) = revisions.get(&labels) {
             return known.clone();
         }
         let metrics = RevisionMetrics {
@@ -291,8 +298,44 @@ impl Metrics {
             connect_errors: self.connect_errors.get_or_create(&labels).clone(),
             upstream_errors: self.upstream_errors.get_or_create(&labels).clone(),
         };
-        revisions.insert(labels, metrics.clone());
+        revisions.insert(labels, (metrics.clone(), None));
         metrics
+    }
+
+    /// After a route table change: revisions for which `routed` is false are noted as gone
+    /// (from `now`), and the series of those gone for [`RETIRED_SERIES_KEPT`] are removed. A
+    /// revision routed again later starts its counters from zero, which Prometheus reads as a
+    /// counter reset.
+    pub(crate) fn prune(&self, routed: impl Fn(&RevisionLabels) -> bool, now: Instant) {
+        let mut revisions = self
+            .revisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        revisions.retain(|labels, (_, gone_since)| {
+            if routed(labels) {
+                *gone_since = None;
+                return true;
+            }
+            let since = *gone_since.get_or_insert(now);
+            if now.saturating_duration_since(since) < RETIRED_SERIES_KEPT {
+                return true;
+            }
+            for class in CLASSES {
+                self.requests.remove(&RequestLabels {
+                    service: labels.service.clone(),
+                    env: labels.env.clone(),
+                    revision: labels.revision.clone(),
+                    class,
+                });
+            }
+            self.latency.remove(labels);
+            self.in_flight.remove(labels);
+            self.queued.remove(labels);
+            self.held.remove(labels);
+            self.connect_errors.remove(labels);
+            self.upstream_errors.remove(labels);
+            false
+        });
     }
 
     /// A revision's figures now; `None` when no route table ever had it.
@@ -311,7 +354,7 @@ impl Metrics {
             .revisions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        revisions.get(&labels).map(RevisionMetrics::stats)
+        revisions.get(&labels).map(|(metrics, _)| metrics.stats())
     }
 
     pub(crate) fn unrouted(&self) {
@@ -377,5 +420,36 @@ mod tests {
         assert_eq!(stats.latency_buckets[LATENCY_BUCKETS - 1].1, 3);
         let text = metrics.encode();
         assert!(text.contains("runway_ingress_requests_total{service=\"hello\",env=\"dev\",revision=\"hello-dev-00001\",class=\"5xx\"} 2"), "{text}");
+    }
+
+    #[test]
+    fn a_revision_out_of_the_table_keeps_its_series_for_a_while_then_loses_them() {
+        let metrics = Metrics::new();
+        metrics.revision("hello", "dev", "old").record(200, 0.001);
+        metrics.revision("hello", "dev", "new").record(200, 0.001);
+        let routed = |labels: &RevisionLabels| labels.revision == "new";
+        let start = Instant::now();
+        metrics.prune(routed, start);
+        metrics.prune(routed, start + RETIRED_SERIES_KEPT / 2);
+        assert!(metrics.revision_stats("hello", "dev", "old").is_some());
+        assert!(metrics.encode().contains("revision=\"old\""));
+        metrics.prune(routed, start + RETIRED_SERIES_KEPT);
+        assert_eq!(metrics.revision_stats("hello", "dev", "old"), None);
+        let text = metrics.encode();
+        assert!(!text.contains("revision=\"old\""), "{text}");
+        assert!(text.contains("revision=\"new\""), "{text}");
+        // Routed again, it starts over; a revision back in the table before its time is up
+        // keeps its series.
+        metrics.revision("hello", "dev", "old");
+        assert_eq!(
+            metrics
+                .revision_stats("hello", "dev", "old")
+                .map(|s| s.requests),
+            Some(0)
+        );
+        metrics.prune(|_| false, start);
+        metrics.prune(|_| true, start + RETIRED_SERIES_KEPT / 2);
+        metrics.prune(|_| false, start + RETIRED_SERIES_KEPT);
+        assert!(metrics.revision_stats("hello", "dev", "new").is_some());
     }
 }

@@ -480,6 +480,16 @@ impl Routes {
                 }
             }
         }
+        self.metrics.prune(
+            |labels| {
+                kept.contains_key(&(
+                    labels.service.clone(),
+                    labels.env.clone(),
+                    labels.revision.clone(),
+                ))
+            },
+            std::time::Instant::now(),
+        );
         let old = std::mem::replace(&mut *registry, kept);
         self.current.store(Arc::new(Table { hosts, routes }));
         drop(registry);
