@@ -166,21 +166,7 @@ fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) {
     let host = host(name);
     let repo = platform.onboard(name, &["dev"], "bench-secret");
     support::set_image_manifest(&repo, 0, 1);
-    let first = platform.runway_with(
-        &[
-            "deploy",
-            "--env",
-            "dev",
-            "--image",
-            &pushed.reference,
-            "--wait",
-            "--timeout",
-            "90s",
-        ],
-        Some(repo.as_os_str()),
-        None,
-        Duration::from_secs(120),
-    );
+    let first = platform.deploy_image(&repo, "dev", &pushed.reference);
     let (first_ready, ready) = runtime_image_ready_ms(registry, &pushed.pinned);
     println!();
     println!(

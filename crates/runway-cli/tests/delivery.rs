@@ -777,21 +777,7 @@ fn an_image_is_deployed_replaced_and_cold_started() {
         let pushed =
             runway_oci::testing::push_busybox_image(&registry, "team/web", tag, &web_image(page))
                 .unwrap();
-        let ran = platform.runway_with(
-            &[
-                "deploy",
-                "--env",
-                "dev",
-                "--image",
-                &pushed.reference,
-                "--wait",
-                "--timeout",
-                "90s",
-            ],
-            Some(repo.as_os_str()),
-            None,
-            Duration::from_secs(120),
-        );
+        let ran = platform.deploy_image(&repo, "dev", &pushed.reference);
         assert!(
             ran.ok(),
             "deploy {}: {}\nserver:\n{}",

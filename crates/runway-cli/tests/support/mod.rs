@@ -721,8 +721,19 @@ impl Platform {
 
     /// `runway deploy REPO --env ENV --wait`, bounded.
     pub fn deploy(&self, repo: &Path, env: &str) -> Ran {
+        self.deploy_with(repo, env, &[])
+    }
+
+    /// `runway deploy REPO --env ENV --image REFERENCE --wait`, bounded.
+    pub fn deploy_image(&self, repo: &Path, env: &str, reference: &str) -> Ran {
+        self.deploy_with(repo, env, &["--image", reference])
+    }
+
+    fn deploy_with(&self, repo: &Path, env: &str, extra: &[&str]) -> Ran {
+        let mut args = vec!["deploy", "--env", env, "--wait", "--timeout", "90s"];
+        args.extend_from_slice(extra);
         self.runway_with(
-            &["deploy", "--env", env, "--wait", "--timeout", "90s"],
+            &args,
             Some(repo.as_os_str()),
             None,
             Duration::from_secs(120),
