@@ -77,18 +77,15 @@ impl LocalRuntime {
         self.config.root.join("instances").join(id)
     }
 
-    /// `instances/`, created private (`0700`): instances' output, specs and sockets are this
-    /// user's alone. The root above it keeps its mode, which a container's root may need to
-    /// search on the way to `images/`.
+    /// `instances/`, private (`0700`, an older one made so): instances' output, specs and
+    /// sockets are this user's alone. The root above it keeps its mode, which a container's
+    /// root may need to search on the way to `images/`.
     fn create_instances_dir(&self) -> Result<(), RuntimeError> {
-        use std::os::unix::fs::DirBuilderExt;
-        let root = &self.config.root;
-        fs::create_dir_all(root).map_err(|e| RuntimeError::io(root, e))?;
-        let dir = root.join("instances");
-        match fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(RuntimeError::io(&dir, e)),
-            _ => Ok(()),
-        }
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.config.root.join("instances");
+        fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| RuntimeError::io(&dir, e))
     }
 
     async fn status_of(&self, id: &str) -> Result<InstanceStatus, RuntimeError> {
