@@ -279,7 +279,13 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             (Some(deployment), Some(wanted)) => self.roll(key, deployment, wanted).await?,
             _ => (Outcome::Rolling, None),
         };
-        let wanted = rolled.as_ref().or(wanted);
+        // With no deployment in progress, a blue/green's old revision leaves when its warm
+        // time is over.
+        let (retired, warm_until) = match (deployment.as_ref(), latest.as_ref(), wanted) {
+            (None, Some(latest), Some(wanted)) => self.retire_warm(latest, wanted).await?,
+            _ => (None, None),
+        };
+        let wanted = rolled.as_ref().or(retired.as_ref()).or(wanted);
         let (observed, changes) = self.observe(&instances, now);
         let policy = self.policy_for(wanted, &instances);
         let routes = {
@@ -345,7 +351,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 plan.requeue_after_ms,
                 Some(wake_at_ms.map_or(1_000, |at| at.saturating_sub(now).min(1_000))),
             ),
-            _ => plan.requeue_after_ms,
+            _ => min_some(
+                plan.requeue_after_ms,
+                warm_until.map(|at| at.saturating_sub(now)),
+            ),
         };
         Ok((requeue, errors))
     }

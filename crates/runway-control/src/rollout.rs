@@ -11,6 +11,10 @@
 //! the two revisions over the current step's window from the ingress's counters, read at the
 //! step's start and now; a restart starts that window again.
 //!
+//! A blue/green deployment ends at its switch; its old revision stays in the desired state
+//! with no traffic until its warm time is over, when [`Controller::retire_warm`] takes it out
+//! (unless a rollback or another deploy rewrote the desired state first).
+//!
 //! `legacy` and `expedited` are the planner's rolling deploy, untouched. A rollback, and a
 //! first deploy (nothing to compare with or fall back to), are rolled as `legacy` too.
 
@@ -214,7 +218,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         // A finished rollout ends its deployment only once its desired state is written.
         let settled = written.is_some() || same_revisions(&revisions_now, &wanted.revisions);
         let outcome = match step.action {
-            Action::Complete if settled => Outcome::Completed,
+            Action::Complete | Action::Switch if settled => Outcome::Completed,
             Action::RollBack { reason } if settled => Outcome::RolledBack(reason),
             Action::DryRun { plan } if settled => Outcome::DryRun(plan_text(&plan)),
             _ => Outcome::Stepping {
@@ -228,6 +232,68 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             },
         };
         Ok((outcome, written))
+    }
+
+    /// After a blue/green switch (the service's latest deployment, succeeded): the old
+    /// revision, still in the desired state with no traffic, is taken out of it once its warm
+    /// time is over. Returns the desired state written then, or when to look again. A rollback
+    /// or a newer deploy has rewritten the desired state before: nothing to do.
+    pub(crate) async fn retire_warm(
+        &self,
+        latest: &Deployment,
+        wanted: &Desired,
+    ) -> Result<(Option<Desired>, Option<u64>)> {
+        let nothing = Ok((None, None));
+        let Some(from) = latest.from_revision.as_deref() else {
+            return nothing;
+        };
+        let switched_at = latest
+            .rollout
+            .as_deref()
+            .and_then(|text| serde_json::from_str::<RolloutRecord>(text).ok())
+            .and_then(|record| match record.progress.phase {
+                Phase::Switched { at_ms } => Some(at_ms),
+                _ => None,
+            });
+        let warm = wanted
+            .revisions
+            .iter()
+            .any(|r| r.revision == from && r.weight == 0);
+        let (Some(at_ms), true, runway_store::DeploymentState::Succeeded) =
+            (switched_at, warm, latest.state)
+        else {
+            return nothing;
+        };
+        let keep_old_ms = match self.revision(&latest.to_revision).await? {
+            Some(info) => match strategy_of(&info) {
+                Strategy::BlueGreen { keep_old_ms, .. } => keep_old_ms,
+                _ => return nothing,
+            },
+            None => return nothing,
+        };
+        let stop_at = at_ms.saturating_add(keep_old_ms);
+        if now_ms() < stop_at {
+            return Ok((None, Some(stop_at)));
+        }
+        let kept = wanted
+            .revisions
+            .iter()
+            .filter(|r| r.revision != from)
+            .cloned()
+            .collect();
+        let written = self.write_desired(wanted, kept).await?;
+        if written.is_some() {
+            let mut errors = Vec::new();
+            let message = format!(
+                "{from} was kept warm for {} s after the switch: it is stopped now",
+                keep_old_ms / 1000
+            );
+            self.event(Some(latest), &message, &mut errors).await;
+            if let Some(error) = errors.into_iter().next() {
+                return Err(error);
+            }
+        }
+        Ok((written, None))
     }
 
     /// A failed verdict once the new revision has had traffic and been short of ready
@@ -462,7 +528,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 message
             }
             Action::Switch => {
-                let message = format!("switched: {target} 100 %, {from} kept warm");
+                let warm = match (strategy, step.old_stop_at_ms) {
+                    (Strategy::BlueGreen { keep_old_ms, .. }, Some(until)) => format!(
+                        " for {} s (until {}) for an instant rollback",
+                        keep_old_ms / 1000,
+                        runway_rollout::clock(until)
+                    ),
+                    _ => String::new(),
+                };
+                let message = format!("switched: {target} 100 %, {from} kept warm{warm}");
                 events.push(message.clone());
                 message
             }

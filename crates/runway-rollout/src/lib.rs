@@ -52,9 +52,9 @@
 //! - **`runway_blue_green`**: the new revision runs at full capacity, reachable at its tag
 //!   URL, with 0 % of the traffic. Once it is ready, the switch moves 100 % at once
 //!   ([`Action::Switch`]): on a promote, or `auto_switch_after_ms` after it became ready.
-//!   The old revision stays warm for `keep_old_ms` after the switch
-//!   ([`Step::old_stop_at_ms`]), when an abort or a failed analysis is an instant rollback;
-//!   then the rollout completes and the old may be stopped.
+//!   The switch ends the rollout and the deployment succeeds; the old revision stays warm for
+//!   `keep_old_ms` after it ([`Step::old_stop_at_ms`]), so a rollback to it is instant, and is
+//!   stopped then. The deployment does not wait for that: a new deploy may start at once.
 //!
 //! # The rules of [`next`]
 //!
@@ -117,7 +117,7 @@ mod window;
 pub use analysis::{AnalysisSettings, Measure, Verdict, analyse};
 pub use error::StrategyError;
 pub use rollout::{
-    Action, Command, Phase, PlannedStep, Progress, Step, StepInput, Weights, next, plan,
+    Action, Command, Phase, PlannedStep, Progress, Step, StepInput, Weights, clock, next, plan,
 };
 pub use strategy::{
     DEFAULT_CANARY_STEPS, DEFAULT_KEEP_OLD_MS, DEFAULT_PAUSE_MS, DEFAULT_PERCENTAGES, Strategy,

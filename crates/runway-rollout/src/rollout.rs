@@ -32,7 +32,8 @@ pub enum Phase {
     WaitingReady,
     /// At `step_index` of the strategy's steps (for blue/green: staged at 0 %, ready).
     Stepping,
-    /// Blue/green: all traffic moved to the new revision at `at_ms`; the old one is warm.
+    /// Blue/green: all traffic moved to the new revision at `at_ms`; the deployment succeeded
+    /// and the old revision stays warm until [`Step::old_stop_at_ms`]. Terminal.
     Switched { at_ms: u64 },
     /// Done: the new revision has all the traffic and the old may be stopped. Terminal.
     Completed,
@@ -70,9 +71,12 @@ impl Progress {
         }
     }
 
-    /// Completed or rolled back: nothing more will change.
+    /// Completed, switched (blue/green) or rolled back: nothing more will change.
     pub fn is_finished(&self) -> bool {
-        matches!(self.phase, Phase::Completed | Phase::RolledBack { .. })
+        matches!(
+            self.phase,
+            Phase::Completed | Phase::Switched { .. } | Phase::RolledBack { .. }
+        )
     }
 }
 
@@ -115,7 +119,9 @@ pub enum Action {
     Complete,
     /// All traffic back on the stable revision; the deployment failed, for `reason`.
     RollBack { reason: String },
-    /// Blue/green: all traffic to the new revision at once; keep the old one warm.
+    /// Blue/green: all traffic to the new revision at once. The deployment succeeded; the old
+    /// revision stays warm, for an instant rollback, until [`Step::old_stop_at_ms`], and is
+    /// stopped then by whoever keeps the desired state.
     Switch,
     /// The new revision is not fully ready; the weights stay as they are.
     WaitReady,
@@ -238,6 +244,13 @@ pub fn next(strategy: &Strategy, progress: &Progress, input: &StepInput) -> Step
             let reason = reason.clone();
             return roll_back(p, reason);
         }
+        &Phase::Switched { at_ms } => {
+            let keep_old = match strategy {
+                Strategy::BlueGreen { keep_old_ms, .. } => *keep_old_ms,
+                _ => 0,
+            };
+            return switched(p, at_ms, keep_old);
+        }
         _ => {}
     }
     if let Strategy::DryRun = strategy {
@@ -270,16 +283,7 @@ pub fn next(strategy: &Strategy, progress: &Progress, input: &StepInput) -> Step
         _ => {}
     }
     if p.paused {
-        let old_stop_at_ms = old_stop_at(strategy, &p);
-        return Step {
-            weights: Weights::new(p.new_weight),
-            action: Action::Hold {
-                reason: "paused by an operator".to_owned(),
-            },
-            progress: p,
-            wake_at_ms: None,
-            old_stop_at_ms,
-        };
+        return hold(p, "paused by an operator".to_owned(), None);
     }
     match strategy {
         Strategy::BlueGreen {
@@ -306,7 +310,7 @@ fn blue_green(mut p: Progress, input: &StepInput, auto: Option<u64>, keep_old: u
             let due = p.promoted || switch_at.is_some_and(|at| now >= at);
             if !due {
                 let reason = match switch_at {
-                    Some(at) => format!("staged with no traffic; switching at {at} ms"),
+                    Some(at) => format!("staged with no traffic; switching at {}", clock(at)),
                     None => "staged with no traffic; waiting for a promote to switch".to_owned(),
                 };
                 return hold(p, reason, switch_at);
@@ -314,33 +318,32 @@ fn blue_green(mut p: Progress, input: &StepInput, auto: Option<u64>, keep_old: u
             if !input.new_ready {
                 return wait_ready(p);
             }
-            p.phase = Phase::Switched { at_ms: now };
-            p.new_weight = 100;
-            let stop_at = now.saturating_add(keep_old);
-            Step {
-                weights: Weights::new(100),
-                action: Action::Switch,
-                progress: p,
-                wake_at_ms: Some(stop_at),
-                old_stop_at_ms: Some(stop_at),
-            }
-        }
-        Phase::Switched { at_ms } => {
-            let stop_at = at_ms.saturating_add(keep_old);
-            if now >= stop_at {
-                return complete(p);
-            }
-            let mut step = hold(
-                p,
-                format!("switched; the old revision stays warm until {stop_at} ms"),
-                Some(stop_at),
-            );
-            step.old_stop_at_ms = Some(stop_at);
-            step
+            switched(p, now, keep_old)
         }
         // Finished and waiting phases were handled before.
         _ => complete(p),
     }
+}
+
+/// Blue/green's end: all traffic on the new revision since `at_ms`, the old one warm for
+/// `keep_old` ms more.
+fn switched(mut p: Progress, at_ms: u64, keep_old: u64) -> Step {
+    p.phase = Phase::Switched { at_ms };
+    p.new_weight = 100;
+    p.paused = false;
+    Step {
+        weights: Weights::new(100),
+        action: Action::Switch,
+        progress: p,
+        wake_at_ms: None,
+        old_stop_at_ms: Some(at_ms.saturating_add(keep_old)),
+    }
+}
+
+/// A time as `HH:MM:SS UTC`, for messages read while it is still ahead.
+pub fn clock(ms: u64) -> String {
+    let s = (ms / 1000) % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
 fn ladder(strategy: &Strategy, p: Progress, input: &StepInput) -> Step {
@@ -364,7 +367,7 @@ fn ladder(strategy: &Strategy, p: Progress, input: &StepInput) -> Step {
     let pause = strategy.pause_ms();
     let pause_end = p.step_started_ms.saturating_add(pause);
     if now < pause_end {
-        let reason = format!("at {} % until {pause_end} ms", p.new_weight);
+        let reason = format!("at {} % until {}", p.new_weight, clock(pause_end));
         return hold(p, reason, Some(pause_end));
     }
     if let Strategy::Canary { analysis, .. } = strategy {
@@ -416,15 +419,6 @@ fn enter(strategy: &Strategy, mut p: Progress, index: usize, ladder: &[u32], now
         progress: p,
         wake_at_ms: Some(now.saturating_add(strategy.pause_ms())),
         old_stop_at_ms: None,
-    }
-}
-
-fn old_stop_at(strategy: &Strategy, p: &Progress) -> Option<u64> {
-    match (strategy, &p.phase) {
-        (Strategy::BlueGreen { keep_old_ms, .. }, Phase::Switched { at_ms }) => {
-            Some(at_ms.saturating_add(*keep_old_ms))
-        }
-        _ => None,
     }
 }
 

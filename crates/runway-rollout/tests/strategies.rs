@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use runway_rollout::{
-    Action, AnalysisSettings, Command, Progress, Step, StepInput, Strategy, Verdict, Weights, next,
-    plan,
+    Action, AnalysisSettings, Command, Phase, Progress, Step, StepInput, Strategy, Verdict,
+    Weights, next, plan,
 };
 use serde::Deserialize;
 use serde::de::value::{Error as ValueError, MapDeserializer};
@@ -277,13 +277,16 @@ fn blue_green_stages_switches_and_keeps_the_old_warm() {
             (1_000, true, None, None, 0, "hold"),
             (5_999, true, None, None, 0, "hold"),
             (6_000, true, None, None, 100, "switch"),
-            (10_000, true, pass(), None, 100, "hold"),
-            (26_000, true, None, None, 100, "complete"),
+            // The switch is the end: asked again, later, it says the same.
+            (10_000, true, pass(), None, 100, "switch"),
+            (26_000, true, None, None, 100, "switch"),
         ],
     );
     assert_eq!(steps[1].wake_at_ms, Some(6_000));
-    assert_eq!(steps[3].old_stop_at_ms, Some(26_000));
-    assert_eq!(steps[4].old_stop_at_ms, Some(26_000));
+    for after in &steps[3..] {
+        assert_eq!(after.old_stop_at_ms, Some(26_000));
+        assert_eq!(after.progress.phase, Phase::Switched { at_ms: 6_000 });
+    }
 
     let manual = Strategy::BlueGreen {
         auto_switch_after_ms: None,
@@ -296,17 +299,16 @@ fn blue_green_stages_switches_and_keeps_the_old_warm() {
             (0, true, None, None, 0, "hold"),
             (1_000_000, true, None, None, 0, "hold"),
             (1_000_001, true, None, PR, 100, "switch"),
-            (1_005_000, true, None, A, 0, "rollback"),
+            // Over: a rollback is a new deployment, to the warm old revision.
+            (1_005_000, true, None, A, 100, "switch"),
         ],
     );
     run(
-        "blue/green paused after the switch keeps the old warm",
+        "blue/green aborted before the switch",
         &manual,
         &[
-            (0, true, None, PR, 100, "switch"),
-            (1_000, true, None, P, 100, "hold"),
-            (50_000, true, None, None, 100, "hold"),
-            (50_001, true, None, R, 100, "complete"),
+            (0, true, None, P, 0, "hold"),
+            (1_000, true, None, A, 0, "rollback"),
         ],
     );
     run(

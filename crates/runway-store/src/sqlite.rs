@@ -518,7 +518,8 @@ fn in_flight(conn: &Connection, service: &str, env: &str) -> Result<Vec<Deployme
 fn refuse_in_flight(conn: &Connection, service: &str, env: &str) -> Result<()> {
     if let Some(busy) = in_flight(conn, service, env)?.first() {
         return Err(StoreError::Conflict(format!(
-            "deployment {} of {service}/{env} is still {}; wait for it, or mark it failed",
+            "deployment {} of {service}/{env} is still {}; wait for it to end, or end its \
+             rollout with an abort or a promote",
             busy.id, busy.state
         )));
     }
