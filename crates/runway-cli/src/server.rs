@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, StatusParts};
 use runway_control::{Controller, ControllerConfig};
 use runway_ingress::{Ingress, Options as IngressOptions, TlsOptions};
@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, watch};
 /// `runway server`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The configuration file (YAML): `api`, `ingress` and `control` sections, every key
-    /// optional, unknown keys refused.
+    /// The configuration file (YAML): `api`, `ingress`, `control` and `runtime` sections, every
+    /// key optional, unknown keys refused.
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// Where the store, the master key, the certificate authority and the instances' state
@@ -121,6 +121,8 @@ pub(crate) struct Running {
     runtime: Arc<LocalRuntime>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// `server.lock` in the data directory, locked for as long as this server runs.
+    _lock: std::fs::File,
 }
 
 impl Running {
@@ -144,6 +146,7 @@ impl Running {
 pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let data_dir = config.api.data_dir.clone();
     create_data_dir(&data_dir)?;
+    let lock = lock_data_dir(&data_dir)?;
     let store: Arc<dyn Store> = Arc::new(
         SqliteStore::open(data_dir.join("runway.db"))
             .with_context(|| format!("cannot open the store in {}", data_dir.display()))?,
@@ -284,6 +287,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         runtime,
         stop,
         tasks,
+        _lock: lock,
     })
 }
 
@@ -358,6 +362,47 @@ fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
         .with_context(|| format!("cannot set the mode of {}", dir.display()))
+}
+
+/// Locks `server.lock` in the data directory (and writes this process's id in it), so a
+/// second server on the same directory is refused instead of acting on the same instances.
+/// The kernel releases the lock when the process ends, however it ends.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("server.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => String::new(),
+                pid => format!(" (pid {pid})"),
+            };
+            bail!(
+                "another runway server is using the data directory {}{holder}; stop it, or give \
+                 this one another --data-dir",
+                dir.display()
+            );
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(file)
 }
 
 /// The API's view of the world outside the store: the controller and the runtime.

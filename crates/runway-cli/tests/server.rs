@@ -503,6 +503,36 @@ fn kill_9_mid_deploy_then_restart_converges() {
 
 /// A deploy token reaches its own service and environments only; a revoked token is refused;
 /// every route of the OpenAPI document refuses a missing or a wrong token.
+/// A second server on a data directory in use is refused, naming the directory and the
+/// first server's pid, and leaves the first serving.
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let platform = Platform::start(&Settings::default());
+    let mut second = Command::new(support::RUNWAY);
+    second
+        .arg("server")
+        .arg("--config")
+        .arg(&platform.config)
+        .arg("--data-dir")
+        .arg(&platform.data)
+        .env_remove("RUNWAY_DATA_DIR");
+    let ran = support::run(second, None, Duration::from_secs(30));
+    assert_eq!(ran.code, Some(2), "{}", ran.all());
+    let expected = format!(
+        "another runway server is using the data directory {} (pid {})",
+        platform.data.display(),
+        platform.server_pid()
+    );
+    assert!(ran.stderr.contains(&expected), "{}", ran.all());
+    let listed = platform.runway(&["services", "list"]);
+    assert!(
+        listed.ok(),
+        "the first server stopped answering: {}",
+        listed.all()
+    );
+}
+
 #[test]
 fn tokens_are_scoped_and_revocable() {
     let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
