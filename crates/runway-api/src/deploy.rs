@@ -117,7 +117,29 @@ pub(crate) async fn deploy(
     body: DeployRequest,
 ) -> ApiResult<Deployment> {
     let config = validate(service, env, &body.manifest, &body.env_vars)?;
+    let stepped = matches!(
+        config.strategy,
+        runway_manifest::Strategy::RegionalRollout
+            | runway_manifest::Strategy::RunwayCanary
+            | runway_manifest::Strategy::RunwayBlueGreen
+    );
+    if body.pause && !stepped {
+        return Err(ApiError::invalid(format!(
+            "`pause` needs a rollout in steps (deployment.strategy regional_rollout, \
+             runway_canary or runway_blue_green); this manifest's strategy for {env} is {}, \
+             which rolls out in one step",
+            strategy_name(config.strategy)
+        ))
+        .field("pause"));
+    }
     let artifact = match &config.artifact {
+        Artifact::Process { .. } if body.image.is_some() => {
+            return Err(ApiError::invalid(format!(
+                "the manifest for {env} runs a process (spec.workload.process), so `image` \
+                 would not be used; remove one of them"
+            ))
+            .field("image"));
+        }
         Artifact::Process { .. } => {
             let dir = body.source_dir.as_deref().ok_or_else(|| {
                 ApiError::invalid(
@@ -194,6 +216,13 @@ pub(crate) async fn deploy(
                 .desired_get(&service, &env)?
                 .map(|d| d.revisions)
                 .unwrap_or_default();
+            if pause && current.is_empty() {
+                return Err(ApiError::invalid(format!(
+                    "`pause`: this is the first deploy of {service} to {env}, which goes \
+                     straight to 100 % (there is no revision to step from)"
+                ))
+                .field("pause"));
+            }
             let desired = if dry_run {
                 // A dry run records the revision and its plan and changes nothing: the desired
                 // state stays as it is, the new revision in it with no instances or traffic.
@@ -275,16 +304,19 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
         } else {
             format!(
                 "strategy {}",
-                strategy.map_or("legacy".to_owned(), |s| {
-                    serde_json::to_value(s)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
-                })
+                strategy.map_or("legacy".to_owned(), strategy_name)
             )
         }
     ))
     .field("command"))
+}
+
+/// A strategy as the manifest writes it (`runway_canary`).
+fn strategy_name(strategy: runway_manifest::Strategy) -> String {
+    serde_json::to_value(strategy)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The revision serving in a desired state: the one with the most weight.

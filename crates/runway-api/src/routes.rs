@@ -75,15 +75,13 @@ fn in_range<T: PartialOrd + std::fmt::Display>(
 
 /// The service exists and has `env`; 404 if not.
 fn service_env(s: &dyn runway_store::Store, service: &str, env: &str) -> ApiResult<()> {
-    if s.service_get(service)?
-        .environments
-        .iter()
-        .any(|e| e == env)
-    {
+    let environments = s.service_get(service)?.environments;
+    if environments.iter().any(|e| e == env) {
         Ok(())
     } else {
         Err(ApiError::not_found(format!(
-            "service {service:?} has no environment {env:?}"
+            "service {service:?} has no environment {env:?} (it has {})",
+            environments.join(", ")
         )))
     }
 }
@@ -94,7 +92,8 @@ fn known_env(state: &ApiState, env: &str) -> ApiResult<()> {
         Ok(())
     } else {
         Err(ApiError::not_found(format!(
-            "environment {env:?} not found"
+            "environment {env:?} not found (this server's environments: {})",
+            state.environments.join(", ")
         )))
     }
 }
@@ -246,6 +245,9 @@ async fn deploy_handler(
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
     caller.allow(Write, Some(&service), Some(&env))?;
     known_env(&state, &env)?;
+    // Before anything slow (resolving an image): the service deploys to this environment.
+    let (s2, e2) = (service.clone(), env.clone());
+    state.store(move |s| service_env(s, &s2, &e2)).await?;
     let deployment = deploy::deploy(&state, &caller, &service, &env, body).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
 }

@@ -396,8 +396,11 @@ impl fmt::Display for ApiError {
                     message
                 };
                 write!(f, "{message}")?;
-                if let Some(field) = field {
-                    write!(f, " (field `{field}`)")?;
+                match field.as_deref() {
+                    // Request fields the CLI fills from a flag of the same name.
+                    Some(flag @ ("image" | "pause")) => write!(f, " (flag `--{flag}`)")?,
+                    Some(field) => write!(f, " (field `{field}`)")?,
+                    None => {}
                 }
                 let code = if code.is_empty() { "error" } else { code };
                 write!(f, " [{} {code}]", status.as_u16())?;
@@ -930,6 +933,16 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "container_port must be below 65536 (field `manifest.spec.container_port`) [422 invalid_manifest]"
+        );
+        let flag = ApiError::Api {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid".into(),
+            message: "`pause` needs a rollout in steps".into(),
+            field: Some("pause".into()),
+        };
+        assert_eq!(
+            flag.to_string(),
+            "`pause` needs a rollout in steps (flag `--pause`) [400 invalid]"
         );
     }
 }

@@ -155,7 +155,8 @@ pub(crate) struct DeployArgs {
     image: Option<String>,
     /// Start the rollout paused: the new revision starts, but a progressive strategy
     /// (`regional_rollout`, `runway_canary`, `runway_blue_green`) takes no step until
-    /// `runway rollout resume` or `promote`.
+    /// `runway rollout resume` or `promote`. Refused with any other strategy, and for a first
+    /// deploy, which go to 100 % in one step.
     #[arg(long)]
     pause: bool,
     #[command(flatten)]

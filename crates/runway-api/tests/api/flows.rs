@@ -893,6 +893,95 @@ async fn rollout_commands_reach_the_deployment_in_progress() {
         .await;
 }
 
+/// A deploy is refused, by field, when part of it would be silently ignored: a pause with
+/// nothing to pause, an image beside a process, an environment the service does not have
+/// (found before any image is resolved).
+#[tokio::test]
+async fn a_deploy_that_would_ignore_part_of_itself_is_refused() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let deploy = "/v1/services/hello/environments/dev/deployments";
+    let refused = |body: serde_json::Value, field: &'static str, says: &'static str| {
+        let server = &server;
+        async move {
+            let answer = server
+                .call("POST", deploy, Some(&server.admin), Some(body))
+                .await;
+            assert_eq!(
+                (answer.status, answer.field()),
+                (StatusCode::BAD_REQUEST, field),
+                "{}",
+                answer.text
+            );
+            assert!(answer.text.contains(says), "{}", answer.text);
+        }
+    };
+    let mut canary = manifest("hello");
+    canary["spec"]["deployment"] = json!({"strategy": "runway_canary"});
+    refused(
+        json!({"manifest": canary, "pause": true}),
+        "pause",
+        "the first deploy of hello to dev",
+    )
+    .await;
+    let first = server
+        .admin("POST", deploy, Some(deploy_body("hello")), 202)
+        .await;
+    finish(&server, first["id"].as_i64().unwrap());
+    refused(
+        json!({"manifest": manifest("hello"), "pause": true}),
+        "pause",
+        "strategy for dev is legacy",
+    )
+    .await;
+    let process = json!({
+        "apiVersion": "runway/v1",
+        "kind": "RunwayService",
+        "metadata": {"name": "hello"},
+        "spec": {"container_port": 8080, "workload": {"process": {"command": ["python3", "app.py"]}}}
+    });
+    refused(
+        json!({"manifest": process, "source_dir": "/srv/hello", "image": "registry.example/x:1"}),
+        "image",
+        "runs a process",
+    )
+    .await;
+    // Nothing was recorded by the refusals.
+    let deployments = server.admin("GET", deploy, None, 200).await;
+    assert_eq!(
+        deployments.as_array().map(Vec::len),
+        Some(1),
+        "{deployments}"
+    );
+
+    server
+        .admin(
+            "POST",
+            "/v1/services",
+            Some(json!({"name": "solo", "owners": ["alice"], "environments": ["dev"]})),
+            201,
+        )
+        .await;
+    let mut missing_image = deploy_body("solo");
+    missing_image["image"] = json!("registry.example/missing:1");
+    let answer = server
+        .call(
+            "POST",
+            "/v1/services/solo/environments/staging/deployments",
+            Some(&server.admin),
+            Some(missing_image),
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND, "{}", answer.text);
+    assert!(
+        answer
+            .text
+            .contains(r#"service \"solo\" has no environment \"staging\" (it has dev)"#),
+        "{}",
+        answer.text
+    );
+}
+
 #[tokio::test]
 async fn a_dry_run_records_its_revision_and_leaves_the_desired_state_as_it_was() {
     let server = start().await;
