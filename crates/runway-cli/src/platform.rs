@@ -787,14 +787,34 @@ fn finish(
         print_json(&last)?;
     }
     let id = last.id_text();
-    let elapsed = |d: Duration| format!("{:.1}s", d.as_secs_f64());
     Ok(match outcome {
-        Outcome::Ended(took) => match last.state {
+        Outcome::Ended(watched) => match last.state {
             DeploymentState::Succeeded => {
-                if output == Output::Text {
+                // From its creation to its end, as the server recorded them; else as watched.
+                let took = |d: &Deployment| {
+                    let at = |t: &str| runway_store::Timestamp::parse_rfc3339(t);
+                    let (start, end) = (at(&d.created_at)?, at(&d.updated_at)?);
+                    let ms = end.unix_millis().checked_sub(start.unix_millis())?;
+                    Some(Duration::from_millis(u64::try_from(ms).ok()?))
+                };
+                let took = format!("{:.1}s", took(&last).unwrap_or(watched).as_secs_f64());
+                let dry_run = last
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| r.starts_with("dry run"));
+                if output == Output::Text && dry_run {
+                    let (service, env) = (&last.service, &last.env);
+                    let still = match last.from_revision.as_deref() {
+                        Some(serving) => format!("{serving} still serves {env} of {service}"),
+                        None => format!("{service} is still not deployed to {env}"),
+                    };
                     print_stdout(&format!(
-                        "deployment {id} succeeded in {}: {} serves {} of {}\n",
-                        elapsed(took),
+                        "deployment {id} was a dry run ({took}): nothing was started or routed; \
+                         {still}\n"
+                    ));
+                } else if output == Output::Text {
+                    print_stdout(&format!(
+                        "deployment {id} succeeded in {took}: {} serves {} of {}\n",
                         last.to_revision.as_deref().unwrap_or("the new revision"),
                         last.env,
                         last.service
@@ -967,9 +987,15 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             "REASON".to_owned(),
         ]];
         for r in &status.revisions {
+            // No instance wanted: its own words, rather than a "ready" with nothing running.
+            let condition = match (r.condition.as_str(), r.desired_instances) {
+                ("progressing", 0) => "draining",
+                ("ready", 0) => "at zero",
+                (condition, _) => condition,
+            };
             rows.push([
                 r.revision.clone(),
-                r.condition.clone(),
+                condition.to_owned(),
                 format!("{}/{}", r.ready, r.desired_instances),
                 r.starting.to_string(),
                 r.failed.to_string(),

@@ -401,9 +401,25 @@ fn a_dry_run_changes_nothing() {
         "{reason}"
     );
     assert!(reason.contains("100 % new"), "{reason}");
+    assert!(
+        dry.stdout.contains("was a dry run (")
+            && dry
+                .stdout
+                .contains("hello-dev-00001 still serves dev of hello"),
+        "{}",
+        dry.all()
+    );
     let now = status(&platform);
     assert_eq!(weight_of(&now, "hello-dev-00001"), 100, "{now:#}");
     assert_eq!(live_instances(&now, "hello-dev-00002"), 0, "{now:#}");
+    // The dry run's revision is recorded, but is no part of what should run.
+    let desired: Vec<&str> = now["desired"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["revision"].as_str())
+        .collect();
+    assert_eq!(desired, ["hello-dev-00001"], "{now:#}");
 
     // A first deploy's dry run starts nothing either.
     let fresh = platform.onboard("fresh", &["dev"], "dryrun-secret");

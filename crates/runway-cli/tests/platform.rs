@@ -243,10 +243,13 @@ fn contract(r: &Recorded) -> Reply {
                    "desired": [{"revision": "hello-dev-00002", "instances": 1, "weight": 100}],
                    "routes": [{"revision": "hello-dev-00002", "weight": 100}],
                    "revisions": [{"revision": "hello-dev-00002", "desired_instances": 1, "ready": 1,
+                                  "starting": 0, "failed": 0, "condition": "ready", "reason": null},
+                                 {"revision": "hello-dev-00001", "desired_instances": 0, "ready": 0,
                                   "starting": 0, "failed": 0, "condition": "ready", "reason": null}],
                    "instances": [{"id": "hello-dev-00002-3f9a1c", "revision": "hello-dev-00002",
                                   "phase": "running", "ready": true, "port": 8123, "restarts": 0,
-                                  "message": "ready"}]}),
+                                  "message": "ready"}],
+                   "warnings": ["rollout: the store did not answer"]}),
         ),
         ("GET", ["v1", "services", _, "environments", _, "logs"]) => {
             let line = |n: u32| {
@@ -858,6 +861,13 @@ fn status_revisions_rollback_promote_and_events() {
     assert!(
         ran.stdout
             .contains("hello-dev-00002-3f9a1c  running  yes    8123"),
+        "{ran:?}"
+    );
+    // A revision with no instance wanted says so; a part the server could not read is named.
+    assert!(ran.stdout.contains("hello-dev-00001  at zero"), "{ran:?}");
+    assert!(
+        ran.stderr
+            .contains("warning: not shown: rollout: the store did not answer"),
         "{ran:?}"
     );
     let ran = cli.run(&[

@@ -445,8 +445,21 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             None => vec![revision(target, 0, 0)],
         };
         match (&step.progress.phase, from) {
-            // The API left the desired state as it was; nothing to write.
-            _ if matches!(step.action, Action::DryRun { .. }) => wanted.revisions.clone(),
+            // The API left the desired state as it was, the new revision in it with nothing:
+            // that goes too, unless it is all there is (a first deploy).
+            _ if matches!(step.action, Action::DryRun { .. }) => {
+                let others: Vec<DesiredRevision> = wanted
+                    .revisions
+                    .iter()
+                    .filter(|r| r.revision != target)
+                    .cloned()
+                    .collect();
+                if others.is_empty() {
+                    wanted.revisions.clone()
+                } else {
+                    others
+                }
+            }
             (Phase::Completed, _) => vec![revision(target, new_instances, 100)],
             (Phase::RolledBack { .. }, _) => back(),
             (_, Some(from)) => vec![
@@ -550,11 +563,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 events.push(message.clone());
                 message
             }
-            Action::DryRun { plan } => {
-                let message = format!("dry run, nothing started:\n{}", plan_text(plan));
-                events.push(message.clone());
-                message
-            }
+            // The plan is in the deployment's reason, and so in its last event.
+            Action::DryRun { .. } => "dry run: nothing is started or routed".to_owned(),
             Action::Hold { reason } => reason.clone(),
             Action::WaitReady => format!("waiting for {target} to be ready"),
         };
