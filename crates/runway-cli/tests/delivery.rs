@@ -225,6 +225,12 @@ fn a_bad_canary_is_rolled_back_and_a_good_one_reaches_100() {
             "{expected}: {story:#?}"
         );
     }
+    // The steps after the first say what the window they leave showed.
+    let passed = story
+        .iter()
+        .filter(|e| e.contains("(analysis passed: new revision ") && e.contains("5xx, p99"))
+        .count();
+    assert_eq!(passed, 2, "{story:#?}");
     let (ok, failed) = load.stop(&platform.rt);
     let now = status(&platform);
     assert_eq!(weight_of(&now, "hello-dev-00003"), 100, "{now:#}");

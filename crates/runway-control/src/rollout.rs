@@ -52,6 +52,9 @@ pub(crate) struct StepBaseline {
     step: (usize, u64),
     canary: Window,
     stable: Window,
+    /// What the step's window showed when its analysis last passed, for the event of the
+    /// step that follows.
+    passed: Option<String>,
 }
 
 /// What the rollout says about its deployment after this pass.
@@ -354,12 +357,20 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let canary_now = self.window(&state, key, canary);
         let stable_now = self.window(&state, key, stable);
         let step = (progress.step_index, progress.step_started_ms);
-        match state.baselines.get(&deployment) {
-            Some(baseline) if baseline.step == step => Some(analyse(
-                settings,
-                &Window::delta(&canary_now, &baseline.canary),
-                &Window::delta(&stable_now, &baseline.stable),
-            )),
+        match state.baselines.get_mut(&deployment) {
+            Some(baseline) if baseline.step == step => {
+                let canary = Window::delta(&canary_now, &baseline.canary);
+                let stable = Window::delta(&stable_now, &baseline.stable);
+                let verdict = analyse(settings, &canary, &stable);
+                if verdict == Verdict::Pass {
+                    baseline.passed = Some(format!(
+                        "new revision {}; stable {}",
+                        canary.summary(),
+                        stable.summary()
+                    ));
+                }
+                Some(verdict)
+            }
             _ => {
                 state.baselines.insert(
                     deployment,
@@ -367,6 +378,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                         step,
                         canary: canary_now,
                         stable: stable_now,
+                        passed: None,
                     },
                 );
                 None
@@ -527,11 +539,22 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         if let Some(asked) = deployment.command {
             events.push(format!("rollout: {} carried out", asked.as_str()));
         }
+        // The window the step just left passed its analysis: with what figures.
+        let passed = matches!(step.action, Action::Advance | Action::Complete)
+            .then(|| {
+                self.lock()
+                    .baselines
+                    .get(&deployment.id)
+                    .and_then(|b| b.passed.clone())
+            })
+            .flatten()
+            .map(|figures| format!(" (analysis passed: {figures})"))
+            .unwrap_or_default();
         let message = match &step.action {
             Action::Advance => {
                 let total = strategy.ladder().len();
                 let message = format!(
-                    "{}: step {} of {total}, {target} {} %, {from} {} %",
+                    "{}: step {} of {total}, {target} {} %, {from} {} %{passed}",
                     strategy.name(),
                     step.progress.step_index + 1,
                     step.weights.new,
@@ -554,7 +577,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 message
             }
             Action::Complete => {
-                let message = format!("rollout complete: {target} 100 %");
+                let message = format!("rollout complete: {target} 100 %{passed}");
                 events.push(message.clone());
                 message
             }

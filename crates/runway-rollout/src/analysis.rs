@@ -282,7 +282,7 @@ fn count_fail(measure: Measure, what: &str, canary: u32, stable: u32, limit: u32
 }
 
 /// A ratio as a percentage with one decimal: `5.2 %`.
-fn percent(ratio: f64) -> String {
+pub(crate) fn percent(ratio: f64) -> String {
     format!("{:.1} %", ratio * 100.0)
 }
 
@@ -292,7 +292,7 @@ fn points(ratio: f64) -> String {
 }
 
 /// Seconds as milliseconds a person reads: `1024 ms`, `2.5 ms`.
-fn seconds(value: f64) -> String {
+pub(crate) fn seconds(value: f64) -> String {
     let ms = value * 1000.0;
     if ms < 10.0 {
         format!("{ms:.1} ms")

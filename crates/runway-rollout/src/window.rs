@@ -78,6 +78,18 @@ impl Window {
         }
     }
 
+    /// What the window shows, for a person: `512 requests, 0.2 % 5xx, p99 12 ms`.
+    pub fn summary(&self) -> String {
+        let p99 = self
+            .p99_seconds()
+            .map_or_else(|| "unknown".to_owned(), crate::analysis::seconds);
+        format!(
+            "{} requests, {} 5xx, p99 {p99}",
+            self.requests,
+            crate::analysis::percent(self.error_ratio())
+        )
+    }
+
     /// The 99th percentile of latency, in seconds.
     pub fn p99_seconds(&self) -> Option<f64> {
         self.quantile_seconds(0.99)

@@ -330,3 +330,15 @@ fn settings_are_checked() {
             .starts_with("`analysis.max_p99_over_stable_ratio` is 0.5")
     );
 }
+
+#[test]
+fn a_window_sums_itself_up_for_a_person() {
+    assert_eq!(
+        window(1000, 2, 0.003).summary(),
+        "1000 requests, 0.2 % 5xx, p99 4.0 ms"
+    );
+    assert_eq!(
+        Window::default().summary(),
+        "0 requests, 0.0 % 5xx, p99 unknown"
+    );
+}
