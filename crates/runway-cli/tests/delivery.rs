@@ -349,6 +349,23 @@ fn pause_resume_abort_and_blue_green_promote() {
                 .any(|r| r["revision"] == "hello-dev-00003" && r["condition"] == "ready")
         },
     );
+    // The status and the events say where to try it.
+    let try_at = format!(
+        "try it at https://r3---hello.dev.localhost:{}/",
+        platform.https().port()
+    );
+    wait_status(&platform, Duration::from_secs(10), "staged", |s| {
+        s["rollout"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&try_at))
+    });
+    assert!(
+        events(&platform, &staged)
+            .iter()
+            .any(|e| e.contains(&try_at)),
+        "{:#?}",
+        events(&platform, &staged)
+    );
     let (code, body) = platform.get("r3---hello.dev.localhost", "/", Duration::from_secs(10));
     assert_eq!(
         (code, body.starts_with("blue-green from hello-dev-00003")),

@@ -202,7 +202,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             command: deployment.command.map(command),
         };
         let step = next(&strategy, &progress, &input);
-        self.note_step(deployment, &strategy, &step).await?;
+        let tag_url =
+            self.url(&key.0, &key.1)
+                .replacen("https://", &format!("https://{}---", info.tag()), 1);
+        self.note_step(deployment, &strategy, &progress, &step, &tag_url)
+            .await?;
 
         let revisions_now =
             self.rollout_revisions(key, &strategy, &step, wanted, from.as_deref(), target);
@@ -524,11 +528,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 
     /// The deployment's events for what this step did, and the status line kept for
     /// `runway status`.
+    /// Records the step's events, and its message for the status. `before` is the progress
+    /// the step was taken from; `tag_url` reaches the new revision alone.
     async fn note_step(
         &self,
         deployment: &Deployment,
         strategy: &Strategy,
+        before: &Progress,
         step: &Step,
+        tag_url: &str,
     ) -> Result<()> {
         let target = &deployment.to_revision;
         let from = deployment
@@ -590,6 +598,18 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             Action::DryRun { .. } => "dry run: nothing is started or routed".to_owned(),
             Action::Hold { reason } => reason.clone(),
             Action::WaitReady => format!("waiting for {target} to be ready"),
+        };
+        // Blue/green, staged: where to try the new revision before the switch.
+        let staged = matches!(strategy, Strategy::BlueGreen { .. })
+            && step.progress.phase == Phase::Stepping;
+        let message = if staged {
+            let message = format!("{target} {message}; try it at {tag_url}");
+            if before.phase == Phase::WaitingReady {
+                events.push(message.clone());
+            }
+            message
+        } else {
+            message
         };
         let first_wait = deployment.rollout.is_none() && step.action == Action::WaitReady;
         if first_wait {
