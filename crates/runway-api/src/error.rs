@@ -147,9 +147,9 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match &error {
             StoreError::NotFound { .. } => Self::not_found(error.to_string()),
-            StoreError::AlreadyExists { .. } | StoreError::Conflict(_) => {
-                Self::conflict(error.to_string())
-            }
+            StoreError::AlreadyExists { .. } => Self::conflict(error.to_string()),
+            // The answer's code already says "conflict".
+            StoreError::Conflict(message) => Self::conflict(message.clone()),
             StoreError::InvalidTransition { .. } => Self::conflict(error.to_string()),
             StoreError::Invalid(message) => Self::invalid(message.clone()),
             StoreError::Sqlite(_)

@@ -446,7 +446,11 @@ impl Platform for ServerPlatform {
                 .pull_image(&reference)
                 .await
                 .map(|image| image.pinned)
-                .map_err(|e| e.to_string())
+                .map_err(|e| match e {
+                    // The caller names the image already.
+                    runway_runtime::RuntimeError::Image { message, .. } => message,
+                    other => other.to_string(),
+                })
         })
     }
 

@@ -853,6 +853,18 @@ fn an_image_is_deployed_replaced_and_cold_started() {
         pushed
     };
 
+    // An image the registry does not have is refused at once, saying so, with its field.
+    let missing = format!("{}/team/web:nope", registry.host());
+    let refused = platform.deploy_image(&repo, "dev", &missing);
+    assert!(!refused.ok(), "{}", refused.all());
+    assert!(
+        refused.stderr.contains(&format!(
+            "cannot resolve image \"{missing}\": image {missing} not found"
+        )) && refused.stderr.contains("(flag `--image`)"),
+        "{}",
+        refused.all()
+    );
+
     let first = deploy_image("1", "one\n");
     let (code, body) = platform.get(HOST, "/index.html", Duration::from_secs(10));
     assert_eq!((code, body.as_str()), (200, "one\n"));
