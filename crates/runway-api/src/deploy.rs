@@ -216,7 +216,8 @@ pub(crate) async fn deploy(
                 .desired_get(&service, &env)?
                 .map(|d| d.revisions)
                 .unwrap_or_default();
-            if pause && current.is_empty() {
+            // Nothing serving yet (none, or only a dry run's revision): a first deploy.
+            if pause && current.iter().all(|r| r.weight == 0) {
                 return Err(ApiError::invalid(format!(
                     "`pause`: this is the first deploy of {service} to {env}, which goes \
                      straight to 100 % (there is no revision to step from)"

@@ -172,6 +172,11 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         &config.runtime.insecure_registries,
         &config.runtime.oci_runtime,
     )?);
+    // Private first, then the way through opened.
+    runtime
+        .create_state_dirs()
+        .context("cannot prepare the runtime's state directory")?;
+    open_data_dir(&data_dir);
 
     let (stop, stopped) = watch::channel(false);
     let until = |mut stopped: watch::Receiver<bool>| async move {
@@ -348,21 +353,44 @@ async fn shutdown_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The data directory, `0711`: other users may not list it, but a container's root (another
-/// host id, in its user namespace) must search through it to reach its image's rootfs under
-/// `runtime/images/`. What is private inside is private itself: the database and the master key
-/// are `0600`, the CA's key too, the runtime's `instances/` is `0700`. A directory left `0700`
-/// by an earlier version is opened up to `0711`.
+/// The data directory, created private (`0700`); [`open_data_dir`] opens the way through it
+/// once what is inside is private on its own.
 fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o711)
+        .mode(0o700)
         .create(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
-        .with_context(|| format!("cannot set the mode of {}", dir.display()))
+        .with_context(|| format!("cannot create {}", dir.display()))
 }
+
+/// Lets others search the data directory (`go+x`, not list it: `0711` from `0700`): a container's root (another
+/// host id, in its user namespace) goes through it to reach its image's rootfs under
+/// `runtime/images/`. What is private inside is private itself: the database, the master key
+/// and the CA's key are `0600`, the runtime's `instances/` `0700`, unpacked images behind
+/// `0710` with the container's group. Other bits the operator set are kept; a failure is
+/// only a warning, as processes still run and only images would not start.
+fn open_data_dir(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let opened = std::fs::metadata(dir).and_then(|meta| {
+        let mode = meta.permissions().mode();
+        if mode & 0o001 == 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o011))
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = opened {
+        eprintln!(
+            "runway server: warning: cannot let containers search {} ({e}); images will not \
+             start until others may search it (chmod o+x)",
+            dir.display()
+        );
+    }
+}
+
+/// `ENOLCK` on Linux: no locks available.
+const ENOLCK: i32 = 37;
 
 /// Locks `server.lock` in the data directory (and writes this process's id in it), so a
 /// second server on the same directory is refused instead of acting on the same instances.
@@ -381,6 +409,16 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
         .with_context(|| format!("cannot open {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => {}
+        // Some file systems (NFS without a lock daemon) have no locks: run, but say so.
+        Err(std::fs::TryLockError::Error(e))
+            if e.kind() == std::io::ErrorKind::Unsupported || e.raw_os_error() == Some(ENOLCK) =>
+        {
+            eprintln!(
+                "runway server: warning: cannot lock {} ({e}); a second server on this data \
+                 directory would not be refused",
+                path.display()
+            );
+        }
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);

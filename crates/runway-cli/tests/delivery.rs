@@ -330,7 +330,7 @@ fn pause_resume_abort_and_blue_green_promote() {
     set_manifest(
         &repo,
         "runway_blue_green",
-        "      keep_old_seconds: 2\n",
+        "      keep_old_seconds: 10\n",
         1,
         1,
         100,
@@ -382,12 +382,19 @@ fn pause_resume_abort_and_blue_green_promote() {
     wait_status(&platform, Duration::from_secs(10), "switched", |s| {
         weight_of(s, "hello-dev-00003") == 100
     });
-    // The old one stays warm, then the rollout completes and it is stopped.
-    let now = status(&platform);
-    assert_eq!(live_instances(&now, "hello-dev-00001"), 1, "{now:#}");
+    // The deployment ends at the switch; the old one stays warm, then is stopped.
     let done = platform.wait_deployment(&staged, Duration::from_secs(20));
     assert_eq!(done["state"], "succeeded", "{done:#}");
-    platform.wait_retired("hello-dev-00001", Duration::from_secs(20));
+    let now = status(&platform);
+    assert_eq!(live_instances(&now, "hello-dev-00001"), 1, "{now:#}");
+    platform.wait_retired("hello-dev-00001", Duration::from_secs(30));
+    assert!(
+        events(&platform, &staged)
+            .iter()
+            .any(|e| e.starts_with("hello-dev-00001 was kept warm for 10 s")),
+        "{:#?}",
+        events(&platform, &staged)
+    );
     let story = events(&platform, &staged);
     assert!(
         story

@@ -501,8 +501,6 @@ fn kill_9_mid_deploy_then_restart_converges() {
     assert!(ok > 10, "only {ok} requests after the restart");
 }
 
-/// A deploy token reaches its own service and environments only; a revoked token is refused;
-/// every route of the OpenAPI document refuses a missing or a wrong token.
 /// A second server on a data directory in use is refused, naming the directory and the
 /// first server's pid, and leaves the first serving.
 #[test]
@@ -533,6 +531,8 @@ fn a_second_server_on_the_same_data_directory_is_refused() {
     );
 }
 
+/// A deploy token reaches its own service and environments only; a revoked token is refused;
+/// every route of the OpenAPI document refuses a missing or a wrong token.
 #[test]
 fn tokens_are_scoped_and_revocable() {
     let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());

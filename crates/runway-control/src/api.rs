@@ -39,6 +39,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         }
     }
 
+    /// Where one revision alone is reached, by its tag: `https://r3---{service}.{env}…/`.
+    pub fn tag_url(&self, service: &str, env: &str, tag: &str) -> String {
+        let url = self.url(service, env);
+        format!("https://{tag}---{}", url.trim_start_matches("https://"))
+    }
+
     /// The weights the ingress has for the service, as this controller last set them.
     pub fn routes(&self, service: &str, env: &str) -> Vec<RouteWeight> {
         self.lock()

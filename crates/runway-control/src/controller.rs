@@ -281,8 +281,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         };
         // With no deployment in progress, a blue/green's old revision leaves when its warm
         // time is over.
+        let mut errors = Vec::new();
         let (retired, warm_until) = match (deployment.as_ref(), latest.as_ref(), wanted) {
-            (None, Some(latest), Some(wanted)) => self.retire_warm(latest, wanted).await?,
+            (None, Some(latest), Some(wanted)) => {
+                self.retire_warm(latest, wanted, &mut errors).await
+            }
             _ => (None, None),
         };
         let wanted = rolled.as_ref().or(retired.as_ref()).or(wanted);
@@ -308,7 +311,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         if let Some(service) = self.lock().services.get_mut(key) {
             service.status = plan.status.clone();
         }
-        let mut errors = Vec::new();
         // Readiness changed since the last pass: the table follows at once.
         if let Err(error) = self.apply_table() {
             errors.push(error);

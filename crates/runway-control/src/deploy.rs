@@ -32,7 +32,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 move |store| store.deployment_list(&service, Some(&env), 10),
             )
             .await?;
-        let latest = listed.first().cloned();
+        // A dry run changed nothing: the deployment before it still owns what runs.
+        let latest = listed.iter().find(|d| !is_dry_run(d)).cloned();
         let Some(active) = listed.into_iter().find(|d| !d.state.is_terminal()) else {
             return Ok((None, latest));
         };
@@ -262,6 +263,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         .await
         .map(drop)
     }
+}
+
+/// Whether a deployment is a finished (or stepped) dry run, by its stored rollout.
+fn is_dry_run(deployment: &Deployment) -> bool {
+    deployment
+        .rollout
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<crate::rollout::RolloutRecord>(text).ok())
+        .is_some_and(|record| record.strategy == runway_rollout::Strategy::DryRun.name())
 }
 
 /// The desired weights as the planner routes them: positive ones, scaled to sum to 100

@@ -202,9 +202,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             command: deployment.command.map(command),
         };
         let step = next(&strategy, &progress, &input);
-        let tag_url =
-            self.url(&key.0, &key.1)
-                .replacen("https://", &format!("https://{}---", info.tag()), 1);
+        let tag_url = self.tag_url(&key.0, &key.1, &info.tag());
         self.note_step(deployment, &strategy, &progress, &step, &tag_url)
             .await?;
 
@@ -245,10 +243,26 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// revision, still in the desired state with no traffic, is taken out of it once its warm
     /// time is over. Returns the desired state written then, or when to look again. A rollback
     /// or a newer deploy has rewritten the desired state before: nothing to do.
+    /// Errors go to `errors`: they do not stop the pass.
     pub(crate) async fn retire_warm(
         &self,
         latest: &Deployment,
         wanted: &Desired,
+        errors: &mut Vec<ControlError>,
+    ) -> (Option<Desired>, Option<u64>) {
+        self.retire_warm_inner(latest, wanted, errors)
+            .await
+            .unwrap_or_else(|error| {
+                errors.push(error);
+                (None, None)
+            })
+    }
+
+    async fn retire_warm_inner(
+        &self,
+        latest: &Deployment,
+        wanted: &Desired,
+        errors: &mut Vec<ControlError>,
     ) -> Result<(Option<Desired>, Option<u64>)> {
         let nothing = Ok((None, None));
         let Some(from) = latest.from_revision.as_deref() else {
@@ -290,15 +304,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .collect();
         let written = self.write_desired(wanted, kept).await?;
         if written.is_some() {
-            let mut errors = Vec::new();
             let message = format!(
                 "{from} was kept warm for {} s after the switch: it is stopped now",
                 keep_old_ms / 1000
             );
-            self.event(Some(latest), &message, &mut errors).await;
-            if let Some(error) = errors.into_iter().next() {
-                return Err(error);
-            }
+            self.event(Some(latest), &message, errors).await;
         }
         Ok((written, None))
     }
@@ -366,13 +376,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 let canary = Window::delta(&canary_now, &baseline.canary);
                 let stable = Window::delta(&stable_now, &baseline.stable);
                 let verdict = analyse(settings, &canary, &stable);
-                if verdict == Verdict::Pass {
-                    baseline.passed = Some(format!(
+                // This pass's verdict only: the step advances on it, or not at all.
+                baseline.passed = (verdict == Verdict::Pass).then(|| {
+                    format!(
                         "new revision {}; stable {}",
                         canary.summary(),
                         stable.summary()
-                    ));
-                }
+                    )
+                });
                 Some(verdict)
             }
             _ => {
@@ -526,10 +537,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         .map(drop)
     }
 
-    /// The deployment's events for what this step did, and the status line kept for
-    /// `runway status`.
-    /// Records the step's events, and its message for the status. `before` is the progress
-    /// the step was taken from; `tag_url` reaches the new revision alone.
+    /// Records the step's events, and its status line for `runway status`. `before` is the
+    /// progress the step was taken from; `tag_url` reaches the new revision alone.
     async fn note_step(
         &self,
         deployment: &Deployment,
@@ -547,8 +556,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         if let Some(asked) = deployment.command {
             events.push(format!("rollout: {} carried out", asked.as_str()));
         }
-        // The window the step just left passed its analysis: with what figures.
-        let passed = matches!(step.action, Action::Advance | Action::Complete)
+        // The window the step just left passed its analysis (not skipped by a promote): with
+        // what figures.
+        let judged = !step.progress.promoted;
+        let passed = (judged && matches!(step.action, Action::Advance | Action::Complete))
             .then(|| {
                 self.lock()
                     .baselines

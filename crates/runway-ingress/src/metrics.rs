@@ -303,20 +303,37 @@ impl Metrics {
     }
 
     /// After a route table change: revisions for which `routed` is false are noted as gone
-    /// (from `now`), and the series of those gone for [`RETIRED_SERIES_KEPT`] are removed. A
-    /// revision routed again later starts its counters from zero, which Prometheus reads as a
-    /// counter reset.
+    /// (from `now`, unless noted before), the others as routed; then [`Metrics::expire`].
     pub(crate) fn prune(&self, routed: impl Fn(&RevisionLabels) -> bool, now: Instant) {
+        {
+            let mut revisions = self
+                .revisions
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for (labels, (_, gone_since)) in revisions.iter_mut() {
+                if routed(labels) {
+                    *gone_since = None;
+                } else {
+                    gone_since.get_or_insert(now);
+                }
+            }
+        }
+        self.expire(now);
+    }
+
+    /// Removes the series of revisions gone from the table for [`RETIRED_SERIES_KEPT`] by
+    /// `now`: run on table changes and on each scrape, so a quiet server loses them too. A
+    /// revision routed again later starts its counters from zero, which Prometheus reads as
+    /// a counter reset.
+    pub(crate) fn expire(&self, now: Instant) {
         let mut revisions = self
             .revisions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         revisions.retain(|labels, (_, gone_since)| {
-            if routed(labels) {
-                *gone_since = None;
+            let Some(since) = *gone_since else {
                 return true;
-            }
-            let since = *gone_since.get_or_insert(now);
+            };
             if now.saturating_duration_since(since) < RETIRED_SERIES_KEPT {
                 return true;
             }
@@ -363,6 +380,7 @@ impl Metrics {
 
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
+        self.expire(Instant::now());
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -433,7 +451,8 @@ mod tests {
         metrics.prune(routed, start + RETIRED_SERIES_KEPT / 2);
         assert!(metrics.revision_stats("hello", "dev", "old").is_some());
         assert!(metrics.encode().contains("revision=\"old\""));
-        metrics.prune(routed, start + RETIRED_SERIES_KEPT);
+        // No table change needed: the next scrape (or any expiry) removes them.
+        metrics.expire(start + RETIRED_SERIES_KEPT);
         assert_eq!(metrics.revision_stats("hello", "dev", "old"), None);
         let text = metrics.encode();
         assert!(!text.contains("revision=\"old\""), "{text}");

@@ -63,10 +63,12 @@
 //! rootfs pulled with `id_shift: 0`; [`bundle_spec`] refuses a mismatch.
 //!
 //! Modes: `blobs/` and `tmp/` are the store's user's alone (`0700`). The root and `rootfs/` are
-//! `0711` and `idshift-<n>/` is `0710` with group `n`, because the OCI runtime mounts a rootfs
-//! from inside the user namespace, as host id `n`, which must be able to search every directory
-//! on the way; [`build_bundle`] checks that it can ([`reachable_by`]) and names the directory
-//! that stops it, such as a private `0700` state directory above the store.
+//! `0711`, `idshift-<n>/` is `0710` with group `n` and its `sha256/` `0711`, because the OCI
+//! runtime mounts a rootfs from inside the user namespace, as host id `n`, which must be able to
+//! search every directory on the way, and no other user may list or read an unpacked image
+//! (`0700` for both without a shift). [`build_bundle`] checks that the way is open
+//! ([`reachable_by`]) and names the directory that stops it, such as a private `0700` state
+//! directory above the store.
 //!
 //! # Unpacking rules
 //!

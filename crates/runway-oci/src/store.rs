@@ -188,25 +188,31 @@ impl Store {
             .join(digest.hex())
     }
 
-    /// `rootfs/idshift-<n>/`, created if missing: as root with a shift, owned by group `n`
-    /// (the container's root group) and `0710`, so containers of that shift can search it
-    /// and other users cannot; else `0711`.
+    /// `rootfs/idshift-<n>/` and its `sha256/`, made (again, whatever an older version left)
+    /// so that only the store's user and containers of that shift get through: as root with a
+    /// shift, `idshift-<n>/` is `0710` with group `n` (the container's root group) and
+    /// `sha256/` `0711` (searchable, not listable); otherwise both are `0700`, the store's user
+    /// being the container's root.
     fn create_shift_dir(&self, id_shift: u32) -> Result<(), OciError> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        use std::os::unix::fs::PermissionsExt;
         let dir = self.root.join("rootfs").join(format!("idshift-{id_shift}"));
+        let digests = dir.join("sha256");
+        std::fs::create_dir_all(&digests).map_err(|e| OciError::io("create", &digests, e))?;
         let grouped = self.as_root && id_shift != 0;
-        let mode = if grouped { 0o710 } else { 0o711 };
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-            Err(e) => return Err(OciError::io("create", &dir, e)),
-        }
         if grouped {
             std::os::unix::fs::chown(&dir, None, Some(id_shift))
                 .map_err(|e| OciError::io("change the group of", &dir, e))?;
         }
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| OciError::io("set mode of", &dir, e))
+        let (outer, inner) = if grouped {
+            (0o710, 0o711)
+        } else {
+            (0o700, 0o700)
+        };
+        for (path, mode) in [(&dir, outer), (&digests, inner)] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| OciError::io("set mode of", path, e))?;
+        }
+        Ok(())
     }
 
     /// Pulls `reference` (`registry/repo:tag` or `registry/repo@sha256:...`) into the cache and
@@ -383,6 +389,8 @@ impl Store {
             path: path.clone(),
             id_shift,
         };
+        // Every time, cache hit or not: a directory an older version left open is closed.
+        self.create_shift_dir(id_shift)?;
         if path.is_dir() {
             return Ok((rootfs, None));
         }
@@ -415,7 +423,6 @@ impl Store {
             layers.push((layer_digest, compression, config.diff_ids.get(i).cloned()));
         }
 
-        self.create_shift_dir(id_shift)?;
         let job = UnpackJob {
             blobs: self.root.join("blobs/sha256"),
             tmp: self.root.join("tmp"),

@@ -77,10 +77,11 @@ impl LocalRuntime {
         self.config.root.join("instances").join(id)
     }
 
-    /// `instances/`, private (`0700`, an older one made so): instances' output, specs and
-    /// sockets are this user's alone. The root above it keeps its mode, which a container's
-    /// root may need to search on the way to `images/`.
-    fn create_instances_dir(&self) -> Result<(), RuntimeError> {
+    /// Creates the state directory's `instances/` private (`0700`, an older one made so):
+    /// instances' output, specs and sockets are this user's alone. The root above it keeps its
+    /// mode, which a container's root may need to search on the way to `images/`. Done on
+    /// every instance start; call it first when opening up a directory above.
+    pub fn create_state_dirs(&self) -> Result<(), RuntimeError> {
         use std::os::unix::fs::PermissionsExt;
         let dir = self.config.root.join("instances");
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
@@ -273,7 +274,7 @@ impl Runtime for LocalRuntime {
                 });
             }
         }
-        self.create_instances_dir()?;
+        self.create_state_dirs()?;
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
         let started = async {
             if matches!(spec.artifact, Artifact::Image { .. }) {

@@ -63,8 +63,11 @@ fn make_private(path: &Path) -> Result<()> {
         let file = PathBuf::from(name);
         match std::fs::metadata(&file) {
             Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
-                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
-                    .map_err(io("make private", &file))?;
+                match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+                    // Another user's file, shared on purpose: theirs to change.
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+                    other => other.map_err(io("make private", &file))?,
+                }
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

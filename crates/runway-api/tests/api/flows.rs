@@ -924,6 +924,20 @@ async fn a_deploy_that_would_ignore_part_of_itself_is_refused() {
         "the first deploy of hello to dev",
     )
     .await;
+    // A dry run first leaves its revision in the desired state with nothing: still a first
+    // deploy.
+    let mut dry = manifest("hello");
+    dry["spec"]["deployment"] = json!({"strategy": "dryrun"});
+    let dry = server
+        .admin("POST", deploy, Some(json!({"manifest": dry})), 202)
+        .await;
+    finish(&server, dry["id"].as_i64().unwrap());
+    refused(
+        json!({"manifest": canary, "pause": true}),
+        "pause",
+        "the first deploy of hello to dev",
+    )
+    .await;
     let first = server
         .admin("POST", deploy, Some(deploy_body("hello")), 202)
         .await;
@@ -946,11 +960,11 @@ async fn a_deploy_that_would_ignore_part_of_itself_is_refused() {
         "runs a process",
     )
     .await;
-    // Nothing was recorded by the refusals.
+    // Nothing was recorded by the refusals: the dry run and the first deploy only.
     let deployments = server.admin("GET", deploy, None, 200).await;
     assert_eq!(
         deployments.as_array().map(Vec::len),
-        Some(1),
+        Some(2),
         "{deployments}"
     );
 
