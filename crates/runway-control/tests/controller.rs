@@ -472,6 +472,71 @@ async fn secrets_are_opened_into_the_spec_and_a_tampered_one_fails_the_start() {
     );
 }
 
+/// Blue/green: the deployment succeeds at the switch, the old revision stays warm with no
+/// traffic, and leaves once its warm time is over, even when a dry run came in between.
+#[tokio::test]
+async fn blue_green_ends_at_the_switch_and_retires_the_warm_revision_after_a_dry_run() {
+    let harness = serving_v1().await;
+    let with = |strategy: &str, rollout: serde_json::Value| {
+        let mut manifest = common::manifest("hello");
+        manifest["spec"]["deployment"] = serde_json::json!({"strategy": strategy});
+        manifest["spec"]["workload"]["rollout"] = rollout;
+        manifest
+    };
+    let green = harness.deploy_manifest(
+        "hello",
+        with(
+            "runway_blue_green",
+            serde_json::json!({"auto_switch_after_seconds": 0, "keep_old_seconds": 2}),
+        ),
+        BTreeMap::new(),
+    );
+    harness
+        .settle(BOUND, |h| h.state(&green) == DeploymentState::Succeeded)
+        .await;
+    let switched = std::time::Instant::now();
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V2, 100)])
+    );
+    let warm = |h: &Harness| {
+        h.store
+            .desired_get("hello", "dev")
+            .unwrap()
+            .unwrap()
+            .revisions
+            .iter()
+            .any(|r| r.revision == V1 && r.weight == 0)
+    };
+    assert!(warm(&harness));
+    assert_eq!(harness.runtime.ids_of(V1).len(), 1);
+
+    let dry = harness.deploy_manifest(
+        "hello",
+        with("dryrun", serde_json::json!({})),
+        BTreeMap::new(),
+    );
+    harness
+        .settle(BOUND, |h| h.state(&dry) == DeploymentState::Succeeded)
+        .await;
+    harness
+        .settle(BOUND, |h| !warm(h) && h.runtime.ids_of(V1).is_empty())
+        .await;
+    assert!(switched.elapsed() >= Duration::from_millis(1_900));
+    assert!(
+        harness
+            .events(&green)
+            .iter()
+            .any(|e| e.starts_with("hello-dev-00001 was kept warm for 2 s")),
+        "{:?}",
+        harness.events(&green)
+    );
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V2, 100)])
+    );
+}
+
 #[tokio::test]
 async fn run_reconciles_until_shutdown() {
     let harness = std::sync::Arc::new(Harness::new(fast_config()));

@@ -363,19 +363,47 @@ impl Harness {
 
     /// Deploys a new revision at weight 100 with one instance, as the API does.
     pub fn deploy(&self, service: &str, secret_versions: BTreeMap<String, u32>) -> Deployment {
+        self.deploy_manifest(service, manifest(service), secret_versions)
+    }
+
+    /// A deploy of `manifest`, recorded as the API records one: a dry run keeps the desired
+    /// state and adds the new revision with nothing; anything else gives it all.
+    pub fn deploy_manifest(
+        &self,
+        service: &str,
+        manifest: serde_json::Value,
+        secret_versions: BTreeMap<String, u32>,
+    ) -> Deployment {
+        let dry_run = manifest["spec"]["deployment"]["strategy"] == "dryrun";
         let revision = NewRevision {
             service: service.to_owned(),
             env: "dev".to_owned(),
-            manifest: manifest(service),
+            manifest,
             artifact: serde_json::json!({"source_dir": "/srv/app"}),
             env_vars: BTreeMap::from([("GREETING".to_owned(), "hi".to_owned())]),
             secret_versions,
         };
-        let planned = [PlannedRevision {
+        let new = |instances, weight| PlannedRevision {
             revision: RevisionRef::New,
-            instances: 1,
-            weight: 100,
-        }];
+            instances,
+            weight,
+        };
+        let planned: Vec<PlannedRevision> = if dry_run {
+            let current = self.store.desired_get(service, "dev").unwrap();
+            current
+                .map(|d| d.revisions)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|r| PlannedRevision {
+                    revision: RevisionRef::Named(r.revision),
+                    instances: r.instances,
+                    weight: r.weight,
+                })
+                .chain([new(0, 0)])
+                .collect()
+        } else {
+            vec![new(1, 100)]
+        };
         self.store
             .record_deploy("admin", &revision, &planned)
             .unwrap()
