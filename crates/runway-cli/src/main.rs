@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod api;
 mod config;
@@ -166,7 +166,9 @@ const EXIT_INVALID: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let json = wants_json(&matches);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Command::Init(args) => init::run(&args),
         Command::Validate(args) => validate::run(&args),
@@ -201,7 +203,25 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
+            if json {
+                print_stdout(&format!("{:#}\n", platform::error_json(&error)));
+            }
             ExitCode::from(platform::exit_code(&error).unwrap_or(EXIT_USAGE))
+        }
+    }
+}
+
+/// Whether the command asked for `--output json`: then a failure is one JSON document on
+/// stdout too (its text stays on stderr), so a script always has something to parse.
+fn wants_json(matches: &clap::ArgMatches) -> bool {
+    let mut level = matches;
+    loop {
+        if let Ok(Some(output)) = level.try_get_one::<Output>("output") {
+            return *output == Output::Json;
+        }
+        match level.subcommand() {
+            Some((_, sub)) => level = sub,
+            None => return false,
         }
     }
 }

@@ -1465,6 +1465,30 @@ fn version_text(version: &Value) -> String {
 
 /// The exit code for an error that reached `main`: 1 for what the server or the network said,
 /// 2 (usage) for the rest.
+/// A failure as `--output json` prints it: `{"error": {"message", and from the server
+/// "status", "code" and "field"}}`.
+pub(crate) fn error_json(error: &anyhow::Error) -> Value {
+    let mut body = serde_json::json!({ "message": format!("{error:#}") });
+    let api = error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<ApiError>());
+    if let Some(ApiError::Api {
+        status,
+        code,
+        message,
+        field,
+    }) = api
+    {
+        body["status"] = status.as_u16().into();
+        body["code"] = code.as_str().into();
+        body["server_message"] = message.as_str().into();
+        if let Some(field) = field {
+            body["field"] = field.as_str().into();
+        }
+    }
+    serde_json::json!({ "error": body })
+}
+
 pub(crate) fn exit_code(error: &anyhow::Error) -> Option<u8> {
     error.chain().find_map(|cause| {
         cause.downcast_ref::<ApiError>().map(|e| match e {

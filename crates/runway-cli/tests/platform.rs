@@ -417,6 +417,23 @@ fn login_checks_the_token_saves_it_0600_and_the_environment_overrides_it() {
     assert_eq!(bad.code, Some(1), "{bad:?}");
     assert!(bad.stderr.contains("missing or invalid token"), "{bad:?}");
     assert!(!cli.config().exists(), "nothing saved for a refused token");
+    // With --output json, the failure is also one JSON document on stdout, for scripts.
+    let bad = cli.run_in(
+        &[
+            "login", "--server", &fake.url, "--token", "-", "--output", "json",
+        ],
+        cli.home.path(),
+        Some("runway_admin_wrong\n"),
+    );
+    assert_eq!(bad.code, Some(1), "{bad:?}");
+    let answer: Value = serde_json::from_str(&bad.stdout).unwrap();
+    assert_eq!(answer["error"]["status"], 401, "{answer:#}");
+    assert_eq!(answer["error"]["code"], "unauthorized", "{answer:#}");
+    assert_eq!(
+        answer["error"]["server_message"], "missing or invalid token",
+        "{answer:#}"
+    );
+    assert!(bad.stderr.contains("missing or invalid token"), "{bad:?}");
 
     let ran = cli.run_in(
         &["login", "--server", &fake.url, "--token", "-"],
