@@ -427,11 +427,16 @@ fn percentages(c: &mut Checker<'_>, pointer: &str, steps: &[Percent]) {
 }
 
 fn image_reference(c: &mut Checker<'_>, pointer: &str, image: &str) {
+    const EXPECTED: &str =
+        "`registry/repository:tag` or `…@sha256:…`, the repository in lower case";
     if image.trim().is_empty() || image.chars().any(char::is_whitespace) {
         c.error(pointer, format!("`{image}` is not an image reference"))
-            .expected("`registry/repository:tag` or `…@sha256:…`");
+            .expected(EXPECTED);
     } else if image.contains('$') {
         c.warning(pointer, format!("`{image}` holds an unexpanded variable and is used as written; pass the image with `runway deploy --image`"));
+    } else if let Err(e) = image.parse::<oci_spec::distribution::Reference>() {
+        c.error(pointer, format!("`{image}` is not an image reference: {e}"))
+            .expected(EXPECTED);
     }
 }
 

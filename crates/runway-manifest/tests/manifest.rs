@@ -597,3 +597,34 @@ mod no_panic {
         }
     }
 }
+
+/// `spec.image` is checked with the reference grammar a deploy pulls with: what validates,
+/// deploys, and what a deploy would refuse is refused here, at its line.
+#[test]
+fn image_references_are_checked_as_a_pull_would() {
+    let with_image = |image: &str| {
+        let text = format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: svc\nspec:\n  \
+             image: \"{image}\"\n"
+        );
+        render(&load(&base("m.yml", &text)).diagnostics)
+    };
+    for good in [
+        "busybox",
+        "registry.example.com/team/app:1.2",
+        "127.0.0.1:5055/try/web:1",
+        "ghcr.io/org/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ] {
+        let shown = with_image(good);
+        assert!(!shown.contains("image reference"), "{good}: {shown}");
+    }
+    for (bad, why) in [
+        ("127.0.0.1:5055/try/Web:1", "is not an image reference: "),
+        ("app@sha256:abc", "is not an image reference: invalid reference format"),
+        ("app:bad:tag", "is not an image reference: "),
+    ] {
+        let shown = with_image(bad);
+        assert!(shown.contains(why), "{bad}: {shown}");
+        assert!(shown.contains("m.yml:6"), "{bad} not located: {shown}");
+    }
+}
