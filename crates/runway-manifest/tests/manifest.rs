@@ -620,7 +620,10 @@ fn image_references_are_checked_as_a_pull_would() {
     }
     for (bad, why) in [
         ("127.0.0.1:5055/try/Web:1", "is not an image reference: "),
-        ("app@sha256:abc", "is not an image reference: invalid reference format"),
+        (
+            "app@sha256:abc",
+            "is not an image reference: invalid reference format",
+        ),
         ("app:bad:tag", "is not an image reference: "),
     ] {
         let shown = with_image(bad);
