@@ -461,3 +461,9 @@ fn names_do_not_collide_with_upstreams() {
         assert!(upstream || name.starts_with("runway_"), "{name}");
     }
 }
+
+#[test]
+fn times_in_messages_are_clock_times() {
+    assert_eq!(runway_rollout::clock(3_723_000), "01:02:03 UTC");
+    assert_eq!(runway_rollout::clock(86_400_000 + 59_999), "00:00:59 UTC");
+}
