@@ -267,10 +267,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 
 /// Whether a deployment is a finished (or stepped) dry run, by its stored rollout.
 fn is_dry_run(deployment: &Deployment) -> bool {
-    deployment
-        .rollout
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<crate::rollout::RolloutRecord>(text).ok())
+    crate::rollout::RolloutRecord::of(deployment)
         .is_some_and(|record| record.strategy == runway_rollout::Strategy::DryRun.name())
 }
 

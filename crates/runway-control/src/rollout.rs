@@ -45,6 +45,16 @@ pub(crate) struct RolloutRecord {
     pub(crate) progress: Progress,
 }
 
+impl RolloutRecord {
+    /// The record stored on `deployment`: none before its first step (or when unreadable).
+    pub(crate) fn of(deployment: &Deployment) -> Option<Self> {
+        deployment
+            .rollout
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok())
+    }
+}
+
 /// What a canary step's window started from, in memory.
 #[derive(Debug, Clone)]
 pub(crate) struct StepBaseline {
@@ -176,10 +186,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             return Ok((Outcome::Rolling, None));
         }
         let now = now_ms();
-        let stored = deployment
-            .rollout
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<RolloutRecord>(text).ok());
+        let stored = RolloutRecord::of(deployment);
         let progress = stored
             .as_ref()
             .map_or_else(|| Progress::new(now), |record| record.progress.clone());
@@ -268,11 +275,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let Some(from) = latest.from_revision.as_deref() else {
             return nothing;
         };
-        let switched_at = latest
-            .rollout
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<RolloutRecord>(text).ok())
-            .and_then(|record| match record.progress.phase {
+        let switched_at =
+            RolloutRecord::of(latest).and_then(|record| match record.progress.phase {
                 Phase::Switched { at_ms } => Some(at_ms),
                 _ => None,
             });
@@ -646,11 +650,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let Some(deployment) = listed.into_iter().find(|d| !d.state.is_terminal()) else {
             return Ok(None);
         };
-        let Some(record) = deployment
-            .rollout
-            .as_deref()
-            .and_then(|text| serde_json::from_str::<RolloutRecord>(text).ok())
-        else {
+        let Some(record) = RolloutRecord::of(&deployment) else {
             return Ok(None);
         };
         let strategy = match self.revision(&deployment.to_revision).await? {
