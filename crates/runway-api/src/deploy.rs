@@ -117,13 +117,7 @@ pub(crate) async fn deploy(
     body: DeployRequest,
 ) -> ApiResult<Deployment> {
     let config = validate(service, env, &body.manifest, &body.env_vars)?;
-    let stepped = matches!(
-        config.strategy,
-        runway_manifest::Strategy::RegionalRollout
-            | runway_manifest::Strategy::RunwayCanary
-            | runway_manifest::Strategy::RunwayBlueGreen
-    );
-    if body.pause && !stepped {
+    if body.pause && !in_steps(config.strategy) {
         return Err(ApiError::invalid(format!(
             "`pause` needs a rollout in steps (deployment.strategy regional_rollout, \
              runway_canary or runway_blue_green); this manifest's strategy for {env} is {}, \
@@ -283,14 +277,7 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
         .map(|m| ServiceConfig::from_manifest(&m, Some(env), &revision.env_vars).strategy);
     let stepped = active.kind != runway_store::DeploymentKind::Rollback
         && active.from_revision.is_some()
-        && matches!(
-            strategy,
-            Some(
-                runway_manifest::Strategy::RegionalRollout
-                    | runway_manifest::Strategy::RunwayCanary
-                    | runway_manifest::Strategy::RunwayBlueGreen
-            )
-        );
+        && strategy.is_some_and(in_steps);
     if stepped {
         return Ok(());
     }
@@ -310,6 +297,17 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
         }
     ))
     .field("command"))
+}
+
+/// Whether a strategy rolls out in steps an operator can steer (pause, resume, abort,
+/// promote), rather than in one.
+fn in_steps(strategy: runway_manifest::Strategy) -> bool {
+    matches!(
+        strategy,
+        runway_manifest::Strategy::RegionalRollout
+            | runway_manifest::Strategy::RunwayCanary
+            | runway_manifest::Strategy::RunwayBlueGreen
+    )
 }
 
 /// A strategy as the manifest writes it (`runway_canary`).
