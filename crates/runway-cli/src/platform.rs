@@ -1463,21 +1463,23 @@ fn version_text(version: &Value) -> String {
     }
 }
 
-/// The exit code for an error that reached `main`: 1 for what the server or the network said,
-/// 2 (usage) for the rest.
+/// The API client's error behind an error that reached `main`, if there is one.
+fn api_error(error: &anyhow::Error) -> Option<&ApiError> {
+    error
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<ApiError>())
+}
+
 /// A failure as `--output json` prints it: `{"error": {"message", and from the server
-/// "status", "code" and "field"}}`.
+/// "status", "code", "server_message" and "field"}}`.
 pub(crate) fn error_json(error: &anyhow::Error) -> Value {
     let mut body = serde_json::json!({ "message": format!("{error:#}") });
-    let api = error
-        .chain()
-        .find_map(|cause| cause.downcast_ref::<ApiError>());
     if let Some(ApiError::Api {
         status,
         code,
         message,
         field,
-    }) = api
+    }) = api_error(error)
     {
         body["status"] = status.as_u16().into();
         body["code"] = code.as_str().into();
@@ -1489,12 +1491,12 @@ pub(crate) fn error_json(error: &anyhow::Error) -> Value {
     serde_json::json!({ "error": body })
 }
 
+/// The exit code for an error that reached `main`: 1 for what the server or the network said,
+/// 2 (usage) for the rest.
 pub(crate) fn exit_code(error: &anyhow::Error) -> Option<u8> {
-    error.chain().find_map(|cause| {
-        cause.downcast_ref::<ApiError>().map(|e| match e {
-            ApiError::Config { .. } => crate::EXIT_USAGE,
-            _ => EXIT_FAILED,
-        })
+    api_error(error).map(|e| match e {
+        ApiError::Config { .. } => crate::EXIT_USAGE,
+        _ => EXIT_FAILED,
     })
 }
 

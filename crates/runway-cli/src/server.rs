@@ -364,9 +364,9 @@ fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", dir.display()))
 }
 
-/// Lets others search the data directory (`go+x`, not list it: `0711` from `0700`): a container's root (another
-/// host id, in its user namespace) goes through it to reach its image's rootfs under
-/// `runtime/images/`. What is private inside is private itself: the database, the master key
+/// Lets others search the data directory (`go+x`, not list it: `0711` from `0700`): a
+/// container's root (another host id, in its user namespace) goes through it to reach its
+/// image's rootfs under `runtime/images/`. What is private inside is private itself: the database, the master key
 /// and the CA's key are `0600`, the runtime's `instances/` `0700`, unpacked images behind
 /// `0710` with the container's group. Other bits the operator set are kept; a failure is
 /// only a warning, as processes still run and only images would not start.
