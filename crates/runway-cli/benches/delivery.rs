@@ -91,18 +91,7 @@ fn cold_start(platform: &Platform) {
     let first = platform.deploy(&repo, "dev");
     assert!(first.ok(), "deploy {name}: {}", first.all());
 
-    let mut cold_ms = Vec::new();
-    let mut to_zero_s = Vec::new();
-    for _ in 0..COLD {
-        let quiet = Instant::now();
-        wait_zero(platform, name, Duration::from_secs(60));
-        to_zero_s.push(quiet.elapsed().as_secs_f64());
-        let client = platform.ingress_client(&host);
-        let url = platform.ingress_url(&host, "/");
-        let (ms, code) = platform.rt.block_on(ttfb(&client, &url));
-        assert_eq!(code, 200, "cold request to {name}");
-        cold_ms.push(ms);
-    }
+    let (cold_ms, to_zero_s) = cold_requests(platform, name, "/");
     // Warm: the instance the last cold start left, each request on a new client (new TLS
     // connection), as the cold ones were.
     let mut warm_ms = Vec::new();
@@ -129,11 +118,7 @@ fn cold_start(platform: &Platform) {
         median(&cold_ms) - median(&app_ms),
         median(&cold_ms) - median(&app_ms) - median(&warm_ms)
     );
-    println!(
-        "   (back to zero took {} after each request; after the first deploy {:.1} s)",
-        stats_s(&to_zero_s[1..]),
-        to_zero_s[0]
-    );
+    print_back_to_zero(&to_zero_s);
 }
 
 /// The first tool the image figure needs that is not installed.
@@ -167,7 +152,6 @@ fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) -> 
     let pushed = push_busybox_image(registry, "bench/web", "1", &image).unwrap();
 
     let name = "cold-image";
-    let host = host(name);
     let repo = platform.onboard(name, &["dev"], "bench-secret");
     support::set_image_manifest(&repo, 0, 1);
     let first = platform.deploy_image(&repo, "dev", &pushed.reference);
@@ -178,29 +162,14 @@ fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) -> 
          (time to response headers, HTTPS through the ingress, new connection):"
     );
     if first.ok() {
-        let mut cold_ms = Vec::new();
-        let mut to_zero_s = Vec::new();
-        for _ in 0..COLD {
-            let quiet = Instant::now();
-            wait_zero(platform, name, Duration::from_secs(60));
-            to_zero_s.push(quiet.elapsed().as_secs_f64());
-            let client = platform.ingress_client(&host);
-            let url = platform.ingress_url(&host, "/index.html");
-            let (ms, code) = platform.rt.block_on(ttfb(&client, &url));
-            assert_eq!(code, 200, "cold request to {name}");
-            cold_ms.push(ms);
-        }
+        let (cold_ms, to_zero_s) = cold_requests(platform, name, "/index.html");
         println!("   cold TTFB                   {}", stats(&cold_ms));
         print_image_alone(first_ready, &ready);
         println!(
             "   platform overhead ≈ cold − image alone: median {:.0} ms",
             median(&cold_ms) - median(&ready)
         );
-        println!(
-            "   (back to zero took {} after each request; after the first deploy {:.1} s)",
-            stats_s(&to_zero_s[1..]),
-            to_zero_s[0]
-        );
+        print_back_to_zero(&to_zero_s);
         Some(pushed.reference)
     } else {
         println!(
@@ -219,6 +188,34 @@ fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) -> 
         print_image_alone(first_ready, &ready);
         None
     }
+}
+
+/// [`COLD`] cold requests to `path` of service `name`, each once it is back at zero, on a new
+/// connection: their times to first byte (ms), and how long each wait for zero took (s).
+fn cold_requests(platform: &Platform, name: &str, path: &str) -> (Vec<f64>, Vec<f64>) {
+    let host = host(name);
+    let mut cold_ms = Vec::new();
+    let mut to_zero_s = Vec::new();
+    for _ in 0..COLD {
+        let quiet = Instant::now();
+        wait_zero(platform, name, Duration::from_secs(60));
+        to_zero_s.push(quiet.elapsed().as_secs_f64());
+        let client = platform.ingress_client(&host);
+        let url = platform.ingress_url(&host, path);
+        let (ms, code) = platform.rt.block_on(ttfb(&client, &url));
+        assert_eq!(code, 200, "cold request to {name}");
+        cold_ms.push(ms);
+    }
+    (cold_ms, to_zero_s)
+}
+
+/// The waits for zero of [`cold_requests`]: the first follows the deploy, the others a request.
+fn print_back_to_zero(to_zero_s: &[f64]) {
+    println!(
+        "   (back to zero took {} after each request; after the first deploy {:.1} s)",
+        stats_s(&to_zero_s[1..]),
+        to_zero_s[0]
+    );
 }
 
 fn print_image_alone(first_ready: f64, ready: &[f64]) {
