@@ -135,9 +135,16 @@ impl Sshd {
     }
 
     /// Waits until sshd has closed `n` sessions in all: a dropped stream ends its session.
+    /// sshd logs "Closing connection to …" when the client closes cleanly, and "Read error
+    /// from remote host …" when the connection was reset (a killed `ProxyCommand` resets it);
+    /// either is the end of a session that was authenticated.
     pub async fn wait_closed(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.log().matches("Closing connection to").count() < n {
+        let ended = |log: &str| {
+            log.matches("Closing connection to").count()
+                + log.matches("Read error from remote host").count()
+        };
+        while ended(&self.log()) < n {
             assert!(
                 Instant::now() < deadline,
                 "sshd on {} did not close {n} sessions: {}",
