@@ -287,6 +287,8 @@ fn runtime_image_ready_ms(
                 restart: RestartPolicy::default(),
                 limits: Limits::default(),
                 logs: LogLimits::default(),
+                managed: false,
+                inherit_env: false,
             };
             let started = Instant::now();
             runtime.instance_ensure(spec).await.unwrap();

@@ -224,6 +224,8 @@ fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceS
         restart: RestartPolicy::default(),
         limits: Limits::default(),
         logs: LogLimits::default(),
+        managed: false,
+        inherit_env: false,
     }
 }
 

@@ -255,7 +255,10 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         base_dir: std::path::absolute(&base_dir).unwrap_or(base_dir),
         secret_env,
     };
-    let spec = instance_spec(&config, &options)?;
+    let mut spec = instance_spec(&config, &options)?;
+    // A developer's own machine: a plain process sees the environment `runway run` has (its
+    // virtualenv, its PATH); the control plane's instances never do.
+    spec.inherit_env = true;
     let runtime = runtime_for_images(&args.state, &args.images)?;
     tokio()?.block_on(async {
         let status = runtime.instance_ensure(spec).await?;

@@ -105,6 +105,8 @@ impl Fixture {
             },
             limits: Limits::default(),
             logs: LogLimits::default(),
+            managed: false,
+            inherit_env: false,
         }
     }
 
@@ -244,6 +246,53 @@ async fn a_command_serves_passes_its_probes_and_stops_gracefully() {
     assert!(
         TcpStream::connect(("127.0.0.1", port)).is_err(),
         "still listening after stop"
+    );
+}
+
+/// The names in an instance's environment, from its `env` output (`NAME=value` lines).
+async fn env_names(fixture: &Fixture, id: &str) -> Vec<String> {
+    let mut status = fixture.runtime.watch(id).await.unwrap();
+    wait_for(&mut status, "the end", |s| s.phase.is_final()).await;
+    let logs = fixture.runtime.logs(id, 100).await.unwrap();
+    let mut names: Vec<String> = logs
+        .iter()
+        .filter_map(|l| l.text.split_once('=').map(|(name, _)| name.to_owned()))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_sees_only_its_own_environment() {
+    // The test's own environment (cargo's CARGO_*, HOME, PATH) is what a supervisor inherits.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let fixture = Fixture::new();
+    let mut spec = fixture.shell("env", "exec env");
+    spec.restart.mode = RestartMode::Never;
+    spec.env
+        .insert("K_REVISION".to_owned(), "test-1".to_owned());
+    fixture.runtime.instance_ensure(spec.clone()).await.unwrap();
+    // `sh` adds PWD (and nothing else) to what it was given.
+    assert_eq!(
+        env_names(&fixture, "env").await,
+        ["API_TOKEN", "GREETING", "K_REVISION", "PATH", "PWD"],
+        "the platform's own environment leaked into the instance"
+    );
+    let log = fixture.runtime.logs("env", 100).await.unwrap();
+    assert!(
+        log.iter()
+            .any(|l| l.text == format!("PATH={}", runway_runtime::spec::DEFAULT_PATH)),
+        "{log:?}"
+    );
+
+    // A developer's `runway run` keeps its own environment under the instance's.
+    spec.id = "env-dev".to_owned();
+    spec.inherit_env = true;
+    fixture.runtime.instance_ensure(spec).await.unwrap();
+    let names = env_names(&fixture, "env-dev").await;
+    assert!(
+        names.iter().any(|n| n == "CARGO_MANIFEST_DIR") && names.iter().any(|n| n == "GREETING"),
+        "{names:?}"
     );
 }
 

@@ -4,14 +4,13 @@ use std::collections::BTreeMap;
 
 use runway_runtime::InstanceSpec;
 use runway_runtime::service::{InstanceOptions, instance_spec};
-use runway_runtime::spec::MANAGED_ENV;
 use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::{Revision, Store};
 
 use crate::revision::RevisionInfo;
 
 /// The spec of instance `id` of the revision, with its secrets' values, marked as the
-/// platform's ([`MANAGED_ENV`]). The error says why it can never start, and holds no secret
+/// platform's ([`InstanceSpec::managed`]). The error says why it can never start, and holds no secret
 /// value.
 pub(crate) fn build_spec(
     info: &RevisionInfo,
@@ -28,7 +27,7 @@ pub(crate) fn build_spec(
     };
     let mut spec = instance_spec(config, &options).map_err(|e| e.to_string())?;
     // Marks it the platform's, so a later controller knows it even once its revision is gone.
-    spec.env.insert(MANAGED_ENV.to_owned(), "1".to_owned());
+    spec.managed = true;
     Ok(spec)
 }
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 use common::{Behavior, Harness, fast_config};
 use runway_reconciler::RouteWeight;
 use runway_runtime::Runtime;
-use runway_runtime::spec::MANAGED_ENV;
 use runway_secrets::{Context, Sealer, SecretValue};
 use runway_store::{DeploymentState, DesiredRevision, Store};
 
@@ -73,9 +72,10 @@ async fn first_deploy_starts_an_instance_and_routes_to_it() {
     let spec = &harness.runtime.specs()[0];
     assert_eq!(spec.revision, V1);
     assert_eq!(spec.env.get("GREETING").map(String::as_str), Some("hi"));
+    assert!(spec.managed, "marked as the platform's");
     assert!(
-        spec.is_managed(),
-        "marked as the platform's: {:?}",
+        !spec.inherit_env && !spec.env.contains_key("RUNWAY_MANAGED"),
+        "the instance's environment is its revision's alone: {:?}",
         spec.env
     );
 
@@ -296,7 +296,7 @@ async fn a_new_controller_stops_the_instances_of_a_service_decommissioned_meanwh
         let mut spec = template.clone();
         spec.id = id.to_owned();
         spec.revision = "hello-local".to_owned();
-        spec.env.remove(MANAGED_ENV);
+        spec.managed = false;
         harness.runtime.instance_ensure(spec).await.unwrap();
     }
 

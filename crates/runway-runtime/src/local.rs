@@ -138,7 +138,7 @@ impl LocalRuntime {
             reference: reference.clone(),
             message,
         };
-        let oci_runtime = find_program(&self.config.oci_runtime, None, None)
+        let oci_runtime = find_program(&self.config.oci_runtime, None, &own_path())
             .map_err(|e| image_error(format!("no OCI runtime to run it: {e}")))?;
         let user_namespace = self.config.user_namespace.then(UserNamespace::default);
         let image = self.pull_image(reference).await?;
@@ -261,7 +261,7 @@ impl Runtime for LocalRuntime {
             ..
         } = &spec.artifact
         {
-            find_program(program, working_dir.as_deref(), spec.env.get("PATH")).map_err(
+            find_program(program, working_dir.as_deref(), &spec.search_path()).map_err(
                 |message| RuntimeError::Artifact {
                     id: spec.id.clone(),
                     message,
@@ -525,7 +525,7 @@ fn check_id(id: &str) -> Result<(), RuntimeError> {
 fn find_program(
     program: &Path,
     working_dir: Option<&Path>,
-    path: Option<&String>,
+    search: &str,
 ) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
     let executable = |candidate: &Path| {
@@ -547,16 +547,17 @@ fn find_program(
             Err(format!("command {} does not exist", candidate.display()))
         };
     }
-    let search = path
-        .cloned()
-        .or_else(|| std::env::var("PATH").ok())
-        .unwrap_or_default();
     search
         .split(':')
         .filter(|dir| !dir.is_empty())
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| executable(candidate))
         .ok_or_else(|| format!("command {} not found on PATH ({search})", program.display()))
+}
+
+/// This process's own `PATH`, where the platform's own programs (the OCI runtime) are found.
+fn own_path() -> String {
+    std::env::var("PATH").unwrap_or_default()
 }
 
 /// A port nothing listens on now, from the kernel's ephemeral range.
@@ -580,12 +581,14 @@ mod tests {
 
     use super::*;
     use crate::process::StopSignal;
-    use crate::spec::{LogLimits, MANAGED_ENV, Probes, RestartPolicy};
+    use crate::spec::{LEGACY_MANAGED_ENV, LogLimits, Probes, RestartPolicy};
 
+    /// Marked managed as an older control plane did, in the environment: the mark must still
+    /// be read.
     fn spec(id: &str, managed: bool) -> InstanceSpec {
         let mut env = BTreeMap::from([("PORT".to_owned(), "8080".to_owned())]);
         if managed {
-            env.insert(MANAGED_ENV.to_owned(), "1".to_owned());
+            env.insert(LEGACY_MANAGED_ENV.to_owned(), "1".to_owned());
         }
         InstanceSpec {
             id: id.to_owned(),
@@ -605,6 +608,8 @@ mod tests {
             restart: RestartPolicy::default(),
             limits: crate::spec::Limits::default(),
             logs: LogLimits::default(),
+            managed: false,
+            inherit_env: false,
         }
     }
 

@@ -114,6 +114,8 @@ pub fn instance_spec(
             cpu_millis: Some(config.cpu_millis),
         },
         logs: LogLimits::default(),
+        managed: false,
+        inherit_env: false,
     })
 }
 

@@ -17,7 +17,9 @@ pub struct InstanceSpec {
     pub service: String,
     pub revision: String,
     pub artifact: Artifact,
-    /// Environment variables the platform gives, `PORT` and `K_REVISION` included.
+    /// The instance's whole environment, `PORT` and `K_REVISION` included: nothing of the
+    /// supervisor's own is added (a process without `PATH` here gets [`DEFAULT_PATH`]; an image
+    /// has its own variables under these), unless [`InstanceSpec::inherit_env`].
     pub env: BTreeMap<String, String>,
     /// Secrets injected as environment variables. Never written to disk nor shown.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -32,18 +34,43 @@ pub struct InstanceSpec {
     pub restart: RestartPolicy,
     pub limits: Limits,
     pub logs: LogLimits,
+    /// Started by the control plane, so that it can tell its instances, through
+    /// [`InstanceStatus::managed`](crate::InstanceStatus::managed), from a developer's own on
+    /// the same machine, even after their revision is gone from its store.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub managed: bool,
+    /// A plain process starts with the environment of whoever started its supervisor under
+    /// [`InstanceSpec::env`]: for `runway run` on a developer's own machine, never for the
+    /// control plane's instances.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_env: bool,
 }
 
-/// The environment variable the control plane sets to `1` in the instances it starts, so that
-/// it can tell them, through [`InstanceStatus::managed`](crate::InstanceStatus::managed), from
-/// a developer's own instances on the same machine, even after their revision is gone from its
-/// store.
-pub const MANAGED_ENV: &str = "RUNWAY_MANAGED";
+/// The variable that marked the control plane's instances in their environment before
+/// [`InstanceSpec::managed`]; still read from the specs of instances started then.
+pub const LEGACY_MANAGED_ENV: &str = "RUNWAY_MANAGED";
+
+/// `PATH` for a process whose spec sets none and does not inherit one (an image's default too).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 impl InstanceSpec {
-    /// Whether the control plane started it: [`MANAGED_ENV`] is `1` in its environment.
+    /// Whether the control plane started it.
     pub fn is_managed(&self) -> bool {
-        self.env.get(MANAGED_ENV).is_some_and(|value| value == "1")
+        self.managed
+            || self
+                .env
+                .get(LEGACY_MANAGED_ENV)
+                .is_some_and(|value| value == "1")
+    }
+
+    /// The `PATH` the instance's program is looked up on: its own, or the supervisor's when
+    /// it inherits that, or [`DEFAULT_PATH`].
+    pub fn search_path(&self) -> String {
+        match self.env.get("PATH") {
+            Some(path) => path.clone(),
+            None if self.inherit_env => std::env::var("PATH").unwrap_or_default(),
+            None => DEFAULT_PATH.to_owned(),
+        }
     }
 }
 

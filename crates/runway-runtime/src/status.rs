@@ -15,9 +15,8 @@ pub struct InstanceStatus {
     /// The revision it runs, from its spec (`None` as for `service`).
     #[serde(default)]
     pub revision: Option<String>,
-    /// Started by the control plane: its spec's environment sets
-    /// [`MANAGED_ENV`](crate::spec::MANAGED_ENV) to `1`. A developer's `runway run` instance
-    /// is not, and the control plane leaves it alone.
+    /// Started by the control plane ([`InstanceSpec::managed`](crate::InstanceSpec::managed)).
+    /// A developer's `runway run` instance is not, and the control plane leaves it alone.
     #[serde(default)]
     pub managed: bool,
     pub phase: Phase,

@@ -22,7 +22,7 @@ use crate::container::{Container, Output};
 use crate::logs::{self, Chunk, LogWriter};
 use crate::probe::{self, Tally, Verdict};
 use crate::process::{Exit, Process, ProcessSpec, StopSignal, Stopped};
-use crate::spec::{Artifact, InstanceSpec, Probe, RestartMode};
+use crate::spec::{Artifact, DEFAULT_PATH, InstanceSpec, Probe, RestartMode};
 use crate::status::{ExitRecord, InstanceStatus, Phase, now_ms, to_ms};
 
 pub const SOCKET: &str = "supervisor.sock";
@@ -459,21 +459,24 @@ impl Supervisor {
     }
 
     async fn start(&self) -> Result<(Running, Output), String> {
-        let mut env: Vec<(OsString, OsString)> = Vec::new();
-        for (key, value) in self.spec.env.iter().chain(&self.spec.secret_env) {
-            env.push((key.into(), value.into()));
-        }
         match &self.spec.artifact {
             Artifact::Command {
                 program,
                 args,
                 working_dir,
             } => {
+                let mut env: Vec<(OsString, OsString)> = Vec::new();
+                for (key, value) in self.spec.env.iter().chain(&self.spec.secret_env) {
+                    env.push((key.into(), value.into()));
+                }
+                if !self.spec.inherit_env && !self.spec.env.contains_key("PATH") {
+                    env.push(("PATH".into(), DEFAULT_PATH.into()));
+                }
                 let spec = ProcessSpec {
                     program: program.clone(),
                     args: args.iter().map(OsString::from).collect(),
                     env,
-                    clear_env: false,
+                    clear_env: !self.spec.inherit_env,
                     working_dir: working_dir.clone(),
                     capture_output: true,
                     own_process_group: false,
