@@ -180,12 +180,17 @@ pub(crate) async fn deploy(
         env_vars: body.env_vars,
         secret_versions: BTreeMap::new(),
     };
+    let allow_all = state.allow_processes;
     let deployment = state
         .store(move |s| {
+            check_processes_allowed(s, allow_all, &service, &revision.artifact)?;
             let secrets = s.secret_list(&service, &env)?;
             let mut revision = revision;
+            // Only what the manifest names: a secret set for the service but not used stays
+            // out of the revision and of its instances' environment.
             revision.secret_versions = secrets
                 .iter()
+                .filter(|i| declared.contains(&i.name))
                 .map(|i| (i.name.clone(), i.version))
                 .collect();
             if let Err(clashes) =
@@ -327,6 +332,30 @@ fn serving(s: &dyn Store, service: &str, env: &str) -> ApiResult<Option<Revision
     Ok(Some(s.revision_get(&top.revision)?))
 }
 
+/// Whether a revision's artifact is a plain process (it names its `source_dir`).
+fn is_process(artifact: &Value) -> bool {
+    artifact.get("source_dir").is_some()
+}
+
+/// Refuses a plain-process artifact for a service that may not run one: a process is a
+/// program of the tenant's choosing on the host, so it needs the operator's leave for every
+/// service (`runtime.allow_processes`) or an admin's for this one. Checked at deploy, rollback
+/// and promotion, so revoking the leave stops every way back to a process.
+pub(crate) fn check_processes_allowed(
+    s: &dyn Store,
+    allow_all: bool,
+    service: &str,
+    artifact: &Value,
+) -> ApiResult<()> {
+    if !is_process(artifact) || allow_all || s.service_get(service)?.allow_processes {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!(
+        "{service} may not run plain processes (spec.workload.process) on this server: deploy          an image instead (spec.image, or `image`), or have an admin allow processes for it          (`runway services update {service} --allow-processes true`) or the operator for every          service (runtime.allow_processes in the server's configuration)"
+    ))
+    .field("manifest.spec.workload.process"))
+}
+
 /// The revision before the serving one, for a rollback without `to`.
 pub(crate) fn previous_revision(s: &dyn Store, service: &str, env: &str) -> ApiResult<Revision> {
     s.service_get(service)?;
@@ -417,6 +446,7 @@ pub(crate) async fn promote(
         .field("to"));
     }
     let (service, actor) = (service.to_owned(), caller.name.clone());
+    let allow_all = state.allow_processes;
     let record = state
         .store(move |s| {
             s.service_get(&service)?;
@@ -426,6 +456,7 @@ pub(crate) async fn promote(
                     body.from
                 ))
             })?;
+            check_processes_allowed(s, allow_all, &service, &source.artifact)?;
             check_promotion(s, &source, &body.to)?;
             let desired = [PlannedRevision {
                 revision: RevisionRef::New,

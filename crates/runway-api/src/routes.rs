@@ -6,7 +6,9 @@ use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use runway_secrets::{SecretValue, TokenKind};
-use runway_store::{DesiredRevision, NewService, NewToken, StoreError, Timestamp, TokenScope};
+use runway_store::{
+    DesiredRevision, NewService, NewToken, ServiceUpdate, StoreError, Timestamp, TokenScope,
+};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -29,7 +31,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(openapi_json))
         .routes(routes!(whoami))
         .routes(routes!(create_service, list_services))
-        .routes(routes!(get_service, decommission_service))
+        .routes(routes!(get_service, update_service, decommission_service))
         .routes(routes!(deploy_handler, list_deployments))
         .routes(routes!(get_deployment))
         .routes(routes!(deployment_events))
@@ -146,6 +148,21 @@ async fn create_service(
     let environments = body
         .environments
         .unwrap_or_else(|| state.environments.to_vec());
+    check_environments(&state, &environments)?;
+    let new = NewService {
+        name: body.name,
+        owners: body.owners,
+        environments,
+    };
+    let actor = caller.name.clone();
+    let service = state
+        .store(move |s| Ok(s.service_create(&actor, &new)?))
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(service.into())))
+}
+
+/// A service's environments: at least one, each one of the server's.
+fn check_environments(state: &ApiState, environments: &[String]) -> ApiResult<()> {
     if environments.is_empty() {
         return Err(
             ApiError::invalid("a service needs at least one environment").field("environments"),
@@ -161,16 +178,33 @@ async fn create_service(
         ))
         .field("environments"));
     }
-    let new = NewService {
-        name: body.name,
+    Ok(())
+}
+
+/// Changes a service's owners, environments or leave to deploy plain processes (admin).
+#[utoipa::path(patch, path = "/v1/services/{service}", params(("service" = String, Path)),
+    request_body = UpdateService, responses((status = 200, body = ServiceView)))]
+async fn update_service(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(service): Path<String>,
+    Json(body): Json<UpdateService>,
+) -> JsonResponse<ServiceView> {
+    caller.allow(Admin, Some(&service), None)?;
+    if let Some(environments) = &body.environments {
+        check_environments(&state, environments)?;
+    }
+    let update = ServiceUpdate {
         owners: body.owners,
-        environments,
+        environments: body.environments,
+        allow_processes: body.allow_processes,
     };
     let actor = caller.name.clone();
-    let service = state
-        .store(move |s| Ok(s.service_create(&actor, &new)?))
+    let updated = state
+        .store(move |s| Ok(s.service_update(&actor, &service, &update)?))
         .await?;
-    Ok((StatusCode::CREATED, axum::Json(service.into())))
+    state.platform.wake();
+    Ok(axum::Json(updated.into()))
 }
 
 /// Every service (a deploy token sees its own only).
@@ -203,7 +237,8 @@ async fn get_service(
 }
 
 /// Decommissions a service (admin): its revisions, deployments and desired state go, so its
-/// instances stop; its secrets too with `delete_secrets=true`.
+/// instances stop; its secrets are deleted and its deploy tokens revoked, so a service
+/// onboarded again under its name starts with none of them.
 #[utoipa::path(delete, path = "/v1/services/{service}",
     params(("service" = String, Path), DecommissionQuery),
     responses((status = 200, body = Decommissioned)))]
@@ -223,7 +258,7 @@ async fn decommission_service(
     let actor = caller.name.clone();
     let name = service.clone();
     state
-        .store(move |s| Ok(s.service_decommission(&actor, &name, query.delete_secrets)?))
+        .store(move |s| Ok(s.service_decommission(&actor, &name)?))
         .await?;
     state.platform.wake();
     Ok(axum::Json(Decommissioned {
@@ -337,6 +372,7 @@ async fn rollback(
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
     caller.allow(Write, Some(&service), Some(&env))?;
     let actor = caller.name.clone();
+    let allow_all = state.allow_processes;
     let record = state
         .store(move |s| {
             let target = match body.to {
@@ -355,6 +391,7 @@ async fn rollback(
                 ))
                 .field("to"));
             }
+            deploy::check_processes_allowed(s, allow_all, &service, &target.artifact)?;
             let desired = [DesiredRevision {
                 revision: target.name.clone(),
                 instances: deploy::instances_of(&target.manifest, &env),

@@ -17,6 +17,9 @@ pub struct ApiState {
     pub(crate) sealer: Arc<Sealer>,
     /// The environments in promotion order.
     pub(crate) environments: Arc<[String]>,
+    /// Every service may deploy plain processes (the operator's `runtime.allow_processes`);
+    /// otherwise only those an admin allowed.
+    pub(crate) allow_processes: bool,
 }
 
 impl fmt::Debug for ApiState {
@@ -24,6 +27,7 @@ impl fmt::Debug for ApiState {
         f.debug_struct("ApiState")
             .field("store", &self.store)
             .field("environments", &self.environments)
+            .field("allow_processes", &self.allow_processes)
             .finish_non_exhaustive()
     }
 }
@@ -42,7 +46,16 @@ impl ApiState {
             platform,
             sealer: Arc::new(sealer),
             environments: environments.into(),
+            allow_processes: false,
         }
+    }
+
+    /// Lets every service deploy plain processes, not only those an admin allowed (off by
+    /// default: a process is a program of the tenant's choosing on the host).
+    #[must_use]
+    pub fn allow_processes(mut self, allow: bool) -> Self {
+        self.allow_processes = allow;
+        self
     }
 
     /// Runs `f` on the store off the async threads.

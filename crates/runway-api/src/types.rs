@@ -88,6 +88,9 @@ pub struct WhoAmI {
 /// A service onboarded onto the platform.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ServiceView {
+    /// Its identity, never given to another service (not even one onboarded again under this
+    /// name).
+    pub id: i64,
     /// Its name, a DNS label.
     pub name: String,
     /// Who owns it.
@@ -98,16 +101,20 @@ pub struct ServiceView {
     pub created_at: String,
     /// Who onboarded it.
     pub created_by: String,
+    /// An admin let it deploy plain processes (see `UpdateService`).
+    pub allow_processes: bool,
 }
 
 impl From<Service> for ServiceView {
     fn from(s: Service) -> Self {
         Self {
+            id: s.id,
             name: s.name,
             owners: s.owners,
             environments: s.environments,
             created_at: ts(s.created_at),
             created_by: s.created_by,
+            allow_processes: s.allow_processes,
         }
     }
 }
@@ -135,10 +142,22 @@ pub struct DecommissionQuery {
     /// Must repeat the service's name.
     #[param(required = true)]
     pub confirm: Option<String>,
-    /// Delete the service's secrets too (default false: kept for a service of that name
-    /// onboarded again).
-    #[serde(default)]
-    pub delete_secrets: bool,
+}
+
+/// `PATCH /v1/services/{service}`: what to change; an absent field stays as it is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateService {
+    /// New owners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owners: Option<Vec<String>>,
+    /// New environments, among the server's; one with revisions cannot be removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environments: Option<Vec<String>>,
+    /// Let this service deploy plain processes (`spec.workload.process`) on a server that does
+    /// not allow them for every service, or no longer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_processes: Option<bool>,
 }
 
 /// `DELETE /v1/services/{service}` answer.

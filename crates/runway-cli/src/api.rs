@@ -41,9 +41,22 @@ pub(crate) struct CreateService {
     pub(crate) environments: Option<Vec<String>>,
 }
 
+/// `PATCH /v1/services/{service}`: an absent field stays as it is.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct UpdateService {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) owners: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) environments: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) allow_processes: Option<bool>,
+}
+
 /// A service.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Service {
+    #[serde(default)]
+    pub(crate) id: i64,
     pub(crate) name: String,
     #[serde(default)]
     pub(crate) owners: Vec<String>,
@@ -53,6 +66,8 @@ pub(crate) struct Service {
     pub(crate) created_at: String,
     #[serde(default)]
     pub(crate) created_by: String,
+    #[serde(default)]
+    pub(crate) allow_processes: bool,
 }
 
 /// `DELETE /v1/services/{service}`'s answer.
@@ -667,19 +682,25 @@ impl Client {
         self.get(self.url(&["v1", "services"], &[])).await
     }
 
-    /// `DELETE /v1/services/{service}?confirm=..&delete_secrets=..`.
+    /// `PATCH /v1/services/{service}`.
+    pub(crate) async fn update_service(
+        &self,
+        service: &str,
+        update: &UpdateService,
+    ) -> Result<Service, ApiError> {
+        let url = self.url(&["v1", "services", service], &[]);
+        self.call(Method::PATCH, url, Some(update)).await
+    }
+
+    /// `DELETE /v1/services/{service}?confirm=..`.
     pub(crate) async fn delete_service(
         &self,
         service: &str,
         confirm: &str,
-        delete_secrets: bool,
     ) -> Result<Decommissioned, ApiError> {
         let url = self.url(
             &["v1", "services", service],
-            &[
-                ("confirm", confirm.to_owned()),
-                ("delete_secrets", delete_secrets.to_string()),
-            ],
+            &[("confirm", confirm.to_owned())],
         );
         self.call(Method::DELETE, url, None::<&()>).await
     }

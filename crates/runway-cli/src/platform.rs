@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::api::{
     ApiError, Client, CreateService, DeployRequest, Deployment, DeploymentEvent, DeploymentState,
-    LogLine, LogsQuery, PromoteRequest, RollbackRequest, RolloutRequest,
+    LogLine, LogsQuery, PromoteRequest, RollbackRequest, RolloutRequest, UpdateService,
 };
 use crate::config;
 use crate::local::table;
@@ -102,10 +102,34 @@ pub(crate) enum ServicesCommand {
     Create(CreateArgs),
     /// List the services this token can see.
     List(OutputArg),
-    /// Decommission a service: stop it everywhere and forget it (admin token).
+    /// Change a service's owners, environments, or leave to deploy plain processes (admin
+    /// token).
+    Update(UpdateArgs),
+    /// Decommission a service: stop it everywhere and forget it, with its secrets and deploy
+    /// tokens (admin token).
     ///
     /// Asks to type the service's name to confirm, unless `--yes`.
     Delete(DeleteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct UpdateArgs {
+    /// The service.
+    name: String,
+    /// Its owners, replacing the ones it has. Repeat for several.
+    #[arg(long = "owner", value_name = "EMAIL")]
+    owners: Vec<String>,
+    /// Its environments, replacing the ones it has (one with revisions cannot be removed).
+    /// Repeat for several.
+    #[arg(long = "env", value_name = "ENV")]
+    environments: Vec<String>,
+    /// Let it deploy plain processes (`spec.workload.process`) where the server does not
+    /// allow them for every service (`true`), or no longer (`false`). A process runs as the
+    /// service's own unprivileged user, isolated from the host and other services.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    allow_processes: Option<bool>,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -127,9 +151,6 @@ pub(crate) struct CreateArgs {
 pub(crate) struct DeleteArgs {
     /// The service.
     name: String,
-    /// Also delete its secrets (kept by default).
-    #[arg(long)]
-    delete_secrets: bool,
     /// Do not ask to type the name.
     #[arg(short, long)]
     yes: bool,
@@ -546,18 +567,44 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        ServicesCommand::Update(args) => {
+            let update = UpdateService {
+                owners: (!args.owners.is_empty()).then(|| args.owners.clone()),
+                environments: (!args.environments.is_empty()).then(|| args.environments.clone()),
+                allow_processes: args.allow_processes,
+            };
+            if update.owners.is_none()
+                && update.environments.is_none()
+                && update.allow_processes.is_none()
+            {
+                anyhow::bail!(
+                    "nothing to change: give --owner, --env or --allow-processes (see --help)"
+                );
+            }
+            let service = rt.block_on(client.update_service(&args.name, &update))?;
+            match args.output.output {
+                Output::Json => print_json(&service)?,
+                Output::Text => print_stdout(&format!(
+                    "updated service {} (environments: {}; owners: {}; plain processes: {})\n",
+                    service.name,
+                    list_or_none(&service.environments),
+                    list_or_none(&service.owners),
+                    if service.allow_processes {
+                        "allowed"
+                    } else {
+                        "as the server allows"
+                    }
+                )),
+            }
+        }
         ServicesCommand::Delete(args) => {
             let confirm = if args.yes {
                 args.name.clone()
             } else {
                 let typed = ask(&format!(
-                    "This stops {0} in every environment and forgets it{1}. Type its name ({0}) to confirm: ",
+                    "This stops {0} in every environment and forgets it, with its secrets and \
+                     deploy tokens. Type its name ({0}) to confirm: ",
                     args.name,
-                    if args.delete_secrets {
-                        ", with its secrets"
-                    } else {
-                        ""
-                    }
                 ))?;
                 if typed != args.name {
                     eprintln!("not deleted: `{typed}` is not `{}`", args.name);
@@ -565,18 +612,12 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
                 }
                 typed
             };
-            let done =
-                rt.block_on(client.delete_service(&args.name, &confirm, args.delete_secrets))?;
+            let done = rt.block_on(client.delete_service(&args.name, &confirm))?;
             match args.output.output {
                 Output::Json => print_json(&done)?,
                 Output::Text => print_stdout(&format!(
-                    "decommissioned {}{}\n",
+                    "decommissioned {} with its secrets and deploy tokens\n",
                     done.decommissioned,
-                    if args.delete_secrets {
-                        " and its secrets"
-                    } else {
-                        ""
-                    }
                 )),
             }
         }

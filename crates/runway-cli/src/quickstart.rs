@@ -112,6 +112,8 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     };
     // Old instances stop a few seconds after traffic left them, so the report comes soon.
     config.control.drain_grace_ms = 3_000;
+    // The example is a plain process, and this platform is the user's own.
+    config.runtime.allow_processes = true;
     let running = crate::server::start(config).await?;
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.

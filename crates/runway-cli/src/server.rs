@@ -56,6 +56,10 @@ pub(crate) struct RuntimeConfig {
     pub(crate) insecure_registries: Vec<String>,
     /// The OCI runtime that runs containers: `runc`, or `crun` (a name on PATH or a path).
     pub(crate) oci_runtime: PathBuf,
+    /// Let every service deploy plain processes (`spec.workload.process`). Off by default: a
+    /// process is a program of the tenant's choosing on this machine, so only services an
+    /// admin allowed (`runway services update NAME --allow-processes true`) may deploy one.
+    pub(crate) allow_processes: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -63,6 +67,7 @@ impl Default for RuntimeConfig {
         Self {
             insecure_registries: Vec::new(),
             oci_runtime: PathBuf::from("runc"),
+            allow_processes: false,
         }
     }
 }
@@ -261,7 +266,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         platform,
         Sealer::new(&key),
         config.api.environments.clone(),
-    );
+    )
+    .allow_processes(config.runtime.allow_processes);
     let router = runway_api::router(state, config.api.request_limits());
     let api_tls = if config.api.tls.enabled {
         Some(

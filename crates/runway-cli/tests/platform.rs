@@ -583,11 +583,15 @@ fn services_are_created_listed_and_deleted_with_confirmation() {
     );
     assert_eq!(ran.code, Some(0), "{ran:?}");
     assert!(ran.stdout.contains("decommissioned hello"), "{ran:?}");
-    let ran = cli.run(&["services", "delete", "hello", "--yes", "--delete-secrets"]);
+    assert!(
+        ran.stdout.contains("with its secrets and deploy tokens"),
+        "{ran:?}"
+    );
+    let ran = cli.run(&["services", "delete", "hello", "--yes"]);
     assert_eq!(ran.code, Some(0), "{ran:?}");
     let deletes = fake.find("DELETE", "/v1/services/hello");
-    assert_eq!(deletes[0].query, "confirm=hello&delete_secrets=false");
-    assert_eq!(deletes[1].query, "confirm=hello&delete_secrets=true");
+    assert_eq!(deletes[0].query, "confirm=hello");
+    assert_eq!(deletes[1].query, "confirm=hello");
 }
 
 #[test]

@@ -265,7 +265,7 @@ async fn a_decommissioned_service_is_drained_and_stopped() {
     let id = harness.runtime.ids_of(V1)[0].clone();
     harness
         .store
-        .service_decommission("admin", "hello", false)
+        .service_decommission("admin", "hello")
         .unwrap();
     harness.settle(BOUND, |h| h.runtime.ids().is_empty()).await;
     assert!(harness.runtime.stopped().contains(&id));
@@ -281,7 +281,7 @@ async fn a_new_controller_stops_the_instances_of_a_service_decommissioned_meanwh
     assert_eq!(platform.len(), 1);
     harness
         .store
-        .service_decommission("admin", "hello", false)
+        .service_decommission("admin", "hello")
         .unwrap();
 
     // Instances a developer started with `runway run`, not the platform: one with an id of

@@ -386,7 +386,7 @@ async fn rolling_deploy_on_the_local_runtime() {
     // Decommissioned while no controller runs: a new one, which never saw its revisions,
     // still drains and stops its instances.
     assert!(!runtime.instances().await.unwrap().is_empty());
-    store.service_decommission("admin", "hello", false).unwrap();
+    store.service_decommission("admin", "hello").unwrap();
     let fresh = Controller::new(
         config,
         Arc::clone(&store) as Arc<dyn Store>,

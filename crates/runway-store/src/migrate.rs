@@ -10,6 +10,7 @@ use crate::error::{DbResult, Result, StoreError};
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_initial.sql"),
     include_str!("../migrations/0002_rollout.sql"),
+    include_str!("../migrations/0003_service_identity.sql"),
 ];
 
 /// The schema version this code writes.

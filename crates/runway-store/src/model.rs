@@ -11,6 +11,9 @@ use crate::{StoreError, Timestamp};
 /// A service onboarded onto the platform (the inventory). It exists before its first deploy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Service {
+    /// The service's identity: never given to another service, even one onboarded again under
+    /// this name after a decommission.
+    pub id: i64,
     /// The service's name, unique on this control plane.
     pub name: String,
     /// Who owns it (e-mail handles or group names; the store does not interpret them).
@@ -21,6 +24,8 @@ pub struct Service {
     pub created_at: Timestamp,
     /// Who onboarded it.
     pub created_by: String,
+    /// An admin let it run plain processes where the server does not allow them for all.
+    pub allow_processes: bool,
 }
 
 /// What onboarding a service takes.
@@ -41,6 +46,8 @@ pub struct ServiceUpdate {
     pub owners: Option<Vec<String>>,
     /// New environments; one that has revisions cannot be removed.
     pub environments: Option<Vec<String>>,
+    /// Let it run plain processes, or no longer.
+    pub allow_processes: Option<bool>,
 }
 
 /// An immutable revision of a service in one environment: the merged manifest, the artifact

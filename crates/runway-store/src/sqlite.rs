@@ -230,15 +230,18 @@ fn limit_param(limit: u32) -> i64 {
 
 // --- records -------------------------------------------------------------------------------
 
-const SERVICE_COLUMNS: &str = "name, owners, environments, created_at, created_by";
+const SERVICE_COLUMNS: &str =
+    "id, name, owners, environments, created_at, created_by, allow_processes";
 
 fn service_from_row(row: &Row<'_>) -> Result<Service> {
     Ok(Service {
-        name: get(row, 0)?,
-        owners: get_json(row, 1, "service owners")?,
-        environments: get_json(row, 2, "service environments")?,
-        created_at: get_ts(row, 3)?,
-        created_by: get(row, 4)?,
+        id: get(row, 0)?,
+        name: get(row, 1)?,
+        owners: get_json(row, 2, "service owners")?,
+        environments: get_json(row, 3, "service environments")?,
+        created_at: get_ts(row, 4)?,
+        created_by: get(row, 5)?,
+        allow_processes: get(row, 6)?,
     })
 }
 
@@ -837,9 +840,16 @@ impl Store for SqliteStore {
                 });
             }
             conn.execute(
-                "INSERT INTO services (name, owners, environments, created_at, created_by) \
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO service_ids (name) VALUES (?1)",
+                [&service.name],
+            )
+            .db()?;
+            let id = conn.last_insert_rowid();
+            conn.execute(
+                "INSERT INTO services (id, name, owners, environments, created_at, created_by) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
+                    id,
                     service.name,
                     to_json(&service.owners)?,
                     to_json(&service.environments)?,
@@ -910,9 +920,16 @@ impl Store for SqliteStore {
                 .environments
                 .as_ref()
                 .unwrap_or(&current.environments);
+            let allow_processes = update.allow_processes.unwrap_or(current.allow_processes);
             conn.execute(
-                "UPDATE services SET owners = ?2, environments = ?3 WHERE name = ?1",
-                params![name, to_json(owners)?, to_json(environments)?],
+                "UPDATE services SET owners = ?2, environments = ?3, allow_processes = ?4 \
+                 WHERE name = ?1",
+                params![
+                    name,
+                    to_json(owners)?,
+                    to_json(environments)?,
+                    allow_processes
+                ],
             )
             .db()?;
             audit(
@@ -924,15 +941,16 @@ impl Store for SqliteStore {
                 &json!({
                     "owners": { "from": current.owners, "to": owners },
                     "environments": { "from": current.environments, "to": environments },
+                    "allow_processes": { "from": current.allow_processes, "to": allow_processes },
                 }),
             )?;
             load_service(conn, name)
         })
     }
 
-    fn service_decommission(&self, actor: &str, name: &str, delete_secrets: bool) -> Result<()> {
+    fn service_decommission(&self, actor: &str, name: &str) -> Result<()> {
         self.write(|conn, now| {
-            load_service(conn, name)?;
+            let service = load_service(conn, name)?;
             let revisions: i64 = conn
                 .query_row(
                     "SELECT COUNT(*) FROM revisions WHERE service = ?1",
@@ -942,12 +960,19 @@ impl Store for SqliteStore {
                 .db()?;
             conn.execute("DELETE FROM services WHERE name = ?1", [name])
                 .db()?;
-            let secrets = if delete_secrets {
-                conn.execute("DELETE FROM secrets WHERE service = ?1", [name])
-                    .db()?
-            } else {
-                0
-            };
+            // What the service had dies with it: a service onboarded again under this name is
+            // another service, for another team, that must not get these.
+            let secrets = conn
+                .execute("DELETE FROM secrets WHERE service = ?1", [name])
+                .db()?;
+            let tokens = conn
+                .execute(
+                    "UPDATE tokens SET revoked_at = ?2 WHERE revoked_at IS NULL \
+                     AND json_extract(scope, '$.type') = 'deploy' \
+                     AND json_extract(scope, '$.service') = ?1",
+                    params![name, now.unix_millis()],
+                )
+                .db()?;
             audit(
                 conn,
                 now,
@@ -955,9 +980,10 @@ impl Store for SqliteStore {
                 "service.decommission",
                 &format!("service/{name}"),
                 &json!({
+                    "id": service.id,
                     "revisions_removed": revisions,
-                    "delete_secrets": delete_secrets,
                     "secret_versions_removed": secrets,
+                    "deploy_tokens_revoked": tokens,
                 }),
             )
         })

@@ -39,15 +39,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Every service, by name.
     fn service_list(&self) -> Result<Vec<Service>>;
 
-    /// Changes a service's owners or environments. `Conflict` when an environment to remove
+    /// Changes a service's owners, environments or leave to run processes. `Conflict` when an environment to remove
     /// still has revisions (decommission the service instead, or keep the environment).
     fn service_update(&self, actor: &str, name: &str, update: &ServiceUpdate) -> Result<Service>;
 
     /// Decommissions a service: removes it with its revisions, deployments and desired state
-    /// (so the reconciler stops its instances). Its secrets go too only when `delete_secrets`;
-    /// kept, they come back if a service of that name is onboarded again. The audit log keeps
-    /// everything it recorded.
-    fn service_decommission(&self, actor: &str, name: &str, delete_secrets: bool) -> Result<()>;
+    /// (so the reconciler stops its instances), deletes its secrets and revokes its deploy
+    /// tokens, all in one transaction: a service onboarded again under this name is another
+    /// service, with another [`Service::id`](crate::Service::id), and gets none of them. The
+    /// audit log keeps everything it recorded.
+    fn service_decommission(&self, actor: &str, name: &str) -> Result<()>;
 
     // --- revisions ------------------------------------------------------------------------
 

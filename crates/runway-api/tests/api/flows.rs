@@ -6,7 +6,9 @@ use hyper::StatusCode;
 use runway_store::Store;
 use serde_json::json;
 
-use crate::support::{deploy_body, manifest, start, start_with};
+use crate::support::{
+    deploy_body, deploy_body_with_secrets, manifest, start, start_with, start_without_processes,
+};
 
 #[tokio::test]
 async fn health_whoami_and_services() {
@@ -371,12 +373,35 @@ async fn a_secret_clashing_with_an_env_var_is_refused_by_name() {
             "POST",
             "/v1/services/hello/environments/dev/deployments",
             Some(&server.admin),
-            Some(deploy_body("hello")),
+            Some(deploy_body_with_secrets("hello", &["GREETING"])),
         )
         .await;
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.text);
+    // The manifest's own rules catch it, with the secret's place in the manifest.
+    assert_eq!(
+        answer.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answer.text
+    );
     assert!(answer.message().contains("GREETING"), "{}", answer.text);
-    assert_eq!(answer.field(), "env_vars");
+    assert_eq!(answer.field(), "manifest.spec.workload.secrets[0]");
+
+    // A manifest that does not use the secret: it stays out of the revision (and so of the
+    // instances' environment), and there is nothing to clash.
+    server
+        .admin(
+            "POST",
+            "/v1/services/hello/environments/dev/deployments",
+            Some(deploy_body("hello")),
+            202,
+        )
+        .await;
+    let revision = &server.store.revision_list("hello", "dev").unwrap()[0];
+    assert!(
+        revision.secret_versions.is_empty(),
+        "{:?}",
+        revision.secret_versions
+    );
 }
 
 #[tokio::test]
@@ -464,7 +489,7 @@ async fn secrets_are_versioned_listed_without_values_and_sealed_on_disk() {
         .admin(
             "POST",
             "/v1/services/hello/environments/dev/deployments",
-            Some(deploy_body("hello")),
+            Some(deploy_body_with_secrets("hello", &["DB_PASSWORD"])),
             202,
         )
         .await;
@@ -621,12 +646,7 @@ async fn rollback_promote_and_decommission() {
         .await;
     assert_eq!(wrong.status, StatusCode::BAD_REQUEST);
     let done = server
-        .admin(
-            "DELETE",
-            "/v1/services/hello?confirm=hello&delete_secrets=true",
-            None,
-            200,
-        )
+        .admin("DELETE", "/v1/services/hello?confirm=hello", None, 200)
         .await;
     assert_eq!(done, json!({"decommissioned": "hello"}));
     assert_eq!(
@@ -810,6 +830,147 @@ async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
     // min_instances unset: one instance all the same.
     let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
     assert_eq!(desired.revisions[0].instances, 1);
+}
+
+#[tokio::test]
+async fn plain_processes_need_the_operators_or_an_admins_leave() {
+    let server = start_without_processes().await;
+    server.onboard("hello").await;
+    server.onboard("other").await;
+    let deploy = |service: &str| format!("/v1/services/{service}/environments/dev/deployments");
+    let process = |service: &str| {
+        json!({"manifest": {
+            "apiVersion": "runway/v1",
+            "kind": "RunwayService",
+            "metadata": {"name": service},
+            "spec": {"container_port": 8080, "workload": {"process": {"command": ["sh", "-c", "id"]}}}
+        }, "source_dir": "/srv/app"})
+    };
+    // A deploy token for the service, as a tenant has.
+    let token = server
+        .admin(
+            "POST",
+            "/v1/tokens",
+            Some(json!({"name": "ci", "scope": {"deploy": {"service": "hello", "environments": ["dev"]}}})),
+            201,
+        )
+        .await;
+    let tenant = token["token"].as_str().unwrap().to_owned();
+    let refused = server
+        .call(
+            "POST",
+            &deploy("hello"),
+            Some(&tenant),
+            Some(process("hello")),
+        )
+        .await;
+    assert_eq!(
+        (refused.status, refused.field()),
+        (StatusCode::FORBIDDEN, "manifest.spec.workload.process"),
+        "{}",
+        refused.text
+    );
+    for says in [
+        "may not run plain processes",
+        "--allow-processes",
+        "runtime.allow_processes",
+    ] {
+        assert!(refused.message().contains(says), "{}", refused.text);
+    }
+    assert!(
+        server
+            .store
+            .revision_list("hello", "dev")
+            .unwrap()
+            .is_empty()
+    );
+
+    // The tenant cannot give itself the leave; an admin can, for that service alone.
+    let patch = json!({"allow_processes": true});
+    let denied = server
+        .call(
+            "PATCH",
+            "/v1/services/hello",
+            Some(&tenant),
+            Some(patch.clone()),
+        )
+        .await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN, "{}", denied.text);
+    let updated = server
+        .admin("PATCH", "/v1/services/hello", Some(patch), 200)
+        .await;
+    assert_eq!(updated["allow_processes"], true);
+    server
+        .call(
+            "POST",
+            &deploy("hello"),
+            Some(&tenant),
+            Some(process("hello")),
+        )
+        .await;
+    assert_eq!(server.store.revision_list("hello", "dev").unwrap().len(), 1);
+    let other = server
+        .call(
+            "POST",
+            &deploy("other"),
+            Some(&server.admin),
+            Some(process("other")),
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN, "{}", other.text);
+
+    // Taken back: no way back to a process revision, rollback and promotion included.
+    server
+        .admin(
+            "PATCH",
+            "/v1/services/hello",
+            Some(json!({"allow_processes": false})),
+            200,
+        )
+        .await;
+    let revision = server.store.revision_list("hello", "dev").unwrap()[0]
+        .name
+        .clone();
+    let rollback = server
+        .call(
+            "POST",
+            "/v1/services/hello/environments/dev/rollback",
+            Some(&server.admin),
+            Some(json!({"to": revision})),
+        )
+        .await;
+    assert_eq!(rollback.status, StatusCode::FORBIDDEN, "{}", rollback.text);
+    let promote = server
+        .call(
+            "POST",
+            "/v1/services/hello/promote",
+            Some(&server.admin),
+            Some(json!({"from": "dev", "to": "staging"})),
+        )
+        .await;
+    assert_eq!(promote.status, StatusCode::FORBIDDEN, "{}", promote.text);
+    // A PATCH with an unknown field or environment is refused by name.
+    let unknown = server
+        .call(
+            "PATCH",
+            "/v1/services/hello",
+            Some(&server.admin),
+            Some(json!({"allow_process": true})),
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST, "{}", unknown.text);
+    let env = server
+        .call(
+            "PATCH",
+            "/v1/services/hello",
+            Some(&server.admin),
+            Some(json!({"environments": ["qa"]})),
+        )
+        .await;
+    assert_eq!(
+        (env.status, env.field()),
+        (StatusCode::BAD_REQUEST, "environments")
+    );
 }
 
 #[tokio::test]

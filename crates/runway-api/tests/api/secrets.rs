@@ -6,7 +6,7 @@ use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::{DeploymentState, NewRevision, PlannedRevision, RevisionRef, Store};
 use serde_json::json;
 
-use crate::support::{Server, deploy_body, manifest, replica_of, start};
+use crate::support::{Server, deploy_body, deploy_body_with_secrets, manifest, replica_of, start};
 
 /// Opens version `version` of a secret with the server's key and its own context.
 fn open(server: &Server, env: &str, name: &str, version: u32) -> String {
@@ -89,7 +89,7 @@ async fn promotion_pins_the_target_environments_secrets_and_needs_them_all() {
         .admin(
             "POST",
             "/v1/services/hello/environments/dev/deployments",
-            Some(deploy_body("hello")),
+            Some(deploy_body_with_secrets("hello", &["DB_PASSWORD"])),
             202,
         )
         .await;

@@ -141,18 +141,36 @@ impl Drop for Server {
     }
 }
 
+/// A server whose operator allows plain processes for every service (most tests deploy one).
 pub(crate) async fn start() -> Server {
     start_with(Limits::default()).await
 }
 
 pub(crate) async fn start_with(limits: Limits) -> Server {
+    start_new(limits, true).await
+}
+
+/// A server as configured by default: plain processes only for services an admin allowed.
+pub(crate) async fn start_without_processes() -> Server {
+    start_new(Limits::default(), false).await
+}
+
+async fn start_new(limits: Limits, allow_processes: bool) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
     let admin = runway_api::bootstrap_admin(store.as_ref())
         .unwrap()
         .unwrap();
     let key = Arc::new(MasterKey::generate().unwrap());
-    serve_on(dir, store, key, admin.expose().to_owned(), limits).await
+    serve_on(
+        dir,
+        store,
+        key,
+        admin.expose().to_owned(),
+        limits,
+        allow_processes,
+    )
+    .await
 }
 
 /// A second server over the same database file and master key, as another replica of the
@@ -166,6 +184,7 @@ pub(crate) async fn replica_of(server: &Server) -> Server {
         Arc::clone(&server.key),
         server.admin.clone(),
         Limits::default(),
+        true,
     )
     .await
 }
@@ -176,6 +195,7 @@ async fn serve_on(
     key: Arc<MasterKey>,
     admin: String,
     limits: Limits,
+    allow_processes: bool,
 ) -> Server {
     let platform = Arc::new(FakePlatform::default());
     let state = ApiState::new(
@@ -183,7 +203,8 @@ async fn serve_on(
         Arc::clone(&platform) as Arc<dyn Platform>,
         Sealer::new(&key),
         ["dev", "staging", "production"].map(str::to_owned).to_vec(),
-    );
+    )
+    .allow_processes(allow_processes);
     let router = runway_api::router(state, limits);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -353,4 +374,11 @@ pub(crate) fn manifest(name: &str) -> Value {
 
 pub(crate) fn deploy_body(name: &str) -> Value {
     json!({"manifest": manifest(name), "env_vars": {"GREETING": "hi"}})
+}
+
+/// [`deploy_body`] with a manifest that uses these secrets (`spec.workload.secrets`).
+pub(crate) fn deploy_body_with_secrets(name: &str, secrets: &[&str]) -> Value {
+    let mut body = deploy_body(name);
+    body["manifest"]["spec"]["workload"] = json!({ "secrets": secrets });
+    body
 }

@@ -293,6 +293,21 @@ pub struct Settings {
     pub control: String,
     /// Whole sections after `control` (`runtime:` …), as YAML lines.
     pub sections: String,
+    /// `runtime.allow_processes`: the test service is a plain process, so on by default.
+    pub allow_processes: bool,
+}
+
+impl Settings {
+    /// `sections`, with `allow_processes` in its `runtime:` section (added when it has none).
+    fn runtime_section(&self) -> String {
+        let line = format!("  allow_processes: {}\n", self.allow_processes);
+        if self.sections.contains("runtime:\n") {
+            self.sections
+                .replacen("runtime:\n", &format!("runtime:\n{line}"), 1)
+        } else {
+            format!("{}runtime:\n{line}", self.sections)
+        }
+    }
 }
 
 impl Default for Settings {
@@ -303,6 +318,7 @@ impl Default for Settings {
             reconcile_interval_ms: 250,
             control: String::new(),
             sections: String::new(),
+            allow_processes: true,
         }
     }
 }
@@ -350,7 +366,7 @@ impl Platform {
                 settings.drain_grace_ms,
                 settings.reconcile_interval_ms,
                 settings.control,
-                settings.sections
+                settings.runtime_section()
             ),
         )
         .unwrap();

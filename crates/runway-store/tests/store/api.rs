@@ -913,10 +913,10 @@ fn secrets_version_list_unset_and_read() {
 }
 
 #[test]
-fn decommission_removes_the_service_and_optionally_its_secrets() {
+fn decommission_removes_the_service_with_its_secrets_and_deploy_tokens() {
     let f = fixture();
     let store: &dyn Store = &f.store;
-    onboard(store, "hello");
+    let first = onboard(store, "hello");
     onboard(store, "api");
     let record = deploy_ok(store, "hello", "production", "a");
     store
@@ -925,9 +925,27 @@ fn decommission_removes_the_service_and_optionally_its_secrets() {
     store
         .secret_set("alice", "hello", "production", "TOKEN", 1, b"n", b"c")
         .unwrap();
+    store
+        .secret_set("alice", "api", "production", "TOKEN", 1, b"n", b"c")
+        .unwrap();
+    let deploy_token = |service: &str, hash: &[u8]| NewToken {
+        name: format!("ci-{service}"),
+        hash: hash.to_vec(),
+        scope: TokenScope::Deploy {
+            service: service.to_owned(),
+            environments: vec!["production".to_owned()],
+        },
+        expires_at: None,
+    };
+    let hello_token = store
+        .token_create("alice", &deploy_token("hello", b"h1"))
+        .unwrap();
+    let api_token = store
+        .token_create("alice", &deploy_token("api", b"h2"))
+        .unwrap();
     deploy_ok(store, "api", "production", "a");
 
-    store.service_decommission("alice", "hello", false).unwrap();
+    store.service_decommission("alice", "hello").unwrap();
     assert!(matches!(
         store.service_get("hello"),
         Err(StoreError::NotFound { .. })
@@ -944,30 +962,36 @@ fn decommission_removes_the_service_and_optionally_its_secrets() {
         store.deployment_get(record.deployment.id),
         Err(StoreError::NotFound { .. })
     ));
-    // The other service is untouched.
+    // Its deploy token is revoked; the other service's is not, nor are its secrets.
+    let by_hash = |hash: &[u8]| store.token_by_hash(hash).unwrap().unwrap();
+    assert!(by_hash(b"h1").revoked_at.is_some(), "{hello_token:?}");
+    assert!(by_hash(b"h2").revoked_at.is_none(), "{api_token:?}");
+    assert_eq!(store.secret_list("api", "production").unwrap().len(), 1);
     assert_eq!(store.desired_list().unwrap().len(), 1);
     assert!(matches!(
-        store.service_decommission("alice", "hello", false),
+        store.service_decommission("alice", "hello"),
         Err(StoreError::NotFound { .. })
     ));
 
-    // Secrets were kept: onboarding again finds them, and numbering restarts.
-    onboard(store, "hello");
-    assert_eq!(store.secret_list("hello", "production").unwrap().len(), 1);
+    // Onboarded again under the same name, it is another service: a new identity, no secrets,
+    // numbering from 1, and the old token stays revoked.
+    let second = onboard(store, "hello");
+    assert_ne!(second.id, first.id);
+    assert!(second.id > store.service_get("api").unwrap().id);
+    assert!(store.secret_list("hello", "production").unwrap().is_empty());
     let again = deploy_ok(store, "hello", "production", "b");
     assert_eq!(again.revision.number, 1);
-    store.service_decommission("alice", "hello", true).unwrap();
-    onboard(store, "hello");
-    assert!(store.secret_list("hello", "production").unwrap().is_empty());
+    assert!(by_hash(b"h1").revoked_at.is_some());
 
     let audit = store.audit_list(0, 1000).unwrap();
     let decommissions: Vec<_> = audit
         .iter()
         .filter(|e| e.action == "service.decommission")
         .collect();
-    assert_eq!(decommissions.len(), 2);
-    assert_eq!(decommissions[0].detail["delete_secrets"], false);
-    assert_eq!(decommissions[1].detail["secret_versions_removed"], 1);
+    assert_eq!(decommissions.len(), 1);
+    assert_eq!(decommissions[0].detail["id"], first.id);
+    assert_eq!(decommissions[0].detail["secret_versions_removed"], 1);
+    assert_eq!(decommissions[0].detail["deploy_tokens_revoked"], 1);
     f.store.integrity_check().unwrap();
 }
 
@@ -1171,12 +1195,14 @@ fn services_update_owners_and_environments() {
             &ServiceUpdate {
                 owners: Some(vec!["bob".into(), "carol".into()]),
                 environments: Some(vec!["production".into(), "dev".into()]),
+                allow_processes: Some(true),
             },
         )
         .unwrap();
     assert_eq!(updated.owners, ["bob", "carol"]);
     assert_eq!(updated.environments, ["production", "dev"]);
     assert_eq!(updated.created_by, "alice");
+    assert!(updated.allow_processes);
     assert_eq!(store.service_get("hello").unwrap(), updated);
     deploy_ok(store, "hello", "dev", "b");
 
@@ -1187,6 +1213,7 @@ fn services_update_owners_and_environments() {
             &ServiceUpdate {
                 owners: None,
                 environments: Some(vec!["dev".into()]),
+                allow_processes: None,
             },
         )
         .unwrap_err();
@@ -1210,6 +1237,7 @@ fn services_update_owners_and_environments() {
             &ServiceUpdate {
                 owners: None,
                 environments: Some(vec![]),
+                allow_processes: None,
             }
         ),
         Err(StoreError::Invalid(_))
@@ -1217,6 +1245,7 @@ fn services_update_owners_and_environments() {
     let audit = store.audit_list(0, 100).unwrap();
     let update = audit.iter().find(|e| e.action == "service.update").unwrap();
     assert_eq!(update.detail["owners"]["to"], json!(["bob", "carol"]));
+    assert_eq!(update.detail["allow_processes"]["to"], true);
     assert_eq!(
         audit
             .iter()

@@ -23,7 +23,7 @@ fn a_new_database_gets_the_latest_schema_with_its_pragmas() {
     let path = dir.path().join("runway.db");
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
     assert_eq!(store.path(), path);
     store.integrity_check().unwrap();
     drop(store);
@@ -41,6 +41,7 @@ fn a_new_database_gets_the_latest_schema_with_its_pragmas() {
         "desired_revisions",
         "revisions",
         "secrets",
+        "service_ids",
         "services",
         "tokens",
     ] {
@@ -136,6 +137,33 @@ fn a_version_1_database_migrates_and_keeps_its_rows() {
         .execute("UPDATE deployments SET command = 'stop' WHERE id = 2", [])
         .unwrap_err();
     assert!(err.to_string().contains("CHECK constraint failed"), "{err}");
+}
+
+#[test]
+fn services_from_before_version_3_get_identities_that_are_never_given_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    version_1_database(&path);
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "INSERT INTO services VALUES ('api', '[\"bob\"]', '[\"production\"]', 500, 'bob')",
+            [],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    store.integrity_check().unwrap();
+    // Onboarded first, numbered first; neither may run processes until an admin says so.
+    let (api, hello) = (
+        store.service_get("api").unwrap(),
+        store.service_get("hello").unwrap(),
+    );
+    assert_eq!((api.id, hello.id), (1, 2));
+    assert!(!api.allow_processes && !hello.allow_processes);
+    store.service_decommission("alice", "hello").unwrap();
+    let again = onboard(&store, "hello");
+    assert_eq!(again.id, 3, "an identity was given twice");
 }
 
 #[test]

@@ -58,7 +58,6 @@ enum Op {
     },
     Decommission {
         service: usize,
-        delete_secrets: bool,
     },
     Onboard {
         service: usize,
@@ -91,8 +90,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(service, env, name)| Op::SecretSet { service, env, name }),
         1 => (s.clone(), e.clone(), 0..2usize)
             .prop_map(|(service, env, name)| Op::SecretUnset { service, env, name }),
-        1 => (s.clone(), any::<bool>())
-            .prop_map(|(service, delete_secrets)| Op::Decommission { service, delete_secrets }),
+        1 => s.clone().prop_map(|service| Op::Decommission { service }),
         1 => s.clone().prop_map(|service| Op::Onboard { service }),
         2 => (s, e, 0..RolloutCommand::ALL.len())
             .prop_map(|(service, env, command)| Op::Command { service, env, command }),
@@ -219,10 +217,7 @@ fn apply(store: &dyn Store, op: &Op) {
         Op::SecretUnset { service, env, name } => {
             store.secret_unset("prop", SERVICES[service], ENVS[env], ["A", "B"][name])
         }
-        Op::Decommission {
-            service,
-            delete_secrets,
-        } => store.service_decommission("prop", SERVICES[service], delete_secrets),
+        Op::Decommission { service } => store.service_decommission("prop", SERVICES[service]),
         Op::Onboard { service } => {
             if store.service_get(SERVICES[service]).is_err() {
                 onboard(store, SERVICES[service]);

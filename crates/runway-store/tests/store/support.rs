@@ -26,7 +26,7 @@ pub(crate) fn fixture() -> Fixture {
     Fixture { store, dir }
 }
 
-pub(crate) fn onboard(store: &dyn Store, name: &str) {
+pub(crate) fn onboard(store: &dyn Store, name: &str) -> runway_store::Service {
     store
         .service_create(
             "alice",
@@ -36,7 +36,7 @@ pub(crate) fn onboard(store: &dyn Store, name: &str) {
                 environments: vec!["staging".into(), "production".into()],
             },
         )
-        .unwrap();
+        .unwrap()
 }
 
 pub(crate) fn new_revision(service: &str, env: &str, digest: &str) -> NewRevision {
