@@ -6,7 +6,7 @@ use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::{DeploymentState, NewRevision, PlannedRevision, RevisionRef, Store};
 use serde_json::json;
 
-use crate::support::{Server, deploy_body, deploy_body_with_secrets, manifest, replica_of, start};
+use crate::support::{Server, deploy_body_with_secrets, manifest, replica_of, start};
 
 /// Opens version `version` of a secret with the server's key and its own context.
 fn open(server: &Server, env: &str, name: &str, version: u32) -> String {
