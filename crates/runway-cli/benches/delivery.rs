@@ -289,6 +289,7 @@ fn runtime_image_ready_ms(
                 logs: LogLimits::default(),
                 managed: false,
                 inherit_env: false,
+                sandbox: None,
             };
             let started = Instant::now();
             runtime.instance_ensure(spec).await.unwrap();

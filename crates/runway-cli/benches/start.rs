@@ -226,6 +226,7 @@ fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceS
         logs: LogLimits::default(),
         managed: false,
         inherit_env: false,
+        sandbox: None,
     }
 }
 

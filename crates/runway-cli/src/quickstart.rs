@@ -112,14 +112,32 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     };
     // Old instances stop a few seconds after traffic left them, so the report comes soon.
     config.control.drain_grace_ms = 3_000;
-    // The example is a plain process, and this platform is the user's own.
+    // The example is a plain process, and this platform is the user's own. It runs isolated
+    // as a tenant's would when an OCI runtime is there to do it.
     config.runtime.allow_processes = true;
+    if !on_path(&config.runtime.oci_runtime) {
+        config.runtime.isolate_processes = false;
+        eprintln!(
+            "note: {} is not installed, so the example runs as your own user, not isolated as \
+             `runway server` runs a tenant's process (apt-get install runc)",
+            config.runtime.oci_runtime.display()
+        );
+    }
     let running = crate::server::start(config).await?;
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.
     stop_instances(&running).await;
     running.stop().await?;
     outcome
+}
+
+/// Whether `program` is a path that exists or a name found on `PATH`.
+fn on_path(program: &Path) -> bool {
+    if program.components().count() > 1 {
+        return program.exists();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 async fn demonstrate(

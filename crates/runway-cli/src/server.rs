@@ -14,6 +14,7 @@ use runway_control::{Controller, ControllerConfig};
 use runway_ingress::{Ingress, Options as IngressOptions, TlsOptions};
 use runway_runtime::LocalRuntime;
 use runway_runtime::logs::Follower;
+use runway_runtime::sandbox::SandboxPolicy;
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
 use serde::{Deserialize, Serialize};
@@ -60,15 +61,40 @@ pub(crate) struct RuntimeConfig {
     /// process is a program of the tenant's choosing on this machine, so only services an
     /// admin allowed (`runway services update NAME --allow-processes true`) may deploy one.
     pub(crate) allow_processes: bool,
+    /// Run each plain process isolated, by the OCI runtime, as its service's own unprivileged
+    /// user (`process_uid_base` + the service's id), in its own namespaces and cgroup, seeing
+    /// only its code and `process_host_paths`, read-only. On by default; off runs processes
+    /// as the server's own user, for a platform whose tenants are all trusted.
+    pub(crate) isolate_processes: bool,
+    /// The first of the host user ids services' processes run as (default 200000, above the
+    /// ids images' user namespaces use).
+    pub(crate) process_uid_base: u32,
+    /// The host directories an isolated process sees, read-only (default: `/usr`, `/bin`,
+    /// `/sbin`, `/lib*` and `/etc`, the system's programs and libraries).
+    pub(crate) process_host_paths: Vec<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
+        let policy = SandboxPolicy::default();
         Self {
             insecure_registries: Vec::new(),
             oci_runtime: PathBuf::from("runc"),
             allow_processes: false,
+            isolate_processes: true,
+            process_uid_base: policy.uid_base,
+            process_host_paths: policy.host_paths,
         }
+    }
+}
+
+impl RuntimeConfig {
+    /// How processes are isolated, when they are.
+    fn sandbox_policy(&self) -> Option<SandboxPolicy> {
+        self.isolate_processes.then(|| SandboxPolicy {
+            uid_base: self.process_uid_base,
+            host_paths: self.process_host_paths.clone(),
+        })
     }
 }
 
@@ -203,13 +229,17 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         .await?
         .local_addr()?;
     config.control.https_port = https_address.port();
-    let controller = Arc::new(Controller::new(
+    let mut controller = Controller::new(
         config.control.clone(),
         Arc::clone(&store),
         Arc::clone(&runtime),
         ingress.clone(),
         Sealer::new(&key),
-    ));
+    );
+    if let Some(policy) = config.runtime.sandbox_policy() {
+        controller = controller.isolate_processes(policy);
+    }
+    let controller = Arc::new(controller);
 
     let mut tasks = Vec::new();
     tasks.push(tokio::spawn({

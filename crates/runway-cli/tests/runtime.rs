@@ -107,6 +107,7 @@ impl Fixture {
             logs: LogLimits::default(),
             managed: false,
             inherit_env: false,
+            sandbox: None,
         }
     }
 
@@ -782,4 +783,104 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
     let (code, _, err) = runway(&["local", "logs", &id]);
     assert_eq!(code, Some(2));
     assert!(err.contains(&format!("no instance \"{id}\"")), "{err}");
+}
+
+/// A tenant's plain process, isolated: a hostile script looks for what it should not reach
+/// and prints what it found. It runs as the service's own user with its limits, sees its code
+/// (read-only) and the host's system directories, and not the runtime's state, the host's
+/// processes, the host's /tmp, nor anything of root's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_process_runs_as_its_services_user_and_reaches_nothing_else() {
+    if !runway_oci::testing::require_tools("sandboxed processes", &["runc"]) {
+        return;
+    }
+    let fixture = Fixture::new();
+    let code = fixture.work.path().join("code");
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("app.txt"), "the service's code\n").unwrap();
+    // Something on the host's /tmp, and a file the runtime's state holds.
+    let host_tmp = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(host_tmp.path(), "host tmp\n").unwrap();
+    let state = fixture._state.path();
+    std::fs::write(state.join("master.key"), "not for tenants\n").unwrap();
+    let script = format!(
+        "echo uid=$(id -u) gid=$(id -g); cat app.txt; \
+         touch app.txt 2>/dev/null && echo code-writable || echo code-read-only; \
+         cat {key} 2>/dev/null && echo key-read || echo key-unreachable; \
+         ls {state} >/dev/null 2>&1 && echo state-listed || echo state-unreachable; \
+         cat {tmp} 2>/dev/null && echo host-tmp-read || echo host-tmp-unseen; \
+         cat /root/.bashrc >/dev/null 2>&1 && echo root-home-read || echo root-home-unseen; \
+         echo processes=$(ls -d /proc/[0-9]* | wc -l); \
+         cat /proc/1/environ >/dev/null 2>&1 && echo own-init-environ; \
+         echo tmp-ok > /tmp/mine && cat /tmp/mine",
+        key = state.join("master.key").display(),
+        state = state.display(),
+        tmp = host_tmp.path().display(),
+    );
+    let mut spec = fixture.shell("sandboxed", &script);
+    spec.restart.mode = RestartMode::Never;
+    spec.limits = Limits {
+        memory_bytes: Some(64 << 20),
+        cpu_millis: Some(500),
+    };
+    spec.artifact = Artifact::Command {
+        program: "sh".into(),
+        args: vec!["-c".into(), script],
+        working_dir: Some(code.clone()),
+    };
+    spec.sandbox = Some(
+        runway_runtime::sandbox::SandboxPolicy::default()
+            .sandbox(7, &code)
+            .unwrap(),
+    );
+    fixture.runtime.instance_ensure(spec.clone()).await.unwrap();
+    let mut status = fixture.runtime.watch("sandboxed").await.unwrap();
+    let ended = wait_for(&mut status, "the end", |s| s.phase.is_final()).await;
+    let logs = fixture.runtime.logs("sandboxed", 100).await.unwrap();
+    let lines: Vec<&str> = logs.iter().map(|l| l.text.as_str()).collect();
+    assert_eq!(ended.phase, Phase::Exited, "{ended:?} {lines:?}");
+    for expected in [
+        "uid=200007 gid=200007",
+        "the service's code",
+        "code-read-only",
+        "key-unreachable",
+        "state-unreachable",
+        "host-tmp-unseen",
+        "root-home-unseen",
+        "own-init-environ",
+        "tmp-ok",
+    ] {
+        assert!(lines.contains(&expected), "{expected:?} not in {lines:?}");
+    }
+    // Its own pid namespace: the shell, `ls` and `wc` at most, not the host's processes.
+    let processes: usize = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("processes="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(processes <= 4, "{processes} processes visible: {lines:?}");
+    // Its secret reached it through the environment, and its limits its cgroup: it ran as
+    // a container of the OCI runtime.
+    let dir = fixture.runtime.instance_dir("sandboxed");
+    let config = std::fs::read_to_string(dir.join("bundle/config.json")).unwrap();
+    assert!(!config.contains("s3cr3t"), "the secret is in the bundle");
+    assert!(config.contains("\"uid\": 200007"), "{config}");
+
+    // Code that holds the runtime's state is refused before anything starts.
+    let mut exposed = spec.clone();
+    exposed.id = "exposed".into();
+    exposed.sandbox = Some(
+        runway_runtime::sandbox::SandboxPolicy::default()
+            .sandbox(7, state)
+            .unwrap(),
+    );
+    exposed.artifact = Artifact::Command {
+        program: "sh".into(),
+        args: vec!["-c".into(), "true".into()],
+        working_dir: Some(state.to_owned()),
+    };
+    let error = fixture.runtime.instance_ensure(exposed).await.unwrap_err();
+    assert!(error.to_string().contains("state directory"), "{error}");
+    assert!(!fixture.runtime.instance_dir("exposed").exists());
 }

@@ -25,9 +25,10 @@ use crate::observe::{
 };
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
-use crate::start::{build_spec, open_secrets};
+use crate::start::{build_spec, start_inputs};
 use crate::state::{Key, StartFailure, State};
 use crate::table::build_table;
+use runway_runtime::sandbox::SandboxPolicy;
 
 /// The name the controller writes in the audit log.
 pub(crate) const ACTOR: &str = "reconciler";
@@ -48,6 +49,8 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     pub(crate) state: Mutex<State>,
     /// One reconciliation at a time.
     pass: tokio::sync::Mutex<PassMemory>,
+    /// Plain processes run in their service's sandbox ([`Controller::isolate_processes`]).
+    process_sandbox: Option<SandboxPolicy>,
 }
 
 /// What one pass leaves for the loop.
@@ -88,7 +91,17 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             stopping: Arc::default(),
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
+            process_sandbox: None,
         }
+    }
+
+    /// Runs every plain process in a sandbox of its service's own, as `policy` says: its own
+    /// unprivileged user, namespaces and cgroup, seeing only its code and the host's system
+    /// directories ([`runway_runtime::sandbox`]). Without it they run as this process's user.
+    #[must_use]
+    pub fn isolate_processes(mut self, policy: SandboxPolicy) -> Self {
+        self.process_sandbox = Some(policy);
+        self
     }
 
     /// The settings it runs with.
@@ -552,17 +565,21 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .await?
             .ok_or_else(|| failed("the store has no such revision".to_owned()))?;
         let id = self.unused_id(key, revision);
-        let secrets = {
+        let inputs = {
             let (store, sealer, info) = (
                 Arc::clone(&self.store),
                 Arc::clone(&self.sealer),
                 Arc::clone(&info),
             );
-            tokio::task::spawn_blocking(move || open_secrets(store.as_ref(), &sealer, &info.record))
+            tokio::task::spawn_blocking(move || start_inputs(store.as_ref(), &sealer, &info.record))
                 .await
                 .map_err(|e| ControlError::Task(e.to_string()))?
         };
-        let spec = match secrets.and_then(|secrets| build_spec(&info, &id, secrets)) {
+        let spec = inputs.and_then(|(secrets, service_id)| {
+            let isolation = self.process_sandbox.as_ref().map(|p| (p, service_id));
+            build_spec(&info, &id, secrets, isolation)
+        });
+        let spec = match spec {
             Ok(spec) => spec,
             Err(reason) => {
                 self.remember_start_error(key, revision, true, Some(reason.clone()));

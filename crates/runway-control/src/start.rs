@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use runway_runtime::InstanceSpec;
+use runway_runtime::sandbox::SandboxPolicy;
 use runway_runtime::service::{InstanceOptions, instance_spec};
+use runway_runtime::spec::Artifact;
 use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::{Revision, Store};
 
@@ -12,10 +14,14 @@ use crate::revision::RevisionInfo;
 /// The spec of instance `id` of the revision, with its secrets' values, marked as the
 /// platform's ([`InstanceSpec::managed`]). The error says why it can never start, and holds no secret
 /// value.
+///
+/// With `isolation` (the policy and the service's id), a plain process runs in a sandbox of its
+/// service's own ([`runway_runtime::sandbox`]); an image is isolated anyway.
 pub(crate) fn build_spec(
     info: &RevisionInfo,
     id: &str,
     secret_env: BTreeMap<String, String>,
+    isolation: Option<(&SandboxPolicy, i64)>,
 ) -> Result<InstanceSpec, String> {
     let config = info.config.as_ref().map_err(Clone::clone)?;
     let options = InstanceOptions {
@@ -28,12 +34,28 @@ pub(crate) fn build_spec(
     let mut spec = instance_spec(config, &options).map_err(|e| e.to_string())?;
     // Marks it the platform's, so a later controller knows it even once its revision is gone.
     spec.managed = true;
+    if let (Artifact::Command { .. }, Some((policy, service_id))) = (&spec.artifact, isolation) {
+        spec.sandbox = Some(policy.sandbox(service_id, &info.source_dir())?);
+    }
     Ok(spec)
+}
+
+/// What starting an instance of the revision reads from the store: its secrets' values (see
+/// [`open_secrets`]) and its service's identity.
+pub(crate) fn start_inputs(
+    store: &dyn Store,
+    sealer: &Sealer,
+    revision: &Revision,
+) -> Result<(BTreeMap<String, String>, i64), String> {
+    let service = store
+        .service_get(&revision.service)
+        .map_err(|e| format!("service {} cannot be read: {e}", revision.service))?;
+    Ok((open_secrets(store, sealer, revision)?, service.id))
 }
 
 /// The values of the secrets the revision pins, by name, opened with the master key. The
 /// error names the secret and its version, never a value.
-pub(crate) fn open_secrets(
+fn open_secrets(
     store: &dyn Store,
     sealer: &Sealer,
     revision: &Revision,

@@ -102,6 +102,9 @@ pub struct BundleOptions {
     pub host_dns: bool,
     /// The host's cgroup hierarchy.
     pub cgroup: CgroupVersion,
+    /// Host directories bound read-only (and `nosuid`, `nodev`) at the same path inside, after
+    /// the standard mounts: what a sandboxed process on an empty rootfs sees of the host.
+    pub read_only_binds: Vec<PathBuf>,
 }
 
 impl Default for BundleOptions {
@@ -121,6 +124,7 @@ impl Default for BundleOptions {
             capabilities: Vec::new(),
             host_dns: true,
             cgroup: CgroupVersion::detect(),
+            read_only_binds: Vec::new(),
         }
     }
 }
@@ -557,6 +561,15 @@ fn mounts(opts: &BundleOptions) -> Vec<Mount> {
         mount("/tmp", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=1777"]),
         mount("/run", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=755"]),
     ];
+    for dir in &opts.read_only_binds {
+        let path = dir.to_string_lossy();
+        mounts.push(mount(
+            &path,
+            "none",
+            &path,
+            &["bind", "nosuid", "nodev", "ro"],
+        ));
+    }
     if opts.host_dns {
         for file in ["/etc/resolv.conf", "/etc/hosts"] {
             if Path::new(file).is_file() {

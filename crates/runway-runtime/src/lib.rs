@@ -10,6 +10,8 @@
 //!   machine, pulling images with `runway-oci`.
 //! - [`spec`] and [`status`] are what goes in and what comes out; [`service`] makes a spec from
 //!   a service's settings.
+//! - [`sandbox`] isolates a tenant's plain process: run by the OCI runtime as images are, as
+//!   the service's own user, seeing only the host's system directories and its code.
 
 mod container;
 pub mod local;
@@ -17,6 +19,7 @@ pub mod logs;
 pub mod probe;
 pub mod process;
 pub mod runtime;
+pub mod sandbox;
 pub mod service;
 pub mod spec;
 pub mod status;

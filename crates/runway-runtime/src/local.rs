@@ -171,6 +171,98 @@ impl LocalRuntime {
         Ok(())
     }
 
+    /// Writes the bundle that runs a sandboxed plain process ([`crate::sandbox`]): an empty
+    /// root with the sandbox's host paths and code bound read-only, the service's user, the
+    /// spec's environment and limits; the spec's artifact becomes that container.
+    fn prepare_sandbox(&self, spec: &mut InstanceSpec, dir: &Path) -> Result<(), RuntimeError> {
+        let (
+            Some(sandbox),
+            Artifact::Command {
+                program,
+                args,
+                working_dir,
+            },
+        ) = (&spec.sandbox, &spec.artifact)
+        else {
+            return Ok(());
+        };
+        let refuse = |message: String| RuntimeError::Artifact {
+            id: spec.id.clone(),
+            message,
+        };
+        sandbox.check(&self.config.root).map_err(refuse)?;
+        let working_dir = working_dir
+            .clone()
+            .unwrap_or_else(|| sandbox.code_dir.clone());
+        if !working_dir.starts_with(&sandbox.code_dir) {
+            return Err(refuse(format!(
+                "working directory {} is outside the code directory {}",
+                working_dir.display(),
+                sandbox.code_dir.display()
+            )));
+        }
+        let program =
+            find_program(program, Some(&working_dir), &spec.search_path()).map_err(refuse)?;
+        if !sandbox.sees(&program) {
+            return Err(refuse(format!(
+                "command {} is outside what an isolated process sees: its code directory {} and \
+                 the host's {} (runtime.process_host_paths)",
+                program.display(),
+                sandbox.code_dir.display(),
+                sandbox
+                    .host_paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let oci_runtime = find_program(&self.config.oci_runtime, None, &own_path())
+            .map_err(|e| refuse(format!("no OCI runtime to isolate the process with: {e}")))?;
+        let bundle = dir.join("bundle");
+        let rootfs = bundle.join("rootfs");
+        let layout = sandbox
+            .lay_out(&rootfs)
+            .map_err(|e| RuntimeError::io(&rootfs, e))?;
+        let command: Vec<String> = std::iter::once(program.display().to_string())
+            .chain(args.iter().cloned())
+            .collect();
+        let config = runway_oci::ImageConfig {
+            entrypoint: command,
+            user: format!("{0}:{0}", sandbox.user),
+            working_dir: working_dir.display().to_string(),
+            ..runway_oci::ImageConfig::default()
+        };
+        let cgroup_path = format!("/runway/{}", spec.id);
+        let options = BundleOptions {
+            env: spec
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            hostname: Some(spec.id.clone()),
+            memory_limit_bytes: spec.limits.memory_bytes,
+            cpu_millis: spec.limits.cpu_millis,
+            cgroups_path: Some(cgroup_path.clone()),
+            user_namespace: None,
+            host_dns: !layout.has_etc,
+            read_only_binds: layout.binds,
+            ..BundleOptions::default()
+        };
+        let root = runway_oci::Rootfs {
+            path: rootfs,
+            id_shift: 0,
+        };
+        build_bundle(&bundle, &config, &root, &options).map_err(|e| refuse(e.to_string()))?;
+        spec.artifact = Artifact::Container {
+            bundle,
+            oci_runtime,
+            image: format!("process {}", program.display()),
+            cgroup_path: Some(cgroup_path),
+        };
+        Ok(())
+    }
+
     async fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
         let start_error = |source: io::Error| RuntimeError::Supervisor {
             id: spec.id.clone(),
@@ -280,6 +372,7 @@ impl Runtime for LocalRuntime {
             if matches!(spec.artifact, Artifact::Image { .. }) {
                 self.prepare_image(&mut spec, &dir).await?;
             }
+            self.prepare_sandbox(&mut spec, &dir)?;
             self.spawn_supervisor(&dir, &spec).await?;
             self.wait_for_socket(&dir, &spec.id).await
         };
@@ -610,6 +703,7 @@ mod tests {
             logs: LogLimits::default(),
             managed: false,
             inherit_env: false,
+            sandbox: None,
         }
     }
 

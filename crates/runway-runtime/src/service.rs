@@ -116,6 +116,7 @@ pub fn instance_spec(
         logs: LogLimits::default(),
         managed: false,
         inherit_env: false,
+        sandbox: None,
     })
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::process::StopSignal;
+use crate::sandbox::Sandbox;
 
 /// One instance of a revision of a service.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +45,9 @@ pub struct InstanceSpec {
     /// control plane's instances.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inherit_env: bool,
+    /// Run a plain process isolated ([`crate::sandbox`]); images are isolated anyway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
 }
 
 /// The variable that marked the control plane's instances in their environment before

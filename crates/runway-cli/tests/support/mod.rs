@@ -44,7 +44,9 @@ pub fn have_python() -> bool {
 }
 
 /// The test service: `/` greets with its revision, `/secret` says whether `API_KEY` is set
-/// with its length and byte sum (never the value), `/healthz` is ok. `CRASH=1` exits at once
+/// with its length and byte sum (never the value), `/healthz` is ok. As a hostile tenant's
+/// probe: `/env` lists its environment's names, `/id` its user and group, `/read?path=P`
+/// whether it can read a file (`read N bytes` or the error's name). `CRASH=1` exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
 /// `FAIL_EVERY=N` answers every Nth `/` with a 500; `?sleep=S` waits S seconds before
 /// answering.
@@ -86,6 +88,17 @@ class Handler(BaseHTTPRequestHandler):
         elif url.path == "/":
             greeting = os.environ.get("GREETING", "hello")
             body = f"{greeting} from {os.environ.get('K_REVISION', '?')} pid {os.getpid()}\n".encode()
+        elif url.path == "/env":
+            body = ("\n".join(sorted(os.environ)) + "\n").encode()
+        elif url.path == "/id":
+            body = f"uid={os.getuid()} gid={os.getgid()}\n".encode()
+        elif url.path == "/read":
+            path = parse_qs(url.query).get("path", [""])[0]
+            try:
+                with open(path, "rb") as f:
+                    body = f"read {len(f.read())} bytes\n".encode()
+            except OSError as e:
+                body = f"{type(e).__name__}\n".encode()
         elif url.path == "/secret":
             value = os.environ.get("API_KEY")
             if value is None:

@@ -1,0 +1,202 @@
+//! The trust boundary end to end, as a hostile tenant tries it: a deploy token, a manifest
+//! and the service's own code against the real `runway server`, its CLI and its ingress. A
+//! tenant's process is refused unless allowed; allowed, it runs as its service's own user and
+//! reaches neither the server's environment nor its data directory nor other services; a
+//! decommissioned service's token and secrets do not pass to a service onboarded again under
+//! its name.
+//!
+//! Every wait is bounded; every server and instance is killed when a test ends
+//! (`support::Platform`'s drop).
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+use support::{Platform, Settings, have_python};
+
+/// A deploy token for `service` in `dev`, made by the admin.
+fn deploy_token(platform: &Platform, service: &str) -> String {
+    let (status, created) = platform.call(
+        Method::POST,
+        "/v1/tokens",
+        Some(&platform.token),
+        Some(json!({"name": format!("ci-{service}"),
+            "scope": {"deploy": {"service": service, "environments": ["dev"]}}})),
+    );
+    assert_eq!(status, 201, "{created}");
+    created["token"].as_str().unwrap().to_owned()
+}
+
+/// `runway deploy --env dev --wait REPO` with `token`.
+fn deploy_as(platform: &Platform, token: &str, repo: &Path) -> support::Ran {
+    let mut deploy = Command::new(support::RUNWAY);
+    deploy
+        .env("RUNWAY_CONFIG", &platform.cli_config)
+        .env("RUNWAY_TOKEN", token)
+        .args(["deploy", "--env", "dev", "--wait", "--timeout", "60s"])
+        .arg(repo);
+    support::run(deploy, None, Duration::from_secs(90))
+}
+
+/// The host pid of the first instance of `service` (from `runway local ps`).
+fn instance_pid(platform: &Platform, service: &str) -> u64 {
+    platform
+        .local_ps()
+        .iter()
+        .find(|i| i["service"] == service && i["phase"] == "running")
+        .and_then(|i| i["pid"].as_u64())
+        .unwrap_or_else(|| panic!("no running instance of {service}"))
+}
+
+#[test]
+fn a_tenants_process_needs_leave_and_then_reaches_nothing_outside_its_service() {
+    if !have_python() || !runway_oci::testing::require_tools("process isolation", &["runc"]) {
+        return;
+    }
+    let platform = Platform::start(&Settings {
+        allow_processes: false,
+        ..Settings::default()
+    });
+    let repo = platform.onboard("tenant", &["dev"], "tenant-secret");
+    let token = deploy_token(&platform, "tenant");
+
+    // With a deploy token only, a plain process is refused, saying why and what to do.
+    let refused = deploy_as(&platform, &token, &repo);
+    assert!(!refused.ok(), "{}", refused.all());
+    for says in ["may not run plain processes", "--allow-processes"] {
+        assert!(refused.stderr.contains(says), "{}", refused.all());
+    }
+    // The tenant cannot give itself the leave.
+    let denied = platform.runway_as(
+        &token,
+        &["services", "update", "tenant", "--allow-processes", "true"],
+    );
+    assert!(!denied.ok(), "{}", denied.all());
+
+    // An admin allows it for this service; the same deploy then runs.
+    let allowed = platform.runway(&["services", "update", "tenant", "--allow-processes", "true"]);
+    assert!(allowed.ok(), "{}", allowed.all());
+    assert!(
+        allowed.stdout.contains("plain processes: allowed"),
+        "{}",
+        allowed.all()
+    );
+    let deployed = deploy_as(&platform, &token, &repo);
+    assert!(deployed.ok(), "{}", deployed.all());
+
+    // Another service with a secret of its own, running beside it.
+    let other = platform.onboard("other", &["dev"], "the-other-teams-secret");
+    platform.runway(&["services", "update", "other", "--allow-processes", "true"]);
+    let deployed = platform.deploy(&other, "dev");
+    assert!(deployed.ok(), "{}", deployed.all());
+
+    let host = "tenant.dev.localhost";
+    let get = |path: &str| platform.get(host, path, Duration::from_secs(10)).1;
+
+    // Its environment is its revision's: nothing of the server's (cargo's CARGO_* and the
+    // like, which the server inherited from this test), no other service's secret.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let names: BTreeSet<String> = get("/env")
+        .lines()
+        .map(str::to_owned)
+        // Python sets LC_CTYPE itself under the C locale (PEP 538).
+        .filter(|name| name != "LC_CTYPE")
+        .collect();
+    let expected: BTreeSet<String> = [
+        "API_KEY",
+        "GREETING",
+        "HOME",
+        "K_CONFIGURATION",
+        "K_REVISION",
+        "K_SERVICE",
+        "PATH",
+        "PORT",
+    ]
+    .map(str::to_owned)
+    .into();
+    assert_eq!(names, expected);
+
+    // Its own unprivileged user, derived from its service's identity.
+    let services = platform.runway(&["services", "list", "--output", "json"]);
+    let id = services
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "tenant")
+        .and_then(|s| s["id"].as_u64())
+        .unwrap();
+    assert_eq!(get("/id").trim(), format!("uid={0} gid={0}", 200_000 + id));
+
+    // The data directory, the server's and the other service's processes are out of reach.
+    let read = |path: &Path| get(&format!("/read?path={}", path.display()));
+    for private in ["master.key", "runway.db", "server.lock", "ca/ca-key.pem"] {
+        let answer = read(&platform.data.join(private));
+        assert!(!answer.starts_with("read"), "{private}: {answer}");
+    }
+    let server = platform.server_pid();
+    let other_pid = instance_pid(&platform, "other");
+    for pid in [u64::from(server), other_pid] {
+        let answer = read(Path::new(&format!("/proc/{pid}/environ")));
+        assert!(!answer.starts_with("read"), "/proc/{pid}/environ: {answer}");
+    }
+    // Its own code is there to read.
+    assert!(read(&repo.join("app.py")).starts_with("read"));
+}
+
+#[test]
+fn a_decommissioned_services_token_and_secrets_do_not_pass_to_its_namesake() {
+    let platform = Platform::start(&Settings::default());
+    platform.onboard("app", &["dev"], "old-team-secret");
+    let old_token = deploy_token(&platform, "app");
+    let first = platform
+        .runway(&["services", "list", "--output", "json"])
+        .json()[0]["id"]
+        .as_u64()
+        .unwrap();
+
+    let gone = platform.runway(&["services", "delete", "app", "--yes"]);
+    assert!(gone.ok(), "{}", gone.all());
+    assert!(
+        gone.stdout.contains("with its secrets and deploy tokens"),
+        "{}",
+        gone.all()
+    );
+
+    // Another team onboards a service of the same name.
+    let created = platform.runway(&["services", "create", "app", "--env", "dev"]);
+    assert!(created.ok(), "{}", created.all());
+    let listed = platform
+        .runway(&["services", "list", "--output", "json"])
+        .json();
+    assert_ne!(listed[0]["id"].as_u64().unwrap(), first, "{listed}");
+    let secrets = platform.runway(&["secrets", "list", "--service", "app", "--env", "dev"]);
+    assert!(secrets.ok(), "{}", secrets.all());
+    assert!(!secrets.stdout.contains("API_KEY"), "{}", secrets.all());
+
+    // The old team's token reaches nothing of it: not its secrets, not its status.
+    for (method, path, body) in [
+        (
+            Method::PUT,
+            "/v1/services/app/environments/dev/secrets/API_KEY",
+            Some(json!({"value": "planted"})),
+        ),
+        (
+            Method::GET,
+            "/v1/services/app/environments/dev/status",
+            None,
+        ),
+    ] {
+        let (status, answer) = platform.call(method, path, Some(&old_token), body);
+        assert_eq!(status, 401, "{path}: {answer}");
+    }
+    let secrets = platform.runway(&["secrets", "list", "--service", "app", "--env", "dev"]);
+    assert!(!secrets.stdout.contains("API_KEY"), "{}", secrets.all());
+}

@@ -1,0 +1,235 @@
+//! A tenant's plain process, isolated. A process artifact with a [`Sandbox`] is run by the
+//! same OCI runtime as images, from a bundle on an empty root where it sees only what the
+//! sandbox lists, read-only: the host's system directories (`/usr`, `/bin`, `/lib`, `/etc`…)
+//! and the revision's code directory. It runs as the service's own unprivileged user, with no
+//! capabilities and `no_new_privileges`, in its own mount, pid, ipc and uts namespaces, with a
+//! private `/tmp` and `/run`, and the manifest's memory and CPU limits in its own cgroup. The
+//! data directory, other instances, other services' code and the host's processes are not
+//! there to be read.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How one instance's process is isolated (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sandbox {
+    /// The host user and group the process runs as: the service's own.
+    pub user: u32,
+    /// The revision's code, bound read-only at the same path.
+    pub code_dir: PathBuf,
+    /// Host directories bound read-only at the same path; a symbolic link among them (`/bin`
+    /// to `usr/bin` on a merged-`/usr` system) is made again inside instead.
+    pub host_paths: Vec<PathBuf>,
+}
+
+/// The operator's rules for sandboxes: which users services get and what of the host they see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    /// Service `id` runs as host user and group `uid_base + id`.
+    pub uid_base: u32,
+    /// What every sandboxed process sees of the host, read-only.
+    pub host_paths: Vec<PathBuf>,
+}
+
+/// The first service user: above the host ids images' user namespaces map (100000 + 65536).
+pub const DEFAULT_UID_BASE: u32 = 200_000;
+
+/// The host directories a process needs to run a program of the system's: its binaries, its
+/// libraries, and `/etc` (the dynamic loader's cache, certificates, time zones, `resolv.conf`).
+pub const DEFAULT_HOST_PATHS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+];
+
+impl Default for SandboxPolicy {
+    fn default() -> Self {
+        Self {
+            uid_base: DEFAULT_UID_BASE,
+            host_paths: DEFAULT_HOST_PATHS.iter().map(PathBuf::from).collect(),
+        }
+    }
+}
+
+impl SandboxPolicy {
+    /// The sandbox of an instance of service `service_id` whose code is in `code_dir`.
+    pub fn sandbox(&self, service_id: i64, code_dir: &Path) -> Result<Sandbox, String> {
+        let user = u32::try_from(service_id)
+            .ok()
+            .and_then(|id| self.uid_base.checked_add(id))
+            .filter(|&uid| uid < u32::MAX)
+            .ok_or_else(|| {
+                format!(
+                    "service id {service_id} gives no user id from base {}",
+                    self.uid_base
+                )
+            })?;
+        Ok(Sandbox {
+            user,
+            code_dir: code_dir.to_owned(),
+            host_paths: self.host_paths.clone(),
+        })
+    }
+}
+
+/// What [`Sandbox::lay_out`] made: the directories to bind, in order.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    pub(crate) binds: Vec<PathBuf>,
+    /// `/etc` is among them, so the host's `resolv.conf` and `hosts` come with it.
+    pub(crate) has_etc: bool,
+}
+
+impl Sandbox {
+    /// Refuses what would open the platform's own files to the process: a code directory or
+    /// host path that holds `private` (the runtime's state directory) or is inside it, and a
+    /// code directory that is not an absolute, existing directory.
+    pub(crate) fn check(&self, private: &Path) -> Result<(), String> {
+        let private = fs::canonicalize(private).unwrap_or_else(|_| private.to_owned());
+        let code = &self.code_dir;
+        if !code.is_absolute() {
+            return Err(format!("code directory {} is not absolute", code.display()));
+        }
+        let code = fs::canonicalize(code)
+            .map_err(|e| format!("code directory {}: {e}", code.display()))?;
+        if !code.is_dir() {
+            return Err(format!(
+                "code directory {} is not a directory",
+                code.display()
+            ));
+        }
+        let overlaps = |dir: &Path| private.starts_with(dir) || dir.starts_with(&private);
+        if overlaps(&code) {
+            return Err(format!(
+                "code directory {} holds or is inside the platform's state directory {}: a \
+                 process may not see it",
+                code.display(),
+                private.display()
+            ));
+        }
+        if let Some(path) = self.host_paths.iter().find(|p| {
+            fs::canonicalize(p).is_ok_and(|p| private.starts_with(&p) || p.starts_with(&private))
+        }) {
+            return Err(format!(
+                "host path {} holds or is inside the platform's state directory {}: take it out \
+                 of runtime.process_host_paths",
+                path.display(),
+                private.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the process can see `path` (the program it starts).
+    pub(crate) fn sees(&self, path: &Path) -> bool {
+        path.starts_with(&self.code_dir) || self.host_paths.iter().any(|p| path.starts_with(p))
+    }
+
+    /// Makes the empty root in `rootfs` (symbolic links among the host paths made again in
+    /// it) and says what to bind: the host paths that are directories, then the code.
+    pub(crate) fn lay_out(&self, rootfs: &Path) -> std::io::Result<Layout> {
+        use std::os::unix::fs::{DirBuilderExt, symlink};
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(rootfs)?;
+        let mut binds = Vec::new();
+        let mut has_etc = false;
+        for path in &self.host_paths {
+            let Ok(meta) = fs::symlink_metadata(path) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                let target = fs::read_link(path)?;
+                let inside = rootfs.join(path.strip_prefix("/").unwrap_or(path));
+                if let Some(parent) = inside.parent() {
+                    fs::create_dir_all(parent)?;
+                }
+                let _ = fs::remove_file(&inside);
+                symlink(target, inside)?;
+            } else if meta.is_dir() {
+                has_etc |= path == Path::new("/etc");
+                binds.push(path.clone());
+            }
+        }
+        binds.push(self.code_dir.clone());
+        Ok(Layout { binds, has_etc })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_service_gets_its_own_user_within_range() {
+        let policy = SandboxPolicy::default();
+        let code = Path::new("/srv/app");
+        assert_eq!(policy.sandbox(1, code).unwrap().user, 200_001);
+        assert_eq!(policy.sandbox(7, code).unwrap().user, 200_007);
+        assert!(policy.sandbox(-1, code).is_err());
+        assert!(policy.sandbox(i64::from(u32::MAX), code).is_err());
+    }
+
+    #[test]
+    fn the_state_directory_is_never_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("data/runtime");
+        let code = dir.path().join("code");
+        fs::create_dir_all(&state).unwrap();
+        fs::create_dir_all(&code).unwrap();
+        let sandbox = |code_dir: PathBuf, host_paths: Vec<PathBuf>| Sandbox {
+            user: 200_001,
+            code_dir,
+            host_paths,
+        };
+        assert_eq!(sandbox(code.clone(), vec![]).check(&state), Ok(()));
+        for bad in [
+            PathBuf::from("/"),
+            dir.path().join("data"),
+            state.clone(),
+            state.join("instances"),
+        ] {
+            fs::create_dir_all(&bad).unwrap();
+            let error = sandbox(bad.clone(), vec![]).check(&state).unwrap_err();
+            assert!(error.contains("state directory"), "{bad:?}: {error}");
+        }
+        let error = sandbox(code.clone(), vec![dir.path().to_owned()])
+            .check(&state)
+            .unwrap_err();
+        assert!(error.contains("runtime.process_host_paths"), "{error}");
+        let error = sandbox(PathBuf::from("relative"), vec![])
+            .check(&state)
+            .unwrap_err();
+        assert!(error.contains("not absolute"), "{error}");
+        let error = sandbox(dir.path().join("missing"), vec![])
+            .check(&state)
+            .unwrap_err();
+        assert!(error.contains("missing"), "{error}");
+    }
+
+    #[test]
+    fn links_are_made_again_and_directories_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        fs::create_dir_all(host.join("usr/bin")).unwrap();
+        std::os::unix::fs::symlink("usr/bin", host.join("bin")).unwrap();
+        let sandbox = Sandbox {
+            user: 200_001,
+            code_dir: PathBuf::from("/srv/app"),
+            host_paths: vec![host.join("usr"), host.join("bin"), host.join("nope")],
+        };
+        let rootfs = dir.path().join("rootfs");
+        let layout = sandbox.lay_out(&rootfs).unwrap();
+        assert_eq!(
+            layout.binds,
+            [host.join("usr"), PathBuf::from("/srv/app")],
+            "directories and the code, in order; a missing path is skipped"
+        );
+        assert!(!layout.has_etc);
+        let inside = rootfs.join(host.join("bin").strip_prefix("/").unwrap());
+        assert_eq!(fs::read_link(inside).unwrap(), PathBuf::from("usr/bin"));
+        assert!(sandbox.sees(Path::new("/srv/app/app.py")));
+        assert!(!sandbox.sees(Path::new("/root/.pyenv/shims/python3")));
+    }
+}
