@@ -27,7 +27,7 @@ const ENV_FILE: &str = "env_vars";
 /// Validates `manifest` (with `env_vars`) for `service` in `env` as `runway validate` would,
 /// and gives its settings. The first error is a 422 naming its field (`manifest.spec.…`,
 /// `env_vars.NAME`).
-pub(crate) fn validate(
+fn validate(
     service: &str,
     env: &str,
     manifest: &Value,
@@ -38,15 +38,29 @@ pub(crate) fn validate(
             ApiError::manifest_invalid("the manifest must be a JSON object").field("manifest"),
         );
     }
+    let bounded = |field: &str, text: String| {
+        if text.len() > MAX_MANIFEST_BYTES {
+            return Err(ApiError::too_large(format!(
+                "{field} is {} bytes as JSON, over the limit of {} KiB",
+                text.len(),
+                MAX_MANIFEST_BYTES / 1024
+            ))
+            .field(field));
+        }
+        Ok(text)
+    };
     // JSON is YAML: the manifest crate reads it as it reads a file, with the same schema and
     // rules, and the same diagnostics.
     let files = ServiceFiles {
         id: service.to_owned(),
-        base: Some(SourceFile::new(MANIFEST_FILE, json_text(manifest))),
+        base: Some(SourceFile::new(
+            MANIFEST_FILE,
+            bounded("manifest", json_text(manifest))?,
+        )),
         overrides: BTreeMap::new(),
         env_files: BTreeMap::from([(
             env.to_owned(),
-            SourceFile::new(ENV_FILE, json_text(env_vars)),
+            SourceFile::new(ENV_FILE, bounded("env_vars", json_text(env_vars))?),
         )]),
     };
     let loaded = load(&files);
@@ -84,6 +98,27 @@ pub(crate) fn validate(
     Ok(config)
 }
 
+/// The largest manifest (and environment file) a deploy takes, as JSON text. Real manifests
+/// are a few KiB; validation's cost grows with the size, and the request body limit is larger.
+pub(crate) const MAX_MANIFEST_BYTES: usize = 256 * 1024;
+
+/// [`validate`] on the blocking pool: a large manifest takes milliseconds of CPU that must not
+/// hold up the event loop's other requests (health checks, status, log streams).
+pub(crate) async fn validate_off_loop(
+    service: &str,
+    env: &str,
+    manifest: &Value,
+    env_vars: &BTreeMap<String, String>,
+) -> ApiResult<ServiceConfig> {
+    let (service, env, manifest, env_vars) = (
+        service.to_owned(),
+        env.to_owned(),
+        manifest.clone(),
+        env_vars.clone(),
+    );
+    tokio::task::spawn_blocking(move || validate(&service, &env, &manifest, &env_vars)).await?
+}
+
 /// `value` as JSON text; serializing a `Value` or a map of strings cannot fail.
 fn json_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
@@ -116,7 +151,7 @@ pub(crate) async fn deploy(
     env: &str,
     body: DeployRequest,
 ) -> ApiResult<Deployment> {
-    let config = validate(service, env, &body.manifest, &body.env_vars)?;
+    let config = validate_off_loop(service, env, &body.manifest, &body.env_vars).await?;
     if body.pause && !in_steps(config.strategy) {
         return Err(ApiError::invalid(format!(
             "`pause` needs a rollout in steps (deployment.strategy regional_rollout, \

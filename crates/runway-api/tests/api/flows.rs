@@ -723,6 +723,42 @@ async fn bodies_over_the_limit_are_413() {
     );
 }
 
+/// A manifest with `entries` variables in `spec.workload.env`: about 30 bytes each as JSON.
+fn manifest_with_env(entries: usize) -> serde_json::Value {
+    let mut body = deploy_body("hello");
+    let env: serde_json::Map<String, serde_json::Value> = (0..entries)
+        .map(|i| (format!("VARIABLE_{i:06}"), json!(format!("value-{i:06}"))))
+        .collect();
+    body["manifest"]["spec"]["workload"] = json!({ "env": env });
+    body
+}
+
+#[tokio::test]
+async fn a_manifest_over_its_limit_is_413() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let path = "/v1/services/hello/environments/dev/deployments";
+    // Within the request body limit (1 MiB), over the manifest's (256 KiB).
+    let big = manifest_with_env(12_000);
+    let size = serde_json::to_vec(&big).unwrap().len();
+    assert!(size > 256 * 1024 && size < 1 << 20, "{size}");
+    let answer = server
+        .call("POST", path, Some(&server.admin), Some(big))
+        .await;
+    assert_eq!(
+        (answer.status, answer.field()),
+        (StatusCode::PAYLOAD_TOO_LARGE, "manifest"),
+        "{}",
+        answer.text
+    );
+    assert!(answer.message().contains("256 KiB"), "{}", answer.text);
+
+    // Just within the limit, it is validated (off the event loop) and deployed.
+    server
+        .admin("POST", path, Some(manifest_with_env(7_000)), 202)
+        .await;
+}
+
 #[tokio::test]
 async fn bootstrap_makes_one_admin_token() {
     let server = start().await;
