@@ -537,6 +537,9 @@ async fn set_secret(
     runway_secrets::validate_name(&name)
         .map_err(|e| ApiError::invalid(e.to_string()).field("name"))?;
     let value = SecretValue::from(body.value);
+    value
+        .check()
+        .map_err(|e| ApiError::invalid(e.to_string()).field("value"))?;
     let actor = caller.name.clone();
     let sealer = std::sync::Arc::clone(&state.sealer);
     let info = state

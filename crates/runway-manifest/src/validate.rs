@@ -304,9 +304,18 @@ pub(crate) fn check(
         if !is_secret_name(secret) {
             c.error(&pointer, format!("`{secret}` is not a valid secret name"))
                 .expected("upper-case letters, digits and `_`, starting with a letter");
-        } else if RESERVED_ENV.contains(&secret.as_str()) {
+        } else if RESERVED_ENV.contains(&secret.as_str()) || secret.starts_with("K_") {
             c.error(&pointer, format!("`{secret}` is set by the platform"))
-                .expected(format!("a name other than {}", RESERVED_ENV.join(", ")));
+                .expected(format!(
+                    "a name other than {} and K_*",
+                    RESERVED_ENV.join(", ")
+                ));
+        } else if secret == "PATH" || secret.starts_with("LD_") {
+            c.error(
+                &pointer,
+                format!("`{secret}` decides which code the instance runs, not a secret's place"),
+            )
+            .expected("a name other than PATH and LD_*");
         }
         if !secrets_seen.insert(secret) {
             c.error(&pointer, format!("secret `{secret}` is listed twice"));

@@ -631,3 +631,28 @@ fn image_references_are_checked_as_a_pull_would() {
         assert!(shown.contains("m.yml:6"), "{bad} not located: {shown}");
     }
 }
+
+#[test]
+fn secrets_may_not_take_names_the_platform_or_the_loader_reads() {
+    let text = MINIMAL.replace(
+        "secrets: [TOKEN]",
+        "secrets: [TOKEN, K_SERVICE, K_EXTRA, PATH, LD_PRELOAD]",
+    );
+    let loaded = load(&base(".runway/runway.yml", &text));
+    let messages: Vec<String> = loaded.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 4, "{messages:#?}");
+    for (i, expected) in [
+        (1, "is set by the platform"),
+        (2, "is set by the platform"),
+        (3, "decides which code the instance runs"),
+        (4, "decides which code the instance runs"),
+    ] {
+        let path = format!("spec.workload.secrets[{i}]");
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains(&path) && m.contains(expected) && m.contains(":12:")),
+            "{path}: {messages:#?}"
+        );
+    }
+}

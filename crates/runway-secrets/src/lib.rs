@@ -65,7 +65,7 @@ pub use error::{Error, TokenError};
 pub use key::{KEY_LEN, MasterKey};
 pub use name::{NameError, check_clashes, validate_name};
 pub use policy::{Action, ActionKind, Denied, Scope, authorize};
-pub use seal::{Context, Sealed, Sealer, SecretValue};
+pub use seal::{Context, MAX_VALUE_BYTES, Sealed, Sealer, SecretValue, ValueError};
 pub use token::{PlaintextToken, Token, TokenHash, TokenKind};
 
 /// `N` random bytes from the operating system.

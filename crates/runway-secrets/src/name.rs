@@ -14,7 +14,8 @@
 //!   (`runway_manifest::validate::RESERVED_ENV`), kept here to spare this crate the manifest's
 //!   dependencies.
 //! - [`RESERVED_PREFIX`]: any name starting with `RUNWAY_`, kept for the platform's own
-//!   variables.
+//!   variables; `K_` too (Knative's), `PATH`, and `LD_` (the dynamic loader's: a secret must
+//!   not decide which code a process runs).
 
 use std::collections::BTreeSet;
 
@@ -130,10 +131,17 @@ pub fn validate_name(name: &str) -> Result<(), NameError> {
 fn reserved(name: &str) -> Option<&'static str> {
     if name == "PORT" {
         Some("the platform sets PORT to the port the instance must listen on")
-    } else if RESERVED_NAMES.contains(&name) {
-        Some("the platform sets K_SERVICE, K_REVISION and K_CONFIGURATION, as Cloud Run does")
+    } else if RESERVED_NAMES.contains(&name) || name.starts_with("K_") {
+        Some(
+            "the platform sets K_SERVICE, K_REVISION and K_CONFIGURATION, as Cloud Run does, and \
+             keeps K_ for what Knative adds",
+        )
     } else if name.starts_with(RESERVED_PREFIX) {
         Some("names starting with RUNWAY_ are kept for the platform's own variables")
+    } else if name == "PATH" {
+        Some("PATH says where the instance's programs are found; set it as a variable if needed")
+    } else if name.starts_with("LD_") {
+        Some("LD_ variables steer the dynamic loader (LD_PRELOAD, LD_LIBRARY_PATH)")
     } else {
         None
     }
@@ -208,7 +216,7 @@ mod tests {
             "PORTS",
             "MY_PORT",
             "RUNWAY",
-            "K_SERVICES",
+            "KSERVICE",
             &"A".repeat(MAX_NAME_LEN),
         ] {
             assert_eq!(validate_name(name), Ok(()), "{name}");
@@ -260,7 +268,7 @@ mod tests {
             ),
             (
                 "K_REVISION",
-                "secret name `K_REVISION` is reserved: the platform sets K_SERVICE, K_REVISION and K_CONFIGURATION, as Cloud Run does",
+                "secret name `K_REVISION` is reserved: the platform sets K_SERVICE, K_REVISION and K_CONFIGURATION, as Cloud Run does, and keeps K_ for what Knative adds",
             ),
             (
                 "RUNWAY_TOKEN",
@@ -275,11 +283,20 @@ mod tests {
             let err = validate_name(name).unwrap_err();
             assert_eq!(err.to_string(), *message, "{name:?}");
         }
-        for name in RESERVED_NAMES {
-            assert!(matches!(
-                validate_name(name),
-                Err(NameError::Reserved { .. })
-            ));
+        for name in RESERVED_NAMES.into_iter().chain([
+            "K_ANYTHING",
+            "PATH",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "RUNWAY_X",
+        ]) {
+            assert!(
+                matches!(validate_name(name), Err(NameError::Reserved { .. })),
+                "{name}"
+            );
+        }
+        for name in ["PATHS", "OLD_PATH", "KEY", "LDAP_URL"] {
+            assert_eq!(validate_name(name), Ok(()), "{name}");
         }
     }
 
@@ -334,7 +351,11 @@ mod tests {
 
         #[test]
         fn the_pattern_is_exactly_what_is_accepted(name in "[A-Z_][A-Z0-9_]{0,40}") {
-            let expected = !(RESERVED_NAMES.contains(&name.as_str()) || name.starts_with(RESERVED_PREFIX));
+            let expected = !(RESERVED_NAMES.contains(&name.as_str())
+                || name.starts_with(RESERVED_PREFIX)
+                || name.starts_with("K_")
+                || name.starts_with("LD_")
+                || name == "PATH");
             prop_assert_eq!(validate_name(&name).is_ok(), expected);
         }
     }

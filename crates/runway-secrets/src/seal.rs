@@ -51,7 +51,45 @@ pub struct SecretValue {
     bytes: Vec<u8>,
 }
 
+/// The largest secret value, in bytes: a secret reaches its instance as an environment
+/// variable, and Linux refuses to start a program with one longer than 128 KiB (with all of
+/// them past about a quarter of the stack limit), so a larger value would only fail every
+/// deploy later.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+
+/// Why a secret value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// Longer than [`MAX_VALUE_BYTES`].
+    #[error("the value is {len} bytes, over the limit of {} KiB for a secret (it becomes an environment variable)", MAX_VALUE_BYTES / 1024)]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A NUL byte, which an environment variable cannot hold.
+    #[error("the value has a NUL byte at offset {at}, which an environment variable cannot hold")]
+    Nul {
+        /// Where the first one is.
+        at: usize,
+    },
+}
+
 impl SecretValue {
+    /// Checks that the value can reach an instance as an environment variable; the error
+    /// never shows the value.
+    pub fn check(&self) -> Result<(), ValueError> {
+        if self.bytes.len() > MAX_VALUE_BYTES {
+            return Err(ValueError::TooLong {
+                len: self.bytes.len(),
+            });
+        }
+        match self.bytes.iter().position(|&b| b == 0) {
+            Some(at) => Err(ValueError::Nul { at }),
+            None => Ok(()),
+        }
+    }
+
     /// Wraps `bytes`, which are wiped when the value is dropped.
     pub fn new(bytes: Vec<u8>) -> SecretValue {
         SecretValue { bytes }
@@ -244,6 +282,20 @@ impl fmt::Debug for Sealer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_an_environment_variable_cannot_hold_is_refused_without_showing_it() {
+        assert_eq!(SecretValue::new(b"hunter2".to_vec()).check(), Ok(()));
+        let limit = SecretValue::new(vec![b'x'; MAX_VALUE_BYTES]);
+        assert_eq!(limit.check(), Ok(()));
+        let long = SecretValue::new(vec![b'x'; MAX_VALUE_BYTES + 1]);
+        let error = long.check().unwrap_err();
+        assert!(error.to_string().contains("64 KiB"), "{error}");
+        let nul = SecretValue::new(b"top\0secret".to_vec());
+        let error = nul.check().unwrap_err();
+        assert_eq!(error, ValueError::Nul { at: 3 });
+        assert!(!error.to_string().contains("secret"), "{error}");
+    }
 
     const CTX: Context<'static> = Context {
         service: "billing",
