@@ -1885,3 +1885,139 @@ async fn a_host_unlike_the_connections_server_name_gets_421() {
     .await
     .unwrap();
 }
+
+/// A connection from `local` (another loopback address plays another client).
+async fn connect_from(local: &str, address: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+    socket.connect(address).await.unwrap()
+}
+
+/// Whether the ingress closed `stream` without a word (a refusal at accept).
+async fn closed_at_once(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// One GET on an open connection; the status, or None when the connection was closed.
+async fn get_on(stream: TcpStream) -> Option<StatusCode> {
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    let request = Request::get("/")
+        .header("host", HOST)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(request))
+        .await
+        .ok()?
+        .ok()?;
+    Some(response.status())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_connections_is_refused_at_accept_and_other_clients_are_served() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let options = Options {
+            max_connections: 12,
+            max_connections_per_client: 5,
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let a = running.address;
+
+        // One client opens more than its share, and holds them idle.
+        let mut flood = Vec::new();
+        for _ in 0..5 {
+            flood.push(connect_from("127.0.0.1", a).await);
+        }
+        let mut refused = Vec::new();
+        for _ in 0..20 {
+            refused.push(connect_from("127.0.0.1", a).await);
+        }
+        for stream in &mut refused {
+            assert!(closed_at_once(stream).await);
+        }
+        // The flood's own connections still work; another address is served at once.
+        assert_eq!(get_on(flood.pop().unwrap()).await, Some(StatusCode::OK));
+        assert_eq!(
+            get_on(connect_from("127.0.0.2", a).await).await,
+            Some(StatusCode::OK)
+        );
+
+        // More addresses fill the whole budget: then everyone new is refused...
+        for _ in 0..500 {
+            if metric_value(&running, "runway_ingress_open_connections").await == Some(4) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for local in ["127.0.0.2", "127.0.0.3"] {
+            for _ in 0..4 {
+                flood.push(connect_from(local, a).await);
+            }
+        }
+        // (4 + 8 held; wait until the ingress has admitted them all.)
+        for _ in 0..500 {
+            if metric_value(&running, "runway_ingress_open_connections").await == Some(12) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            metric_value(&running, "runway_ingress_open_connections").await,
+            Some(12)
+        );
+        let mut late = connect_from("127.0.0.4", a).await;
+        assert!(closed_at_once(&mut late).await);
+        // ...the admin port still answers, and once the flood ends, clients are served again.
+        let text = metrics(&running).await;
+        assert!(
+            text.contains(
+                "runway_ingress_refused_connections_total{reason=\"per_client_limit\"} 20"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("runway_ingress_refused_connections_total{reason=\"limit\"} 1"),
+            "{text}"
+        );
+        drop(flood);
+        let mut served = None;
+        for _ in 0..500 {
+            served = get_on(connect_from("127.0.0.1", a).await).await;
+            if served.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(served, Some(StatusCode::OK));
+        assert_eq!(
+            get_on(connect_from("127.0.0.4", a).await).await,
+            Some(StatusCode::OK)
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A metric without labels, from `/metrics`.
+async fn metric_value(running: &Running, name: &str) -> Option<u64> {
+    let text = metrics(running).await;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
