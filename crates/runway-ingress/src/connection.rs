@@ -13,13 +13,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use nix::errno::Errno;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::Metrics;
+use crate::{Metrics, limits};
 
 /// How long a connection closing with a request body unread keeps reading (and dropping)
 /// what the client still sends, at most, and how long it waits for each read (nginx's
@@ -28,11 +27,6 @@ use crate::Metrics;
 /// becomes "connection reset by peer").
 const LINGER_TIME: Duration = Duration::from_secs(30);
 const LINGER_READ: Duration = Duration::from_secs(5);
-
-/// The first pause after an accept failed for want of descriptors or memory; it doubles
-/// while they keep failing, up to [`ACCEPT_BACKOFF_MAX`].
-const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
-const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 /// The client connections a server may hold: a budget for all its listeners and event loops
 /// together, and a share of it per client address.
@@ -153,20 +147,10 @@ fn client_key(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether an accept failed for want of resources, which persists until some are freed:
-/// retrying at once would spin.
-fn out_of_resources(error: &io::Error) -> bool {
-    error.raw_os_error().is_some_and(|code| {
-        [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM]
-            .iter()
-            .any(|errno| *errno as i32 == code)
-    })
-}
-
 /// The next connection, or `None` once `shutdown` completes. An accept that failed for want
 /// of descriptors or memory is retried after a pause that doubles while it keeps failing
-/// (counted in `accept_errors`), since the listener stays readable and an immediate retry
-/// would only spin; a connection's own failure (reset before it was accepted) is skipped.
+/// (counted in `accept_errors`; see [`crate::limits::accept_pause`]), since the listener
+/// stays readable and an immediate retry would only spin.
 pub(crate) async fn accept_until(
     listener: &TcpListener,
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
@@ -177,21 +161,19 @@ pub(crate) async fn accept_until(
         let pause = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => return Some(accepted),
-                Err(error) if out_of_resources(&error) => {
-                    metrics.accept_errors.inc();
-                    backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
-                    backoff
+                Err(error) => {
+                    if limits::out_of_resources(&error) {
+                        metrics.accept_errors.inc();
+                    }
+                    match limits::accept_pause(&error, backoff) {
+                        Some(pause) => pause,
+                        None => continue,
+                    }
                 }
-                Err(error) if matches!(
-                    error.kind(),
-                    io::ErrorKind::ConnectionAborted
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::Interrupted
-                ) => continue,
-                Err(_) => ACCEPT_BACKOFF_MIN,
             },
             () = &mut shutdown => return None,
         };
+        backoff = pause;
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = &mut shutdown => return None,
@@ -355,18 +337,5 @@ mod tests {
             client_key(mapped.ip()),
             "10.0.0.1".parse::<IpAddr>().unwrap()
         );
-    }
-
-    #[test]
-    fn only_resource_errors_back_off() {
-        assert!(out_of_resources(&io::Error::from_raw_os_error(
-            Errno::EMFILE as i32
-        )));
-        assert!(out_of_resources(&io::Error::from_raw_os_error(
-            Errno::ENFILE as i32
-        )));
-        assert!(!out_of_resources(&io::Error::from_raw_os_error(
-            Errno::ECONNABORTED as i32
-        )));
     }
 }

@@ -6,6 +6,10 @@
 //! and refuses more at accept, rather than running out of descriptors (at which point nothing
 //! in the process can accept, open or connect).
 
+use std::io;
+use std::time::Duration;
+
+use nix::errno::Errno;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 /// Descriptors kept for everything but the ingress's connections: the listeners, the API and
@@ -50,6 +54,39 @@ pub fn connections_for_fd_limit(fd_limit: u64) -> usize {
         .clamp(16, MAX_CONNECTIONS)
 }
 
+/// The first pause after an accept failed for want of descriptors or memory; it doubles
+/// while they keep failing, up to [`ACCEPT_BACKOFF_MAX`].
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// Whether an accept failed for want of resources (`EMFILE`, `ENFILE`, `ENOBUFS`,
+/// `ENOMEM`), which lasts until some are freed: the listener stays readable, so retrying at
+/// once would spin.
+pub fn out_of_resources(error: &io::Error) -> bool {
+    error.raw_os_error().is_some_and(|code| {
+        [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM]
+            .iter()
+            .any(|errno| *errno as i32 == code)
+    })
+}
+
+/// How long to pause after `accept` failed with `error`, when the pause before was
+/// `previous` (zero after an accept that worked); `None` to go on at once, for a connection's
+/// own failure (reset or aborted before it was accepted). Out of resources, the pause doubles
+/// from [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]; anything else waits the minimum.
+/// Every server in the process (the ingress's listeners, the API) backs off the same way.
+pub fn accept_pause(error: &io::Error, previous: Duration) -> Option<Duration> {
+    if out_of_resources(error) {
+        return Some((previous * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX));
+    }
+    match error.kind() {
+        io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::Interrupted => None,
+        _ => Some(ACCEPT_BACKOFF_MIN),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +105,27 @@ mod tests {
                 "{limit}"
             );
         }
+    }
+
+    #[test]
+    fn only_resource_errors_back_off_longer_and_longer() {
+        let emfile = io::Error::from_raw_os_error(Errno::EMFILE as i32);
+        assert!(out_of_resources(&emfile));
+        assert!(out_of_resources(&io::Error::from_raw_os_error(
+            Errno::ENFILE as i32
+        )));
+        let mut pause = Duration::ZERO;
+        let mut pauses = Vec::new();
+        for _ in 0..8 {
+            pause = accept_pause(&emfile, pause).unwrap_or_default();
+            pauses.push(pause.as_millis());
+        }
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 500, 500]);
+        let aborted = io::Error::from_raw_os_error(Errno::ECONNABORTED as i32);
+        assert!(!out_of_resources(&aborted));
+        assert_eq!(accept_pause(&aborted, pause), None);
+        let other = io::Error::from_raw_os_error(Errno::EINVAL as i32);
+        assert_eq!(accept_pause(&other, pause), Some(ACCEPT_BACKOFF_MIN));
     }
 
     #[test]
