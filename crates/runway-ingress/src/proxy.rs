@@ -746,7 +746,58 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    use super::strip_port;
+    use super::{ProxyError, Request, Version, host_of, strip_port};
+
+    #[test]
+    fn a_request_names_one_host() {
+        let request = |version: Version, uri: &str, hosts: &[&str]| {
+            let mut builder = Request::builder().version(version).uri(uri);
+            for host in hosts {
+                builder = builder.header("host", *host);
+            }
+            host_of(&builder.body(()).unwrap())
+        };
+        let http1 = Version::HTTP_11;
+        let http2 = Version::HTTP_2;
+        assert_eq!(
+            request(http1, "/", &["A.test:80"]).ok().as_deref(),
+            Some("a.test")
+        );
+        assert!(matches!(
+            request(http1, "/", &["a.test", "b.test"]),
+            Err(ProxyError::AmbiguousHost)
+        ));
+        assert!(matches!(
+            request(http1, "/", &["a.test", "a.test"]),
+            Err(ProxyError::AmbiguousHost)
+        ));
+        assert!(matches!(
+            request(http1, "/", &[]),
+            Err(ProxyError::MissingHost)
+        ));
+        // HTTP/1.1's absolute form wins over Host (RFC 9112 section 3.2.2).
+        assert_eq!(
+            request(http1, "http://a.test/", &["b.test"])
+                .ok()
+                .as_deref(),
+            Some("a.test")
+        );
+        // HTTP/2's :authority and Host must agree (RFC 9113 section 8.3.1).
+        assert_eq!(
+            request(http2, "http://a.test/", &[]).ok().as_deref(),
+            Some("a.test")
+        );
+        assert_eq!(
+            request(http2, "http://a.test/", &["A.test:443"])
+                .ok()
+                .as_deref(),
+            Some("a.test")
+        );
+        assert!(matches!(
+            request(http2, "http://a.test/", &["b.test"]),
+            Err(ProxyError::AmbiguousHost)
+        ));
+    }
 
     #[test]
     fn hosts_lose_their_port() {
