@@ -286,6 +286,7 @@ impl ApiConfig {
             tls_handshake_timeout: Duration::from_secs(self.limits.tls_handshake_timeout_seconds),
             header_read_timeout: Duration::from_secs(self.limits.header_read_timeout_seconds),
             shutdown_grace: Duration::from_secs(self.limits.shutdown_grace_seconds),
+            ..ServeOptions::default()
         }
     }
 }

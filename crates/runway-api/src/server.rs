@@ -16,6 +16,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use crate::error::{ApiError, InternalCause};
@@ -97,6 +98,9 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// How long open connections may finish after shutdown is asked.
     pub shutdown_grace: Duration,
+    /// Connections open at once; past it, new ones are closed at accept. The API has its own
+    /// budget, apart from the ingress's, so a flood of either does not starve the other.
+    pub max_connections: usize,
 }
 
 impl Default for ServeOptions {
@@ -105,12 +109,17 @@ impl Default for ServeOptions {
             tls_handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
+            max_connections: 256,
         }
     }
 }
 
 /// Serves `router` on `listener` (over TLS when `tls` is given) until `shutdown` completes,
 /// then lets open connections finish for at most `options.shutdown_grace`.
+///
+/// At most `options.max_connections` are served at once: more are closed at accept. An
+/// accept that fails for want of descriptors or memory is retried after a pause that doubles
+/// while it lasts, as the ingress's (`runway_ingress::limits::accept_pause`).
 ///
 /// # Errors
 /// None today: a failed accept is logged and retried after a pause; the result leaves room.
@@ -123,18 +132,39 @@ pub async fn serve(
 ) -> io::Result<()> {
     let graceful = GracefulShutdown::new();
     let acceptor = tls.map(TlsAcceptor::from);
+    let connections = Arc::new(Semaphore::new(
+        options.max_connections.min(Semaphore::MAX_PERMITS),
+    ));
+    let mut pause = Duration::ZERO;
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
+                Ok(pair) => {
+                    pause = Duration::ZERO;
+                    pair
+                }
                 Err(e) => {
-                    eprintln!("runway-api: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
+                    let Some(next) = runway_ingress::limits::accept_pause(&e, pause) else {
+                        continue;
+                    };
+                    // Once per run of failures, not at every retry.
+                    if pause.is_zero() {
+                        eprintln!("runway-api: accept: {e}; retrying, {next:?} apart at first");
+                    }
+                    pause = next;
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(pause) => continue,
+                    }
                 }
             },
+        };
+        let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
+            // Closed at once: a clean refusal, and the loop goes on.
+            drop(stream);
+            continue;
         };
         let watcher = graceful.watcher();
         let service = TowerToHyperService::new(router.clone());
@@ -174,6 +204,7 @@ pub async fn serve(
             {
                 eprintln!("runway-api: connection from {peer}: {e}");
             }
+            drop(permit);
         });
     }
     drop(listener);

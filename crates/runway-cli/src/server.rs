@@ -190,6 +190,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         .map(|token| token.expose().to_owned());
 
     let ca_dir = config.api.ca_dir();
+    // Before the ingress's options, whose connection budget is computed from the limit.
+    runway_ingress::raise_fd_limit().context("cannot raise the open-file limit")?;
     let ingress = Ingress::new(IngressOptions::default());
     let tls = ingress
         .tls(&TlsOptions {

@@ -2,14 +2,20 @@
 //! streamed through. When an instance's body ends or is dropped, the request is finished: its
 //! slot on the instance freed, its connection back in the pool if it was read to the end, its
 //! metrics and access-log line written.
+//!
+//! The request body sent on to an instance is a [`ClientBody`]: the client's body under the
+//! size limit, watched, so that when sending fails the proxy can tell the client's fault (a
+//! body that broke off, was malformed, went past the limit or stalled) from the instance's.
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::{LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use crate::log::{AccessLog, AccessRecord, millis};
@@ -136,5 +142,122 @@ impl Body for ProxyBody {
             Inner::Full(None) => SizeHint::with_exact(0),
             Inner::Upstream { body, .. } => body.size_hint(),
         }
+    }
+}
+
+/// Where a request body stands, as its last poll left it.
+const SENDING: u8 = 0;
+/// The last poll found no data from the client yet: the body waits for the client.
+const WAITING_FOR_CLIENT: u8 = 1;
+const ENDED: u8 = 2;
+const TOO_LARGE: u8 = 3;
+const BROKEN: u8 = 4;
+
+/// How the client's request body failed, as far as the ingress saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyFault {
+    /// It went past the body-size limit.
+    TooLarge,
+    /// The client's connection broke, or its body was malformed (bad chunked encoding,
+    /// shorter than its `Content-Length`, a stream reset).
+    Broken,
+}
+
+/// The request body sent to an instance: the client's, with the size limit, reporting what
+/// became of it to a [`BodyWatch`] and, when dropped before its end, marking the client's
+/// connection for a lingering close (see [`crate::server`]).
+#[derive(Debug)]
+pub(crate) struct ClientBody {
+    inner: Limited<Incoming>,
+    /// None for a body that was empty from the start: nothing to watch.
+    state: Option<Arc<AtomicU8>>,
+    linger: Option<Arc<AtomicBool>>,
+}
+
+/// The proxy's side of a [`ClientBody`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyWatch(Option<Arc<AtomicU8>>);
+
+impl ClientBody {
+    /// Wraps a client's body; `linger` is its connection's flag.
+    pub(crate) fn new(body: Incoming, limit: usize, linger: &Arc<AtomicBool>) -> (Self, BodyWatch) {
+        // Most requests have no body: no allocation for them.
+        let state = (!body.is_end_stream()).then(|| Arc::new(AtomicU8::new(SENDING)));
+        let watch = BodyWatch(state.clone());
+        let body = Self {
+            inner: Limited::new(body, limit),
+            linger: state.as_ref().map(|_| Arc::clone(linger)),
+            state,
+        };
+        (body, watch)
+    }
+}
+
+impl BodyWatch {
+    /// How the body failed, if it did.
+    pub(crate) fn fault(&self) -> Option<BodyFault> {
+        match self.0.as_ref()?.load(Ordering::Acquire) {
+            TOO_LARGE => Some(BodyFault::TooLarge),
+            BROKEN => Some(BodyFault::Broken),
+            _ => None,
+        }
+    }
+
+    /// Whether the client may still be sending the body: it neither ended nor failed.
+    pub(crate) fn unfinished(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|s| matches!(s.load(Ordering::Acquire), SENDING | WAITING_FOR_CLIENT))
+    }
+
+    /// Whether the body is unfinished and its last poll waited for the client: an instance
+    /// that has not answered yet may well be waiting for the rest of it.
+    pub(crate) fn waiting_for_client(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Acquire) == WAITING_FOR_CLIENT)
+    }
+}
+
+impl Drop for ClientBody {
+    fn drop(&mut self) {
+        if let (Some(state), Some(linger)) = (&self.state, &self.linger)
+            && state.load(Ordering::Acquire) != ENDED
+        {
+            linger.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some(state) = &this.state {
+            let now = match &polled {
+                Poll::Pending => WAITING_FOR_CLIENT,
+                Poll::Ready(None) => ENDED,
+                Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => ENDED,
+                Poll::Ready(Some(Ok(_))) => SENDING,
+                Poll::Ready(Some(Err(error))) if error.is::<LengthLimitError>() => TOO_LARGE,
+                Poll::Ready(Some(Err(_))) => BROKEN,
+            };
+            state.store(now, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

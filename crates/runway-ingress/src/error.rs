@@ -30,8 +30,19 @@ pub enum ConfigError {
 pub enum ProxyError {
     #[error("request has no host")]
     MissingHost,
+    #[error("request names more than one host (two Host headers, or Host unlike :authority)")]
+    AmbiguousHost,
+    #[error("request for {host} on a TLS connection opened for {server_name}")]
+    Misdirected { server_name: String, host: String },
     #[error("request body too large")]
     BodyTooLarge,
+    #[error("the client's request body broke off or was malformed")]
+    BodyBroken {
+        #[source]
+        source: hyper::Error,
+    },
+    #[error("the client's request body was still coming in after {timeout_ms} ms")]
+    BodyTimeout { timeout_ms: u64 },
     #[error("no route for host {host}")]
     NoRoute { host: String },
     #[error("revision {revision} had no ready instance within {waited_ms} ms")]
@@ -60,8 +71,12 @@ impl ProxyError {
     /// The status this error answers with.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::MissingHost => StatusCode::BAD_REQUEST,
+            Self::MissingHost | Self::AmbiguousHost | Self::BodyBroken { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            Self::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
             Self::NoReadyInstance { .. } | Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -71,11 +86,35 @@ impl ProxyError {
         }
     }
 
+    /// For an error that is the client's own doing (its request was malformed, too large
+    /// or too slow), the reason it is counted under; never counted against a revision.
+    pub fn client_fault(&self) -> Option<&'static str> {
+        match self {
+            Self::MissingHost => Some("missing_host"),
+            Self::AmbiguousHost => Some("ambiguous_host"),
+            Self::Misdirected { .. } => Some("misdirected"),
+            Self::BodyTooLarge => Some("body_too_large"),
+            Self::BodyBroken { .. } => Some("body_broken"),
+            Self::BodyTimeout { .. } => Some("body_timeout"),
+            Self::NoRoute { .. }
+            | Self::NoReadyInstance { .. }
+            | Self::HoldQueueFull { .. }
+            | Self::QueueFull { .. }
+            | Self::Timeout { .. }
+            | Self::Connect { .. }
+            | Self::Upstream { .. } => None,
+        }
+    }
+
     /// A short body for the client, which names no instance, address or internal cause.
     pub fn public_message(&self) -> &'static str {
         match self {
             Self::MissingHost => "request has no host\n",
+            Self::AmbiguousHost => "request names more than one host\n",
+            Self::Misdirected { .. } => "this connection is for another host\n",
             Self::BodyTooLarge => "request body too large\n",
+            Self::BodyBroken { .. } => "request body broke off or was malformed\n",
+            Self::BodyTimeout { .. } => "request body took too long\n",
             Self::NoRoute { .. } => "no service at this host\n",
             Self::NoReadyInstance { .. } => "no instance of this service became ready in time\n",
             Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {

@@ -6,7 +6,9 @@
 
 mod body;
 pub mod config;
+mod connection;
 pub mod error;
+pub mod limits;
 mod log;
 pub mod metrics;
 mod proxy;
@@ -25,6 +27,7 @@ use tokio::sync::broadcast;
 pub use body::ProxyBody;
 pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 pub use error::{ConfigError, ProxyError};
+pub use limits::raise_fd_limit;
 pub use log::AccessRecord;
 pub use metrics::{Metrics, RevisionStats};
 pub use proxy::X_REQUEST_ID;
@@ -49,8 +52,13 @@ pub struct Options {
     pub max_header_bytes: usize,
     /// Time a client has to send a request's head.
     pub header_read_timeout: Duration,
-    /// Client connections open at once; past it, new ones are closed at once.
+    /// Client connections open at once, across all the ingress's listeners and event loops;
+    /// past it, new ones are closed at accept. By default what the process's file-descriptor
+    /// limit allows ([`limits::connections_for_fd_limit`]; call [`raise_fd_limit`] first).
     pub max_connections: usize,
+    /// Client connections open at once from one address (an IPv6 client's /64); past it, its
+    /// new ones are closed at accept. 0: no limit per address.
+    pub max_connections_per_client: usize,
     /// Time to connect to an instance.
     pub connect_timeout: Duration,
     /// Time in-flight requests get to finish when the server shuts down.
@@ -71,7 +79,8 @@ impl Default for Options {
             max_body_bytes: 32 << 20,
             max_header_bytes: 64 << 10,
             header_read_timeout: Duration::from_secs(30),
-            max_connections: 10_000,
+            max_connections: limits::connections_for_fd_limit(limits::fd_limit()),
+            max_connections_per_client: 256,
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             certificate_poll: Duration::from_secs(5),
@@ -87,6 +96,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) options: Options,
     pub(crate) access_log: Option<log::AccessLog>,
+    /// The client connections' budget, shared by every listener and event loop.
+    pub(crate) admission: Arc<connection::Admission>,
 }
 
 /// The ingress: a route table, its live state, and the servers that use it.
@@ -112,9 +123,15 @@ impl Ingress {
 
     fn build(options: Options, access_log: Option<log::AccessLog>) -> Self {
         let metrics = Arc::new(Metrics::new());
+        let admission = connection::Admission::new(
+            options.max_connections,
+            options.max_connections_per_client,
+            metrics.connections.clone(),
+        );
         Self {
             shared: Arc::new(Shared {
                 routes: table::Routes::new(Arc::clone(&metrics), options.min_hold),
+                admission,
                 metrics,
                 options,
                 access_log,

@@ -30,6 +30,22 @@ pub(crate) struct RequestLabels {
     pub(crate) class: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ClientErrorLabels {
+    pub(crate) service: String,
+    pub(crate) env: String,
+    pub(crate) revision: String,
+    pub(crate) reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    pub(crate) reason: &'static str,
+}
+
+/// Why a routed request was the client's fault (see [`crate::ProxyError::client_fault`]).
+const CLIENT_FAULTS: [&str; 3] = ["body_too_large", "body_broken", "body_timeout"];
+
 /// The latency histogram's first upper bound, in seconds: 0.25 ms.
 const LATENCY_START: f64 = 0.000_25;
 /// Its bounds, doubling from [`LATENCY_START`]: up to about 4 min.
@@ -64,7 +80,11 @@ pub struct Metrics {
     held: Family<RevisionLabels, Gauge>,
     connect_errors: Family<RevisionLabels, Counter>,
     upstream_errors: Family<RevisionLabels, Counter>,
+    client_errors: Family<ClientErrorLabels, Counter>,
     unrouted: Counter,
+    refused_requests: Family<ReasonLabels, Counter>,
+    pub(crate) refused_connections: Family<ReasonLabels, Counter>,
+    pub(crate) accept_errors: Counter,
     /// Every revision's handles, for [`Metrics::revision_stats`], and since when it has been
     /// out of the route table.
     revisions: Mutex<HashMap<RevisionLabels, (RevisionMetrics, Option<Instant>)>>,
@@ -89,6 +109,9 @@ pub(crate) struct RevisionMetrics {
     pub(crate) held: Gauge,
     pub(crate) connect_errors: Counter,
     pub(crate) upstream_errors: Counter,
+    /// Requests routed to the revision that failed by the client's fault, by reason
+    /// ([`CLIENT_FAULTS`]); in neither `requests` nor `latency`.
+    client_errors: [Counter; CLIENT_FAULTS.len()],
 }
 
 impl RevisionMetrics {
@@ -98,6 +121,13 @@ impl RevisionMetrics {
         self.requests[class].inc();
         self.latency.observe(seconds);
         self.buckets[bucket_index(seconds)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request refused for the client's fault (`reason`, one of [`CLIENT_FAULTS`]).
+    pub(crate) fn client_error(&self, reason: &str) {
+        if let Some(index) = CLIENT_FAULTS.iter().position(|r| *r == reason) {
+            self.client_errors[index].inc();
+        }
     }
 
     fn stats(&self) -> RevisionStats {
@@ -115,6 +145,7 @@ impl RevisionMetrics {
             held: gauge_value(&self.held),
             requests: self.requests.iter().map(Counter::get).sum(),
             errors_5xx: self.requests[4].get(),
+            client_errors: self.client_errors.iter().map(Counter::get).sum(),
             latency_buckets,
         }
     }
@@ -149,10 +180,14 @@ pub struct RevisionStats {
     pub queued: u64,
     /// Requests held because it has no ready instance.
     pub held: u64,
-    /// Responses given, whatever their status.
+    /// Responses given, whatever their status: the instances' and the ingress's own for
+    /// what they failed to answer (502, 503, 504), never those for a client's fault.
     pub requests: u64,
     /// Responses with a 5xx status, the ingress's own 502, 503 and 504 included.
     pub errors_5xx: u64,
+    /// Requests refused for the client's fault (a body too large, malformed, cut off or too
+    /// slow): in neither `requests` nor the latency.
+    pub client_errors: u64,
     /// The latency histogram: `(upper bound in seconds, cumulative count)`, as the
     /// `request_duration_seconds_bucket` series, without `+Inf` (which is `requests`).
     pub latency_buckets: Vec<(f64, u64)>,
@@ -182,7 +217,11 @@ impl Metrics {
         let held = Family::<RevisionLabels, Gauge>::default();
         let connect_errors = Family::<RevisionLabels, Counter>::default();
         let upstream_errors = Family::<RevisionLabels, Counter>::default();
+        let client_errors = Family::<ClientErrorLabels, Counter>::default();
         let unrouted = Counter::default();
+        let refused_requests = Family::<ReasonLabels, Counter>::default();
+        let refused_connections = Family::<ReasonLabels, Counter>::default();
+        let accept_errors = Counter::default();
         let connections = Gauge::default();
         let tls_handshake_errors = Counter::default();
         let certificate_reloads = Counter::default();
@@ -238,6 +277,26 @@ impl Metrics {
             upstream_errors.clone(),
         );
         registry.register(
+            "client_errors",
+            "Requests routed to the revision that failed by the client's fault (not in requests)",
+            client_errors.clone(),
+        );
+        registry.register(
+            "refused_requests",
+            "Requests refused before routing for the client's fault, by reason",
+            refused_requests.clone(),
+        );
+        registry.register(
+            "refused_connections",
+            "Connections closed at accept: the ingress's or the client address's limit reached",
+            refused_connections.clone(),
+        );
+        registry.register(
+            "accept_errors",
+            "Failed accepts for want of resources (file descriptors, memory); each backs off",
+            accept_errors.clone(),
+        );
+        registry.register(
             "unrouted_requests",
             "Requests for a host no route serves",
             unrouted.clone(),
@@ -256,7 +315,11 @@ impl Metrics {
             held,
             connect_errors,
             upstream_errors,
+            client_errors,
             unrouted,
+            refused_requests,
+            refused_connections,
+            accept_errors,
             revisions: Mutex::default(),
             connections,
             tls_handshake_errors,
@@ -281,6 +344,16 @@ impl Metrics {
                 })
                 .clone()
         });
+        let client_errors = CLIENT_FAULTS.map(|reason| {
+            self.client_errors
+                .get_or_create(&ClientErrorLabels {
+                    service: labels.service.clone(),
+                    env: labels.env.clone(),
+                    revision: labels.revision.clone(),
+                    reason,
+                })
+                .clone()
+        });
         let mut revisions = self
             .revisions
             .lock()
@@ -297,6 +370,7 @@ impl Metrics {
             held: self.held.get_or_create(&labels).clone(),
             connect_errors: self.connect_errors.get_or_create(&labels).clone(),
             upstream_errors: self.upstream_errors.get_or_create(&labels).clone(),
+            client_errors,
         };
         revisions.insert(labels, (metrics.clone(), None));
         metrics
@@ -345,6 +419,14 @@ impl Metrics {
                     class,
                 });
             }
+            for reason in CLIENT_FAULTS {
+                self.client_errors.remove(&ClientErrorLabels {
+                    service: labels.service.clone(),
+                    env: labels.env.clone(),
+                    revision: labels.revision.clone(),
+                    reason,
+                });
+            }
             self.latency.remove(labels);
             self.in_flight.remove(labels);
             self.queued.remove(labels);
@@ -376,6 +458,20 @@ impl Metrics {
 
     pub(crate) fn unrouted(&self) {
         self.unrouted.inc();
+    }
+
+    /// A request refused before routing for the client's fault.
+    pub(crate) fn refused(&self, reason: &'static str) {
+        self.refused_requests
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A connection closed at accept (`reason`: `limit` or `per_client_limit`).
+    pub(crate) fn refused_connection(&self, reason: &'static str) {
+        self.refused_connections
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 
     /// The metrics in the Prometheus text format.

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
-use http_body_util::{LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
 
 use crate::Shared;
-use crate::body::{Finish, ProxyBody};
+use crate::body::{BodyFault, BodyWatch, ClientBody, Finish, ProxyBody};
 use crate::error::{ProxyError, error_response};
 use crate::log::{AccessRecord, millis};
 use crate::table::{Instance, Pick, Revision, Route};
@@ -46,13 +45,27 @@ pub(crate) struct Peer {
     pub(crate) tls: bool,
     /// The client's address as a header value, made once per connection.
     pub(crate) ip: HeaderValue,
+    /// The TLS server name the client asked for (lower case), if any.
+    pub(crate) sni: Option<Arc<str>>,
+    /// Set when a request body was left unread: the connection then closes lingering.
+    pub(crate) linger: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Peer {
-    pub(crate) fn new(address: SocketAddr, tls: bool) -> Self {
+    pub(crate) fn new(
+        address: SocketAddr,
+        tls: bool,
+        sni: Option<&str>,
+        linger: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
         let ip = HeaderValue::from_maybe_shared(Bytes::from(address.ip().to_string()))
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
-        Self { tls, ip }
+        Self {
+            tls,
+            ip,
+            sni: sni.map(|name| Arc::from(name.to_ascii_lowercase())),
+            linger,
+        }
     }
 }
 
@@ -86,10 +99,14 @@ pub(crate) async fn handle(
         }
     };
     let mut revision = None;
+    let (parts, body) = request.into_parts();
+    let (body, watch) = ClientBody::new(body, shared.options.max_body_bytes, &peer.linger);
+    let request = Request::from_parts(parts, body);
     match proxy(
         &shared,
-        peer,
+        &peer,
         request,
+        &watch,
         &request_id,
         start,
         &mut record,
@@ -99,13 +116,23 @@ pub(crate) async fn handle(
     {
         Ok(response) => Ok(response),
         Err(error) => {
+            if watch.unfinished() || matches!(watch.fault(), Some(BodyFault::TooLarge)) {
+                // The client may still be sending: close lingering, so it reads this answer.
+                peer.linger
+                    .store(true, std::sync::atomic::Ordering::Release);
+            }
             let response = error_response(&error, &request_id);
             let status = response.status().as_u16();
-            match &revision {
-                Some(rev) => {
+            // The client's own faults are counted apart: a revision's figures (and so the
+            // canary analysis and the autoscaler) hold only what its instances answered, or
+            // failed to answer.
+            match (&revision, error.client_fault()) {
+                (Some(rev), None) => {
                     rev.metrics.record(status, start.elapsed().as_secs_f64());
                 }
-                None => shared.metrics.unrouted(),
+                (Some(rev), Some(reason)) => rev.metrics.client_error(reason),
+                (None, Some(reason)) => shared.metrics.refused(reason),
+                (None, None) => shared.metrics.unrouted(),
             }
             if let Some(log) = &shared.access_log {
                 record.status = status;
@@ -130,13 +157,34 @@ fn new_request_id() -> HeaderValue {
     HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"))
 }
 
-/// The request's host, lower case and without port.
-fn host_of(request: &Request<Incoming>) -> Option<String> {
-    let raw = match request.uri().host() {
-        Some(host) => host,
-        None => strip_port(request.headers().get(header::HOST)?.to_str().ok()?)?,
+/// The request's host, lower case and without port: the URI's (HTTP/2's `:authority`, or
+/// HTTP/1.1's absolute form), else the `Host` header's. A request with two `Host` headers, or
+/// an HTTP/2 request whose `Host` names another host than its `:authority`, names no one
+/// host: 400 (RFC 9112 section 3.2, RFC 9113 section 8.3.1).
+fn host_of<B>(request: &Request<B>) -> Result<String, ProxyError> {
+    let mut values = request.headers().get_all(header::HOST).iter();
+    let header = values.next();
+    if values.next().is_some() {
+        return Err(ProxyError::AmbiguousHost);
+    }
+    let from_header = || {
+        header
+            .and_then(|value| value.to_str().ok())
+            .and_then(strip_port)
     };
-    Some(raw.to_ascii_lowercase())
+    let raw = match request.uri().host() {
+        Some(host) => {
+            if request.version() >= Version::HTTP_2
+                && header.is_some()
+                && !from_header().is_some_and(|h| h.eq_ignore_ascii_case(host))
+            {
+                return Err(ProxyError::AmbiguousHost);
+            }
+            host
+        }
+        None => from_header().ok_or(ProxyError::MissingHost)?,
+    };
+    Ok(raw.to_ascii_lowercase())
 }
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port` to the host (`[v6]` keeps its brackets, as
@@ -161,20 +209,29 @@ fn strip_port(authority: &str) -> Option<&str> {
     (!host.is_empty() && port_ok).then_some(host)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn proxy(
     shared: &Shared,
-    peer: Peer,
-    mut request: Request<Incoming>,
+    peer: &Peer,
+    mut request: Request<ClientBody>,
+    body: &BodyWatch,
     request_id: &HeaderValue,
     start: Instant,
     record: &mut AccessRecord,
     chosen: &mut Option<Arc<Revision>>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let host = host_of(&request).ok_or(ProxyError::MissingHost)?;
+    let host = host_of(&request)?;
     let logging = shared.access_log.is_some();
     if logging {
         record.host.clone_from(&host);
     }
+    misdirected(shared, peer, &host)?;
+    // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
+    let upgrade = upgrade_protocol(&request);
+    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
+    let cookie = sticky_cookie(request.headers());
+    let (route, revision) = resolve(shared, &host, cookie.as_deref())?;
+    *chosen = Some(Arc::clone(&revision));
     if let Some(length) = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -184,11 +241,6 @@ async fn proxy(
     {
         return Err(ProxyError::BodyTooLarge);
     }
-    // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
-    let upgrade = upgrade_protocol(&request);
-    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
-    let cookie = sticky_cookie(request.headers());
-    let (route, revision) = resolve(shared, &host, cookie.as_deref())?;
     let set_cookie = (route.sticky && cookie.as_deref() != Some(revision.name.as_str()))
         .then(|| {
             format!(
@@ -201,7 +253,6 @@ async fn proxy(
         record.service = Some(route.service.clone());
         record.env = Some(route.env.clone());
     }
-    *chosen = Some(Arc::clone(&revision));
 
     let (instance, revision, deadline) =
         acquire(shared, &host, route, revision, start, chosen).await?;
@@ -215,15 +266,21 @@ async fn proxy(
         revision: Arc::clone(&revision),
         instance: Some(Arc::clone(&instance)),
     };
-    let upstream_request =
-        upstream_request(request, &peer, &host, request_id, upgrade.as_ref(), shared);
+    let upstream_request = upstream_request(request, peer, &host, request_id, upgrade.as_ref());
     let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
     let sent = tokio::time::timeout_at(
         deadline.into(),
-        send(shared, &revision, slot, upstream_request),
+        send(shared, &revision, slot, upstream_request, body),
     )
     .await
-    .map_err(|_| ProxyError::Timeout { timeout_ms })?;
+    .map_err(|_| {
+        // An instance cannot be blamed for not answering a request still coming in.
+        if body.waiting_for_client() {
+            ProxyError::BodyTimeout { timeout_ms }
+        } else {
+            ProxyError::Timeout { timeout_ms }
+        }
+    })?;
     let (response, sender, slot) = sent?;
     let mut slot = slot;
     let instance = slot.instance.take().unwrap_or(instance);
@@ -284,6 +341,24 @@ async fn proxy(
         parts,
         ProxyBody::upstream(body, finish),
     ))
+}
+
+/// A request over TLS must be for the host its connection was opened for, when that is a
+/// host the table serves: its certificate was made for that host, and a client that reuses a
+/// connection for another host (HTTP/2 coalescing) is told to open a new one (421, RFC 9110
+/// section 15.5.20), which it does. A name the table does not serve (an operator's
+/// certificate's other domains) leaves routing to `Host`.
+fn misdirected(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyError> {
+    let Some(sni) = peer.sni.as_deref() else {
+        return Ok(());
+    };
+    if sni != host && shared.routes.load_guard().resolve(sni).is_some() {
+        return Err(ProxyError::Misdirected {
+            server_name: sni.to_owned(),
+            host: host.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// The route for a host and a revision: the tag's, else the sticky cookie's (when the route
@@ -476,7 +551,7 @@ async fn acquire(
 }
 
 /// The protocol an HTTP/1.1 request asks to upgrade to (`Connection: upgrade` and `Upgrade`).
-fn upgrade_protocol(request: &Request<Incoming>) -> Option<HeaderValue> {
+fn upgrade_protocol<B>(request: &Request<B>) -> Option<HeaderValue> {
     if request.version() != Version::HTTP_11 {
         return None;
     }
@@ -522,12 +597,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 fn upstream_request(
-    request: Request<Incoming>,
+    request: Request<ClientBody>,
     peer: &Peer,
     host: &str,
     request_id: &HeaderValue,
     upgrade: Option<&HeaderValue>,
-    shared: &Shared,
 ) -> Request<UpstreamBody> {
     let (mut parts, body) = request.into_parts();
     let authority = parts
@@ -586,17 +660,19 @@ fn upstream_request(
         HeaderValue::from_static(if peer.tls { "https" } else { "http" }),
     );
     headers.insert(X_REQUEST_ID, request_id.clone());
-    Request::from_parts(parts, Limited::new(body, shared.options.max_body_bytes))
+    Request::from_parts(parts, body)
 }
 
 /// Sends the request to the slot's instance; a connection that cannot be made is retried once
 /// on another ready instance of the revision. Nothing else is retried: a request that reached
-/// an instance may have had effects.
+/// an instance may have had effects. A failure of the client's body (`body`) is the client's,
+/// whatever error the instance's connection shows for it.
 async fn send(
     shared: &Shared,
     revision: &Arc<Revision>,
     mut slot: Slot,
     mut request: Request<UpstreamBody>,
+    body: &BodyWatch,
 ) -> Result<(Response<Incoming>, Option<Sender>, Slot), ProxyError> {
     let mut retried = false;
     loop {
@@ -617,19 +693,18 @@ async fn send(
                 instance.connected();
                 return Ok((response, sender, slot));
             }
-            Attempt::Failed(source) if body_too_large(&source) => {
-                // The client's streamed body went past the limit: the client's fault.
-                return Err(ProxyError::BodyTooLarge);
-            }
             Attempt::Failed(source) => {
-                // A client's body that broke off is not the instance's failure.
-                if !source.is_user() {
-                    revision.metrics.upstream_errors.inc();
-                    instance.failed();
-                }
-                return Err(ProxyError::Upstream {
-                    address: instance.address,
-                    source,
+                return Err(match body.fault() {
+                    Some(BodyFault::TooLarge) => ProxyError::BodyTooLarge,
+                    Some(BodyFault::Broken) => ProxyError::BodyBroken { source },
+                    None => {
+                        revision.metrics.upstream_errors.inc();
+                        instance.failed();
+                        ProxyError::Upstream {
+                            address: instance.address,
+                            source,
+                        }
+                    }
                 });
             }
             Attempt::ConnectFailed(back, source) => {
@@ -669,21 +744,60 @@ async fn send(
     }
 }
 
-/// Whether sending failed because the request body went past its size limit.
-fn body_too_large(error: &hyper::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(error) = source {
-        if error.is::<LengthLimitError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
-}
-
 #[cfg(test)]
 mod tests {
-    use super::strip_port;
+    use super::{ProxyError, Request, Version, host_of, strip_port};
+
+    #[test]
+    fn a_request_names_one_host() {
+        let request = |version: Version, uri: &str, hosts: &[&str]| {
+            let mut builder = Request::builder().version(version).uri(uri);
+            for host in hosts {
+                builder = builder.header("host", *host);
+            }
+            host_of(&builder.body(()).unwrap())
+        };
+        let http1 = Version::HTTP_11;
+        let http2 = Version::HTTP_2;
+        assert_eq!(
+            request(http1, "/", &["A.test:80"]).ok().as_deref(),
+            Some("a.test")
+        );
+        assert!(matches!(
+            request(http1, "/", &["a.test", "b.test"]),
+            Err(ProxyError::AmbiguousHost)
+        ));
+        assert!(matches!(
+            request(http1, "/", &["a.test", "a.test"]),
+            Err(ProxyError::AmbiguousHost)
+        ));
+        assert!(matches!(
+            request(http1, "/", &[]),
+            Err(ProxyError::MissingHost)
+        ));
+        // HTTP/1.1's absolute form wins over Host (RFC 9112 section 3.2.2).
+        assert_eq!(
+            request(http1, "http://a.test/", &["b.test"])
+                .ok()
+                .as_deref(),
+            Some("a.test")
+        );
+        // HTTP/2's :authority and Host must agree (RFC 9113 section 8.3.1).
+        assert_eq!(
+            request(http2, "http://a.test/", &[]).ok().as_deref(),
+            Some("a.test")
+        );
+        assert_eq!(
+            request(http2, "http://a.test/", &["A.test:443"])
+                .ok()
+                .as_deref(),
+            Some("a.test")
+        );
+        assert!(matches!(
+            request(http2, "http://a.test/", &["b.test"]),
+            Err(ProxyError::AmbiguousHost)
+        ));
+    }
 
     #[test]
     fn hosts_lose_their_port() {

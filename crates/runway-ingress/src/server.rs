@@ -3,8 +3,8 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,12 +15,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::net::TcpListener;
 
 use tokio_rustls::TlsAcceptor;
 
 use crate::Ingress;
+use crate::connection::{Admission, ClientIo, accept_until};
 use crate::proxy::{Peer, handle};
 use crate::tls::{self, TlsError, TlsOptions};
 
@@ -102,7 +102,9 @@ impl Ingress {
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let timeout = Some(self.shared.options.header_read_timeout);
-        serve_http1(listener, shutdown, timeout, move || {
+        let shared = &self.shared;
+        let limits = (&shared.admission, &*shared.metrics);
+        serve_http1(listener, shutdown, timeout, limits, move || {
             service_fn(move |request: Request<Incoming>| async move {
                 Ok::<_, Infallible>(redirect(&request, https_port))
             })
@@ -238,31 +240,42 @@ impl Ingress {
             .keep_alive_timeout(options.http2_ping);
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
-        let connections = Arc::new(Semaphore::new(options.max_connections));
+        let metrics = &self.shared.metrics;
         tokio::pin!(shutdown);
-        while let Some((stream, address)) = accept_until(&listener, shutdown.as_mut()).await {
-            let Ok(permit) = Arc::clone(&connections).try_acquire_owned() else {
-                drop(stream);
-                continue;
+        while let Some((stream, address)) =
+            accept_until(&listener, shutdown.as_mut(), metrics).await
+        {
+            // Past the budget, a connection is closed at once: a clean refusal, and the loop
+            // goes on accepting (and refusing) rather than leaving clients in the backlog.
+            let admitted = match self.shared.admission.admit(address) {
+                Ok(admitted) => admitted,
+                Err(refused) => {
+                    metrics.refused_connection(refused.reason());
+                    drop(stream);
+                    continue;
+                }
             };
             let _ = stream.set_nodelay(true);
+            let linger = Arc::new(AtomicBool::new(false));
+            let stream = ClientIo::new(stream, admitted, Arc::clone(&linger));
             let shared = Arc::clone(&self.shared);
-            let peer = Peer::new(address, tls.is_some());
-            let service = service_fn(move |request: Request<Incoming>| {
-                handle(Arc::clone(&shared), peer.clone(), request)
-            });
             let watcher = graceful.watcher();
             let builder = Arc::clone(&builder);
-            let metrics = Arc::clone(&self.shared.metrics);
             let tls = tls.clone();
             let handshake_timeout = options.header_read_timeout;
-            metrics.connections.inc();
             tokio::spawn(async move {
+                let service = |peer: Peer| {
+                    let shared = Arc::clone(&shared);
+                    service_fn(move |request: Request<Incoming>| {
+                        handle(Arc::clone(&shared), peer.clone(), request)
+                    })
+                };
                 // A client's protocol error ends its own connection only.
                 match tls {
                     None => {
+                        let peer = Peer::new(address, false, None, linger);
                         let connection = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service(peer))
                             .into_owned();
                         let _ = watcher.watch(connection).await;
                     }
@@ -270,19 +283,22 @@ impl Ingress {
                         match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
                         {
                             Ok(Ok(stream)) => {
+                                let sni = stream.get_ref().1.server_name();
+                                let peer = Peer::new(address, true, sni, linger);
                                 let connection = builder
-                                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                    .serve_connection_with_upgrades(
+                                        TokioIo::new(stream),
+                                        service(peer),
+                                    )
                                     .into_owned();
                                 let _ = watcher.watch(connection).await;
                             }
                             Ok(Err(_)) | Err(_) => {
-                                metrics.tls_handshake_errors.inc();
+                                shared.metrics.tls_handshake_errors.inc();
                             }
                         }
                     }
                 }
-                metrics.connections.dec();
-                drop(permit);
             });
         }
         drop(listener);
@@ -298,7 +314,10 @@ impl Ingress {
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let ingress = self.clone();
-        serve_http1(listener, shutdown, None, move || {
+        // The admin port has its own small budget: a flood of clients does not reach it.
+        let admission = Admission::new(ADMIN_CONNECTIONS, 0, Default::default());
+        let limits = (&admission, &*self.shared.metrics);
+        serve_http1(listener, shutdown, None, limits, move || {
             let ingress = ingress.clone();
             service_fn(move |request: Request<Incoming>| {
                 let ingress = ingress.clone();
@@ -331,31 +350,16 @@ impl Ingress {
     }
 }
 
-/// 308 to the same host and path over HTTPS.
-/// The next connection, or `None` once `shutdown` completes. An accept error (out of
-/// descriptors, a connection reset before accept) is waited out briefly: the listener keeps
-/// serving.
-async fn accept_until(
-    listener: &TcpListener,
-    mut shutdown: Pin<&mut impl Future<Output = ()>>,
-) -> Option<(TcpStream, SocketAddr)> {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => return Some(accepted),
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-            () = &mut shutdown => return None,
-        }
-    }
-}
+/// Connections the admin port (metrics, health) takes at once.
+const ADMIN_CONNECTIONS: usize = 64;
 
 /// Serves HTTP/1.1 on `listener` until `shutdown`, each connection with the service `make`
-/// returns (the redirect and admin servers: no pool, no limits beyond the header timeout).
+/// returns (the redirect and admin servers: no pool), within `admission`'s budget.
 async fn serve_http1<S>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
     header_read_timeout: Option<Duration>,
+    (admission, metrics): (&Arc<Admission>, &crate::Metrics),
     make: impl Fn() -> S,
 ) -> std::io::Result<()>
 where
@@ -368,7 +372,15 @@ where
     S::Future: Send,
 {
     tokio::pin!(shutdown);
-    while let Some((stream, _)) = accept_until(&listener, shutdown.as_mut()).await {
+    while let Some((stream, address)) = accept_until(&listener, shutdown.as_mut(), metrics).await {
+        let admitted = match admission.admit(address) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                metrics.refused_connection(refused.reason());
+                continue;
+            }
+        };
+        let stream = ClientIo::new(stream, admitted, Arc::new(AtomicBool::new(false)));
         let mut builder = hyper::server::conn::http1::Builder::new();
         if let Some(timeout) = header_read_timeout {
             builder
@@ -383,6 +395,7 @@ where
     Ok(())
 }
 
+/// 308 to the same host and path over HTTPS.
 fn redirect(request: &Request<Incoming>, https_port: u16) -> Response<Full<Bytes>> {
     let host = request.uri().host().map(str::to_owned).or_else(|| {
         let value = request.headers().get(header::HOST)?.to_str().ok()?;

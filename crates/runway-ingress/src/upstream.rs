@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response, Version};
-use http_body_util::Limited;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -17,7 +16,7 @@ use crate::table::Instance;
 use tokio::net::TcpStream;
 
 /// The request body sent to an instance: the client's, with the body-size limit.
-pub(crate) type UpstreamBody = Limited<Incoming>;
+pub(crate) type UpstreamBody = crate::body::ClientBody;
 pub(crate) type Sender = SendRequest<UpstreamBody>;
 
 /// Idle connections kept per instance.

@@ -1544,3 +1544,480 @@ async fn slow_and_idle_clients_are_cut_off() {
     .await
     .unwrap();
 }
+
+/// The revision's 5xx count and its request count in `/metrics`' text.
+fn series(text: &str, name: &str, labels: &str) -> Option<u64> {
+    text.lines()
+        .find(|line| line.starts_with(name) && line.contains(labels))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+/// Sends `head` and `body` (written whole before anything is read, as an uploading client
+/// does), then reads the answer; returns whether the whole upload was accepted, and the
+/// answer.
+async fn upload(address: SocketAddr, head: &str, body: &[u8]) -> (bool, String) {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    let written = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body).await?;
+        stream.flush().await
+    }
+    .await
+    .is_ok();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await;
+    (written, String::from_utf8_lossy(&out).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_body_breaks_gets_400_and_the_revision_is_not_blamed() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let running = start(Ingress::new(Options::default())).await;
+        // A canary's tag host, as in the audit.
+        let mut canary = revision("hello-2", 0, vec![instance(up.address, true, 0)]);
+        canary.tag = Some("canary".to_owned());
+        let config = table(
+            5.0,
+            vec![revision("hello-1", 100, vec![instance(up.address, true, 0)]), canary],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let tag = "canary---hello.dev.localhost";
+        let a = running.address;
+
+        // A chunk size that is not hexadecimal, after a first good chunk the instance reads.
+        let malformed = format!(
+            "POST / HTTP/1.1\r\nHost: {tag}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\n"
+        );
+        // A body shorter than its length, the client closing its side.
+        let truncated = format!("POST / HTTP/1.1\r\nHost: {tag}\r\nContent-Length: 100\r\n\r\nonly ten..");
+        for _ in 0..3 {
+            let answer = raw(a, malformed.as_bytes()).await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+            let mut stream = TcpStream::connect(a).await.unwrap();
+            stream.write_all(truncated.as_bytes()).await.unwrap();
+            stream.shutdown().await.unwrap();
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+            let answer = String::from_utf8_lossy(&answer);
+            // The client closed its side: the answer may not even reach it, but it is never
+            // the instance's fault.
+            assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 400"), "{answer}");
+        }
+        let (status, _, body) = get(a, tag, "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "fine"));
+
+        let stats = running.ingress.revision_stats("hello", "dev", "hello-2").unwrap();
+        assert_eq!((stats.requests, stats.errors_5xx), (1, 0), "{stats:?}");
+        assert_eq!(stats.client_errors, 6, "{stats:?}");
+        // Only what the instance answered is in the latency too.
+        assert_eq!(stats.latency_buckets.last().unwrap().1, 1);
+        assert!(!running.ingress.instance(up.address).unwrap().is_ejected());
+        let text = metrics(&running).await;
+        let labels = "revision=\"hello-2\"";
+        assert_eq!(series(&text, "runway_ingress_requests_total", &format!("{labels},class=\"5xx\"")), Some(0), "{text}");
+        assert_eq!(series(&text, "runway_ingress_requests_total", &format!("{labels},class=\"2xx\"")), Some(1), "{text}");
+        assert_eq!(series(&text, "runway_ingress_upstream_errors_total", labels), Some(0), "{text}");
+        assert_eq!(
+            series(&text, "runway_ingress_client_errors_total", &format!("{labels},reason=\"body_broken\"")),
+            Some(6),
+            "{text}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_too_slow_with_its_body_gets_408_not_the_revisions_504() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            0.5,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+
+        // Ten bytes of a hundred, then nothing: the instance waits for the rest.
+        let mut stream = TcpStream::connect(running.address).await.unwrap();
+        let head =
+            format!("POST / HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 100\r\n\r\nonly ten..");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = vec![0u8; 12];
+        stream.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 408");
+        drop(stream);
+        // A slow instance is still the instance's 504.
+        let (status, _, _) = get(running.address, HOST, "/?sleep_ms=2000").await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+
+        let stats = running
+            .ingress
+            .revision_stats("hello", "dev", "hello-1")
+            .unwrap();
+        assert_eq!(
+            (stats.requests, stats.errors_5xx, stats.client_errors),
+            (1, 1, 1),
+            "{stats:?}"
+        );
+        let text = metrics(&running).await;
+        assert!(text.contains("reason=\"body_timeout\"} 1"), "{text}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_over_the_limit_gets_413_read_by_the_client() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let options = Options {
+            max_body_bytes: 1024,
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+
+        // 4 MiB in 16 KiB chunks, far past the limit and past what socket buffers hold: the
+        // client is still sending when the ingress answers.
+        let chunk = format!("4000\r\n{}\r\n", "c".repeat(0x4000));
+        let body = format!("{}0\r\n\r\n", chunk.repeat(256));
+        let head = format!("POST / HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\n\r\n");
+        let (written, answer) = upload(running.address, &head, body.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(
+            written,
+            "the ingress reset the connection while the client was sending"
+        );
+        // And with a declared length, refused before any byte is sent on.
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: {}\r\n\r\n",
+            4 << 20
+        );
+        let (written, answer) = upload(running.address, &head, &vec![b'd'; 4 << 20]).await;
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(
+            written,
+            "the ingress reset the connection while the client was sending"
+        );
+
+        let stats = running
+            .ingress
+            .revision_stats("hello", "dev", "hello-1")
+            .unwrap();
+        assert_eq!((stats.requests, stats.client_errors), (0, 2), "{stats:?}");
+        assert!(!running.ingress.instance(up.address).unwrap().is_ejected());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_naming_two_hosts_gets_400() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let a = running.address;
+
+        for hosts in [
+            format!("Host: {HOST}\r\nHost: hello.example.test\r\n"),
+            format!("Host: {HOST}\r\nHost: {HOST}\r\n"),
+            format!("Host: other.dev.localhost\r\nHost: {HOST}\r\n"),
+        ] {
+            let answer = raw(
+                a,
+                format!("GET / HTTP/1.1\r\n{hosts}Connection: close\r\n\r\n").as_bytes(),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 400"), "{hosts}: {answer}");
+        }
+        // HTTP/1.1's absolute form names the host; a Host header is then ignored (RFC 9112).
+        let absolute = raw(
+            a,
+            format!("GET http://{HOST}/ HTTP/1.1\r\nHost: elsewhere\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+        assert!(absolute.starts_with("HTTP/1.1 200"), "{absolute}");
+        assert_eq!(up.served.load(Ordering::SeqCst), 1);
+        let text = metrics(&running).await;
+        assert!(
+            text.contains("runway_ingress_refused_requests_total{reason=\"ambiguous_host\"} 3"),
+            "{text}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_unlike_the_connections_server_name_gets_421() {
+    tokio::time::timeout(BOUND, async {
+        let (one, two) = (upstream("one").await, upstream("two").await);
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(one.address, true, 0)],
+            )],
+        );
+        let mut other = config.routes[0].clone();
+        other.service = "other".to_owned();
+        other.domains = vec![];
+        other.revisions = vec![revision(
+            "other-1",
+            100,
+            vec![instance(two.address, true, 0)],
+        )];
+        config.routes.push(other);
+        running.ingress.set_routes(&config).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let tls = running
+            .ingress
+            .tls(&runway_ingress::TlsOptions {
+                ca_dir: Some(dir.path().join("ca")),
+                certificates: vec![],
+            })
+            .unwrap();
+        let ca_pem = tls.ca_pem().unwrap().to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let ingress = running.ingress.clone();
+        let server = tokio::spawn(async move {
+            ingress
+                .serve_tls(listener, &tls, async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+
+        // HTTP/2 (by ALPN): the connection is for hello; a request for other on it.
+        let stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        let mut status_for = async |host: &str| {
+            let request = Request::get(format!("https://{host}/"))
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            let status = response.status();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        };
+        assert_eq!(
+            status_for("other.dev.localhost").await.0,
+            StatusCode::MISDIRECTED_REQUEST
+        );
+        // The route's own other domain is another host too.
+        assert_eq!(
+            status_for("hello.example.test").await.0,
+            StatusCode::MISDIRECTED_REQUEST
+        );
+        assert_eq!(status_for(HOST).await, (StatusCode::OK, "one".to_owned()));
+
+        // HTTP/1.1 over TLS, a Host header for other on hello's connection.
+        let mut stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: other.dev.localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+        // Other's own connection reaches other.
+        let mut stream = tls_connect(address, &ca_pem, "other.dev.localhost")
+            .await
+            .unwrap();
+        stream
+            .write_all(
+                b"GET / HTTP/1.1\r\nHost: other.dev.localhost:443\r\nConnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("two"),
+            "{answer}"
+        );
+        assert_eq!(two.served.load(Ordering::SeqCst), 1);
+        let text = metrics(&running).await;
+        assert!(
+            text.contains("runway_ingress_refused_requests_total{reason=\"misdirected\"} 3"),
+            "{text}"
+        );
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+/// A connection from `local` (another loopback address plays another client).
+async fn connect_from(local: &str, address: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+    socket.connect(address).await.unwrap()
+}
+
+/// Whether the ingress closed `stream` without a word (a refusal at accept).
+async fn closed_at_once(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// One GET on an open connection; the status, or None when the connection was closed.
+async fn get_on(stream: TcpStream) -> Option<StatusCode> {
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(connection);
+    let request = Request::get("/")
+        .header("host", HOST)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), sender.send_request(request))
+        .await
+        .ok()?
+        .ok()?;
+    Some(response.status())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_connections_is_refused_at_accept_and_other_clients_are_served() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("fine").await;
+        let options = Options {
+            max_connections: 12,
+            max_connections_per_client: 5,
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        let config = table(
+            5.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let a = running.address;
+
+        // One client opens more than its share, and holds them idle.
+        let mut flood = Vec::new();
+        for _ in 0..5 {
+            flood.push(connect_from("127.0.0.1", a).await);
+        }
+        let mut refused = Vec::new();
+        for _ in 0..20 {
+            refused.push(connect_from("127.0.0.1", a).await);
+        }
+        for stream in &mut refused {
+            assert!(closed_at_once(stream).await);
+        }
+        // The flood's own connections still work; another address is served at once.
+        assert_eq!(get_on(flood.pop().unwrap()).await, Some(StatusCode::OK));
+        assert_eq!(
+            get_on(connect_from("127.0.0.2", a).await).await,
+            Some(StatusCode::OK)
+        );
+
+        // More addresses fill the whole budget: then everyone new is refused...
+        for _ in 0..500 {
+            if metric_value(&running, "runway_ingress_open_connections").await == Some(4) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for local in ["127.0.0.2", "127.0.0.3"] {
+            for _ in 0..4 {
+                flood.push(connect_from(local, a).await);
+            }
+        }
+        // (4 + 8 held; wait until the ingress has admitted them all.)
+        for _ in 0..500 {
+            if metric_value(&running, "runway_ingress_open_connections").await == Some(12) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            metric_value(&running, "runway_ingress_open_connections").await,
+            Some(12)
+        );
+        let mut late = connect_from("127.0.0.4", a).await;
+        assert!(closed_at_once(&mut late).await);
+        // ...the admin port still answers, and once the flood ends, clients are served again.
+        let text = metrics(&running).await;
+        assert!(
+            text.contains(
+                "runway_ingress_refused_connections_total{reason=\"per_client_limit\"} 20"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("runway_ingress_refused_connections_total{reason=\"limit\"} 1"),
+            "{text}"
+        );
+        drop(flood);
+        let mut served = None;
+        for _ in 0..500 {
+            served = get_on(connect_from("127.0.0.1", a).await).await;
+            if served.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(served, Some(StatusCode::OK));
+        assert_eq!(
+            get_on(connect_from("127.0.0.4", a).await).await,
+            Some(StatusCode::OK)
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A metric without labels, from `/metrics`.
+async fn metric_value(running: &Running, name: &str) -> Option<u64> {
+    let text = metrics(running).await;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}

@@ -135,3 +135,79 @@ fn router_in(dir: &std::path::Path) -> axum::Router {
     );
     runway_api::router(state, runway_api::Limits::default())
 }
+
+/// A GET of `/healthz` on `stream`: its status, or None when the server closed it.
+async fn healthz_on(stream: TcpStream) -> Option<u16> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let request = hyper::Request::get("/healthz")
+        .header("host", "localhost")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        sender.send_request(request),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    Some(response.status().as_u16())
+}
+
+#[tokio::test]
+async fn connections_past_the_budget_are_closed_at_accept_and_the_api_keeps_serving() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = runway_api::ServeOptions {
+        max_connections: 4,
+        ..runway_api::ServeOptions::default()
+    };
+    let serving = tokio::spawn(runway_api::serve(
+        listener,
+        router_in(dir.path()),
+        None,
+        options,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        for _ in 0..10 {
+            let mut refused = TcpStream::connect(addr).await.unwrap();
+            let mut byte = [0u8; 1];
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(5), refused.read(&mut byte))
+                    .await;
+            assert!(matches!(read, Ok(Ok(0) | Err(_))), "{read:?}");
+        }
+        // A connection within the budget is served; once the flood is gone, new ones are.
+        assert_eq!(healthz_on(held.pop().unwrap()).await, Some(200));
+        drop(held);
+        let mut served = None;
+        for _ in 0..100 {
+            served = healthz_on(TcpStream::connect(addr).await.unwrap()).await;
+            if served.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(served, Some(200));
+    })
+    .await
+    .unwrap();
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), serving)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

@@ -86,6 +86,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .event_loops
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let table = RouteTableConfig::load(&args.routes)?;
+    // Before the options: their connection budget is computed from the limit.
+    let fd_limit = runway_ingress::raise_fd_limit().context("cannot read the open-file limit")?;
     let options = Options {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         ..Options::default()
@@ -103,10 +105,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.admin))?;
     eprintln!(
-        "runway-ingress: serving {} route(s) on {}, metrics on {}",
+        "runway-ingress: serving {} route(s) on {}, metrics on {}; {} client connections at most ({fd_limit} open files)",
         table.routes.len(),
         args.listen,
-        args.admin
+        args.admin,
+        ingress.options().max_connections,
     );
 
     let (stop, stopped) = watch::channel(false);
