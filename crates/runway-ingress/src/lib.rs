@@ -6,6 +6,8 @@
 
 mod body;
 pub mod config;
+pub mod control;
+pub mod daemon;
 pub mod error;
 mod log;
 pub mod metrics;
@@ -26,7 +28,7 @@ pub use body::ProxyBody;
 pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 pub use error::{ConfigError, ProxyError};
 pub use log::AccessRecord;
-pub use metrics::{Metrics, RevisionStats};
+pub use metrics::{Metrics, RevisionSnapshot, RevisionStats};
 pub use proxy::X_REQUEST_ID;
 pub use server::Tls;
 pub use table::{Instance, Revision, Route, ScaleUp, Table};
