@@ -220,8 +220,12 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
 
     let ca_dir = config.api.ca_dir();
     // Made here, before the ingress process reads it, so two never race to make it.
-    let ca = runway_ingress::LocalCa::load_or_create(&ca_dir)
-        .with_context(|| format!("cannot set up the certificate authority in {}", ca_dir.display()))?;
+    let ca = runway_ingress::LocalCa::load_or_create(&ca_dir).with_context(|| {
+        format!(
+            "cannot set up the certificate authority in {}",
+            ca_dir.display()
+        )
+    })?;
     let ca_pem = ca.cert_pem().to_owned();
     let runtime = Arc::new(crate::local::runtime_with(
         data_dir.join("runtime"),
@@ -341,9 +345,10 @@ async fn ingress_ensure(
         shutdown_grace,
         start_timeout: Duration::from_millis(config.ingress.start_timeout_ms.max(1)),
     };
-    let (remote, outcome) = runway_ingress::daemon::ensure(&launch, config.ingress.remote_options())
-        .await
-        .context("cannot start the ingress")?;
+    let (remote, outcome) =
+        runway_ingress::daemon::ensure(&launch, config.ingress.remote_options())
+            .await
+            .context("cannot start the ingress")?;
     let process = IngressProcess {
         pid: remote.hello().pid,
         outcome,

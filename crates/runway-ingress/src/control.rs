@@ -27,10 +27,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, watch};
 
+use crate::Ingress;
 use crate::config::RouteTableConfig;
 use crate::metrics::{RevisionSnapshot, RevisionStats};
 use crate::table::ScaleUp;
-use crate::Ingress;
 
 /// The protocol's version; an ingress speaking another is replaced, not fed.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -510,12 +510,12 @@ impl Opened {
                 })?;
             let mut lines = BufReader::new((&mut self.stream).take(MAX_LINE_BYTES));
             match read_line(&mut lines).await {
-                Ok(Some(line)) => serde_json::from_str::<Reply>(&line).map_err(|source| {
-                    ControlError::Protocol {
+                Ok(Some(line)) => {
+                    serde_json::from_str::<Reply>(&line).map_err(|source| ControlError::Protocol {
                         path: socket.clone(),
                         source,
-                    }
-                }),
+                    })
+                }
                 Ok(None) => Err(ControlError::Closed {
                     path: socket.clone(),
                 }),
@@ -525,12 +525,13 @@ impl Opened {
                 }),
             }
         };
-        let reply = tokio::time::timeout(bound, exchange)
-            .await
-            .map_err(|_| ControlError::Timeout {
-                path: self.socket.clone(),
-                after: bound,
-            })??;
+        let reply =
+            tokio::time::timeout(bound, exchange)
+                .await
+                .map_err(|_| ControlError::Timeout {
+                    path: self.socket.clone(),
+                    after: bound,
+                })??;
         match reply {
             Reply::Error { message } => Err(ControlError::Refused { message }),
             reply => Ok(reply),
@@ -549,7 +550,12 @@ impl Opened {
 fn unexpected(asked: &'static str, reply: Reply) -> ControlError {
     let got = serde_json::to_value(&reply)
         .ok()
-        .and_then(|value| value.get("reply").and_then(|r| r.as_str()).map(str::to_owned))
+        .and_then(|value| {
+            value
+                .get("reply")
+                .and_then(|r| r.as_str())
+                .map(str::to_owned)
+        })
         .unwrap_or_else(|| "something else".to_owned());
     ControlError::Unexpected { asked, got }
 }

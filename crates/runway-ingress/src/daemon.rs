@@ -194,7 +194,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let http_at = bind_address(args.listen, old(|l| Some(l.http)));
     let admin_at = bind_address(args.admin, old(|l| Some(l.admin)));
-    let https_at = args.https.map(|https| bind_address(https, old(|l| l.https)));
+    let https_at = args
+        .https
+        .map(|https| bind_address(https, old(|l| l.https)));
     if replaced.is_none() {
         check_free(http_at, "HTTP")?;
         check_free(admin_at, "metrics")?;
@@ -329,7 +331,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             stop.clone(),
         ));
         let stopped = stopped.clone();
-        tokio::spawn(control::serve_control(control_listener, state, until(stopped)));
+        tokio::spawn(control::serve_control(
+            control_listener,
+            state,
+            until(stopped),
+        ));
     }
     eprintln!(
         "runway-ingress: pid {}, serving {} route(s) on {}{}, metrics on {}{}",
@@ -530,7 +536,11 @@ fn describe(listen: &Listen) -> String {
 }
 
 /// Starts an ingress in a session of its own and waits until it answers on its socket.
-async fn start(launch: &Launch, client: &ControlClient, replacing: bool) -> Result<(), ControlError> {
+async fn start(
+    launch: &Launch,
+    client: &ControlClient,
+    replacing: bool,
+) -> Result<(), ControlError> {
     let dir = &launch.state_dir;
     let failed = |message: String| ControlError::Start { message };
     let log_path = dir.join("ingress.log");
