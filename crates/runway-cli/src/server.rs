@@ -154,6 +154,8 @@ pub(crate) struct Running {
     pub(crate) admin_token: Option<String>,
     /// The ingress process, and whether this start started, adopted or replaced it.
     pub(crate) ingress: IngressProcess,
+    /// Stops the task that starts the ingress again when it stops answering.
+    keeper: watch::Sender<bool>,
     pub(crate) controller: Arc<Controller<LocalRuntime>>,
     runtime: Arc<LocalRuntime>,
     stop: watch::Sender<bool>,
@@ -172,6 +174,7 @@ impl Running {
     /// to end, at most its grace and a margin: for `runway quickstart`, whose data plane goes
     /// with it. `runway server` never does, so the data plane outlives it.
     pub(crate) async fn stop_ingress(&self) -> anyhow::Result<()> {
+        let _ = self.keeper.send(true);
         let process = &self.ingress;
         ControlClient::new(&process.state_dir)
             .stop()
@@ -194,6 +197,7 @@ impl Running {
     /// Stops the API and the controller; lets the API's in-flight requests finish (its
     /// grace), and returns. The ingress and the instances keep running.
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.keeper.send(true);
         let _ = self.stop.send(true);
         for task in self.tasks {
             task.await.context("a server task panicked")??;
@@ -249,7 +253,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     };
     let api_listener = bind(config.api.listen, "API").await?;
     let api_address = api_listener.local_addr()?;
-    let (dataplane, ingress) = ingress_ensure(&config, &data_dir, &ca_dir).await?;
+    let (dataplane, ingress, launch) = ingress_ensure(&config, &data_dir, &ca_dir).await?;
     let bound = dataplane.hello().bound.clone();
     let https_address = bound.https.unwrap_or(config.ingress.https);
     config.control.https_port = https_address.port();
@@ -262,6 +266,12 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     ));
 
     let mut tasks = Vec::new();
+    let (keeper, keeper_stopped) = watch::channel(false);
+    tasks.push(tokio::spawn(keep_ingress(
+        launch,
+        config.ingress.remote_options(),
+        keeper_stopped,
+    )));
     tasks.push(tokio::spawn({
         let controller = Arc::clone(&controller);
         let stopped = stopped.clone();
@@ -307,6 +317,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         ca_path: ca_dir.join("ca.pem"),
         admin_token,
         ingress,
+        keeper,
         controller,
         runtime,
         stop,
@@ -334,7 +345,7 @@ async fn ingress_ensure(
     config: &ServerConfig,
     data_dir: &Path,
     ca_dir: &Path,
-) -> anyhow::Result<(RemoteIngress, IngressProcess)> {
+) -> anyhow::Result<(RemoteIngress, IngressProcess, Launch)> {
     let state_dir = data_dir.join("ingress");
     let shutdown_grace = Duration::from_millis(config.ingress.shutdown_grace_ms);
     let launch = Launch {
@@ -355,7 +366,53 @@ async fn ingress_ensure(
         state_dir,
         shutdown_grace,
     };
-    Ok((remote, process))
+    Ok((remote, process, launch))
+}
+
+/// How often the server checks that the ingress answers on its control socket.
+const INGRESS_CHECK: Duration = Duration::from_secs(1);
+/// Checks in a row that may fail before the server starts the ingress again.
+const INGRESS_CHECKS_FAILED: u32 = 3;
+
+/// Starts the ingress again, on its saved table, when it stops answering (it crashed, or was
+/// killed): the same path as a server's start. Its handle in the controller reaches the new
+/// one through the same socket path. Returns when the server stops.
+async fn keep_ingress(
+    launch: Launch,
+    options: RemoteOptions,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut client = ControlClient::new(&launch.state_dir);
+    client.timeout = options.timeout;
+    let mut failed = 0;
+    let mut ticks = tokio::time::interval(INGRESS_CHECK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stopped.wait_for(|stop| *stop) => return Ok(()),
+        }
+        if client.hello().await.is_ok() {
+            failed = 0;
+            continue;
+        }
+        failed += 1;
+        if failed < INGRESS_CHECKS_FAILED {
+            continue;
+        }
+        failed = 0;
+        match runway_ingress::daemon::ensure(&launch, options.clone()).await {
+            Ok((remote, _)) => eprintln!(
+                "runway server: the ingress stopped answering; started it again (pid {}) on its \
+                 saved table",
+                remote.hello().pid
+            ),
+            Err(error) => eprintln!(
+                "runway server: the ingress stopped answering and cannot be started again: {:#}",
+                anyhow::Error::new(error)
+            ),
+        }
+    }
 }
 
 /// The small ingress binary installed beside this one; else this binary's own `ingress`.
