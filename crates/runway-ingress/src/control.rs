@@ -66,7 +66,7 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
-    Hello(Hello),
+    Hello(Box<Hello>),
     Done,
     Drained { idle: bool },
     Stats { revisions: Vec<RevisionSnapshot> },
@@ -298,7 +298,7 @@ async fn connection(stream: UnixStream, state: Arc<ControlState>) {
     };
     match request {
         Request::Hello => {
-            let _ = send(&mut write, &Reply::Hello(state.hello().await)).await;
+            let _ = send(&mut write, &Reply::Hello(Box::new(state.hello().await))).await;
         }
         Request::SetRoutes { table } => {
             let reply = state.set_routes(table).await;
@@ -463,7 +463,7 @@ impl ControlClient {
 
     pub async fn hello(&self) -> Result<Hello, ControlError> {
         match self.call(&Request::Hello, self.timeout).await? {
-            Reply::Hello(hello) => Ok(hello),
+            Reply::Hello(hello) => Ok(*hello),
             other => Err(unexpected("hello", other)),
         }
     }
