@@ -449,6 +449,70 @@ fn kill_9_of_the_server_under_load_fails_no_request() {
     );
 }
 
+/// A server started with other ingress addresses replaces the running ingress: the new one
+/// binds the same service ports (`SO_REUSEPORT`; port 0 keeps the old one's) before the old
+/// one stops accepting and finishes its requests. Prints what the load saw across it: a
+/// request or two of 2,000 can fail (an idle keep-alive connection closed by the old one as a
+/// request arrives on it).
+#[test]
+fn a_changed_ingress_configuration_replaces_the_ingress_under_load() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let mut platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    platform.get(HOST, "/", Duration::from_secs(10));
+    let (old, https) = (platform.ingress_pid(), platform.https());
+    let client = platform.ingress_client(HOST);
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        8,
+        Some(125.0),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    platform.kill9();
+    // Another metrics address: the running ingress is not the one configured any more.
+    let config = std::fs::read_to_string(&platform.config).unwrap();
+    std::fs::write(
+        &platform.config,
+        config.replace("admin: 127.0.0.1:0", "admin: 127.0.0.2:0"),
+    )
+    .unwrap();
+    platform.restart();
+    let outcome = platform.ingress_outcome();
+    assert!(
+        outcome.starts_with(&format!("replaced pid {old}: it listens on")),
+        "{outcome}"
+    );
+    assert_ne!(platform.ingress_pid(), old);
+    assert_eq!(platform.https(), https, "the service port moved");
+    // The old one finishes and exits.
+    let deadline = Instant::now() + Duration::from_secs(35);
+    while support::rss_kib(old).is_some() {
+        assert!(Instant::now() < deadline, "the replaced ingress still runs");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let counts = std::sync::Arc::clone(&load.counts);
+    let (ok, failed) = load.stop(&platform.rt);
+    eprintln!(
+        "ingress replaced under load: {ok} requests, {failed} failed: {:?}",
+        counts.failures.lock().unwrap()
+    );
+    assert!(ok > 500, "only {ok} requests");
+    // No connection is refused (the ports are shared), but the old ingress's graceful stop
+    // closes idle HTTP/1.1 keep-alive connections, which can race a client's next request on
+    // them: at most one request per client connection (see ARCHITECTURE.md, "Decisions").
+    assert!(failed <= 8, "{failed} failed");
+    let (status, body) = platform.get(HOST, "/", Duration::from_secs(5));
+    assert_eq!(status, 200, "{body}");
+}
+
 /// `kill -9` of the server while a deployment is in progress, then a restart on the same data
 /// directory: the deployment converges, and no instance was restarted or replaced by it.
 ///
