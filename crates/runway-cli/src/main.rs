@@ -138,6 +138,10 @@ enum Command {
     /// Supervise one instance (started by the runtime, not by hand).
     #[command(hide = true)]
     Supervise(local::SuperviseArgs),
+    /// The ingress in a process of its own (started by `runway server`, when no
+    /// `runway-ingress` is installed beside `runway`).
+    #[command(hide = true)]
+    Ingress(runway_ingress::daemon::Args),
 }
 
 /// `runway local ...`: instances on this machine.
@@ -192,6 +196,7 @@ fn main() -> ExitCode {
         Command::Server(args) => server::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Quickstart(args) => quickstart::run(&args),
         Command::Supervise(args) => return local::supervise(&args),
+        Command::Ingress(args) => runway_ingress::daemon::main(args).map(|()| ExitCode::SUCCESS),
         Command::Wrapper(args) => runway_wrapper::run_blocking(args)
             .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Schema => {

@@ -109,6 +109,7 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
         http: args.http,
         redirect: true,
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..IngressConfig::default()
     };
     // Old instances stop a few seconds after traffic left them, so the report comes soon.
     config.control.drain_grace_ms = 3_000;
@@ -127,7 +128,9 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.
     stop_instances(&running).await;
+    let ingress = running.stop_ingress().await;
     running.stop().await?;
+    ingress?;
     outcome
 }
 

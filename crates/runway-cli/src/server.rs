@@ -1,6 +1,8 @@
-//! `runway server`: the control plane in one process: the API, the store, the controller, the
-//! ingress and the local runtime. Instances run under their own supervisors, so stopping the
-//! server stops none of them; the next start adopts them.
+//! `runway server`: the control plane in one process: the API, the store, the controller and
+//! the local runtime. The data plane runs beside it: the ingress in a process of its own
+//! (started, or adopted when one already runs on the data directory) and each instance under
+//! its own supervisor, so stopping or killing the server stops no instance and fails no
+//! request; the next start adopts them and feeds the ingress again.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,7 +13,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, StatusParts};
 use runway_control::{Controller, ControllerConfig};
-use runway_ingress::{Ingress, Options as IngressOptions, TlsOptions};
+use runway_ingress::control::{ControlClient, Listen, RemoteIngress, RemoteOptions};
+use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
 use runway_runtime::LocalRuntime;
 use runway_runtime::logs::Follower;
 use runway_runtime::sandbox::SandboxPolicy;
@@ -98,7 +101,7 @@ impl RuntimeConfig {
     }
 }
 
-/// Where the ingress listens.
+/// Where the ingress listens, and its process's bounds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct IngressConfig {
@@ -109,6 +112,15 @@ pub(crate) struct IngressConfig {
     pub(crate) redirect: bool,
     /// Prometheus metrics (`/metrics`) and `/healthz`.
     pub(crate) admin: SocketAddr,
+    /// Time a new ingress process has to answer on its control socket.
+    pub(crate) start_timeout_ms: u64,
+    /// Time in-flight requests get when the ingress stops (replaced, or by `runway quickstart`).
+    pub(crate) shutdown_grace_ms: u64,
+    /// Bound on one request to the ingress's control socket (a table, hello, stop).
+    pub(crate) control_timeout_ms: u64,
+    /// How often the ingress sends every revision's figures to the controller: how old the
+    /// autoscaler's and the canary analysis's figures may be.
+    pub(crate) stats_interval_ms: u64,
 }
 
 impl Default for IngressConfig {
@@ -118,6 +130,29 @@ impl Default for IngressConfig {
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
             redirect: true,
             admin: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            start_timeout_ms: 10_000,
+            shutdown_grace_ms: 30_000,
+            control_timeout_ms: 5_000,
+            stats_interval_ms: 200,
+        }
+    }
+}
+
+impl IngressConfig {
+    fn listen(&self) -> Listen {
+        Listen {
+            http: self.http,
+            https: Some(self.https),
+            admin: self.admin,
+            redirect: self.redirect,
+        }
+    }
+
+    fn remote_options(&self) -> RemoteOptions {
+        RemoteOptions {
+            timeout: Duration::from_millis(self.control_timeout_ms.max(1)),
+            stats_interval: Duration::from_millis(self.stats_interval_ms.max(1)),
+            ..RemoteOptions::default()
         }
     }
 }
@@ -148,6 +183,10 @@ pub(crate) struct Running {
     pub(crate) ca_path: PathBuf,
     /// The admin token, when this start created it (the first start).
     pub(crate) admin_token: Option<String>,
+    /// The ingress process, and whether this start started, adopted or replaced it.
+    pub(crate) ingress: IngressProcess,
+    /// Stops the task that starts the ingress again when it stops answering.
+    keeper: watch::Sender<bool>,
     pub(crate) controller: Arc<Controller<LocalRuntime>>,
     runtime: Arc<LocalRuntime>,
     stop: watch::Sender<bool>,
@@ -162,9 +201,34 @@ impl Running {
         &self.runtime
     }
 
-    /// Stops accepting, lets in-flight requests finish (each server's grace), and returns.
-    /// Instances keep running.
+    /// Stops the ingress process (it lets in-flight requests finish first) and waits for it
+    /// to end, at most its grace and a margin: for `runway quickstart`, whose data plane goes
+    /// with it. `runway server` never does, so the data plane outlives it.
+    pub(crate) async fn stop_ingress(&self) -> anyhow::Result<()> {
+        let _ = self.keeper.send(true);
+        let process = &self.ingress;
+        ControlClient::new(&process.state_dir)
+            .stop()
+            .await
+            .with_context(|| format!("cannot stop the ingress (pid {})", process.pid))?;
+        let bound = process.shutdown_grace + INGRESS_STOP_MARGIN;
+        let deadline = tokio::time::Instant::now() + bound;
+        while !process_gone(process.pid) {
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "the ingress (pid {}) did not stop within {bound:?}",
+                    process.pid
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Stops the API and the controller; lets the API's in-flight requests finish (its
+    /// grace), and returns. The ingress and the instances keep running.
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.keeper.send(true);
         let _ = self.stop.send(true);
         for task in self.tasks {
             task.await.context("a server task panicked")??;
@@ -190,16 +254,16 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         .map(|token| token.expose().to_owned());
 
     let ca_dir = config.api.ca_dir();
-    // Before the ingress's options, whose connection budget is computed from the limit.
+    // The API's connections, instances' pipes and the store share this process's limit.
     runway_ingress::raise_fd_limit().context("cannot raise the open-file limit")?;
-    let ingress = Ingress::new(IngressOptions::default());
-    let tls = ingress
-        .tls(&TlsOptions {
-            ca_dir: Some(ca_dir.clone()),
-            certificates: vec![],
-        })
-        .context("cannot set up the ingress's TLS")?;
-    let ca_pem = tls.ca_pem().unwrap_or_default().to_owned();
+    // Made here, before the ingress process reads it, so two never race to make it.
+    let ca = runway_ingress::LocalCa::load_or_create(&ca_dir).with_context(|| {
+        format!(
+            "cannot set up the certificate authority in {}",
+            ca_dir.display()
+        )
+    })?;
+    let ca_pem = ca.cert_pem().to_owned();
     let runtime = Arc::new(crate::local::runtime_with(
         data_dir.join("runtime"),
         &config.runtime.insecure_registries,
@@ -221,21 +285,16 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
             .with_context(|| format!("cannot listen on {address} ({what})"))
     };
     let api_listener = bind(config.api.listen, "API").await?;
-    let http_listener = bind(config.ingress.http, "ingress, HTTP").await?;
-    let admin_listener = bind(config.ingress.admin, "ingress, metrics").await?;
     let api_address = api_listener.local_addr()?;
-    let http_address = http_listener.local_addr()?;
-    let admin_address = admin_listener.local_addr()?;
-    // The event loops bind their own sockets (SO_REUSEPORT); a port 0 is chosen here first.
-    let https_address = bind(config.ingress.https, "ingress, HTTPS")
-        .await?
-        .local_addr()?;
+    let (dataplane, ingress, launch) = ingress_ensure(&config, &data_dir, &ca_dir).await?;
+    let bound = dataplane.hello().bound.clone();
+    let https_address = bound.https.unwrap_or(config.ingress.https);
     config.control.https_port = https_address.port();
     let mut controller = Controller::new(
         config.control.clone(),
         Arc::clone(&store),
         Arc::clone(&runtime),
-        ingress.clone(),
+        Arc::new(dataplane),
         Sealer::new(&key),
     );
     if let Some(policy) = config.runtime.sandbox_policy() {
@@ -244,49 +303,18 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let controller = Arc::new(controller);
 
     let mut tasks = Vec::new();
+    let (keeper, keeper_stopped) = watch::channel(false);
+    tasks.push(tokio::spawn(keep_ingress(
+        launch,
+        config.ingress.remote_options(),
+        keeper_stopped,
+    )));
     tasks.push(tokio::spawn({
         let controller = Arc::clone(&controller);
         let stopped = stopped.clone();
         async move {
             controller.run(until(stopped)).await;
             Ok(())
-        }
-    }));
-    tasks.push(tokio::spawn({
-        let ingress = ingress.clone();
-        let stopped = stopped.clone();
-        let tls = tls.clone();
-        let loops = std::thread::available_parallelism().map_or(1, usize::from);
-        async move {
-            ingress
-                .serve_event_loops(https_address, loops, Some(&tls), stopped)
-                .await
-                .context("the ingress (HTTPS) stopped")
-        }
-    }));
-    tasks.push(tokio::spawn({
-        let ingress = ingress.clone();
-        let stopped = stopped.clone();
-        let redirect = config.ingress.redirect;
-        async move {
-            if redirect {
-                ingress
-                    .serve_redirect(http_listener, https_address.port(), until(stopped))
-                    .await
-            } else {
-                ingress.serve(http_listener, until(stopped)).await
-            }
-            .context("the ingress (HTTP) stopped")
-        }
-    }));
-    tasks.push(tokio::spawn({
-        let ingress = ingress.clone();
-        let stopped = stopped.clone();
-        async move {
-            ingress
-                .serve_admin(admin_listener, until(stopped))
-                .await
-                .context("the ingress's metrics server stopped")
         }
     }));
     let platform = Arc::new(ServerPlatform {
@@ -321,17 +349,135 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     Ok(Running {
         api: api_address,
         https: https_address,
-        http: http_address,
-        admin: admin_address,
+        http: bound.http,
+        admin: bound.admin,
         ca_pem,
         ca_path: ca_dir.join("ca.pem"),
         admin_token,
+        ingress,
+        keeper,
         controller,
         runtime,
         stop,
         tasks,
         _lock: lock,
     })
+}
+
+/// The ingress process a start found or made.
+#[derive(Debug, Clone)]
+pub(crate) struct IngressProcess {
+    pub(crate) pid: u32,
+    pub(crate) outcome: Outcome,
+    state_dir: PathBuf,
+    shutdown_grace: Duration,
+}
+
+/// Past the ingress's shutdown grace, the time its process gets to exit.
+const INGRESS_STOP_MARGIN: Duration = Duration::from_secs(5);
+
+/// The ingress of this data directory (`<data>/ingress/`), running as configured: adopted
+/// when one runs there already with the same addresses and build, else started (replacing
+/// the one there, if any).
+async fn ingress_ensure(
+    config: &ServerConfig,
+    data_dir: &Path,
+    ca_dir: &Path,
+) -> anyhow::Result<(RemoteIngress, IngressProcess, Launch)> {
+    let state_dir = data_dir.join("ingress");
+    let shutdown_grace = Duration::from_millis(config.ingress.shutdown_grace_ms);
+    let launch = Launch {
+        command: ingress_command()?,
+        state_dir: state_dir.clone(),
+        listen: config.ingress.listen(),
+        ca_dir: ca_dir.to_owned(),
+        shutdown_grace,
+        start_timeout: Duration::from_millis(config.ingress.start_timeout_ms.max(1)),
+    };
+    let (remote, outcome) =
+        runway_ingress::daemon::ensure(&launch, config.ingress.remote_options())
+            .await
+            .context("cannot start the ingress")?;
+    let process = IngressProcess {
+        pid: remote.hello().pid,
+        outcome,
+        state_dir,
+        shutdown_grace,
+    };
+    Ok((remote, process, launch))
+}
+
+/// How often the server checks that the ingress answers on its control socket.
+const INGRESS_CHECK: Duration = Duration::from_secs(1);
+/// Checks in a row that may fail before the server starts the ingress again.
+const INGRESS_CHECKS_FAILED: u32 = 3;
+
+/// Starts the ingress again, on its saved table, when it stops answering (it crashed, or was
+/// killed): the same path as a server's start. Its handle in the controller reaches the new
+/// one through the same socket path. Returns when the server stops.
+async fn keep_ingress(
+    launch: Launch,
+    options: RemoteOptions,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut client = ControlClient::new(&launch.state_dir);
+    client.timeout = options.timeout;
+    let mut failed = 0;
+    let mut ticks = tokio::time::interval(INGRESS_CHECK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stopped.wait_for(|stop| *stop) => return Ok(()),
+        }
+        if client.hello().await.is_ok() {
+            failed = 0;
+            continue;
+        }
+        failed += 1;
+        if failed < INGRESS_CHECKS_FAILED {
+            continue;
+        }
+        failed = 0;
+        match runway_ingress::daemon::ensure(&launch, options.clone()).await {
+            Ok((remote, _)) => eprintln!(
+                "runway server: the ingress stopped answering; started it again (pid {}) on its \
+                 saved table",
+                remote.hello().pid
+            ),
+            Err(error) => eprintln!(
+                "runway server: the ingress stopped answering and cannot be started again: {:#}",
+                anyhow::Error::new(error)
+            ),
+        }
+    }
+}
+
+/// The small ingress binary installed beside this one; else this binary's own `ingress`.
+fn ingress_command() -> anyhow::Result<IngressCommand> {
+    let program = std::env::current_exe().context("cannot find the runway binary")?;
+    let beside = program.with_file_name("runway-ingress");
+    Ok(if beside.is_file() {
+        IngressCommand {
+            program: beside,
+            args: vec![],
+        }
+    } else {
+        IngressCommand {
+            program,
+            args: vec!["ingress".into()],
+        }
+    })
+}
+
+/// Whether a process has ended: no such process, or a zombie waiting for its parent.
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => true,
+    }
 }
 
 /// `runway server`: runs until SIGTERM or SIGINT.
@@ -360,6 +506,19 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
                 "runway server: ingress metrics on http://{}/metrics",
                 running.admin
             );
+            let process = &running.ingress;
+            match &process.outcome {
+                Outcome::Started => {
+                    eprintln!("runway server: ingress pid {} (started)", process.pid);
+                }
+                Outcome::Adopted => {
+                    eprintln!("runway server: ingress pid {} (adopted)", process.pid);
+                }
+                Outcome::Replaced { old_pid, reason } => eprintln!(
+                    "runway server: ingress pid {} (replaced pid {old_pid}: {reason})",
+                    process.pid
+                ),
+            }
             eprintln!(
                 "runway server: clients trust the certificate authority in {}",
                 running.ca_path.display()
@@ -373,7 +532,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
                 );
             }
             shutdown_signal().await?;
-            eprintln!("runway server: stopping (instances keep running)");
+            eprintln!(
+                "runway server: stopping (the ingress, pid {}, and the instances keep running)",
+                running.ingress.pid
+            );
             running.stop().await?;
             eprintln!("runway server: stopped");
             Ok(())

@@ -131,7 +131,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             settings.min_instances = settings.min_instances.max(1);
         }
         let concurrency = self
-            .ingress
+            .dataplane
             .revision_stats(&key.0, &key.1, name)
             .map_or(0, |stats| stats.concurrency());
         let mut state = self.lock();
@@ -222,7 +222,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .map(|(name, scaler)| ScalingSummary {
                 revision: name.clone(),
                 concurrency: self
-                    .ingress
+                    .dataplane
                     .revision_stats(service, env, name)
                     .map_or(0, |stats| stats.concurrency()),
                 last_decision: scaler.last.as_ref().map(DecisionEvent::summary),

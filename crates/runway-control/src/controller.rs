@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use runway_ingress::{Ingress, RouteTableConfig, ScaleUp};
+use runway_ingress::{RouteConfig, RouteTableConfig, ScaleUp};
 use runway_reconciler::{
     Action, Desired as PlanDesired, DesiredRevision as PlanRevision, Observed, ObservedInstance,
     Policy, RouteWeight, plan,
@@ -19,6 +19,7 @@ use runway_store::{Deployment, Desired, Store, StoreError};
 use tokio::sync::{Notify, broadcast};
 
 use crate::config::ControllerConfig;
+use crate::dataplane::DataPlane;
 use crate::error::{ControlError, Result};
 use crate::observe::{
     failure_reason, instance_state, kind, managed_key, new_instance_id, revision_of,
@@ -39,7 +40,8 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     pub(crate) config: ControllerConfig,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) runtime: Arc<R>,
-    pub(crate) ingress: Ingress,
+    /// The ingress, in this process or its own.
+    pub(crate) dataplane: Arc<dyn DataPlane>,
     sealer: Arc<Sealer>,
     /// Shared with the tasks that watch a starting instance for readiness.
     wake: Arc<Notify>,
@@ -72,20 +74,20 @@ impl<R: Runtime + Send + Sync + 'static> fmt::Debug for Controller<R> {
 }
 
 impl<R: Runtime + Send + Sync + 'static> Controller<R> {
-    /// A controller over `runtime` and `ingress`. Nothing happens until [`Controller::run`]
-    /// or [`Controller::reconcile_all`].
+    /// A controller over `runtime` and the data plane. Nothing happens until
+    /// [`Controller::run`] or [`Controller::reconcile_all`].
     pub fn new(
         config: ControllerConfig,
         store: Arc<dyn Store>,
         runtime: Arc<R>,
-        ingress: Ingress,
+        dataplane: Arc<dyn DataPlane>,
         sealer: Sealer,
     ) -> Self {
         Self {
             config,
             store,
             runtime,
-            ingress,
+            dataplane,
             sealer: Arc::new(sealer),
             wake: Arc::new(Notify::new()),
             stopping: Arc::default(),
@@ -120,7 +122,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// and at once when the ingress holds requests for a revision (a cold start); until
     /// `shutdown` completes. Instances keep running after it returns.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
-        let mut scale_up = Some(self.ingress.subscribe_scale_up());
+        let mut scale_up = Some(self.dataplane.subscribe_scale_up());
         let mut shutdown = std::pin::pin!(shutdown);
         let autoscaling = self.config.autoscale_interval_ms > 0;
         let mut tick = tokio::time::interval(Duration::from_millis(
@@ -184,6 +186,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// what went wrong; one service's failure does not stop the others.
     pub async fn reconcile_all(&self) -> Vec<ControlError> {
         let mut memory = self.pass.lock().await;
+        self.carry_on_from_serving_table();
         let mut errors = Vec::new();
         let desired = match self
             .db("list desired states", |store| store.desired_list())
@@ -209,7 +212,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .map(|d| (d.service.clone(), d.env.clone()))
             .collect();
         keys.extend(by_key.keys().cloned());
-        keys.extend(self.lock().services.keys().cloned());
+        {
+            let state = self.lock();
+            keys.extend(state.services.keys().cloned());
+            keys.extend(state.adopted.keys().cloned());
+        }
         let mut requeue: Option<u64> = None;
         let mut active = HashSet::new();
         for key in keys {
@@ -307,9 +314,13 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let routes = {
             let mut state = self.lock();
             let fresh = !state.services.contains_key(key);
+            let serving = state.adopted.remove(key);
             let service = state.services.entry(key.clone()).or_default();
             if fresh {
-                service.routes = seed_routes(deployment.as_ref(), wanted);
+                service.routes = serving
+                    .as_ref()
+                    .and_then(weights_of)
+                    .unwrap_or_else(|| seed_routes(deployment.as_ref(), wanted));
             }
             service.instances = instances;
             service.routes.clone()
@@ -325,7 +336,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             service.status = plan.status.clone();
         }
         // Readiness changed since the last pass: the table follows at once.
-        if let Err(error) = self.apply_table() {
+        if let Err(error) = self.apply_table().await {
             errors.push(error);
         }
         for change in changes {
@@ -456,7 +467,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         told: Option<&Deployment>,
     ) -> Result<String> {
         match action {
-            Action::SetRoutes { weights } => self.set_routes(key, weights),
+            Action::SetRoutes { weights } => self.set_routes(key, weights).await,
             Action::Start { revision } => {
                 let id = self.start(key, &revision).await?;
                 Ok(format!("instance {id} started"))
@@ -467,7 +478,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 Ok(format!("instance {instance} replaced by {id}"))
             }
             Action::Drain { instance } => {
-                self.drain(key, &instance, policy)?;
+                self.drain(key, &instance, policy).await?;
                 Ok(format!("instance {instance} draining"))
             }
             Action::Stop { instance } => {
@@ -524,14 +535,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// Remembers the weights and sets the whole table; on refusal the old weights stay.
-    fn set_routes(&self, key: &Key, weights: Vec<RouteWeight>) -> Result<String> {
+    async fn set_routes(&self, key: &Key, weights: Vec<RouteWeight>) -> Result<String> {
         let message = traffic_message(&weights);
         let previous = {
             let mut state = self.lock();
             let service = state.services.entry(key.clone()).or_default();
             std::mem::replace(&mut service.routes, weights)
         };
-        if let Err(error) = self.apply_table() {
+        if let Err(error) = self.apply_table().await {
             if let Some(service) = self.lock().services.get_mut(key) {
                 service.routes = previous;
             }
@@ -540,17 +551,42 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         Ok(message)
     }
 
-    /// Builds the whole table from every service and gives it to the ingress, when it changed.
-    pub(crate) fn apply_table(&self) -> Result<()> {
+    /// Once, before the first pass: when the data plane outlived the previous controller, the
+    /// table it serves is where this one starts (each service's weights, and its whole route
+    /// until the pass reaches it), so the first tables set keep every service routed.
+    fn carry_on_from_serving_table(&self) {
         let mut state = self.lock();
-        let table = build_table(&state, &self.config.domain);
-        if state.applied_table.as_ref() == Some(&table) {
-            return Ok(());
+        if state.serving_read {
+            return;
         }
-        self.ingress
-            .set_routes(&table)
-            .map_err(|e| ControlError::Ingress(e.to_string()))?;
+        state.serving_read = true;
+        let Some(table) = self.dataplane.serving() else {
+            return;
+        };
+        for route in &table.routes {
+            state
+                .adopted
+                .insert((route.service.clone(), route.env.clone()), route.clone());
+        }
         state.applied_table = Some(table);
+    }
+
+    /// Builds the whole table from every service and gives it to the ingress, when it changed.
+    /// Called from within a pass only, so tables reach the data plane in the order built.
+    pub(crate) async fn apply_table(&self) -> Result<()> {
+        let table = {
+            let state = self.lock();
+            let table = build_table(&state, &self.config.domain);
+            if state.applied_table.as_ref() == Some(&table) {
+                return Ok(());
+            }
+            table
+        };
+        self.dataplane
+            .set_routes(&table)
+            .await
+            .map_err(ControlError::Ingress)?;
+        self.lock().applied_table = Some(table);
         Ok(())
     }
 
@@ -658,7 +694,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 
     /// Marks the instance draining, updates the table, and lets the ingress drain it in the
     /// background; the planner stops it when its grace has passed.
-    fn drain(&self, key: &Key, id: &str, policy: &Policy) -> Result<()> {
+    async fn drain(&self, key: &Key, id: &str, policy: &Policy) -> Result<()> {
         let port = {
             let mut state = self.lock();
             let now = now_ms();
@@ -670,14 +706,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 .and_then(|s| s.instances.iter().find(|i| i.id == id))
                 .and_then(|i| i.port)
         };
-        self.apply_table()?;
+        self.apply_table().await?;
         if let Some(port) = port {
-            let ingress = self.ingress.clone();
             let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
             let grace = Duration::from_millis(policy.drain_grace_ms);
-            tokio::spawn(async move {
-                ingress.drain(address, grace).await;
-            });
+            tokio::spawn(self.dataplane.drain(address, grace));
         }
         Ok(())
     }
@@ -694,7 +727,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 service.instances.retain(|i| i.id != id);
             }
         }
-        self.apply_table()
+        self.apply_table().await
     }
 
     /// A revision by name, read from the store once and kept; `None` when the store does not
@@ -904,6 +937,20 @@ async fn next_signal(receiver: &mut Option<broadcast::Receiver<ScaleUp>>) -> boo
 /// new one is ready. Its previous revision keeps the traffic until the planner moves it.
 /// Without a deployment in progress, revisions scaled to zero keep their routes, so the
 /// ingress holds their requests (and signals a scale-up) rather than answering 404.
+/// A served route's weights, when they add up to a whole.
+fn weights_of(route: &RouteConfig) -> Option<Vec<RouteWeight>> {
+    let weights: Vec<RouteWeight> = route
+        .revisions
+        .iter()
+        .filter(|revision| revision.weight > 0)
+        .map(|revision| RouteWeight {
+            revision: revision.name.clone(),
+            weight: revision.weight,
+        })
+        .collect();
+    (weights.iter().map(|w| w.weight).sum::<u32>() == 100).then_some(weights)
+}
+
 fn seed_routes(active: Option<&Deployment>, wanted: Option<&Desired>) -> Vec<RouteWeight> {
     if let Some(revision) = active.and_then(|deployment| deployment.from_revision.clone()) {
         return vec![RouteWeight {

@@ -1,9 +1,10 @@
 //! Runway's control loop: the reconciler's executor and the deployment controller.
 //!
 //! The control plane (`runway server`) holds one [`Controller`]. It makes the desired state in
-//! the store true on a [`Runtime`](runway_runtime::Runtime) and in the
-//! [`Ingress`](runway_ingress::Ingress), level-triggered, and moves deployments through their
-//! states with events that explain every step and every failure.
+//! the store true on a [`Runtime`](runway_runtime::Runtime) and in the ingress, through the
+//! [`DataPlane`] trait (the ingress in its own process, or in this one), level-triggered, and
+//! moves deployments through their states with events that explain every step and every
+//! failure.
 //!
 //! # The loop
 //!
@@ -23,8 +24,8 @@
 //! 3. for each service/env (desired, or with instances or routes but no desired state any
 //!    more: decommissioned) builds the planner's input: the desired revisions, the instances
 //!    with their state (runtime phase and readiness; failures with their supervisor's reason,
-//!    exit code or signal), and the routes this controller last applied (kept in memory, so
-//!    empty after a restart: the planner then routes to whatever is ready);
+//!    exit code or signal), and the routes this controller last applied (kept in memory; after
+//!    a restart, the weights of the table the data plane serves, or else the desired state's);
 //! 4. plans with [`runway_reconciler::plan`] and applies the actions in order, then moves the
 //!    deployment in progress, if any.
 //!
@@ -39,7 +40,7 @@
 //! | `Start` | `instance_ensure` of a new `{revision}-{6 hex}` id, the spec from the revision's manifest, artifact, variables and opened secrets | — |
 //! | `Replace` | `instance_stop` + `instance_remove` of the dead one, then as `Start` | the table rebuilt |
 //! | `SetRoutes` | — | the weights remembered, the whole table rebuilt and set |
-//! | `Drain` | — | the instance stays in the table with `draining: true`; `Ingress::drain` in the background |
+//! | `Drain` | — | the instance stays in the table with `draining: true`; `DataPlane::drain` in the background |
 //! | `Stop` | `instance_stop` + `instance_remove` | the instance dropped from the table |
 //!
 //! The table holds every service with routes: each routed revision (and each other revision
@@ -99,6 +100,7 @@ mod api;
 mod autoscale;
 mod config;
 mod controller;
+mod dataplane;
 mod deploy;
 mod error;
 mod observe;
@@ -112,5 +114,6 @@ pub use api::InstanceSummary;
 pub use autoscale::ScalingSummary;
 pub use config::ControllerConfig;
 pub use controller::Controller;
+pub use dataplane::{BoxFuture, DataPlane};
 pub use error::{ControlError, Result};
 pub use rollout::RolloutSummary;

@@ -409,7 +409,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// and the readiness failures this controller saw.
     fn window(&self, state: &State, key: &Key, revision: &str) -> Window {
         let stats = self
-            .ingress
+            .dataplane
             .revision_stats(&key.0, &key.1, revision)
             .unwrap_or_default();
         let restarts = state.services.get(key).map_or(0, |service| {

@@ -1,10 +1,12 @@
 //! What the controller keeps in memory between reconciliations. None of it is needed to
-//! recover: after a restart the routes start empty and are rebuilt from the ready instances.
+//! recover: after a restart the routes start from the table the data plane serves (when it
+//! outlived the last controller), else from the desired state, and the table is rebuilt from
+//! the ready instances.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use runway_ingress::RouteTableConfig;
+use runway_ingress::{RouteConfig, RouteTableConfig};
 use runway_reconciler::{RevisionStatus, RouteWeight};
 use runway_runtime::InstanceStatus;
 
@@ -26,8 +28,13 @@ pub(crate) struct State {
     /// When this controller first saw each deployment in progress (by id): its timeout runs
     /// from then or from its creation, whichever is later.
     pub(crate) deployments_seen: HashMap<i64, u64>,
-    /// The table the ingress has, as last set by this controller.
+    /// The table the ingress has, as last set by this controller (or found serving).
     pub(crate) applied_table: Option<RouteTableConfig>,
+    /// Whether the data plane's serving table was read (once, before the first pass).
+    pub(crate) serving_read: bool,
+    /// The routes the data plane served when this controller started, of the services the
+    /// passes have not reached yet: kept in the table as they were until then.
+    pub(crate) adopted: BTreeMap<Key, RouteConfig>,
     /// The autoscaler of each revision desired with traffic, by revision name.
     pub(crate) scalers: HashMap<String, Scaler>,
     /// Times an instance of each revision went from ready to not ready or failed, by name:

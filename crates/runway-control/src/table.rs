@@ -19,6 +19,14 @@ pub(crate) fn build_table(state: &State, domain: &str) -> RouteTableConfig {
             .services
             .iter()
             .filter_map(|(key, service)| route(state, key, service))
+            // Served before this controller started, not yet reached by a pass: as it was.
+            .chain(
+                state
+                    .adopted
+                    .iter()
+                    .filter(|(key, _)| !state.services.contains_key(*key))
+                    .map(|(_, route)| route.clone()),
+            )
             .collect(),
     }
 }

@@ -353,6 +353,98 @@ async fn a_new_controller_adopts_running_instances_and_restores_routes() {
     assert_eq!(route.revisions[0].1.instances().len(), 1);
 }
 
+/// A data plane that outlived the last controller: an ingress already serving a table, which
+/// records every table it is given.
+struct Outlived {
+    ingress: runway_ingress::Ingress,
+    serving: runway_ingress::RouteTableConfig,
+    set: std::sync::Mutex<Vec<runway_ingress::RouteTableConfig>>,
+}
+
+impl runway_control::DataPlane for Outlived {
+    fn set_routes<'a>(
+        &'a self,
+        table: &'a runway_ingress::RouteTableConfig,
+    ) -> runway_control::BoxFuture<'a, Result<(), String>> {
+        self.set.lock().unwrap().push(table.clone());
+        runway_control::DataPlane::set_routes(&self.ingress, table)
+    }
+
+    fn drain(
+        &self,
+        address: std::net::SocketAddr,
+        grace: Duration,
+    ) -> runway_control::BoxFuture<'static, bool> {
+        runway_control::DataPlane::drain(&self.ingress, address, grace)
+    }
+
+    fn revision_stats(
+        &self,
+        service: &str,
+        env: &str,
+        revision: &str,
+    ) -> Option<runway_ingress::RevisionStats> {
+        self.ingress.revision_stats(service, env, revision)
+    }
+
+    fn subscribe_scale_up(&self) -> tokio::sync::broadcast::Receiver<runway_ingress::ScaleUp> {
+        self.ingress.subscribe_scale_up()
+    }
+
+    fn serving(&self) -> Option<runway_ingress::RouteTableConfig> {
+        Some(self.serving.clone())
+    }
+}
+
+/// A new controller over a data plane that kept serving (the ingress outlives the server)
+/// carries on from its table: no table it sets leaves out a service it served, not even
+/// while its first pass has reached only some of them, and nothing restarts.
+#[tokio::test]
+async fn a_new_controller_carries_on_from_the_table_the_data_plane_serves() {
+    let harness = Harness::new(fast_config());
+    let mut deployments = Vec::new();
+    for service in ["alpha", "hello", "omega"] {
+        harness.onboard(service);
+        deployments.push(harness.deploy(service, BTreeMap::new()));
+    }
+    harness
+        .settle(BOUND, |h| {
+            deployments
+                .iter()
+                .all(|d| h.state(d) == DeploymentState::Succeeded)
+        })
+        .await;
+    let serving = harness.controller.route_table();
+    let names = |table: &runway_ingress::RouteTableConfig| -> Vec<String> {
+        table.routes.iter().map(|r| r.service.clone()).collect()
+    };
+    assert_eq!(names(&serving), ["alpha", "hello", "omega"]);
+    let starts = harness.runtime.specs().len();
+
+    let plane = std::sync::Arc::new(Outlived {
+        ingress: harness.ingress.clone(),
+        serving: serving.clone(),
+        set: std::sync::Mutex::default(),
+    });
+    let next = runway_control::Controller::new(
+        fast_config(),
+        std::sync::Arc::clone(&harness.store) as std::sync::Arc<dyn Store>,
+        std::sync::Arc::clone(&harness.runtime),
+        plane.clone(),
+        Sealer::new(&harness.key),
+    );
+    for _ in 0..3 {
+        assert!(next.reconcile_all().await.is_empty());
+    }
+    for table in plane.set.lock().unwrap().iter() {
+        assert_eq!(names(table), ["alpha", "hello", "omega"], "{table:?}");
+    }
+    assert_eq!(next.routes("hello", "dev"), weights(&[(V1, 100)]));
+    assert_eq!(next.route_table(), serving);
+    assert_eq!(harness.runtime.specs().len(), starts, "nothing restarted");
+    assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
+}
+
 #[tokio::test]
 async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_one_is_ready() {
     let harness = serving_v1().await;

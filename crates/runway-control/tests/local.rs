@@ -256,7 +256,7 @@ async fn rolling_deploy_on_the_local_runtime() {
         config.clone(),
         Arc::clone(&store) as Arc<dyn Store>,
         Arc::clone(&runtime),
-        ingress.clone(),
+        Arc::new(ingress.clone()),
         Sealer::new(&key),
     ));
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -391,7 +391,7 @@ async fn rolling_deploy_on_the_local_runtime() {
         config,
         Arc::clone(&store) as Arc<dyn Store>,
         Arc::clone(&runtime),
-        ingress.clone(),
+        Arc::new(ingress.clone()),
         Sealer::new(&key),
     );
     tokio::time::timeout(BOUND, async {

@@ -7,6 +7,8 @@
 mod body;
 pub mod config;
 mod connection;
+pub mod control;
+pub mod daemon;
 pub mod error;
 pub mod limits;
 mod log;
@@ -29,7 +31,7 @@ pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTab
 pub use error::{ConfigError, ProxyError};
 pub use limits::raise_fd_limit;
 pub use log::AccessRecord;
-pub use metrics::{Metrics, RevisionStats};
+pub use metrics::{Metrics, RevisionSnapshot, RevisionStats};
 pub use proxy::X_REQUEST_ID;
 pub use server::Tls;
 pub use table::{Instance, Revision, Route, ScaleUp, Table};

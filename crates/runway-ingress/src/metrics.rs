@@ -172,7 +172,7 @@ fn gauge_value(gauge: &Gauge) -> u64 {
 
 /// One revision's figures as the ingress sees them now: gauges of the moment, and counters
 /// since the ingress started (take the difference of two readings for a window).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RevisionStats {
     /// Requests being served by its instances.
     pub in_flight: u64,
@@ -191,6 +191,16 @@ pub struct RevisionStats {
     /// The latency histogram: `(upper bound in seconds, cumulative count)`, as the
     /// `request_duration_seconds_bucket` series, without `+Inf` (which is `requests`).
     pub latency_buckets: Vec<(f64, u64)>,
+}
+
+/// One revision's figures with its names, as [`Metrics::all_revision_stats`] lists them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RevisionSnapshot {
+    pub service: String,
+    pub env: String,
+    pub revision: String,
+    #[serde(flatten)]
+    pub stats: RevisionStats,
 }
 
 impl RevisionStats {
@@ -454,6 +464,24 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         revisions.get(&labels).map(|(metrics, _)| metrics.stats())
+    }
+
+    /// Every revision's figures now, with its service and environment: what the control
+    /// socket streams to the control plane.
+    pub fn all_revision_stats(&self) -> Vec<RevisionSnapshot> {
+        let revisions = self
+            .revisions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        revisions
+            .iter()
+            .map(|(labels, (metrics, _))| RevisionSnapshot {
+                service: labels.service.clone(),
+                env: labels.env.clone(),
+                revision: labels.revision.clone(),
+                stats: metrics.stats(),
+            })
+            .collect()
     }
 
     pub(crate) fn unrouted(&self) {

@@ -175,7 +175,7 @@ impl Instance {
 
 /// Published when a request is held for a revision that has no ready instance (once each time
 /// the number held rises from zero): the autoscaler's cue to start one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScaleUp {
     pub service: String,
     pub env: String,

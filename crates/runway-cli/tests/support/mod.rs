@@ -1,8 +1,9 @@
 //! A real `runway server` in a temporary directory, driven by the real CLI and HTTPS clients:
 //! shared by `tests/server.rs` and `benches/platform.rs`.
 //!
-//! Every wait is bounded. Dropping a [`Platform`] kills the server and stops (then kills) every
-//! instance it started, even when a test panics.
+//! Every wait is bounded. Dropping a [`Platform`] kills the server, stops (then kills) every
+//! instance it started, and kills the ingress process the server started (which, like the
+//! instances, outlives the server by design), even when a test panics.
 
 #![allow(
     dead_code,
@@ -65,6 +66,9 @@ lock = threading.Lock()
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Head and body go out in two writes: with Nagle's algorithm the body waits for the
+    # ingress's delayed ACK of the head, 40 ms a request.
+    disable_nagle_algorithm = True
 
     def do_GET(self):
         global served
@@ -346,6 +350,10 @@ pub struct Server {
     pub admin: SocketAddr,
     pub ca: PathBuf,
     pub token: Option<String>,
+    /// The ingress process's pid, and what this start did with it: `started`, `adopted`, or
+    /// `replaced pid N: why`.
+    pub ingress_pid: u32,
+    pub ingress_outcome: String,
 }
 
 /// A control plane in a temporary directory.
@@ -359,6 +367,8 @@ pub struct Platform {
     pub server: Option<Server>,
     /// Everything every start of the server wrote on stderr, for failure messages.
     pub log: Arc<Mutex<String>>,
+    /// Every ingress pid a start of the server printed, for the drop to kill.
+    pub ingress_pids: Vec<u32>,
     pub rt: tokio::runtime::Runtime,
 }
 
@@ -396,9 +406,11 @@ impl Platform {
             token: String::new(),
             server: None,
             log: Arc::new(Mutex::new(String::new())),
+            ingress_pids: Vec::new(),
             rt,
         };
         let server = platform.spawn_server();
+        platform.ingress_pids.push(server.ingress_pid);
         platform.token = server
             .token
             .clone()
@@ -440,6 +452,7 @@ impl Platform {
         let deadline = Instant::now() + Duration::from_secs(30);
         let (mut api, mut https, mut http, mut admin, mut ca, mut token) =
             (None, None, None, None, None, None);
+        let mut ingress = None;
         let mut token_next = false;
         let mut ended = false;
         while !ended {
@@ -477,14 +490,22 @@ impl Platform {
                 ca = Some(PathBuf::from(rest.trim()));
                 // A later start prints no token: the CA's line is its last.
                 ended = self.data.join("runway.db").exists() && !self.token.is_empty();
+            } else if let Some(rest) = line.strip_prefix("runway server: ingress pid ") {
+                // N (started|adopted|replaced pid M: why)
+                ingress = rest.split_once(" (").and_then(|(pid, outcome)| {
+                    Some((
+                        pid.parse::<u32>().ok()?,
+                        outcome.strip_suffix(')')?.to_owned(),
+                    ))
+                });
             } else if line.starts_with("runway server: the admin token") {
                 token_next = true;
             } else if line.starts_with("log in with:") {
                 ended = true;
             }
         }
-        let (Some(api), Some(https), Some(http), Some(admin), Some(ca)) =
-            (api, https, http, admin, ca)
+        let (Some(api), Some(https), Some(http), Some(admin), Some(ca), Some(ingress)) =
+            (api, https, http, admin, ca, ingress)
         else {
             let _ = child.kill();
             panic!("runway server printed an incomplete start:\n{}", self.log());
@@ -497,6 +518,8 @@ impl Platform {
             admin,
             ca,
             token,
+            ingress_pid: ingress.0,
+            ingress_outcome: ingress.1,
         }
     }
 
@@ -524,6 +547,16 @@ impl Platform {
         self.server().child.id()
     }
 
+    /// The ingress process the running server started or adopted.
+    pub fn ingress_pid(&self) -> u32 {
+        self.server().ingress_pid
+    }
+
+    /// What the running server's start did with the ingress: `started`, `adopted`, ….
+    pub fn ingress_outcome(&self) -> String {
+        self.server().ingress_outcome.clone()
+    }
+
     /// `kill -9` of the server; its instances keep running under their supervisors.
     pub fn kill9(&mut self) {
         if let Some(mut server) = self.server.take() {
@@ -540,6 +573,7 @@ impl Platform {
             server.token.is_none(),
             "a restart printed a new admin token"
         );
+        self.ingress_pids.push(server.ingress_pid);
         self.server = Some(server);
         let login = self.runway_with(
             &["login", "--server", &self.api(), "--token", "-", "--ca"],
@@ -798,14 +832,43 @@ impl Drop for Platform {
         for instance in instances.iter().chain(ps(self).iter()) {
             for key in ["supervisor_pid", "pid"] {
                 if let Some(pid) = instance[key].as_u64().filter(|&p| p > 1) {
-                    let _ = Command::new("kill")
-                        .args(["-9", &pid.to_string()])
-                        .stderr(Stdio::null())
-                        .status();
+                    kill9(pid);
                 }
             }
         }
+        // The ingress, which outlives the server by design too: every one a start printed,
+        // and the one whose pid file is there (started by a server that then failed).
+        let pid_file = std::fs::read_to_string(self.data.join("ingress/ingress.pid"))
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok());
+        // Only a process still serving this data directory: a pid may have been reused.
+        let state_dir = self.data.join("ingress");
+        for pid in self.ingress_pids.iter().copied().chain(pid_file) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let ours = String::from_utf8_lossy(&cmdline)
+                .split('\0')
+                .any(|arg| Path::new(arg) == state_dir);
+            if pid > 1 && ours {
+                kill9(u64::from(pid));
+            }
+        }
     }
+}
+
+fn kill9(pid: u64) {
+    let _ = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The resident set of a process in KiB (`VmRSS`), if it runs.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// A deployment's id as a path segment.

@@ -322,7 +322,7 @@ impl Harness {
             config,
             Arc::clone(&store) as Arc<dyn Store>,
             Arc::clone(&runtime),
-            ingress.clone(),
+            Arc::new(ingress.clone()),
             Sealer::new(&key),
         );
         Self {
@@ -342,7 +342,7 @@ impl Harness {
             fast_config(),
             Arc::clone(&self.store) as Arc<dyn Store>,
             Arc::clone(&self.runtime),
-            ingress.clone(),
+            Arc::new(ingress.clone()),
             Sealer::new(&self.key),
         );
         (controller, ingress)

@@ -1,0 +1,114 @@
+//! The controller's seam to the data plane: what it asks of an ingress, wherever that runs.
+//!
+//! [`runway_ingress::Ingress`] is the in-process one (the controller's tests);
+//! [`runway_ingress::control::RemoteIngress`] is an ingress in its own process, fed over its
+//! control socket (`runway server`). A Kubernetes driver, or one data plane fed by whichever
+//! control-plane replica leads, is another implementation of the same five calls.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use runway_ingress::control::RemoteIngress;
+use runway_ingress::{Ingress, RevisionStats, RouteTableConfig, ScaleUp};
+use tokio::sync::broadcast;
+
+/// A boxed future, so the trait can be used as `dyn DataPlane`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What the controller uses of the ingress.
+pub trait DataPlane: Send + Sync + 'static {
+    /// Validates the whole table and puts it in force; `Ok` once it is. On an error the
+    /// table in force stays.
+    fn set_routes<'a>(&'a self, table: &'a RouteTableConfig) -> BoxFuture<'a, Result<(), String>>;
+
+    /// Drains an instance of the table in force (no new requests, idle connections closed)
+    /// and waits for its requests in flight, at most `grace`; true when none was left.
+    fn drain(&self, address: SocketAddr, grace: Duration) -> BoxFuture<'static, bool>;
+
+    /// A revision's figures (see [`RevisionStats`]), without waiting: at most a few hundred
+    /// milliseconds old.
+    fn revision_stats(&self, service: &str, env: &str, revision: &str) -> Option<RevisionStats>;
+
+    /// Scale-up signals: a revision with no ready instance holds a request.
+    fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp>;
+
+    /// The table the data plane served when this handle was made, if it was already running:
+    /// a controller starting up carries on from it rather than from nothing.
+    fn serving(&self) -> Option<RouteTableConfig>;
+}
+
+impl DataPlane for Ingress {
+    fn set_routes<'a>(&'a self, table: &'a RouteTableConfig) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move { Ingress::set_routes(self, table).map_err(|e| e.to_string()) })
+    }
+
+    fn drain(&self, address: SocketAddr, grace: Duration) -> BoxFuture<'static, bool> {
+        let ingress = self.clone();
+        Box::pin(async move { ingress.drain(address, grace).await })
+    }
+
+    fn revision_stats(&self, service: &str, env: &str, revision: &str) -> Option<RevisionStats> {
+        Ingress::revision_stats(self, service, env, revision)
+    }
+
+    fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp> {
+        Ingress::subscribe_scale_up(self)
+    }
+
+    /// A new in-process ingress serves nothing yet.
+    fn serving(&self) -> Option<RouteTableConfig> {
+        None
+    }
+}
+
+impl DataPlane for RemoteIngress {
+    fn set_routes<'a>(&'a self, table: &'a RouteTableConfig) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            RemoteIngress::set_routes(self, table)
+                .await
+                .map_err(|e| error_chain(&e))
+        })
+    }
+
+    fn drain(&self, address: SocketAddr, grace: Duration) -> BoxFuture<'static, bool> {
+        let remote = self.clone();
+        Box::pin(async move {
+            match RemoteIngress::drain(&remote, address, grace).await {
+                Ok(idle) => idle,
+                Err(error) => {
+                    eprintln!(
+                        "runway-control: drain of {address} at the ingress: {}",
+                        error_chain(&error)
+                    );
+                    false
+                }
+            }
+        })
+    }
+
+    fn revision_stats(&self, service: &str, env: &str, revision: &str) -> Option<RevisionStats> {
+        RemoteIngress::revision_stats(self, service, env, revision)
+    }
+
+    fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp> {
+        RemoteIngress::subscribe_scale_up(self)
+    }
+
+    fn serving(&self) -> Option<RouteTableConfig> {
+        Some(self.hello().table.clone())
+    }
+}
+
+/// An error and its causes on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
