@@ -107,14 +107,23 @@ pub(crate) struct StopArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct SuperviseArgs {
+    /// Be the instance's watchdog, started by its supervisor, rather than its supervisor.
+    #[arg(long, hide = true)]
+    watchdog: bool,
     /// The instance's state directory. The instance spec is read as JSON from stdin.
     state_dir: PathBuf,
 }
 
 pub(crate) fn supervise(args: &SuperviseArgs) -> ExitCode {
-    match runway_runtime::supervisor::main(&args.state_dir) {
-        0 => ExitCode::SUCCESS,
-        _ => ExitCode::FAILURE,
+    let code = if args.watchdog {
+        runway_runtime::supervisor::watchdog_main(&args.state_dir)
+    } else {
+        runway_runtime::supervisor::main(&args.state_dir)
+    };
+    if code == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -633,7 +633,11 @@ fn workers_roll_new_first_then_the_old_quits_within_its_grace() {
     if !have_python() {
         return;
     }
-    let platform = Platform::start(&Settings::default());
+    // The workers note what they do in a file of this test's: not isolated, so they can.
+    let platform = Platform::start(&Settings {
+        sections: "runtime:\n  isolate_processes: false\n".to_owned(),
+        ..Settings::default()
+    });
     let repo = platform.onboard("hello", &["dev"], "worker-secret");
     std::fs::write(repo.join("worker.py"), WORKER).unwrap();
     std::fs::write(

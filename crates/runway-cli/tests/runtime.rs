@@ -884,3 +884,72 @@ async fn a_sandboxed_process_runs_as_its_services_user_and_reaches_nothing_else(
     assert!(error.to_string().contains("state directory"), "{error}");
     assert!(!fixture.runtime.instance_dir("exposed").exists());
 }
+
+/// Whether process `pid` is still there (and not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// Waits up to `WAIT` for `pid` to be gone.
+async fn gone(pid: u32) -> bool {
+    let deadline = Instant::now() + WAIT;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+/// `kill -9` of a supervisor ends its instance too: a plain process with a child of its own,
+/// and a sandboxed one (a container), which the OCI runtime deletes. Nothing keeps the port
+/// and the secrets it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_ends_with_its_killed_supervisor() {
+    let fixture = Fixture::new();
+    let mut plain = fixture.shell("orphan", "sleep 300 & sleep 300");
+    plain.restart.mode = RestartMode::Never;
+    let mut specs = vec![plain.clone()];
+    let sandboxed = runway_oci::testing::require_tools("a killed sandbox's supervisor", &["runc"]);
+    if sandboxed {
+        let mut spec = plain.clone();
+        spec.id = "orphan-sandboxed".into();
+        spec.sandbox = Some(
+            runway_runtime::sandbox::SandboxPolicy::default()
+                .sandbox(3, fixture.work.path())
+                .unwrap(),
+        );
+        specs.push(spec);
+    }
+    for spec in specs {
+        let id = spec.id.clone();
+        fixture.runtime.instance_ensure(spec).await.unwrap();
+        let mut status = fixture.runtime.watch(&id).await.unwrap();
+        let running = wait_for(&mut status, "running", |s| s.pid.is_some()).await;
+        let (app, supervisor) = (running.pid.unwrap(), running.supervisor_pid);
+        assert!(alive(app) && alive(supervisor), "{running:?}");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(supervisor).unwrap()),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        assert!(
+            gone(app).await,
+            "{id}: process {app} outlived its supervisor"
+        );
+        let after = fixture.runtime.instances().await.unwrap();
+        let this = after.iter().find(|s| s.id == id).unwrap();
+        assert_eq!(this.phase, Phase::Failed, "{this:?}");
+        assert!(this.message.contains("gone"), "{this:?}");
+        // Removing it leaves nothing behind.
+        fixture.runtime.instance_remove(&id).await.unwrap();
+    }
+}

@@ -220,7 +220,7 @@ fn with_secrets(
     Ok(Some(plain))
 }
 
-async fn delete(oci_runtime: &Path, id: &str) {
+pub(crate) async fn delete(oci_runtime: &Path, id: &str) {
     let deleted = oci_command(oci_runtime)
         .args(["delete", "--force", id])
         .stdin(Stdio::null())

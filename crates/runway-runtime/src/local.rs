@@ -428,11 +428,15 @@ impl Runtime for LocalRuntime {
         if !dir.exists() {
             return Ok(());
         }
-        self.instance_stop(id).await?;
-        // The supervisor's last act is to remove its socket, after writing its final status.
+        let stopped = self.instance_stop(id).await?;
+        // The supervisor's last act is to remove its socket, after writing its final status;
+        // one that was killed leaves it behind.
         let socket = dir.join(SOCKET);
         let deadline = tokio::time::Instant::now() + self.config.stop_margin;
-        while socket.exists() && tokio::time::Instant::now() < deadline {
+        while socket.exists()
+            && tokio::time::Instant::now() < deadline
+            && process_exists(stopped.supervisor_pid)
+        {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
@@ -646,6 +650,13 @@ fn find_program(
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| executable(candidate))
         .ok_or_else(|| format!("command {} not found on PATH ({search})", program.display()))
+}
+
+/// Whether a process of that id is there (a zombie counts until it is reaped).
+fn process_exists(pid: u32) -> bool {
+    i32::try_from(pid).is_ok_and(|pid| {
+        pid > 0 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+    })
 }
 
 /// This process's own `PATH`, where the platform's own programs (the OCI runtime) are found.

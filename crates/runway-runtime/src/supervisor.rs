@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, Read};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -85,7 +86,17 @@ pub fn main(state_dir: &Path) -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(supervise(state_dir, spec)) {
+    // Before the instance starts: from here on, however this process ends, the instance ends.
+    let watchdog = match spawn_watchdog(state_dir) {
+        Ok(watchdog) => watchdog,
+        Err(error) => {
+            eprintln!("runway supervise: cannot start its watchdog: {error}");
+            return 1;
+        }
+    };
+    let ended = runtime.block_on(supervise(state_dir, spec));
+    release_watchdog(watchdog);
+    match ended {
         Ok(status) if status.phase == Phase::Failed => 1,
         Ok(_) => 0,
         Err(error) => {
@@ -93,6 +104,78 @@ pub fn main(state_dir: &Path) -> i32 {
             1
         }
     }
+}
+
+/// The argument that makes a supervisor binary a watchdog: `runway-supervisor --watchdog DIR`,
+/// `runway supervise --watchdog DIR`.
+pub const WATCHDOG_ARG: &str = "--watchdog";
+
+/// What the supervisor writes to its watchdog when it ends on its own terms.
+const RELEASE: &str = "released";
+
+/// Starts this binary again as the instance's watchdog ([`watchdog_main`]), in a process group
+/// of its own, holding the only copy of a pipe from this process. The same arguments as this
+/// process's, with [`WATCHDOG_ARG`] before the state directory.
+fn spawn_watchdog(state_dir: &Path) -> io::Result<std::process::Child> {
+    let exe = std::env::current_exe()?;
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let leading = &args[..args.len().saturating_sub(1)];
+    std::process::Command::new(exe)
+        .args(leading)
+        .arg(WATCHDOG_ARG)
+        .arg(state_dir)
+        .stdin(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+}
+
+/// Tells the watchdog the instance ended here, and lets it go.
+fn release_watchdog(mut watchdog: std::process::Child) {
+    use std::io::Write;
+    if let Some(mut pipe) = watchdog.stdin.take() {
+        let _ = writeln!(pipe, "{RELEASE}");
+    }
+    let _ = watchdog.wait();
+}
+
+/// The watchdog: waits on its pipe from the supervisor that started it. When the pipe closes
+/// without the supervisor's release (it was killed, `kill -9` included), it ends what the
+/// supervisor ran: every process of its process group (a plain process and its children), and
+/// the container, which the OCI runtime deletes. So no instance outlives its supervisor with
+/// its port and its secrets. Returns the exit code.
+pub fn watchdog_main(state_dir: &Path) -> i32 {
+    use std::io::BufRead;
+    let supervisor = nix::unistd::getppid();
+    let mut line = String::new();
+    let _ = io::stdin().lock().read_line(&mut line);
+    if line.trim_end() == RELEASE {
+        return 0;
+    }
+    // The supervisor's process group is its own (it called setsid); this one is not in it.
+    let _ = nix::sys::signal::killpg(supervisor, nix::sys::signal::Signal::SIGKILL);
+    let spec = std::fs::read_to_string(state_dir.join(SPEC_FILE))
+        .ok()
+        .and_then(|text| serde_json::from_str::<InstanceSpec>(&text).ok());
+    if let Some(InstanceSpec {
+        id,
+        artifact: Artifact::Container { oci_runtime, .. },
+        ..
+    }) = spec
+    {
+        let deleted = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map(|runtime| runtime.block_on(crate::container::delete(&oci_runtime, &id)));
+        if let Err(error) = deleted {
+            eprintln!("runway supervise --watchdog: cannot delete container {id}: {error}");
+            return 1;
+        }
+    }
+    eprintln!(
+        "runway supervise --watchdog: supervisor {supervisor} ended without stopping its \
+         instance; ended the instance"
+    );
+    0
 }
 
 fn read_spec() -> Result<InstanceSpec, SupervisorError> {

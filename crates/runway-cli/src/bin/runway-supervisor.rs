@@ -7,13 +7,21 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let mut args = std::env::args_os().skip(1);
-    let (Some(state_dir), None) = (args.next(), args.next()) else {
-        eprintln!("usage: runway-supervisor STATE_DIR   (the instance spec is read from stdin)");
-        return ExitCode::from(2);
+    use runway_runtime::supervisor::{WATCHDOG_ARG, main, watchdog_main};
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let code = match args.as_slice() {
+        [state_dir] => main(std::path::Path::new(state_dir)),
+        [flag, state_dir] if flag == WATCHDOG_ARG => watchdog_main(std::path::Path::new(state_dir)),
+        _ => {
+            eprintln!(
+                "usage: runway-supervisor STATE_DIR   (the instance spec is read from stdin)"
+            );
+            return ExitCode::from(2);
+        }
     };
-    match runway_runtime::supervisor::main(std::path::Path::new(&state_dir)) {
-        0 => ExitCode::SUCCESS,
-        _ => ExitCode::FAILURE,
+    if code == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
