@@ -155,10 +155,12 @@ fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<Lo
 pub(crate) fn runtime_with(
     root: PathBuf,
     insecure_registries: &[String],
+    allowed_registries: &[String],
     oci_runtime: &Path,
 ) -> anyhow::Result<LocalRuntime> {
     let mut config = config_in(root)?;
     config.pull.insecure_registries = insecure_registries.to_vec();
+    config.pull.allowed_registries = Some(allowed_registries.to_vec());
     config.oci_runtime = oci_runtime.to_path_buf();
     Ok(LocalRuntime::new(config))
 }

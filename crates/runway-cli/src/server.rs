@@ -58,6 +58,12 @@ pub(crate) struct RuntimeConfig {
     /// Registries (`host` or `host:port`, as image references write them) reached over plain
     /// HTTP, such as a registry on this machine. Every other registry is HTTPS only.
     pub(crate) insecure_registries: Vec<String>,
+    /// Registries images may come from: `host` or `host:port`, `*.example.com`, and `*` for any
+    /// registry whose host is a name or a public address (the default). A loopback,
+    /// link-local or private address, or `localhost`, only when listed here or in
+    /// `insecure_registries`: a tenant's image reference must not make the server connect
+    /// into the machine or its network.
+    pub(crate) allowed_registries: Vec<String>,
     /// The OCI runtime that runs containers: `runc`, or `crun` (a name on PATH or a path).
     pub(crate) oci_runtime: PathBuf,
     /// Let every service deploy plain processes (`spec.workload.process`). Off by default: a
@@ -82,6 +88,7 @@ impl Default for RuntimeConfig {
         let policy = SandboxPolicy::default();
         Self {
             insecure_registries: Vec::new(),
+            allowed_registries: vec!["*".to_owned()],
             oci_runtime: PathBuf::from("runc"),
             allow_processes: false,
             isolate_processes: true,
@@ -267,6 +274,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let runtime = Arc::new(crate::local::runtime_with(
         data_dir.join("runtime"),
         &config.runtime.insecure_registries,
+        &config.runtime.allowed_registries,
         &config.runtime.oci_runtime,
     )?);
     // Private first, then the way through opened.

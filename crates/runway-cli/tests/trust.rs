@@ -200,3 +200,31 @@ fn a_decommissioned_services_token_and_secrets_do_not_pass_to_its_namesake() {
     let secrets = platform.runway(&["secrets", "list", "--service", "app", "--env", "dev"]);
     assert!(!secrets.stdout.contains("API_KEY"), "{}", secrets.all());
 }
+
+#[test]
+fn an_image_on_an_address_inside_the_machine_is_refused_without_connecting() {
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("imaged", &["dev"], "image-secret");
+    support::set_image_manifest(&repo, 1, 1);
+    // A port on this machine the tenant would like the server to reach.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let inside = listener.local_addr().unwrap();
+    for reference in [
+        format!("{inside}/team/app:1"),
+        "169.254.169.254/latest/meta:1".to_owned(),
+        "localhost:5000/app:1".to_owned(),
+    ] {
+        let ran = platform.deploy_image(&repo, "dev", &reference);
+        assert!(!ran.ok(), "{reference}: {}", ran.all());
+        assert!(
+            ran.stderr.contains("not allowed"),
+            "{reference}: {}",
+            ran.all()
+        );
+    }
+    assert!(
+        listener.accept().is_err(),
+        "the server connected to {inside} for a tenant's image"
+    );
+}

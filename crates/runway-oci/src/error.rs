@@ -35,6 +35,12 @@ impl fmt::Display for BlobKind {
 /// Everything that can go wrong pulling, unpacking or bundling an image.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
+    /// The registry is not one images may come from here.
+    #[error("images from registry {registry} are not allowed here")]
+    NotAllowed {
+        /// The registry as the reference names it.
+        registry: String,
+    },
     /// The image reference does not parse.
     #[error("invalid image reference {reference:?}: {reason}")]
     InvalidReference {

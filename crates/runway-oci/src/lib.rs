@@ -144,4 +144,6 @@ pub use bundle::{
 pub use digest::Digest;
 pub use error::{BlobKind, OciError, Result};
 pub use image::{ImageConfig, Platform};
-pub use store::{DEFAULT_HOST_ID_BASE, Image, PullOptions, Rootfs, Store, StoreStats};
+pub use store::{
+    DEFAULT_HOST_ID_BASE, Image, PullOptions, Rootfs, Store, StoreStats, registry_allowed,
+};

@@ -46,6 +46,72 @@ pub struct PullOptions {
     pub timeout: Duration,
     /// The bound on establishing each connection.
     pub connect_timeout: Duration,
+    /// Registries images may come from (see [`registry_allowed`]); `None` allows any.
+    pub allowed_registries: Option<Vec<String>>,
+}
+
+/// Whether images may be pulled from `registry` (`host` or `host:port`, as the reference
+/// writes it). An entry allows the registry it names, `*.example.com` any below that domain,
+/// and `*` any registry whose host is a name or a public address: a loopback, link-local,
+/// private or unspecified address, or `localhost`, only when an entry names it. Registries
+/// reached over plain HTTP (`insecure_registries`) were named by the operator and are allowed.
+pub fn registry_allowed(registry: &str, opts: &PullOptions) -> bool {
+    let Some(allowed) = &opts.allowed_registries else {
+        return true;
+    };
+    let named = |entry: &String| {
+        entry.eq_ignore_ascii_case(registry)
+            || entry.strip_prefix("*.").is_some_and(|domain| {
+                let host = host_of(registry).to_ascii_lowercase();
+                host.ends_with(&format!(".{}", domain.to_ascii_lowercase()))
+            })
+    };
+    if opts.insecure_registries.iter().any(named) || allowed.iter().any(named) {
+        return true;
+    }
+    allowed.iter().any(|entry| entry == "*") && !is_internal(host_of(registry))
+}
+
+/// The host of `host`, `host:port` or `[v6]:port`.
+fn host_of(registry: &str) -> &str {
+    if let Some(rest) = registry.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match registry.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => registry,
+    }
+}
+
+/// A host that names this machine or a private network rather than a public registry.
+fn is_internal(host: &str) -> bool {
+    use std::net::IpAddr;
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    if host == "localhost" || host.ends_with(".localhost") {
+        return true;
+    }
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) => {
+            ip.is_loopback()
+                || ip.is_link_local()
+                || ip.is_private()
+                || ip.is_unspecified()
+                || ip.is_broadcast()
+                || ip.octets()[0] == 0
+                || (ip.octets()[0] == 100 && ip.octets()[1] & 0xc0 == 64)
+        }
+        Ok(IpAddr::V6(ip)) => {
+            ip.is_loopback()
+                || ip.is_unspecified()
+                || ip.is_unicast_link_local()
+                || ip.is_unique_local()
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| is_internal(&v4.to_string()))
+        }
+        // Not an address: a name, which `*` allows.
+        Err(_) => false,
+    }
 }
 
 impl Default for PullOptions {
@@ -57,6 +123,7 @@ impl Default for PullOptions {
             id_shift: DEFAULT_HOST_ID_BASE,
             timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(10),
+            allowed_registries: None,
         }
     }
 }
@@ -225,6 +292,11 @@ impl Store {
                     reference: reference.to_string(),
                     reason: e.to_string(),
                 })?;
+        if !registry_allowed(parsed.registry(), opts) {
+            return Err(OciError::NotAllowed {
+                registry: parsed.registry().to_string(),
+            });
+        }
         let registry = parsed.resolve_registry().to_string();
         match tokio::time::timeout(opts.timeout, self.pull_inner(reference, &parsed, opts)).await {
             Ok(result) => result,
@@ -830,5 +902,65 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for HashingWriter<W> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registries_are_an_allow_list_and_internal_addresses_must_be_named() {
+        let opts = |allowed: &[&str], insecure: &[&str]| PullOptions {
+            allowed_registries: Some(allowed.iter().map(|s| (*s).to_owned()).collect()),
+            insecure_registries: insecure.iter().map(|s| (*s).to_owned()).collect(),
+            ..PullOptions::default()
+        };
+        let any = opts(&["*"], &[]);
+        for public in [
+            "docker.io",
+            "ghcr.io",
+            "registry.example.com:5000",
+            "8.8.8.8",
+        ] {
+            assert!(registry_allowed(public, &any), "{public}");
+        }
+        for internal in [
+            "localhost:5000",
+            "127.0.0.1:5000",
+            "127.1.2.3",
+            "169.254.169.254",
+            "10.0.0.1:443",
+            "192.168.1.1",
+            "172.16.0.1",
+            "100.64.0.1",
+            "0.0.0.0:80",
+            "[::1]:5000",
+            "[fe80::1]",
+            "[fd00::1]:5000",
+            "[::ffff:127.0.0.1]:5000",
+        ] {
+            assert!(!registry_allowed(internal, &any), "{internal}");
+        }
+        // Named, it is allowed: in the list, or as a plain-HTTP registry.
+        assert!(registry_allowed(
+            "127.0.0.1:5000",
+            &opts(&["*", "127.0.0.1:5000"], &[])
+        ));
+        assert!(registry_allowed(
+            "127.0.0.1:5000",
+            &opts(&[], &["127.0.0.1:5000"])
+        ));
+        assert!(!registry_allowed(
+            "127.0.0.1:5001",
+            &opts(&["127.0.0.1:5000"], &[])
+        ));
+        // A list without `*` allows only what it names.
+        let listed = opts(&["registry.example.com", "*.pkg.dev"], &[]);
+        assert!(registry_allowed("registry.example.com", &listed));
+        assert!(registry_allowed("europe-docker.pkg.dev", &listed));
+        assert!(!registry_allowed("pkg.dev.evil.com", &listed));
+        assert!(!registry_allowed("docker.io", &listed));
+        assert!(registry_allowed("anything:1", &PullOptions::default()));
     }
 }
