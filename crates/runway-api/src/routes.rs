@@ -317,9 +317,31 @@ async fn get_deployment(
     state: axum::extract::State<ApiState>,
     Path(id): Path<i64>,
 ) -> JsonResponse<DeploymentView> {
+    Ok(axum::Json(
+        readable_deployment(&caller, &state, id).await?.into(),
+    ))
+}
+
+/// Deployment `id`, when the caller may read it. Another service's deployment is "not found",
+/// exactly as one that does not exist: a deploy token must not learn which ids other
+/// services' deployments have.
+async fn readable_deployment(
+    caller: &Caller,
+    state: &ApiState,
+    id: i64,
+) -> ApiResult<runway_store::Deployment> {
     let found = state.store(move |s| Ok(s.deployment_get(id)?)).await?;
-    caller.allow(Read, Some(&found.service), Some(&found.env))?;
-    Ok(axum::Json(found.into()))
+    if caller
+        .allow(Read, Some(&found.service), Some(&found.env))
+        .is_err()
+    {
+        return Err(StoreError::NotFound {
+            kind: "deployment",
+            name: id.to_string(),
+        }
+        .into());
+    }
+    Ok(found)
 }
 
 /// A deployment's events after the first `after` (the count already seen), for polling.
@@ -331,8 +353,7 @@ async fn deployment_events(
     Path(id): Path<i64>,
     Query(query): Query<AfterQuery>,
 ) -> JsonResponse<Vec<DeploymentEventView>> {
-    let found = state.store(move |s| Ok(s.deployment_get(id)?)).await?;
-    caller.allow(Read, Some(&found.service), Some(&found.env))?;
+    readable_deployment(&caller, &state, id).await?;
     in_range(query.after, 0, 1_000_000, "after")?;
     let events = state.store(move |s| Ok(s.deployment_events(id)?)).await?;
     let after = usize::try_from(query.after.unwrap_or(0)).unwrap_or(usize::MAX);

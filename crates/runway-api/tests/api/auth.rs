@@ -223,21 +223,27 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
             202,
         )
         .await;
+    // It answers exactly as an id that does not exist: nothing tells the one from the other.
     let id = other["id"].as_i64().unwrap();
-    assert_eq!(
-        server
-            .call("GET", &format!("/v1/deployments/{id}"), t, None)
-            .await
-            .status,
-        StatusCode::FORBIDDEN
-    );
-    assert_eq!(
-        server
-            .call("GET", &format!("/v1/deployments/{id}/events"), t, None)
-            .await
-            .status,
-        StatusCode::FORBIDDEN
-    );
+    let missing = id + 1000;
+    for (real, none) in [
+        (
+            format!("/v1/deployments/{id}"),
+            format!("/v1/deployments/{missing}"),
+        ),
+        (
+            format!("/v1/deployments/{id}/events"),
+            format!("/v1/deployments/{missing}/events"),
+        ),
+    ] {
+        let real = server.call("GET", &real, t, None).await;
+        let none = server.call("GET", &none, t, None).await;
+        assert_eq!(real.status, StatusCode::NOT_FOUND, "{}", real.text);
+        assert_eq!(
+            real.text.replace(&id.to_string(), "N"),
+            none.text.replace(&missing.to_string(), "N")
+        );
+    }
 }
 
 #[tokio::test]
