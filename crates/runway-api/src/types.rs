@@ -550,7 +550,7 @@ pub struct ScalingView {
     /// That decision whole (`runway_autoscaler::DecisionEvent`): its settings, ready and
     /// desired counts, state before, demand figures, intermediate figures and reasons; it
     /// replays to the same count.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Option<Object>)]
     pub last_change_event: Option<serde_json::Value>,
     /// A burst at least twice the ready capacity: no scale-down until it passes.
     pub panicking: bool,

@@ -105,3 +105,16 @@ async fn the_document_is_served() {
     assert_eq!(answer.content_type, "application/json");
     assert_eq!(&answer.body, runway_api::openapi::openapi());
 }
+
+/// A field the API may send as `null` says so: a schema-checking client (schemathesis among
+/// them) must accept every answer.
+#[test]
+fn fields_that_may_be_null_are_nullable() {
+    let doc = runway_api::openapi::openapi();
+    let event = &doc["components"]["schemas"]["ScalingView"]["properties"]["last_change_event"];
+    let types = event["type"].as_array().cloned().unwrap_or_default();
+    assert!(
+        types.iter().any(|t| t == "null") && types.iter().any(|t| t == "object"),
+        "{event}"
+    );
+}
