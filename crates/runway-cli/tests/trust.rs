@@ -15,6 +15,8 @@ mod support;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::Method;
@@ -226,5 +228,117 @@ fn an_image_on_an_address_inside_the_machine_is_refused_without_connecting() {
     assert!(
         listener.accept().is_err(),
         "the server connected to {inside} for a tenant's image"
+    );
+}
+
+/// Sends `request` over TLS to the ingress as `host` (its SNI) and returns what came back,
+/// at most 2 s of it; `None` when the ingress refuses the handshake (a host it does not serve
+/// yet, such as a revision's tag before the revision exists).
+async fn raw_tls(platform: &Platform, host: &str, request: &[u8]) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(platform.ca()).unwrap();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&pem) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(platform.https())
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).unwrap();
+    let mut tls = connector.connect(name, tcp).await.ok()?;
+    let _ = tls.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), tls.read_to_end(&mut answer)).await;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Anonymous clients sending broken bodies to a canary's tag URL and to the service's own
+/// cannot fail the canary: their requests are their own 400s, never the revision's 5xx, and
+/// the good revision walks to 100 % while real traffic sees no failure.
+#[test]
+fn a_poisoned_canary_is_not_rolled_back() {
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "canary-secret");
+    let rollout = "      steps: [50, 100]\n      pause_seconds: 3\n      analysis:\n        \
+                   min_requests: 20\n";
+    support::set_manifest(&repo, "runway_canary", rollout, 1, 1, 100);
+    support::set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    let host = "hello.dev.localhost";
+    platform.get(host, "/", Duration::from_secs(10));
+    let client = platform.ingress_client(host);
+    let load = support::Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(host, "/"),
+        4,
+        Some(40.0),
+    );
+
+    // While the canary runs, broken chunked bodies at its tag URL and at the service's.
+    let stop = AtomicBool::new(false);
+    let answers = Mutex::new(Vec::new());
+    let (deployed, sent) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            platform.rt.block_on(async {
+                let mut sent = 0u32;
+                while !stop.load(Ordering::Relaxed) && sent < 2_000 {
+                    for target in ["r2---hello.dev.localhost", host] {
+                        let request = format!(
+                            "POST / HTTP/1.1\r\nHost: {target}\r\nTransfer-Encoding: \
+                             chunked\r\n\r\n5\r\nhello\r\nZZ\r\n"
+                        );
+                        if let Some(answer) = raw_tls(&platform, target, request.as_bytes()).await {
+                            answers.lock().unwrap().push(answer);
+                            sent += 1;
+                        } else {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+                sent
+            })
+        });
+        support::set_env_file(&repo, "dev", &[("GREETING", "v2")]);
+        let deployed = platform.deploy(&repo, "dev");
+        stop.store(true, Ordering::Relaxed);
+        (deployed, worker.join().unwrap())
+    });
+    let answers = answers.into_inner().unwrap();
+    assert!(
+        deployed.ok(),
+        "the canary was failed by broken requests: {}\nserver:\n{}",
+        deployed.all(),
+        platform.log()
+    );
+    assert!(sent >= 10, "only {sent} broken requests were sent");
+    for answer in &answers {
+        let status = answer.split(' ').nth(1).unwrap_or("");
+        assert!(
+            !status.starts_with('5'),
+            "a broken request got a server error: {answer}"
+        );
+    }
+    let (ok, failed) = load.stop(&platform.rt);
+    assert_eq!(failed, 0, "real requests failed: {ok} ok");
+    let (code, listed) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/deployments?limit=1",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(listed[0]["state"], "succeeded", "{listed:#}");
+    eprintln!(
+        "poisoned canary: {sent} broken requests during the rollout, {ok} real ones, 0 failed, \
+         the canary reached 100 %"
     );
 }
