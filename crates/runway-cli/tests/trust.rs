@@ -342,3 +342,81 @@ fn a_poisoned_canary_is_not_rolled_back() {
          the canary reached 100 %"
     );
 }
+
+/// A flood of connections from one client past its share is refused at accept, while another
+/// client (another loopback address) is served through the ingress and the API keeps
+/// answering.
+#[test]
+fn a_connection_flood_is_refused_while_others_are_served() {
+    use std::io::Read;
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "flood-secret");
+    let deployed = platform.deploy(&repo, "dev");
+    assert!(deployed.ok(), "{}", deployed.all());
+    let host = "hello.dev.localhost";
+    platform.get(host, "/", Duration::from_secs(10));
+
+    // 400 connections from 127.0.0.1 that say nothing: more than one client's share (256).
+    let flood: Vec<std::net::TcpStream> = (0..400)
+        .filter_map(|_| std::net::TcpStream::connect(platform.https()).ok())
+        .collect();
+    assert!(flood.len() > 300, "only {} connected", flood.len());
+    // Refused ones are closed at once; held ones wait for a handshake that never comes.
+    std::thread::sleep(Duration::from_millis(500));
+    let closed = flood
+        .iter()
+        .filter(|stream| {
+            stream
+                .set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            // A held connection has nothing to say yet: the read times out.
+            match (&**stream).read(&mut [0u8; 1]) {
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                Ok(_) => true,
+            }
+        })
+        .count();
+    let held = flood.len() - closed;
+    assert!(
+        (200..=256).contains(&held),
+        "{held} of {} flood connections held",
+        flood.len()
+    );
+
+    // Another client, from another address, is served; so is the API.
+    let pem = std::fs::read(platform.ca()).unwrap();
+    let other = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+        .resolve(host, platform.https())
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let url = platform.ingress_url(host, "/");
+    let served = platform.rt.block_on(async {
+        let mut served = 0;
+        for _ in 0..20 {
+            if let Ok(response) = other.get(&url).send().await
+                && response.status().is_success()
+            {
+                served += 1;
+            }
+        }
+        served
+    });
+    assert_eq!(served, 20, "another client was not served during the flood");
+    let (status, _) = platform.call(Method::GET, "/v1/whoami", Some(&platform.token), None);
+    assert_eq!(status, 200, "the API did not answer during the flood");
+    eprintln!(
+        "flood: {} connections from one address, {held} held, {closed} closed at accept; \
+         another address served 20 of 20; the API answered",
+        flood.len()
+    );
+    drop(flood);
+}
