@@ -373,12 +373,12 @@ fn a_connection_flood_is_refused_while_others_are_served() {
                 .set_read_timeout(Some(Duration::from_millis(20)))
                 .unwrap();
             // A held connection has nothing to say yet: the read times out.
-            match (&**stream).read(&mut [0u8; 1]) {
+            match (&**stream).read_exact(&mut [0u8; 1]) {
                 Err(e) => !matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ),
-                Ok(_) => true,
+                Ok(()) => true,
             }
         })
         .count();
