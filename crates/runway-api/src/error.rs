@@ -152,6 +152,12 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict(message) => Self::conflict(message.clone()),
             StoreError::InvalidTransition { .. } => Self::conflict(error.to_string()),
             StoreError::Invalid(message) => Self::invalid(message.clone()),
+            StoreError::Full => Self::new(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                "the control plane's disk is full: nothing was written; try again once its \
+                 operator has freed space",
+            ),
             StoreError::Sqlite(_)
             | StoreError::Corrupt(_)
             | StoreError::Io { .. }

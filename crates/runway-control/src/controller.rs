@@ -1,6 +1,6 @@
 //! The controller: the loop, one reconciliation of every service, and the actions.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -53,6 +53,34 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     pass: tokio::sync::Mutex<PassMemory>,
     /// Plain processes run in their service's sandbox ([`Controller::isolate_processes`]).
     process_sandbox: Option<SandboxPolicy>,
+    /// Deployment events the store could not take (a full disk), oldest first: written, in
+    /// order, before any newer one once it can.
+    unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
+}
+
+/// An event the store refused, with when it happened.
+#[derive(Debug, Clone)]
+struct UnwrittenEvent {
+    deployment: i64,
+    message: String,
+    at_ms: i64,
+}
+
+/// At most this many unwritten events are kept (the oldest go first past it): a disk full for
+/// long must not fill the memory too.
+const MAX_UNWRITTEN_EVENTS: usize = 10_000;
+
+/// Keeps an event the store refused.
+fn keep_unwritten(queue: &Mutex<VecDeque<UnwrittenEvent>>, deployment: i64, message: String) {
+    let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
+    if queue.len() >= MAX_UNWRITTEN_EVENTS {
+        queue.pop_front();
+    }
+    queue.push_back(UnwrittenEvent {
+        deployment,
+        message,
+        at_ms: runway_store::Timestamp::now().unix_millis(),
+    });
 }
 
 /// What one pass leaves for the loop.
@@ -94,6 +122,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
             process_sandbox: None,
+            unwritten: Arc::default(),
         }
     }
 
@@ -188,6 +217,9 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let mut memory = self.pass.lock().await;
         self.carry_on_from_serving_table();
         let mut errors = Vec::new();
+        if let Err(error) = self.write_unwritten().await {
+            errors.push(error);
+        }
         let desired = match self
             .db("list desired states", |store| store.desired_list())
             .await
@@ -504,11 +536,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id.to_owned());
-        let (runtime, store, wake, stopping) = (
+        let (runtime, store, wake, stopping, unwritten) = (
             Arc::clone(&self.runtime),
             Arc::clone(&self.store),
             Arc::clone(&self.wake),
             Arc::clone(&self.stopping),
+            Arc::clone(&self.unwritten),
         );
         let id = id.to_owned();
         tokio::spawn(async move {
@@ -521,10 +554,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 }
             };
             if let Some(deployment) = told {
-                let _ = tokio::task::spawn_blocking(move || {
-                    store.deployment_add_event(ACTOR, deployment, &message)
+                let text = message.clone();
+                let added = tokio::task::spawn_blocking(move || {
+                    store.deployment_add_event(ACTOR, deployment, &text)
                 })
                 .await;
+                if !matches!(added, Ok(Ok(_))) {
+                    keep_unwritten(&unwritten, deployment, message);
+                }
             }
             stopping
                 .lock()
@@ -833,14 +870,58 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let Some(deployment) = deployment else {
             return;
         };
-        let (id, text) = (deployment.id, message.to_owned());
-        let added = self
-            .db(format!("add an event to deployment {id}"), move |store| {
-                store.deployment_add_event(ACTOR, id, &text)
-            })
-            .await;
-        if let Err(error) = added {
+        // After the ones still waiting, so the story keeps its order.
+        keep_unwritten(&self.unwritten, deployment.id, message.to_owned());
+        if let Err(error) = self.write_unwritten().await {
             errors.push(error);
+        }
+    }
+
+    /// Writes the events the store could not take yet, oldest first, until one is refused
+    /// again. One written late says when it happened.
+    async fn write_unwritten(&self) -> Result<()> {
+        loop {
+            let Some(next) = self
+                .unwritten
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .front()
+                .cloned()
+            else {
+                return Ok(());
+            };
+            let now = runway_store::Timestamp::now().unix_millis();
+            let text = if now - next.at_ms > 1_000 {
+                let at = runway_store::Timestamp::from_unix_millis(next.at_ms)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default();
+                format!(
+                    "{} (at {at}; written late, the store could not take it then)",
+                    next.message
+                )
+            } else {
+                next.message.clone()
+            };
+            let id = next.deployment;
+            let added = self
+                .db(format!("add an event to deployment {id}"), move |store| {
+                    store.deployment_add_event(ACTOR, id, &text)
+                })
+                .await;
+            match added {
+                Ok(_)
+                | Err(ControlError::Store {
+                    source: runway_store::StoreError::NotFound { .. },
+                    ..
+                }) => {
+                    // Written, or its deployment is gone (decommissioned): either way done.
+                    self.unwritten
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .pop_front();
+                }
+                Err(error) => return Err(error),
+            }
         }
     }
 

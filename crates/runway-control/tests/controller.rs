@@ -650,3 +650,107 @@ async fn run_reconciles_until_shutdown() {
     stop.send(()).unwrap();
     tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
 }
+
+/// A small file system of the test's own (tmpfs, mounted as root), unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// `None`, saying why, where mounting is not possible (not root); under `CI=true` that
+    /// fails the test instead.
+    fn mount(bytes: u64) -> Option<(Self, tempfile::TempDir)> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            let reason = "cannot mount a small tmpfs (the full-disk test needs root)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+            eprintln!("skipped: {reason}");
+            return None;
+        }
+        let store = tempfile::tempdir_in(dir.path()).unwrap();
+        Some((Self { dir }, store))
+    }
+
+    /// Fills what is left with one file; removing it gives the room back.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.dir.path().join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        while file.write_all(&chunk[..512]).is_ok() {}
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// The store's disk fills mid-deploy: the events it could not take are kept, and written in
+/// their order, saying when they happened, once there is room again; the deploy then ends.
+#[tokio::test]
+async fn events_refused_by_a_full_disk_are_written_once_it_has_room() {
+    let Some((disk, store_dir)) = SmallDisk::mount(8 << 20) else {
+        return;
+    };
+    let harness = Harness::with_store_in(fast_config(), store_dir);
+    harness.onboard("hello");
+    let first = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| h.state(&first) == DeploymentState::Succeeded)
+        .await;
+    // The new instance takes a while to be ready: the disk fills once it has started.
+    harness.runtime.behave(V2, Behavior::ReadyAfter(8));
+    let deployment = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| {
+            h.runtime.specs().iter().any(|s| s.revision == V2)
+        })
+        .await;
+    let filler = disk.fill();
+    let mut full = Vec::new();
+    for _ in 0..20 {
+        let errors = harness.controller.reconcile_all().await;
+        full.extend(
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .filter(|e| e.contains("disk is full")),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!full.is_empty(), "no write failed on the full disk");
+    // Long enough that the late ones say when they happened.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let _ = harness.controller.reconcile_all().await;
+
+    std::fs::remove_file(filler).unwrap();
+    harness
+        .settle(BOUND, |h| {
+            h.state(&deployment) == DeploymentState::Succeeded
+        })
+        .await;
+    let events = harness.events(&deployment);
+    let late = events
+        .iter()
+        .position(|e| e.contains("written late"))
+        .unwrap_or_else(|| panic!("no refused event was written: {events:#?}"));
+    let succeeded = events
+        .iter()
+        .position(|e| e.contains("succeeded"))
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert!(late < succeeded, "{events:#?}");
+    eprintln!("events after a full disk: {events:#?}");
+    drop(harness);
+}

@@ -38,6 +38,9 @@ pub enum StoreError {
     /// service).
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// The disk (or the database's size bound) is full: nothing was written.
+    #[error("the store's disk is full: nothing was written; free space where the database is")]
+    Full,
     /// The database refused or failed.
     #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
@@ -78,7 +81,10 @@ pub(crate) trait DbResult<T> {
 
 impl<T> DbResult<T> for rusqlite::Result<T> {
     fn db(self) -> Result<T> {
-        self.map_err(StoreError::Sqlite)
+        self.map_err(|error| match error.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full,
+            _ => StoreError::Sqlite(error),
+        })
     }
 }
 

@@ -107,6 +107,26 @@ impl SqliteStore {
         })
     }
 
+    /// Bounds the database's size to about `max_bytes` (SQLite's `max_page_count`, for this
+    /// process), or lifts the bound with `None`: a write past it fails with
+    /// [`StoreError::Full`] and changes nothing, as on a full disk.
+    pub fn limit_size(&self, max_bytes: Option<u64>) -> Result<()> {
+        let conn = self.lock();
+        let page_size: i64 = conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .db()?;
+        let page_size = u64::try_from(page_size).unwrap_or(4096).max(1);
+        // SQLite's own ceiling when lifted.
+        let pages = max_bytes.map_or(0xFFFF_FFFE, |bytes| (bytes / page_size).max(1));
+        // The answer is the bound in force: never below the pages in use.
+        let _: i64 = conn
+            .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |row| {
+                row.get(0)
+            })
+            .db()?;
+        Ok(())
+    }
+
     /// The database file's path.
     pub fn path(&self) -> &Path {
         &self.path

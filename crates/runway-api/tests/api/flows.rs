@@ -1216,3 +1216,39 @@ async fn a_dry_run_records_its_revision_and_leaves_the_desired_state_as_it_was()
         (0, 0)
     );
 }
+
+#[tokio::test]
+async fn a_full_disk_is_507_saying_what_ran_out() {
+    let server = start().await;
+    server.onboard("hello").await;
+    server.store.limit_size(Some(1)).unwrap();
+    let answer = server
+        .call(
+            "PUT",
+            "/v1/services/hello/environments/dev/secrets/API_KEY",
+            Some(&server.admin),
+            Some(json!({"value": "x".repeat(60_000)})),
+        )
+        .await;
+    assert_eq!(
+        (answer.status, answer.code()),
+        (StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage"),
+        "{}",
+        answer.text
+    );
+    assert!(answer.message().contains("disk is full"), "{}", answer.text);
+    assert!(
+        answer.message().contains("nothing was written"),
+        "{}",
+        answer.text
+    );
+    server.store.limit_size(None).unwrap();
+    server
+        .admin(
+            "PUT",
+            "/v1/services/hello/environments/dev/secrets/API_KEY",
+            Some(json!({"value": "x".repeat(60_000)})),
+            200,
+        )
+        .await;
+}

@@ -313,7 +313,11 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(config: ControllerConfig) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::with_store_in(config, tempfile::tempdir().unwrap())
+    }
+
+    /// With the store's database in `dir` (a small file system, say).
+    pub fn with_store_in(config: ControllerConfig, dir: tempfile::TempDir) -> Self {
         let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
         let runtime = Arc::new(FakeRuntime::default());
         let key = MasterKey::generate().unwrap();

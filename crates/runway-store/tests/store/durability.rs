@@ -157,3 +157,39 @@ fn acknowledged_records_survive_sigkill() {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// A full disk (here the database's size bound) fails a write with `Full`, saying what ran
+/// out, and leaves everything as it was; once there is room again, writes go on.
+#[test]
+fn a_full_disk_fails_a_write_whole_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("runway.db")).unwrap();
+    onboard(&store, "hello");
+    let first = store
+        .record_deploy(
+            "alice",
+            &new_revision("hello", "production", "a"),
+            &all_new(1),
+        )
+        .unwrap();
+    store.limit_size(Some(1)).unwrap();
+    let big = "x".repeat(64 * 1024);
+    let error = store
+        .deployment_add_event("alice", first.deployment.id, &big)
+        .unwrap_err();
+    assert!(matches!(error, runway_store::StoreError::Full), "{error}");
+    assert!(error.to_string().contains("disk is full"), "{error}");
+    assert!(
+        store
+            .deployment_events(first.deployment.id)
+            .unwrap()
+            .iter()
+            .all(|e| e.message != big),
+        "a failed write left a row"
+    );
+    store.limit_size(None).unwrap();
+    store
+        .deployment_add_event("alice", first.deployment.id, &big)
+        .unwrap();
+    store.integrity_check().unwrap();
+}
