@@ -953,3 +953,57 @@ async fn an_instance_ends_with_its_killed_supervisor() {
         fixture.runtime.instance_remove(&id).await.unwrap();
     }
 }
+
+/// The pids of the processes whose command line has all of `words`.
+fn pids_with(words: &[&str]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let line = String::from_utf8_lossy(&line).replace('\0', " ");
+                words.iter().all(|w| line.contains(w))
+            })
+        })
+        .collect()
+}
+
+/// Supervisor and watchdog both killed: the container is a stray until the instance is
+/// removed (as the control plane does when it finds the supervisor gone), which deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removing_an_instance_whose_supervisor_and_watchdog_died_reaps_its_container() {
+    if !runway_oci::testing::require_tools("a stray container", &["runc"]) {
+        return;
+    }
+    let fixture = Fixture::new();
+    let mut spec = fixture.shell("stray", "sleep 300");
+    spec.restart.mode = RestartMode::Never;
+    spec.sandbox = Some(
+        runway_runtime::sandbox::SandboxPolicy::default()
+            .sandbox(4, fixture.work.path())
+            .unwrap(),
+    );
+    fixture.runtime.instance_ensure(spec).await.unwrap();
+    let mut status = fixture.runtime.watch("stray").await.unwrap();
+    let running = wait_for(&mut status, "running", |s| s.pid.is_some()).await;
+    let dir = fixture.runtime.instance_dir("stray");
+    let dir_text = dir.display().to_string();
+    let kill = |pid: u32| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    };
+    let watchdogs = pids_with(&["--watchdog", &dir_text]);
+    assert_eq!(watchdogs.len(), 1, "{watchdogs:?}");
+    kill(watchdogs[0]);
+    assert!(gone(watchdogs[0]).await);
+    kill(running.supervisor_pid);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let app = running.pid.unwrap();
+    assert!(alive(app), "the container ended without anyone to end it");
+    fixture.runtime.instance_remove("stray").await.unwrap();
+    assert!(gone(app).await, "the stray container was not reaped");
+    assert!(!dir.exists());
+}

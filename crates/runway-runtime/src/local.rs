@@ -118,7 +118,7 @@ impl LocalRuntime {
         store
             .pull(reference, &pull)
             .await
-            .map_err(|e| image_error(e.to_string()))
+            .map_err(|e| image_error(pull_error(&e, pull.allowed_registries.is_some())))
     }
 
     /// Pulls the image (pinned to its digest) into the shared cache and writes the instance's
@@ -439,6 +439,16 @@ impl Runtime for LocalRuntime {
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        // A supervisor killed with its watchdog left its container running: a stray, with the
+        // instance's port and secrets. The OCI runtime knows it by the instance's id.
+        if !process_exists(stopped.supervisor_pid)
+            && let Some(InstanceSpec {
+                artifact: Artifact::Container { oci_runtime, .. },
+                ..
+            }) = read_spec(&dir)
+        {
+            crate::container::delete(&oci_runtime, id).await;
+        }
         fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
     }
 
@@ -652,6 +662,20 @@ fn find_program(
         .ok_or_else(|| format!("command {} not found on PATH ({search})", program.display()))
 }
 
+/// What a failed pull says. Where registries are an allow-list (a server, whose image
+/// references come from tenants), a registry that cannot be reached is "could not pull"
+/// without the reason: refused, timed out and unresolvable must not tell a tenant which ports
+/// are open. On a developer's own machine the reason helps and is shown.
+fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
+    use runway_oci::OciError;
+    match error {
+        OciError::Unreachable { registry, .. } | OciError::Timeout { registry, .. } if guarded => {
+            format!("could not pull it: registry {registry} did not answer")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Whether a process of that id is there (a zombie counts until it is reaped).
 fn process_exists(pid: u32) -> bool {
     i32::try_from(pid).is_ok_and(|pid| {
@@ -716,6 +740,25 @@ mod tests {
             inherit_env: false,
             sandbox: None,
         }
+    }
+
+    #[test]
+    fn a_guarded_pull_does_not_tell_why_a_registry_did_not_answer() {
+        let refused = runway_oci::OciError::Unreachable {
+            registry: "registry.example.com:5000".to_owned(),
+            scheme: "https",
+            reason: "tcp connect error: Connection refused (os error 111)".to_owned(),
+        };
+        let guarded = pull_error(&refused, true);
+        assert_eq!(
+            guarded,
+            "could not pull it: registry registry.example.com:5000 did not answer"
+        );
+        assert!(pull_error(&refused, false).contains("Connection refused"));
+        let not_allowed = runway_oci::OciError::NotAllowed {
+            registry: "127.0.0.1:5000".to_owned(),
+        };
+        assert!(pull_error(&not_allowed, true).contains("not allowed"));
     }
 
     #[tokio::test]
