@@ -386,7 +386,10 @@ pub(crate) fn check_processes_allowed(
         return Ok(());
     }
     Err(ApiError::forbidden(format!(
-        "{service} may not run plain processes (spec.workload.process) on this server: deploy          an image instead (spec.image, or `image`), or have an admin allow processes for it          (`runway services update {service} --allow-processes true`) or the operator for every          service (runtime.allow_processes in the server's configuration)"
+        "{service} may not run plain processes (spec.workload.process) on this server: deploy \
+         an image instead (spec.image, or `image`), or have an admin allow processes for it \
+         (`runway services update {service} --allow-processes true`) or the operator for every \
+         service (runtime.allow_processes in the server's configuration)"
     ))
     .field("manifest.spec.workload.process"))
 }

@@ -161,6 +161,13 @@ pub(crate) fn runtime_with(
     let mut config = config_in(root)?;
     config.pull.insecure_registries = insecure_registries.to_vec();
     config.pull.allowed_registries = Some(allowed_registries.to_vec());
+    // The server's data directory: the store, the master key, the CA's key.
+    config.private_dirs = config
+        .root
+        .parent()
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
     config.oci_runtime = oci_runtime.to_path_buf();
     Ok(LocalRuntime::new(config))
 }

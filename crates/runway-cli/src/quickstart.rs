@@ -17,7 +17,7 @@ use crate::repo::{discover, valid_services};
 use crate::server::{IngressConfig, Running, ServerConfig};
 use crate::{EXIT_INVALID, Output};
 
-/// The bundled example, written into the data directory so the command works from anywhere.
+/// The bundled example, written into a temporary directory so the command works from anywhere.
 const EXAMPLE: [(&str, &str); 5] = [
     (
         ".runway/runway.yml",
@@ -92,7 +92,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
-    let example = data_dir.join("example");
+    // The example's code is a repository of its own, out of the data directory: an isolated
+    // process may never see the platform's files.
+    let code = tempfile::tempdir().context("cannot make a directory for the example")?;
+    let example = code.path().join("hello");
     for (path, text) in EXAMPLE {
         let path = example.join(path);
         if let Some(parent) = path.parent() {
@@ -116,7 +119,13 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     // The example is a plain process, and this platform is the user's own. It runs isolated
     // as a tenant's would when an OCI runtime is there to do it.
     config.runtime.allow_processes = true;
-    if !on_path(&config.runtime.oci_runtime) {
+    if !nix::unistd::geteuid().is_root() {
+        config.runtime.isolate_processes = false;
+        eprintln!(
+            "note: not root, so the example runs as your own user, not isolated as `runway \
+             server` run as root runs a tenant's process"
+        );
+    } else if !on_path(&config.runtime.oci_runtime) {
         config.runtime.isolate_processes = false;
         eprintln!(
             "note: {} is not installed, so the example runs as your own user, not isolated as \

@@ -881,7 +881,10 @@ async fn a_sandboxed_process_runs_as_its_services_user_and_reaches_nothing_else(
         working_dir: Some(state.to_owned()),
     };
     let error = fixture.runtime.instance_ensure(exposed).await.unwrap_err();
-    assert!(error.to_string().contains("state directory"), "{error}");
+    assert!(
+        error.to_string().contains("platform's own files"),
+        "{error}"
+    );
     assert!(!fixture.runtime.instance_dir("exposed").exists());
 }
 

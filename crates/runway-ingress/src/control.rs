@@ -216,15 +216,19 @@ impl ControlState {
                 message: error.to_string(),
             };
         }
-        // In force from here; a failed save only costs a restart's memory of it.
-        if let Err(error) = save_table(&self.dir, &table).await {
-            eprintln!(
-                "runway-ingress: the table is in force but not saved in {}: {error}",
-                self.dir.display()
-            );
-        }
+        // In force from here. Unsaved, a restart would serve an older table that the control
+        // plane believes is saved: the error makes it send the table again until it is.
+        let saved = save_table(&self.dir, &table).await;
         *current = table;
-        Reply::Done
+        match saved {
+            Ok(()) => Reply::Done,
+            Err(error) => Reply::Error {
+                message: format!(
+                    "the table is in force but could not be saved in {}: {error}",
+                    self.dir.display()
+                ),
+            },
+        }
     }
 }
 

@@ -102,9 +102,10 @@ pub struct BundleOptions {
     pub host_dns: bool,
     /// The host's cgroup hierarchy.
     pub cgroup: CgroupVersion,
-    /// Host directories bound read-only (and `nosuid`, `nodev`) at the same path inside, after
-    /// the standard mounts: what a sandboxed process on an empty rootfs sees of the host.
-    pub read_only_binds: Vec<PathBuf>,
+    /// Host directories bound read-only (and `nosuid`, `nodev`), as `(host path, path
+    /// inside)`, after the standard mounts: what a sandboxed process on an empty rootfs sees of
+    /// the host.
+    pub read_only_binds: Vec<(PathBuf, PathBuf)>,
 }
 
 impl Default for BundleOptions {
@@ -561,12 +562,11 @@ fn mounts(opts: &BundleOptions) -> Vec<Mount> {
         mount("/tmp", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=1777"]),
         mount("/run", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=755"]),
     ];
-    for dir in &opts.read_only_binds {
-        let path = dir.to_string_lossy();
+    for (source, destination) in &opts.read_only_binds {
         mounts.push(mount(
-            &path,
+            &destination.to_string_lossy(),
             "none",
-            &path,
+            &source.to_string_lossy(),
             &["bind", "nosuid", "nodev", "ro"],
         ));
     }

@@ -45,6 +45,8 @@ pub struct LocalConfig {
     pub supervisor_start_timeout: Duration,
     /// Extra time, past an instance's grace period, that a stop may take.
     pub stop_margin: Duration,
+    /// Directories no sandboxed process may see, besides `root` (a server's data directory).
+    pub private_dirs: Vec<PathBuf>,
 }
 
 impl LocalConfig {
@@ -57,6 +59,7 @@ impl LocalConfig {
             user_namespace: true,
             supervisor_start_timeout: Duration::from_secs(10),
             stop_margin: Duration::from_secs(10),
+            private_dirs: Vec::new(),
         }
     }
 }
@@ -190,20 +193,36 @@ impl LocalRuntime {
             id: spec.id.clone(),
             message,
         };
-        sandbox.check(&self.config.root).map_err(refuse)?;
+        let protected: Vec<&Path> = std::iter::once(self.config.root.as_path())
+            .chain(self.config.private_dirs.iter().map(PathBuf::as_path))
+            .collect();
+        let code = sandbox.check(&protected).map_err(refuse)?;
+        // What the process could not see is refused before it is looked for on the host, so
+        // the answer says nothing of what is there.
         let working_dir = working_dir
             .clone()
             .unwrap_or_else(|| sandbox.code_dir.clone());
-        if !working_dir.starts_with(&sandbox.code_dir) {
+        if !sandbox.sees(&working_dir) || !working_dir.starts_with(&sandbox.code_dir) {
             return Err(refuse(format!(
                 "working directory {} is outside the code directory {}",
                 working_dir.display(),
                 sandbox.code_dir.display()
             )));
         }
-        let program =
-            find_program(program, Some(&working_dir), &spec.search_path()).map_err(refuse)?;
-        if !sandbox.sees(&program) {
+        let visible = |program: &Path| {
+            program.components().count() == 1
+                || sandbox.sees(&if program.is_absolute() {
+                    program.to_owned()
+                } else {
+                    working_dir.join(program)
+                })
+        };
+        let found = if visible(program) {
+            Some(find_program(program, Some(&working_dir), &spec.search_path()).map_err(refuse)?)
+        } else {
+            None
+        };
+        let Some(program) = found.filter(|found| sandbox.sees(found)) else {
             return Err(refuse(format!(
                 "command {} is outside what an isolated process sees: its code directory {} and \
                  the host's {} (runtime.process_host_paths)",
@@ -216,13 +235,13 @@ impl LocalRuntime {
                     .collect::<Vec<_>>()
                     .join(", ")
             )));
-        }
+        };
         let oci_runtime = find_program(&self.config.oci_runtime, None, &own_path())
             .map_err(|e| refuse(format!("no OCI runtime to isolate the process with: {e}")))?;
         let bundle = dir.join("bundle");
         let rootfs = bundle.join("rootfs");
         let layout = sandbox
-            .lay_out(&rootfs)
+            .lay_out(&rootfs, &code)
             .map_err(|e| RuntimeError::io(&rootfs, e))?;
         let command: Vec<String> = std::iter::once(program.display().to_string())
             .chain(args.iter().cloned())
@@ -247,6 +266,7 @@ impl LocalRuntime {
             user_namespace: None,
             host_dns: !layout.has_etc,
             read_only_binds: layout.binds,
+            pids_limit: Some(SANDBOX_PIDS_LIMIT),
             ..BundleOptions::default()
         };
         let root = runway_oci::Rootfs {
@@ -347,11 +367,13 @@ impl Runtime for LocalRuntime {
             let port = free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?;
             assign_port(&mut spec, port);
         }
+        // A sandboxed process is checked against what it will see (`prepare_sandbox`).
         if let Artifact::Command {
             program,
             working_dir,
             ..
         } = &spec.artifact
+            && spec.sandbox.is_none()
         {
             find_program(program, working_dir.as_deref(), &spec.search_path()).map_err(
                 |message| RuntimeError::Artifact {
@@ -661,6 +683,10 @@ fn find_program(
         .find(|candidate| executable(candidate))
         .ok_or_else(|| format!("command {} not found on PATH ({search})", program.display()))
 }
+
+/// Processes and threads a sandboxed process may have at once: a fork bomb stays inside its
+/// own cgroup instead of taking the machine's pids.
+const SANDBOX_PIDS_LIMIT: u64 = 4096;
 
 /// What a failed pull says. Where registries are an allow-list (a server, whose image
 /// references come from tenants), a registry that cannot be reached is "could not pull"

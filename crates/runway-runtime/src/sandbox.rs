@@ -75,59 +75,101 @@ impl SandboxPolicy {
 /// What [`Sandbox::lay_out`] made: the directories to bind, in order.
 #[derive(Debug)]
 pub(crate) struct Layout {
-    pub(crate) binds: Vec<PathBuf>,
+    /// `(host path, path inside)`.
+    pub(crate) binds: Vec<(PathBuf, PathBuf)>,
     /// `/etc` is among them, so the host's `resolv.conf` and `hosts` come with it.
     pub(crate) has_etc: bool,
 }
 
+/// Host directories a code directory may be neither nor lie under: the kernel's views, the
+/// running system's sockets and state, root's home.
+const NEVER_CODE: &[&str] = &[
+    "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/root",
+];
+
+/// Host directories a code directory may lie under but not be: shared by everyone.
+const NOT_WHOLE: &[&str] = &[
+    "/", "/tmp", "/var/tmp", "/home", "/srv", "/opt", "/var", "/mnt",
+];
+
 impl Sandbox {
-    /// Refuses what would open the platform's own files to the process: a code directory or
-    /// host path that holds `private` (the runtime's state directory) or is inside it, and a
-    /// code directory that is not an absolute, existing directory.
-    pub(crate) fn check(&self, private: &Path) -> Result<(), String> {
-        let private = fs::canonicalize(private).unwrap_or_else(|_| private.to_owned());
+    /// Checks what the process would see before anything is made, and returns the code
+    /// directory as it is on disk (symbolic links resolved), which is what gets bound. Refused:
+    /// a code directory that is not an absolute, existing directory; one that holds or lies in
+    /// a `protected` directory (the data directory, the runtime's state), one of the system's
+    /// own ([`NEVER_CODE`]) or a shared one whole ([`NOT_WHOLE`]); a host path that holds or
+    /// lies in a protected directory.
+    pub(crate) fn check(&self, protected: &[&Path]) -> Result<PathBuf, String> {
+        let protected: Vec<PathBuf> = protected
+            .iter()
+            .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+            .collect();
         let code = &self.code_dir;
         if !code.is_absolute() {
             return Err(format!("code directory {} is not absolute", code.display()));
         }
-        let code = fs::canonicalize(code)
+        if code
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            return Err(format!("code directory {} has `..` in it", code.display()));
+        }
+        let real = fs::canonicalize(code)
             .map_err(|e| format!("code directory {}: {e}", code.display()))?;
-        if !code.is_dir() {
+        if !real.is_dir() {
             return Err(format!(
                 "code directory {} is not a directory",
                 code.display()
             ));
         }
-        let overlaps = |dir: &Path| private.starts_with(dir) || dir.starts_with(&private);
-        if overlaps(&code) {
+        let overlaps = |dir: &Path| {
+            protected
+                .iter()
+                .any(|p| p.starts_with(dir) || dir.starts_with(p))
+        };
+        if overlaps(&real) {
             return Err(format!(
-                "code directory {} holds or is inside the platform's state directory {}: a \
-                 process may not see it",
-                code.display(),
-                private.display()
+                "code directory {} holds or is inside the platform's own files: a process may \
+                 not see them",
+                code.display()
             ));
         }
-        if let Some(path) = self.host_paths.iter().find(|p| {
-            fs::canonicalize(p).is_ok_and(|p| private.starts_with(&p) || p.starts_with(&private))
-        }) {
+        if NEVER_CODE.iter().any(|d| real.starts_with(d))
+            || NOT_WHOLE.iter().any(|d| real == Path::new(d))
+        {
             return Err(format!(
-                "host path {} holds or is inside the platform's state directory {}: take it out \
-                 of runtime.process_host_paths",
-                path.display(),
-                private.display()
+                "code directory {} is the system's, not a service's code",
+                code.display()
             ));
         }
-        Ok(())
+        if let Some(path) = self
+            .host_paths
+            .iter()
+            .find(|p| fs::canonicalize(p).is_ok_and(|p| overlaps(&p)))
+        {
+            return Err(format!(
+                "host path {} holds or is inside the platform's own files: take it out of \
+                 runtime.process_host_paths",
+                path.display()
+            ));
+        }
+        Ok(real)
     }
 
-    /// Whether the process can see `path` (the program it starts).
+    /// Whether the process can see `path` (the program it starts): inside its code directory
+    /// or a host path, with no `..` to leave them.
     pub(crate) fn sees(&self, path: &Path) -> bool {
-        path.starts_with(&self.code_dir) || self.host_paths.iter().any(|p| path.starts_with(p))
+        !path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+            && (path.starts_with(&self.code_dir)
+                || self.host_paths.iter().any(|p| path.starts_with(p)))
     }
 
     /// Makes the empty root in `rootfs` (symbolic links among the host paths made again in
-    /// it) and says what to bind: the host paths that are directories, then the code.
-    pub(crate) fn lay_out(&self, rootfs: &Path) -> std::io::Result<Layout> {
+    /// it) and says what to bind: the host paths that are directories, then the code (`code`
+    /// on disk, at the code directory's path inside).
+    pub(crate) fn lay_out(&self, rootfs: &Path, code: &Path) -> std::io::Result<Layout> {
         use std::os::unix::fs::{DirBuilderExt, symlink};
         fs::DirBuilder::new()
             .recursive(true)
@@ -149,10 +191,10 @@ impl Sandbox {
                 symlink(target, inside)?;
             } else if meta.is_dir() {
                 has_etc |= path == Path::new("/etc");
-                binds.push(path.clone());
+                binds.push((path.clone(), path.clone()));
             }
         }
-        binds.push(self.code_dir.clone());
+        binds.push((code.to_owned(), self.code_dir.clone()));
         Ok(Layout { binds, has_etc })
     }
 }
@@ -172,9 +214,10 @@ mod tests {
     }
 
     #[test]
-    fn the_state_directory_is_never_seen() {
+    fn the_platforms_files_and_the_systems_are_never_code() {
         let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("data/runtime");
+        let data = dir.path().join("data");
+        let state = data.join("runtime");
         let code = dir.path().join("code");
         fs::create_dir_all(&state).unwrap();
         fs::create_dir_all(&code).unwrap();
@@ -183,29 +226,49 @@ mod tests {
             code_dir,
             host_paths,
         };
-        assert_eq!(sandbox(code.clone(), vec![]).check(&state), Ok(()));
-        for bad in [
-            PathBuf::from("/"),
-            dir.path().join("data"),
-            state.clone(),
-            state.join("instances"),
-        ] {
+        let protected = [data.as_path(), state.as_path()];
+        let real = fs::canonicalize(&code).unwrap();
+        assert_eq!(sandbox(code.clone(), vec![]).check(&protected), Ok(real));
+        for bad in [data.clone(), state.clone(), state.join("instances")] {
             fs::create_dir_all(&bad).unwrap();
-            let error = sandbox(bad.clone(), vec![]).check(&state).unwrap_err();
-            assert!(error.contains("state directory"), "{bad:?}: {error}");
+            let error = sandbox(bad.clone(), vec![]).check(&protected).unwrap_err();
+            assert!(error.contains("platform's own files"), "{bad:?}: {error}");
+        }
+        // A link into the data directory is what it points at.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&data, &link).unwrap();
+        let error = sandbox(link, vec![]).check(&protected).unwrap_err();
+        assert!(error.contains("platform's own files"), "{error}");
+        for system in [
+            "/",
+            "/proc",
+            "/proc/self",
+            "/sys",
+            "/dev",
+            "/run",
+            "/tmp",
+            "/root",
+        ] {
+            let error = sandbox(PathBuf::from(system), vec![])
+                .check(&protected)
+                .unwrap_err();
+            assert!(
+                error.contains("system's") || error.contains("platform's own"),
+                "{system}: {error}"
+            );
         }
         let error = sandbox(code.clone(), vec![dir.path().to_owned()])
-            .check(&state)
+            .check(&protected)
             .unwrap_err();
         assert!(error.contains("runtime.process_host_paths"), "{error}");
-        let error = sandbox(PathBuf::from("relative"), vec![])
-            .check(&state)
-            .unwrap_err();
-        assert!(error.contains("not absolute"), "{error}");
-        let error = sandbox(dir.path().join("missing"), vec![])
-            .check(&state)
-            .unwrap_err();
-        assert!(error.contains("missing"), "{error}");
+        for (bad, says) in [
+            (PathBuf::from("relative"), "not absolute"),
+            (code.join("../code"), "`..`"),
+            (dir.path().join("missing"), "missing"),
+        ] {
+            let error = sandbox(bad, vec![]).check(&protected).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]
@@ -220,10 +283,15 @@ mod tests {
             host_paths: vec![host.join("usr"), host.join("bin"), host.join("nope")],
         };
         let rootfs = dir.path().join("rootfs");
-        let layout = sandbox.lay_out(&rootfs).unwrap();
+        let layout = sandbox
+            .lay_out(&rootfs, Path::new("/data/code/app"))
+            .unwrap();
         assert_eq!(
             layout.binds,
-            [host.join("usr"), PathBuf::from("/srv/app")],
+            [
+                (host.join("usr"), host.join("usr")),
+                (PathBuf::from("/data/code/app"), PathBuf::from("/srv/app"))
+            ],
             "directories and the code, in order; a missing path is skipped"
         );
         assert!(!layout.has_etc);
@@ -231,5 +299,6 @@ mod tests {
         assert_eq!(fs::read_link(inside).unwrap(), PathBuf::from("usr/bin"));
         assert!(sandbox.sees(Path::new("/srv/app/app.py")));
         assert!(!sandbox.sees(Path::new("/root/.pyenv/shims/python3")));
+        assert!(!sandbox.sees(Path::new("/srv/app/../../root/x")));
     }
 }
