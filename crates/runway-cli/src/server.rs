@@ -305,6 +305,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         Arc::new(dataplane),
         Sealer::new(&key),
     );
+    controller = controller.allow_processes(config.runtime.allow_processes);
     if let Some(policy) = config.runtime.sandbox_policy() {
         controller = controller.isolate_processes(policy);
     }

@@ -53,6 +53,8 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     pass: tokio::sync::Mutex<PassMemory>,
     /// Plain processes run in their service's sandbox ([`Controller::isolate_processes`]).
     process_sandbox: Option<SandboxPolicy>,
+    /// Every service may run plain processes ([`Controller::allow_processes`]).
+    allow_processes: bool,
     /// Deployment events the store could not take (a full disk), oldest first: written, in
     /// order, before any newer one once it can.
     unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
@@ -122,6 +124,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
             process_sandbox: None,
+            allow_processes: false,
             unwritten: Arc::default(),
         }
     }
@@ -132,6 +135,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     #[must_use]
     pub fn isolate_processes(mut self, policy: SandboxPolicy) -> Self {
         self.process_sandbox = Some(policy);
+        self
+    }
+
+    /// Lets every service run plain processes (the operator's `runtime.allow_processes`);
+    /// otherwise only those an admin allowed start, as the API allows them to be deployed.
+    #[must_use]
+    pub fn allow_processes(mut self, allow: bool) -> Self {
+        self.allow_processes = allow;
         self
     }
 
@@ -536,9 +547,8 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id.to_owned());
-        let (runtime, store, wake, stopping, unwritten) = (
+        let (runtime, wake, stopping, unwritten) = (
             Arc::clone(&self.runtime),
-            Arc::clone(&self.store),
             Arc::clone(&self.wake),
             Arc::clone(&self.stopping),
             Arc::clone(&self.unwritten),
@@ -553,15 +563,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                     message
                 }
             };
+            // Written by the next pass (which the wake below brings), after any older event
+            // still waiting, so the story keeps its order.
             if let Some(deployment) = told {
-                let text = message.clone();
-                let added = tokio::task::spawn_blocking(move || {
-                    store.deployment_add_event(ACTOR, deployment, &text)
-                })
-                .await;
-                if !matches!(added, Ok(Ok(_))) {
-                    keep_unwritten(&unwritten, deployment, message);
-                }
+                keep_unwritten(&unwritten, deployment, message);
             }
             stopping
                 .lock()
@@ -648,9 +653,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 .await
                 .map_err(|e| ControlError::Task(e.to_string()))?
         };
-        let spec = inputs.and_then(|(secrets, service_id)| {
-            let isolation = self.process_sandbox.as_ref().map(|p| (p, service_id));
-            build_spec(&info, &id, secrets, isolation)
+        let spec = inputs.and_then(|(secrets, service)| {
+            build_spec(
+                &info,
+                &id,
+                secrets,
+                &service,
+                self.allow_processes,
+                self.process_sandbox.as_ref(),
+            )
         });
         let spec = match spec {
             Ok(spec) => spec,
@@ -908,19 +919,31 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                     store.deployment_add_event(ACTOR, id, &text)
                 })
                 .await;
+            let done = || {
+                self.unwritten
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pop_front();
+            };
             match added {
+                // Written, or its deployment is gone (decommissioned): either way done.
                 Ok(_)
                 | Err(ControlError::Store {
                     source: runway_store::StoreError::NotFound { .. },
                     ..
-                }) => {
-                    // Written, or its deployment is gone (decommissioned): either way done.
-                    self.unwritten
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .pop_front();
+                }) => done(),
+                // A full disk, or a store that fails: everything waits for it.
+                Err(
+                    error @ ControlError::Store {
+                        source: runway_store::StoreError::Full | runway_store::StoreError::Sqlite(_),
+                        ..
+                    },
+                ) => return Err(error),
+                // Refused for good: dropped, so it holds none back.
+                Err(error) => {
+                    done();
+                    return Err(error);
                 }
-                Err(error) => return Err(error),
             }
         }
     }

@@ -7,7 +7,7 @@ use runway_runtime::sandbox::SandboxPolicy;
 use runway_runtime::service::{InstanceOptions, instance_spec};
 use runway_runtime::spec::Artifact;
 use runway_secrets::{Context, Sealed, Sealer};
-use runway_store::{Revision, Store};
+use runway_store::{Revision, Service, Store};
 
 use crate::revision::RevisionInfo;
 
@@ -15,13 +15,17 @@ use crate::revision::RevisionInfo;
 /// platform's ([`InstanceSpec::managed`]). The error says why it can never start, and holds no secret
 /// value.
 ///
-/// With `isolation` (the policy and the service's id), a plain process runs in a sandbox of its
-/// service's own ([`runway_runtime::sandbox`]); an image is isolated anyway.
+/// A plain process starts only while `processes` (the operator's, for every service) or its
+/// service allows it: the API refuses a new one, this refuses to start (or restart, or scale
+/// up) one deployed before the leave was taken back. With `isolation`, it runs in a sandbox of
+/// its service's own ([`runway_runtime::sandbox`]); an image is isolated anyway.
 pub(crate) fn build_spec(
     info: &RevisionInfo,
     id: &str,
     secret_env: BTreeMap<String, String>,
-    isolation: Option<(&SandboxPolicy, i64)>,
+    service: &Service,
+    processes: bool,
+    isolation: Option<&SandboxPolicy>,
 ) -> Result<InstanceSpec, String> {
     let config = info.config.as_ref().map_err(Clone::clone)?;
     let options = InstanceOptions {
@@ -34,8 +38,17 @@ pub(crate) fn build_spec(
     let mut spec = instance_spec(config, &options).map_err(|e| e.to_string())?;
     // Marks it the platform's, so a later controller knows it even once its revision is gone.
     spec.managed = true;
-    if let (Artifact::Command { .. }, Some((policy, service_id))) = (&spec.artifact, isolation) {
-        spec.sandbox = Some(policy.sandbox(service_id, &info.source_dir())?);
+    if let Artifact::Command { .. } = &spec.artifact {
+        if !processes && !service.allow_processes {
+            return Err(format!(
+                "{} may not run plain processes on this server (no longer allowed): deploy an \
+                 image, or have an admin allow processes for it",
+                service.name
+            ));
+        }
+        if let Some(policy) = isolation {
+            spec.sandbox = Some(policy.sandbox(service.id, &info.source_dir())?);
+        }
     }
     Ok(spec)
 }
@@ -46,11 +59,11 @@ pub(crate) fn start_inputs(
     store: &dyn Store,
     sealer: &Sealer,
     revision: &Revision,
-) -> Result<(BTreeMap<String, String>, i64), String> {
+) -> Result<(BTreeMap<String, String>, Service), String> {
     let service = store
         .service_get(&revision.service)
         .map_err(|e| format!("service {} cannot be read: {e}", revision.service))?;
-    Ok((open_secrets(store, sealer, revision)?, service.id))
+    Ok((open_secrets(store, sealer, revision)?, service))
 }
 
 /// The values of the secrets the revision pins, by name, opened with the master key. The

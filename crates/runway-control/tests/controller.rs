@@ -432,7 +432,8 @@ async fn a_new_controller_carries_on_from_the_table_the_data_plane_serves() {
         std::sync::Arc::clone(&harness.runtime),
         plane.clone(),
         Sealer::new(&harness.key),
-    );
+    )
+    .allow_processes(true);
     for _ in 0..3 {
         assert!(next.reconcile_all().await.is_empty());
     }
@@ -753,4 +754,64 @@ async fn events_refused_by_a_full_disk_are_written_once_it_has_room() {
     assert!(late < succeeded, "{events:#?}");
     eprintln!("events after a full disk: {events:#?}");
     drop(harness);
+}
+
+/// A plain process deployed while allowed does not start again once the leave is taken back
+/// (a new instance, a restart, a scale-up): only an image, or the leave given again, does.
+#[tokio::test]
+async fn a_process_revision_does_not_start_once_processes_are_no_longer_allowed() {
+    let harness = serving_v1().await;
+    let strict = runway_control::Controller::new(
+        fast_config(),
+        std::sync::Arc::clone(&harness.store) as std::sync::Arc<dyn Store>,
+        std::sync::Arc::clone(&harness.runtime),
+        std::sync::Arc::new(harness.ingress.clone()),
+        Sealer::new(&harness.key),
+    );
+    let deployment = harness.deploy("hello", BTreeMap::new());
+    let mut reasons = Vec::new();
+    for _ in 0..10 {
+        reasons.extend(strict.reconcile_all().await.iter().map(ToString::to_string));
+    }
+    assert!(
+        !harness.runtime.specs().iter().any(|s| s.revision == V2),
+        "a process started without leave"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("may not run plain processes")),
+        "{reasons:?}"
+    );
+    // It can never start as things are: the deploy failed, saying why.
+    let failed = harness.store.deployment_get(deployment.id).unwrap();
+    assert_eq!(failed.state, DeploymentState::Failed, "{failed:?}");
+    assert!(
+        failed
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("may not run plain processes")),
+        "{failed:?}"
+    );
+    harness
+        .store
+        .service_update(
+            "admin",
+            "hello",
+            &runway_store::ServiceUpdate {
+                allow_processes: Some(true),
+                ..runway_store::ServiceUpdate::default()
+            },
+        )
+        .unwrap();
+    let again = harness.deploy("hello", BTreeMap::new());
+    let until = tokio::time::Instant::now() + BOUND;
+    while harness.state(&again) != DeploymentState::Succeeded {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "not deployed with leave"
+        );
+        let _ = strict.reconcile_all().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

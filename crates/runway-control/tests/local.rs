@@ -252,13 +252,16 @@ async fn rolling_deploy_on_the_local_runtime() {
         ..ControllerConfig::default()
     };
     let key = MasterKey::generate().unwrap();
-    let controller = Arc::new(Controller::new(
-        config.clone(),
-        Arc::clone(&store) as Arc<dyn Store>,
-        Arc::clone(&runtime),
-        Arc::new(ingress.clone()),
-        Sealer::new(&key),
-    ));
+    let controller = Arc::new(
+        Controller::new(
+            config.clone(),
+            Arc::clone(&store) as Arc<dyn Store>,
+            Arc::clone(&runtime),
+            Arc::new(ingress.clone()),
+            Sealer::new(&key),
+        )
+        .allow_processes(true),
+    );
     let (stop_controller, controller_stopped) = tokio::sync::oneshot::channel::<()>();
     let control = tokio::spawn(Arc::clone(&controller).run(async {
         let _ = controller_stopped.await;
@@ -393,7 +396,8 @@ async fn rolling_deploy_on_the_local_runtime() {
         Arc::clone(&runtime),
         Arc::new(ingress.clone()),
         Sealer::new(&key),
-    );
+    )
+    .allow_processes(true);
     tokio::time::timeout(BOUND, async {
         while !runtime.instances().await.unwrap().is_empty() {
             let _ = fresh.reconcile_all().await;

@@ -306,7 +306,8 @@ impl LocalRuntime {
             .stdin(Stdio::piped())
             .stdout(log)
             .stderr(log_err)
-            .process_group(0)
+            // Not `process_group(0)`: a group leader cannot call `setsid`, which the
+            // supervisor does first to leave this process's session and group.
             .kill_on_drop(false)
             .spawn()
             .map_err(start_error)?;

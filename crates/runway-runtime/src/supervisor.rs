@@ -66,8 +66,11 @@ pub enum SupervisorError {
 /// subreaper (to reap container processes), reads the [`InstanceSpec`] as JSON from stdin and
 /// supervises the instance until it is stopped or ends for good. Returns the exit code.
 pub fn main(state_dir: &Path) -> i32 {
-    // Not in the caller's session nor process group: its terminal's signals do not reach us.
-    let _ = nix::unistd::setsid();
+    // Not in the caller's session nor process group: its terminal's signals do not reach us,
+    // and the process group this makes is the instance's, which the watchdog can end whole.
+    if let Err(error) = nix::unistd::setsid() {
+        eprintln!("runway supervise: cannot leave the caller's session: {error}");
+    }
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let spec = match read_spec() {
         Ok(spec) => spec,
@@ -110,6 +113,10 @@ pub fn main(state_dir: &Path) -> i32 {
 /// `runway supervise --watchdog DIR`.
 pub const WATCHDOG_ARG: &str = "--watchdog";
 
+/// The supervisor's pid, in its watchdog's environment: asking for the parent's pid later
+/// would give init's if the supervisor died first.
+const SUPERVISOR_PID_ENV: &str = "RUNWAY_SUPERVISOR_PID";
+
 /// What the supervisor writes to its watchdog when it ends on its own terms.
 const RELEASE: &str = "released";
 
@@ -124,6 +131,7 @@ fn spawn_watchdog(state_dir: &Path) -> io::Result<std::process::Child> {
         .args(leading)
         .arg(WATCHDOG_ARG)
         .arg(state_dir)
+        .env(SUPERVISOR_PID_ENV, std::process::id().to_string())
         .stdin(std::process::Stdio::piped())
         .process_group(0)
         .spawn()
@@ -145,14 +153,25 @@ fn release_watchdog(mut watchdog: std::process::Child) {
 /// its port and its secrets. Returns the exit code.
 pub fn watchdog_main(state_dir: &Path) -> i32 {
     use std::io::BufRead;
-    let supervisor = nix::unistd::getppid();
+    let Some(supervisor) = std::env::var(SUPERVISOR_PID_ENV)
+        .ok()
+        .and_then(|pid| pid.parse::<i32>().ok())
+        .filter(|&pid| pid > 1)
+    else {
+        eprintln!("runway supervise --watchdog: started without {SUPERVISOR_PID_ENV}");
+        return 2;
+    };
     let mut line = String::new();
     let _ = io::stdin().lock().read_line(&mut line);
     if line.trim_end() == RELEASE {
         return 0;
     }
-    // The supervisor's process group is its own (it called setsid); this one is not in it.
-    let _ = nix::sys::signal::killpg(supervisor, nix::sys::signal::Signal::SIGKILL);
+    // The supervisor was started in a process group of its own, which this one left; its
+    // plain process is in it.
+    let supervisor = nix::unistd::Pid::from_raw(supervisor);
+    if supervisor != nix::unistd::getpgrp() {
+        let _ = nix::sys::signal::killpg(supervisor, nix::sys::signal::Signal::SIGKILL);
+    }
     let spec = std::fs::read_to_string(state_dir.join(SPEC_FILE))
         .ok()
         .and_then(|text| serde_json::from_str::<InstanceSpec>(&text).ok());

@@ -328,7 +328,8 @@ impl Harness {
             Arc::clone(&runtime),
             Arc::new(ingress.clone()),
             Sealer::new(&key),
-        );
+        )
+        .allow_processes(true);
         Self {
             dir,
             store,
@@ -348,7 +349,8 @@ impl Harness {
             Arc::clone(&self.runtime),
             Arc::new(ingress.clone()),
             Sealer::new(&self.key),
-        );
+        )
+        .allow_processes(true);
         (controller, ingress)
     }
 
