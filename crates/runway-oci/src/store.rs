@@ -109,8 +109,16 @@ fn is_internal(host: &str) -> bool {
                     .to_ipv4_mapped()
                     .is_some_and(|v4| is_internal(&v4.to_string()))
         }
-        // Not an address: a name, which `*` allows.
-        Err(_) => false,
+        // Not an address in its usual form. A public name ends in a label of letters (`io`);
+        // anything else (`2130706433`, `127.1`, `0x7f.1`) is an address in another form that
+        // HTTP clients still read as one, so it counts as internal.
+        // A single label (`registry`) is a name the local network resolves.
+        Err(_) => {
+            !host.contains('.')
+                || !host.rsplit('.').next().is_some_and(|tld| {
+                    tld.len() >= 2 && tld.bytes().all(|b| b.is_ascii_alphabetic())
+                })
+        }
     }
 }
 
@@ -939,6 +947,11 @@ mod tests {
             "[fe80::1]",
             "[fd00::1]:5000",
             "[::ffff:127.0.0.1]:5000",
+            "2130706433:5000",
+            "127.1:5000",
+            "0x7f.1",
+            "0177.0.0.1",
+            "registry",
         ] {
             assert!(!registry_allowed(internal, &any), "{internal}");
         }

@@ -695,11 +695,23 @@ const SANDBOX_PIDS_LIMIT: u64 = 4096;
 /// are open. On a developer's own machine the reason helps and is shown.
 fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
     use runway_oci::OciError;
+    if !guarded {
+        return error.to_string();
+    }
     match error {
-        OciError::Unreachable { registry, .. } | OciError::Timeout { registry, .. } if guarded => {
+        OciError::NotAllowed { .. }
+        | OciError::NotFound { .. }
+        | OciError::InvalidReference { .. }
+        | OciError::InvalidDigest { .. } => error.to_string(),
+        OciError::Unreachable { registry, .. } | OciError::Timeout { registry, .. } => {
             format!("could not pull it: registry {registry} did not answer")
         }
-        other => other.to_string(),
+        // What a registry (or wherever it sent the client: a token realm, a redirect) said
+        // stays in the server's log; the tenant learns only that the pull failed.
+        other => {
+            eprintln!("runway-runtime: a pull failed: {other}");
+            "could not pull it".to_owned()
+        }
     }
 }
 
@@ -786,6 +798,15 @@ mod tests {
             registry: "127.0.0.1:5000".to_owned(),
         };
         assert!(pull_error(&not_allowed, true).contains("not allowed"));
+        // What a token realm answered (the metadata service's, say) is not passed on.
+        let realm = runway_oci::OciError::Unauthorized {
+            registry: "registry.example.com".to_owned(),
+            reference: "registry.example.com/app:1".to_owned(),
+            status: 401,
+            message: "ami-id\ninstance-id".to_owned(),
+        };
+        assert_eq!(pull_error(&realm, true), "could not pull it");
+        assert!(pull_error(&realm, false).contains("instance-id"));
     }
 
     #[tokio::test]
