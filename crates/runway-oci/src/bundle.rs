@@ -19,7 +19,8 @@ pub const DEFAULT_ID_RANGE: u32 = 65_536;
 pub const CPU_PERIOD_US: u64 = 100_000;
 
 /// `PATH` when neither the image nor the caller sets one (Docker's default).
-const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// `PATH` for a container whose image and caller set none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The container's user namespace: container ids `0..size` map to host ids
 /// `host_base..host_base + size`, for users and groups alike.
@@ -415,10 +416,7 @@ fn merge_env(
         set(key.clone(), value.clone());
     }
     if !env.iter().any(|(k, _)| k == "PATH") {
-        let (k, v) = DEFAULT_PATH
-            .split_once('=')
-            .unwrap_or(("PATH", "/usr/bin:/bin"));
-        env.push((k.to_string(), v.to_string()));
+        env.push(("PATH".to_string(), DEFAULT_PATH.to_string()));
     }
     if !env.iter().any(|(k, _)| k == "HOME") {
         env.push(("HOME".to_string(), home.unwrap_or("/").to_string()));

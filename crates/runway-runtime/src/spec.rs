@@ -54,8 +54,8 @@ pub struct InstanceSpec {
 /// [`InstanceSpec::managed`]; still read from the specs of instances started then.
 pub const LEGACY_MANAGED_ENV: &str = "RUNWAY_MANAGED";
 
-/// `PATH` for a process whose spec sets none and does not inherit one (an image's default too).
-pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// `PATH` for a process whose spec sets none and does not inherit one: an image's default.
+pub const DEFAULT_PATH: &str = runway_oci::DEFAULT_PATH;
 
 impl InstanceSpec {
     /// Whether the control plane started it.
