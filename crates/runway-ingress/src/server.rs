@@ -317,7 +317,10 @@ impl Ingress {
         // The admin port has its own small budget: a flood of clients does not reach it.
         let admission = Admission::new(ADMIN_CONNECTIONS, 0, Default::default());
         let limits = (&admission, &*self.shared.metrics);
-        serve_http1(listener, shutdown, None, limits, move || {
+        // Idle connections are closed like clients' are, so a few held open cannot keep
+        // `/metrics` and `/healthz` from everyone else.
+        let header_read_timeout = Some(self.shared.options.header_read_timeout);
+        serve_http1(listener, shutdown, header_read_timeout, limits, move || {
             let ingress = ingress.clone();
             service_fn(move |request: Request<Incoming>| {
                 let ingress = ingress.clone();

@@ -2021,3 +2021,31 @@ async fn metric_value(running: &Running, name: &str) -> Option<u64> {
     text.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// Connections held open and silent on the admin port are closed after the header read
+/// timeout, so they cannot keep `/healthz` from everyone else for long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_do_not_hold_the_admin_port() {
+    let running = start(Ingress::new(Options {
+        header_read_timeout: Duration::from_millis(300),
+        ..Options::default()
+    }))
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..80 {
+        idle.push(TcpStream::connect(running.admin).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut stream = TcpStream::connect(running.admin).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+        .await
+        .expect("the admin port did not answer")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(idle);
+}
