@@ -23,3 +23,17 @@ CREATE UNIQUE INDEX services_by_id ON services (id);
 -- server whose operator has not allowed them for every service (`runtime.allow_processes`).
 ALTER TABLE services ADD COLUMN allow_processes INTEGER NOT NULL DEFAULT 0
     CHECK (allow_processes IN (0, 1));
+
+-- The last revision number given per service name and environment. No foreign key: it
+-- outlives a decommission, so a service onboarded again under the name goes on from there and
+-- never reuses a revision name (nor instance ids) its predecessor had, whose instances may
+-- still be draining.
+CREATE TABLE revision_numbers (
+    service TEXT    NOT NULL,
+    env     TEXT    NOT NULL,
+    last    INTEGER NOT NULL CHECK (last > 0),
+    PRIMARY KEY (service, env)
+) STRICT;
+
+INSERT INTO revision_numbers (service, env, last)
+    SELECT service, env, MAX(number) FROM revisions GROUP BY service, env;

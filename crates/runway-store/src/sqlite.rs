@@ -558,9 +558,14 @@ fn insert_revision(
     actor: &str,
     new: &NewRevision,
 ) -> Result<Revision> {
+    // Numbers go on past a decommission: a service onboarded again under the name never gets
+    // a revision name (nor instance ids) its predecessor had, whose instances may still drain.
     let last: i64 = conn
         .query_row(
-            "SELECT COALESCE(MAX(number), 0) FROM revisions WHERE service = ?1 AND env = ?2",
+            "SELECT MAX(COALESCE((SELECT MAX(number) FROM revisions \
+                                  WHERE service = ?1 AND env = ?2), 0), \
+                        COALESCE((SELECT last FROM revision_numbers \
+                                  WHERE service = ?1 AND env = ?2), 0))",
             [&new.service, &new.env],
             |row| row.get(0),
         )
@@ -588,6 +593,12 @@ fn insert_revision(
             name,
         });
     }
+    conn.execute(
+        "INSERT INTO revision_numbers (service, env, last) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (service, env) DO UPDATE SET last = excluded.last",
+        params![new.service, new.env, number],
+    )
+    .db()?;
     conn.execute(
         "INSERT INTO revisions (service, env, number, name, manifest, artifact, env_vars, \
          secret_versions, created_by, created_at) \

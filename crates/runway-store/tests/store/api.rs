@@ -974,13 +974,15 @@ fn decommission_removes_the_service_with_its_secrets_and_deploy_tokens() {
     ));
 
     // Onboarded again under the same name, it is another service: a new identity, no secrets,
-    // numbering from 1, and the old token stays revoked.
+    // revision numbers going on from the old one's (whose instances, named by revision, may
+    // still drain: no name is given twice), and the old token stays revoked.
     let second = onboard(store, "hello");
     assert_ne!(second.id, first.id);
     assert!(second.id > store.service_get("api").unwrap().id);
     assert!(store.secret_list("hello", "production").unwrap().is_empty());
     let again = deploy_ok(store, "hello", "production", "b");
-    assert_eq!(again.revision.number, 1);
+    assert_eq!(again.revision.number, 2);
+    assert_ne!(again.revision.name, record.revision.name);
     assert!(by_hash(b"h1").revoked_at.is_some());
 
     let audit = store.audit_list(0, 1000).unwrap();

@@ -291,7 +291,11 @@ fn all_deployments(store: &dyn Store) -> Vec<runway_store::Deployment> {
 }
 
 /// What must hold after every operation.
-fn check(store: &SqliteStore, generations: &mut BTreeMap<(String, String), u64>) {
+fn check(
+    store: &SqliteStore,
+    generations: &mut BTreeMap<(String, String), u64>,
+    names: &mut BTreeMap<String, i64>,
+) {
     for service in SERVICES {
         let exists = store.service_get(service).is_ok();
         let mut in_flight = BTreeMap::<&str, usize>::new();
@@ -300,10 +304,18 @@ fn check(store: &SqliteStore, generations: &mut BTreeMap<(String, String), u64>)
             if !exists {
                 assert!(revisions.is_empty());
             }
-            // Numbers 1..n, strictly increasing, names matching.
+            // Numbers consecutive and strictly increasing (from past the last one a
+            // decommissioned namesake had), names matching.
             for (i, r) in revisions.iter().enumerate() {
-                assert_eq!(r.number as usize, i + 1);
+                assert_eq!(r.number as usize, revisions[0].number as usize + i);
                 assert_eq!(r.name, runway_store::revision_name(service, env, r.number));
+                // A name is never given to two revisions, decommissions and all.
+                assert_eq!(
+                    *names.entry(r.name.clone()).or_insert(r.id),
+                    r.id,
+                    "{}",
+                    r.name
+                );
             }
             let desired = store.desired_get(service, env).unwrap();
             if let Some(desired) = &desired {
@@ -359,10 +371,10 @@ proptest! {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("runway.db")).unwrap();
         onboard(&store, "hello");
-        let mut generations = BTreeMap::new();
+        let (mut generations, mut names) = (BTreeMap::new(), BTreeMap::new());
         for op in &ops {
             apply(&store, op);
-            check(&store, &mut generations);
+            check(&store, &mut generations, &mut names);
         }
         store.integrity_check().unwrap();
     }
