@@ -214,18 +214,18 @@ impl Running {
     pub(crate) async fn stop_ingress(&self) -> anyhow::Result<()> {
         let _ = self.keeper.send(true);
         let process = &self.ingress;
-        ControlClient::new(&process.state_dir)
+        let client = ControlClient::new(&process.state_dir);
+        // The one answering now: the keeper may have started another since this one started.
+        let pid = client.hello().await.map_or(process.pid, |hello| hello.pid);
+        client
             .stop()
             .await
-            .with_context(|| format!("cannot stop the ingress (pid {})", process.pid))?;
+            .with_context(|| format!("cannot stop the ingress (pid {pid})"))?;
         let bound = process.shutdown_grace + INGRESS_STOP_MARGIN;
         let deadline = tokio::time::Instant::now() + bound;
-        while !process_gone(process.pid) {
+        while runway_runtime::process::alive(pid) {
             if tokio::time::Instant::now() >= deadline {
-                bail!(
-                    "the ingress (pid {}) did not stop within {bound:?}",
-                    process.pid
-                );
+                bail!("the ingress (pid {pid}) did not stop within {bound:?}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -477,16 +477,6 @@ fn ingress_command() -> anyhow::Result<IngressCommand> {
             args: vec!["ingress".into()],
         }
     })
-}
-
-/// Whether a process has ended: no such process, or a zombie waiting for its parent.
-fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-        Err(_) => true,
-    }
 }
 
 /// `runway server`: runs until SIGTERM or SIGINT.

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use runway_runtime::process::alive;
 use runway_runtime::spec::{
     Artifact, Check, InstanceSpec, Limits, LogLimits, Probe, Probes, RestartMode, RestartPolicy,
 };
@@ -886,18 +887,6 @@ async fn a_sandboxed_process_runs_as_its_services_user_and_reaches_nothing_else(
         "{error}"
     );
     assert!(!fixture.runtime.instance_dir("exposed").exists());
-}
-
-/// Whether process `pid` is still there (and not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
 }
 
 /// Waits up to `WAIT` for `pid` to be gone.

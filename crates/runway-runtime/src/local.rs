@@ -458,13 +458,13 @@ impl Runtime for LocalRuntime {
         let deadline = tokio::time::Instant::now() + self.config.stop_margin;
         while socket.exists()
             && tokio::time::Instant::now() < deadline
-            && process_exists(stopped.supervisor_pid)
+            && crate::process::alive(stopped.supervisor_pid)
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         // A supervisor killed with its watchdog left its container running: a stray, with the
         // instance's port and secrets. The OCI runtime knows it by the instance's id.
-        if !process_exists(stopped.supervisor_pid)
+        if !crate::process::alive(stopped.supervisor_pid)
             && let Some(InstanceSpec {
                 artifact: Artifact::Container { oci_runtime, .. },
                 ..
@@ -713,13 +713,6 @@ fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
             "could not pull it".to_owned()
         }
     }
-}
-
-/// Whether a process of that id is there (a zombie counts until it is reaped).
-fn process_exists(pid: u32) -> bool {
-    i32::try_from(pid).is_ok_and(|pid| {
-        pid > 0 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-    })
 }
 
 /// This process's own `PATH`, where the platform's own programs (the OCI runtime) are found.

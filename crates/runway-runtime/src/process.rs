@@ -255,6 +255,17 @@ impl Process {
     }
 }
 
+/// Whether process `pid` is running: there, and not a zombie waiting to be reaped (which has
+/// ended all the same).
+pub fn alive(pid: u32) -> bool {
+    pid > 0
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
