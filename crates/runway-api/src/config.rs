@@ -89,6 +89,8 @@ pub struct LimitsConfig {
     pub header_read_timeout_seconds: u64,
     /// Open connections after shutdown is asked.
     pub shutdown_grace_seconds: u64,
+    /// Client connections served at once; more are closed at accept.
+    pub max_connections: usize,
 }
 
 impl Default for LimitsConfig {
@@ -99,6 +101,7 @@ impl Default for LimitsConfig {
             tls_handshake_timeout_seconds: 10,
             header_read_timeout_seconds: 30,
             shutdown_grace_seconds: 30,
+            max_connections: ServeOptions::default().max_connections,
         }
     }
 }
@@ -256,6 +259,10 @@ impl ApiConfig {
                 "limits.body_bytes",
                 u64::try_from(l.body_bytes).unwrap_or(u64::MAX),
             ),
+            (
+                "limits.max_connections",
+                u64::try_from(l.max_connections).unwrap_or(u64::MAX),
+            ),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be above 0".into()));
@@ -286,7 +293,7 @@ impl ApiConfig {
             tls_handshake_timeout: Duration::from_secs(self.limits.tls_handshake_timeout_seconds),
             header_read_timeout: Duration::from_secs(self.limits.header_read_timeout_seconds),
             shutdown_grace: Duration::from_secs(self.limits.shutdown_grace_seconds),
-            ..ServeOptions::default()
+            max_connections: self.limits.max_connections,
         }
     }
 }

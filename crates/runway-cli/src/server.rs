@@ -99,6 +99,32 @@ impl Default for RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// The values serde cannot refuse: the key at fault and what was expected.
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        let images = runway_oci::DEFAULT_HOST_ID_BASE
+            ..runway_oci::DEFAULT_HOST_ID_BASE.saturating_add(runway_oci::DEFAULT_ID_RANGE);
+        if self.process_uid_base < images.end {
+            return Err((
+                "runtime.process_uid_base",
+                format!(
+                    "{} would give services the ids of the system's users or of images' user \
+                     namespaces ({}–{}): expected {} or more",
+                    self.process_uid_base,
+                    images.start,
+                    images.end - 1,
+                    images.end
+                ),
+            ));
+        }
+        if let Some(path) = self.process_host_paths.iter().find(|p| !p.is_absolute()) {
+            return Err((
+                "runtime.process_host_paths",
+                format!("{} is not an absolute path", path.display()),
+            ));
+        }
+        Ok(())
+    }
+
     /// How processes are isolated, when they are.
     fn sandbox_policy(&self) -> Option<SandboxPolicy> {
         self.isolate_processes.then(|| SandboxPolicy {
@@ -174,6 +200,10 @@ impl ServerConfig {
             .with_context(|| format!("cannot read {}", path.display()))?;
         let config: Self = runway_api::config::parse_file(path, &text)?;
         config.api.check(path)?;
+        config
+            .runtime
+            .check()
+            .map_err(|(key, message)| anyhow::anyhow!("{}: {key}: {message}", path.display()))?;
         Ok(config)
     }
 }
@@ -915,5 +945,27 @@ mod tests {
         let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
         assert!(error.contains("runtime.insecure_registry"), "{error}");
         assert!(error.contains(":2:"), "{error}");
+
+        for (text, key) in [
+            (
+                "runtime:\n  process_uid_base: 100500\n",
+                "runtime.process_uid_base",
+            ),
+            (
+                "runtime:\n  process_uid_base: 0\n",
+                "runtime.process_uid_base",
+            ),
+            (
+                "runtime:\n  process_host_paths: [usr]\n",
+                "runtime.process_host_paths",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+            assert!(error.contains(key), "{error}");
+        }
+        let defaults = RuntimeConfig::default();
+        assert!(!defaults.allow_processes && defaults.isolate_processes);
+        assert_eq!(defaults.allowed_registries, ["*"]);
     }
 }

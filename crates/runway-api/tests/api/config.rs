@@ -25,6 +25,13 @@ fn defaults_and_a_full_file() {
     assert!(!full.tls.enabled);
     assert_eq!(full.environments, ["test", "prod"]);
     assert_eq!(full.request_limits().body_bytes, 2048);
+    assert_eq!(full.serve_options().max_connections, 256);
+    let budget = ApiConfig::parse(path, "limits:\n  max_connections: 64\n").unwrap();
+    assert_eq!(budget.serve_options().max_connections, 64);
+    let none = ApiConfig::parse(path, "limits:\n  max_connections: 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(none.contains("limits.max_connections"), "{none}");
     let json = ApiConfig::parse(path, r#"{"listen": "127.0.0.1:1"}"#).unwrap();
     assert_eq!(json.listen.port(), 1);
 }
