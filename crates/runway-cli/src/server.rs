@@ -101,8 +101,7 @@ impl Default for RuntimeConfig {
 impl RuntimeConfig {
     /// The values serde cannot refuse: the key at fault and what was expected.
     fn check(&self) -> Result<(), (&'static str, String)> {
-        let images = runway_oci::DEFAULT_HOST_ID_BASE
-            ..runway_oci::DEFAULT_HOST_ID_BASE.saturating_add(runway_oci::DEFAULT_ID_RANGE);
+        let images = runway_runtime::sandbox::IMAGE_IDS;
         if self.process_uid_base < images.end {
             return Err((
                 "runtime.process_uid_base",

@@ -36,6 +36,10 @@ pub struct SandboxPolicy {
 /// The first service user: above the host ids images' user namespaces map (100000 + 65536).
 pub const DEFAULT_UID_BASE: u32 = 200_000;
 
+/// The host ids images' user namespaces map, which no service user may have.
+pub const IMAGE_IDS: std::ops::Range<u32> = runway_oci::DEFAULT_HOST_ID_BASE
+    ..runway_oci::DEFAULT_HOST_ID_BASE + runway_oci::DEFAULT_ID_RANGE;
+
 /// The host directories a process needs to run a program of the system's: its binaries, its
 /// libraries, and `/etc` (the dynamic loader's cache, certificates, time zones, `resolv.conf`).
 pub const DEFAULT_HOST_PATHS: &[&str] = &[
