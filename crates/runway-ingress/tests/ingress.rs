@@ -182,6 +182,15 @@ async fn start(ingress: Ingress) -> Running {
     }
 }
 
+/// The table most tests serve: `hello-1` with all the traffic, on one ready instance at
+/// `address` with no concurrency limit.
+fn one_revision(address: SocketAddr) -> RouteTableConfig {
+    table(
+        5.0,
+        vec![revision("hello-1", 100, vec![instance(address, true, 0)])],
+    )
+}
+
 fn instance(address: SocketAddr, ready: bool, max_concurrency: u32) -> InstanceConfig {
     InstanceConfig {
         address,
@@ -386,14 +395,7 @@ async fn a_held_request_is_served_once_an_instance_is_ready() {
             r#"runway_ingress_held_requests{service="hello",env="dev",revision="hello-1"} 1"#
         ));
         assert_eq!(signals.recv().await.unwrap().revision, "hello-1");
-        let warm = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let warm = one_revision(up.address);
         running.ingress.set_routes(&warm).unwrap();
         let (status, _, body) = held.await.unwrap();
         assert_eq!((status, body.as_str()), (StatusCode::OK, "late"));
@@ -593,7 +595,7 @@ async fn a_refused_connection_is_retried_once_on_another_instance() {
             .unwrap();
         assert_eq!(errors, runway_ingress::table::EJECT_AFTER);
         // Ejection never leaves a revision with nothing: an ejected instance alone is tried.
-        let only_dead = table(5.0, vec![revision("hello-1", 100, vec![instance(dead, true, 0)])]);
+        let only_dead = one_revision(dead);
         running.ingress.set_routes(&only_dead).unwrap();
         let (status, _, body) = get(running.address, HOST, "/").await;
         assert_eq!(status, StatusCode::BAD_GATEWAY);
@@ -623,7 +625,7 @@ async fn an_instance_that_breaks_connections_gets_502_and_is_ejected() {
             }
         });
         let running = start(Ingress::new(Options::default())).await;
-        let only_broken = table(5.0, vec![revision("hello-1", 100, vec![instance(broken, true, 0)])]);
+        let only_broken = one_revision(broken);
         running.ingress.set_routes(&only_broken).unwrap();
         // The request reached the instance: it is not retried (it may have had effects).
         for _ in 0..runway_ingress::table::EJECT_AFTER {
@@ -686,14 +688,7 @@ async fn event_loops_share_one_port_and_stop_on_shutdown() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("looped").await;
         let ingress = Ingress::new(Options::default());
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         ingress.set_routes(&config).unwrap();
         let address = TcpListener::bind("127.0.0.1:0")
             .await
@@ -866,7 +861,7 @@ async fn malformed_requests_get_4xx_or_a_closed_connection() {
             ..Options::default()
         };
         let running = start(Ingress::new(options)).await;
-        let config = table(5.0, vec![revision("hello-1", 100, vec![instance(up.address, true, 0)])]);
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
         let a = running.address;
 
@@ -976,10 +971,7 @@ async fn an_upgrade_becomes_a_tunnel_held_as_one_request() {
     tokio::time::timeout(BOUND, async {
         let (address, task) = echo_upstream().await;
         let running = start(Ingress::new(Options::default())).await;
-        let config = table(
-            5.0,
-            vec![revision("hello-1", 100, vec![instance(address, true, 0)])],
-        );
+        let config = one_revision(address);
         running.ingress.set_routes(&config).unwrap();
 
         let mut stream = TcpStream::connect(running.address).await.unwrap();
@@ -1023,14 +1015,7 @@ async fn http2_clients_are_served_over_h2c() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("h2").await;
         let running = start(Ingress::new(Options::default())).await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
         let stream = TcpStream::connect(running.address).await.unwrap();
         let (sender, connection) = hyper::client::conn::http2::handshake(
@@ -1096,14 +1081,7 @@ async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("secure").await;
         let running = start(Ingress::new(Options::default())).await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let options = runway_ingress::TlsOptions {
@@ -1221,10 +1199,7 @@ async fn grpc_over_h2c_keeps_trailers() {
             }
         });
         let running = start(Ingress::new(Options::default())).await;
-        let mut config = table(
-            5.0,
-            vec![revision("hello-1", 100, vec![instance(address, true, 0)])],
-        );
+        let mut config = one_revision(address);
         config.routes[0].revisions[0].protocol = runway_ingress::Protocol::H2c;
         running.ingress.set_routes(&config).unwrap();
 
@@ -1358,14 +1333,7 @@ async fn an_operator_certificate_serves_its_domains() {
             ..Options::default()
         }))
         .await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
         // The operator's own authority and a certificate for the custom domain.
         let dir = tempfile::tempdir().unwrap();
@@ -1459,14 +1427,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("last").await;
         let ingress = Ingress::new(Options::default());
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         ingress.set_routes(&config).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
@@ -1501,14 +1462,7 @@ async fn slow_and_idle_clients_are_cut_off() {
             ..Options::default()
         };
         let running = start(Ingress::new(options)).await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
 
         // A head that never ends.
@@ -1682,14 +1636,7 @@ async fn a_streamed_body_over_the_limit_gets_413_read_by_the_client() {
             ..Options::default()
         };
         let running = start(Ingress::new(options)).await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
 
         // 4 MiB in 16 KiB chunks, far past the limit and past what socket buffers hold: the
@@ -1731,14 +1678,7 @@ async fn a_request_naming_two_hosts_gets_400() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("fine").await;
         let running = start(Ingress::new(Options::default())).await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
         let a = running.address;
 
@@ -1778,14 +1718,7 @@ async fn a_host_unlike_the_connections_server_name_gets_421() {
     tokio::time::timeout(BOUND, async {
         let (one, two) = (upstream("one").await, upstream("two").await);
         let running = start(Ingress::new(Options::default())).await;
-        let mut config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(one.address, true, 0)],
-            )],
-        );
+        let mut config = one_revision(one.address);
         let mut other = config.routes[0].clone();
         other.service = "other".to_owned();
         other.domains = vec![];
@@ -1929,14 +1862,7 @@ async fn a_flood_of_connections_is_refused_at_accept_and_other_clients_are_serve
             ..Options::default()
         };
         let running = start(Ingress::new(options)).await;
-        let config = table(
-            5.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
         let a = running.address;
 
