@@ -137,9 +137,9 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.
     stop_instances(&running).await;
-    let ingress = running.stop_ingress().await;
+    let ingress = running.ingress.clone();
     running.stop().await?;
-    ingress?;
+    ingress.stop().await?;
     outcome
 }
 

@@ -237,30 +237,6 @@ impl Running {
         &self.runtime
     }
 
-    /// Stops the ingress process (it lets in-flight requests finish first) and waits for it
-    /// to end, at most its grace and a margin: for `runway quickstart`, whose data plane goes
-    /// with it. `runway server` never does, so the data plane outlives it.
-    pub(crate) async fn stop_ingress(&self) -> anyhow::Result<()> {
-        let _ = self.keeper.send(true);
-        let process = &self.ingress;
-        let client = ControlClient::new(&process.state_dir);
-        // The one answering now: the keeper may have started another since this one started.
-        let pid = client.hello().await.map_or(process.pid, |hello| hello.pid);
-        client
-            .stop()
-            .await
-            .with_context(|| format!("cannot stop the ingress (pid {pid})"))?;
-        let bound = process.shutdown_grace + INGRESS_STOP_MARGIN;
-        let deadline = tokio::time::Instant::now() + bound;
-        while runway_runtime::process::alive(pid) {
-            if tokio::time::Instant::now() >= deadline {
-                bail!("the ingress (pid {pid}) did not stop within {bound:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
-    }
-
     /// Stops the API and the controller; lets the API's in-flight requests finish (its
     /// grace), and returns. The ingress and the instances keep running.
     pub(crate) async fn stop(self) -> anyhow::Result<()> {
@@ -409,6 +385,31 @@ pub(crate) struct IngressProcess {
     pub(crate) outcome: Outcome,
     state_dir: PathBuf,
     shutdown_grace: Duration,
+}
+
+impl IngressProcess {
+    /// Stops the ingress process (it lets in-flight requests finish first) and waits for it
+    /// to end, at most its grace and a margin: for `runway quickstart`, whose data plane goes
+    /// with it, once its control plane has stopped (so nothing watching it reports it lost).
+    /// `runway server` never does, so the data plane outlives it.
+    pub(crate) async fn stop(&self) -> anyhow::Result<()> {
+        let client = ControlClient::new(&self.state_dir);
+        // The one answering now: the keeper may have started another since this one started.
+        let pid = client.hello().await.map_or(self.pid, |hello| hello.pid);
+        client
+            .stop()
+            .await
+            .with_context(|| format!("cannot stop the ingress (pid {pid})"))?;
+        let bound = self.shutdown_grace + INGRESS_STOP_MARGIN;
+        let deadline = tokio::time::Instant::now() + bound;
+        while runway_runtime::process::alive(pid) {
+            if tokio::time::Instant::now() >= deadline {
+                bail!("the ingress (pid {pid}) did not stop within {bound:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
 }
 
 /// Past the ingress's shutdown grace, the time its process gets to exit.
