@@ -191,6 +191,30 @@ fn one_revision(address: SocketAddr) -> RouteTableConfig {
     )
 }
 
+/// Serves `ingress` over TLS on a port of its own until `stop` is sent; the task gives the
+/// server's result.
+async fn serve_tls(
+    ingress: &Ingress,
+    tls: runway_ingress::Tls,
+) -> (
+    SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let ingress = ingress.clone();
+    let server = tokio::spawn(async move {
+        ingress
+            .serve_tls(listener, &tls, async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    (address, stop, server)
+}
+
 fn instance(address: SocketAddr, ready: bool, max_concurrency: u32) -> InstanceConfig {
     InstanceConfig {
         address,
@@ -1094,17 +1118,7 @@ async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
         let again = running.ingress.tls(&options).unwrap();
         assert_eq!(again.ca_pem().unwrap(), ca_pem);
 
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let ingress = running.ingress.clone();
-        let server = tokio::spawn(async move {
-            ingress
-                .serve_tls(listener, &tls, async {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         // HTTP/2 by ALPN, to a host the table serves.
         let stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
@@ -1738,17 +1752,7 @@ async fn a_host_unlike_the_connections_server_name_gets_421() {
             })
             .unwrap();
         let ca_pem = tls.ca_pem().unwrap().to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let ingress = running.ingress.clone();
-        let server = tokio::spawn(async move {
-            ingress
-                .serve_tls(listener, &tls, async {
-                    let _ = stopped.await;
-                })
-                .await
-        });
+        let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         // HTTP/2 (by ALPN): the connection is for hello; a request for other on it.
         let stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
