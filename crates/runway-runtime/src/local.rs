@@ -141,26 +141,17 @@ impl LocalRuntime {
             reference: reference.clone(),
             message,
         };
-        let oci_runtime = find_program(&self.config.oci_runtime, None, &own_path())
+        let oci_runtime = self
+            .oci_runtime()
             .map_err(|e| image_error(format!("no OCI runtime to run it: {e}")))?;
         let user_namespace = self.config.user_namespace.then(UserNamespace::default);
         let image = self.pull_image(reference).await?;
-        let cgroup_path = format!("/runway/{}", spec.id);
         let options = BundleOptions {
             command: command.clone(),
             args: args.clone(),
-            env: spec
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
             working_dir: working_dir.as_ref().map(|d| d.display().to_string()),
-            hostname: Some(spec.id.clone()),
-            memory_limit_bytes: spec.limits.memory_bytes,
-            cpu_millis: spec.limits.cpu_millis,
-            cgroups_path: Some(cgroup_path.clone()),
             user_namespace,
-            ..BundleOptions::default()
+            ..instance_bundle(spec)
         };
         let bundle = dir.join("bundle");
         build_bundle(&bundle, &image.config, &image.rootfs, &options)
@@ -169,9 +160,14 @@ impl LocalRuntime {
             bundle,
             oci_runtime,
             image: image.pinned,
-            cgroup_path: Some(cgroup_path),
+            cgroup_path: options.cgroups_path,
         };
         Ok(())
+    }
+
+    /// The OCI runtime's binary, found on this process's own `PATH`.
+    fn oci_runtime(&self) -> Result<PathBuf, String> {
+        find_program(&self.config.oci_runtime, None, &own_path())
     }
 
     /// Writes the bundle that runs a sandboxed plain process ([`crate::sandbox`]): an empty
@@ -236,7 +232,8 @@ impl LocalRuntime {
                     .join(", ")
             )));
         };
-        let oci_runtime = find_program(&self.config.oci_runtime, None, &own_path())
+        let oci_runtime = self
+            .oci_runtime()
             .map_err(|e| refuse(format!("no OCI runtime to isolate the process with: {e}")))?;
         let bundle = dir.join("bundle");
         let rootfs = bundle.join("rootfs");
@@ -252,22 +249,12 @@ impl LocalRuntime {
             working_dir: working_dir.display().to_string(),
             ..runway_oci::ImageConfig::default()
         };
-        let cgroup_path = format!("/runway/{}", spec.id);
         let options = BundleOptions {
-            env: spec
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            hostname: Some(spec.id.clone()),
-            memory_limit_bytes: spec.limits.memory_bytes,
-            cpu_millis: spec.limits.cpu_millis,
-            cgroups_path: Some(cgroup_path.clone()),
             user_namespace: None,
             host_dns: !layout.has_etc,
             read_only_binds: layout.binds,
             pids_limit: Some(SANDBOX_PIDS_LIMIT),
-            ..BundleOptions::default()
+            ..instance_bundle(spec)
         };
         let root = runway_oci::Rootfs {
             path: rootfs,
@@ -278,7 +265,7 @@ impl LocalRuntime {
             bundle,
             oci_runtime,
             image: format!("process {}", program.display()),
-            cgroup_path: Some(cgroup_path),
+            cgroup_path: options.cgroups_path,
         };
         Ok(())
     }
@@ -683,6 +670,23 @@ fn find_program(
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| executable(candidate))
         .ok_or_else(|| format!("command {} not found on PATH ({search})", program.display()))
+}
+
+/// What every bundle of an instance has, image or sandboxed process: its environment (secrets
+/// are added only while `runc create` reads it), hostname, limits and cgroup.
+fn instance_bundle(spec: &InstanceSpec) -> BundleOptions {
+    BundleOptions {
+        env: spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        hostname: Some(spec.id.clone()),
+        memory_limit_bytes: spec.limits.memory_bytes,
+        cpu_millis: spec.limits.cpu_millis,
+        cgroups_path: Some(format!("/runway/{}", spec.id)),
+        ..BundleOptions::default()
+    }
 }
 
 /// Processes and threads a sandboxed process may have at once: a fork bomb stays inside its
