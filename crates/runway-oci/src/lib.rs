@@ -129,6 +129,7 @@ mod bundle;
 mod digest;
 mod error;
 mod image;
+pub mod source;
 pub mod spec;
 mod store;
 mod unpack;

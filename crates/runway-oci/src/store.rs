@@ -511,6 +511,7 @@ impl Store {
             opts: UnpackOptions {
                 id_shift,
                 chown: self.as_root,
+                plain_modes: false,
             },
         };
         let warnings = tokio::task::spawn_blocking(move || job.run())

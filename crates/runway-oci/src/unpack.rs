@@ -39,6 +39,9 @@ pub(crate) struct UnpackOptions {
     pub(crate) id_shift: u32,
     /// Whether to `lchown` at all (only root can).
     pub(crate) chown: bool,
+    /// Modes made plain, as for a code snapshot: directories and files with an execute bit
+    /// `0755`, other files `0644`; no setuid, setgid or sticky bit, nothing private.
+    pub(crate) plain_modes: bool,
 }
 
 /// What applying one layer did besides writing files.
@@ -217,6 +220,12 @@ impl Layer<'_> {
 
         let header = entry.header();
         let mode = header.mode().map_err(|e| self.read_err(Some(&shown), e))? & 0o7777;
+        let mode = match kind {
+            _ if !self.opts.plain_modes => mode,
+            tar::EntryType::Directory => 0o755,
+            _ if mode & 0o111 != 0 => 0o755,
+            _ => 0o644,
+        };
         let uid = header.uid().map_err(|e| self.read_err(Some(&shown), e))?;
         let gid = header.gid().map_err(|e| self.read_err(Some(&shown), e))?;
         let mtime = header.mtime().unwrap_or(0);
@@ -579,6 +588,7 @@ mod tests {
     const OPTS: UnpackOptions = UnpackOptions {
         id_shift: 0,
         chown: false,
+        plain_modes: false,
     };
 
     fn apply(
