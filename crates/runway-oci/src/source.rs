@@ -157,7 +157,7 @@ pub fn pack(root: &Path, max_bytes: u64) -> Result<Packed, SourceError> {
     let counting = match finished {
         Ok(counting) => counting,
         Err(e) if e.kind() == io::ErrorKind::FileTooLarge => {
-            sizes.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+            sizes.sort_unstable_by_key(|(size, _)| std::cmp::Reverse(*size));
             let largest: Vec<String> = sizes
                 .iter()
                 .take(5)
