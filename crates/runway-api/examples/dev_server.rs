@@ -10,8 +10,9 @@
 
 use std::sync::Arc;
 
+use axum::body::Bytes;
 use runway_api::types::LogLine;
-use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, StatusParts};
+use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, SourceRefused, StatusParts};
 use tokio::sync::mpsc;
 
 #[derive(Debug)]
@@ -51,6 +52,25 @@ impl Platform for NoPlatform {
         _: usize,
     ) -> BoxFuture<'_, Result<mpsc::Receiver<LogLine>, String>> {
         Box::pin(async { Ok(mpsc::channel(1).1) })
+    }
+
+    fn source_claim(&self, _: i64, _: &str) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Reads the upload to its end and keeps nothing.
+    fn source_put(
+        &self,
+        _: i64,
+        _: &str,
+        mut chunks: mpsc::Receiver<Result<Bytes, String>>,
+    ) -> BoxFuture<'_, Result<(), SourceRefused>> {
+        Box::pin(async move {
+            while let Some(chunk) = chunks.recv().await {
+                chunk.map_err(SourceRefused::Invalid)?;
+            }
+            Ok(())
+        })
     }
 
     fn wake(&self) {}

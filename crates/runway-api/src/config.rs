@@ -91,7 +91,15 @@ pub struct LimitsConfig {
     pub shutdown_grace_seconds: u64,
     /// Client connections served at once; more are closed at accept.
     pub max_connections: usize,
+    /// The largest code snapshot (a process revision's source tree), as an uncompressed tar
+    /// archive, in bytes.
+    pub source_bytes: u64,
+    /// An upload of a code snapshot, from its request's arrival to its answer.
+    pub upload_timeout_seconds: u64,
 }
+
+/// The largest code snapshot by default: 128 MiB uncompressed.
+pub const DEFAULT_SOURCE_BYTES: u64 = 128 << 20;
 
 impl Default for LimitsConfig {
     fn default() -> Self {
@@ -102,6 +110,8 @@ impl Default for LimitsConfig {
             header_read_timeout_seconds: 30,
             shutdown_grace_seconds: 30,
             max_connections: ServeOptions::default().max_connections,
+            source_bytes: DEFAULT_SOURCE_BYTES,
+            upload_timeout_seconds: 600,
         }
     }
 }
@@ -263,6 +273,8 @@ impl ApiConfig {
                 "limits.max_connections",
                 u64::try_from(l.max_connections).unwrap_or(u64::MAX),
             ),
+            ("limits.source_bytes", l.source_bytes),
+            ("limits.upload_timeout_seconds", l.upload_timeout_seconds),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be above 0".into()));
@@ -284,6 +296,7 @@ impl ApiConfig {
         Limits {
             body_bytes: self.limits.body_bytes,
             request_timeout: Duration::from_secs(self.limits.request_timeout_seconds),
+            upload_timeout: Duration::from_secs(self.limits.upload_timeout_seconds),
         }
     }
 

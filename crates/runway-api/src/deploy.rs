@@ -3,7 +3,6 @@
 //! records it all; then the reconciler is woken.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use runway_manifest::{
     Artifact, Manifest, ServiceConfig, ServiceFiles, Severity, SourceFile, load,
@@ -170,18 +169,35 @@ pub(crate) async fn deploy(
             .field("image"));
         }
         Artifact::Process { .. } => {
-            let dir = body.source_dir.as_deref().ok_or_else(|| {
+            let (name, allow_all) = (service.to_owned(), state.allow_processes);
+            let id = state
+                .store(move |s| {
+                    check_processes_allowed(s, allow_all, &name, &json!({ "source": "" }))?;
+                    Ok(s.service_get(&name)?.id)
+                })
+                .await?;
+            let digest = body.source.as_deref().ok_or_else(|| {
                 ApiError::invalid(
-                    "a process artifact needs `source_dir`, the directory holding .runway/",
+                    "a process artifact needs `source`, the digest of its code snapshot, \
+                     uploaded first with PUT /v1/services/{service}/environments/{env}/sources/\
+                     {digest} (`runway deploy` does both)",
                 )
-                .field("source_dir")
+                .field("source")
             })?;
-            if !Path::new(dir).is_absolute() {
-                return Err(
-                    ApiError::invalid("source_dir must be an absolute path").field("source_dir")
-                );
+            crate::routes::check_digest(digest).map_err(|e| e.field("source"))?;
+            let present = state
+                .platform
+                .source_claim(id, digest)
+                .await
+                .map_err(ApiError::internal)?;
+            if !present {
+                return Err(ApiError::invalid(format!(
+                    "{service} has no code snapshot {digest}: upload it first with PUT \
+                     /v1/services/{service}/environments/{env}/sources/{digest}"
+                ))
+                .field("source"));
             }
-            json!({ "source_dir": dir })
+            json!({ "source": digest })
         }
         Artifact::Image { reference, .. } => {
             let (reference, field) = match (&body.image, reference) {
@@ -367,9 +383,10 @@ fn serving(s: &dyn Store, service: &str, env: &str) -> ApiResult<Option<Revision
     Ok(Some(s.revision_get(&top.revision)?))
 }
 
-/// Whether a revision's artifact is a plain process (it names its `source_dir`).
+/// Whether a revision's artifact is a plain process (it names its code snapshot, or the
+/// directory it ran from before snapshots).
 fn is_process(artifact: &Value) -> bool {
-    artifact.get("source_dir").is_some()
+    artifact.get("source").is_some() || artifact.get("source_dir").is_some()
 }
 
 /// Refuses a plain-process artifact for a service that may not run one: a process is a

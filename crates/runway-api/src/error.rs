@@ -90,6 +90,12 @@ impl ApiError {
         )
     }
 
+    /// 422: an uploaded code snapshot is not one (not gzip or tar, not the digest it is put
+    /// under, an entry that would escape).
+    pub fn source_invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "source_invalid", message)
+    }
+
     /// 405: the path exists, the method does not.
     pub fn method_not_allowed() -> Self {
         Self::new(

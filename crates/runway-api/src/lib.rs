@@ -80,7 +80,7 @@ pub mod types;
 pub use auth::{BootstrapError, Caller, bootstrap_admin};
 pub use config::{ApiConfig, ConfigError, LimitsConfig, TlsConfig};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
-pub use platform::{BoxFuture, Platform, StatusParts};
+pub use platform::{BoxFuture, Platform, SourceRefused, StatusParts};
 pub use server::{Limits, ServeOptions, X_REQUEST_ID, router, serve};
 pub use state::ApiState;
 pub use tls::{TlsSetupError, tls_config};

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use axum::body::Bytes;
 use tokio::sync::mpsc;
 
 use crate::types::{InstanceView, LogLine, RevisionStatus, RolloutView, RouteView, ScalingView};
@@ -61,6 +62,32 @@ pub trait Platform: Send + Sync + 'static {
         lines: usize,
     ) -> BoxFuture<'_, Result<mpsc::Receiver<LogLine>, String>>;
 
+    /// Whether service `service_id` has code snapshot `digest` (`sha256:…`), which is then
+    /// kept from garbage collection a while longer (a deploy naming it is on its way).
+    fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// Takes the gzip-compressed snapshot archive arriving on `chunks` as service
+    /// `service_id`'s snapshot `digest`, checked against it. An `Err` chunk means the upload
+    /// failed (the client went away, or sent too much): nothing is kept. The sender stops
+    /// when the receiver is dropped (refused early).
+    fn source_put(
+        &self,
+        service_id: i64,
+        digest: &str,
+        chunks: mpsc::Receiver<Result<Bytes, String>>,
+    ) -> BoxFuture<'_, Result<(), SourceRefused>>;
+
     /// The desired state changed: the reconciler should look again now.
     fn wake(&self);
+}
+
+/// Why a code snapshot was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceRefused {
+    /// Over the server's size limit (413).
+    TooLarge(String),
+    /// Not a snapshot, or not the one named (422).
+    Invalid(String),
+    /// The server could not keep it (500; the cause is logged, not shown).
+    Internal(String),
 }

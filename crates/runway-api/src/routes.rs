@@ -16,6 +16,7 @@ use crate::auth::{Admin, Caller, Read, Write};
 use crate::deploy;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
+use crate::platform::SourceRefused;
 use crate::state::ApiState;
 use crate::types::*;
 
@@ -36,6 +37,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(get_deployment))
         .routes(routes!(deployment_events))
         .routes(routes!(list_revisions))
+        .routes(routes!(get_source, put_source))
         .routes(routes!(rollback))
         .routes(routes!(promote))
         .routes(routes!(rollout_command))
@@ -379,6 +381,141 @@ async fn list_revisions(
         })
         .await?;
     Ok(axum::Json(list.into_iter().rev().map(Into::into).collect()))
+}
+
+/// `sha256:` and 64 lowercase hex digits; 400 naming `digest` if not.
+pub(crate) fn check_digest(digest: &str) -> ApiResult<()> {
+    let valid = digest.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(format!(
+            "{digest:?} is not a snapshot digest: expected sha256: and 64 lowercase hex digits"
+        ))
+        .field("digest"))
+    }
+}
+
+/// The caller may write to the service in `env`, which has it; gives the service's id.
+async fn source_service(
+    caller: &Caller,
+    state: &ApiState,
+    service: &str,
+    env: &str,
+    digest: &str,
+) -> ApiResult<i64> {
+    caller.allow(Write, Some(service), Some(env))?;
+    known_env(state, env)?;
+    check_digest(digest)?;
+    let (service, env, allow_all) = (service.to_owned(), env.to_owned(), state.allow_processes);
+    state
+        .store(move |s| {
+            service_env(s, &service, &env)?;
+            // Code is only for a service that may run it: no disk for one that may not.
+            deploy::check_processes_allowed(
+                s,
+                allow_all,
+                &service,
+                &serde_json::json!({"source": ""}),
+            )?;
+            Ok(s.service_get(&service)?.id)
+        })
+        .await
+}
+
+/// Whether the service has a code snapshot (what `runway deploy` asks before uploading one).
+#[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/sources/{digest}",
+    params(("service" = String, Path), ("env" = String, Path),
+        ("digest" = String, Path, description = "`sha256:` and 64 hex digits: the archive's")),
+    responses((status = 200, body = SourceView),
+        (status = 404, description = "Not uploaded (or collected)", body = crate::error::ErrorBody)))]
+async fn get_source(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env, digest)): Path<(String, String, String)>,
+) -> JsonResponse<SourceView> {
+    let id = source_service(&caller, &state, &service, &env, &digest).await?;
+    if state
+        .platform
+        .source_claim(id, &digest)
+        .await
+        .map_err(ApiError::internal)?
+    {
+        Ok(axum::Json(SourceView { service, digest }))
+    } else {
+        Err(ApiError::not_found(format!(
+            "{service} has no code snapshot {digest}"
+        )))
+    }
+}
+
+/// Uploads a code snapshot: the gzip of a tar archive of the service's source tree, named by
+/// the sha256 of the uncompressed archive (`runway deploy` packs and uploads it for a process
+/// service, then deploys it by digest). Unpacked with the image layers' rules (no `..`,
+/// nothing through a symbolic link, no device), read-only, kept as long as a revision names
+/// it. Putting one that is there already changes nothing.
+#[utoipa::path(put, path = "/v1/services/{service}/environments/{env}/sources/{digest}",
+    params(("service" = String, Path), ("env" = String, Path),
+        ("digest" = String, Path, description = "`sha256:` and 64 hex digits: the archive's")),
+    request_body(content = Vec<u8>, content_type = "application/gzip",
+        description = "A gzip-compressed tar archive"),
+    responses((status = 201, body = SourceView),
+        (status = 413, description = "Over `api.limits.source_bytes`", body = crate::error::ErrorBody),
+        (status = 422, description = "Not a snapshot, or not this one", body = crate::error::ErrorBody)))]
+async fn put_source(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env, digest)): Path<(String, String, String)>,
+    body: Body,
+) -> ApiResult<(StatusCode, axum::Json<SourceView>)> {
+    use futures_core::Stream;
+    let id = source_service(&caller, &state, &service, &env, &digest).await?;
+    let limit = state.max_source_bytes;
+    // gzip adds a little to what does not compress.
+    let wire_limit = limit.saturating_add(limit / 64).saturating_add(64 << 10);
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let put = state.platform.source_put(id, &digest, rx);
+    let forward = async move {
+        let mut stream = body.into_data_stream();
+        let mut total = 0u64;
+        loop {
+            let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx));
+            let failed = match next.await {
+                None => return Ok(()),
+                Some(Err(e)) => ApiError::invalid(format!("the upload broke off: {e}")),
+                Some(Ok(chunk)) => {
+                    total = total.saturating_add(chunk.len() as u64);
+                    if total <= wire_limit {
+                        if tx.send(Ok(chunk)).await.is_err() {
+                            // Refused already: its reason is the answer.
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    ApiError::too_large(format!("the snapshot is over the limit of {limit} bytes"))
+                }
+            };
+            let _ = tx.send(Err("the upload failed".to_owned())).await;
+            return Err(failed);
+        }
+    };
+    let (forwarded, put) = tokio::join!(forward, put);
+    // What the client did wrong comes first: the platform saw only that it stopped.
+    forwarded?;
+    match put {
+        Ok(()) => Ok((
+            StatusCode::CREATED,
+            axum::Json(SourceView { service, digest }),
+        )),
+        Err(SourceRefused::TooLarge(message)) => Err(ApiError::too_large(message)),
+        Err(SourceRefused::Invalid(message)) => Err(ApiError::source_invalid(message)),
+        Err(SourceRefused::Internal(cause)) => Err(ApiError::internal(cause)),
+    }
 }
 
 /// Moves traffic back to an earlier revision (by default the one before the serving one).

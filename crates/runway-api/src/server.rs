@@ -32,6 +32,8 @@ pub struct Limits {
     pub body_bytes: usize,
     /// From a request's arrival to its response's head (a followed log's body is not cut).
     pub request_timeout: Duration,
+    /// The same for an upload (`PUT …/sources/{digest}`), whose body may be large.
+    pub upload_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -39,6 +41,7 @@ impl Default for Limits {
         Self {
             body_bytes: 1 << 20,
             request_timeout: Duration::from_secs(30),
+            upload_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -46,14 +49,22 @@ impl Default for Limits {
 /// The API's router over `state`, every route of the contract with its layers.
 pub fn router(state: ApiState, limits: Limits) -> Router {
     let (router, _) = crate::routes::api_router_with(crate::openapi::base()).split_for_parts();
-    let timeout = limits.request_timeout;
     router
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)
         .layer(DefaultBodyLimit::max(limits.body_bytes))
         .layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| per_request(timeout, req, next),
+            move |req: Request, next: Next| {
+                let upload = req.method() == axum::http::Method::PUT
+                    && req.uri().path().contains("/sources/");
+                let timeout = if upload {
+                    limits.upload_timeout
+                } else {
+                    limits.request_timeout
+                };
+                per_request(timeout, req, next)
+            },
         ))
 }
 

@@ -20,6 +20,8 @@ pub struct ApiState {
     /// Every service may deploy plain processes (the operator's `runtime.allow_processes`);
     /// otherwise only those an admin allowed.
     pub(crate) allow_processes: bool,
+    /// The largest code snapshot taken, uncompressed (`api.limits.source_bytes`).
+    pub(crate) max_source_bytes: u64,
 }
 
 impl fmt::Debug for ApiState {
@@ -47,6 +49,7 @@ impl ApiState {
             sealer: Arc::new(sealer),
             environments: environments.into(),
             allow_processes: false,
+            max_source_bytes: crate::config::DEFAULT_SOURCE_BYTES,
         }
     }
 
@@ -55,6 +58,13 @@ impl ApiState {
     #[must_use]
     pub fn allow_processes(mut self, allow: bool) -> Self {
         self.allow_processes = allow;
+        self
+    }
+
+    /// The largest code snapshot taken, uncompressed.
+    #[must_use]
+    pub fn max_source_bytes(mut self, bytes: u64) -> Self {
+        self.max_source_bytes = bytes;
         self
     }
 

@@ -181,10 +181,11 @@ pub struct DeployRequest {
     /// An image reference; overrides `spec.image`. A tag is resolved to a digest once, here.
     #[serde(default)]
     pub image: Option<String>,
-    /// For a process artifact: the absolute directory holding `.runway/`, on the server's
-    /// machine.
+    /// For a process artifact: the code snapshot it runs (`sha256:…`), uploaded first with
+    /// `PUT …/sources/{digest}`. The revision keeps it: a rollback or a promotion runs this
+    /// code, whatever has changed since.
     #[serde(default)]
-    pub source_dir: Option<String>,
+    pub source: Option<String>,
     /// Start the rollout paused: the new revision starts but its strategy takes no step
     /// until `rollout` is asked to resume or promote. Only progressive strategies
     /// (`regional_rollout`, `runway_canary`, `runway_blue_green`) have steps to pause.
@@ -196,7 +197,7 @@ impl fmt::Debug for DeployRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeployRequest")
             .field("image", &self.image)
-            .field("source_dir", &self.source_dir)
+            .field("source", &self.source)
             .field("pause", &self.pause)
             .finish_non_exhaustive()
     }
@@ -325,6 +326,15 @@ impl From<DeploymentEvent> for DeploymentEventView {
     }
 }
 
+/// A service's code snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SourceView {
+    /// The service.
+    pub service: String,
+    /// `sha256:…` of its archive.
+    pub digest: String,
+}
+
 /// An immutable revision. Secret versions are shown, never values.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RevisionView {
@@ -338,7 +348,11 @@ pub struct RevisionView {
     pub env: String,
     /// The image pinned to its digest, for an image artifact.
     pub image: Option<String>,
-    /// The source directory, for a process artifact.
+    /// The code snapshot it runs (`sha256:…`), for a process artifact.
+    pub source: Option<String>,
+    /// The directory it ran from, for a process revision recorded before snapshots (its
+    /// code is whatever is there now).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source_dir: Option<String>,
     /// Environment variables.
     pub env_vars: BTreeMap<String, String>,
@@ -363,6 +377,7 @@ impl From<Revision> for RevisionView {
         };
         Self {
             image: field("image"),
+            source: field("source"),
             source_dir: field("source_dir"),
             name: r.name,
             number: r.number,

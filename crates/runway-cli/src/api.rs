@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, Url};
@@ -17,6 +17,8 @@ use serde_json::Value;
 
 /// How long one request may take, connection included (not a followed log stream).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long uploading a code snapshot may take (the server's own bound is the same).
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -85,8 +87,9 @@ pub(crate) struct DeployRequest {
     pub(crate) env_vars: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) image: Option<String>,
+    /// The code snapshot a process service runs (`sha256:…`), uploaded first.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) source_dir: Option<PathBuf>,
+    pub(crate) source: Option<String>,
     /// Start a progressive rollout paused.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) pause: bool,
@@ -181,6 +184,8 @@ pub(crate) struct Revision {
     pub(crate) env: String,
     #[serde(default)]
     pub(crate) image: Option<String>,
+    #[serde(default)]
+    pub(crate) source: Option<String>,
     #[serde(default)]
     pub(crate) source_dir: Option<String>,
     #[serde(default)]
@@ -570,7 +575,7 @@ impl Client {
         &self,
         method: Method,
         url: Url,
-        body: Option<Vec<u8>>,
+        body: Option<(Vec<u8>, &'static str)>,
         timeout: Option<Duration>,
     ) -> Result<reqwest::Response, ApiError> {
         let mut request = self
@@ -581,9 +586,9 @@ impl Client {
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
-        if let Some(body) = body {
+        if let Some((body, content_type)) = body {
             request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(reqwest::header::CONTENT_TYPE, content_type)
                 .body(body);
         }
         let response = request.send().await.map_err(|e| self.connect_error(&e))?;
@@ -626,6 +631,7 @@ impl Client {
             .map_err(|e| ApiError::Config {
                 reason: format!("cannot encode the request: {e}"),
             })?;
+        let body = body.map(|b| (b, "application/json"));
         let response = self.send(method, url, body, Some(REQUEST_TIMEOUT)).await?;
         let bytes = response.bytes().await.map_err(|e| self.connect_error(&e))?;
         serde_json::from_slice(&bytes).map_err(|e| ApiError::Decode {
@@ -709,6 +715,47 @@ impl Client {
         let mut segments = vec!["v1", "services", service, "environments", env];
         segments.extend(rest);
         self.url(&segments, query)
+    }
+
+    /// Whether the service has code snapshot `digest`:
+    /// `GET /v1/services/{service}/environments/{env}/sources/{digest}`.
+    pub(crate) async fn has_source(
+        &self,
+        service: &str,
+        env: &str,
+        digest: &str,
+    ) -> Result<bool, ApiError> {
+        let url = self.env_url(service, env, &["sources", digest], &[]);
+        match self
+            .send(Method::GET, url, None, Some(REQUEST_TIMEOUT))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(ApiError::Api { status, .. }) if status == reqwest::StatusCode::NOT_FOUND => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Uploads a code snapshot (the gzip of its archive):
+    /// `PUT /v1/services/{service}/environments/{env}/sources/{digest}`.
+    pub(crate) async fn upload_source(
+        &self,
+        service: &str,
+        env: &str,
+        digest: &str,
+        gzip: Vec<u8>,
+    ) -> Result<(), ApiError> {
+        let url = self.env_url(service, env, &["sources", digest], &[]);
+        self.send(
+            Method::PUT,
+            url,
+            Some((gzip, "application/gzip")),
+            Some(UPLOAD_TIMEOUT),
+        )
+        .await
+        .map(drop)
     }
 
     /// `POST /v1/services/{service}/environments/{env}/deployments`.

@@ -152,6 +152,9 @@ fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<Lo
 /// directory's `runtime/`).
 /// A runtime under `root` pulling from `insecure_registries` over plain HTTP and running
 /// containers with `oci_runtime` (`runway server`'s `runtime` section).
+/// The code snapshots' directory in a server's data directory.
+pub(crate) const SOURCES_DIR: &str = "sources";
+
 pub(crate) fn runtime_with(
     root: PathBuf,
     insecure_registries: &[String],
@@ -161,13 +164,11 @@ pub(crate) fn runtime_with(
     let mut config = config_in(root)?;
     config.pull.insecure_registries = insecure_registries.to_vec();
     config.pull.allowed_registries = Some(allowed_registries.to_vec());
-    // The server's data directory: the store, the master key, the CA's key.
-    config.private_dirs = config
-        .root
-        .parent()
-        .map(Path::to_path_buf)
-        .into_iter()
-        .collect();
+    // The server's data directory: the store, the master key, the CA's key; and in it, the
+    // code snapshots processes run from.
+    let data_dir = config.root.parent().map(Path::to_path_buf);
+    config.code_snapshots = data_dir.as_ref().map(|dir| dir.join(SOURCES_DIR));
+    config.private_dirs = data_dir.into_iter().collect();
     config.oci_runtime = oci_runtime.to_path_buf();
     Ok(LocalRuntime::new(config))
 }

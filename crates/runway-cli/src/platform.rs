@@ -20,6 +20,7 @@ use crate::config;
 use crate::local::table;
 use crate::repo::{Repository, discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, Output, print_stdout};
+use runway_oci::source::Packed;
 
 /// A deployment that ended badly.
 pub(crate) const EXIT_FAILED: u8 = 1;
@@ -728,10 +729,13 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     };
     let service = only_one(services, &repo, wanted)?;
     let env = args.env.as_str();
-    let (name, mut request) = deploy_request(&repo, &service, env, args.image.clone())?;
+    let (name, mut request, code) = deploy_request(&repo, &service, env, args.image.clone())?;
     request.pause = args.pause;
     let client = client()?;
     let rt = tokio()?;
+    if let Some(code) = code {
+        rt.block_on(upload_code(&client, &name, env, code))?;
+    }
     let deployment = rt.block_on(client.deploy(&name, env, &request))?;
     if args.output.output == Output::Text {
         print_stdout(&format!(
@@ -745,26 +749,76 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// What `runway deploy` sends for a valid service: its manifest merged for `env`, the env
-/// file's variables, the image, and the repository's absolute path. Returns the service's name
-/// with it.
+/// file's variables and the image; for a process service, its code packed from the
+/// repository (see [`runway_oci::source::pack`]), to upload with [`upload_code`] before the
+/// request names it. Returns the service's name with them.
 pub(crate) fn deploy_request(
     repo: &Repository,
     service: &runway_manifest::Service,
     env: &str,
     image: Option<String>,
-) -> anyhow::Result<(String, DeployRequest)> {
+) -> anyhow::Result<(String, DeployRequest, Option<Packed>)> {
     let config = service.config(Some(env))?;
     let manifest =
         serde_json::to_value(&config.manifest).context("cannot encode the manifest as JSON")?;
     let env_vars = env_file_vars(repo, &service.id, env)?;
+    let code = match config.artifact {
+        runway_manifest::Artifact::Process { .. } => {
+            let root = repository_root(&repo.runway_dir);
+            let packed = runway_oci::source::pack(&root, MAX_SOURCE_BYTES)
+                .with_context(|| format!("cannot pack the code in {}", root.display()))?;
+            for skipped in &packed.skipped {
+                eprintln!("runway: left out of the code snapshot: {skipped}");
+            }
+            Some(packed)
+        }
+        runway_manifest::Artifact::Image { .. } => None,
+    };
     let request = DeployRequest {
         manifest,
         env_vars,
         image,
-        source_dir: Some(repository_root(&repo.runway_dir)),
+        source: code.as_ref().map(|c| c.digest.to_string()),
         pause: false,
     };
-    Ok((service.name().to_owned(), request))
+    Ok((service.name().to_owned(), request, code))
+}
+
+/// The largest code snapshot `runway deploy` packs (the server's default limit; a server
+/// with a lower one says so when it is sent).
+const MAX_SOURCE_BYTES: u64 = runway_oci::source::DEFAULT_MAX_SOURCE_BYTES;
+
+/// Uploads a process service's code snapshot unless the server has it already, saying so on
+/// stderr.
+pub(crate) async fn upload_code(
+    client: &Client,
+    service: &str,
+    env: &str,
+    code: Packed,
+) -> anyhow::Result<()> {
+    let digest = code.digest.to_string();
+    if client.has_source(service, env, &digest).await? {
+        eprintln!(
+            "runway: code {} is on the server already",
+            short_digest(&digest)
+        );
+        return Ok(());
+    }
+    eprintln!(
+        "runway: uploading code {} ({} files, {} compressed)...",
+        short_digest(&digest),
+        code.files,
+        runway_oci::source::human_bytes(code.gzip.len() as u64)
+    );
+    client
+        .upload_source(service, env, &digest, code.gzip)
+        .await
+        .context("cannot upload the code snapshot")
+}
+
+/// `sha256:0123456789ab`: enough of a digest to tell it.
+fn short_digest(digest: &str) -> &str {
+    digest.get(..19).unwrap_or(digest)
 }
 
 /// The variables of `.runway/[<id>/]env-<env>.yml`, as the manifest loader reads them.
@@ -1133,6 +1187,11 @@ pub(crate) fn revisions(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             r.name.clone(),
             r.image
                 .clone()
+                .or_else(|| {
+                    r.source
+                        .as_deref()
+                        .map(|d| format!("code {}", short_digest(d)))
+                })
                 .or_else(|| r.source_dir.clone())
                 .unwrap_or_else(|| "-".to_owned()),
             list_or_none(&secrets),

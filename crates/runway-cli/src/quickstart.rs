@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use runway_runtime::Runtime;
 
 use crate::api::{Client, CreateService, Deployment, DeploymentState};
-use crate::platform::{deploy_request, wait_for};
+use crate::platform::{deploy_request, upload_code, wait_for};
 use crate::repo::{discover, valid_services};
 use crate::server::{IngressConfig, Running, ServerConfig};
 use crate::{EXIT_INVALID, Output};
@@ -191,7 +191,10 @@ async fn demonstrate(
         return Ok(ExitCode::from(EXIT_INVALID));
     };
     let service = services.remove(0);
-    let (_, mut request) = deploy_request(&repo, &service, ENV, None)?;
+    let (_, mut request, code) = deploy_request(&repo, &service, ENV, None)?;
+    if let Some(code) = code {
+        upload_code(&client, SERVICE, ENV, code).await?;
+    }
     let first = deploy(&client, &request, "first version").await?;
     let url = format!(
         "https://{SERVICE}.{ENV}.localhost:{}/",

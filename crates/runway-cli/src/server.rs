@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, StatusParts};
+use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, SourceRefused, StatusParts};
 use runway_control::{Controller, ControllerConfig};
 use runway_ingress::control::{ControlClient, Listen, RemoteIngress, RemoteOptions};
 use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
+use runway_oci::source::{SourceError, SourceStore};
 use runway_runtime::LocalRuntime;
 use runway_runtime::logs::Follower;
 use runway_runtime::sandbox::SandboxPolicy;
@@ -287,6 +288,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         .create_state_dirs()
         .context("cannot prepare the runtime's state directory")?;
     open_data_dir(&data_dir);
+    let sources = SourceStore::open(data_dir.join(crate::local::SOURCES_DIR))
+        .context("cannot prepare the code snapshots' directory")?;
 
     let (stop, stopped) = watch::channel(false);
     let until = |mut stopped: watch::Receiver<bool>| async move {
@@ -310,7 +313,9 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         Arc::new(dataplane),
         Sealer::new(&key),
     );
-    controller = controller.allow_processes(config.runtime.allow_processes);
+    controller = controller
+        .allow_processes(config.runtime.allow_processes)
+        .code_snapshots(sources.root());
     if let Some(policy) = config.runtime.sandbox_policy() {
         controller = controller.isolate_processes(policy);
     }
@@ -331,9 +336,16 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
             Ok(())
         }
     }));
+    tasks.push(tokio::spawn(collect_sources(
+        Arc::clone(&store),
+        sources.clone(),
+        stopped.clone(),
+    )));
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
         runtime: Arc::clone(&runtime),
+        sources,
+        max_source_bytes: config.api.limits.source_bytes,
     });
     let state = ApiState::new(
         Arc::clone(&store),
@@ -341,7 +353,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         Sealer::new(&key),
         config.api.environments.clone(),
     )
-    .allow_processes(config.runtime.allow_processes);
+    .allow_processes(config.runtime.allow_processes)
+    .max_source_bytes(config.api.limits.source_bytes);
     let router = runway_api::router(state, config.api.request_limits());
     let api_tls = if config.api.tls.enabled {
         Some(
@@ -677,6 +690,9 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
 struct ServerPlatform {
     controller: Arc<Controller<LocalRuntime>>,
     runtime: Arc<LocalRuntime>,
+    sources: SourceStore,
+    /// The largest code snapshot taken, uncompressed.
+    max_source_bytes: u64,
 }
 
 impl ServerPlatform {
@@ -705,7 +721,111 @@ fn api_log_line(
     }
 }
 
+/// How long an uploaded snapshot no revision names is kept: its deploy may be on its way.
+const SOURCE_GRACE: Duration = Duration::from_secs(3600);
+
+/// Removes, every ten minutes, the code snapshots no revision names (see
+/// [`SourceStore::collect`]); the first pass a minute after the start.
+async fn collect_sources(
+    store: Arc<dyn Store>,
+    sources: SourceStore,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut wait = Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = Duration::from_secs(600);
+        let (store, sources) = (Arc::clone(&store), sources.clone());
+        let pass = tokio::task::spawn_blocking(move || -> anyhow::Result<usize> {
+            let mut services = std::collections::BTreeSet::new();
+            let mut keep = std::collections::BTreeSet::new();
+            for service in store.service_list()? {
+                services.insert(service.id);
+                for env in &service.environments {
+                    for revision in store.revision_list(&service.name, env)? {
+                        if let Some(digest) =
+                            revision.artifact.get("source").and_then(|d| d.as_str())
+                        {
+                            keep.insert((service.id, digest.to_owned()));
+                        }
+                    }
+                }
+            }
+            Ok(sources.collect(&services, &keep, SOURCE_GRACE)?)
+        })
+        .await;
+        match pass {
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => eprintln!("runway server: removed {removed} unused code snapshots"),
+            Ok(Err(e)) => eprintln!("runway server: warning: cannot collect code snapshots: {e:#}"),
+            Err(e) => eprintln!("runway server: warning: cannot collect code snapshots: {e}"),
+        }
+    }
+}
+
+/// Reads what the API forwards of an upload, on a blocking thread.
+struct Chunks {
+    rx: mpsc::Receiver<Result<bytes::Bytes, String>>,
+    current: bytes::Bytes,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                None => return Ok(0),
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
+}
+
 impl Platform for ServerPlatform {
+    fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>> {
+        let digest = runway_oci::Digest::parse(digest);
+        Box::pin(async move {
+            let digest = digest.map_err(|e| e.to_string())?;
+            let sources = self.sources.clone();
+            tokio::task::spawn_blocking(move || sources.claim(service_id, &digest))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn source_put(
+        &self,
+        service_id: i64,
+        digest: &str,
+        chunks: mpsc::Receiver<Result<bytes::Bytes, String>>,
+    ) -> BoxFuture<'_, Result<(), SourceRefused>> {
+        let digest = runway_oci::Digest::parse(digest);
+        Box::pin(async move {
+            let digest = digest.map_err(|e| SourceRefused::Invalid(e.to_string()))?;
+            let (sources, max) = (self.sources.clone(), self.max_source_bytes);
+            let reader = Chunks {
+                rx: chunks,
+                current: bytes::Bytes::new(),
+            };
+            let put =
+                tokio::task::spawn_blocking(move || sources.put(service_id, &digest, reader, max))
+                    .await
+                    .map_err(|e| SourceRefused::Internal(e.to_string()))?;
+            match put {
+                Ok(_) => Ok(()),
+                Err(SourceError::TooLarge(m)) => Err(SourceRefused::TooLarge(m)),
+                Err(SourceError::Invalid(m)) => Err(SourceRefused::Invalid(m)),
+                Err(e @ SourceError::Io { .. }) => Err(SourceRefused::Internal(e.to_string())),
+            }
+        })
+    }
+
     fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
         let reference = reference.to_owned();
         Box::pin(async move {

@@ -648,9 +648,14 @@ fn deploy_sends_the_merged_manifest_and_variables_but_no_secret_value() {
         json!({"LOG_LEVEL": "debug", "WORKERS": "3"})
     );
     assert_eq!(body["image"], "registry.example.com/hello:2.0");
-    assert_eq!(
-        body["source_dir"],
-        repo.path().canonicalize().unwrap().to_str().unwrap()
+    assert!(
+        body.get("source").is_none(),
+        "an image has no code to send: {body}"
+    );
+    assert!(
+        fake.requests()
+            .iter()
+            .all(|r| !r.path.contains("/sources/"))
     );
     assert!(
         !String::from_utf8_lossy(&sent[0].body).contains("hunter2"),
@@ -667,6 +672,85 @@ fn deploy_sends_the_merged_manifest_and_variables_but_no_secret_value() {
     assert_eq!(body["manifest"]["spec"]["scalability"]["max_instances"], 4);
     assert_eq!(body["env_vars"], json!({}));
     assert!(body.get("image").is_none());
+}
+
+#[test]
+fn a_process_service_uploads_its_code_once_then_deploys_it_by_digest() {
+    let uploaded = Arc::new(Mutex::new(false));
+    let fake = Fake::start({
+        let uploaded = Arc::clone(&uploaded);
+        move |r| {
+            if !r.path.contains("/sources/") {
+                return None;
+            }
+            let mut uploaded = uploaded.lock().unwrap();
+            Some(match r.method.as_str() {
+                "GET" if *uploaded => Reply::Json(200, json!({"service": "hello"})),
+                "GET" => error(404, "not_found", "no such snapshot", None),
+                _ => {
+                    *uploaded = true;
+                    Reply::Json(201, json!({"service": "hello"}))
+                }
+            })
+        }
+    });
+    let cli = Cli::env(&fake);
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    std::fs::create_dir(root.join(".runway")).unwrap();
+    std::fs::write(
+        root.join(".runway/runway.yml"),
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata: {name: hello}\nspec:\n  \
+         container_port: 8080\n  workload:\n    process:\n      command: [python3, app.py]\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("app.py"), "print('hello')\n").unwrap();
+    std::fs::write(root.join(".runwayignore"), "*.bin\n").unwrap();
+    std::fs::write(root.join("weights.bin"), "big").unwrap();
+    std::fs::create_dir_all(root.join(".git")).unwrap();
+    std::fs::write(root.join(".git/HEAD"), "ref").unwrap();
+
+    let ran = cli.run_in(&["deploy"], root, None);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(ran.stderr.contains("uploading code sha256:"), "{ran:?}");
+    let sources = "/v1/services/hello/environments/dev/sources/";
+    let puts: Vec<Recorded> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.starts_with(sources))
+        .collect();
+    assert_eq!(puts.len(), 1);
+    let digest = puts[0].path.trim_start_matches(sources).to_owned();
+    // What was sent is the snapshot the path names (the store checks the digest), without
+    // what is ignored.
+    let store_dir = tempfile::tempdir().unwrap();
+    let store = runway_oci::source::SourceStore::open(store_dir.path()).unwrap();
+    let snapshot = store
+        .put(
+            1,
+            &runway_oci::Digest::parse(&digest).unwrap(),
+            puts[0].body.as_slice(),
+            1 << 20,
+        )
+        .unwrap();
+    assert!(snapshot.join("app.py").is_file());
+    assert!(snapshot.join(".runway/runway.yml").is_file());
+    assert!(!snapshot.join("weights.bin").exists());
+    assert!(!snapshot.join(".git").exists());
+    let deploy = fake.find("POST", "/v1/services/hello/environments/dev/deployments");
+    assert_eq!(deploy[0].json()["source"], digest.as_str());
+    assert!(deploy[0].json().get("source_dir").is_none());
+
+    // The same code again: asked for, not sent.
+    let again = cli.run_in(&["deploy"], root, None);
+    assert_eq!(again.code, Some(0), "{again:?}");
+    assert!(again.stderr.contains("on the server already"), "{again:?}");
+    let puts = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.starts_with(sources))
+        .count();
+    assert_eq!(puts, 1);
 }
 
 #[test]

@@ -176,6 +176,15 @@ fn deploy_secrets_failure_rollback_and_promote() {
     assert!(third.ok(), "third deploy: {}", third.all());
     let (_, body) = platform.get(HOST, "/", Duration::from_secs(5));
     assert!(body.starts_with("third from hello-dev-00003"), "{body}");
+    // The working tree moves on; a revision keeps the code it was deployed with.
+    let app = repo.join("app.py");
+    let code = std::fs::read_to_string(&app).unwrap();
+    let edited = code.replace(
+        "greeting = os.environ.get(\"GREETING\", \"hello\")",
+        "greeting = \"edited \" + os.environ.get(\"GREETING\", \"hello\")",
+    );
+    assert_ne!(code, edited, "the test's app changed: edit another line");
+    std::fs::write(&app, edited).unwrap();
     let back = platform.runway_for(
         &[
             "rollback",
@@ -237,7 +246,13 @@ fn deploy_secrets_failure_rollback_and_promote() {
         revision("dev", "hello-dev-00001"),
         revision("staging", "hello-staging-00001"),
     );
-    for field in ["manifest", "env_vars", "image", "source_dir"] {
+    assert!(
+        dev["source"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sha256:")),
+        "{dev}"
+    );
+    for field in ["manifest", "env_vars", "image", "source"] {
         assert_eq!(
             dev[field], staging[field],
             "{field} differs after promotion"

@@ -26,7 +26,7 @@ use crate::observe::{
 };
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
-use crate::start::{build_spec, start_inputs};
+use crate::start::{ProcessRules, build_spec, start_inputs};
 use crate::state::{Key, StartFailure, State};
 use crate::table::build_table;
 use runway_runtime::sandbox::SandboxPolicy;
@@ -51,10 +51,8 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     pub(crate) state: Mutex<State>,
     /// One reconciliation at a time.
     pass: tokio::sync::Mutex<PassMemory>,
-    /// Plain processes run in their service's sandbox ([`Controller::isolate_processes`]).
-    process_sandbox: Option<SandboxPolicy>,
-    /// Every service may run plain processes ([`Controller::allow_processes`]).
-    allow_processes: bool,
+    /// Who may run plain processes, how isolated, from which code.
+    processes: ProcessRules,
     /// Deployment events the store could not take (a full disk), oldest first: written, in
     /// order, before any newer one once it can.
     unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
@@ -123,8 +121,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             stopping: Arc::default(),
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
-            process_sandbox: None,
-            allow_processes: false,
+            processes: ProcessRules::default(),
             unwritten: Arc::default(),
         }
     }
@@ -134,7 +131,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// directories ([`runway_runtime::sandbox`]). Without it they run as this process's user.
     #[must_use]
     pub fn isolate_processes(mut self, policy: SandboxPolicy) -> Self {
-        self.process_sandbox = Some(policy);
+        self.processes.sandbox = Some(policy);
         self
     }
 
@@ -142,7 +139,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// otherwise only those an admin allowed start, as the API allows them to be deployed.
     #[must_use]
     pub fn allow_processes(mut self, allow: bool) -> Self {
-        self.allow_processes = allow;
+        self.processes.allow_all = allow;
+        self
+    }
+
+    /// Where revisions' code snapshots are (`<dir>/<service id>/<hex>`, kept by the server's
+    /// `runway_oci::source::SourceStore`): a process revision runs from its own.
+    #[must_use]
+    pub fn code_snapshots(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.processes.snapshots = Some(dir.into());
         self
     }
 
@@ -654,14 +659,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 .map_err(|e| ControlError::Task(e.to_string()))?
         };
         let spec = inputs.and_then(|(secrets, service)| {
-            build_spec(
-                &info,
-                &id,
-                secrets,
-                &service,
-                self.allow_processes,
-                self.process_sandbox.as_ref(),
-            )
+            build_spec(&info, &id, secrets, &service, &self.processes)
         });
         let spec = match spec {
             Ok(spec) => spec,

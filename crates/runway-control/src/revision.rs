@@ -1,7 +1,7 @@
 //! A revision as the controller uses it: the store's immutable record and the settings its
 //! manifest gives, read once and kept.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use runway_ingress::Protocol;
 use runway_manifest::{Manifest, ServiceConfig};
@@ -43,14 +43,30 @@ impl RevisionInfo {
             .map(str::to_owned)
     }
 
-    /// The directory holding `.runway/`, for a process artifact.
-    pub(crate) fn source_dir(&self) -> PathBuf {
-        self.record
-            .artifact
-            .get("source_dir")
-            .and_then(serde_json::Value::as_str)
-            .map(PathBuf::from)
-            .unwrap_or_default()
+    /// Where a process artifact's code is: its snapshot (`source`, a digest) under
+    /// `snapshots/<service id>/`; for a revision recorded before snapshots, the directory it
+    /// names (`source_dir`, whatever is there now). Empty for an image.
+    pub(crate) fn code_dir(
+        &self,
+        service_id: i64,
+        snapshots: Option<&Path>,
+    ) -> Result<PathBuf, String> {
+        let field = |key: &str| {
+            self.record
+                .artifact
+                .get(key)
+                .and_then(serde_json::Value::as_str)
+        };
+        if let Some(digest) = field("source") {
+            let hex = digest
+                .strip_prefix("sha256:")
+                .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+                .ok_or_else(|| format!("its code snapshot {digest:?} is not a digest"))?;
+            let snapshots =
+                snapshots.ok_or_else(|| "this control plane keeps no code snapshots".to_owned())?;
+            return Ok(snapshots.join(service_id.to_string()).join(hex));
+        }
+        Ok(field("source_dir").map(PathBuf::from).unwrap_or_default())
     }
 
     pub(crate) fn protocol(&self) -> Protocol {

@@ -1,6 +1,7 @@
 //! What starting an instance of a revision takes: its secrets opened and its spec built.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use runway_runtime::InstanceSpec;
 use runway_runtime::sandbox::SandboxPolicy;
@@ -11,43 +12,55 @@ use runway_store::{Revision, Service, Store};
 
 use crate::revision::RevisionInfo;
 
+/// Who may run plain processes, how isolated, from which code: the operator's settings.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProcessRules {
+    /// Every service may (`runtime.allow_processes`); otherwise those an admin allowed.
+    pub(crate) allow_all: bool,
+    /// Each runs in a sandbox of its service's own ([`runway_runtime::sandbox`]); an image is
+    /// isolated anyway.
+    pub(crate) sandbox: Option<SandboxPolicy>,
+    /// Where revisions' code snapshots are: `<dir>/<service id>/<hex>`.
+    pub(crate) snapshots: Option<PathBuf>,
+}
+
 /// The spec of instance `id` of the revision, with its secrets' values, marked as the
-/// platform's ([`InstanceSpec::managed`]). The error says why it can never start, and holds no secret
-/// value.
+/// platform's ([`InstanceSpec::managed`]). The error says why it can never start, and holds no
+/// secret value.
 ///
-/// A plain process starts only while `processes` (the operator's, for every service) or its
-/// service allows it: the API refuses a new one, this refuses to start (or restart, or scale
-/// up) one deployed before the leave was taken back. With `isolation`, it runs in a sandbox of
-/// its service's own ([`runway_runtime::sandbox`]); an image is isolated anyway.
+/// A plain process starts only while the rules or its service allow it: the API refuses a new
+/// one, this refuses to start (or restart, or scale up) one deployed before the leave was
+/// taken back. It runs from its revision's code snapshot, in its service's sandbox when the
+/// rules have one.
 pub(crate) fn build_spec(
     info: &RevisionInfo,
     id: &str,
     secret_env: BTreeMap<String, String>,
     service: &Service,
-    processes: bool,
-    isolation: Option<&SandboxPolicy>,
+    rules: &ProcessRules,
 ) -> Result<InstanceSpec, String> {
     let config = info.config.as_ref().map_err(Clone::clone)?;
+    let code_dir = info.code_dir(service.id, rules.snapshots.as_deref())?;
     let options = InstanceOptions {
         id: id.to_owned(),
         revision: info.record.name.clone(),
         image: info.image(),
-        base_dir: info.source_dir(),
+        base_dir: code_dir.clone(),
         secret_env,
     };
     let mut spec = instance_spec(config, &options).map_err(|e| e.to_string())?;
     // Marks it the platform's, so a later controller knows it even once its revision is gone.
     spec.managed = true;
     if let Artifact::Command { .. } = &spec.artifact {
-        if !processes && !service.allow_processes {
+        if !rules.allow_all && !service.allow_processes {
             return Err(format!(
                 "{} may not run plain processes on this server (no longer allowed): deploy an \
                  image, or have an admin allow processes for it",
                 service.name
             ));
         }
-        if let Some(policy) = isolation {
-            spec.sandbox = Some(policy.sandbox(service.id, &info.source_dir())?);
+        if let Some(policy) = &rules.sandbox {
+            spec.sandbox = Some(policy.sandbox(service.id, &code_dir)?);
         }
     }
     Ok(spec)

@@ -47,6 +47,9 @@ pub struct LocalConfig {
     pub stop_margin: Duration,
     /// Directories no sandboxed process may see, besides `root` (a server's data directory).
     pub private_dirs: Vec<PathBuf>,
+    /// Where the platform unpacks code snapshots (`<dir>/<service id>/<hex>`): code
+    /// directories although they lie in a private directory.
+    pub code_snapshots: Option<PathBuf>,
 }
 
 impl LocalConfig {
@@ -60,6 +63,7 @@ impl LocalConfig {
             supervisor_start_timeout: Duration::from_secs(10),
             stop_margin: Duration::from_secs(10),
             private_dirs: Vec::new(),
+            code_snapshots: None,
         }
     }
 }
@@ -192,7 +196,9 @@ impl LocalRuntime {
         let protected: Vec<&Path> = std::iter::once(self.config.root.as_path())
             .chain(self.config.private_dirs.iter().map(PathBuf::as_path))
             .collect();
-        let code = sandbox.check(&protected).map_err(refuse)?;
+        let code = sandbox
+            .check(&protected, self.config.code_snapshots.as_deref())
+            .map_err(refuse)?;
         // What the process could not see is refused before it is looked for on the host, so
         // the answer says nothing of what is there.
         let working_dir = working_dir

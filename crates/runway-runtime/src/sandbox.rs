@@ -101,9 +101,14 @@ impl Sandbox {
     /// directory as it is on disk (symbolic links resolved), which is what gets bound. Refused:
     /// a code directory that is not an absolute, existing directory; one that holds or lies in
     /// a `protected` directory (the data directory, the runtime's state), one of the system's
-    /// own ([`NEVER_CODE`]) or a shared one whole ([`NOT_WHOLE`]); a host path that holds or
+    /// own ([`NEVER_CODE`]) or a shared one whole ([`NOT_WHOLE`]), unless it is a code snapshot
+    /// (`<snapshots>/<service id>/<hex>`, unpacked by the platform); a host path that holds or
     /// lies in a protected directory.
-    pub(crate) fn check(&self, protected: &[&Path]) -> Result<PathBuf, String> {
+    pub(crate) fn check(
+        &self,
+        protected: &[&Path],
+        snapshots: Option<&Path>,
+    ) -> Result<PathBuf, String> {
         let protected: Vec<PathBuf> = protected
             .iter()
             .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
@@ -126,20 +131,31 @@ impl Sandbox {
                 code.display()
             ));
         }
+        // A snapshot the platform unpacked (`<snapshots>/<service id>/<hex>`) is code, wherever
+        // the platform keeps its files.
+        let snapshot = snapshots
+            .and_then(|dir| fs::canonicalize(dir).ok())
+            .and_then(|dir| {
+                real.strip_prefix(dir)
+                    .ok()
+                    .map(|rel| rel.components().count())
+            })
+            == Some(2);
         let overlaps = |dir: &Path| {
             protected
                 .iter()
                 .any(|p| p.starts_with(dir) || dir.starts_with(p))
         };
-        if overlaps(&real) {
+        if !snapshot && overlaps(&real) {
             return Err(format!(
                 "code directory {} holds or is inside the platform's own files: a process may \
                  not see them",
                 code.display()
             ));
         }
-        if NEVER_CODE.iter().any(|d| real.starts_with(d))
-            || NOT_WHOLE.iter().any(|d| real == Path::new(d))
+        if !snapshot
+            && (NEVER_CODE.iter().any(|d| real.starts_with(d))
+                || NOT_WHOLE.iter().any(|d| real == Path::new(d)))
         {
             return Err(format!(
                 "code directory {} is the system's, not a service's code",
@@ -232,16 +248,21 @@ mod tests {
         };
         let protected = [data.as_path(), state.as_path()];
         let real = fs::canonicalize(&code).unwrap();
-        assert_eq!(sandbox(code.clone(), vec![]).check(&protected), Ok(real));
+        assert_eq!(
+            sandbox(code.clone(), vec![]).check(&protected, None),
+            Ok(real)
+        );
         for bad in [data.clone(), state.clone(), state.join("instances")] {
             fs::create_dir_all(&bad).unwrap();
-            let error = sandbox(bad.clone(), vec![]).check(&protected).unwrap_err();
+            let error = sandbox(bad.clone(), vec![])
+                .check(&protected, None)
+                .unwrap_err();
             assert!(error.contains("platform's own files"), "{bad:?}: {error}");
         }
         // A link into the data directory is what it points at.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&data, &link).unwrap();
-        let error = sandbox(link, vec![]).check(&protected).unwrap_err();
+        let error = sandbox(link, vec![]).check(&protected, None).unwrap_err();
         assert!(error.contains("platform's own files"), "{error}");
         for system in [
             "/",
@@ -254,7 +275,7 @@ mod tests {
             "/root",
         ] {
             let error = sandbox(PathBuf::from(system), vec![])
-                .check(&protected)
+                .check(&protected, None)
                 .unwrap_err();
             assert!(
                 error.contains("system's") || error.contains("platform's own"),
@@ -262,7 +283,7 @@ mod tests {
             );
         }
         let error = sandbox(code.clone(), vec![dir.path().to_owned()])
-            .check(&protected)
+            .check(&protected, None)
             .unwrap_err();
         assert!(error.contains("runtime.process_host_paths"), "{error}");
         for (bad, says) in [
@@ -270,8 +291,42 @@ mod tests {
             (code.join("../code"), "`..`"),
             (dir.path().join("missing"), "missing"),
         ] {
-            let error = sandbox(bad, vec![]).check(&protected).unwrap_err();
+            let error = sandbox(bad, vec![]).check(&protected, None).unwrap_err();
             assert!(error.contains(says), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_code_snapshot_is_code_although_the_platform_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let snapshots = data.join("sources");
+        let snapshot = snapshots.join("7").join("ab12");
+        fs::create_dir_all(&snapshot).unwrap();
+        let sandbox = |code_dir: PathBuf| Sandbox {
+            user: 200_007,
+            code_dir,
+            host_paths: vec![],
+        };
+        let protected = [data.as_path()];
+        assert!(sandbox(snapshot.clone()).check(&protected, None).is_err());
+        assert_eq!(
+            sandbox(snapshot.clone()).check(&protected, Some(&snapshots)),
+            Ok(fs::canonicalize(&snapshot).unwrap())
+        );
+        // Only a snapshot itself: not the store, not a service's directory of them, not the
+        // data directory reached through one.
+        for bad in [
+            snapshots.clone(),
+            snapshots.join("7"),
+            snapshot.join("../../.."),
+        ] {
+            assert!(
+                sandbox(bad.clone())
+                    .check(&protected, Some(&snapshots))
+                    .is_err(),
+                "{bad:?}"
+            );
         }
     }
 

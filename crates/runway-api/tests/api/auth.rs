@@ -16,7 +16,11 @@ fn documented_routes() -> Vec<(String, String, bool)> {
                 .replace("{service}", "hello")
                 .replace("{env}", "dev")
                 .replace("{name}", "API_KEY")
-                .replace("{id}", "1");
+                .replace("{id}", "1")
+                .replace(
+                    "{digest}",
+                    "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                );
             assert!(
                 !filled.contains('{'),
                 "a path parameter the test does not know: {path}"
@@ -136,6 +140,22 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["alpha"]);
+
+    // Code for another service: neither looked for nor uploaded.
+    let beta_source = "/v1/services/beta/environments/dev/sources/\
+                       sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    for method in ["GET", "PUT"] {
+        let answer = server
+            .raw(method, beta_source, t, Some(b"code".to_vec()))
+            .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::FORBIDDEN,
+            "{method}: {}",
+            answer.text
+        );
+    }
+    assert!(server.platform.sources.lock().unwrap().is_empty());
 
     // Another service: neither read nor change.
     for (method, path, body) in [

@@ -7,7 +7,8 @@ use runway_store::Store;
 use serde_json::json;
 
 use crate::support::{
-    deploy_body, deploy_body_with_secrets, manifest, start, start_with, start_without_processes,
+    SOURCE_LIMIT, deploy_body, deploy_body_with_secrets, manifest, start, start_with,
+    start_without_processes,
 };
 
 #[tokio::test]
@@ -818,10 +819,14 @@ async fn a_status_part_that_cannot_be_read_is_named_not_silently_empty() {
     );
 }
 
+/// A code snapshot's digest, as `runway deploy` names one.
+const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
 #[tokio::test]
-async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
+async fn a_process_revision_names_a_code_snapshot_uploaded_first() {
     let server = start().await;
     server.onboard("hello").await;
+    server.onboard("other").await;
     let path = "/v1/services/hello/environments/dev/deployments";
     let process = json!({
         "apiVersion": "runway/v1",
@@ -829,14 +834,28 @@ async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
         "metadata": {"name": "hello"},
         "spec": {"container_port": 8080, "workload": {"process": {"command": ["python3", "app.py"]}}}
     });
-    for (source_dir, field) in [(None, "source_dir"), (Some("relative/dir"), "source_dir")] {
+    // No snapshot named, a name that is not a digest, one never uploaded; and a directory on
+    // the server, as before snapshots, is not a field any more.
+    for (body, field, says) in [
+        (json!({"manifest": process}), "source", "needs `source`"),
+        (
+            json!({"manifest": process, "source": "sha256:../../etc"}),
+            "source",
+            "not a snapshot digest",
+        ),
+        (
+            json!({"manifest": process, "source": DIGEST}),
+            "source",
+            "upload it first",
+        ),
+        (
+            json!({"manifest": process, "source_dir": "/srv/hello"}),
+            "source_dir",
+            "unknown field",
+        ),
+    ] {
         let answer = server
-            .call(
-                "POST",
-                path,
-                Some(&server.admin),
-                Some(json!({"manifest": process, "source_dir": source_dir})),
-            )
+            .call("POST", path, Some(&server.admin), Some(body))
             .await;
         assert_eq!(
             (answer.status, answer.field()),
@@ -844,12 +863,55 @@ async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
             "{}",
             answer.text
         );
+        assert!(answer.message().contains(says), "{}", answer.text);
     }
+
+    let snapshot = format!("/v1/services/hello/environments/dev/sources/{DIGEST}");
+    server.admin("GET", &snapshot, None, 404).await;
+    let bad_name = server.upload("hello", "sha256:abc", b"x").await;
+    assert_eq!(
+        (bad_name.status, bad_name.field()),
+        (StatusCode::BAD_REQUEST, "digest")
+    );
+    let not_one = server.upload("hello", DIGEST, b"bad archive").await;
+    assert_eq!(
+        not_one.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        not_one.text
+    );
+    assert_eq!(not_one.body["error"]["code"], "source_invalid");
+    let taken = server.upload("hello", DIGEST, b"snapshot").await;
+    assert_eq!(taken.status, StatusCode::CREATED, "{}", taken.text);
+    assert_eq!(taken.body["digest"], DIGEST);
+    let found = server.admin("GET", &snapshot, None, 200).await;
+    assert_eq!(found["service"], "hello");
+    // Another service's snapshot is not this one's to run.
+    let other = server
+        .call(
+            "POST",
+            "/v1/services/other/environments/dev/deployments",
+            Some(&server.admin),
+            Some(json!({"manifest": {
+                "apiVersion": "runway/v1",
+                "kind": "RunwayService",
+                "metadata": {"name": "other"},
+                "spec": {"container_port": 8080, "workload": {"process": {"command": ["python3", "app.py"]}}}
+            }, "source": DIGEST})),
+        )
+        .await;
+    assert_eq!(
+        (other.status, other.field()),
+        (StatusCode::BAD_REQUEST, "source"),
+        "{}",
+        other.text
+    );
+
     server
         .admin(
             "POST",
             path,
-            Some(json!({"manifest": process, "source_dir": "/srv/hello"})),
+            Some(json!({"manifest": process, "source": DIGEST})),
             202,
         )
         .await;
@@ -861,11 +923,27 @@ async fn a_process_artifact_is_recorded_with_its_absolute_source_dir() {
             200,
         )
         .await;
-    assert_eq!(revisions[0]["source_dir"], "/srv/hello");
+    assert_eq!(revisions[0]["source"], DIGEST);
     assert_eq!(revisions[0]["image"], json!(null));
+    assert!(revisions[0].get("source_dir").is_none(), "{}", revisions[0]);
     // min_instances unset: one instance all the same.
     let desired = server.store.desired_get("hello", "dev").unwrap().unwrap();
     assert_eq!(desired.revisions[0].instances, 1);
+}
+
+#[tokio::test]
+async fn a_snapshot_over_the_limit_is_413_and_is_not_kept() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let big = vec![b'x'; 2 * usize::try_from(SOURCE_LIMIT).unwrap()];
+    let state_limit = server.upload("hello", DIGEST, &big).await;
+    assert_eq!(
+        state_limit.status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        state_limit.text
+    );
+    assert!(server.platform.sources.lock().unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -880,7 +958,7 @@ async fn plain_processes_need_the_operators_or_an_admins_leave() {
             "kind": "RunwayService",
             "metadata": {"name": service},
             "spec": {"container_port": 8080, "workload": {"process": {"command": ["sh", "-c", "id"]}}}
-        }, "source_dir": "/srv/app"})
+        }, "source": DIGEST})
     };
     // A deploy token for the service, as a tenant has.
     let token = server
@@ -921,6 +999,17 @@ async fn plain_processes_need_the_operators_or_an_admins_leave() {
             .is_empty()
     );
 
+    // Nor may it upload code it may not run.
+    let upload = server
+        .raw(
+            "PUT",
+            &format!("/v1/services/hello/environments/dev/sources/{DIGEST}"),
+            Some(&tenant),
+            Some(b"snapshot".to_vec()),
+        )
+        .await;
+    assert_eq!(upload.status, StatusCode::FORBIDDEN, "{}", upload.text);
+
     // The tenant cannot give itself the leave; an admin can, for that service alone.
     let patch = json!({"allow_processes": true});
     let denied = server
@@ -936,6 +1025,8 @@ async fn plain_processes_need_the_operators_or_an_admins_leave() {
         .admin("PATCH", "/v1/services/hello", Some(patch), 200)
         .await;
     assert_eq!(updated["allow_processes"], true);
+    let upload = server.upload("hello", DIGEST, b"snapshot").await;
+    assert_eq!(upload.status, StatusCode::CREATED, "{}", upload.text);
     server
         .call(
             "POST",
@@ -1152,7 +1243,7 @@ async fn a_deploy_that_would_ignore_part_of_itself_is_refused() {
         "spec": {"container_port": 8080, "workload": {"process": {"command": ["python3", "app.py"]}}}
     });
     refused(
-        json!({"manifest": process, "source_dir": "/srv/hello", "image": "registry.example/x:1"}),
+        json!({"manifest": process, "source": DIGEST, "image": "registry.example/x:1"}),
         "image",
         "runs a process",
     )

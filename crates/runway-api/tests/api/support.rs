@@ -8,7 +8,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use runway_api::types::{Condition, InstanceView, LogLine, RevisionStatus, RouteView, Stream};
-use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, StatusParts};
+use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, SourceRefused, StatusParts};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
 use serde_json::{Value, json};
@@ -16,10 +16,15 @@ use tempfile::TempDir;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+/// The largest code snapshot the test servers take.
+pub(crate) const SOURCE_LIMIT: u64 = 1 << 20;
+
 /// A platform of plain values.
 #[derive(Debug, Default)]
 pub(crate) struct FakePlatform {
     pub(crate) wakes: AtomicUsize,
+    /// Code snapshots taken, by service id and digest, with their bytes.
+    pub(crate) sources: std::sync::Mutex<std::collections::BTreeMap<(i64, String), Vec<u8>>>,
 }
 
 pub(crate) fn log_line(n: usize) -> LogLine {
@@ -116,6 +121,34 @@ impl Platform for FakePlatform {
         })
     }
 
+    fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>> {
+        let key = (service_id, digest.to_owned());
+        Box::pin(async move { Ok(self.sources.lock().unwrap().contains_key(&key)) })
+    }
+
+    /// Takes anything but what starts with `bad`, as a snapshot that is not one.
+    fn source_put(
+        &self,
+        service_id: i64,
+        digest: &str,
+        mut chunks: mpsc::Receiver<Result<Bytes, String>>,
+    ) -> BoxFuture<'_, Result<(), SourceRefused>> {
+        let key = (service_id, digest.to_owned());
+        Box::pin(async move {
+            let mut bytes = Vec::new();
+            while let Some(chunk) = chunks.recv().await {
+                bytes.extend_from_slice(&chunk.map_err(SourceRefused::Invalid)?);
+            }
+            if bytes.starts_with(b"bad") {
+                return Err(SourceRefused::Invalid(
+                    "not a gzip-compressed tar archive".into(),
+                ));
+            }
+            self.sources.lock().unwrap().insert(key, bytes);
+            Ok(())
+        })
+    }
+
     fn wake(&self) {
         self.wakes.fetch_add(1, Ordering::SeqCst);
     }
@@ -204,7 +237,8 @@ async fn serve_on(
         Sealer::new(&key),
         ["dev", "staging", "production"].map(str::to_owned).to_vec(),
     )
-    .allow_processes(allow_processes);
+    .allow_processes(allow_processes)
+    .max_source_bytes(SOURCE_LIMIT);
     let router = runway_api::router(state, limits);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -328,6 +362,17 @@ impl Server {
             answer.text
         );
         answer.body
+    }
+
+    /// Uploads `bytes` as `service`'s code snapshot `digest` (through dev), as the admin.
+    pub(crate) async fn upload(&self, service: &str, digest: &str, bytes: &[u8]) -> Answer {
+        self.raw(
+            "PUT",
+            &format!("/v1/services/{service}/environments/dev/sources/{digest}"),
+            Some(&self.admin),
+            Some(bytes.to_vec()),
+        )
+        .await
     }
 
     /// Onboards `name` in every environment.
