@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
@@ -149,8 +149,46 @@ fn a_tenants_process_needs_leave_and_then_reaches_nothing_outside_its_service() 
         let answer = read(Path::new(&format!("/proc/{pid}/environ")));
         assert!(!answer.starts_with("read"), "/proc/{pid}/environ: {answer}");
     }
-    // Its own code is there to read.
-    assert!(read(&repo.join("app.py")).starts_with("read"));
+    // Its own code is there to read: the snapshot deployed, not the deployer's working tree.
+    assert!(
+        get("/read?path=app.py").starts_with("read"),
+        "no code to read"
+    );
+    let tree = read(&repo.join("app.py"));
+    assert!(
+        !tree.starts_with("read"),
+        "the working tree is in reach: {tree}"
+    );
+
+    // The leave taken back: the running process stops, and does not start again, saying why.
+    let revoked = platform.runway(&["services", "update", "tenant", "--allow-processes", "false"]);
+    assert!(revoked.ok(), "{}", revoked.all());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = platform.runway(&["status", "--service", "tenant", "--output", "json"]);
+        assert!(status.ok(), "{}", status.all());
+        let status = status.json();
+        let live = status["instances"].as_array().map_or(0, |all| {
+            all.iter()
+                .filter(|i| i["phase"] != "exited" && i["phase"] != "failed")
+                .count()
+        });
+        if live == 0
+            && status["revisions"]
+                .to_string()
+                .contains("may not run plain processes")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after the leave was taken back: {status}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // The other service keeps its leave and its process.
+    let (status, _) = platform.get("other.dev.localhost", "/", Duration::from_secs(10));
+    assert_eq!(status, 200);
 }
 
 #[test]

@@ -55,12 +55,26 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// Each revision's condition, from the last plan.
+    /// How each revision is doing, as last planned; one that cannot start for good (a
+    /// process no longer allowed, a secret that cannot be opened) is failing, with that
+    /// reason, rather than forever progressing.
     pub fn revision_status(&self, service: &str, env: &str) -> Vec<RevisionStatus> {
-        self.lock()
-            .services
-            .get(&(service.to_owned(), env.to_owned()))
-            .map(|s| s.status.clone())
-            .unwrap_or_default()
+        let state = self.lock();
+        let Some(service) = state.services.get(&(service.to_owned(), env.to_owned())) else {
+            return Vec::new();
+        };
+        let mut statuses = service.status.clone();
+        for status in &mut statuses {
+            if let Some(failure) = service.start_errors.get(&status.revision)
+                && failure.permanent
+                && status.ready == 0
+            {
+                status.condition = runway_reconciler::Condition::Failing {
+                    reason: failure.reason.clone(),
+                };
+            }
+        }
+        statuses
     }
 
     /// The service's instances in the environment, as the runtime reports them now.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use runway_ingress::{RouteConfig, RouteTableConfig, ScaleUp};
 use runway_reconciler::{
-    Action, Desired as PlanDesired, DesiredRevision as PlanRevision, Observed, ObservedInstance,
-    Policy, RouteWeight, plan,
+    Action, Desired as PlanDesired, DesiredRevision as PlanRevision, InstanceState, Observed,
+    ObservedInstance, Policy, RouteWeight, plan,
 };
 use runway_runtime::status::now_ms;
 use runway_runtime::{InstanceStatus, Runtime, RuntimeError};
@@ -379,9 +379,18 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             routes,
             now_ms: now,
         };
-        let plan = plan(&desired, &observed, &policy);
+        let mut plan = plan(&desired, &observed, &policy);
         if let Some(service) = self.lock().services.get_mut(key) {
             service.status = plan.status.clone();
+        }
+        // A process whose service may no longer run one stops now, not at its next restart.
+        for instance in self.barred_processes(key, &observed.instances).await {
+            let planned = plan.actions.iter().any(|a| {
+                matches!(a, Action::Stop { instance: i } | Action::Drain { instance: i } if *i == instance)
+            });
+            if !planned {
+                plan.actions.push(Action::Stop { instance });
+            }
         }
         // Readiness changed since the last pass: the table follows at once.
         if let Err(error) = self.apply_table().await {
@@ -431,6 +440,40 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             ),
         };
         Ok((requeue, errors))
+    }
+
+    /// The live instances of plain-process revisions of the service when it may no longer
+    /// run processes (its admin's leave taken back, and no operator's for every service).
+    async fn barred_processes(&self, key: &Key, instances: &[ObservedInstance]) -> Vec<String> {
+        if self.processes.allow_all {
+            return Vec::new();
+        }
+        let mut processes = Vec::new();
+        for instance in instances {
+            if !(instance.state.is_live() || instance.state == InstanceState::Draining) {
+                continue;
+            }
+            if let Ok(Some(info)) = self.revision(&instance.revision).await
+                && info.is_process()
+            {
+                processes.push(instance.id.clone());
+            }
+        }
+        if processes.is_empty() {
+            return processes;
+        }
+        let name = key.0.clone();
+        match self
+            .db(format!("read service {name}"), move |store| {
+                store.service_get(&name)
+            })
+            .await
+        {
+            Ok(service) if !service.allow_processes => processes,
+            // Allowed, or gone (its instances are the planner's to retire), or unreadable
+            // (the next pass looks again).
+            _ => Vec::new(),
+        }
     }
 
     /// The planner's instances, with the state changes worth an event.

@@ -86,6 +86,12 @@ impl RevisionInfo {
         })
     }
 
+    /// A plain process (its code a snapshot, or a directory before snapshots), not an image.
+    pub(crate) fn is_process(&self) -> bool {
+        let artifact = &self.record.artifact;
+        artifact.get("source").is_some() || artifact.get("source_dir").is_some()
+    }
+
     /// A worker (`kind: worker`): no port, no traffic, not autoscaled; nothing to drain, so
     /// its instances get their stop signal as soon as they are retired.
     pub(crate) fn is_worker(&self) -> bool {
