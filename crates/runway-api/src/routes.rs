@@ -462,7 +462,7 @@ async fn get_source(
 #[utoipa::path(put, path = "/v1/services/{service}/environments/{env}/sources/{digest}",
     params(("service" = String, Path), ("env" = String, Path),
         ("digest" = String, Path, description = "`sha256:` and 64 hex digits: the archive's")),
-    request_body(content = Vec<u8>, content_type = "application/gzip",
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
         description = "A gzip-compressed tar archive"),
     responses((status = 201, body = SourceView),
         (status = 413, description = "Over `api.limits.source_bytes`", body = crate::error::ErrorBody),

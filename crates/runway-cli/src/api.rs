@@ -751,7 +751,7 @@ impl Client {
         self.send(
             Method::PUT,
             url,
-            Some((gzip, "application/gzip")),
+            Some((gzip, "application/octet-stream")),
             Some(UPLOAD_TIMEOUT),
         )
         .await
