@@ -146,6 +146,42 @@ pub fn bootstrap_admin(store: &dyn Store) -> Result<Option<PlaintextToken>, Boot
     Ok(Some(text))
 }
 
+/// Recovers admin access for whoever can open the store (local root on the data directory):
+/// revokes every active admin token and creates a new one. Returns it, with how many were
+/// revoked.
+///
+/// # Errors
+/// The store fails, or the OS gives no random numbers.
+pub fn recover_admin(store: &dyn Store) -> Result<(PlaintextToken, usize), BootstrapError> {
+    let now = Timestamp::now();
+    let active: Vec<i64> = store
+        .token_list()
+        .map_err(BootstrapError::Store)?
+        .into_iter()
+        .filter(|t| t.scope == TokenScope::Admin && t.is_active_at(now))
+        .map(|t| t.id)
+        .collect();
+    for id in &active {
+        store
+            .token_revoke("recovery", *id)
+            .map_err(BootstrapError::Store)?;
+    }
+    let (text, hash) =
+        runway_secrets::Token::generate(TokenKind::Admin).map_err(BootstrapError::Token)?;
+    store
+        .token_create(
+            "recovery",
+            &NewToken {
+                name: "admin (recovered)".to_owned(),
+                hash: hash.as_bytes().to_vec(),
+                scope: TokenScope::Admin,
+                expires_at: None,
+            },
+        )
+        .map_err(BootstrapError::Store)?;
+    Ok((text, active.len()))
+}
+
 /// Why the first admin token could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {

@@ -77,7 +77,7 @@ mod stream;
 mod tls;
 pub mod types;
 
-pub use auth::{BootstrapError, Caller, bootstrap_admin};
+pub use auth::{BootstrapError, Caller, bootstrap_admin, recover_admin};
 pub use config::{ApiConfig, ConfigError, LimitsConfig, TlsConfig};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use platform::{BoxFuture, Platform, SourceRefused, StatusParts};

@@ -30,12 +30,26 @@ use tokio::sync::{mpsc, watch};
 pub(crate) struct Args {
     /// The configuration file (YAML): `api`, `ingress`, `control` and `runtime` sections, every
     /// key optional, unknown keys refused.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", global = true)]
     pub(crate) config: Option<PathBuf>,
     /// Where the store, the master key, the certificate authority and the instances' state
     /// live (overrides `api.data_dir`).
-    #[arg(long, value_name = "DIR", env = "RUNWAY_DATA_DIR")]
+    #[arg(long, value_name = "DIR", env = "RUNWAY_DATA_DIR", global = true)]
     pub(crate) data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Option<ServerCommand>,
+}
+
+/// What `runway server` does besides serving.
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ServerCommand {
+    /// Recover admin access: revoke every admin token and print a new one.
+    ///
+    /// For an operator who lost the admin token (or never saw it). Needs what the server
+    /// itself needs: to read and write the data directory's store, so local root (or the
+    /// server's user) on this machine. Works whether or not the server is running; the old
+    /// admin tokens stop working at once. The new token goes to standard output, alone.
+    AdminToken,
 }
 
 /// The whole configuration file.
@@ -250,6 +264,28 @@ impl Running {
     }
 }
 
+/// `runway server admin-token`: see [`ServerCommand::AdminToken`].
+fn admin_token(data_dir: &Path) -> anyhow::Result<()> {
+    let path = data_dir.join("runway.db");
+    if !path.is_file() {
+        bail!(
+            "no store at {}: give the data directory `runway server` runs with (--data-dir, or \
+             api.data_dir in --config)",
+            path.display()
+        );
+    }
+    let store = SqliteStore::open(&path)
+        .with_context(|| format!("cannot open the store {}", path.display()))?;
+    let (token, revoked) =
+        runway_api::recover_admin(&store).context("cannot create an admin token")?;
+    eprintln!(
+        "runway server: revoked {revoked} admin token{}; the new one, shown this once:",
+        if revoked == 1 { "" } else { "s" }
+    );
+    crate::print_stdout(&format!("{}\n", token.expose()));
+    Ok(())
+}
+
 /// Starts everything; returns once every listener is bound.
 pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let data_dir = config.api.data_dir.clone();
@@ -262,9 +298,6 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let key_path = data_dir.join("master.key");
     let (key, _) = MasterKey::load_or_create(&key_path)
         .with_context(|| format!("cannot use the master key {}", key_path.display()))?;
-    let admin_token = runway_api::bootstrap_admin(store.as_ref())
-        .context("cannot create the admin token")?
-        .map(|token| token.expose().to_owned());
 
     let ca_dir = config.api.ca_dir();
     // The API's connections, instances' pipes and the store share this process's limit.
@@ -373,6 +406,11 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
                 .context("the API server stopped")
         }
     }));
+    // Only now that it serves: a start that failed above (a port in use) made no token its
+    // operator never saw, and the next start makes the first one.
+    let admin_token = runway_api::bootstrap_admin(store.as_ref())
+        .context("cannot create the admin token")?
+        .map(|token| token.expose().to_owned());
     Ok(Running {
         api: api_address,
         https: https_address,
@@ -529,6 +567,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         config.api.data_dir.clone_from(dir);
     } else if args.config.is_none() {
         config.api.data_dir = crate::local::default_state_dir()?.join("server");
+    }
+    if let Some(ServerCommand::AdminToken) = args.command {
+        return admin_token(&config.api.data_dir);
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     tokio::runtime::Builder::new_multi_thread()

@@ -1019,3 +1019,90 @@ fn followed_logs_show_a_new_revisions_output_as_it_starts() {
         .find(|l| l.contains("\"instance\":\"hello-dev-00002-") && l.contains("listening on"));
     assert!(line.is_some(), "no output of the new instance in:\n{seen}");
 }
+
+/// `runway server admin-token --data-dir DIR`: what `runway server` ARGS give the server.
+fn admin_token_command(data: &Path) -> Command {
+    let mut command = Command::new(support::RUNWAY);
+    command
+        .args(["server", "admin-token", "--data-dir"])
+        .arg(data)
+        .env_remove("RUNWAY_DATA_DIR");
+    command
+}
+
+#[test]
+fn a_failed_first_start_keeps_no_token_and_a_lost_one_is_recovered() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    // A first start that fails (its API port taken) after making the store leaves no admin
+    // token it never showed.
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = dir.path().join("server.yml");
+    std::fs::write(
+        &config,
+        format!("api:\n  listen: {}\n", taken.local_addr().unwrap()),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let mut start = Command::new(support::RUNWAY);
+    start
+        .args(["server", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data);
+    let failed = support::run(start, None, Duration::from_secs(60));
+    assert!(!failed.ok(), "{}", failed.all());
+    assert!(failed.stderr.contains("cannot listen"), "{}", failed.all());
+    assert!(data.join("runway.db").is_file(), "the store was made");
+    let recovered = support::run(admin_token_command(&data), None, Duration::from_secs(30));
+    assert!(recovered.ok(), "{}", recovered.all());
+    assert!(
+        recovered.stderr.contains("revoked 0 admin tokens"),
+        "{}",
+        recovered.all()
+    );
+    assert!(
+        recovered.stdout.trim().starts_with("runway_admin_"),
+        "{}",
+        recovered.all()
+    );
+
+    // A data directory with no store is named, not made one.
+    let none = support::run(
+        admin_token_command(&dir.path().join("elsewhere")),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(
+        !none.ok() && none.stderr.contains("no store at"),
+        "{}",
+        none.all()
+    );
+    assert!(!dir.path().join("elsewhere/runway.db").exists());
+
+    // Lost while the server runs: recovered from its data directory; the old token stops
+    // working at once and the new one works.
+    let platform = Platform::start(&Settings::default());
+    let old = platform.token.clone();
+    assert!(platform.runway_as(&old, &["services", "list"]).ok());
+    let recovered = support::run(
+        admin_token_command(&platform.data),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(recovered.ok(), "{}", recovered.all());
+    assert!(
+        recovered.stderr.contains("revoked 1 admin token;"),
+        "{}",
+        recovered.all()
+    );
+    let new = recovered.stdout.trim().to_owned();
+    let refused = platform.runway_as(&old, &["services", "list"]);
+    assert!(
+        !refused.ok(),
+        "the old token still works: {}",
+        refused.all()
+    );
+    let listed = platform.runway_as(&new, &["services", "list"]);
+    assert!(listed.ok(), "{}", listed.all());
+}
