@@ -172,7 +172,7 @@ pub(crate) async fn deploy(
             let (name, allow_all) = (service.to_owned(), state.allow_processes);
             let id = state
                 .store(move |s| {
-                    check_processes_allowed(s, allow_all, &name, &json!({ "source": "" }))?;
+                    check_may_run_processes(s, allow_all, &name)?;
                     Ok(s.service_get(&name)?.id)
                 })
                 .await?;
@@ -399,7 +399,21 @@ pub(crate) fn check_processes_allowed(
     service: &str,
     artifact: &Value,
 ) -> ApiResult<()> {
-    if !is_process(artifact) || allow_all || s.service_get(service)?.allow_processes {
+    if is_process(artifact) {
+        check_may_run_processes(s, allow_all, service)
+    } else {
+        Ok(())
+    }
+}
+
+/// Refuses, as [`check_processes_allowed`] does, anything for a process of `service` (its
+/// code included) when the service may not run one.
+pub(crate) fn check_may_run_processes(
+    s: &dyn Store,
+    allow_all: bool,
+    service: &str,
+) -> ApiResult<()> {
+    if allow_all || s.service_get(service)?.allow_processes {
         return Ok(());
     }
     Err(ApiError::forbidden(format!(

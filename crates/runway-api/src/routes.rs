@@ -417,12 +417,7 @@ async fn source_service(
         .store(move |s| {
             service_env(s, &service, &env)?;
             // Code is only for a service that may run it: no disk for one that may not.
-            deploy::check_processes_allowed(
-                s,
-                allow_all,
-                &service,
-                &serde_json::json!({"source": ""}),
-            )?;
+            deploy::check_may_run_processes(s, allow_all, &service)?;
             Ok(s.service_get(&service)?.id)
         })
         .await

@@ -56,9 +56,7 @@ pub fn router(state: ApiState, limits: Limits) -> Router {
         .layer(DefaultBodyLimit::max(limits.body_bytes))
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
-                let upload = req.method() == axum::http::Method::PUT
-                    && req.uri().path().contains("/sources/");
-                let timeout = if upload {
+                let timeout = if is_upload(&req) {
                     limits.upload_timeout
                 } else {
                     limits.request_timeout
@@ -66,6 +64,17 @@ pub fn router(state: ApiState, limits: Limits) -> Router {
                 per_request(timeout, req, next)
             },
         ))
+}
+
+/// Whether the request uploads a code snapshot:
+/// `PUT /v1/services/{service}/environments/{env}/sources/{digest}`.
+fn is_upload(req: &Request) -> bool {
+    let segments: Vec<&str> = req.uri().path().split('/').collect();
+    req.method() == axum::http::Method::PUT
+        && matches!(
+            segments.as_slice(),
+            ["", "v1", "services", _, "environments", _, "sources", _]
+        )
 }
 
 fn next_request_id() -> String {

@@ -731,9 +731,7 @@ impl Client {
             .await
         {
             Ok(_) => Ok(true),
-            Err(ApiError::Api { status, .. }) if status == reqwest::StatusCode::NOT_FOUND => {
-                Ok(false)
-            }
+            Err(ApiError::Api { status, .. }) if status == StatusCode::NOT_FOUND => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -148,13 +148,12 @@ fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<Lo
     Ok(LocalRuntime::new(config))
 }
 
-/// A local runtime keeping its state under `root` (the control plane's is its data
-/// directory's `runtime/`).
-/// A runtime under `root` pulling from `insecure_registries` over plain HTTP and running
-/// containers with `oci_runtime` (`runway server`'s `runtime` section).
 /// The code snapshots' directory in a server's data directory.
 pub(crate) const SOURCES_DIR: &str = "sources";
 
+/// A local runtime keeping its state under `root` (the control plane's is its data
+/// directory's `runtime/`), pulling from `insecure_registries` over plain HTTP and running
+/// containers with `oci_runtime` (`runway server`'s `runtime` section).
 pub(crate) fn runtime_with(
     root: PathBuf,
     insecure_registries: &[String],

@@ -54,7 +54,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .unwrap_or_default()
     }
 
-    /// Each revision's condition, from the last plan.
     /// How each revision is doing, as last planned; one that cannot start for good (a
     /// process no longer allowed, a secret that cannot be opened) is failing, with that
     /// reason, rather than forever progressing.

@@ -58,13 +58,11 @@ impl RevisionInfo {
                 .and_then(serde_json::Value::as_str)
         };
         if let Some(digest) = field("source") {
-            let hex = digest
-                .strip_prefix("sha256:")
-                .filter(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-                .ok_or_else(|| format!("its code snapshot {digest:?} is not a digest"))?;
+            let digest = runway_runtime::Digest::parse(digest)
+                .map_err(|_| format!("its code snapshot {digest:?} is not a digest"))?;
             let snapshots =
                 snapshots.ok_or_else(|| "this control plane keeps no code snapshots".to_owned())?;
-            return Ok(snapshots.join(service_id.to_string()).join(hex));
+            return Ok(snapshots.join(service_id.to_string()).join(digest.hex()));
         }
         Ok(field("source_dir").map(PathBuf::from).unwrap_or_default())
     }

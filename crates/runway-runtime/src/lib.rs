@@ -27,6 +27,6 @@ pub mod supervisor;
 
 pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
 pub use runtime::{Runtime, RuntimeError};
-pub use runway_oci::{Credentials, PullOptions};
+pub use runway_oci::{Credentials, Digest, PullOptions};
 pub use spec::InstanceSpec;
 pub use status::{InstanceStatus, Phase};
