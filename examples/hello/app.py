@@ -35,9 +35,11 @@ def main():
     # socketserver's default listen backlog is 5: a burst of new connections (the ingress
     # spreading queued requests onto a fresh instance) would be reset.
     ThreadingHTTPServer.request_queue_size = 128
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    # All addresses, as on Cloud Run: on a platform the instance has a network of its own, and
+    # the ingress reaches it there, not on its loopback.
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print(f"listening on 127.0.0.1:{port}", flush=True)
+    print(f"listening on 0.0.0.0:{port}", flush=True)
     server.serve_forever()
 
 

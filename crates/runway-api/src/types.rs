@@ -489,6 +489,9 @@ pub struct InstanceView {
     pub ready: bool,
     /// The port it listens on.
     pub port: Option<u16>,
+    /// Where the ingress reaches it (`10.213.0.2:41234` on its own network, `127.0.0.1:41234`
+    /// on the host's).
+    pub address: Option<String>,
     /// How often it was restarted.
     pub restarts: u32,
     /// What the runtime says about it.

@@ -269,6 +269,7 @@ fn runtime_image_ready_ms(
                 env: BTreeMap::new(),
                 secret_env: BTreeMap::new(),
                 port: Some(0),
+                container_port: None,
                 probes: Probes {
                     startup: Some(Probe {
                         check: Check::Http {
@@ -290,6 +291,7 @@ fn runtime_image_ready_ms(
                 managed: false,
                 inherit_env: false,
                 sandbox: None,
+                network: None,
             };
             let started = Instant::now();
             runtime.instance_ensure(spec).await.unwrap();

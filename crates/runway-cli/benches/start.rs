@@ -206,6 +206,7 @@ fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceS
         env: BTreeMap::new(),
         secret_env: BTreeMap::new(),
         port: Some(0),
+        container_port: None,
         probes: Probes {
             startup: Some(Probe {
                 check: Check::Http {
@@ -227,6 +228,7 @@ fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceS
         managed: false,
         inherit_env: false,
         sandbox: None,
+        network: None,
     }
 }
 

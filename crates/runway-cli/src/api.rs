@@ -332,6 +332,8 @@ pub(crate) struct InstanceView {
     #[serde(default)]
     pub(crate) port: Option<u16>,
     #[serde(default)]
+    pub(crate) address: Option<String>,
+    #[serde(default)]
     pub(crate) restarts: u64,
     #[serde(default)]
     pub(crate) message: String,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runway_manifest::Service;
 use runway_runtime::logs::{Follower, LogLine};
+use runway_runtime::network::AddressPool;
 use runway_runtime::service::{InstanceOptions, instance_spec};
 use runway_runtime::status::{InstanceStatus, Phase};
 use runway_runtime::{Credentials, LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
@@ -159,7 +160,16 @@ pub(crate) fn runtime_with(
     insecure_registries: &[String],
     allowed_registries: &[String],
     oci_runtime: &Path,
+    instance_network: Option<AddressPool>,
 ) -> anyhow::Result<LocalRuntime> {
+    if instance_network.is_some() {
+        AddressPool::check_tools().map_err(|missing| {
+            anyhow::anyhow!(
+                "{missing}: runtime.instance_network gives every instance a network of its own, \
+                 which needs them (install iproute2, or set instance_network: host)"
+            )
+        })?;
+    }
     let mut config = config_in(root)?;
     config.pull.insecure_registries = insecure_registries.to_vec();
     config.pull.allowed_registries = Some(allowed_registries.to_vec());
@@ -169,6 +179,7 @@ pub(crate) fn runtime_with(
     config.code_snapshots = data_dir.as_ref().map(|dir| dir.join(SOURCES_DIR));
     config.private_dirs = data_dir.into_iter().collect();
     config.oci_runtime = oci_runtime.to_path_buf();
+    config.instance_network = instance_network;
     Ok(LocalRuntime::new(config))
 }
 
@@ -376,8 +387,8 @@ fn describe(status: &InstanceStatus) -> String {
             ", not ready"
         });
     }
-    if let Some(port) = status.port {
-        text.push_str(&format!(", port {port}"));
+    if let Some(address) = status.reached_at() {
+        text.push_str(&format!(", at {address}"));
     }
     if let Some(pid) = status.pid {
         text.push_str(&format!(", pid {pid}"));
@@ -403,7 +414,7 @@ pub(crate) fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
                 "ID".to_owned(),
                 "PHASE".to_owned(),
                 "READY".to_owned(),
-                "PORT".to_owned(),
+                "ADDRESS".to_owned(),
                 "PID".to_owned(),
                 "RESTARTS".to_owned(),
                 "MESSAGE".to_owned(),
@@ -413,8 +424,8 @@ pub(crate) fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
                     s.id.clone(),
                     s.phase.as_str().to_owned(),
                     if s.ready { "yes" } else { "no" }.to_owned(),
-                    s.port
-                        .map(|p| p.to_string())
+                    s.reached_at()
+                        .map(|a| a.to_string())
                         .unwrap_or_else(|| "-".to_owned()),
                     s.pid
                         .map(|p| p.to_string())

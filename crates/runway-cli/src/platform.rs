@@ -1139,7 +1139,7 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             "INSTANCE".to_owned(),
             "PHASE".to_owned(),
             "READY".to_owned(),
-            "PORT".to_owned(),
+            "ADDRESS".to_owned(),
             "RESTARTS".to_owned(),
             "MESSAGE".to_owned(),
         ]];
@@ -1148,7 +1148,10 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
                 i.id.clone(),
                 i.phase.clone(),
                 if i.ready { "yes" } else { "no" }.to_owned(),
-                i.port.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                i.address
+                    .clone()
+                    .or_else(|| i.port.map(|p| format!(":{p}")))
+                    .unwrap_or_else(|| "-".to_owned()),
                 i.restarts.to_string(),
                 i.message.clone(),
             ]);

@@ -133,6 +133,16 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
             config.runtime.oci_runtime.display()
         );
     }
+    // An isolated example gets a network of its own, when this machine has what makes one.
+    if !config.runtime.isolate_processes {
+        config.runtime.instance_network = "host".to_owned();
+    } else if let Err(missing) = runway_runtime::network::AddressPool::check_tools() {
+        config.runtime.instance_network = "host".to_owned();
+        eprintln!(
+            "note: {missing}, so the example shares this machine's network instead of having \
+             its own as on `runway server` (apt-get install iproute2)"
+        );
+    }
     let running = crate::server::start(config).await?;
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.

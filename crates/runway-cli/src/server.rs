@@ -18,6 +18,7 @@ use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
 use runway_oci::source::{SourceError, SourceStore};
 use runway_runtime::LocalRuntime;
 use runway_runtime::logs::Follower;
+use runway_runtime::network::{AddressPool, DEFAULT_LEASES_DIR};
 use runway_runtime::sandbox::SandboxPolicy;
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
@@ -96,6 +97,12 @@ pub(crate) struct RuntimeConfig {
     /// The host directories an isolated process sees, read-only (default: `/usr`, `/bin`,
     /// `/sbin`, `/lib*` and `/etc`, the system's programs and libraries).
     pub(crate) process_host_paths: Vec<PathBuf>,
+    /// The IPv4 range instances' own networks come from, a `/30` each (default
+    /// `10.213.0.0/16`): every container (an image, an isolated process) gets a network
+    /// namespace of its own, reached by the ingress at its own address and reaching nothing
+    /// but its link to the host (not other instances, not the host's loopback, not the
+    /// internet). `host` runs them in the host's network instead, as a plain process is.
+    pub(crate) instance_network: String,
 }
 
 impl Default for RuntimeConfig {
@@ -109,6 +116,7 @@ impl Default for RuntimeConfig {
             isolate_processes: true,
             process_uid_base: policy.uid_base,
             process_host_paths: policy.host_paths,
+            instance_network: runway_runtime::network::DEFAULT_RANGE.to_owned(),
         }
     }
 }
@@ -136,7 +144,17 @@ impl RuntimeConfig {
                 format!("{} is not an absolute path", path.display()),
             ));
         }
+        self.address_pool()
+            .map_err(|message| ("runtime.instance_network", format!("{message}, or host")))?;
         Ok(())
+    }
+
+    /// Where instances' own networks come from; `None` for the host's network.
+    pub(crate) fn address_pool(&self) -> Result<Option<AddressPool>, String> {
+        if self.instance_network == "host" {
+            return Ok(None);
+        }
+        AddressPool::new(&self.instance_network, DEFAULT_LEASES_DIR).map(Some)
     }
 
     /// How processes are isolated, when they are.
@@ -315,6 +333,10 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         &config.runtime.insecure_registries,
         &config.runtime.allowed_registries,
         &config.runtime.oci_runtime,
+        config
+            .runtime
+            .address_pool()
+            .map_err(|e| anyhow::anyhow!("runtime.instance_network: {e}"))?,
     )?);
     // Private first, then the way through opened.
     runtime
@@ -905,6 +927,7 @@ impl Platform for ServerPlatform {
                     phase: i.phase.as_str().to_owned(),
                     ready: i.ready,
                     port: i.port,
+                    address: i.address.map(|a| a.to_string()),
                     restarts: i.restarts,
                     message: i.message,
                 })
@@ -1120,6 +1143,11 @@ mod tests {
                 "runtime:\n  process_host_paths: [usr]\n",
                 "runtime.process_host_paths",
             ),
+            (
+                "runtime:\n  instance_network: 10.213.0.1/16\n",
+                "runtime.instance_network: \"10.213.0.1/16\" is not an IPv4 range like \
+                 10.213.0.0/16: it has host bits set; the range starts at 10.213.0.0/16, or host",
+            ),
         ] {
             std::fs::write(&path, text).unwrap();
             let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
@@ -1128,5 +1156,14 @@ mod tests {
         let defaults = RuntimeConfig::default();
         assert!(!defaults.allow_processes && defaults.isolate_processes);
         assert_eq!(defaults.allowed_registries, ["*"]);
+        assert_eq!(
+            defaults.address_pool().unwrap().map(|pool| pool.capacity()),
+            Some(16_384)
+        );
+        let host = RuntimeConfig {
+            instance_network: "host".to_owned(),
+            ..defaults
+        };
+        assert_eq!(host.address_pool(), Ok(None));
     }
 }

@@ -815,7 +815,7 @@ fn web_image(page: &str) -> runway_oci::testing::BusyboxImage {
                echo \"$GREETING from $K_REVISION secret=${API_KEY:+set}\"\n";
     runway_oci::testing::BusyboxImage {
         entrypoint: vec!["/bin/sh".into(), "-c".into()],
-        cmd: vec!["trap 'exit 0' TERM; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into()],
+        cmd: vec!["trap 'exit 0' TERM; httpd -f -p $PORT -h /www & wait".into()],
         env: vec!["PATH=/bin:/usr/bin".into()],
         files: vec![
             ("www/index.html".into(), page.as_bytes().to_vec(), 0o644),

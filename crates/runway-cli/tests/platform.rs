@@ -247,7 +247,8 @@ fn contract(r: &Recorded) -> Reply {
                                  {"revision": "hello-dev-00001", "desired_instances": 0, "ready": 0,
                                   "starting": 0, "failed": 0, "condition": "ready", "reason": null}],
                    "instances": [{"id": "hello-dev-00002-3f9a1c", "revision": "hello-dev-00002",
-                                  "phase": "running", "ready": true, "port": 8123, "restarts": 0,
+                                  "phase": "running", "ready": true, "port": 8123,
+                                  "address": "10.213.0.2:8123", "restarts": 0,
                                   "message": "ready"}],
                    "warnings": ["rollout: the store did not answer"]}),
         ),
@@ -965,7 +966,7 @@ fn status_revisions_rollback_promote_and_events() {
     );
     assert!(
         ran.stdout
-            .contains("hello-dev-00002-3f9a1c  running  yes    8123"),
+            .contains("hello-dev-00002-3f9a1c  running  yes    10.213.0.2:8123"),
         "{ran:?}"
     );
     // A revision with no instance wanted says so; a part the server could not read is named.

@@ -94,6 +94,7 @@ impl Fixture {
             env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
             secret_env: BTreeMap::from([("API_TOKEN".to_owned(), "s3cr3t".to_owned())]),
             port: None,
+            container_port: None,
             probes: Probes::default(),
             stop_signal: "TERM".parse().unwrap(),
             stop_grace_period: Duration::from_secs(5),
@@ -109,6 +110,7 @@ impl Fixture {
             managed: false,
             inherit_env: false,
             sandbox: None,
+            network: None,
         }
     }
 
@@ -769,7 +771,9 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
         .collect();
     assert_eq!(
         header,
-        ["ID", "PHASE", "READY", "PORT", "PID", "RESTARTS", "MESSAGE"]
+        [
+            "ID", "PHASE", "READY", "ADDRESS", "PID", "RESTARTS", "MESSAGE"
+        ]
     );
     assert!(table.contains(&format!("{id}  running  yes")), "{table}");
     let (code, logs, err) = runway(&["local", "logs", &id]);
@@ -998,4 +1002,125 @@ async fn removing_an_instance_whose_supervisor_and_watchdog_died_reaps_its_conta
     fixture.runtime.instance_remove("stray").await.unwrap();
     assert!(gone(app).await, "the stray container was not reaped");
     assert!(!dir.exists());
+}
+
+/// A container on a network of its own: reached at its own address on its `container_port`,
+/// joined again after a restart (a new namespace), its address given back when removed; one
+/// that listens only on its loopback fails its startup probe saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_listens() {
+    if !runway_oci::testing::require_tools("instance networks", &["runc", "ip", "nsenter"]) {
+        return;
+    }
+    let Some(busybox) = busybox() else { return };
+    let fixture = Fixture::new();
+    let leases = tempfile::tempdir().unwrap();
+    // A range of this test's own, leased in a directory of its own.
+    let pool = runway_runtime::network::AddressPool::new("10.214.9.0/29", leases.path()).unwrap();
+    let mut config = LocalConfig::new(fixture._state.path(), fixture.supervisor.clone());
+    config.instance_network = Some(pool);
+    let runtime = LocalRuntime::new(config);
+    let code = fixture.work.path().join("code");
+    std::fs::create_dir_all(code.join("www")).unwrap();
+    std::fs::write(code.join("www/index.html"), "on its own network\n").unwrap();
+    let isolated = |id: &str, listen: &str| {
+        let mut spec = fixture.shell(id, "");
+        spec.artifact = Artifact::Command {
+            program: busybox.clone(),
+            args: ["httpd", "-f", "-p", listen, "-h", "www"]
+                .map(str::to_owned)
+                .to_vec(),
+            working_dir: Some(code.clone()),
+        };
+        spec.port = Some(0);
+        spec.container_port = Some(8080);
+        spec.probes.startup = Some(probe(
+            Check::Http {
+                path: "/index.html".into(),
+            },
+            20,
+        ));
+        spec.sandbox = Some(
+            runway_runtime::sandbox::SandboxPolicy::default()
+                .sandbox(9, &code)
+                .unwrap(),
+        );
+        spec
+    };
+    // busybox reads `-p` as given: the address is written out, `$PORT` being 8080.
+    runtime
+        .instance_ensure(isolated("netted", "8080"))
+        .await
+        .unwrap();
+    let mut status = runtime.watch("netted").await.unwrap();
+    let running = wait_for(&mut status, "running", |s| s.phase == Phase::Running).await;
+    let address = running.address.unwrap();
+    assert_eq!(address, "10.214.9.2:8080".parse().unwrap());
+    let get = |address: std::net::SocketAddr| {
+        let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        write!(stream, "GET /index.html HTTP/1.0\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(get(address).ends_with("on its own network\n"));
+    let link = Command::new("ip")
+        .args(["link", "show", "rw0ad60902"])
+        .output()
+        .unwrap();
+    assert!(link.status.success(), "no host end: {link:?}");
+    // Its sysfs is its own: its network devices, not the host's (other instances' links).
+    let pid = running.pid.unwrap();
+    let mut devices: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/root/sys/class/net"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    devices.sort();
+    assert_eq!(devices, ["eth0", "lo"]);
+
+    // Killed, it starts again in a new namespace, joined again at the same address.
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    assert!(killed.unwrap().success());
+    let again = wait_for(&mut status, "running again", |s| {
+        s.phase == Phase::Running && s.restarts == 1
+    })
+    .await;
+    assert_eq!(again.address, Some(address));
+    assert!(get(address).ends_with("on its own network\n"));
+
+    // Listening on its loopback only: not reached, and told why.
+    let mut lonely = isolated("lonely", "127.0.0.1:8080");
+    lonely.restart.mode = RestartMode::Never;
+    lonely.probes.startup = Some(probe(
+        Check::Http {
+            path: "/index.html".into(),
+        },
+        3,
+    ));
+    runtime.instance_ensure(lonely).await.unwrap();
+    let mut status = runtime.watch("lonely").await.unwrap();
+    let failed = wait_for(&mut status, "the end", |s| s.phase.is_final()).await;
+    let reason = failed.last_exit.map(|e| e.reason).unwrap_or_default();
+    assert_eq!(failed.address, Some("10.214.9.6:8080".parse().unwrap()));
+    assert!(
+        reason.contains("the app listens on 127.0.0.1:8080") && reason.contains("0.0.0.0:8080"),
+        "{reason}"
+    );
+
+    // Removed, each gives its address back.
+    for id in ["netted", "lonely"] {
+        runtime.instance_remove(id).await.unwrap();
+    }
+    let left: Vec<_> = std::fs::read_dir(leases.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|name| name != ".lock")
+        .collect();
+    assert!(left.is_empty(), "leases left: {left:?}");
 }

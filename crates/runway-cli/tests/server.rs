@@ -554,7 +554,11 @@ fn kill_9_mid_deploy_then_restart_converges() {
     platform.get(HOST, "/", Duration::from_secs(10));
     let old = instances(&platform);
     assert_eq!(old.len(), 1, "{old:?}");
-    let old_port = platform.local_ps()[0]["port"].as_u64().unwrap();
+    // Where the ingress reaches it: its own network's address.
+    let old_address = platform.local_ps()[0]["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     // Requests straight to the old instance, across the kill and the restart.
     let direct_client = reqwest::Client::builder()
@@ -564,7 +568,7 @@ fn kill_9_mid_deploy_then_restart_converges() {
     let direct = Load::start(
         &platform.rt,
         &direct_client,
-        &format!("http://127.0.0.1:{old_port}/"),
+        &format!("http://{old_address}/"),
         4,
         None,
     );

@@ -149,6 +149,43 @@ fn a_tenants_process_needs_leave_and_then_reaches_nothing_outside_its_service() 
         let answer = read(Path::new(&format!("/proc/{pid}/environ")));
         assert!(!answer.starts_with("read"), "/proc/{pid}/environ: {answer}");
     }
+    // Its network is its own, on the port its manifest names: the ingress reaches it at its
+    // own address; it reaches neither the other service's instance nor what listens on the
+    // host's loopback (the API, the ingress), on the host's end of its link or not.
+    let address_of = |service: &str| -> String {
+        let status = platform.runway(&["status", "--service", service, "--output", "json"]);
+        let status = status.json();
+        status["instances"]
+            .as_array()
+            .and_then(|all| all.iter().find(|i| i["phase"] == "running"))
+            .and_then(|i| i["address"].as_str())
+            .unwrap_or_else(|| panic!("no address for {service}: {status}"))
+            .to_owned()
+    };
+    let own = address_of("tenant");
+    let theirs = address_of("other");
+    assert!(
+        own.starts_with("10.213.") && own.ends_with(":8080"),
+        "{own}"
+    );
+    assert!(theirs.starts_with("10.213.") && own != theirs, "{theirs}");
+    let connect = |to: &str| get(&format!("/connect?to={to}"));
+    assert_eq!(connect(&own).trim(), "connected", "its own address");
+    let api = platform.api();
+    let api = api.trim_start_matches("http://").trim_end_matches('/');
+    let api_port = api.rsplit(':').next().unwrap();
+    let own_ip: std::net::Ipv4Addr = own.split(':').next().unwrap().parse().unwrap();
+    let host_end = std::net::Ipv4Addr::from(u32::from(own_ip) - 1);
+    for target in [
+        theirs.clone(),
+        api.to_owned(),
+        platform.https().to_string(),
+        format!("{host_end}:{api_port}"),
+    ] {
+        let answer = connect(&target);
+        assert_ne!(answer.trim(), "connected", "{target} is in reach");
+    }
+
     // Its own code is there to read: the snapshot deployed, not the deployer's working tree.
     assert!(
         get("/read?path=app.py").starts_with("read"),

@@ -23,6 +23,8 @@ pub struct InstanceSummary {
     pub ready: bool,
     /// The port it listens on.
     pub port: Option<u16>,
+    /// Where it takes traffic: its own network's address and its port.
+    pub address: Option<std::net::SocketAddr>,
     /// Times it was started again.
     pub restarts: u32,
     /// Its supervisor's last word.
@@ -89,6 +91,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 continue;
             };
             summaries.push(InstanceSummary {
+                address: status.reached_at(),
                 id: status.id,
                 revision,
                 phase: status.phase,

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::net::{Ipv4Addr, SocketAddr};
+
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -784,7 +784,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// Marks the instance draining, updates the table, and lets the ingress drain it in the
     /// background; the planner stops it when its grace has passed.
     async fn drain(&self, key: &Key, id: &str, policy: &Policy) -> Result<()> {
-        let port = {
+        let address = {
             let mut state = self.lock();
             let now = now_ms();
             let tracked = state.tracked.entry(id.to_owned()).or_default();
@@ -793,11 +793,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 .services
                 .get(key)
                 .and_then(|s| s.instances.iter().find(|i| i.id == id))
-                .and_then(|i| i.port)
+                .and_then(InstanceStatus::reached_at)
         };
         self.apply_table().await?;
-        if let Some(port) = port {
-            let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        if let Some(address) = address {
             let grace = Duration::from_millis(policy.drain_grace_ms);
             tokio::spawn(self.dataplane.drain(address, grace));
         }

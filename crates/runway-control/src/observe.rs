@@ -149,6 +149,7 @@ mod tests {
             ready: true,
             pid: None,
             port: None,
+            address: None,
             restarts: 0,
             consecutive_failures: 0,
             started_at_ms: None,

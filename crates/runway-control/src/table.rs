@@ -1,7 +1,7 @@
 //! The whole ingress table, built from every service's routes and instances.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 
 use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 use runway_runtime::Phase;
@@ -88,7 +88,7 @@ fn revision(
         .iter()
         .filter(|status| revision_of(&status.id) == Some(name))
         .filter_map(|status| {
-            let address = SocketAddr::from((Ipv4Addr::LOCALHOST, status.port?));
+            let address = status.reached_at()?;
             let draining = status.phase == Phase::Stopping
                 || state
                     .tracked

@@ -101,6 +101,9 @@ pub struct BundleOptions {
     /// Bind the host's `/etc/resolv.conf` and `/etc/hosts` read-only (the container shares the
     /// host's network).
     pub host_dns: bool,
+    /// A network namespace of its own, with only its loopback: whoever runs the container
+    /// joins it to a network between `create` and `start`. Default: the host's network.
+    pub network_namespace: bool,
     /// The host's cgroup hierarchy.
     pub cgroup: CgroupVersion,
     /// Host directories bound read-only (and `nosuid`, `nodev`), as `(host path, path
@@ -125,6 +128,7 @@ impl Default for BundleOptions {
             user_namespace: Some(UserNamespace::default()),
             capabilities: Vec::new(),
             host_dns: true,
+            network_namespace: false,
             cgroup: CgroupVersion::detect(),
             read_only_binds: Vec::new(),
         }
@@ -279,8 +283,10 @@ pub fn bundle_spec(
         }
     }
 
+    let own_network = opts.network_namespace.then_some("network");
     let mut namespaces: Vec<Namespace> = ["pid", "ipc", "uts", "mount"]
         .into_iter()
+        .chain(own_network)
         .map(|kind| Namespace {
             kind: kind.to_string(),
         })
@@ -503,14 +509,31 @@ fn mount(destination: &str, kind: &str, source: &str, options: &[&str]) -> Mount
 }
 
 fn mounts(opts: &BundleOptions) -> Vec<Mount> {
-    // sysfs cannot be mounted in a user namespace that does not own a network namespace, so
-    // /sys is the host's, read-only. Inside a user namespace it must be a recursive bind (its
-    // submounts are locked to it); without one, a plain bind leaves the host's cgroup file
-    // systems out, and the cgroup mount below shows the container's own.
+    // With a network namespace of its own the container gets a sysfs of its own, read-only,
+    // showing its own network devices and not the host's. Without one, sysfs cannot be mounted
+    // in a user namespace (which does not own the network namespace), so /sys is the host's,
+    // read-only. Inside a user namespace it must be a recursive bind (its submounts are locked
+    // to it); without one, a plain bind leaves the host's cgroup file systems out, and the
+    // cgroup mount below shows the container's own.
     let sys_bind = if opts.user_namespace.is_some() {
         "rbind"
     } else {
         "bind"
+    };
+    let sys = if opts.network_namespace {
+        mount(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        )
+    } else {
+        mount(
+            "/sys",
+            "none",
+            "/sys",
+            &[sys_bind, "nosuid", "noexec", "nodev", "ro"],
+        )
     };
     let mut mounts = vec![
         mount("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
@@ -545,12 +568,7 @@ fn mounts(opts: &BundleOptions) -> Vec<Mount> {
             "mqueue",
             &["nosuid", "noexec", "nodev"],
         ),
-        mount(
-            "/sys",
-            "none",
-            "/sys",
-            &[sys_bind, "nosuid", "noexec", "nodev", "ro"],
-        ),
+        sys,
         mount(
             "/sys/fs/cgroup",
             "cgroup",
@@ -866,6 +884,19 @@ mod tests {
             .map(|n| n.kind.as_str())
             .collect();
         assert_eq!(ns, ["pid", "ipc", "uts", "mount", "user"]);
+        let own = BundleOptions {
+            network_namespace: true,
+            ..opts()
+        };
+        let spec = bundle_spec(&image(), &rootfs, &own).expect("spec");
+        assert!(spec.linux.namespaces.iter().any(|n| n.kind == "network"));
+        // Its own sysfs, which shows its own network devices, not the host's.
+        assert!(
+            spec.mounts
+                .iter()
+                .any(|m| m.destination == "/sys" && m.kind == "sysfs")
+        );
+        let spec = bundle_spec(&image(), &rootfs, &o).expect("spec");
         assert_eq!(spec.linux.uid_mappings[0].host_id, DEFAULT_HOST_ID_BASE);
         assert_eq!(
             spec.linux.resources.memory,

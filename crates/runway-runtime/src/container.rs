@@ -14,6 +14,7 @@ use nix::unistd::Pid;
 use tokio::process::{ChildStderr, ChildStdout, Command};
 use tokio::sync::oneshot;
 
+use crate::network::InstanceNetwork;
 use crate::process::{Exit, StopSignal, Stopped};
 
 /// How long one `runc` command may take before the start counts as failed.
@@ -43,6 +44,7 @@ impl Container {
         cgroup_path: Option<&str>,
         state_dir: &Path,
         secret_env: &BTreeMap<String, String>,
+        network: Option<&InstanceNetwork>,
     ) -> Result<(Self, Output), String> {
         // A container left by an earlier supervisor of this instance would block the id.
         delete(oci_runtime, id).await;
@@ -104,6 +106,13 @@ impl Container {
             exited,
             exit: None,
         };
+        // The namespace exists from `create` on; the process starts once it is joined.
+        if let Some(network) = network
+            && let Err(error) = crate::network::attach(network, pid).await
+        {
+            container.remove().await;
+            return Err(format!("cannot give the instance its network: {error}"));
+        }
         let started = oci_command(oci_runtime)
             .arg("--log")
             .arg(&log_file)

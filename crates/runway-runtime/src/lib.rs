@@ -12,10 +12,13 @@
 //!   a service's settings.
 //! - [`sandbox`] isolates a tenant's plain process: run by the OCI runtime as images are, as
 //!   the service's own user, seeing only the host's system directories and its code.
+//! - [`network`] gives a container a network of its own: a namespace joined to the host by a
+//!   veth pair on a `/30` leased from the operator's range, with no route out.
 
 mod container;
 pub mod local;
 pub mod logs;
+pub mod network;
 pub mod probe;
 pub mod process;
 pub mod runtime;

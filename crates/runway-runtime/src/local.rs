@@ -16,6 +16,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::watch;
 
 use crate::logs::{self, LogLine};
+use crate::network::AddressPool;
 use crate::runtime::{Runtime, RuntimeError};
 use crate::spec::{Artifact, InstanceSpec};
 use crate::status::{InstanceStatus, Phase};
@@ -50,6 +51,9 @@ pub struct LocalConfig {
     /// Where the platform unpacks code snapshots (`<dir>/<service id>/<hex>`): code
     /// directories although they lie in a private directory.
     pub code_snapshots: Option<PathBuf>,
+    /// Give every container (an image, an isolated process) a network of its own from this
+    /// pool ([`crate::network`]); `None` runs them in the host's network.
+    pub instance_network: Option<AddressPool>,
 }
 
 impl LocalConfig {
@@ -64,6 +68,7 @@ impl LocalConfig {
             stop_margin: Duration::from_secs(10),
             private_dirs: Vec::new(),
             code_snapshots: None,
+            instance_network: None,
         }
     }
 }
@@ -276,6 +281,37 @@ impl LocalRuntime {
         Ok(())
     }
 
+    /// Leases a network of its own to an instance that runs as a container, when the runtime
+    /// has a pool: an image, or an isolated process. A plain process shares the host's.
+    async fn lease_network(&self, spec: &mut InstanceSpec, dir: &Path) -> Result<(), RuntimeError> {
+        let Some(pool) = self.config.instance_network.clone() else {
+            return Ok(());
+        };
+        if !(matches!(spec.artifact, Artifact::Image { .. }) || spec.sandbox.is_some()) {
+            return Ok(());
+        }
+        let owner = dir.to_owned();
+        let leased = tokio::task::spawn_blocking(move || pool.lease(&owner))
+            .await
+            .map_err(io::Error::other)
+            .flatten();
+        spec.network = Some(leased.map_err(|e| RuntimeError::Supervisor {
+            id: spec.id.clone(),
+            message: format!("cannot lease an address for the instance: {e}"),
+        })?);
+        Ok(())
+    }
+
+    /// Gives back the network of the instance whose state directory is `dir`, if it had one.
+    fn release_network(&self, dir: &Path) {
+        if let (Some(pool), Some(network)) = (
+            &self.config.instance_network,
+            read_spec(dir).and_then(|spec| spec.network),
+        ) {
+            pool.release(&network, dir);
+        }
+    }
+
     async fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
         let start_error = |source: io::Error| RuntimeError::Supervisor {
             id: spec.id.clone(),
@@ -355,11 +391,8 @@ impl Runtime for LocalRuntime {
             return Ok(status);
         }
         if dir.exists() {
+            self.release_network(&dir);
             fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
-        }
-        if spec.port == Some(0) {
-            let port = free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?;
-            assign_port(&mut spec, port);
         }
         // A sandboxed process is checked against what it will see (`prepare_sandbox`).
         if let Artifact::Command {
@@ -385,6 +418,14 @@ impl Runtime for LocalRuntime {
         self.create_state_dirs()?;
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
         let started = async {
+            self.lease_network(&mut spec, &dir).await?;
+            if spec.port == Some(0) {
+                let port = match (&spec.network, spec.container_port) {
+                    (Some(_), Some(port)) if port != 0 => port,
+                    _ => free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?,
+                };
+                assign_port(&mut spec, port);
+            }
             if matches!(spec.artifact, Artifact::Image { .. }) {
                 self.prepare_image(&mut spec, &dir).await?;
             }
@@ -397,6 +438,10 @@ impl Runtime for LocalRuntime {
             Err(error) => {
                 // Nothing half-created stays behind.
                 let _ = request(&dir, Request::Stop).await;
+                if let (Some(pool), Some(network)) = (&self.config.instance_network, &spec.network)
+                {
+                    pool.release(network, &dir);
+                }
                 let _ = fs::remove_dir_all(&dir);
                 Err(error)
             }
@@ -465,6 +510,7 @@ impl Runtime for LocalRuntime {
         {
             crate::container::delete(&oci_runtime, id).await;
         }
+        self.release_network(&dir);
         fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
     }
 
@@ -614,10 +660,11 @@ fn lost_if_not_final(mut status: InstanceStatus) -> InstanceStatus {
 /// The status with what a supervisor older than `service`, `revision` and `managed` does not
 /// report, read from its `spec.json`.
 fn with_spec(dir: &Path, mut status: InstanceStatus) -> InstanceStatus {
-    if (status.service.is_none() || status.revision.is_none())
+    if (status.service.is_none() || status.revision.is_none() || status.address.is_none())
         && let Some(spec) = read_spec(dir)
     {
         status.managed |= spec.is_managed();
+        status.address = status.address.or_else(|| spec.address());
         status.service.get_or_insert(spec.service);
         status.revision.get_or_insert(spec.revision);
     }
@@ -691,6 +738,7 @@ fn instance_bundle(spec: &InstanceSpec) -> BundleOptions {
         memory_limit_bytes: spec.limits.memory_bytes,
         cpu_millis: spec.limits.cpu_millis,
         cgroups_path: Some(format!("/runway/{}", spec.id)),
+        network_namespace: spec.network.is_some(),
         ..BundleOptions::default()
     }
 }
@@ -772,6 +820,7 @@ mod tests {
             env,
             secret_env: BTreeMap::new(),
             port: Some(8080),
+            container_port: None,
             probes: Probes::default(),
             stop_signal: StopSignal::TERM,
             stop_grace_period: Duration::from_secs(1),
@@ -781,6 +830,7 @@ mod tests {
             managed: false,
             inherit_env: false,
             sandbox: None,
+            network: None,
         }
     }
 

@@ -1,7 +1,7 @@
-//! One probe check: HTTP GET, TCP connect or gRPC health check against the instance on
-//! loopback, bounded by the probe's timeout.
+//! One probe check: HTTP GET, TCP connect or gRPC health check against the instance where it
+//! is reached (its own network's address, or loopback), bounded by the probe's timeout.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,12 +13,12 @@ use tokio::net::TcpStream;
 use crate::spec::{Check, Probe};
 
 /// Runs one check. `Err` says why it failed, for people.
-pub async fn check(probe: &Probe, port: u16) -> Result<(), String> {
-    match tokio::time::timeout(probe.timeout, run(&probe.check, port)).await {
+pub async fn check(probe: &Probe, address: SocketAddr) -> Result<(), String> {
+    match tokio::time::timeout(probe.timeout, run(&probe.check, address)).await {
         Ok(result) => result,
         Err(_) => Err(format!(
             "{}: no answer within {:?}",
-            describe(&probe.check, port),
+            describe(&probe.check, address.port()),
             probe.timeout
         )),
     }
@@ -33,26 +33,26 @@ pub fn describe(check: &Check, port: u16) -> String {
     }
 }
 
-async fn run(check: &Check, port: u16) -> Result<(), String> {
-    let what = describe(check, port);
-    let stream = TcpStream::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+async fn run(check: &Check, address: SocketAddr) -> Result<(), String> {
+    let what = describe(check, address.port());
+    let stream = TcpStream::connect(address)
         .await
         .map_err(|e| format!("{what}: {e}"))?;
     match check {
         Check::Tcp => Ok(()),
-        Check::Http { path } => http_get(stream, port, path).await,
+        Check::Http { path } => http_get(stream, address, path).await,
         Check::Grpc { service } => grpc_health(stream, service).await,
     }
     .map_err(|e| format!("{what}: {e}"))
 }
 
-async fn http_get(stream: TcpStream, port: u16, path: &str) -> Result<(), String> {
+async fn http_get(stream: TcpStream, address: SocketAddr, path: &str) -> Result<(), String> {
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
     let connection = tokio::spawn(connection);
     let request = Request::get(path)
-        .header(hyper::header::HOST, format!("127.0.0.1:{port}"))
+        .header(hyper::header::HOST, address.to_string())
         .header(hyper::header::USER_AGENT, "runway-probe")
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
@@ -196,11 +196,10 @@ const LISTEN_POLL: Duration = Duration::from_millis(20);
 /// up to a period later. A cold start waits for this (Knative's queue-proxy probes a
 /// starting container as eagerly). An instance that already listens (and answered the check
 /// badly) waits the whole period, so failures still come one per period.
-pub async fn wait_period_or_listening(probe: &Probe, port: u16) {
+pub async fn wait_period_or_listening(probe: &Probe, address: SocketAddr) {
     let period = probe.period.max(Duration::from_millis(10));
     let deadline = tokio::time::Instant::now() + period;
     let listening = || async {
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         matches!(
             tokio::time::timeout(LISTEN_POLL, TcpStream::connect(address)).await,
             Ok(Ok(_))
@@ -221,8 +220,13 @@ pub async fn wait_period_or_listening(probe: &Probe, port: u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
+
+    fn at(port: u16) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    }
 
     fn probe(check: Check) -> Probe {
         Probe {
@@ -263,14 +267,14 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             drop(listener);
         });
-        wait_period_or_listening(&slow, port).await;
+        wait_period_or_listening(&slow, at(port)).await;
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(100), "{waited:?}");
         assert!(waited < Duration::from_secs(2), "{waited:?}");
         // Listening already: the whole period.
         slow.period = Duration::from_millis(300);
         let started = tokio::time::Instant::now();
-        wait_period_or_listening(&slow, port).await;
+        wait_period_or_listening(&slow, at(port)).await;
         assert!(started.elapsed() >= Duration::from_millis(300));
         opener.abort();
     }
@@ -279,11 +283,11 @@ mod tests {
     async fn http_passes_on_2xx_and_3xx_and_fails_otherwise() {
         let ok = serve_once("HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").await;
         assert_eq!(
-            check(&probe(Check::Http { path: "/up".into() }), ok).await,
+            check(&probe(Check::Http { path: "/up".into() }), at(ok)).await,
             Ok(())
         );
         let bad = serve_once("HTTP/1.1 503 Unavailable\r\ncontent-length: 0\r\n\r\n").await;
-        let error = check(&probe(Check::Http { path: "/up".into() }), bad).await;
+        let error = check(&probe(Check::Http { path: "/up".into() }), at(bad)).await;
         assert_eq!(
             error,
             Err(format!(
@@ -297,7 +301,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let error = check(&probe(Check::Tcp), port).await.unwrap_err();
+        let error = check(&probe(Check::Tcp), at(port)).await.unwrap_err();
         assert!(error.starts_with(&format!("TCP :{port}: ")), "{error}");
 
         // Accepts and never answers, holding the connection open.
@@ -311,7 +315,7 @@ mod tests {
         });
         let mut slow = probe(Check::Http { path: "/".into() });
         slow.timeout = Duration::from_millis(100);
-        let error = check(&slow, silent).await.unwrap_err();
+        let error = check(&slow, at(silent)).await.unwrap_err();
         assert!(error.contains("no answer within 100ms"), "{error}");
     }
 
@@ -337,12 +341,12 @@ mod tests {
                 service: service.into(),
             })
         };
-        assert_eq!(check(&grpc("shop"), port).await, Ok(()));
-        assert_eq!(check(&grpc(""), port).await, Ok(()));
-        let error = check(&grpc("cart"), port).await.unwrap_err();
+        assert_eq!(check(&grpc("shop"), at(port)).await, Ok(()));
+        assert_eq!(check(&grpc(""), at(port)).await, Ok(()));
+        let error = check(&grpc("cart"), at(port)).await.unwrap_err();
         assert!(error.ends_with("serving status 2, not SERVING"), "{error}");
         // An unknown service is NOT_FOUND, in the grpc-status trailer.
-        let error = check(&grpc("nope"), port).await.unwrap_err();
+        let error = check(&grpc("nope"), at(port)).await.unwrap_err();
         assert!(error.ends_with("grpc-status 5"), "{error}");
     }
 

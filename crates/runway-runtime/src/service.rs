@@ -38,7 +38,8 @@ pub enum SpecError {
 }
 
 /// The instance spec of one instance of a service. Services get port `Some(0)`: the runtime
-/// picks a free one and sets `PORT` (apps listen on `$PORT`, as on Cloud Run).
+/// gives them their `container_port` on a network of their own, a free port on the host's,
+/// and sets `PORT` (apps listen on `$PORT`, as on Cloud Run).
 pub fn instance_spec(
     config: &ServiceConfig,
     options: &InstanceOptions,
@@ -94,6 +95,7 @@ pub fn instance_spec(
         env,
         secret_env: options.secret_env.clone(),
         port: service.then_some(0),
+        container_port: config.port.filter(|_| service),
         probes,
         stop_signal: config
             .stop_signal
@@ -117,6 +119,7 @@ pub fn instance_spec(
         managed: false,
         inherit_env: false,
         sandbox: None,
+        network: None,
     })
 }
 

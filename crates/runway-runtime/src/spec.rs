@@ -2,11 +2,13 @@
 //! rules and log limits. A supervisor receives it whole and keeps the instance to it.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::network::InstanceNetwork;
 use crate::process::StopSignal;
 use crate::sandbox::Sandbox;
 
@@ -25,8 +27,13 @@ pub struct InstanceSpec {
     /// Secrets injected as environment variables. Never written to disk nor shown.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secret_env: BTreeMap<String, String>,
-    /// The port the instance listens on, which probes check.
+    /// The port the instance listens on, which probes check. `Some(0)` asks the runtime for
+    /// one: [`InstanceSpec::container_port`] on a network of its own, else a free one.
     pub port: Option<u16>,
+    /// The port the app expects (the manifest's `container_port`): what it gets in `PORT` when
+    /// it has a network of its own, where no other instance can hold it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_port: Option<u16>,
     pub probes: Probes,
     #[serde(with = "signal_name")]
     pub stop_signal: StopSignal,
@@ -48,6 +55,10 @@ pub struct InstanceSpec {
     /// Run a plain process isolated ([`crate::sandbox`]); images are isolated anyway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Sandbox>,
+    /// A network of its own ([`crate::network`]), given by the runtime to a container when
+    /// its configuration has an address pool; `None` shares the host's network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<InstanceNetwork>,
 }
 
 /// The variable that marked the control plane's instances in their environment before
@@ -65,6 +76,16 @@ impl InstanceSpec {
                 .env
                 .get(LEGACY_MANAGED_ENV)
                 .is_some_and(|value| value == "1")
+    }
+
+    /// Where the instance is reached on its port: its own network's address, or the host's
+    /// loopback when it shares the host's network.
+    pub fn address(&self) -> Option<SocketAddr> {
+        let ip = self
+            .network
+            .as_ref()
+            .map_or(Ipv4Addr::LOCALHOST, |network| network.address);
+        self.port.map(|port| SocketAddr::new(IpAddr::V4(ip), port))
     }
 
     /// The `PATH` the instance's program is looked up on: its own, or the supervisor's when

@@ -1,5 +1,6 @@
 //! What an instance is doing, as its supervisor reports it.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,11 @@ pub struct InstanceStatus {
     pub pid: Option<u32>,
     /// The port it listens on.
     pub port: Option<u16>,
+    /// Where it is reached: its own network's address and its port. `None` from a supervisor
+    /// older than this field, whose instance shares the host's network (see
+    /// [`InstanceStatus::reached_at`]).
+    #[serde(default)]
+    pub address: Option<SocketAddr>,
     /// Times it was started again after ending.
     pub restarts: u32,
     /// Times in a row it ended (failing or not) without running the restart policy's
@@ -41,6 +47,17 @@ pub struct InstanceStatus {
     pub last_exit: Option<ExitRecord>,
     /// The pid of the supervisor itself.
     pub supervisor_pid: u32,
+}
+
+impl InstanceStatus {
+    /// Where the instance takes traffic: its address, or (from an older supervisor) the
+    /// host's loopback at its port.
+    pub fn reached_at(&self) -> Option<SocketAddr> {
+        self.address.or_else(|| {
+            self.port
+                .map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        })
+    }
 }
 
 /// The lifecycle of an instance.

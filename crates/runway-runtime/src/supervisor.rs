@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::io::{self, Read};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -236,6 +237,7 @@ pub async fn supervise(
         ready: false,
         pid: None,
         port: spec.port,
+        address: spec.address(),
         restarts: 0,
         consecutive_failures: 0,
         started_at_ms: None,
@@ -600,6 +602,7 @@ impl Supervisor {
                     cgroup_path.as_deref(),
                     &self.state_dir,
                     &self.spec.secret_env,
+                    self.spec.network.as_ref(),
                 )
                 .await?;
                 Ok((Running::Container(container), output))
@@ -611,21 +614,32 @@ impl Supervisor {
     }
 
     fn spawn_startup_probe(&self, probes: &mut JoinSet<()>, events: mpsc::Sender<ProbeEvent>) {
-        let (Some(probe), Some(port)) = (self.spec.probes.startup.clone(), self.spec.port) else {
+        let (Some(probe), Some(address)) = (self.spec.probes.startup.clone(), self.spec.address())
+        else {
             return;
         };
+        // On a network of its own, what the instance listens on tells why it is not reached.
+        let own_network = self.spec.network.is_some();
+        let pid = self.status.borrow().pid.filter(|_| own_network);
         probes.spawn(async move {
             tokio::time::sleep(probe.initial_delay).await;
             let mut tally = Tally::default();
             loop {
-                let event = match tally.record(&probe, probe::check(&probe, port).await) {
+                let event = match tally.record(&probe, probe::check(&probe, address).await) {
                     Verdict::Passed => ProbeEvent::Started,
-                    Verdict::Failed(error) => ProbeEvent::Failed {
-                        probe: "startup",
-                        error,
-                    },
+                    Verdict::Failed(mut error) => {
+                        if let Some(hint) =
+                            pid.and_then(|pid| crate::network::listen_hint(pid, address))
+                        {
+                            error = format!("{error} ({hint})");
+                        }
+                        ProbeEvent::Failed {
+                            probe: "startup",
+                            error,
+                        }
+                    }
                     Verdict::Unchanged => {
-                        probe::wait_period_or_listening(&probe, port).await;
+                        probe::wait_period_or_listening(&probe, address).await;
                         continue;
                     }
                 };
@@ -639,8 +653,8 @@ impl Supervisor {
     fn on_started(&self, probes: &mut JoinSet<()>, events: mpsc::Sender<ProbeEvent>) {
         let readiness = self.spec.probes.readiness.clone();
         let liveness = self.spec.probes.liveness.clone();
-        let port = self.spec.port;
-        let ready_now = readiness.is_none() || port.is_none();
+        let address = self.spec.address();
+        let ready_now = readiness.is_none() || address.is_none();
         self.update(|s| {
             s.phase = Phase::Running;
             s.ready = ready_now;
@@ -651,23 +665,33 @@ impl Supervisor {
             }
             .to_owned();
         });
-        let Some(port) = port else { return };
+        let Some(address) = address else { return };
         if let Some(probe) = readiness {
             let events = events.clone();
-            probes.spawn(watch_probe(probe, port, events, |verdict| match verdict {
-                Verdict::Passed => Some(ProbeEvent::Ready(true)),
-                Verdict::Failed(_) => Some(ProbeEvent::Ready(false)),
-                Verdict::Unchanged => None,
-            }));
+            probes.spawn(watch_probe(
+                probe,
+                address,
+                events,
+                |verdict| match verdict {
+                    Verdict::Passed => Some(ProbeEvent::Ready(true)),
+                    Verdict::Failed(_) => Some(ProbeEvent::Ready(false)),
+                    Verdict::Unchanged => None,
+                },
+            ));
         }
         if let Some(probe) = liveness {
-            probes.spawn(watch_probe(probe, port, events, |verdict| match verdict {
-                Verdict::Failed(error) => Some(ProbeEvent::Failed {
-                    probe: "liveness",
-                    error,
-                }),
-                _ => None,
-            }));
+            probes.spawn(watch_probe(
+                probe,
+                address,
+                events,
+                |verdict| match verdict {
+                    Verdict::Failed(error) => Some(ProbeEvent::Failed {
+                        probe: "liveness",
+                        error,
+                    }),
+                    _ => None,
+                },
+            ));
         }
     }
 
@@ -718,14 +742,14 @@ impl Supervisor {
 /// Runs a probe every period for as long as the process runs, turning verdicts into events.
 async fn watch_probe(
     probe: Probe,
-    port: u16,
+    address: SocketAddr,
     events: mpsc::Sender<ProbeEvent>,
     to_event: impl Fn(Verdict) -> Option<ProbeEvent>,
 ) {
     tokio::time::sleep(probe.initial_delay).await;
     let mut tally = Tally::default();
     loop {
-        let verdict = tally.record(&probe, probe::check(&probe, port).await);
+        let verdict = tally.record(&probe, probe::check(&probe, address).await);
         if let Some(event) = to_event(verdict)
             && events.send(event).await.is_err()
         {

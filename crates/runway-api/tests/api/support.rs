@@ -87,6 +87,7 @@ impl Platform for FakePlatform {
                     phase: "running".into(),
                     ready: true,
                     port: Some(8123),
+                    address: Some("10.213.0.2:8123".into()),
                     restarts: 0,
                     message: String::new(),
                 }],

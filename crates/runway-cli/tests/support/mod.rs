@@ -47,11 +47,13 @@ pub fn have_python() -> bool {
 /// The test service: `/` greets with its revision, `/secret` says whether `API_KEY` is set
 /// with its length and byte sum (never the value), `/healthz` is ok. As a hostile tenant's
 /// probe: `/env` lists its environment's names, `/id` its user and group, `/read?path=P`
-/// whether it can read a file (`read N bytes` or the error's name). `CRASH=1` exits at once
+/// whether it can read a file (`read N bytes` or the error's name), `/connect?to=HOST:PORT`
+/// whether it can open a TCP connection there (`connected` or the error's name). `CRASH=1`
+/// exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
 /// `FAIL_EVERY=N` answers every Nth `/` with a 500; `?sleep=S` waits S seconds before
 /// answering.
-pub const APP: &str = r#"import os, signal, sys, threading, time
+pub const APP: &str = r#"import os, signal, socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -103,6 +105,13 @@ class Handler(BaseHTTPRequestHandler):
                     body = f"read {len(f.read())} bytes\n".encode()
             except OSError as e:
                 body = f"{type(e).__name__}\n".encode()
+        elif url.path == "/connect":
+            host, _, port = parse_qs(url.query).get("to", [""])[0].rpartition(":")
+            try:
+                socket.create_connection((host, int(port)), timeout=2).close()
+                body = b"connected\n"
+            except (OSError, ValueError) as e:
+                body = f"{type(e).__name__}\n".encode()
         elif url.path == "/secret":
             value = os.environ.get("API_KEY")
             if value is None:
@@ -126,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
 ThreadingHTTPServer.daemon_threads = True
 # socketserver's default backlog is 5: a burst of new connections would be reset.
 ThreadingHTTPServer.request_queue_size = 128
-server = ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), Handler)
+server = ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 print(f"listening on {os.environ['PORT']}", flush=True)
 server.serve_forever()

@@ -140,6 +140,7 @@ fn status_of(id: &str, fake: &Fake) -> InstanceStatus {
         ready: false,
         pid: Some(4242),
         port: Some(fake.port),
+        address: None,
         restarts: 0,
         consecutive_failures: 0,
         started_at_ms: Some(now_ms()),

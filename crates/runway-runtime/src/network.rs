@@ -1,0 +1,461 @@
+//! An instance's own network. A container given an [`InstanceNetwork`] runs in a network
+//! namespace of its own (the OCI runtime makes it, with its loopback), joined to the host by a
+//! veth pair on a `/30` of its own: the host's end has the first address, the instance's end
+//! (`eth0`) the second. The host reaches the instance there (the ingress and the probes); the
+//! instance reaches only its `/30`, so its host end (what listens on all the host's addresses,
+//! like the ingress's public listeners) and nothing else: no route leads out, not to another
+//! instance, not to what listens on the host's loopback (the API, the ingress's control), not
+//! to the internet. Without capabilities it cannot add one. IPv6 is off on the host's end.
+//!
+//! Addresses come from an [`AddressPool`], a range the operator chose, leased one `/30` per
+//! instance through files in a directory shared by every runtime on the machine, under a lock:
+//! two servers on one host never hand out the same address. A lease whose instance's state
+//! directory is gone is stale and taken back.
+//!
+//! The pair is made by iproute2's `ip`, as the container itself is made by the OCI runtime:
+//! between `create` and `start`, at every start (a restarted container has a new namespace).
+//! It goes with the namespace when the container ends.
+
+use std::fs;
+use std::io::{self, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+/// An instance's addresses and the host's end of its veth pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceNetwork {
+    /// The host's end of the pair: `rw` and the instance's address in hex.
+    pub link: String,
+    /// The host's address on the link: what the instance reaches of the host.
+    pub host: Ipv4Addr,
+    /// The instance's address, where it is reached.
+    pub address: Ipv4Addr,
+}
+
+/// Every instance's network is a `/30`: the host's end, the instance's end.
+pub const PREFIX_LEN: u8 = 30;
+
+/// The instance's end of the pair, inside its namespace.
+const INSIDE_LINK: &str = "eth0";
+
+/// How long one `ip` command may take.
+const IP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The operator's range of instance addresses and where leases on it are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressPool {
+    base: u32,
+    prefix_len: u8,
+    leases: PathBuf,
+}
+
+/// Where leases are kept unless told: shared by every runtime on the machine, gone at boot
+/// with the interfaces they describe.
+pub const DEFAULT_LEASES_DIR: &str = "/run/runway/network";
+
+/// The default range: 16,384 instances.
+pub const DEFAULT_RANGE: &str = "10.213.0.0/16";
+
+impl AddressPool {
+    /// A pool over `range` (`a.b.c.d/n`, `n` from 8 to 30, no host bits set), leased in
+    /// `leases`.
+    pub fn new(range: &str, leases: impl Into<PathBuf>) -> Result<Self, String> {
+        let invalid =
+            |why: &str| format!("{range:?} is not an IPv4 range like 10.213.0.0/16: {why}");
+        let (address, prefix_len) = range
+            .split_once('/')
+            .ok_or_else(|| invalid("no /prefix length"))?;
+        let address: Ipv4Addr = address
+            .parse()
+            .map_err(|_| invalid("the address is not dotted IPv4"))?;
+        let prefix_len: u8 = prefix_len
+            .parse()
+            .ok()
+            .filter(|n| (8..=PREFIX_LEN).contains(n))
+            .ok_or_else(|| invalid("the prefix length must be 8 to 30"))?;
+        let base = u32::from(address);
+        let host_bits = u32::MAX >> prefix_len;
+        if base & host_bits != 0 {
+            return Err(invalid(&format!(
+                "it has host bits set; the range starts at {}/{prefix_len}",
+                Ipv4Addr::from(base & !host_bits)
+            )));
+        }
+        if address.is_loopback() || address.is_unspecified() || address.is_multicast() {
+            return Err(invalid(
+                "loopback, unspecified and multicast ranges cannot be used",
+            ));
+        }
+        Ok(Self {
+            base,
+            prefix_len,
+            leases: leases.into(),
+        })
+    }
+
+    /// Whether this machine has what joins instances to the host: iproute2's `ip` and
+    /// util-linux's `nsenter`, on `PATH`.
+    pub fn check_tools() -> Result<(), String> {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let missing: Vec<&str> = ["ip", "nsenter"]
+            .into_iter()
+            .filter(|tool| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} not found on PATH", missing.join(" and ")))
+        }
+    }
+
+    /// How many instances the range has room for.
+    pub fn capacity(&self) -> u32 {
+        1 << (PREFIX_LEN - self.prefix_len)
+    }
+
+    /// The network of the `slot`th `/30` of the range.
+    fn network(&self, slot: u32) -> InstanceNetwork {
+        let first = self.base + slot * 4;
+        let address = Ipv4Addr::from(first + 2);
+        InstanceNetwork {
+            link: format!("rw{:08x}", first + 2),
+            host: Ipv4Addr::from(first + 1),
+            address,
+        }
+    }
+
+    /// Leases a network to the instance whose state directory is `owner` (the one it has
+    /// already, if it has one). Blocks on the pool's lock while another runtime leases.
+    pub(crate) fn lease(&self, owner: &Path) -> io::Result<InstanceNetwork> {
+        fs::create_dir_all(&self.leases)?;
+        let lock = fs::File::create(self.leases.join(".lock"))?;
+        lock.lock()?;
+        let mut taken = std::collections::BTreeSet::new();
+        for entry in fs::read_dir(&self.leases)? {
+            let entry = entry?;
+            let Some(address) = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.parse::<Ipv4Addr>().ok())
+            else {
+                continue;
+            };
+            let holder = fs::read_to_string(entry.path()).unwrap_or_default();
+            let holder = Path::new(holder.trim_end());
+            if holder == owner {
+                if let Some(slot) = self.slot_of(address) {
+                    return Ok(self.network(slot));
+                }
+            } else if holder.as_os_str().is_empty() || !holder.is_dir() {
+                // The instance is gone (a lease being written holds the lock we hold).
+                let _ = fs::remove_file(entry.path());
+                continue;
+            }
+            taken.insert(address);
+        }
+        let slot = (0..self.capacity())
+            .find(|&slot| !taken.contains(&self.network(slot).address))
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "all {} instance addresses of {}/{} are taken (runtime.instance_network)",
+                    self.capacity(),
+                    Ipv4Addr::from(self.base),
+                    self.prefix_len
+                ))
+            })?;
+        let network = self.network(slot);
+        let mut file = fs::File::create(self.leases.join(network.address.to_string()))?;
+        file.write_all(owner.as_os_str().as_encoded_bytes())?;
+        file.sync_all()?;
+        Ok(network)
+    }
+
+    /// Gives back `owner`'s lease on `network`'s address.
+    pub(crate) fn release(&self, network: &InstanceNetwork, owner: &Path) {
+        let path = self.leases.join(network.address.to_string());
+        let Ok(lock) = fs::File::create(self.leases.join(".lock")) else {
+            return;
+        };
+        if lock.lock().is_ok()
+            && fs::read_to_string(&path).is_ok_and(|holder| Path::new(holder.trim_end()) == owner)
+        {
+            let _ = fs::remove_file(&path);
+        }
+    }
+
+    fn slot_of(&self, address: Ipv4Addr) -> Option<u32> {
+        let offset = u32::from(address).checked_sub(self.base)?;
+        let slot = offset / 4;
+        (offset % 4 == 2 && slot < self.capacity()).then_some(slot)
+    }
+}
+
+/// Joins the network namespace of the container whose init process is `pid` to the host:
+/// the veth pair, the addresses, the links up. A pair left by the instance's last container
+/// (its namespace not yet torn down) is deleted first.
+pub(crate) async fn attach(network: &InstanceNetwork, pid: u32) -> Result<(), String> {
+    let link = network.link.as_str();
+    let _ = ip(&["link", "del", link], None).await;
+    let namespace = format!("/proc/{pid}/ns/net");
+    ip(
+        &[
+            "link",
+            "add",
+            link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            INSIDE_LINK,
+            "netns",
+            &pid.to_string(),
+        ],
+        None,
+    )
+    .await?;
+    // No IPv6 on the host's end: the instance's link-local address reaches nothing.
+    let _ = fs::write(
+        format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6"),
+        "1\n",
+    );
+    let host = format!(
+        "addr add {}/{PREFIX_LEN} dev {link}\nlink set {link} up\n",
+        network.host
+    );
+    ip(&["-batch", "-"], Some((None, &host))).await?;
+    let inside = format!(
+        "addr add {}/{PREFIX_LEN} dev {INSIDE_LINK}\nlink set {INSIDE_LINK} up\nlink set lo up\n",
+        network.address
+    );
+    ip(&["-batch", "-"], Some((Some(&namespace), &inside))).await
+}
+
+/// Why nothing answered at `expected`, the address of an instance on a network of its own
+/// whose process is `pid`, told from what listens in its namespace (all of it the instance's):
+/// `None` when something listens there after all.
+pub(crate) fn listen_hint(pid: u32, expected: SocketAddr) -> Option<String> {
+    let listening = listening(pid);
+    let reached = |a: &SocketAddr| {
+        a.port() == expected.port() && (a.ip().is_unspecified() || a.ip() == expected.ip())
+    };
+    if listening.iter().any(reached) {
+        return None;
+    }
+    let port = expected.port();
+    if listening.is_empty() {
+        return Some(format!(
+            "nothing listens in the instance yet; the app must listen on 0.0.0.0:{port} (its \
+             PORT)"
+        ));
+    }
+    let shown: Vec<String> = listening.iter().map(SocketAddr::to_string).collect();
+    Some(format!(
+        "the app listens on {}, where the ingress cannot reach it: it must listen on \
+         0.0.0.0:{port} (all addresses, its PORT)",
+        shown.join(", ")
+    ))
+}
+
+/// The TCP sockets listening in the network namespace of process `pid`, from
+/// `/proc/<pid>/net/tcp` and `tcp6`.
+fn listening(pid: u32) -> Vec<SocketAddr> {
+    let mut found = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        found.extend(text.lines().skip(1).filter_map(listening_socket));
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// One line of `/proc/net/tcp{,6}`, if its socket listens (state `0A`): addresses are the
+/// kernel's words in hex, each in this machine's byte order; the port is plain hex.
+fn listening_socket(line: &str) -> Option<SocketAddr> {
+    let mut fields = line.split_whitespace();
+    let local = fields.nth(1)?;
+    let state = fields.nth(1)?;
+    if state != "0A" {
+        return None;
+    }
+    let (address, port) = local.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let words: Vec<[u8; 4]> = (0..address.len() / 8)
+        .map(|i| {
+            u32::from_str_radix(address.get(i * 8..i * 8 + 8)?, 16)
+                .ok()
+                .map(u32::to_ne_bytes)
+        })
+        .collect::<Option<_>>()?;
+    let ip = match words.as_slice() {
+        [word] => IpAddr::V4(Ipv4Addr::from(*word)),
+        [a, b, c, d] => {
+            let mut bytes = [0u8; 16];
+            for (chunk, word) in bytes.chunks_mut(4).zip([a, b, c, d]) {
+                chunk.copy_from_slice(word);
+            }
+            IpAddr::V6(std::net::Ipv6Addr::from(bytes))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Runs `ip` with `args`, in the host's network namespace or (through `nsenter`) in the one
+/// at the given path, with the given standard input.
+async fn ip(args: &[&str], input: Option<(Option<&str>, &str)>) -> Result<(), String> {
+    let (namespace, stdin) = input.unwrap_or((None, ""));
+    let mut command = match namespace {
+        Some(namespace) => {
+            let mut command = Command::new("nsenter");
+            command.arg(format!("--net={namespace}")).arg("ip");
+            command
+        }
+        None => Command::new("ip"),
+    };
+    command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let what = format!("ip {}", args.join(" "));
+    let run = async {
+        let mut child = command
+            .spawn()
+            .map_err(|e| format!("cannot run {what} (is iproute2 installed?): {e}"))?;
+        if let Some(mut pipe) = child.stdin.take() {
+            pipe.write_all(stdin.as_bytes())
+                .await
+                .map_err(|e| format!("{what}: {e}"))?;
+        }
+        child
+            .wait_with_output()
+            .await
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let output = tokio::time::timeout(IP_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("{what} did not finish in {IP_TIMEOUT:?}"))??;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed: {}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listening_sockets_are_read_from_the_kernels_table() {
+        // Lines as /proc/net/tcp and tcp6 print them on a little-endian machine.
+        let v4 =
+            "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0";
+        let v4_any = "   1: 00000000:0BB8 00000000:0000 0A 00000000:00000000 00:00000000 00000000";
+        let connected = "   2: 0100007F:1F90 0100007F:D2F0 01 00000000:00000000 00:00000000 0";
+        let v6 =
+            "   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A";
+        if cfg!(target_endian = "little") {
+            assert_eq!(
+                listening_socket(v4),
+                Some("127.0.0.1:8080".parse().unwrap())
+            );
+            assert_eq!(listening_socket(v6), Some("[::1]:8080".parse().unwrap()));
+        }
+        assert_eq!(
+            listening_socket(v4_any),
+            Some("0.0.0.0:3000".parse().unwrap())
+        );
+        assert_eq!(listening_socket(connected), None);
+        for garbage in [
+            "",
+            "sl local_address",
+            "0: zz:1F90 0:0 0A",
+            "0: 0100007F:zz 0:0 0A",
+        ] {
+            assert_eq!(listening_socket(garbage), None, "{garbage}");
+        }
+    }
+
+    #[test]
+    fn a_range_is_checked_and_cut_into_slash_30s() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = AddressPool::new("10.213.0.0/16", dir.path()).unwrap();
+        assert_eq!(pool.capacity(), 16_384);
+        let second = pool.network(1);
+        assert_eq!(second.host, Ipv4Addr::new(10, 213, 0, 5));
+        assert_eq!(second.address, Ipv4Addr::new(10, 213, 0, 6));
+        assert_eq!(second.link, "rw0ad50006");
+        assert!(
+            second.link.len() <= 15,
+            "an interface name has 15 bytes at most"
+        );
+        assert_eq!(pool.slot_of(second.address), Some(1));
+        assert_eq!(pool.slot_of(second.host), None);
+        for (range, why) in [
+            (
+                "10.213.0.1/16",
+                "host bits set; the range starts at 10.213.0.0/16",
+            ),
+            ("10.213.0.0", "no /prefix"),
+            ("10.213.0.0/31", "8 to 30"),
+            ("10.213.0.0/x", "8 to 30"),
+            ("fd00::/64", "not dotted IPv4"),
+            ("127.0.0.0/8", "loopback"),
+        ] {
+            let error = AddressPool::new(range, dir.path()).unwrap_err();
+            assert!(error.contains(why), "{range}: {error}");
+        }
+    }
+
+    #[test]
+    fn leases_are_one_per_instance_kept_and_taken_back_when_the_instance_is_gone() {
+        let leases = tempfile::tempdir().unwrap();
+        let instances = tempfile::tempdir().unwrap();
+        let pool = AddressPool::new("10.213.7.0/29", leases.path()).unwrap();
+        assert_eq!(pool.capacity(), 2);
+        let a = instances.path().join("a");
+        let b = instances.path().join("b");
+        let c = instances.path().join("c");
+        for dir in [&a, &b, &c] {
+            fs::create_dir(dir).unwrap();
+        }
+        let first = pool.lease(&a).unwrap();
+        assert_eq!(first.address, Ipv4Addr::new(10, 213, 7, 2));
+        assert_eq!(
+            pool.lease(&a).unwrap(),
+            first,
+            "an instance keeps its lease"
+        );
+        let second = pool.lease(&b).unwrap();
+        assert_eq!(second.address, Ipv4Addr::new(10, 213, 7, 6));
+        let full = pool.lease(&c).unwrap_err().to_string();
+        assert!(full.contains("all 2 instance addresses"), "{full}");
+
+        // Another runtime's pool over the same leases: the same addresses are taken.
+        let other = AddressPool::new("10.213.7.0/30", leases.path()).unwrap();
+        assert!(other.lease(&c).is_err());
+
+        // Released, or its instance gone: the address is free again.
+        pool.release(&second, &a);
+        assert!(pool.lease(&c).is_err(), "only its holder releases a lease");
+        pool.release(&second, &b);
+        assert_eq!(pool.lease(&c).unwrap(), second);
+        fs::remove_dir(&a).unwrap();
+        let d = instances.path().join("d");
+        fs::create_dir(&d).unwrap();
+        assert_eq!(pool.lease(&d).unwrap(), first);
+    }
+}
