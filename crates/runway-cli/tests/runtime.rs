@@ -1004,8 +1004,8 @@ async fn removing_an_instance_whose_supervisor_and_watchdog_died_reaps_its_conta
     assert!(!dir.exists());
 }
 
-/// A container on a network of its own: reached at its own address on its `container_port`,
-/// joined again after a restart (a new namespace), its address given back when removed; one
+/// A container on a network of its own: reached at its own address on its `container_port`
+/// (80, which needs no capability there), joined again after a restart (a new namespace), its address given back when removed; one
 /// that listens only on its loopback fails its startup probe saying so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_listens() {
@@ -1033,7 +1033,9 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
             working_dir: Some(code.clone()),
         };
         spec.port = Some(0);
-        spec.container_port = Some(8080);
+        spec.container_port = Some(80);
+        // busybox as its namespace's init ignores SIGTERM: the grace is all a stop waits.
+        spec.stop_grace_period = Duration::from_millis(500);
         spec.probes.startup = Some(probe(
             Check::Http {
                 path: "/index.html".into(),
@@ -1047,15 +1049,16 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
         );
         spec
     };
-    // busybox reads `-p` as given: the address is written out, `$PORT` being 8080.
+    // busybox reads `-p` as given: the port is written out, `$PORT` being 80, which an
+    // unprivileged user may take in its own namespace.
     runtime
-        .instance_ensure(isolated("netted", "8080"))
+        .instance_ensure(isolated("netted", "80"))
         .await
         .unwrap();
     let mut status = runtime.watch("netted").await.unwrap();
     let running = wait_for(&mut status, "running", |s| s.phase == Phase::Running).await;
     let address = running.address.unwrap();
-    assert_eq!(address, "10.214.9.2:8080".parse().unwrap());
+    assert_eq!(address, "10.214.9.2:80".parse().unwrap());
     let get = |address: std::net::SocketAddr| {
         let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).unwrap();
         stream
@@ -1094,7 +1097,7 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     assert!(get(address).ends_with("on its own network\n"));
 
     // Listening on its loopback only: not reached, and told why.
-    let mut lonely = isolated("lonely", "127.0.0.1:8080");
+    let mut lonely = isolated("lonely", "127.0.0.1:80");
     lonely.restart.mode = RestartMode::Never;
     lonely.probes.startup = Some(probe(
         Check::Http {
@@ -1106,9 +1109,9 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     let mut status = runtime.watch("lonely").await.unwrap();
     let failed = wait_for(&mut status, "the end", |s| s.phase.is_final()).await;
     let reason = failed.last_exit.map(|e| e.reason).unwrap_or_default();
-    assert_eq!(failed.address, Some("10.214.9.6:8080".parse().unwrap()));
+    assert_eq!(failed.address, Some("10.214.9.6:80".parse().unwrap()));
     assert!(
-        reason.contains("the app listens on 127.0.0.1:8080") && reason.contains("0.0.0.0:8080"),
+        reason.contains("the app listens on 127.0.0.1:80, where") && reason.contains("0.0.0.0:80 "),
         "{reason}"
     );
 

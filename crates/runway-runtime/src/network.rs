@@ -6,6 +6,7 @@
 //! like the ingress's public listeners) and nothing else: no route leads out, not to another
 //! instance, not to what listens on the host's loopback (the API, the ingress's control), not
 //! to the internet. Without capabilities it cannot add one. IPv6 is off on the host's end.
+//! Every port is unprivileged in it, so an app without capabilities may listen on 80.
 //!
 //! Addresses come from an [`AddressPool`], a range the operator chose, leased one `/30` per
 //! instance through files in a directory shared by every runtime on the machine, under a lock:
@@ -315,8 +316,15 @@ async fn ip(args: &[&str], input: Option<(Option<&str>, &str)>) -> Result<(), St
     let (namespace, stdin) = input.unwrap_or((None, ""));
     let mut command = match namespace {
         Some(namespace) => {
+            // Any port is the instance's to listen on in its own namespace (as Docker does):
+            // an app without capabilities may take 80, as it would on Cloud Run.
             let mut command = Command::new("nsenter");
-            command.arg(format!("--net={namespace}")).arg("ip");
+            command.arg(format!("--net={namespace}")).args([
+                "sh",
+                "-c",
+                "echo 0 > /proc/sys/net/ipv4/ip_unprivileged_port_start && exec ip \"$@\"",
+                "ip",
+            ]);
             command
         }
         None => Command::new("ip"),
