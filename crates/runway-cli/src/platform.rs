@@ -307,8 +307,9 @@ pub(crate) struct LogsArgs {
 pub(crate) enum TokensCommand {
     /// Create a token (admin only); its text is printed this once and never again.
     ///
-    /// Without --service, an admin token. With --service, a deploy token that can read and
-    /// deploy that service only, in the environments given with --env (at least one).
+    /// With --service, a deploy token that can read and deploy that service only, in the
+    /// environments given with --env (at least one). With --admin, an admin token; one of the
+    /// two is required.
     Create(TokenCreateArgs),
     /// List tokens: id, name, scope, expiry, revocation (never their text).
     List(OutputArg),
@@ -323,6 +324,9 @@ pub(crate) struct TokenCreateArgs {
     /// Scope the token to this service (a deploy token).
     #[arg(long)]
     service: Option<String>,
+    /// An admin token, which may do everything: said outright, never a missing `--service`.
+    #[arg(long, conflicts_with_all = ["service", "environments"])]
+    admin: bool,
     /// An environment the deploy token may act in (repeat for more).
     #[arg(long = "env", value_name = "ENV")]
     environments: Vec<String>,
@@ -908,8 +912,15 @@ fn finish(
                          {still}\n"
                     ));
                 } else if output == Output::Text {
+                    // Where it is served: best effort, the deployment has succeeded either way.
+                    let url = rt
+                        .block_on(client.status(&last.service, &last.env))
+                        .ok()
+                        .and_then(|status| status.url)
+                        .map(|url| format!("\n{}", served_at(&url)))
+                        .unwrap_or_default();
                     print_stdout(&format!(
-                        "deployment {id} succeeded in {took}: {} serves {} of {}\n",
+                        "deployment {id} succeeded in {took}: {} serves {} of {}{url}\n",
                         last.to_revision.as_deref().unwrap_or("the new revision"),
                         last.env,
                         last.service
@@ -938,6 +949,25 @@ fn finish(
             ExitCode::from(EXIT_TIMEOUT)
         }
     })
+}
+
+/// A service's URL for people, with what a `*.localhost` name needs: curl and browsers
+/// resolve it to this machine; most other HTTP clients (Python's `urllib`, Go's) ask DNS, which
+/// does not know it.
+pub(crate) fn served_at(url: &str) -> String {
+    let host = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', ':']).next())
+        .unwrap_or_default();
+    if host.ends_with(".localhost") {
+        format!(
+            "{url}\n  ({host} is resolved by curl and browsers; other clients need it in \
+             /etc/hosts, or the server's control.domain set to a wildcard DNS name)"
+        )
+    } else {
+        url.to_owned()
+    }
 }
 
 pub(crate) enum Outcome {
@@ -1056,7 +1086,10 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
         "{} in {}: {}\n",
         name,
         args.target.env,
-        status.url.as_deref().unwrap_or("no URL")
+        status
+            .url
+            .as_deref()
+            .map_or_else(|| "no URL".to_owned(), served_at)
     );
     let traffic: Vec<String> = status
         .routes
@@ -1399,7 +1432,11 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
     match command {
         TokensCommand::Create(args) => {
             let scope = match &args.service {
-                None if args.environments.is_empty() => serde_json::json!({"admin": {}}),
+                None if args.admin => serde_json::json!({"admin": {}}),
+                None if args.environments.is_empty() => bail!(
+                    "say what the token may do: --service NAME --env ENV for a deploy token, or \
+                     --admin for one that may do everything"
+                ),
                 None => bail!("--env scopes a deploy token: give --service too"),
                 Some(_) if args.environments.is_empty() => {
                     bail!("a deploy token needs at least one --env it may act in")

@@ -891,6 +891,12 @@ fn deploy_wait_prints_events_as_they_arrive_and_exits_0_on_success() {
         rest[1].starts_with("deployment 7 succeeded in "),
         "{rest:?}"
     );
+    // It ends with where the service is served, and what a `*.localhost` name needs.
+    assert_eq!(rest[2], "https://hello.dev.localhost:8443/", "{rest:?}");
+    assert!(
+        rest[3].contains("other clients need it in /etc/hosts"),
+        "{rest:?}"
+    );
     assert!(!stderr.contains('⠋'), "no spinner off a terminal: {stderr}");
 }
 
@@ -959,9 +965,9 @@ fn status_revisions_rollback_promote_and_events() {
     let ran = cli.run_in(&["status"], repo.path(), None);
     assert_eq!(ran.code, Some(0), "{ran:?}");
     assert!(
-        ran.stdout.starts_with(
-            "hello in dev: https://hello.dev.localhost:8443/\ntraffic: hello-dev-00002 100%\n"
-        ),
+        ran.stdout
+            .starts_with("hello in dev: https://hello.dev.localhost:8443/\n  (")
+            && ran.stdout.contains("\ntraffic: hello-dev-00002 100%\n"),
         "{ran:?}"
     );
     assert!(
@@ -1330,4 +1336,38 @@ fn https_trusts_the_given_ca_only() {
     );
     assert_eq!(ran.code, Some(2), "{ran:?}");
     assert!(ran.stderr.contains("holds no PEM certificate"), "{ran:?}");
+}
+
+/// `runway tokens create NAME` says what the token may do: a deploy token with `--service`
+/// and `--env`, an admin token only with `--admin`; nothing is created for a bare name.
+#[test]
+fn an_admin_token_is_made_only_when_asked_for() {
+    let fake = Fake::start(|r| {
+        (r.method == "POST" && r.path == "/v1/tokens").then(|| {
+            Reply::Json(
+                201,
+                json!({"info": {"id": 3, "scope": {"admin": {}}}, "token": "runway_admin_x"}),
+            )
+        })
+    });
+    let cli = Cli::env(&fake);
+    let bare = cli.run(&["tokens", "create", "ci"]);
+    assert_eq!(bare.code, Some(2), "{bare:?}");
+    assert!(
+        bare.stderr.contains("--service NAME --env ENV") && bare.stderr.contains("--admin"),
+        "{bare:?}"
+    );
+    let both = cli.run(&["tokens", "create", "ci", "--admin", "--service", "hello"]);
+    assert_eq!(both.code, Some(2), "{both:?}");
+    assert!(
+        fake.find("POST", "/v1/tokens").is_empty(),
+        "a token was made"
+    );
+
+    let admin = cli.run(&["tokens", "create", "ops", "--admin"]);
+    assert_eq!(admin.code, Some(0), "{admin:?}");
+    let made = fake.find("POST", "/v1/tokens");
+    let body: Value = serde_json::from_slice(&made[0].body).unwrap();
+    assert_eq!(body["scope"], json!({"admin": {}}));
+    assert!(admin.stdout.contains("runway_admin_x"), "{admin:?}");
 }

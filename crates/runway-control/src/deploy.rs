@@ -1,7 +1,9 @@
 //! The deployment controller: a deployment in progress moves to `Progressing`, then to
 //! `Succeeded` once the ingress has the desired weights with the target revision ready, or
 //! to `Failed` (with the previous desired state restored) when it is not within
-//! `deploy_timeout_ms`, or at once when its revision can never start.
+//! `deploy_timeout_ms`, or at once when its revision can never start or an instance of it
+//! ended before it was ever ready (as Cloud Run fails a revision whose container exits before
+//! it listens): a crash on start is known at its first exit, not at the timeout.
 
 use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
 use runway_runtime::Runtime;
@@ -84,13 +86,22 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let stepping = matches!(outcome, Outcome::Stepping { .. });
         let completed = *outcome == Outcome::Completed;
         let target = &deployment.to_revision;
-        let (status, routes, start_error) = {
+        let (status, routes, start_error, crashed) = {
             let state = self.lock();
             let service = state.services.get(key);
+            let crashed = service.and_then(|s| {
+                s.instances.iter().find(|i| {
+                    revision_of(&i.id) == Some(target.as_str())
+                        && state.tracked.get(&i.id).is_some_and(|t| {
+                            !t.was_ready && matches!(t.kind, "crash_loop" | "failed")
+                        })
+                })
+            });
             (
                 service.and_then(|s| s.status.iter().find(|r| &r.revision == target).cloned()),
                 service.map(|s| s.routes.clone()).unwrap_or_default(),
                 service.and_then(|s| s.start_errors.get(target).cloned()),
+                crashed.map(failure_reason),
             )
         };
         let ready = status
@@ -109,11 +120,18 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         }
         let elapsed_ms = self.elapsed_ms(deployment);
         let permanent = start_error.as_ref().is_some_and(|e| e.permanent);
-        if !permanent && elapsed_ms < self.config.deploy_timeout_ms {
+        if !permanent && crashed.is_none() && elapsed_ms < self.config.deploy_timeout_ms {
             return Ok(());
         }
         let reason = self
-            .failure(key, target, status.as_ref(), start_error, elapsed_ms)
+            .failure(
+                key,
+                target,
+                status.as_ref(),
+                start_error,
+                crashed,
+                elapsed_ms,
+            )
             .await;
         self.restore_previous(deployment, wanted).await?;
         self.finish(deployment, DeploymentState::Failed, Some(reason))
@@ -162,19 +180,24 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         target: &str,
         status: Option<&RevisionStatus>,
         start_error: Option<StartFailure>,
+        crashed: Option<String>,
         elapsed_ms: u64,
     ) -> String {
         let seconds = elapsed_ms / 1000;
-        let mut reason = match (start_error, status) {
-            (Some(error), _) => format!("{target} cannot start: {}", error.reason),
+        let mut reason = match (start_error, crashed, status) {
+            (Some(error), _, _) => format!("{target} cannot start: {}", error.reason),
+            (None, Some(crashed), _) => {
+                format!("{target} ended before it was ready ({seconds} s in): {crashed}")
+            }
             (
+                None,
                 None,
                 Some(RevisionStatus {
                     condition: Condition::Failing { reason } | Condition::TimedOut { reason },
                     ..
                 }),
             ) => format!("{target} not ready after {seconds} s: {reason}"),
-            (None, status) => {
+            (None, None, status) => {
                 let (ready, desired) = status.map_or((0, 0), |s| (s.ready, s.desired_instances));
                 format!(
                     "{target} not ready after {seconds} s: {ready} of {desired} instance(s) ready"

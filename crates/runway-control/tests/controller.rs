@@ -169,6 +169,8 @@ async fn a_failing_deploy_fails_with_the_exit_code_and_output_and_v1_keeps_servi
 
     let failed = harness.store.deployment_get(second.id).unwrap();
     let reason = failed.reason.unwrap();
+    // At its first exit, not at the deploy timeout.
+    assert!(reason.contains("ended before it was ready"), "{reason}");
     assert!(reason.contains("exit code 3"), "{reason}");
     assert!(
         reason.contains("panic: DATABASE_URL is not set"),
