@@ -91,6 +91,11 @@ fn deploy_secrets_failure_rollback_and_promote() {
     let (status, body) = platform.get(HOST, "/", Duration::from_secs(10));
     assert_eq!(status, 200, "{body}");
     assert!(body.starts_with("first from hello-dev-00001"), "{body}");
+    // A name of the platform's that nothing serves: an HTTP 404 that says so, through a
+    // handshake the client trusts, not a TLS alert.
+    let (status, body) = platform.get("helo.dev.localhost", "/", Duration::from_secs(10));
+    assert_eq!(status, 404, "{body}");
+    assert!(body.starts_with("no service at this host"), "{body}");
     let shown = platform.runway(&["status", "--service", "hello", "--output", "json"]);
     assert!(shown.ok(), "{}", shown.all());
     let shown = shown.json();

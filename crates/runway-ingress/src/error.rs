@@ -115,7 +115,9 @@ impl ProxyError {
             Self::BodyTooLarge => "request body too large\n",
             Self::BodyBroken { .. } => "request body broke off or was malformed\n",
             Self::BodyTimeout { .. } => "request body took too long\n",
-            Self::NoRoute { .. } => "no service at this host\n",
+            Self::NoRoute { .. } => {
+                "no service at this host: none has this name, or none is deployed and serving yet\n"
+            }
             Self::NoReadyInstance { .. } => "no instance of this service became ready in time\n",
             Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {
                 "service is overloaded, retry later\n"

@@ -5,7 +5,7 @@
 //! swap drops no request and resets no counter. Requests hold `Arc`s to what they use, so an
 //! instance removed from the table still finishes what it was given.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -324,12 +324,22 @@ pub(crate) struct Target {
 pub struct Table {
     hosts: HashMap<String, Target>,
     routes: Vec<Arc<Route>>,
+    /// `{env}.{domain}` of every route: the platform's own names live under these.
+    parents: HashSet<String>,
 }
 
 impl Table {
     /// The route for a host (lower case, without port).
     pub(crate) fn resolve(&self, host: &str) -> Option<&Target> {
         self.hosts.get(host)
+    }
+
+    /// The platform's name `host` would have, `{env}.{domain}`, when some route's generated
+    /// names live there: a name under it that no route serves is answered with a 404, after
+    /// a handshake with that parent's wildcard certificate, not refused at the handshake.
+    pub(crate) fn platform_parent<'a>(&self, host: &'a str) -> Option<&'a str> {
+        let (_, parent) = host.split_once('.')?;
+        self.parents.contains(parent).then_some(parent)
     }
 
     pub fn routes(&self) -> &[Arc<Route>] {
@@ -390,6 +400,7 @@ impl Routes {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut kept: HashMap<RevisionKey, Arc<Revision>> = HashMap::new();
         let mut hosts = HashMap::new();
+        let mut parents = HashSet::new();
         let mut routes = Vec::new();
         for rc in &config.routes {
             let mut revisions = Vec::new();
@@ -464,6 +475,7 @@ impl Routes {
                 format!("{}.{}.{}", rc.service, rc.env, config.domain),
                 target(None),
             );
+            parents.insert(format!("{}.{}", rc.env, config.domain).to_ascii_lowercase());
             for domain in &rc.domains {
                 hosts.insert(domain.to_ascii_lowercase(), target(None));
             }
@@ -491,7 +503,11 @@ impl Routes {
             std::time::Instant::now(),
         );
         let old = std::mem::replace(&mut *registry, kept);
-        self.current.store(Arc::new(Table { hosts, routes }));
+        self.current.store(Arc::new(Table {
+            hosts,
+            routes,
+            parents,
+        }));
         drop(registry);
         // Held and queued requests re-check against the new table.
         for rev in old.values() {

@@ -185,8 +185,18 @@ impl fmt::Debug for Resolver {
 }
 
 impl Resolver {
-    fn routed(routes: &Routes, name: &str) -> bool {
-        routes.load_guard().resolve(name).is_some()
+    /// The name the local authority certifies for `name`: itself when the table serves it, the
+    /// wildcard of its parent when that is the platform's (`*.dev.localhost` for an unknown
+    /// `typo.dev.localhost`, answered with a 404 rather than a handshake alert); none for any
+    /// other name, so a client cannot have certificates minted for names of its choosing.
+    fn certified_name(routes: &Routes, name: &str) -> Option<String> {
+        let table = routes.load_guard();
+        if table.resolve(name).is_some() {
+            return Some(name.to_owned());
+        }
+        table
+            .platform_parent(name)
+            .map(|parent| format!("*.{parent}"))
     }
 }
 
@@ -202,11 +212,10 @@ impl ResolvesServerCert for Resolver {
         {
             return Some(Arc::clone(key));
         }
-        // Only names the table serves get a certificate from the local authority.
+        // Only names the table serves (or the platform's wildcards) get a certificate from the
+        // local authority.
         let ca = self.ca.as_ref()?;
-        if !Self::routed(&self.routes.routes, &name) {
-            return None;
-        }
+        let name = Self::certified_name(&self.routes.routes, &name)?;
         let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(key) = issued.get(&name) {
             return Some(Arc::clone(key));
