@@ -17,6 +17,7 @@
 //! between `create` and `start`, at every start (a restarted container has a new namespace).
 //! It goes with the namespace when the container ends.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -237,13 +238,18 @@ pub(crate) async fn attach(network: &InstanceNetwork, pid: u32) -> Result<(), St
     ip(&["-batch", "-"], Some((Some(&namespace), &inside))).await
 }
 
-/// Why nothing answered at `expected`, the address of an instance on a network of its own
-/// whose process is `pid`, told from what listens in its namespace (all of it the instance's):
-/// `None` when something listens there after all.
-pub(crate) fn listen_hint(pid: u32, expected: SocketAddr) -> Option<String> {
-    let listening = listening(pid);
+/// Why nothing answered at `expected`, where the instance whose process is `pid` should
+/// listen, told from what it does listen on: `None` when it listens there after all. On a
+/// network of its own everything listening in its namespace is the instance's; on the host's,
+/// only the sockets its process (and that process's children) hold.
+pub(crate) fn listen_hint(pid: u32, expected: SocketAddr, own_network: bool) -> Option<String> {
+    let mine = (!own_network).then(|| socket_inodes(pid));
+    let listening = listening(pid, mine.as_ref());
     let reached = |a: &SocketAddr| {
-        a.port() == expected.port() && (a.ip().is_unspecified() || a.ip() == expected.ip())
+        a.port() == expected.port()
+            && (a.ip().is_unspecified()
+                || a.ip() == expected.ip()
+                || (!own_network && a.ip().is_loopback()))
     };
     if listening.iter().any(reached) {
         return None;
@@ -251,42 +257,89 @@ pub(crate) fn listen_hint(pid: u32, expected: SocketAddr) -> Option<String> {
     let port = expected.port();
     if listening.is_empty() {
         return Some(format!(
-            "nothing listens in the instance yet; the app must listen on 0.0.0.0:{port} (its \
-             PORT)"
+            "the app listens on no TCP port yet; it must listen on 0.0.0.0:{port} (its PORT)"
         ));
     }
     let shown: Vec<String> = listening.iter().map(SocketAddr::to_string).collect();
-    Some(format!(
-        "the app listens on {}, where the ingress cannot reach it: it must listen on \
-         0.0.0.0:{port} (all addresses, its PORT)",
-        shown.join(", ")
-    ))
+    let shown = shown.join(", ");
+    Some(if own_network {
+        format!(
+            "the app listens on {shown}, where the ingress cannot reach it: it must listen on \
+             0.0.0.0:{port} (all addresses, its PORT)"
+        )
+    } else {
+        format!("the app listens on {shown}, not on its PORT {port}: it must listen on $PORT")
+    })
 }
 
 /// The TCP sockets listening in the network namespace of process `pid`, from
-/// `/proc/<pid>/net/tcp` and `tcp6`.
-fn listening(pid: u32) -> Vec<SocketAddr> {
+/// `/proc/<pid>/net/tcp` and `tcp6`; only those with one of the inodes in `only`, if given.
+fn listening(pid: u32, only: Option<&HashSet<u64>>) -> Vec<SocketAddr> {
     let mut found = Vec::new();
     for table in ["tcp", "tcp6"] {
         let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
             continue;
         };
-        found.extend(text.lines().skip(1).filter_map(listening_socket));
+        found.extend(
+            text.lines()
+                .skip(1)
+                .filter_map(listening_socket)
+                .filter(|(_, inode)| only.is_none_or(|only| only.contains(inode)))
+                .map(|(address, _)| address),
+        );
     }
     found.sort();
     found.dedup();
     found
 }
 
-/// One line of `/proc/net/tcp{,6}`, if its socket listens (state `0A`): addresses are the
-/// kernel's words in hex, each in this machine's byte order; the port is plain hex.
-fn listening_socket(line: &str) -> Option<SocketAddr> {
-    let mut fields = line.split_whitespace();
-    let local = fields.nth(1)?;
-    let state = fields.nth(1)?;
+/// The inodes of the sockets that process `pid` and its descendants (up to a few dozen
+/// processes) hold, from their `/proc/<pid>/fd` links (`socket:[N]`).
+fn socket_inodes(pid: u32) -> HashSet<u64> {
+    const MAX_PROCESSES: usize = 64;
+    let mut inodes = HashSet::new();
+    let mut pending = vec![pid];
+    let mut seen = 0;
+    while let Some(pid) = pending.pop() {
+        seen += 1;
+        if seen > MAX_PROCESSES {
+            break;
+        }
+        if let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) {
+            inodes.extend(fds.filter_map(Result::ok).filter_map(|fd| {
+                let target = fs::read_link(fd.path()).ok()?;
+                let target = target.to_str()?;
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .parse::<u64>()
+                    .ok()
+            }));
+        }
+        if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.filter_map(Result::ok) {
+                let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+                pending.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    inodes
+}
+
+/// One line of `/proc/net/tcp{,6}`, if its socket listens (state `0A`), with the socket's
+/// inode: addresses are the kernel's words in hex, each in this machine's byte order; the
+/// port is plain hex.
+fn listening_socket(line: &str) -> Option<(SocketAddr, u64)> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (local, state) = (*fields.get(1)?, *fields.get(3)?);
     if state != "0A" {
         return None;
     }
+    let inode = fields.get(9).and_then(|i| i.parse().ok()).unwrap_or(0);
     let (address, port) = local.split_once(':')?;
     let port = u16::from_str_radix(port, 16).ok()?;
     let words: Vec<[u8; 4]> = (0..address.len() / 8)
@@ -307,7 +360,7 @@ fn listening_socket(line: &str) -> Option<SocketAddr> {
         }
         _ => return None,
     };
-    Some(SocketAddr::new(ip, port))
+    Some((SocketAddr::new(ip, port), inode))
 }
 
 /// Runs `ip` with `args`, in the host's network namespace or (through `nsenter`) in the one
@@ -369,8 +422,7 @@ mod tests {
     #[test]
     fn listening_sockets_are_read_from_the_kernels_table() {
         // Lines as /proc/net/tcp and tcp6 print them on a little-endian machine.
-        let v4 =
-            "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0";
+        let v4 = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242";
         let v4_any = "   1: 00000000:0BB8 00000000:0000 0A 00000000:00000000 00:00000000 00000000";
         let connected = "   2: 0100007F:1F90 0100007F:D2F0 01 00000000:00000000 00:00000000 0";
         let v6 =
@@ -378,13 +430,16 @@ mod tests {
         if cfg!(target_endian = "little") {
             assert_eq!(
                 listening_socket(v4),
-                Some("127.0.0.1:8080".parse().unwrap())
+                Some(("127.0.0.1:8080".parse().unwrap(), 4242))
             );
-            assert_eq!(listening_socket(v6), Some("[::1]:8080".parse().unwrap()));
+            assert_eq!(
+                listening_socket(v6),
+                Some(("[::1]:8080".parse().unwrap(), 0))
+            );
         }
         assert_eq!(
             listening_socket(v4_any),
-            Some("0.0.0.0:3000".parse().unwrap())
+            Some(("0.0.0.0:3000".parse().unwrap(), 0))
         );
         assert_eq!(listening_socket(connected), None);
         for garbage in [
@@ -395,6 +450,25 @@ mod tests {
         ] {
             assert_eq!(listening_socket(garbage), None, "{garbage}");
         }
+    }
+
+    #[test]
+    fn a_process_on_the_hosts_network_is_told_the_port_it_listens_on() {
+        // This test's own process, on the host's network: what it listens on is found among
+        // the host's sockets by its descriptors.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let bound = listener.local_addr().unwrap();
+        let pid = std::process::id();
+        assert_eq!(listen_hint(pid, bound, false), None);
+        let spare = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = spare.local_addr().unwrap();
+        drop(spare);
+        let hint = listen_hint(pid, port, false).unwrap();
+        assert!(hint.contains(&bound.to_string()), "{hint}");
+        assert!(
+            hint.contains(&format!("not on its PORT {}", port.port())),
+            "{hint}"
+        );
     }
 
     #[test]

@@ -618,9 +618,9 @@ impl Supervisor {
         else {
             return;
         };
-        // On a network of its own, what the instance listens on tells why it is not reached.
+        // What the instance listens on tells why it is not reached.
         let own_network = self.spec.network.is_some();
-        let pid = self.status.borrow().pid.filter(|_| own_network);
+        let pid = self.status.borrow().pid;
         probes.spawn(async move {
             tokio::time::sleep(probe.initial_delay).await;
             let mut tally = Tally::default();
@@ -628,8 +628,8 @@ impl Supervisor {
                 let event = match tally.record(&probe, probe::check(&probe, address).await) {
                     Verdict::Passed => ProbeEvent::Started,
                     Verdict::Failed(mut error) => {
-                        if let Some(hint) =
-                            pid.and_then(|pid| crate::network::listen_hint(pid, address))
+                        if let Some(hint) = pid
+                            .and_then(|pid| crate::network::listen_hint(pid, address, own_network))
                         {
                             error = format!("{error} ({hint})");
                         }
