@@ -383,12 +383,6 @@ fn serving(s: &dyn Store, service: &str, env: &str) -> ApiResult<Option<Revision
     Ok(Some(s.revision_get(&top.revision)?))
 }
 
-/// Whether a revision's artifact is a plain process (it names its code snapshot, or the
-/// directory it ran from before snapshots).
-fn is_process(artifact: &Value) -> bool {
-    artifact.get("source").is_some() || artifact.get("source_dir").is_some()
-}
-
 /// Refuses a plain-process artifact for a service that may not run one: a process is a
 /// program of the tenant's choosing on the host, so it needs the operator's leave for every
 /// service (`runtime.allow_processes`) or an admin's for this one. Checked at deploy, rollback
@@ -399,7 +393,7 @@ pub(crate) fn check_processes_allowed(
     service: &str,
     artifact: &Value,
 ) -> ApiResult<()> {
-    if is_process(artifact) {
+    if runway_store::artifact_is_process(artifact) {
         check_may_run_processes(s, allow_all, service)
     } else {
         Ok(())

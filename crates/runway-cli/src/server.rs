@@ -809,9 +809,7 @@ async fn collect_sources(
                 services.insert(service.id);
                 for env in &service.environments {
                     for revision in store.revision_list(&service.name, env)? {
-                        if let Some(digest) =
-                            revision.artifact.get("source").and_then(|d| d.as_str())
-                        {
+                        if let Some(digest) = runway_store::artifact_source(&revision.artifact) {
                             keep.insert((service.id, digest.to_owned()));
                         }
                     }

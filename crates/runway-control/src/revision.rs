@@ -51,20 +51,18 @@ impl RevisionInfo {
         service_id: i64,
         snapshots: Option<&Path>,
     ) -> Result<PathBuf, String> {
-        let field = |key: &str| {
-            self.record
-                .artifact
-                .get(key)
-                .and_then(serde_json::Value::as_str)
-        };
-        if let Some(digest) = field("source") {
+        if let Some(digest) = runway_store::artifact_source(&self.record.artifact) {
             let digest = runway_runtime::Digest::parse(digest)
                 .map_err(|_| format!("its code snapshot {digest:?} is not a digest"))?;
             let snapshots =
                 snapshots.ok_or_else(|| "this control plane keeps no code snapshots".to_owned())?;
             return Ok(snapshots.join(service_id.to_string()).join(digest.hex()));
         }
-        Ok(field("source_dir").map(PathBuf::from).unwrap_or_default())
+        let legacy = self.record.artifact.get("source_dir");
+        Ok(legacy
+            .and_then(serde_json::Value::as_str)
+            .map(PathBuf::from)
+            .unwrap_or_default())
     }
 
     pub(crate) fn protocol(&self) -> Protocol {
@@ -86,8 +84,7 @@ impl RevisionInfo {
 
     /// A plain process (its code a snapshot, or a directory before snapshots), not an image.
     pub(crate) fn is_process(&self) -> bool {
-        let artifact = &self.record.artifact;
-        artifact.get("source").is_some() || artifact.get("source_dir").is_some()
+        runway_store::artifact_is_process(&self.record.artifact)
     }
 
     /// A worker (`kind: worker`): no port, no traffic, not autoscaled; nothing to drain, so

@@ -68,7 +68,8 @@ pub struct Revision {
     pub name: String,
     /// The merged manifest, as JSON.
     pub manifest: serde_json::Value,
-    /// The artifact (image reference and digest, or a command); opaque to the store.
+    /// The artifact (image reference and digest, or a command); opaque to the store, but for
+    /// the two keys that make it a plain process ([`artifact_source`], [`artifact_is_process`]).
     pub artifact: serde_json::Value,
     /// Environment variables.
     pub env_vars: BTreeMap<String, String>,
@@ -78,6 +79,18 @@ pub struct Revision {
     pub created_by: String,
     /// When it was created.
     pub created_at: Timestamp,
+}
+
+/// The code snapshot a plain-process artifact names (`source`, a digest), read by the API, the
+/// controller and the snapshots' garbage collector alike.
+pub fn artifact_source(artifact: &serde_json::Value) -> Option<&str> {
+    artifact.get("source").and_then(serde_json::Value::as_str)
+}
+
+/// Whether an artifact is a plain process: it names its code snapshot, or (recorded before
+/// snapshots) the directory it ran from, `source_dir`.
+pub fn artifact_is_process(artifact: &serde_json::Value) -> bool {
+    artifact.get("source").is_some() || artifact.get("source_dir").is_some()
 }
 
 /// The content of a revision about to be recorded; the store allocates its number and name.
