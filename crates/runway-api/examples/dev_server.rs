@@ -63,6 +63,7 @@ impl Platform for NoPlatform {
         &self,
         _: i64,
         _: &str,
+        _: u64,
         mut chunks: mpsc::Receiver<Result<Bytes, String>>,
     ) -> BoxFuture<'_, Result<(), SourceRefused>> {
         Box::pin(async move {

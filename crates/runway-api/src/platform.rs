@@ -67,13 +67,15 @@ pub trait Platform: Send + Sync + 'static {
     fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>>;
 
     /// Takes the gzip-compressed snapshot archive arriving on `chunks` as service
-    /// `service_id`'s snapshot `digest`, checked against it. An `Err` chunk means the upload
-    /// failed (the client went away, or sent too much): nothing is kept. The sender stops
-    /// when the receiver is dropped (refused early).
+    /// `service_id`'s snapshot `digest`, checked against it and at most `max_bytes`
+    /// uncompressed. An `Err` chunk means the upload failed (the client went away, or sent
+    /// too much): nothing is kept. The sender stops when the receiver is dropped (refused
+    /// early).
     fn source_put(
         &self,
         service_id: i64,
         digest: &str,
+        max_bytes: u64,
         chunks: mpsc::Receiver<Result<Bytes, String>>,
     ) -> BoxFuture<'_, Result<(), SourceRefused>>;
 

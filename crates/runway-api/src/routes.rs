@@ -474,7 +474,7 @@ async fn put_source(
     // gzip adds a little to what does not compress.
     let wire_limit = limit.saturating_add(limit / 64).saturating_add(64 << 10);
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let put = state.platform.source_put(id, &digest, rx);
+    let put = state.platform.source_put(id, &digest, limit, rx);
     let forward = async move {
         let mut stream = body.into_data_stream();
         let mut total = 0u64;

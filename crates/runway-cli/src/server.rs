@@ -400,7 +400,6 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         controller: Arc::clone(&controller),
         runtime: Arc::clone(&runtime),
         sources,
-        max_source_bytes: config.api.limits.source_bytes,
     });
     let state = ApiState::new(
         Arc::clone(&store),
@@ -754,8 +753,6 @@ struct ServerPlatform {
     controller: Arc<Controller<LocalRuntime>>,
     runtime: Arc<LocalRuntime>,
     sources: SourceStore,
-    /// The largest code snapshot taken, uncompressed.
-    max_source_bytes: u64,
 }
 
 impl ServerPlatform {
@@ -864,12 +861,13 @@ impl Platform for ServerPlatform {
         &self,
         service_id: i64,
         digest: &str,
+        max: u64,
         chunks: mpsc::Receiver<Result<bytes::Bytes, String>>,
     ) -> BoxFuture<'_, Result<(), SourceRefused>> {
         let digest = runway_oci::Digest::parse(digest);
         Box::pin(async move {
             let digest = digest.map_err(|e| SourceRefused::Invalid(e.to_string()))?;
-            let (sources, max) = (self.sources.clone(), self.max_source_bytes);
+            let sources = self.sources.clone();
             let reader = Chunks {
                 rx: chunks,
                 current: bytes::Bytes::new(),

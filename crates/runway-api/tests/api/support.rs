@@ -132,6 +132,7 @@ impl Platform for FakePlatform {
         &self,
         service_id: i64,
         digest: &str,
+        _: u64,
         mut chunks: mpsc::Receiver<Result<Bytes, String>>,
     ) -> BoxFuture<'_, Result<(), SourceRefused>> {
         let key = (service_id, digest.to_owned());
