@@ -192,21 +192,23 @@ fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {
 }
 
 fn config_in(root: PathBuf) -> anyhow::Result<LocalConfig> {
+    let (program, args) = beside_or_own("runway-supervisor", "supervise")?;
+    Ok(LocalConfig::new(root, SupervisorCommand { program, args }))
+}
+
+/// The small binary `name` installed beside this one, with no arguments; else this binary
+/// with its `subcommand` doing the same job (the supervisor, the ingress).
+pub(crate) fn beside_or_own(
+    name: &str,
+    subcommand: &str,
+) -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
     let program = std::env::current_exe().context("cannot find the runway binary")?;
-    // The small supervisor binary installed beside this one; else this binary's own.
-    let beside = program.with_file_name("runway-supervisor");
-    let supervisor = if beside.is_file() {
-        SupervisorCommand {
-            program: beside,
-            args: vec![],
-        }
+    let beside = program.with_file_name(name);
+    Ok(if beside.is_file() {
+        (beside, vec![])
     } else {
-        SupervisorCommand {
-            program,
-            args: vec!["supervise".into()],
-        }
-    };
-    Ok(LocalConfig::new(root, supervisor))
+        (program, vec![subcommand.into()])
+    })
 }
 
 pub(crate) fn default_state_dir() -> anyhow::Result<PathBuf> {

@@ -125,7 +125,7 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
             "note: not root, so the example runs as your own user, not isolated as `runway \
              server` run as root runs a tenant's process"
         );
-    } else if !on_path(&config.runtime.oci_runtime) {
+    } else if !runway_runtime::local::on_path(&config.runtime.oci_runtime) {
         config.runtime.isolate_processes = false;
         eprintln!(
             "note: {} is not installed, so the example runs as your own user, not isolated as \
@@ -151,15 +151,6 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     running.stop().await?;
     ingress.stop().await?;
     outcome
-}
-
-/// Whether `program` is a path that exists or a name found on `PATH`.
-fn on_path(program: &Path) -> bool {
-    if program.components().count() > 1 {
-        return program.exists();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 async fn demonstrate(

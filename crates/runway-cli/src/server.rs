@@ -566,19 +566,8 @@ async fn keep_ingress(
 
 /// The small ingress binary installed beside this one; else this binary's own `ingress`.
 fn ingress_command() -> anyhow::Result<IngressCommand> {
-    let program = std::env::current_exe().context("cannot find the runway binary")?;
-    let beside = program.with_file_name("runway-ingress");
-    Ok(if beside.is_file() {
-        IngressCommand {
-            program: beside,
-            args: vec![],
-        }
-    } else {
-        IngressCommand {
-            program,
-            args: vec!["ingress".into()],
-        }
-    })
+    let (program, args) = crate::local::beside_or_own("runway-ingress", "ingress")?;
+    Ok(IngressCommand { program, args })
 }
 
 /// `runway server`: runs until SIGTERM or SIGINT.

@@ -778,6 +778,16 @@ fn own_path() -> String {
     std::env::var("PATH").unwrap_or_default()
 }
 
+/// Whether `program` is a path that exists or a name found on this process's `PATH`: what a
+/// server checks of the tools it runs (the OCI runtime, iproute2) before it relies on them.
+pub fn on_path(program: &Path) -> bool {
+    if program.components().count() > 1 {
+        return program.exists();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
 /// A port nothing listens on now, from the kernel's ephemeral range.
 fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?

@@ -104,10 +104,9 @@ impl AddressPool {
     /// Whether this machine has what joins instances to the host: iproute2's `ip` and
     /// util-linux's `nsenter`, on `PATH`.
     pub fn check_tools() -> Result<(), String> {
-        let path = std::env::var_os("PATH").unwrap_or_default();
         let missing: Vec<&str> = ["ip", "nsenter"]
             .into_iter()
-            .filter(|tool| !std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+            .filter(|tool| !crate::local::on_path(Path::new(tool)))
             .collect();
         if missing.is_empty() {
             Ok(())
