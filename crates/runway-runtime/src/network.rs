@@ -134,9 +134,7 @@ impl AddressPool {
     /// Leases a network to the instance whose state directory is `owner` (the one it has
     /// already, if it has one). Blocks on the pool's lock while another runtime leases.
     pub(crate) fn lease(&self, owner: &Path) -> io::Result<InstanceNetwork> {
-        fs::create_dir_all(&self.leases)?;
-        let lock = fs::File::create(self.leases.join(".lock"))?;
-        lock.lock()?;
+        let _lock = self.lock()?;
         let mut taken = std::collections::BTreeSet::new();
         for entry in fs::read_dir(&self.leases)? {
             let entry = entry?;
@@ -180,14 +178,19 @@ impl AddressPool {
     /// Gives back `owner`'s lease on `network`'s address.
     pub(crate) fn release(&self, network: &InstanceNetwork, owner: &Path) {
         let path = self.leases.join(network.address.to_string());
-        let Ok(lock) = fs::File::create(self.leases.join(".lock")) else {
-            return;
-        };
-        if lock.lock().is_ok()
+        if let Ok(_lock) = self.lock()
             && fs::read_to_string(&path).is_ok_and(|holder| Path::new(holder.trim_end()) == owner)
         {
             let _ = fs::remove_file(&path);
         }
+    }
+
+    /// The pool's lock, held by whoever reads or writes its leases, in any process.
+    fn lock(&self) -> io::Result<fs::File> {
+        fs::create_dir_all(&self.leases)?;
+        let lock = fs::File::create(self.leases.join(".lock"))?;
+        lock.lock()?;
+        Ok(lock)
     }
 
     fn slot_of(&self, address: Ipv4Addr) -> Option<u32> {
@@ -202,24 +205,22 @@ impl AddressPool {
 /// (its namespace not yet torn down) is deleted first.
 pub(crate) async fn attach(network: &InstanceNetwork, pid: u32) -> Result<(), String> {
     let link = network.link.as_str();
-    let _ = ip(&["link", "del", link], None).await;
+    let _ = ip(None, &["link", "del", link], "").await;
     let namespace = format!("/proc/{pid}/ns/net");
-    ip(
-        &[
-            "link",
-            "add",
-            link,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            INSIDE_LINK,
-            "netns",
-            &pid.to_string(),
-        ],
-        None,
-    )
-    .await?;
+    let pid = pid.to_string();
+    let add = [
+        "link",
+        "add",
+        link,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        INSIDE_LINK,
+        "netns",
+        &pid,
+    ];
+    ip(None, &add, "").await?;
     // No IPv6 on the host's end: the instance's link-local address reaches nothing.
     let _ = fs::write(
         format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6"),
@@ -229,12 +230,12 @@ pub(crate) async fn attach(network: &InstanceNetwork, pid: u32) -> Result<(), St
         "addr add {}/{PREFIX_LEN} dev {link}\nlink set {link} up\n",
         network.host
     );
-    ip(&["-batch", "-"], Some((None, &host))).await?;
+    ip(None, &["-batch", "-"], &host).await?;
     let inside = format!(
         "addr add {}/{PREFIX_LEN} dev {INSIDE_LINK}\nlink set {INSIDE_LINK} up\nlink set lo up\n",
         network.address
     );
-    ip(&["-batch", "-"], Some((Some(&namespace), &inside))).await
+    ip(Some(&namespace), &["-batch", "-"], &inside).await
 }
 
 /// Why nothing answered at `expected`, where the instance whose process is `pid` should
@@ -362,14 +363,13 @@ fn listening_socket(line: &str) -> Option<(SocketAddr, u64)> {
     Some((SocketAddr::new(ip, port), inode))
 }
 
-/// Runs `ip` with `args`, in the host's network namespace or (through `nsenter`) in the one
-/// at the given path, with the given standard input.
-async fn ip(args: &[&str], input: Option<(Option<&str>, &str)>) -> Result<(), String> {
-    let (namespace, stdin) = input.unwrap_or((None, ""));
+/// Runs iproute2's `ip` with `args` (`-batch -` reads its commands from `stdin`), in the
+/// host's network namespace or, through `nsenter`, in the one at path `namespace`. In an
+/// instance's namespace, every port is made the instance's to listen on first (as Docker does):
+/// an app without capabilities may take 80, as it would on Cloud Run.
+async fn ip(namespace: Option<&str>, args: &[&str], stdin: &str) -> Result<(), String> {
     let mut command = match namespace {
         Some(namespace) => {
-            // Any port is the instance's to listen on in its own namespace (as Docker does):
-            // an app without capabilities may take 80, as it would on Cloud Run.
             let mut command = Command::new("nsenter");
             command.arg(format!("--net={namespace}")).args([
                 "sh",
