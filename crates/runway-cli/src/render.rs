@@ -9,7 +9,7 @@ use clap::ValueEnum;
 use runway_manifest::Service;
 use runway_render::{RenderOptions, Target};
 
-use crate::repo::{discover, display, is_named, valid_services};
+use crate::repo::{Repository, discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, RepoArg, print_stdout};
 
 #[derive(Debug, clap::Args)]
@@ -77,7 +77,13 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut files = Vec::new();
     for service in &services {
         let config = service.config(args.env.as_deref())?;
-        files.extend(runway_render::render(&config, target, &options)?);
+        let rendered = runway_render::render(&config, target, &options).with_context(|| {
+            format!(
+                "cannot render {} to {target}",
+                sources(&repo, service, args.env.as_deref())
+            )
+        })?;
+        files.extend(rendered);
     }
 
     match &args.output_dir {
@@ -106,4 +112,56 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The manifest files a service's settings come from, as the user knows them:
+/// `.runway/runway.yml`, with `.runway/runway-<env>.yml` when the environment has one.
+fn sources(repo: &Repository, service: &Service, env: Option<&str>) -> String {
+    let Some(files) = repo.services.iter().find(|f| f.id == service.id) else {
+        return format!("service `{}`", service.name());
+    };
+    let names: Vec<&str> = files
+        .base
+        .iter()
+        .chain(env.and_then(|env| files.overrides.get(env)))
+        .map(|f| &*f.name)
+        .collect();
+    names.join(" with ")
+}
+
+#[cfg(test)]
+mod tests {
+    use runway_manifest::{ServiceFiles, SourceFile};
+
+    use super::*;
+
+    #[test]
+    fn an_error_names_the_files_the_settings_come_from() {
+        let files = ServiceFiles {
+            base: Some(SourceFile::new(
+                ".runway/runway.yml",
+                "kind: RunwayService\nmetadata: {name: web}\nspec: {}\n",
+            )),
+            overrides: [(
+                "production".to_owned(),
+                SourceFile::new(".runway/runway-production.yml", "spec: {}\n"),
+            )]
+            .into(),
+            ..ServiceFiles::default()
+        };
+        let service = runway_manifest::load(&files).service.expect("valid");
+        let repo = Repository {
+            services: vec![files],
+            ..Repository::default()
+        };
+        assert_eq!(sources(&repo, &service, None), ".runway/runway.yml");
+        assert_eq!(
+            sources(&repo, &service, Some("staging")),
+            ".runway/runway.yml"
+        );
+        assert_eq!(
+            sources(&repo, &service, Some("production")),
+            ".runway/runway.yml with .runway/runway-production.yml"
+        );
+    }
 }

@@ -11,31 +11,33 @@ pub(crate) const NAME_LABEL: &str = "app.kubernetes.io/name";
 /// The label that selects a service's pods, with [`NAME_LABEL`].
 pub(crate) const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 
-/// The image to run: `--image`, else the manifest's; `None` when neither names one.
-pub(crate) fn image(
-    config: &ServiceConfig,
-    options: &RenderOptions,
-    target: Target,
-) -> Result<Option<String>, RenderError> {
+/// The image to run: `--image`, else the manifest's `spec.image`; `None` when neither names
+/// one, or when the manifest runs a plain process (whose command is a host path, not an image).
+pub(crate) fn image<'a>(config: &'a ServiceConfig, options: &'a RenderOptions) -> Option<&'a str> {
     match (&options.image, &config.artifact) {
-        (Some(image), _) => Ok(Some(image.clone())),
-        (None, Artifact::Process { .. }) => Err(RenderError::ProcessArtifact {
-            service: config.name.clone(),
-            target,
-        }),
-        (None, Artifact::Image { reference, .. }) => Ok(reference.clone()),
+        (Some(image), _) => Some(image),
+        (None, Artifact::Image { reference, .. }) => reference.as_deref(),
+        (None, Artifact::Process { .. }) => None,
     }
 }
 
-/// The image to run, which the target cannot do without.
+/// The image to run, for a target that runs nothing without one.
 pub(crate) fn required_image(
     config: &ServiceConfig,
     options: &RenderOptions,
     target: Target,
 ) -> Result<String, RenderError> {
-    image(config, options, target)?.ok_or_else(|| RenderError::NoImage {
-        service: config.name.clone(),
-    })
+    match (image(config, options), &config.artifact) {
+        (Some(image), _) => Ok(image.to_owned()),
+        (None, Artifact::Process { .. }) => Err(RenderError::ProcessArtifact {
+            service: config.name.clone(),
+            target,
+        }),
+        (None, Artifact::Image { .. }) => Err(RenderError::NoImage {
+            service: config.name.clone(),
+            target,
+        }),
+    }
 }
 
 /// The entrypoint and arguments that replace the image's, when the manifest names them. A

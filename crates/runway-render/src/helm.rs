@@ -2,20 +2,19 @@
 //! same objects as the Kubernetes target; the templates only place values, so that what a
 //! deployer changes is in `values.yaml`.
 
-use runway_manifest::{ServiceConfig, WorkloadKind};
+use runway_manifest::{Artifact, ServiceConfig, WorkloadKind};
 use serde_json::{Map, Value, json};
 
 use crate::common;
 use crate::kubernetes::{self, SERVICE_PORT, TARGET_CPU_UTILIZATION};
-use crate::{RenderError, RenderOptions, RenderedFile, Target, yaml};
+use crate::{RenderError, RenderOptions, RenderedFile, yaml};
 
 /// Renders the chart.
 pub(crate) fn render(
     config: &ServiceConfig,
     options: &RenderOptions,
 ) -> Result<Vec<RenderedFile>, RenderError> {
-    let image = common::image(config, options, Target::Helm)?;
-    let image = image.as_deref();
+    let image = common::image(config, options);
     let chart = json!({
         "apiVersion": "v2",
         "name": config.dns_name,
@@ -30,9 +29,16 @@ pub(crate) fn render(
         config.dns_name
     );
     if image.is_none() {
+        values_yaml.push_str(match config.artifact {
+            Artifact::Image { .. } => "# The manifest names no image (spec.image).\n",
+            Artifact::Process { .. } => {
+                "# The manifest runs a plain process (spec.workload.process), which a cluster \
+                 cannot run.\n"
+            }
+        });
         values_yaml.push_str(
-            "# The manifest names no image: set image.repository (and image.tag or image.digest)\n\
-             # here or with `--set image.repository=...` before installing.\n",
+            "# Set image.repository (and image.tag or image.digest) here or with\n\
+             # `--set image.repository=...`: until then `helm install` refuses the chart.\n",
         );
     }
     values_yaml.push_str(&yaml::document(&values(config, options, image)));

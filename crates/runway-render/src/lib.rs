@@ -66,13 +66,18 @@ pub struct RenderedFile {
 /// Why a service cannot be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    /// The target runs container images and the service has none.
-    #[error("service `{service}` names no image: set `spec.image` or pass `--image`")]
+    /// The target runs container images and the service names none. (A Helm chart takes its
+    /// image as a value, so it renders without one.)
+    #[error(
+        "service `{service}` names no image and {target} runs container images: set `spec.image` or pass `--image`"
+    )]
     NoImage {
         /// The service's name.
         service: String,
+        /// The target asked for.
+        target: Target,
     },
-    /// The service runs a plain process, which a cluster cannot run.
+    /// The service runs a plain process, which a cluster cannot run, and no image is given.
     #[error(
         "service `{service}` runs a plain process (`spec.workload.process`); {target} runs container images: pass `--image`"
     )]

@@ -254,25 +254,32 @@ fn missing_image_is_an_error_except_for_helm() {
     let bare = config(NO_IMAGE, None);
     let options = RenderOptions::default();
     for target in [Target::Kubernetes, Target::Knative] {
+        let err = render(&bare, target, &options).unwrap_err();
         assert_eq!(
-            render(&bare, target, &options),
-            Err(RenderError::NoImage {
-                service: "bare".into()
-            })
+            err,
+            RenderError::NoImage {
+                service: "bare".into(),
+                target
+            }
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("set `spec.image` or pass `--image`"),
+            "{message}"
         );
     }
+    // A chart takes its image as a value: it renders, with the image left for `helm install`.
     let chart = render(&bare, Target::Helm, &options).unwrap();
     let values = chart.iter().find(|f| f.path == "bare/values.yaml").unwrap();
-    assert!(values.contents.contains("set image.repository"));
+    assert!(values.contents.contains("names no image (spec.image)"));
+    assert!(values.contents.contains("Set image.repository"));
     assert!(values.contents.contains("  repository: \"\"\n"));
-    let chart_yaml = chart.iter().find(|f| f.path == "bare/Chart.yaml").unwrap();
-    assert!(chart_yaml.contents.contains("appVersion: latest\n"));
 }
 
 #[test]
-fn plain_processes_need_an_image() {
+fn plain_processes_need_an_image_except_in_a_chart() {
     let process = config(PROCESS, None);
-    for target in [Target::Kubernetes, Target::Knative, Target::Helm] {
+    for target in [Target::Kubernetes, Target::Knative] {
         assert_eq!(
             render(&process, target, &RenderOptions::default()),
             Err(RenderError::ProcessArtifact {
@@ -281,6 +288,18 @@ fn plain_processes_need_an_image() {
             })
         );
     }
+    let chart = render(&process, Target::Helm, &RenderOptions::default()).unwrap();
+    let values = chart
+        .iter()
+        .find(|f| f.path == "local-dev/values.yaml")
+        .unwrap();
+    assert!(values.contents.contains("runs a plain process"));
+    assert!(values.contents.contains("  repository: \"\"\n"));
+    assert!(
+        chart.iter().all(|f| !f.contents.contains("./bin/server")),
+        "a host path is not an image's command"
+    );
+
     let options = RenderOptions {
         image: Some("registry.example.com/local-dev:1".into()),
         namespace: None,
