@@ -134,9 +134,19 @@ fn label_value(s: &str) -> String {
         .to_owned()
 }
 
-/// Labels on every Kubernetes object and pod; the Helm chart's `labels` value.
+/// Labels on every Kubernetes object and pod: the selector's and the descriptive ones.
 pub(crate) fn labels(config: &ServiceConfig, image: Option<&str>) -> Map<String, Value> {
     let mut labels = selector_labels(config);
+    labels.extend(descriptive_labels(config, image));
+    labels
+}
+
+/// The labels that describe rather than select: the Helm chart's `labels` value.
+pub(crate) fn descriptive_labels(
+    config: &ServiceConfig,
+    image: Option<&str>,
+) -> Map<String, Value> {
+    let mut labels = Map::new();
     labels.insert("app.kubernetes.io/managed-by".into(), json!("runway"));
     if let Some(env) = &config.environment {
         labels.insert("runway.dev/environment".into(), json!(label_value(env)));
@@ -149,7 +159,8 @@ pub(crate) fn labels(config: &ServiceConfig, image: Option<&str>) -> Map<String,
     labels
 }
 
-/// The labels that select the pods: they never change over the service's life.
+/// The labels that select the pods: they never change over the service's life. A Helm chart
+/// makes them from its name and the release's.
 pub(crate) fn selector_labels(config: &ServiceConfig) -> Map<String, Value> {
     let mut labels = Map::new();
     labels.insert(NAME_LABEL.into(), json!(config.dns_name));

@@ -25,8 +25,10 @@ pub(crate) fn render(
         "annotations": {"runway.dev/stage": common::stage(config)},
     });
     let mut values_yaml = format!(
-        "# Default values for the {} chart, rendered by Runway. Objects are named after the chart.\n",
-        config.dns_name
+        "# Default values for the {chart} chart, rendered by Runway. Objects are named after the\n\
+         # release: `helm install {chart}` names them {chart}, `helm install blue` blue-{chart}\n\
+         # (fullnameOverride names them instead).\n",
+        chart = config.dns_name
     );
     if image.is_none() {
         values_yaml.push_str(match config.artifact {
@@ -67,6 +69,7 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
     secrets.sort();
 
     let mut v = Map::new();
+    v.insert("fullnameOverride".into(), json!(""));
     v.insert(
         "image".into(),
         json!({
@@ -109,9 +112,10 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
             &json!(kubernetes::port_name(config)),
         )),
     );
+    // The selector's labels come from the chart and the release, not from values.
     v.insert(
         "labels".into(),
-        Value::Object(common::labels(config, image)),
+        Value::Object(common::descriptive_labels(config, image)),
     );
     v.insert(
         "annotations".into(),
@@ -134,24 +138,43 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
     Value::Object(v)
 }
 
-const HELPERS: &str = r#"{{/* Every object's name: the chart's, which is the service's. */}}
+const HELPERS: &str = r#"{{/* The chart's name, which is the service's: the container's name and the name label. */}}
 {{- define "@chart@.name" -}}
 {{ .Chart.Name }}
 {{- end }}
 
-{{/* Labels on every object and pod. */}}
-{{- define "@chart@.labels" -}}
-{{ toYaml .Values.labels }}
+{{/*
+Every object's name: the release's, then the chart's unless the release's name holds it
+(`helm install @chart@` gives @chart@, `helm install blue` blue-@chart@), so that two releases
+in one namespace do not collide; fullnameOverride replaces it. At most 63 characters.
+*/}}
+{{- define "@chart@.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- end }}
 
-{{/* The labels that select the pods: the part of the labels that never changes. */}}
+{{/* The labels that select the pods: the chart's name and the release's. */}}
 {{- define "@chart@.selectorLabels" -}}
-{{ pick .Values.labels "app.kubernetes.io/name" "app.kubernetes.io/instance" | toYaml }}
+app.kubernetes.io/name: {{ include "@chart@.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+{{- end }}
+
+{{/* Labels on every object and pod: the selector's, then those in values. */}}
+{{- define "@chart@.labels" -}}
+{{ include "@chart@.selectorLabels" . }}
+{{- with .Values.labels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* An object's name, namespace and labels. */}}
 {{- define "@chart@.metadata" -}}
-name: {{ include "@chart@.name" . | quote }}
+name: {{ include "@chart@.fullname" . | quote }}
 {{- with .Values.namespace }}
 namespace: {{ . | quote }}
 {{- end }}
@@ -223,7 +246,7 @@ spec:
             - name: {{ . | quote }}
               valueFrom:
                 secretKeyRef:
-                  name: {{ printf "%s-secrets" (include "@chart@.name" $) | quote }}
+                  name: {{ printf "%s-secrets" (include "@chart@.fullname" $) | quote }}
                   key: {{ . | quote }}
             {{- end }}
           {{- end }}
@@ -267,7 +290,7 @@ spec:
   scaleTargetRef:
     apiVersion: apps/v1
     kind: Deployment
-    name: {{ include "@chart@.name" . | quote }}
+    name: {{ include "@chart@.fullname" . | quote }}
   minReplicas: {{ .Values.autoscaling.minReplicas }}
   maxReplicas: {{ .Values.autoscaling.maxReplicas }}
   metrics:

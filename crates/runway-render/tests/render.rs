@@ -433,38 +433,61 @@ fn objects(text: &str) -> Vec<Value> {
     objects
 }
 
+/// Whether `helm` is on PATH. `scripts/test` installs it when it is missing; under `CI=true` its
+/// absence is a failure, elsewhere the test is skipped.
+fn helm_installed() -> bool {
+    if Command::new("helm").arg("version").output().is_ok() {
+        return true;
+    }
+    assert_ne!(
+        std::env::var("CI").as_deref(),
+        Ok("true"),
+        "helm is not installed; scripts/test installs it"
+    );
+    eprintln!("skipping: helm not installed (scripts/test installs it)");
+    false
+}
+
+/// Writes `config`'s chart under `dir` and returns its directory.
+fn write_chart(dir: &TempDir, config: &ServiceConfig, options: &RenderOptions) -> PathBuf {
+    for file in render(config, Target::Helm, options).unwrap() {
+        let path = dir.0.join(&file.path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &file.contents).unwrap();
+    }
+    dir.0.join(&config.dns_name)
+}
+
+/// `helm template <release> <chart>`.
+fn helm_template(release: &str, chart: &std::path::Path) -> std::process::Output {
+    Command::new("helm")
+        .arg("template")
+        .arg(release)
+        .arg(chart)
+        .output()
+        .unwrap()
+}
+
 /// `helm template` of the chart with its default values gives the Kubernetes target's objects.
-/// `scripts/test` installs helm when it is missing; under `CI=true` its absence is a failure.
 #[test]
 fn helm_chart_renders_the_kubernetes_objects() {
-    if Command::new("helm").arg("version").output().is_err() {
-        assert_ne!(
-            std::env::var("CI").as_deref(),
-            Ok("true"),
-            "helm is not installed; scripts/test installs it"
-        );
-        eprintln!("skipping: helm not installed (scripts/test installs it)");
+    if !helm_installed() {
         return;
     }
     let dir = TempDir::new("helm");
-    let helm_template = |config: &ServiceConfig, options: &RenderOptions| {
-        for file in render(config, Target::Helm, options).unwrap() {
-            let path = dir.0.join(&file.path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &file.contents).unwrap();
-        }
-        Command::new("helm")
-            .arg("template")
-            .arg(&config.dns_name)
-            .arg(dir.0.join(&config.dns_name))
-            .output()
-            .unwrap()
-    };
-    let bare = helm_template(&config(NO_IMAGE, None), &RenderOptions::default());
-    assert!(!bare.status.success());
-    assert!(String::from_utf8_lossy(&bare.stderr).contains("set image.repository"));
+    for bare in [config(NO_IMAGE, None), config(PROCESS, None)] {
+        let chart = write_chart(&dir, &bare, &RenderOptions::default());
+        let output = helm_template(&bare.dns_name, &chart);
+        assert!(
+            !output.status.success(),
+            "{} renders without an image",
+            bare.name
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("set image.repository"), "{stderr}");
+    }
     for (name, config, options) in services() {
-        let output = helm_template(&config, &options);
+        let output = helm_template(&config.dns_name, &write_chart(&dir, &config, &options));
         let rendered = String::from_utf8(output.stdout).unwrap();
         assert!(
             output.status.success(),
@@ -476,6 +499,61 @@ fn helm_chart_renders_the_kubernetes_objects() {
             objects(&rendered),
             objects(&stream(&kubernetes)),
             "{name}:\n{rendered}"
+        );
+    }
+}
+
+/// Two releases of one chart in one namespace name their objects apart and select only their
+/// own pods.
+#[test]
+fn helm_releases_of_one_chart_do_not_collide() {
+    if !helm_installed() {
+        return;
+    }
+    let dir = TempDir::new("helm-releases");
+    let web = config(WEB, Some("production"));
+    let chart = write_chart(&dir, &web, &RenderOptions::default());
+    let release = |name: &str| {
+        let output = helm_template(name, &chart);
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        objects(&String::from_utf8(output.stdout).unwrap())
+    };
+    let (blue, green) = (release("blue"), release("green"));
+    let names = |objects: &[Value]| -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| format!("{}/{}", o["kind"], o["metadata"]["name"].as_str().unwrap()))
+            .collect()
+    };
+    let blue_names = names(&blue);
+    assert!(
+        blue_names.contains(&"\"Deployment\"/blue-web-app".to_owned()),
+        "{blue_names:?}"
+    );
+    for name in names(&green) {
+        assert!(!blue_names.contains(&name), "both releases make {name}");
+    }
+    for (release, objects) in [("blue", &blue), ("green", &green)] {
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let selector = &deployment["spec"]["selector"]["matchLabels"];
+        assert_eq!(selector["app.kubernetes.io/instance"], release);
+        assert_eq!(
+            deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/instance"],
+            release
+        );
+        let service = objects.iter().find(|o| o["kind"] == "Service").unwrap();
+        assert_eq!(&service["spec"]["selector"], selector);
+        let hpa = objects
+            .iter()
+            .find(|o| o["kind"] == "HorizontalPodAutoscaler")
+            .unwrap();
+        assert_eq!(
+            hpa["spec"]["scaleTargetRef"]["name"],
+            deployment["metadata"]["name"]
         );
     }
 }
