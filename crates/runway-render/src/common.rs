@@ -10,6 +10,8 @@ use crate::{RenderError, RenderOptions, Target};
 pub(crate) const NAME_LABEL: &str = "app.kubernetes.io/name";
 /// The label that selects a service's pods, with [`NAME_LABEL`].
 pub(crate) const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// The label that carries the image's tag, when it has one.
+const VERSION_LABEL: &str = "app.kubernetes.io/version";
 
 /// The image to run: `--image`, else the manifest's `spec.image`; `None` when neither names
 /// one, or when the manifest runs a plain process (whose command is a host path, not an image).
@@ -102,13 +104,12 @@ pub(crate) fn split_image(reference: &str) -> ImageParts<'_> {
     }
 }
 
-/// The version being deployed: the image's tag, `latest` when it has none.
-pub(crate) fn app_version(image: Option<&str>) -> String {
+/// The version being deployed: the image's tag; none for an image named only by its digest, or
+/// for no image at all.
+pub(crate) fn version(image: Option<&str>) -> Option<&str> {
     image
         .and_then(|i| split_image(i).tag)
         .filter(|t| !t.is_empty())
-        .unwrap_or("latest")
-        .to_owned()
 }
 
 /// The stage label and chart annotation: the environment, `default` without one.
@@ -134,27 +135,24 @@ fn label_value(s: &str) -> String {
         .to_owned()
 }
 
-/// Labels on every Kubernetes object and pod: the selector's and the descriptive ones.
+/// Labels on every Kubernetes object and pod: the selector's, the version when the image has a
+/// tag, and the descriptive ones.
 pub(crate) fn labels(config: &ServiceConfig, image: Option<&str>) -> Map<String, Value> {
     let mut labels = selector_labels(config);
-    labels.extend(descriptive_labels(config, image));
+    if let Some(version) = version(image) {
+        labels.insert(VERSION_LABEL.into(), json!(label_value(version)));
+    }
+    labels.extend(descriptive_labels(config));
     labels
 }
 
-/// The labels that describe rather than select: the Helm chart's `labels` value.
-pub(crate) fn descriptive_labels(
-    config: &ServiceConfig,
-    image: Option<&str>,
-) -> Map<String, Value> {
+/// The labels that neither select pods nor follow the image: the Helm chart's `labels` value.
+pub(crate) fn descriptive_labels(config: &ServiceConfig) -> Map<String, Value> {
     let mut labels = Map::new();
     labels.insert("app.kubernetes.io/managed-by".into(), json!("runway"));
     if let Some(env) = &config.environment {
         labels.insert("runway.dev/environment".into(), json!(label_value(env)));
     }
-    labels.insert(
-        "runway.dev/release".into(),
-        json!(label_value(&app_version(image))),
-    );
     labels.insert("runway.dev/stage".into(), json!(label_value(stage(config))));
     labels
 }
@@ -336,9 +334,10 @@ mod tests {
             );
             assert_eq!(joined, reference);
         }
-        assert_eq!(app_version(Some("r.io/app@sha256:ab")), "latest");
-        assert_eq!(app_version(None), "latest");
-        assert_eq!(app_version(Some("r.io/app:2024-05-01")), "2024-05-01");
+        assert_eq!(version(Some("r.io/app@sha256:ab")), None);
+        assert_eq!(version(Some("r.io/app")), None);
+        assert_eq!(version(None), None);
+        assert_eq!(version(Some("r.io/app:2024-05-01")), Some("2024-05-01"));
     }
 
     #[test]

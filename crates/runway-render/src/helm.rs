@@ -15,15 +15,17 @@ pub(crate) fn render(
     options: &RenderOptions,
 ) -> Result<Vec<RenderedFile>, RenderError> {
     let image = common::image(config, options);
-    let chart = json!({
+    let mut chart = json!({
         "apiVersion": "v2",
         "name": config.dns_name,
         "description": format!("{}, rendered by Runway from its manifest", config.name),
         "type": "application",
         "version": "0.1.0",
-        "appVersion": common::app_version(image),
-        "annotations": {"runway.dev/stage": common::stage(config)},
     });
+    if let Some(version) = common::version(image) {
+        chart["appVersion"] = json!(version);
+    }
+    chart["annotations"] = json!({"runway.dev/stage": common::stage(config)});
     let mut values_yaml = format!(
         "# Default values for the {chart} chart, rendered by Runway. Objects are named after the\n\
          # release: `helm install {chart}` names them {chart}, `helm install blue` blue-{chart}\n\
@@ -112,10 +114,10 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
             &json!(kubernetes::port_name(config)),
         )),
     );
-    // The selector's labels come from the chart and the release, not from values.
+    // The selector's labels come from the chart and the release, the version from image.tag.
     v.insert(
         "labels".into(),
-        Value::Object(common::descriptive_labels(config, image)),
+        Value::Object(common::descriptive_labels(config)),
     );
     v.insert(
         "annotations".into(),
@@ -164,9 +166,13 @@ app.kubernetes.io/name: {{ include "@chart@.name" . | quote }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
-{{/* Labels on every object and pod: the selector's, then those in values. */}}
+{{/* Labels on every object and pod: the selector's, the version when image.tag is set, then
+those in values. */}}
 {{- define "@chart@.labels" -}}
 {{ include "@chart@.selectorLabels" . }}
+{{- with .Values.image.tag }}
+app.kubernetes.io/version: {{ . | toString | trunc 63 | trimAll "-_." | quote }}
+{{- end }}
 {{- with .Values.labels }}
 {{ toYaml . }}
 {{- end }}

@@ -274,6 +274,41 @@ fn missing_image_is_an_error_except_for_helm() {
     assert!(values.contents.contains("names no image (spec.image)"));
     assert!(values.contents.contains("Set image.repository"));
     assert!(values.contents.contains("  repository: \"\"\n"));
+    let chart_yaml = chart.iter().find(|f| f.path == "bare/Chart.yaml").unwrap();
+    assert!(
+        !chart_yaml.contents.contains("appVersion"),
+        "no version to claim"
+    );
+    assert!(chart.iter().all(|f| !f.contents.contains("latest")));
+}
+
+/// `app.kubernetes.io/version` is the image's tag, and is there only when the image has one.
+#[test]
+fn the_version_label_is_the_image_tag_when_there_is_one() {
+    let version_labels = |text: &str, options: &RenderOptions| -> Vec<String> {
+        render(&config(text, None), Target::Kubernetes, options)
+            .unwrap()
+            .iter()
+            .flat_map(|f| f.contents.lines().map(str::to_owned).collect::<Vec<_>>())
+            .filter(|l| l.contains("app.kubernetes.io/version"))
+            .map(|l| l.trim().to_owned())
+            .collect()
+    };
+    let default = RenderOptions::default();
+    let web = version_labels(WEB, &default);
+    assert!(!web.is_empty());
+    assert!(
+        web.iter()
+            .all(|l| l == "app.kubernetes.io/version: \"1.4.2\""),
+        "{web:?}"
+    );
+    // Pinned by digest only: no tag, so no version to claim.
+    assert_eq!(version_labels(GRPC, &default), Vec::<String>::new());
+    let untagged = RenderOptions {
+        image: Some("registry.example.com/team/web".into()),
+        namespace: None,
+    };
+    assert_eq!(version_labels(WEB, &untagged), Vec::<String>::new());
 }
 
 #[test]
@@ -501,6 +536,48 @@ fn helm_chart_renders_the_kubernetes_objects() {
             "{name}:\n{rendered}"
         );
     }
+}
+
+/// The chart's version label follows `image.tag` as installed, and is absent without one.
+#[test]
+fn helm_version_label_follows_the_image_tag_value() {
+    if !helm_installed() {
+        return;
+    }
+    let dir = TempDir::new("helm-version");
+    let web = config(WEB, None);
+    let chart = write_chart(&dir, &web, &RenderOptions::default());
+    let version = |tag: &str| {
+        let output = Command::new("helm")
+            .arg("template")
+            .arg("web")
+            .arg(&chart)
+            .args(["--set-string", &format!("image.tag={tag}")])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let objects = objects(&String::from_utf8(output.stdout).unwrap());
+        let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+        let labels = [
+            &deployment["metadata"]["labels"],
+            &deployment["spec"]["template"]["metadata"]["labels"],
+        ];
+        assert_eq!(labels[0], labels[1]);
+        (labels[0]["app.kubernetes.io/version"].clone(), image)
+    };
+    assert_eq!(
+        version("2.0.0"),
+        (json!("2.0.0"), json!("registry.example.com/team/web:2.0.0"))
+    );
+    assert_eq!(
+        version(""),
+        (Value::Null, json!("registry.example.com/team/web"))
+    );
 }
 
 /// Two releases of one chart in one namespace name their objects apart and select only their
