@@ -336,9 +336,9 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         active: &mut HashSet<i64>,
     ) -> Result<(Option<u64>, Vec<ControlError>)> {
         let now = now_ms();
-        let (deployment, latest) = match wanted {
+        let (deployment, latest, recent) = match wanted {
             Some(_) => self.deployments(key).await?,
-            None => (None, None),
+            None => (None, None, Vec::new()),
         };
         active.extend(deployment.as_ref().map(|d| d.id));
         // A progressive rollout sets the weights before the planner moves traffic.
@@ -395,8 +395,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         if let Err(error) = self.apply_table().await {
             errors.push(error);
         }
-        for change in changes {
-            self.event(deployment.as_ref(), &change, &mut errors).await;
+        // Each event in the story of the deployment its revision belongs to.
+        let story =
+            |revision: &str| crate::deploy::story_of(revision, deployment.as_ref(), &recent);
+        for (revision, change) in changes {
+            self.event(story(&revision), &change, &mut errors).await;
         }
         for action in plan.actions {
             // An instance being stopped in the background is left to its task.
@@ -409,11 +412,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             if busy {
                 continue;
             }
-            let cleanup = matches!(action, Action::Drain { .. } | Action::Stop { .. });
-            let told = if cleanup {
-                latest.as_ref()
-            } else {
-                deployment.as_ref()
+            let told = match &action {
+                Action::Start { revision } | Action::Replace { revision, .. } => story(revision),
+                Action::Drain { instance } | Action::Stop { instance } => {
+                    revision_of(instance).and_then(story)
+                }
+                Action::SetRoutes { .. } => deployment.as_ref().or(latest.as_ref()),
             };
             match self.apply(key, action, &policy, told).await {
                 Ok(message) => self.event(told, &message, &mut errors).await,
@@ -475,12 +479,13 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         }
     }
 
-    /// The planner's instances, with the state changes worth an event.
+    /// The planner's instances, with the state changes worth an event (and the revision each
+    /// is about).
     fn observe(
         &self,
         instances: &[InstanceStatus],
         now: u64,
-    ) -> (Vec<ObservedInstance>, Vec<String>) {
+    ) -> (Vec<ObservedInstance>, Vec<(String, String)>) {
         let mut state = self.lock();
         let mut observed = Vec::with_capacity(instances.len());
         let mut changes = Vec::new();
@@ -494,7 +499,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             let current_kind = kind(&current);
             if tracked.kind != current_kind {
                 if let Some(change) = change_message(&status.id, current_kind, status) {
-                    changes.push(change);
+                    changes.push((revision.to_owned(), change));
                 }
                 let lost_readiness = tracked.kind == "ready"
                     && matches!(

@@ -26,7 +26,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     pub(crate) async fn deployments(
         &self,
         key: &Key,
-    ) -> Result<(Option<Deployment>, Option<Deployment>)> {
+    ) -> Result<(Option<Deployment>, Option<Deployment>, Vec<Deployment>)> {
         let (service, env) = key.clone();
         let listed = self
             .db(
@@ -36,11 +36,11 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             .await?;
         // A dry run changed nothing: the deployment before it still owns what runs.
         let latest = listed.iter().find(|d| !is_dry_run(d)).cloned();
-        let Some(active) = listed.into_iter().find(|d| !d.state.is_terminal()) else {
-            return Ok((None, latest));
+        let Some(active) = listed.iter().find(|d| !d.state.is_terminal()).cloned() else {
+            return Ok((None, latest, listed));
         };
         if active.state != DeploymentState::Pending {
-            return Ok((Some(active), latest));
+            return Ok((Some(active), latest, listed));
         }
         let id = active.id;
         let moved = self
@@ -48,7 +48,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 store.deployment_transition(ACTOR, id, DeploymentState::Progressing, None)
             })
             .await?;
-        Ok((Some(moved.clone()), Some(moved)))
+        Ok((Some(moved.clone()), Some(moved), listed))
     }
 
     /// Decides whether the deployment succeeded or failed by now. A progressive rollout
@@ -289,6 +289,20 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 }
 
 /// Whether a deployment is a finished (or stepped) dry run, by its stored rollout.
+/// Whose story an event about an instance of `revision` belongs to: the newest of `recent`
+/// (newest first) that moved traffic to or from it, a dry run only while it is `active`;
+/// never a later deployment that had no part in that revision. `None` when none of them did.
+pub(crate) fn story_of<'a>(
+    revision: &str,
+    active: Option<&Deployment>,
+    recent: &'a [Deployment],
+) -> Option<&'a Deployment> {
+    recent.iter().find(|d| {
+        let involved = d.to_revision == revision || d.from_revision.as_deref() == Some(revision);
+        involved && (!is_dry_run(d) || active.is_some_and(|a| a.id == d.id))
+    })
+}
+
 fn is_dry_run(deployment: &Deployment) -> bool {
     crate::rollout::RolloutRecord::of(deployment)
         .is_some_and(|record| record.strategy == runway_rollout::Strategy::DryRun.name())
@@ -346,6 +360,42 @@ mod tests {
                 .collect(),
             generation: 1,
         }
+    }
+
+    fn deployment(id: i64, from: Option<&str>, to: &str, state: DeploymentState) -> Deployment {
+        Deployment {
+            id,
+            service: "hello".to_owned(),
+            env: "dev".to_owned(),
+            kind: runway_store::DeploymentKind::Deploy,
+            from_revision: from.map(str::to_owned),
+            to_revision: to.to_owned(),
+            state,
+            reason: None,
+            created_by: "alice".to_owned(),
+            created_at: runway_store::Timestamp::now(),
+            updated_at: runway_store::Timestamp::now(),
+            rollout: None,
+            command: None,
+        }
+    }
+
+    #[test]
+    fn an_event_goes_to_the_deployment_whose_revision_it_is_about() {
+        use DeploymentState::{Progressing, Succeeded};
+        // Newest first: 3 moves r2 → r3 now; 2 moved r1 → r2; 1 brought r1.
+        let recent = [
+            deployment(3, Some("r2"), "r3", Progressing),
+            deployment(2, Some("r1"), "r2", Succeeded),
+            deployment(1, None, "r1", Succeeded),
+        ];
+        let active = Some(&recent[0]);
+        let story = |revision| story_of(revision, active, &recent).map(|d| d.id);
+        assert_eq!(story("r3"), Some(3));
+        assert_eq!(story("r2"), Some(3), "the stable revision of the rollout");
+        // r1's last instances draining belong to the deployment that replaced it, not to 3.
+        assert_eq!(story("r1"), Some(2));
+        assert_eq!(story("r0"), None);
     }
 
     #[test]
