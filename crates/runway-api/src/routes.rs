@@ -77,6 +77,35 @@ fn in_range<T: PartialOrd + std::fmt::Display>(
     }
 }
 
+/// The `since` of a logs query: an RFC 3339 time, or a duration before now (`90s`, `10m`,
+/// `2h`, `1d`).
+fn since_time(text: &str) -> ApiResult<runway_store::Timestamp> {
+    if let Some(at) = runway_store::Timestamp::parse_rfc3339(text) {
+        return Ok(at);
+    }
+    let unit_ms = |unit: &str| match unit {
+        "s" => Some(1_000),
+        "m" => Some(60_000),
+        "h" => Some(3_600_000),
+        "d" => Some(86_400_000),
+        _ => None,
+    };
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let millis = digits
+        .parse::<i64>()
+        .ok()
+        .zip(unit_ms(&text[digits.len()..]))
+        .and_then(|(n, unit)| n.checked_mul(unit));
+    match millis {
+        Some(ms) if ms >= 0 => Ok(runway_store::Timestamp::now().add_millis(-ms)),
+        _ => Err(ApiError::invalid(format!(
+            "since is {text:?}: expected an RFC 3339 time (2026-11-24T10:00:00Z) or a \
+             duration before now (90s, 10m, 2h, 1d)"
+        ))
+        .field("since")),
+    }
+}
+
 /// The service exists and has `env`; 404 if not.
 fn service_env(s: &dyn runway_store::Store, service: &str, env: &str) -> ApiResult<()> {
     let environments = s.service_get(service)?.environments;
@@ -545,6 +574,18 @@ async fn rollback(
                 .field("to"));
             }
             deploy::check_processes_allowed(s, allow_all, &service, &target.artifact)?;
+            let current = s.desired_get(&service, &env)?;
+            if let Some(current) = current
+                && let [only] = current.revisions.as_slice()
+                && only.revision == target.name
+            {
+                return Err(ApiError::conflict(format!(
+                    "{} already serves all of {service} in {env}: there is nothing to roll \
+                     back; `runway revisions` lists the others",
+                    target.name
+                ))
+                .field("to"));
+            }
             let desired = [DesiredRevision {
                 revision: target.name.clone(),
                 instances: deploy::instances_of(&target.manifest, &env),
@@ -653,14 +694,18 @@ async fn logs(
     let (s2, e2) = (service.clone(), env.clone());
     state.store(move |s| service_env(s, &s2, &e2)).await?;
     in_range(query.lines, 0, 10_000, "lines")?;
-    let lines = query.lines.unwrap_or(100);
+    let since = query.since.as_deref().map(since_time).transpose()?;
+    let lines = query
+        .lines
+        .unwrap_or(if since.is_some() { 10_000 } else { 100 });
     let instance = query.instance.as_deref();
     if !query.follow {
-        let lines = state
+        let mut lines = state
             .platform
             .logs(&service, &env, instance, lines)
             .await
             .map_err(|e| ApiError::invalid(format!("cannot read logs: {e}")))?;
+        lines.retain(|line| crate::stream::written_since(line, since));
         return Ok(axum::Json(lines).into_response());
     }
     let receiver = state
@@ -670,7 +715,7 @@ async fn logs(
         .map_err(|e| ApiError::invalid(format!("cannot follow logs: {e}")))?;
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(crate::stream::NdjsonLines::new(receiver)),
+        Body::from_stream(crate::stream::NdjsonLines::new(receiver, since)),
     )
         .into_response())
 }

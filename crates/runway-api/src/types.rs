@@ -615,6 +615,9 @@ pub struct LogsQuery {
     /// Keep streaming new lines as NDJSON until the client goes.
     #[serde(default)]
     pub follow: bool,
+    /// Only lines written since then: an RFC 3339 time, or a duration before now (`90s`,
+    /// `10m`, `2h`, `1d`). With it, `lines` defaults to 10000.
+    pub since: Option<String>,
 }
 
 /// `stdout` or `stderr`.

@@ -261,6 +261,40 @@ async fn deploy_records_a_pinned_revision_and_wakes_the_reconciler() {
         .collect();
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[2]["text"], "line 2");
+
+    // `since`: a time (the fake's lines are from 13:50:39.123) or a duration before now.
+    let logs_since = |since: &'static str| {
+        let server = &server;
+        async move {
+            let path = format!("/v1/services/hello/environments/dev/logs?since={since}");
+            server.call("GET", &path, Some(&server.admin), None).await
+        }
+    };
+    for (since, count) in [
+        ("2026-11-21T13:50:39Z", 3),
+        ("2026-11-21T13:50:40Z", 0),
+        ("1d", 0),
+        ("100000d", 3),
+    ] {
+        let answer = logs_since(since).await;
+        assert_eq!(answer.status, StatusCode::OK, "{since}: {}", answer.text);
+        let lines: serde_json::Value = serde_json::from_str(&answer.text).unwrap();
+        assert_eq!(lines.as_array().unwrap().len(), count, "since={since}");
+    }
+    let bad = logs_since("yesterday").await;
+    assert_eq!(
+        (bad.status, bad.field()),
+        (StatusCode::BAD_REQUEST, "since")
+    );
+    let follow = server
+        .call(
+            "GET",
+            "/v1/services/hello/environments/dev/logs?follow=true&since=2026-11-21T13:50:40Z",
+            Some(&server.admin),
+            None,
+        )
+        .await;
+    assert_eq!(follow.text, "", "every followed line was older");
 }
 
 #[tokio::test]
@@ -576,6 +610,27 @@ async fn rollback_promote_and_decommission() {
         )
         .await;
     assert_eq!(to["to_revision"], "hello-dev-00002");
+    // Once it serves alone, rolling back to it again is refused as the no-op it is.
+    finish(&server, to["id"].as_i64().unwrap());
+    let again = server
+        .call(
+            "POST",
+            "/v1/services/hello/environments/dev/rollback",
+            Some(&server.admin),
+            Some(json!({"to": "hello-dev-00002"})),
+        )
+        .await;
+    assert_eq!(
+        (again.status, again.field()),
+        (StatusCode::CONFLICT, "to"),
+        "{}",
+        again.text
+    );
+    assert!(
+        again.text.contains("nothing to roll back"),
+        "{}",
+        again.text
+    );
     let bad = server
         .call(
             "POST",
