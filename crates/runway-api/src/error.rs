@@ -152,6 +152,13 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match &error {
+            StoreError::NotFound {
+                kind: "service",
+                name,
+            } => Self::not_found(format!(
+                "{error}: it is not registered; an admin registers it with `runway services \
+                 create {name}`"
+            )),
             StoreError::NotFound { .. } => Self::not_found(error.to_string()),
             StoreError::AlreadyExists { .. } => Self::conflict(error.to_string()),
             // The answer's code already says "conflict".

@@ -201,13 +201,17 @@ pub async fn serve(
                         .await
                 }
                 Some(acceptor) => {
-                    let handshake = tokio::time::timeout(
-                        options.tls_handshake_timeout,
-                        acceptor.accept(stream),
-                    )
+                    let handshake = tokio::time::timeout(options.tls_handshake_timeout, async {
+                        let mut stream = stream;
+                        if refuse_plain_http(&mut stream).await {
+                            return Ok(None);
+                        }
+                        acceptor.accept(stream).await.map(Some)
+                    })
                     .await;
                     let stream = match handshake {
-                        Ok(Ok(stream)) => stream,
+                        Ok(Ok(Some(stream))) => stream,
+                        Ok(Ok(None)) => return,
                         Ok(Err(e)) => {
                             eprintln!("runway-api: tls handshake with {peer}: {e}");
                             return;
@@ -238,4 +242,29 @@ pub async fn serve(
         );
     }
     Ok(())
+}
+
+/// A TLS connection starts with a handshake record (byte 22). One that starts with a letter is
+/// plain HTTP (`http://` against the HTTPS port): it is answered, in plain HTTP, with the API's
+/// error body saying to use `https://`, rather than with a TLS alert the client cannot read.
+/// Returns whether it was.
+async fn refuse_plain_http(stream: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let mut first = [0u8; 1];
+    if !matches!(stream.peek(&mut first).await, Ok(1)) || !first[0].is_ascii_alphabetic() {
+        return false;
+    }
+    let body = serde_json::json!({"error": {
+        "code": "https_required",
+        "message": "this is the Runway API's HTTPS port: use an https:// URL",
+    }})
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    true
 }
