@@ -851,13 +851,15 @@ impl Client {
     }
 
     fn logs_url(&self, service: &str, env: &str, query: &LogsQuery<'_>, follow: bool) -> Url {
-        let mut pairs = vec![
-            ("lines", query.lines.to_string()),
-            ("follow", follow.to_string()),
-        ];
-        if let Some(instance) = query.instance {
-            pairs.insert(0, ("instance", instance.to_owned()));
-        }
+        let pairs: Vec<(&str, String)> = [
+            ("instance", query.instance.map(str::to_owned)),
+            ("lines", query.lines.map(|n| n.to_string())),
+            ("since", query.since.map(str::to_owned)),
+            ("follow", Some(follow.to_string())),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
+        .collect();
         self.env_url(service, env, &["logs"], &pairs)
     }
 
@@ -872,14 +874,15 @@ impl Client {
     }
 
     /// `GET .../logs?follow=true`: calls `each` for every line of the NDJSON stream until the
-    /// server ends it (or `each` returns false).
+    /// server ends it (`Ok(true)`) or `each` returns false (`Ok(false)`). A connection that
+    /// breaks once the stream has begun is `ApiError::Connect`.
     pub(crate) async fn follow_logs(
         &self,
         service: &str,
         env: &str,
         query: &LogsQuery<'_>,
         mut each: impl FnMut(LogLine) -> bool,
-    ) -> Result<(), ApiError> {
+    ) -> Result<bool, ApiError> {
         let url = self.logs_url(service, env, query, true);
         let what = format!("GET {}", url.path());
         let mut response = self.send(Method::GET, url, None, None).await?;
@@ -887,7 +890,7 @@ impl Client {
         loop {
             let chunk = response.chunk().await.map_err(|e| self.connect_error(&e))?;
             let Some(chunk) = chunk else {
-                return Ok(());
+                return Ok(true);
             };
             pending.extend_from_slice(&chunk);
             while let Some(end) = pending.iter().position(|&b| b == b'\n') {
@@ -902,7 +905,7 @@ impl Client {
                         reason: e.to_string(),
                     })?;
                 if !each(parsed) {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
@@ -949,7 +952,9 @@ impl Client {
 #[derive(Debug, Clone)]
 pub(crate) struct LogsQuery<'a> {
     pub(crate) instance: Option<&'a str>,
-    pub(crate) lines: u32,
+    pub(crate) lines: Option<u32>,
+    /// An RFC 3339 time, or a duration before now (`10m`).
+    pub(crate) since: Option<&'a str>,
 }
 
 #[cfg(test)]

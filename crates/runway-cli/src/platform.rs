@@ -26,6 +26,13 @@ use runway_oci::source::Packed;
 pub(crate) const EXIT_FAILED: u8 = 1;
 /// `--timeout` ran out while waiting.
 pub(crate) const EXIT_TIMEOUT: u8 = 3;
+/// The connection to the server was lost while waiting or following: what became of the
+/// deployment is not known here (it goes on on the server).
+pub(crate) const EXIT_LOST: u8 = 4;
+
+/// How long `--wait` keeps trying a server it cannot reach (a restart) before it gives up
+/// with [`EXIT_LOST`].
+const LOST_AFTER: Duration = Duration::from_secs(30);
 
 /// How often `--wait` asks the server.
 const POLL: Duration = Duration::from_millis(500);
@@ -68,7 +75,9 @@ pub(crate) struct ServiceEnv {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct WaitArgs {
     /// Show the deployment's progress as it happens and return when it ends: exit code 0 when
-    /// it succeeded, 1 when it failed or was rolled back, 3 when --timeout ran out.
+    /// it succeeded (for `rollout abort`: when it was rolled back), 1 when it failed or was
+    /// rolled back, 3 when --timeout ran out, 4 when the server could not be reached for 30 s
+    /// (the deployment goes on there; `runway events` shows it later).
     #[arg(short, long)]
     wait: bool,
     /// How long --wait waits (e.g. 90s, 10m, 1h).
@@ -292,13 +301,17 @@ pub(crate) struct LogsArgs {
     /// Only this instance's lines (as `runway status` lists them).
     #[arg(long, value_name = "ID")]
     instance: Option<String>,
-    /// Keep printing lines as they come, until Ctrl-C. With --output json, one JSON object a
-    /// line.
+    /// Keep printing lines as they come, until Ctrl-C or the server ends the stream (exit
+    /// code 0; 4 when the connection breaks). With --output json, one JSON object a line.
     #[arg(short, long)]
     follow: bool,
-    /// Lines to show from the end.
-    #[arg(short = 'n', long, default_value_t = 100)]
-    lines: u32,
+    /// Lines to show from the end (default 100; with --since, all of them up to 10000).
+    #[arg(short = 'n', long)]
+    lines: Option<u32>,
+    /// Only lines written since then: a duration before now (90s, 10m, 2h, 1d) or an RFC 3339
+    /// time (2026-11-24T10:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
     #[command(flatten)]
     output: OutputArg,
 }
@@ -870,6 +883,26 @@ fn finish(
     wait: &WaitArgs,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
+    finish_expecting(
+        rt,
+        client,
+        deployment,
+        wait,
+        output,
+        DeploymentState::Succeeded,
+    )
+}
+
+/// [`finish`], for a command whose success is the deployment ending in `expected`
+/// (`rollout abort`: rolled back).
+fn finish_expecting(
+    rt: &tokio::runtime::Runtime,
+    client: &Client,
+    deployment: Deployment,
+    wait: &WaitArgs,
+    output: Output,
+    expected: DeploymentState,
+) -> anyhow::Result<ExitCode> {
     if !wait.wait {
         if output == Output::Json {
             print_json(&deployment)?;
@@ -887,6 +920,24 @@ fn finish(
     }
     let id = last.id_text();
     Ok(match outcome {
+        Outcome::Ended(_) if expected != DeploymentState::Succeeded => {
+            let reason = last.reason.as_deref().unwrap_or("no reason given");
+            if last.state == expected {
+                if output == Output::Text {
+                    print_stdout(&format!(
+                        "deployment {id} was {}: {reason}\n",
+                        last.state.as_str().replace('_', " ")
+                    ));
+                }
+                ExitCode::SUCCESS
+            } else {
+                eprintln!(
+                    "error: deployment {id} ended {} before the command took effect: {reason}",
+                    last.state.as_str().replace('_', " ")
+                );
+                ExitCode::from(EXIT_FAILED)
+            }
+        }
         Outcome::Ended(watched) => match last.state {
             DeploymentState::Succeeded => {
                 // From its creation to its end, as the server recorded them; else as watched.
@@ -940,6 +991,15 @@ fn finish(
                 ExitCode::from(EXIT_FAILED)
             }
         },
+        Outcome::Lost(error) => {
+            eprintln!(
+                "error: lost the server while waiting ({error}); deployment {id} goes on there, \
+                 last seen {}: `runway events --deployment {id}` shows it once the server is \
+                 back",
+                last.state.as_str()
+            );
+            ExitCode::from(EXIT_LOST)
+        }
         Outcome::TimedOut => {
             eprintln!(
                 "error: gave up waiting after {}: deployment {id} is still {}; `runway events --deployment {id}` shows what it does",
@@ -973,6 +1033,8 @@ pub(crate) fn served_at(url: &str) -> String {
 pub(crate) enum Outcome {
     Ended(Duration),
     TimedOut,
+    /// The server could not be reached for [`LOST_AFTER`].
+    Lost(ApiError),
 }
 
 fn humanize(d: Duration) -> String {
@@ -985,7 +1047,8 @@ fn humanize(d: Duration) -> String {
 }
 
 /// Polls the deployment and its events every 500 ms, printing each event as it arrives, until
-/// it ends or `timeout` runs out. A spinner with the elapsed time shows on a terminal only.
+/// it ends or `timeout` runs out. A spinner with the elapsed time shows on a terminal only. A
+/// server that cannot be reached is asked again (it may be restarting) for [`LOST_AFTER`].
 pub(crate) async fn wait_for(
     client: &Client,
     mut deployment: Deployment,
@@ -999,13 +1062,37 @@ pub(crate) async fn wait_for(
     let mut seen = 0usize;
     let mut frame = 0usize;
     let mut next_poll = Instant::now();
+    let mut unreachable_since: Option<Instant> = None;
     loop {
         if Instant::now() >= next_poll {
             next_poll = Instant::now() + POLL;
-            let events = client.events(&id, seen).await?;
+            let polled = async {
+                let events = client.events(&id, seen).await?;
+                let deployment = client.deployment(&id).await?;
+                Ok::<_, ApiError>((events, deployment))
+            };
+            let (events, polled) = match polled.await {
+                Ok(answer) => answer,
+                Err(error @ ApiError::Connect { .. }) => {
+                    let since = *unreachable_since.get_or_insert_with(|| {
+                        clear_spinner(spinner);
+                        eprintln!("runway: cannot reach the server ({error}); trying again");
+                        Instant::now()
+                    });
+                    if since.elapsed() >= LOST_AFTER {
+                        clear_spinner(spinner);
+                        return Ok((deployment, Outcome::Lost(error)));
+                    }
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if unreachable_since.take().is_some() {
+                eprintln!("runway: the server answers again");
+            }
             seen += events.len();
             print_events(&events, output, spinner);
-            deployment = client.deployment(&id).await?;
+            deployment = polled;
             if deployment.state.is_final() {
                 // What happened between the two calls.
                 let events = client.events(&id, seen).await?;
@@ -1268,6 +1355,10 @@ pub(crate) fn rollout(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
         command: args.action.as_str(),
     };
     let deployment = rt.block_on(client.rollout(&name, &args.target.env, &request))?;
+    let expected = match args.action {
+        RolloutAction::Abort => DeploymentState::RolledBack,
+        _ => DeploymentState::Succeeded,
+    };
     if args.output.output == Output::Text {
         print_stdout(&format!(
             "{} asked of deployment {} of {name} in {}: {} → {} ({})\n",
@@ -1279,7 +1370,14 @@ pub(crate) fn rollout(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
             deployment.state.as_str()
         ));
     }
-    finish(&rt, &client, deployment, &args.wait, args.output.output)
+    finish_expecting(
+        &rt,
+        &client,
+        deployment,
+        &args.wait,
+        args.output.output,
+        expected,
+    )
 }
 
 pub(crate) fn promote(args: &PromoteArgs) -> anyhow::Result<ExitCode> {
@@ -1358,6 +1456,7 @@ pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
     let query = LogsQuery {
         instance: args.instance.as_deref(),
         lines: args.lines,
+        since: args.since.as_deref(),
     };
     let env = &args.target.env;
     let output = args.output.output;
@@ -1384,16 +1483,34 @@ pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
             write_stdout(&text)
         });
         tokio::select! {
-            result = stream => result.map_err(anyhow::Error::from),
-            _ = tokio::signal::ctrl_c() => Ok(()),
+            result = stream => match result {
+                Ok(true) => {
+                    eprintln!("runway: the server ended the stream (it is stopping or restarting)");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(false) => Ok(ExitCode::SUCCESS),
+                Err(error @ ApiError::Connect { .. }) => {
+                    eprintln!("error: lost the server while following: {error}");
+                    Ok(ExitCode::from(EXIT_LOST))
+                }
+                Err(error) => Err(anyhow::Error::from(error)),
+            },
+            _ = tokio::signal::ctrl_c() => Ok(ExitCode::SUCCESS),
         }
-    })?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
-/// One log line for people: the instance, then the text.
+/// One log line for people: when (UTC time of day, to the millisecond), the instance, the text.
 fn log_text(line: &LogLine) -> String {
-    format!("{} {}\n", line.instance, line.text)
+    let at = line
+        .time
+        .split_once('T')
+        .map(|(_, time)| {
+            let time = time.trim_end_matches('Z');
+            time.get(..12).unwrap_or(time)
+        })
+        .unwrap_or(&line.time);
+    format!("{at} {} {}\n", line.instance, line.text)
 }
 
 /// Writes and flushes; false once stdout is closed (`runway logs -f | head`).

@@ -1067,7 +1067,7 @@ fn logs_show_the_last_lines_and_follow_the_stream() {
     assert_eq!(ran.code, Some(0), "{ran:?}");
     assert_eq!(
         ran.stdout,
-        "hello-dev-00002-3f9a1c line 1\nhello-dev-00002-3f9a1c line 2\n"
+        "14:00:00 hello-dev-00002-3f9a1c line 1\n14:00:00 hello-dev-00002-3f9a1c line 2\n"
     );
     let sent = fake.find("GET", "/v1/services/hello/environments/dev/logs");
     assert_eq!(
@@ -1077,6 +1077,11 @@ fn logs_show_the_last_lines_and_follow_the_stream() {
 
     let ran = cli.run(&["logs", "--service", "hello", "-f", "--output", "json"]);
     assert_eq!(ran.code, Some(0), "{ran:?}");
+    // The server ended the stream: said, and not an error.
+    assert!(
+        ran.stderr.contains("the server ended the stream"),
+        "{ran:?}"
+    );
     let lines: Vec<Value> = ran
         .stdout
         .lines()
@@ -1088,6 +1093,13 @@ fn logs_show_the_last_lines_and_follow_the_stream() {
         fake.find("GET", "/v1/services/hello/environments/dev/logs")[1]
             .query
             .contains("follow=true")
+    );
+
+    let ran = cli.run(&["logs", "--service", "hello", "--since", "10m"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert_eq!(
+        fake.find("GET", "/v1/services/hello/environments/dev/logs")[2].query,
+        "since=10m&follow=false"
     );
 }
 
