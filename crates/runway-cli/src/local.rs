@@ -99,8 +99,12 @@ pub(crate) struct StopArgs {
     /// The instances, as `runway local ps` lists them.
     #[arg(required = true)]
     ids: Vec<String>,
-    /// Also forget them: their status and output are deleted.
+    /// Keep them listed, stopped, with their output (for `runway local logs`); by default a
+    /// stopped instance is removed, its status and output with it.
     #[arg(long)]
+    keep: bool,
+    /// The default now; accepted for scripts written before it was.
+    #[arg(long, hide = true, conflicts_with = "keep")]
     remove: bool,
     #[command(flatten)]
     state: StateArg,
@@ -353,6 +357,8 @@ async fn follow(
                 let stopped = runtime.instance_stop(id).await?;
                 print_lines(&follower.poll().unwrap_or_default());
                 eprintln!("{}", describe(&stopped));
+                // Stopped on purpose: nothing is left listed in `runway local ps`.
+                runtime.instance_remove(id).await?;
                 return Ok(ExitCode::SUCCESS);
             }
         }
@@ -437,6 +443,13 @@ pub(crate) fn ps(args: &PsArgs) -> anyhow::Result<ExitCode> {
                 ]);
             }
             print_stdout(&table(&rows));
+            for s in statuses.iter().filter(|s| s.phase.is_final()) {
+                eprintln!(
+                    "{} has ended and is kept with its output: `runway local logs {0}` shows \
+                     it, `runway local stop {0}` removes it",
+                    s.id
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -482,7 +495,7 @@ pub(crate) fn stop(args: &StopArgs) -> anyhow::Result<ExitCode> {
         for id in &args.ids {
             let status = runtime.instance_stop(id).await?;
             eprintln!("{}", describe(&status));
-            if args.remove {
+            if !args.keep {
                 runtime.instance_remove(id).await?;
                 eprintln!("{id}: removed");
             }

@@ -70,6 +70,9 @@ pub(crate) fn discover(path: &Path) -> anyhow::Result<Repository> {
 
 fn non_empty(repo: Repository, dir: &Path) -> anyhow::Result<Repository> {
     if repo.services.is_empty() {
+        if let Some((file, hint)) = repo.ignored.first() {
+            bail!("no runway.yml in {}, only {file}: {hint}", display(dir));
+        }
         bail!(
             "no runway.yml in {}: run `runway init` to create one",
             display(dir)

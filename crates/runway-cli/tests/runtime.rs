@@ -780,9 +780,20 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(logs, "hello from shop\n");
 
-    let (code, _, err) = runway(&["local", "stop", "--remove", &id]);
+    // Kept on request: listed as ended, with what to do about it.
+    let (code, _, err) = runway(&["local", "stop", "--keep", &id]);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains(&format!("{id}: stopped")), "{err}");
+    let (_, table, hint) = runway(&["local", "ps"]);
+    assert!(table.contains(&format!("{id}  stopped")), "{table}");
+    assert!(
+        hint.contains(&format!("`runway local stop {id}` removes it")),
+        "{hint}"
+    );
+    // By default a stopped instance is removed, output and all.
+    let (code, _, err) = runway(&["local", "stop", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains(&format!("{id}: removed")), "{err}");
     let (_, out, _) = runway(&["local", "ps", "--output", "json"]);
     assert_eq!(out.trim(), "[]");
     let (code, _, err) = runway(&["local", "logs", &id]);
