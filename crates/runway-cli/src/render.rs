@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use runway_manifest::Service;
+use runway_manifest::{Service, ServiceConfig};
 use runway_render::{RenderOptions, Target};
 
 use crate::repo::{Repository, discover, display, is_named, valid_services};
@@ -84,6 +84,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             )
         })?;
         files.extend(rendered);
+        if let Some(note) = secrets_note(&config, target) {
+            eprintln!("note: {note}");
+        }
     }
 
     match &args.output_dir {
@@ -112,6 +115,43 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the service's secrets must be set for what was rendered to run: Runway renders their
+/// names, never their values. `None` for a service without secrets.
+fn secrets_note(config: &ServiceConfig, target: Target) -> Option<String> {
+    let mut variables: Vec<&str> = config.secrets.iter().map(String::as_str).collect();
+    if variables.is_empty() {
+        return None;
+    }
+    variables.sort_unstable();
+    let list = |key: fn(&str) -> String| {
+        variables
+            .iter()
+            .map(|v| format!("{} ({})", runway_render::secret_name(config, v), key(v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(match target {
+        Target::Kubernetes => format!(
+            "{} reads its secrets from Secrets rendered without their values: set them on the \
+             cluster, as each Secret's file shows: {}",
+            config.name,
+            list(|v| format!("key {v}"))
+        ),
+        Target::Knative => format!(
+            "{} reads its secrets from Secret Manager, where each must exist before it deploys \
+             (gcloud secrets create <name> --data-file=-): {}",
+            config.name,
+            list(|v| format!("{v}, version latest"))
+        ),
+        Target::Helm => format!(
+            "the {chart} chart creates its Secrets without their values (createSecrets): set them \
+             on the cluster after installing; for `helm install {chart}` they are {}",
+            list(|v| format!("key {v}")),
+            chart = config.dns_name,
+        ),
+    })
 }
 
 /// The manifest files a service's settings come from, as the user knows them:
@@ -154,6 +194,10 @@ mod tests {
             services: vec![files],
             ..Repository::default()
         };
+        assert_eq!(
+            secrets_note(&service.config(None).expect("config"), Target::Kubernetes),
+            None
+        );
         assert_eq!(sources(&repo, &service, None), ".runway/runway.yml");
         assert_eq!(
             sources(&repo, &service, Some("staging")),
@@ -163,5 +207,36 @@ mod tests {
             sources(&repo, &service, Some("production")),
             ".runway/runway.yml with .runway/runway-production.yml"
         );
+    }
+
+    #[test]
+    fn the_note_names_each_secret_as_the_target_does() {
+        let files = ServiceFiles {
+            base: Some(SourceFile::new(
+                ".runway/runway.yml",
+                "kind: RunwayService\nmetadata: {name: web_app}\n\
+                 spec: {image: web:1, workload: {secrets: [STRIPE_KEY, DATABASE_URL]}}\n",
+            )),
+            ..ServiceFiles::default()
+        };
+        let config = runway_manifest::load(&files)
+            .service
+            .expect("valid")
+            .config(None)
+            .expect("config");
+        let note = |target| secrets_note(&config, target).expect("a note");
+        assert!(
+            note(Target::Kubernetes).ends_with(
+                "web-app-database-url (key DATABASE_URL), web-app-stripe-key (key STRIPE_KEY)"
+            ),
+            "{}",
+            note(Target::Kubernetes)
+        );
+        assert!(
+            note(Target::Knative).contains("web-app-stripe-key (STRIPE_KEY, version latest)"),
+            "{}",
+            note(Target::Knative)
+        );
+        assert!(note(Target::Helm).contains("createSecrets"));
     }
 }

@@ -205,6 +205,32 @@ pub(crate) fn lifecycle(config: &ServiceConfig) -> Option<Value> {
     })
 }
 
+/// The Secret holding one of the service's secrets, the same on every target: a Kubernetes
+/// Secret (whose key is the variable's name) and a Secret Manager secret for Cloud Run (whose
+/// key is the version, `latest`). `<dns_name>-<variable>`, the variable in lower case with `-`
+/// for `_` and no trailing `-`: `web-app-stripe-key` for `STRIPE_KEY`. One per variable, as the
+/// control plane keeps them (each versioned on its own, under the service and its name) and as
+/// Secret Manager holds them (one value per secret).
+pub(crate) fn secret_name(config: &ServiceConfig, variable: &str) -> String {
+    format!("{}-{}", config.dns_name, secret_suffix(variable))
+}
+
+/// The variable's part of its Secret's name. The Helm chart's `secretName` helper does the same.
+pub(crate) fn secret_suffix(variable: &str) -> String {
+    variable
+        .to_ascii_lowercase()
+        .replace('_', "-")
+        .trim_end_matches('-')
+        .to_owned()
+}
+
+/// The service's secrets, in name order: the order of their references and of their Secrets.
+pub(crate) fn sorted_secrets(config: &ServiceConfig) -> Vec<&str> {
+    let mut secrets: Vec<&str> = config.secrets.iter().map(String::as_str).collect();
+    secrets.sort_unstable();
+    secrets
+}
+
 /// The container's environment: `PORT` first when given (so values can use `$(PORT)`), then
 /// the variables by name, then the secrets by name, each referenced by `secret_ref`.
 pub(crate) fn env(
@@ -212,14 +238,12 @@ pub(crate) fn env(
     port: Option<u16>,
     secret_ref: impl Fn(&str) -> Value,
 ) -> Vec<Value> {
-    let mut secrets: Vec<&String> = config.secrets.iter().collect();
-    secrets.sort();
     let port = port.map(|p| json!({"name": "PORT", "value": p.to_string()}));
     let vars = config
         .env
         .iter()
         .map(|(name, value)| json!({"name": name, "value": value}));
-    let secrets = secrets
+    let secrets = sorted_secrets(config)
         .into_iter()
         .map(|name| json!({"name": name, "valueFrom": {"secretKeyRef": secret_ref(name)}}));
     port.into_iter().chain(vars).chain(secrets).collect()
@@ -338,6 +362,13 @@ mod tests {
         assert_eq!(version(Some("r.io/app")), None);
         assert_eq!(version(None), None);
         assert_eq!(version(Some("r.io/app:2024-05-01")), Some("2024-05-01"));
+    }
+
+    #[test]
+    fn secret_names_are_dns_labels_after_the_service() {
+        assert_eq!(secret_suffix("STRIPE_KEY"), "stripe-key");
+        assert_eq!(secret_suffix("A__B2"), "a--b2");
+        assert_eq!(secret_suffix("TOKEN_"), "token");
     }
 
     #[test]

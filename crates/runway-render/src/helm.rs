@@ -45,6 +45,12 @@ pub(crate) fn render(
              # `--set image.repository=...`: until then `helm install` refuses the chart.\n",
         );
     }
+    if !config.secrets.is_empty() {
+        values_yaml.push_str(
+            "# secrets are read from one Secret each, named <objects' name>-<variable in lower case>,\n\
+             # which the chart creates empty (createSecrets: false when they are made elsewhere).\n",
+        );
+    }
     values_yaml.push_str(&yaml::document(&values(config, options, image)));
 
     let file = |name: &str, contents: String| RenderedFile {
@@ -60,6 +66,7 @@ pub(crate) fn render(
         file("templates/service.yaml", template(SERVICE)),
         file("templates/hpa.yaml", template(HPA)),
         file("templates/pdb.yaml", template(PDB)),
+        file("templates/secrets.yaml", template(SECRETS)),
     ])
 }
 
@@ -67,8 +74,6 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
     let parts = image.map(common::split_image);
     let replicas = config.min_instances.max(1);
     let (min, max) = kubernetes::autoscaling(config).unwrap_or((replicas, replicas));
-    let mut secrets = config.secrets.clone();
-    secrets.sort();
 
     let mut v = Map::new();
     v.insert("fullnameOverride".into(), json!(""));
@@ -92,7 +97,8 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
     );
     v.insert("resources".into(), common::resources(config, true));
     v.insert("env".into(), json!(config.env));
-    v.insert("secrets".into(), json!(secrets));
+    v.insert("secrets".into(), json!(common::sorted_secrets(config)));
+    v.insert("createSecrets".into(), json!(true));
     if let Some(port) = config.port {
         v.insert("containerPort".into(), json!(port));
         v.insert("portName".into(), json!(kubernetes::port_name(config)));
@@ -158,6 +164,16 @@ in one namespace do not collide; fullnameOverride replaces it. At most 63 charac
 {{- else }}
 {{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The Secret holding one secret, called with (list $ "STRIPE_KEY"): the objects' name, then the
+variable in lower case with `-` for `_` (blue-@chart@-stripe-key), as the Kubernetes target and
+Cloud Run name it.
+*/}}
+{{- define "@chart@.secretName" -}}
+{{- $variable := index . 1 | lower | replace "_" "-" | trimAll "-" }}
+{{- printf "%s-%s" (include "@chart@.fullname" (index . 0)) $variable }}
 {{- end }}
 
 {{/* The labels that select the pods: the chart's name and the release's. */}}
@@ -252,7 +268,7 @@ spec:
             - name: {{ . | quote }}
               valueFrom:
                 secretKeyRef:
-                  name: {{ printf "%s-secrets" (include "@chart@.fullname" $) | quote }}
+                  name: {{ include "@chart@.secretName" (list $ .) | quote }}
                   key: {{ . | quote }}
             {{- end }}
           {{- end }}
@@ -318,4 +334,25 @@ spec:
   selector:
     matchLabels:
       {{- include "@chart@.selectorLabels" . | nindent 6 }}
+"#;
+
+const SECRETS: &str = r#"{{- if .Values.createSecrets }}
+{{- range .Values.secrets }}
+---
+# {{ . }}'s value, which the chart never holds. Installing creates the Secret empty, and
+# `helm upgrade` leaves a value already set alone (`helm uninstall` deletes it); set it on the
+# cluster, where the pods do not start without it:
+#   kubectl -n {{ $.Values.namespace | default $.Release.Namespace }} patch secret {{ include "@chart@.secretName" (list $ .) }} --type merge -p '{"stringData":{"{{ . }}":"..."}}'
+apiVersion: v1
+kind: Secret
+metadata:
+  name: {{ include "@chart@.secretName" (list $ .) | quote }}
+  {{- with $.Values.namespace }}
+  namespace: {{ . | quote }}
+  {{- end }}
+  labels:
+    {{- include "@chart@.labels" $ | nindent 4 }}
+type: Opaque
+{{- end }}
+{{- end }}
 "#;

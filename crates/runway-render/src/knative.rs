@@ -145,7 +145,7 @@ fn container(config: &ServiceConfig, image: &str, port: u16) -> Value {
     let env = common::env(
         config,
         None,
-        |name| json!({"name": secret_name(config, name), "key": "latest"}),
+        |name| json!({"name": common::secret_name(config, name), "key": "latest"}),
     );
     if !env.is_empty() {
         c.insert("env".into(), Value::Array(env));
@@ -153,13 +153,4 @@ fn container(config: &ServiceConfig, image: &str, port: u16) -> Value {
     c.insert("resources".into(), common::resources(config, false));
     c.extend(common::probes(config, &json!(port)));
     Value::Object(c)
-}
-
-/// The Secret Manager secret holding one variable: `<dns_name>-<name in lower case, `_` as `-`>`.
-fn secret_name(config: &ServiceConfig, name: &str) -> String {
-    format!(
-        "{}-{}",
-        config.dns_name,
-        name.to_lowercase().replace('_', "-")
-    )
 }

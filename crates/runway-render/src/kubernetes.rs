@@ -1,5 +1,6 @@
 //! Plain Kubernetes objects: a Deployment, a Service for services, a HorizontalPodAutoscaler when
-//! the service scales, and a PodDisruptionBudget, one file each under `<dns_name>/`.
+//! the service scales, a PodDisruptionBudget, and a Secret, without its value, for each of the
+//! service's secrets; one file each under `<dns_name>/`.
 
 use runway_manifest::{ServiceConfig, WorkloadKind};
 use serde_json::{Map, Value, json};
@@ -18,32 +19,37 @@ pub(crate) fn render(
     options: &RenderOptions,
 ) -> Result<Vec<RenderedFile>, RenderError> {
     let image = common::required_image(config, options, Target::Kubernetes)?;
-    let meta = |annotations: Map<String, Value>| {
-        metadata(
-            config,
-            options.namespace.as_deref(),
-            Some(&image),
-            annotations,
-        )
+    let namespace = options.namespace.as_deref();
+    let meta = |name: &str, annotations: Map<String, Value>| {
+        metadata(config, name, namespace, Some(&image), annotations)
     };
+    let name = &config.dns_name;
     let mut objects = vec![(
-        "deployment",
-        deployment(config, &image, meta(common::annotations(config))),
+        "deployment".to_owned(),
+        deployment(config, &image, meta(name, common::annotations(config))),
     )];
     if config.kind == WorkloadKind::Service {
-        objects.push(("service", service(config, meta(Map::new()))));
+        objects.push(("service".into(), service(config, meta(name, Map::new()))));
     }
     if let Some(range) = autoscaling(config) {
-        objects.push(("hpa", hpa(config, range, meta(Map::new()))));
+        objects.push(("hpa".into(), hpa(config, range, meta(name, Map::new()))));
     }
-    objects.push(("pdb", pdb(config, meta(Map::new()))));
-    Ok(objects
+    objects.push(("pdb".into(), pdb(config, meta(name, Map::new()))));
+    let mut files: Vec<RenderedFile> = objects
         .into_iter()
         .map(|(file, object)| RenderedFile {
-            path: format!("{}/{file}.yaml", config.dns_name),
+            path: format!("{name}/{file}.yaml"),
             contents: yaml::document(&object),
         })
-        .collect())
+        .collect();
+    for variable in common::sorted_secrets(config) {
+        let metadata = meta(&common::secret_name(config, variable), Map::new());
+        files.push(RenderedFile {
+            path: format!("{name}/secret-{}.yaml", common::secret_suffix(variable)),
+            contents: secret(variable, metadata, namespace),
+        });
+    }
+    Ok(files)
 }
 
 /// The fewest and most replicas when the service scales, which needs a range above one.
@@ -61,19 +67,15 @@ pub(crate) fn port_name(config: &ServiceConfig) -> &'static str {
     }
 }
 
-/// The name of the Secret holding the service's secrets, one key per variable.
-pub(crate) fn secret_name(config: &ServiceConfig) -> String {
-    format!("{}-secrets", config.dns_name)
-}
-
 fn metadata(
     config: &ServiceConfig,
+    name: &str,
     namespace: Option<&str>,
     image: Option<&str>,
     annotations: Map<String, Value>,
 ) -> Value {
     let mut meta = Map::new();
-    meta.insert("name".into(), json!(config.dns_name));
+    meta.insert("name".into(), json!(name));
     if let Some(namespace) = namespace {
         meta.insert("namespace".into(), json!(namespace));
     }
@@ -85,6 +87,23 @@ fn metadata(
         meta.insert("annotations".into(), Value::Object(annotations));
     }
     Value::Object(meta)
+}
+
+/// The Secret holding `variable`, without a value: Runway never renders one. Applying it
+/// creates the Secret empty and leaves a value already set on the cluster alone, which the
+/// comment above it says how to set.
+fn secret(variable: &str, metadata: Value, namespace: Option<&str>) -> String {
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let namespace = namespace.map(|n| format!(" -n {n}")).unwrap_or_default();
+    let comment = format!(
+        "# {variable}'s value, which Runway never renders. Applying this file creates the Secret\n\
+         # empty and leaves a value already set alone; set it on the cluster, where the pods do\n\
+         # not start without it:\n\
+         #   kubectl{namespace} patch secret {name} --type merge -p '{{\"stringData\":{{\"{variable}\":\"...\"}}}}'\n"
+    );
+    let secret =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque"});
+    comment + &yaml::document(&secret)
 }
 
 fn deployment(config: &ServiceConfig, image: &str, metadata: Value) -> Value {
@@ -123,11 +142,10 @@ fn container(config: &ServiceConfig, image: &str) -> Value {
             json!([{"name": port_name(config), "containerPort": port}]),
         );
     }
-    let secret = secret_name(config);
     let env = common::env(
         config,
         config.port,
-        |key| json!({"name": secret, "key": key}),
+        |key| json!({"name": common::secret_name(config, key), "key": key}),
     );
     if !env.is_empty() {
         c.insert("env".into(), Value::Array(env));

@@ -27,11 +27,13 @@ mod yaml;
 /// What to render to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget.
+    /// Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, and a Secret without
+    /// its value for each of the service's secrets.
     Kubernetes,
     /// A Knative Service as `gcloud run services replace` takes it.
     Knative,
-    /// A chart directory: Chart.yaml, values.yaml, templates/.
+    /// A chart directory: Chart.yaml, values.yaml, templates/. The image is a value, which
+    /// the manifest need not name.
     Helm,
 }
 
@@ -111,6 +113,15 @@ pub fn render(
         Target::Knative => knative::render(config, options),
         Target::Helm => helm::render(config, options),
     }
+}
+
+/// The Secret holding the service's secret `variable`, named alike on every target:
+/// `<dns_name>-<variable in lower case, `-` for `_`>` (`web-app-stripe-key` for `STRIPE_KEY`).
+/// A Kubernetes Secret keeps the value under the variable's name, a Secret Manager secret (Cloud
+/// Run) as its versions; a Helm chart puts its objects' name (the release's) in place of
+/// `<dns_name>`. Runway renders the name, never the value.
+pub fn secret_name(config: &ServiceConfig, variable: &str) -> String {
+    common::secret_name(config, variable)
 }
 
 /// Joins the files of a Kubernetes or Knative rendering into one multi-document YAML stream,

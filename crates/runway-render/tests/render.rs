@@ -201,7 +201,9 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
             "web-app/deployment.yaml",
             "web-app/service.yaml",
             "web-app/hpa.yaml",
-            "web-app/pdb.yaml"
+            "web-app/pdb.yaml",
+            "web-app/secret-database-url.yaml",
+            "web-app/secret-stripe-key.yaml"
         ]
     );
     assert_eq!(
@@ -217,7 +219,8 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
         [
             "ci-runner/deployment.yaml",
             "ci-runner/hpa.yaml",
-            "ci-runner/pdb.yaml"
+            "ci-runner/pdb.yaml",
+            "ci-runner/secret-runner-token.yaml"
         ]
     );
 }
@@ -424,7 +427,7 @@ fn kubernetes_output_passes_strict_schema_validation() {
             paths.push(path);
         }
     }
-    assert_eq!(paths.len(), 10);
+    assert_eq!(paths.len(), 13, "the Secrets are checked too");
     let output = Command::new("kubernetes-validate")
         .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION])
         .args(&paths)
@@ -456,7 +459,7 @@ fn to_json(node: &Yaml<'_>) -> Value {
     }
 }
 
-/// The objects of a YAML stream, sorted by kind.
+/// The objects of a YAML stream, sorted by kind and name.
 fn objects(text: &str) -> Vec<Value> {
     let mut objects: Vec<Value> = Yaml::load_from_str(text)
         .unwrap()
@@ -464,8 +467,97 @@ fn objects(text: &str) -> Vec<Value> {
         .map(to_json)
         .filter(|o| !o.is_null())
         .collect();
-    objects.sort_by_key(|o| o["kind"].as_str().unwrap().to_owned());
+    objects.sort_by_key(|o| {
+        (
+            o["kind"].as_str().unwrap().to_owned(),
+            o["metadata"]["name"].as_str().unwrap().to_owned(),
+        )
+    });
     objects
+}
+
+/// Every `secretKeyRef` of the objects, as (Secret, key) pairs in the order they appear.
+fn secret_refs(value: &Value) -> Vec<(String, String)> {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .flat_map(|(k, v)| match k.as_str() {
+                "secretKeyRef" => vec![(
+                    v["name"].as_str().unwrap().to_owned(),
+                    v["key"].as_str().unwrap().to_owned(),
+                )],
+                _ => secret_refs(v),
+            })
+            .collect(),
+        Value::Array(items) => items.iter().flat_map(secret_refs).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every Secret a Kubernetes rendering references is in it, empty, and the Knative rendering
+/// names the same Secrets: one per variable, `<service>-<variable>`.
+#[test]
+fn referenced_secrets_are_rendered_and_named_alike() {
+    for (name, config, options) in services() {
+        let kubernetes = objects(&stream(
+            &render(&config, Target::Kubernetes, &options).unwrap(),
+        ));
+        let refs = secret_refs(&Value::Array(kubernetes.clone()));
+        assert_eq!(refs.len(), config.secrets.len(), "{name}");
+        for (secret, key) in &refs {
+            let object = kubernetes
+                .iter()
+                .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == secret.as_str())
+                .unwrap_or_else(|| panic!("{name}: Secret {secret} is referenced, not rendered"));
+            assert!(config.secrets.contains(key), "{name}: {key}");
+            assert!(secret.ends_with(&key.to_lowercase().replace('_', "-")));
+            assert_eq!(object["data"], Value::Null, "{name}: no value is rendered");
+            assert_eq!(
+                object["stringData"],
+                Value::Null,
+                "{name}: no value is rendered"
+            );
+            assert_eq!(
+                object["metadata"]["namespace"],
+                options
+                    .namespace
+                    .as_deref()
+                    .map_or(Value::Null, |n| json!(n))
+            );
+        }
+        let secrets = kubernetes.iter().filter(|o| o["kind"] == "Secret").count();
+        assert_eq!(secrets, refs.len(), "{name}: a Secret for each reference");
+        let Ok(knative) = render(&config, Target::Knative, &options) else {
+            continue;
+        };
+        let knative_refs = secret_refs(&Value::Array(objects(&stream(&knative))));
+        let names =
+            |refs: &[(String, String)]| refs.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&knative_refs), names(&refs), "{name}");
+        assert!(knative_refs.iter().all(|(_, key)| key == "latest"));
+    }
+    let web = render(
+        &config(WEB, None),
+        Target::Kubernetes,
+        &RenderOptions::default(),
+    )
+    .unwrap();
+    let stub = web
+        .iter()
+        .find(|f| f.path == "web-app/secret-stripe-key.yaml")
+        .unwrap();
+    assert!(
+        stub.contents
+            .starts_with("# STRIPE_KEY's value, which Runway never renders."),
+        "{}",
+        stub.contents
+    );
+    assert!(
+        stub.contents
+            .contains("kubectl patch secret web-app-stripe-key"),
+        "{}",
+        stub.contents
+    );
 }
 
 /// Whether `helm` is on PATH. `scripts/test` installs it when it is missing; under `CI=true` its
