@@ -374,8 +374,8 @@ fn strategy_name(strategy: runway_manifest::Strategy) -> String {
         .unwrap_or_default()
 }
 
-/// The revision serving in a desired state: the one with the most weight.
-fn serving(s: &dyn Store, service: &str, env: &str) -> ApiResult<Option<Revision>> {
+/// The revision with the most traffic of `service` in `env`, `None` before its first deploy.
+pub(crate) fn serving(s: &dyn Store, service: &str, env: &str) -> ApiResult<Option<Revision>> {
     let desired = s.desired_get(service, env)?;
     let Some(top) = desired.and_then(|d| d.revisions.into_iter().max_by_key(|r| r.weight)) else {
         return Ok(None);

@@ -39,6 +39,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(list_revisions))
         .routes(routes!(get_source, put_source))
         .routes(routes!(rollback))
+        .routes(routes!(set_variables))
         .routes(routes!(promote))
         .routes(routes!(rollout_command))
         .routes(routes!(status))
@@ -598,6 +599,72 @@ async fn rollback(
     Ok((StatusCode::ACCEPTED, axum::Json(record.deployment.into())))
 }
 
+/// A new revision of the one serving, with environment variables set or unset, rolled out
+/// as a deploy of the same manifest and artifact (image digest or code snapshot) would be.
+/// 409 when nothing is deployed; 400 (field `unset`) for a variable the manifest itself sets.
+#[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/variables",
+    params(("service" = String, Path), ("env" = String, Path)), request_body = SetVariables,
+    responses((status = 202, body = DeploymentView)))]
+async fn set_variables(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path((service, env)): Path<(String, String)>,
+    Json(body): Json<SetVariables>,
+) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
+    caller.allow(Write, Some(&service), Some(&env))?;
+    known_env(&state, &env)?;
+    if body.set.is_empty() && body.unset.is_empty() {
+        return Err(ApiError::invalid("nothing to set or unset").field("set"));
+    }
+    if let Some(name) = body.unset.iter().find(|n| body.set.contains_key(*n)) {
+        return Err(ApiError::invalid(format!("{name} is both set and unset")).field("unset"));
+    }
+    let (s2, e2) = (service.clone(), env.clone());
+    let serving = state
+        .store(move |s| {
+            service_env(s, &s2, &e2)?;
+            deploy::serving(s, &s2, &e2)?.ok_or_else(|| {
+                ApiError::conflict(format!(
+                    "nothing is deployed for {s2} in {e2}: deploy it first (`runway deploy`)"
+                ))
+            })
+        })
+        .await?;
+    let mut env_vars = serving.env_vars.clone();
+    for name in &body.unset {
+        if env_vars.remove(name).is_none() {
+            let in_manifest = serving
+                .manifest
+                .pointer("/spec/workload/env")
+                .and_then(|env| env.get(name))
+                .is_some();
+            return Err(ApiError::invalid(if in_manifest {
+                format!("{name} is set by the manifest (spec.workload.env): change it there")
+            } else {
+                format!("{name} is not set in {}", serving.name)
+            })
+            .field("unset"));
+        }
+    }
+    env_vars.extend(body.set);
+    let artifact = |key: &str| {
+        serving
+            .artifact
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    let request = DeployRequest {
+        manifest: serving.manifest.clone(),
+        env_vars,
+        image: artifact("image"),
+        source: runway_store::artifact_source(&serving.artifact).map(str::to_owned),
+        pause: body.pause,
+    };
+    let deployment = deploy::deploy(&state, &caller, &service, &env, request).await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
+}
+
 /// Promotes the revision serving in `from` to `to`: same manifest, digest and environment
 /// variables, a new revision there, which pins `to`'s latest version of each secret the
 /// source uses. 400, naming them, when some are not set in `to`, or clash with a variable.
@@ -890,10 +957,18 @@ async fn audit(
     caller.allow(Admin, None, None)?;
     in_range(query.after, 0, i64::MAX, "after")?;
     in_range(query.limit, 1, 1000, "limit")?;
+    in_range(query.last, 1, 1000, "last")?;
     let after = query.after.unwrap_or(0);
     let limit = query.limit.unwrap_or(100);
+    let last = query.last;
+    if last.is_some() && (query.after.is_some() || query.limit.is_some()) {
+        return Err(ApiError::invalid("last is not given with after or limit").field("last"));
+    }
     let list = state
-        .store(move |s| Ok(s.audit_list(after, limit)?))
+        .store(move |s| match last {
+            Some(last) => Ok(s.audit_tail(last)?),
+            None => Ok(s.audit_list(after, limit)?),
+        })
         .await?;
     Ok(axum::Json(list.into_iter().map(Into::into).collect()))
 }

@@ -401,6 +401,24 @@ pub struct RollbackRequest {
     pub to: Option<String>,
 }
 
+/// `POST /v1/services/{service}/environments/{env}/variables`: a new revision of the one
+/// serving, with these environment variables set and unset (as `gcloud run services update
+/// --set-env-vars` does).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetVariables {
+    /// Variables to set, by name (added, or replacing the value they had).
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Variables to remove. Only those set outside the manifest can be (by a previous
+    /// `set`, or `.runway/env-<env>.yml`).
+    #[serde(default)]
+    pub unset: Vec<String>,
+    /// Start a progressive rollout paused, as for a deploy.
+    #[serde(default)]
+    pub pause: bool,
+}
+
 /// `POST /v1/services/{service}/promote`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -757,6 +775,9 @@ pub struct AuditQuery {
     /// At most this many (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
+    /// The last this many entries instead (still oldest first); not with `after`.
+    #[param(minimum = 1, maximum = 1000)]
+    pub last: Option<u32>,
 }
 
 /// One line of the audit log.

@@ -1750,6 +1750,18 @@ impl Store for SqliteStore {
             )
         })
     }
+
+    fn audit_tail(&self, limit: u32) -> Result<Vec<AuditEntry>> {
+        self.read(|conn| {
+            query_all(
+                conn,
+                "SELECT id, at, actor, action, target, detail FROM (SELECT * FROM audit \
+                 ORDER BY id DESC LIMIT ?1) ORDER BY id",
+                params![limit_param(limit)],
+                audit_from_row,
+            )
+        })
+    }
 }
 
 fn load_token(conn: &Connection, id: i64) -> Result<Token> {

@@ -254,4 +254,7 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Audit entries with an id above `after_id`, oldest first, at most `limit`.
     fn audit_list(&self, after_id: i64, limit: u32) -> Result<Vec<AuditEntry>>;
+
+    /// The last `limit` entries of the audit log, oldest first.
+    fn audit_tail(&self, limit: u32) -> Result<Vec<AuditEntry>>;
 }

@@ -1398,3 +1398,78 @@ async fn a_full_disk_is_507_saying_what_ran_out() {
         )
         .await;
 }
+
+#[tokio::test]
+async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let path = "/v1/services/hello/environments/dev/variables";
+    // Nothing deployed yet: nothing to change.
+    let early = server
+        .call(
+            "POST",
+            path,
+            Some(&server.admin),
+            Some(json!({"set": {"MODE": "fast"}})),
+        )
+        .await;
+    assert_eq!(early.status, StatusCode::CONFLICT, "{}", early.text);
+
+    let deploy = "/v1/services/hello/environments/dev/deployments";
+    let mut body = deploy_body("hello");
+    body["manifest"]["spec"]["workload"] = json!({"env": {"FROM_MANIFEST": "1"}});
+    let first = server.admin("POST", deploy, Some(body), 202).await;
+    finish(&server, first["id"].as_i64().unwrap());
+
+    let changed = server
+        .admin(
+            "POST",
+            path,
+            Some(json!({"set": {"MODE": "fast"}, "unset": ["GREETING"]})),
+            202,
+        )
+        .await;
+    assert_eq!(
+        (
+            changed["from_revision"].as_str(),
+            changed["to_revision"].as_str()
+        ),
+        (Some("hello-dev-00001"), Some("hello-dev-00002"))
+    );
+    let revisions = server.store.revision_list("hello", "dev").unwrap();
+    let (old, new) = (&revisions[0], &revisions[1]);
+    assert_eq!(new.name, "hello-dev-00002");
+    assert_eq!(
+        new.env_vars,
+        [("MODE".to_owned(), "fast".to_owned())].into(),
+        "GREETING unset, MODE set"
+    );
+    assert_eq!(
+        (&new.manifest, &new.artifact),
+        (&old.manifest, &old.artifact)
+    );
+    finish(&server, changed["id"].as_i64().unwrap());
+
+    // What cannot be unset, and nothing at all, are refused with their field.
+    for (body, field, says) in [
+        (
+            json!({"unset": ["FROM_MANIFEST"]}),
+            "unset",
+            "spec.workload.env",
+        ),
+        (json!({"unset": ["NEVER_SET"]}), "unset", "not set"),
+        (json!({}), "set", "nothing"),
+        (json!({"set": {"A": "1"}, "unset": ["A"]}), "unset", "both"),
+    ] {
+        let refused = server
+            .call("POST", path, Some(&server.admin), Some(body))
+            .await;
+        assert_eq!(
+            (refused.status, refused.field()),
+            (StatusCode::BAD_REQUEST, field),
+            "{}",
+            refused.text
+        );
+        assert!(refused.text.contains(says), "{}", refused.text);
+    }
+}

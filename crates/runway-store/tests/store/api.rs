@@ -201,6 +201,12 @@ fn record_deploy_writes_everything_together() {
     assert_eq!(last.target, "service/hello/production");
     assert_eq!(last.detail["revision"], "hello-production-00002");
     assert_eq!(last.detail["deployment"], deployment.id);
+    // The tail is the same entries' end, oldest first.
+    let tail = store.audit_tail(2).unwrap();
+    let ids: Vec<i64> = tail.iter().map(|e| e.id).collect();
+    let end: Vec<i64> = audit[audit.len() - 2..].iter().map(|e| e.id).collect();
+    assert_eq!(ids, end);
+    assert_eq!(store.audit_tail(1000).unwrap().len(), audit.len());
 }
 
 #[test]
