@@ -845,6 +845,30 @@ impl Client {
         self.call(Method::POST, url, Some(request)).await
     }
 
+    /// `POST /v1/services/{service}/environments/{env}/variables`.
+    pub(crate) async fn set_variables(
+        &self,
+        service: &str,
+        env: &str,
+        request: &runway_api::types::SetVariables,
+    ) -> Result<Deployment, ApiError> {
+        let url = self.env_url(service, env, &["variables"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `GET /v1/audit?last=N`, or `?after=ID&limit=N`: oldest first.
+    pub(crate) async fn audit(
+        &self,
+        after: Option<i64>,
+        count: u32,
+    ) -> Result<Vec<runway_api::types::AuditEntryView>, ApiError> {
+        let query = match after {
+            Some(after) => vec![("after", after.to_string()), ("limit", count.to_string())],
+            None => vec![("last", count.to_string())],
+        };
+        self.get(self.url(&["v1", "audit"], &query)).await
+    }
+
     /// `GET /v1/services/{service}/environments/{env}/status`.
     pub(crate) async fn status(&self, service: &str, env: &str) -> Result<Status, ApiError> {
         self.get(self.env_url(service, env, &["status"], &[])).await

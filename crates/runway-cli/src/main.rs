@@ -8,6 +8,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod api;
 mod config;
+mod everyday;
 mod init;
 mod local;
 mod platform;
@@ -97,14 +98,22 @@ enum Command {
     /// Deploy the repository's service to an environment of the control plane.
     ///
     /// Validates `.runway/` first (as `runway validate`), then sends the manifest merged for the
-    /// environment, the variables of `env-<env>.yml` (secret values never leave the server) and
-    /// the repository's absolute path (for a process artifact). The control plane records an
+    /// environment and the variables of `env-<env>.yml` (secret values never leave the
+    /// server); for a process service, first uploads a snapshot of the code (`.gitignore` and
+    /// `.runwayignore` honoured; skipped when the server has it). The control plane records an
     /// immutable revision and rolls it out. With `--wait`, shows the rollout's events as they
-    /// happen. Exit codes: 0 started (or succeeded, with --wait), 1 failed or rolled back (or
-    /// an error from the server), 2 usage or invalid settings, 3 --timeout ran out.
+    /// happen and ends with the service's URL. Exit codes: 0 started (or succeeded, with
+    /// --wait), 1 failed or rolled back (or an error from the server), 2 usage or invalid
+    /// settings, 3 --timeout ran out, 4 the server could not be reached while waiting.
     Deploy(platform::DeployArgs),
     /// Show a service in an environment: its URL, traffic, revisions and instances.
     Status(platform::TargetArgs),
+    /// Open a service's URL in the browser (`$BROWSER`, else xdg-open), or print it.
+    Open(everyday::OpenArgs),
+    /// Set, unset and list a service's environment variables: each change is a new revision
+    /// of the one serving, rolled out as a deploy is.
+    #[command(subcommand)]
+    Env(everyday::EnvCommand),
     /// List a service's revisions in an environment, newest first.
     Revisions(platform::TargetArgs),
     /// Move traffic back to an earlier revision (nothing is rebuilt).
@@ -128,6 +137,16 @@ enum Command {
     /// API tokens (admin only): create admin or per-service deploy tokens, list, revoke.
     #[command(subcommand)]
     Tokens(platform::TokensCommand),
+    /// The audit log (admin only): who changed what, when; the last 50 entries by default.
+    Audit(everyday::AuditArgs),
+    /// Print a shell completion script: `runway completion bash > /etc/bash_completion.d/runway`,
+    /// `runway completion zsh > "${fpath[1]}/_runway"`, `runway completion fish >
+    /// ~/.config/fish/completions/runway.fish`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Run a command and serve GitLab Runner's process wrapper gRPC API for it.
     ///
     /// Wire-compatible with `gitlab-runner wrapper`: the `deployer` (or any client built from
@@ -185,6 +204,15 @@ fn main() -> ExitCode {
         Command::Services(command) => platform::services(&command),
         Command::Deploy(args) => platform::deploy(&args),
         Command::Status(args) => platform::status(&args),
+        Command::Open(args) => everyday::open(&args),
+        Command::Env(command) => everyday::env(&command),
+        Command::Audit(args) => everyday::audit(&args),
+        Command::Completion { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "runway", &mut script);
+            print_stdout(&String::from_utf8_lossy(&script));
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Revisions(args) => platform::revisions(&args),
         Command::Rollback(args) => platform::rollback(&args),
         Command::Promote(args) => platform::promote(&args),
@@ -246,4 +274,16 @@ struct RepoArg {
     /// manifest file.
     #[arg(default_value = ".")]
     path: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own checks of the whole command tree (positional order, flag clashes), which
+    /// otherwise fire only when a command is built, e.g. for `runway completion`.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
 }

@@ -42,7 +42,7 @@ const POLL: Duration = Duration::from_millis(500);
 pub(crate) struct OutputArg {
     /// Print for people (text) or one JSON document on stdout (json).
     #[arg(long, value_enum, default_value_t)]
-    output: Output,
+    pub(crate) output: Output,
 }
 
 /// Which service and environment a command is about.
@@ -51,13 +51,20 @@ pub(crate) struct Target {
     /// The repository holding `.runway/`, whose service is meant (default: the current
     /// directory). Not needed with `--service`.
     #[arg(value_name = "DIR")]
-    path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// The service, by name; in a repository with several, also picks one (by name or id).
     #[arg(short, long)]
-    service: Option<String>,
+    pub(crate) service: Option<String>,
     /// The environment.
     #[arg(short, long, default_value = "dev")]
-    env: String,
+    pub(crate) env: String,
+}
+
+impl Target {
+    /// The service meant: `--service`, or the one of the repository at the path.
+    pub(crate) fn service_name(&self) -> anyhow::Result<String> {
+        service_name(self.path.as_deref(), self.service.as_deref())
+    }
 }
 
 /// `--service` alone (for commands whose positional argument is something else).
@@ -425,7 +432,7 @@ pub(crate) struct SecretUnsetArgs {
     output: OutputArg,
 }
 
-fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -433,7 +440,7 @@ fn tokio() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// A client from the configuration file and environment.
-fn client() -> anyhow::Result<Client> {
+pub(crate) fn client() -> anyhow::Result<Client> {
     let settings = config::resolve()?;
     Ok(Client::new(
         &settings.server,
@@ -442,7 +449,7 @@ fn client() -> anyhow::Result<Client> {
     )?)
 }
 
-fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
+pub(crate) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
     print_stdout(&format!("{}\n", serde_json::to_string_pretty(value)?));
     Ok(())
 }
@@ -670,7 +677,7 @@ fn ask(question: &str) -> anyhow::Result<String> {
 // ---- finding the service ----
 
 /// The service named by `--service`, or the one service of the repository at `path`.
-fn service_name(path: Option<&Path>, service: Option<&str>) -> anyhow::Result<String> {
+pub(crate) fn service_name(path: Option<&Path>, service: Option<&str>) -> anyhow::Result<String> {
     if let (Some(service), None) = (service, path) {
         return Ok(service.to_owned());
     }
@@ -876,7 +883,7 @@ fn env_file_vars(
 }
 
 /// After a deploy, rollback or promote: print it (JSON), or wait for it with `--wait`.
-fn finish(
+pub(crate) fn finish(
     rt: &tokio::runtime::Runtime,
     client: &Client,
     deployment: Deployment,

@@ -299,8 +299,13 @@ fn pause_resume_abort_and_blue_green_promote() {
     ]);
     assert_eq!(
         aborted.code,
-        Some(1),
-        "abort --wait ends rolled back: {}",
+        Some(0),
+        "abort --wait succeeds when the deployment was rolled back: {}",
+        aborted.all()
+    );
+    assert!(
+        aborted.stdout.contains("was rolled back"),
+        "{}",
         aborted.all()
     );
     let deployment = platform.wait_deployment(&paused, Duration::from_secs(10));

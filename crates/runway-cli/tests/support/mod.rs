@@ -619,6 +619,18 @@ impl Platform {
         run(command, stdin, bound)
     }
 
+    /// The CLI's configuration file, logged in to this platform as the admin.
+    pub fn cli_config(&self) -> &Path {
+        &self.cli_config
+    }
+
+    /// `runway ARGS` with these environment variables set too.
+    pub fn runway_env(&self, args: &[&str], vars: &[(&str, &std::ffi::OsStr)]) -> Ran {
+        let mut command = self.command();
+        command.args(args).envs(vars.iter().copied());
+        run(command, None, COMMAND)
+    }
+
     /// `runway ARGS` as another token (`RUNWAY_TOKEN` overrides the saved one).
     pub fn runway_as(&self, token: &str, args: &[&str]) -> Ran {
         let mut command = self.command();

@@ -1,0 +1,285 @@
+//! The everyday commands peers have: `runway open`, `runway env set|unset|list` and
+//! `runway audit`. (`runway completion` is in `main.rs`, beside the command it describes.)
+
+use std::collections::BTreeMap;
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::{Context, bail};
+use runway_api::types::SetVariables;
+use runway_manifest::{Manifest, ServiceConfig};
+
+use crate::local::table;
+use crate::platform::{OutputArg, Target, WaitArgs, client, finish, print_json, tokio};
+use crate::{Output, print_stdout};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct OpenArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Print the URL instead of opening it.
+    #[arg(long)]
+    print: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum EnvCommand {
+    /// Set variables (`KEY=VALUE`…): a new revision of the one serving, with the same
+    /// manifest, image or code, rolled out as a deploy is.
+    Set(EnvSetArgs),
+    /// Remove variables set outside the manifest (by `env set` or `env-<env>.yml`): a new
+    /// revision, as for `env set`.
+    Unset(EnvUnsetArgs),
+    /// The variables of the revision serving now, and where each comes from.
+    List(EnvListArgs),
+}
+
+/// Which service and environment, for commands whose positional arguments are something else.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Which {
+    /// The repository holding `.runway/`, whose service is meant (default: the current
+    /// directory). Not needed with `--service`.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<std::path::PathBuf>,
+    /// The service, by name; in a repository with several, also picks one (by name or id).
+    #[arg(short, long)]
+    service: Option<String>,
+    /// The environment.
+    #[arg(short, long, default_value = "dev")]
+    env: String,
+}
+
+impl Which {
+    fn service_name(&self) -> anyhow::Result<String> {
+        crate::platform::service_name(self.dir.as_deref(), self.service.as_deref())
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EnvSetArgs {
+    /// `KEY=VALUE`, one or more. A secret is not a variable: `runway secrets set`.
+    #[arg(required = true, value_name = "KEY=VALUE", value_parser = parse_assignment)]
+    variables: Vec<(String, String)>,
+    #[command(flatten)]
+    target: Which,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EnvUnsetArgs {
+    /// The variables' names.
+    #[arg(required = true, value_name = "KEY")]
+    names: Vec<String>,
+    #[command(flatten)]
+    target: Which,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EnvListArgs {
+    #[command(flatten)]
+    target: Target,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct AuditArgs {
+    /// How many entries: the last N (default 50), or N from --after on.
+    #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    limit: u32,
+    /// The entries after this id, oldest first (to page through the whole log).
+    #[arg(long, value_name = "ID")]
+    after: Option<i64>,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `KEY=VALUE`, split at the first `=`.
+fn parse_assignment(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+pub(crate) fn open(args: &OpenArgs) -> anyhow::Result<ExitCode> {
+    let name = args.target.service_name()?;
+    let env = &args.target.env;
+    let client = client()?;
+    let status = tokio()?.block_on(client.status(&name, env))?;
+    let Some(url) = status.url.filter(|_| !status.routes.is_empty()) else {
+        bail!("{name} is not served in {env} yet: `runway deploy -e {env}` first");
+    };
+    if args.print {
+        print_stdout(&format!("{url}\n"));
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(opener) = opener() else {
+        print_stdout(&format!("{url}\n"));
+        eprintln!("runway: no browser to open it with (set BROWSER, or install xdg-utils)");
+        return Ok(ExitCode::SUCCESS);
+    };
+    eprintln!("runway: opening {url}");
+    let status = Command::new(&opener)
+        .arg(&url)
+        .stdin(Stdio::null())
+        .status()
+        .with_context(|| format!("cannot run {opener}"))?;
+    if !status.success() {
+        bail!("{opener} could not open {url} ({status})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What opens a URL here: `$BROWSER`, else the desktop's opener when it is installed.
+fn opener() -> Option<String> {
+    if let Some(browser) = std::env::var("BROWSER").ok().filter(|b| !b.is_empty()) {
+        return Some(browser);
+    }
+    let desktop = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    runway_runtime::local::on_path(std::path::Path::new(desktop)).then(|| desktop.to_owned())
+}
+
+pub(crate) fn env(command: &EnvCommand) -> anyhow::Result<ExitCode> {
+    let (target, request, wait, output) = match command {
+        EnvCommand::List(args) => return env_list(args),
+        EnvCommand::Set(args) => (
+            &args.target,
+            SetVariables {
+                set: args.variables.iter().cloned().collect(),
+                ..SetVariables::default()
+            },
+            &args.wait,
+            args.output.output,
+        ),
+        EnvCommand::Unset(args) => (
+            &args.target,
+            SetVariables {
+                unset: args.names.clone(),
+                ..SetVariables::default()
+            },
+            &args.wait,
+            args.output.output,
+        ),
+    };
+    let name = target.service_name()?;
+    let client = client()?;
+    let rt = tokio()?;
+    let deployment = rt.block_on(client.set_variables(&name, &target.env, &request))?;
+    if output == Output::Text {
+        print_stdout(&format!(
+            "deployment {} of {name} to {}: revision {} ({}), with the variables changed\n",
+            deployment.id_text(),
+            target.env,
+            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.state.as_str()
+        ));
+    }
+    finish(&rt, &client, deployment, wait, output)
+}
+
+fn env_list(args: &EnvListArgs) -> anyhow::Result<ExitCode> {
+    let name = args.target.service_name()?;
+    let env = &args.target.env;
+    let client = client()?;
+    let rt = tokio()?;
+    let status = rt.block_on(client.status(&name, env))?;
+    let Some(serving) = status.routes.iter().max_by_key(|r| r.weight) else {
+        bail!("{name} is not deployed to {env} yet");
+    };
+    let revisions = rt.block_on(client.revisions(&name, env))?;
+    let Some(revision) = revisions.iter().find(|r| r.name == serving.revision) else {
+        bail!(
+            "revision {} is not among {name}'s revisions",
+            serving.revision
+        );
+    };
+    // The manifest's own variables, and those set on top (env file, `env set`).
+    let manifest: Option<Manifest> = serde_json::from_value(revision.manifest.clone()).ok();
+    let from_manifest = manifest
+        .map(|m| ServiceConfig::from_manifest(&m, Some(env), &BTreeMap::new()).env)
+        .unwrap_or_default();
+    let mut all: BTreeMap<&str, (&str, &str)> = from_manifest
+        .iter()
+        .map(|(k, v)| (k.as_str(), (v.as_str(), "manifest")))
+        .collect();
+    for (key, value) in &revision.env_vars {
+        all.insert(key, (value, "set"));
+    }
+    if args.output.output == Output::Json {
+        let map: BTreeMap<&str, &str> = all.iter().map(|(k, (v, _))| (*k, *v)).collect();
+        print_json(&serde_json::json!({"revision": revision.name, "variables": map}))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = vec![["NAME".to_owned(), "VALUE".to_owned(), "FROM".to_owned()]];
+    rows.extend(
+        all.iter()
+            .map(|(k, (v, from))| [(*k).to_owned(), (*v).to_owned(), (*from).to_owned()]),
+    );
+    print_stdout(&format!("{} serves {name} in {env}\n", revision.name));
+    print_stdout(&table(&rows));
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
+    let client = client()?;
+    let entries = tokio()?.block_on(client.audit(args.after, args.limit))?;
+    if args.output.output == Output::Json {
+        print_json(&entries)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut rows = vec![[
+        "ID".to_owned(),
+        "AT".to_owned(),
+        "ACTOR".to_owned(),
+        "ACTION".to_owned(),
+        "TARGET".to_owned(),
+        "DETAIL".to_owned(),
+    ]];
+    rows.extend(entries.iter().map(|e| {
+        let detail = match &e.detail {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::Object(map) if map.is_empty() => String::new(),
+            other => other.to_string(),
+        };
+        [
+            e.id.to_string(),
+            e.at.clone(),
+            e.actor.clone(),
+            e.action.clone(),
+            e.target.clone(),
+            detail,
+        ]
+    }));
+    print_stdout(&table(&rows));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assignments_split_at_the_first_equals_sign() {
+        assert_eq!(
+            parse_assignment("URL=http://x/?a=b"),
+            Ok(("URL".to_owned(), "http://x/?a=b".to_owned()))
+        );
+        assert_eq!(
+            parse_assignment("EMPTY="),
+            Ok(("EMPTY".to_owned(), String::new()))
+        );
+        assert!(parse_assignment("NOVALUE").is_err());
+        assert!(parse_assignment("=x").is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! What a new user meets, end to end against the real `runway server` and its CLI: errors that
+//! point at the fix, the everyday commands (`open`, `env`, `audit`, `completion`, `logs
+//! --since`), a rollback that would change nothing refused, and `--wait` telling a lost
+//! server from a failed deployment.
+//!
+//! Every wait is bounded; every server and instance is killed when a test ends
+//! (`support::Platform`'s drop).
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{Platform, Settings, have_python};
+
+fn can_run() -> bool {
+    have_python() && runway_oci::testing::require_tools("the platform's instances", &["runc"])
+}
+
+#[test]
+fn errors_point_at_the_fix_and_the_everyday_commands_work() {
+    if !can_run() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+
+    // A service nobody registered: say how it is registered.
+    let ghost = support::write_repo(&repo.join(".."), "ghost");
+    let refused =
+        platform.runway_with(&["deploy"], Some(ghost.as_os_str()), None, support::COMMAND);
+    assert_eq!(refused.code, Some(1), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("`runway services create ghost`"),
+        "{}",
+        refused.all()
+    );
+    // `runway.yaml` is not read: say to rename it.
+    let yaml = repo.join("../yaml");
+    std::fs::create_dir_all(yaml.join(".runway")).unwrap();
+    std::fs::write(yaml.join(".runway/runway.yaml"), support::manifest("yaml")).unwrap();
+    let refused = platform.runway_with(&["deploy"], Some(yaml.as_os_str()), None, support::COMMAND);
+    assert_eq!(refused.code, Some(2), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("rename it to runway.yml"),
+        "{}",
+        refused.all()
+    );
+    // Plain http:// against the API's HTTPS port: an answer saying so, not a TLS alert.
+    let http = platform.api().replacen("https://", "http://", 1);
+    let refused = platform.runway_with(
+        &["login", "--server", &http, "--token", "-"],
+        None,
+        Some(b"rw_whatever"),
+        support::COMMAND,
+    );
+    assert_ne!(refused.code, Some(0), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("HTTPS port: use an https:// URL"),
+        "{}",
+        refused.all()
+    );
+
+    let deployed = platform.deploy(&repo, "dev");
+    assert!(deployed.ok(), "{}", deployed.all());
+    let host = "hello.dev.localhost";
+    let (_, body) = platform.get(host, "/", Duration::from_secs(30));
+    assert!(body.starts_with("hello from hello-dev-00001"), "{body}");
+
+    // `runway open`: the service's URL, in $BROWSER.
+    let opened_file = repo.join("../opened");
+    let browser = repo.join("../browser.sh");
+    std::fs::write(
+        &browser,
+        format!("#!/bin/sh\necho \"$1\" > {}\n", opened_file.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &browser,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let opened = platform.runway_env(
+        &["open", "--service", "hello"],
+        &[("BROWSER", browser.as_os_str())],
+    );
+    assert!(opened.ok(), "{}", opened.all());
+    let url = std::fs::read_to_string(&opened_file).unwrap();
+    assert!(url.starts_with("https://hello.dev.localhost:"), "{url}");
+    let printed = platform.runway(&["open", "--service", "hello", "--print"]);
+    assert_eq!(printed.stdout, url, "{}", printed.all());
+
+    // `runway env set`: a new revision with the variable, serving it.
+    let set = platform.runway_for(
+        &[
+            "env",
+            "set",
+            "GREETING=hey",
+            "MODE=fast",
+            "--service",
+            "hello",
+            "--wait",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(set.ok(), "{}", set.all());
+    assert!(set.stdout.contains("hello-dev-00002"), "{}", set.all());
+    let (_, body) = platform.get(host, "/", Duration::from_secs(30));
+    assert!(body.starts_with("hey from hello-dev-00002"), "{body}");
+    let listed = platform.runway(&["env", "list", "--service", "hello", "--output", "json"]);
+    assert!(listed.ok(), "{}", listed.all());
+    assert_eq!(listed.json()["variables"]["GREETING"], "hey");
+    assert_eq!(listed.json()["variables"]["MODE"], "fast");
+    let unset = platform.runway_for(
+        &["env", "unset", "MODE", "--service", "hello", "--wait"],
+        Duration::from_secs(120),
+    );
+    assert!(unset.ok(), "{}", unset.all());
+    let listed = platform.runway(&["env", "list", "--service", "hello"]);
+    assert!(!listed.stdout.contains("MODE"), "{}", listed.all());
+    assert!(
+        listed.stdout.contains("hello-dev-00003 serves"),
+        "{}",
+        listed.all()
+    );
+    // What was never set is refused, saying so, and nothing is deployed.
+    let refused = platform.runway(&["env", "unset", "NEVER_SET", "--service", "hello"]);
+    assert_eq!(refused.code, Some(1), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("NEVER_SET is not set"),
+        "{}",
+        refused.all()
+    );
+
+    // Rolling back to the revision already serving alone changes nothing: refused.
+    let noop = platform.runway(&["rollback", "--service", "hello", "--to", "hello-dev-00003"]);
+    assert_eq!(noop.code, Some(1), "{}", noop.all());
+    assert!(
+        noop.stderr.contains("nothing to roll back"),
+        "{}",
+        noop.all()
+    );
+
+    // Logs: with their time, and only those since a moment.
+    let logs = platform.runway(&["logs", "--service", "hello", "--since", "10m"]);
+    assert!(logs.ok(), "{}", logs.all());
+    let line = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("listening on"))
+        .unwrap_or_else(|| panic!("{}", logs.all()));
+    let time = line.split(' ').next().unwrap();
+    assert!(
+        time.len() >= 8 && time.as_bytes()[2] == b':' && time.as_bytes()[5] == b':',
+        "{line}"
+    );
+    let future = platform.runway(&[
+        "logs",
+        "--service",
+        "hello",
+        "--since",
+        "2999-01-01T00:00:00Z",
+    ]);
+    assert_eq!(future.stdout, "", "{}", future.all());
+
+    // The audit log: the last entries, newest last.
+    let audit = platform.runway(&["audit", "--limit", "3", "--output", "json"]);
+    assert!(audit.ok(), "{}", audit.all());
+    let entries = audit.json();
+    let entries = entries.as_array().unwrap();
+    assert_eq!(entries.len(), 3);
+    assert!(entries[0]["id"].as_i64() < entries[2]["id"].as_i64());
+    let text = platform.runway(&["audit"]);
+    assert!(text.stdout.contains("service.create"), "{}", text.all());
+
+    // Shell completion: a script bash accepts, completing runway's commands.
+    let script = platform.runway(&["completion", "bash"]);
+    assert!(script.ok(), "{}", script.all());
+    let file = repo.join("../runway.bash");
+    std::fs::write(&file, &script.stdout).unwrap();
+    let checked = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {} && complete -p runway && COMP_WORDS=(runway dep) && COMP_CWORD=1 && \
+             _runway runway dep runway && echo \"${{COMPREPLY[@]}}\"",
+            file.display()
+        ))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{out}");
+    assert!(out.contains("deploy"), "{out}");
+    for shell in ["zsh", "fish"] {
+        let script = platform.runway(&["completion", shell]);
+        assert!(script.ok() && script.stdout.contains("deploy"), "{shell}");
+    }
+}
+
+/// A server that goes away while `--wait` waits is not a failed deployment: after 30 s of
+/// trying, exit code 4, saying the deployment goes on.
+#[test]
+fn a_lost_server_during_wait_is_its_own_exit_code() {
+    if !can_run() {
+        return;
+    }
+    let mut platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    // The app starts slowly, so the deployment is still in progress when the server dies.
+    support::set_env_file(&repo, "dev", &[("START_DELAY", "300")]);
+    let started = Instant::now();
+    let mut waiting = Command::new(env!("CARGO_BIN_EXE_runway"));
+    waiting
+        .args(["deploy", "--env", "dev", "--wait", "--timeout", "5m"])
+        .arg(&repo);
+    let waiting = std::thread::spawn({
+        let config = platform.cli_config().to_owned();
+        move || {
+            waiting.env("RUNWAY_CONFIG", config);
+            support::run(waiting, None, Duration::from_secs(120))
+        }
+    });
+    std::thread::sleep(Duration::from_secs(4));
+    platform.kill9();
+    let ran = waiting.join().unwrap();
+    assert_eq!(ran.code, Some(4), "{ran:?}");
+    assert!(
+        ran.stderr.contains("lost the server while waiting"),
+        "{ran:?}"
+    );
+    assert!(ran.stderr.contains("goes on there"), "{ran:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(30),
+        "tried 30 s first"
+    );
+}
