@@ -226,14 +226,36 @@ async fn update_service(
     if let Some(environments) = &body.environments {
         check_environments(&state, environments)?;
     }
-    let update = ServiceUpdate {
+    if !body.add_environments.is_empty() {
+        if body.environments.is_some() {
+            return Err(ApiError::invalid(
+                "add_environments adds to the environments a service has; environments \
+                 replaces them: give one of the two",
+            )
+            .field("add_environments"));
+        }
+        check_environments(&state, &body.add_environments)
+            .map_err(|e| e.field("add_environments"))?;
+    }
+    let mut update = ServiceUpdate {
         owners: body.owners,
         environments: body.environments,
         allow_processes: body.allow_processes,
     };
-    let actor = caller.name.clone();
+    let (actor, add) = (caller.name.clone(), body.add_environments);
     let updated = state
-        .store(move |s| Ok(s.service_update(&actor, &service, &update)?))
+        .store(move |s| {
+            if !add.is_empty() {
+                let mut environments = s.service_get(&service)?.environments;
+                for env in add {
+                    if !environments.contains(&env) {
+                        environments.push(env);
+                    }
+                }
+                update.environments = Some(environments);
+            }
+            Ok(s.service_update(&actor, &service, &update)?)
+        })
         .await?;
     state.platform.wake();
     Ok(axum::Json(updated.into()))

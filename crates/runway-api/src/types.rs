@@ -154,6 +154,10 @@ pub struct UpdateService {
     /// New environments, among the server's; one with revisions cannot be removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environments: Option<Vec<String>>,
+    /// Environments to add to those it has (not with `environments`); its revisions and
+    /// history elsewhere stay as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_environments: Vec<String>,
     /// Let this service deploy plain processes (`spec.workload.process`) on a server that does
     /// not allow them for every service, or no longer.
     #[serde(default, skip_serializing_if = "Option::is_none")]

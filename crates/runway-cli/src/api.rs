@@ -50,6 +50,8 @@ pub(crate) struct UpdateService {
     pub(crate) owners: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) environments: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) add_environments: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) allow_processes: Option<bool>,
 }

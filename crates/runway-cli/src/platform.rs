@@ -138,8 +138,12 @@ pub(crate) struct UpdateArgs {
     owners: Vec<String>,
     /// Its environments, replacing the ones it has (one with revisions cannot be removed).
     /// Repeat for several.
-    #[arg(long = "env", value_name = "ENV")]
+    #[arg(long = "env", value_name = "ENV", conflicts_with = "add_environments")]
     environments: Vec<String>,
+    /// An environment to add to those it has, keeping them and their history. Repeat for
+    /// several.
+    #[arg(long = "add-env", value_name = "ENV")]
+    add_environments: Vec<String>,
     /// Let it deploy plain processes (`spec.workload.process`) where the server does not
     /// allow them for every service (`true`), or no longer (`false`). A process runs as the
     /// service's own unprivileged user, isolated from the host and other services.
@@ -596,14 +600,17 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
             let update = UpdateService {
                 owners: (!args.owners.is_empty()).then(|| args.owners.clone()),
                 environments: (!args.environments.is_empty()).then(|| args.environments.clone()),
+                add_environments: args.add_environments.clone(),
                 allow_processes: args.allow_processes,
             };
             if update.owners.is_none()
                 && update.environments.is_none()
+                && update.add_environments.is_empty()
                 && update.allow_processes.is_none()
             {
                 anyhow::bail!(
-                    "nothing to change: give --owner, --env or --allow-processes (see --help)"
+                    "nothing to change: give --owner, --env, --add-env or --allow-processes (see \
+                     --help)"
                 );
             }
             let service = rt.block_on(client.update_service(&args.name, &update))?;

@@ -165,6 +165,22 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     ]);
     assert_eq!(future.stdout, "", "{}", future.all());
 
+    // An environment added to the service keeps what it has in the others.
+    let added = platform.runway(&["services", "update", "hello", "--add-env", "staging"]);
+    assert!(added.ok(), "{}", added.all());
+    assert!(
+        added.stdout.contains("environments: dev, staging"),
+        "{}",
+        added.all()
+    );
+    let revisions = platform.runway(&["revisions", "--service", "hello", "--output", "json"]);
+    assert_eq!(
+        revisions.json().as_array().unwrap().len(),
+        3,
+        "{}",
+        revisions.all()
+    );
+
     // The audit log: the last entries, newest last.
     let audit = platform.runway(&["audit", "--limit", "3", "--output", "json"]);
     assert!(audit.ok(), "{}", audit.all());

@@ -1473,3 +1473,53 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
         assert!(refused.text.contains(says), "{}", refused.text);
     }
 }
+
+#[tokio::test]
+async fn an_environment_is_added_to_a_service_keeping_its_history() {
+    let server = start().await;
+    server
+        .admin(
+            "POST",
+            "/v1/services",
+            Some(json!({"name": "hello", "owners": ["alice"], "environments": ["dev"]})),
+            201,
+        )
+        .await;
+    let deploy = "/v1/services/hello/environments/dev/deployments";
+    let first = server
+        .admin("POST", deploy, Some(deploy_body("hello")), 202)
+        .await;
+    finish(&server, first["id"].as_i64().unwrap());
+
+    let updated = server
+        .admin(
+            "PATCH",
+            "/v1/services/hello",
+            Some(json!({"add_environments": ["staging", "dev"]})),
+            200,
+        )
+        .await;
+    assert_eq!(updated["environments"], json!(["dev", "staging"]));
+    assert_eq!(server.store.revision_list("hello", "dev").unwrap().len(), 1);
+    assert!(server.store.desired_get("hello", "dev").unwrap().is_some());
+
+    for body in [
+        json!({"add_environments": ["qa"]}),
+        json!({"add_environments": ["staging"], "environments": ["dev"]}),
+    ] {
+        let refused = server
+            .call(
+                "PATCH",
+                "/v1/services/hello",
+                Some(&server.admin),
+                Some(body),
+            )
+            .await;
+        assert_eq!(
+            (refused.status, refused.field()),
+            (StatusCode::BAD_REQUEST, "add_environments"),
+            "{}",
+            refused.text
+        );
+    }
+}
