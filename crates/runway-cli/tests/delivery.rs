@@ -962,3 +962,46 @@ fn an_image_is_deployed_replaced_and_cold_started() {
         ]
     );
 }
+
+/// Blue/green with `min_instances: 0`, the stable revision scaled to zero: the deploy does not
+/// start it only to stop it again, and the switch says it is kept with no instance rather
+/// than "warm for an instant rollback".
+#[test]
+fn blue_green_from_zero_neither_wakes_the_stable_revision_nor_calls_it_warm() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings {
+        control: FAST_AUTOSCALER.to_owned(),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "zero-secret");
+    let rollout = "      auto_switch_after_seconds: 1\n      keep_old_seconds: 60\n";
+    set_manifest(&repo, "runway_blue_green", rollout, 0, 1, 100);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    wait_status(&platform, Duration::from_secs(30), "scaled to zero", |s| {
+        live_instances(s, "hello-dev-00001") == 0
+    });
+
+    set_env_file(&repo, "dev", &[("GREETING", "green")]);
+    let second = platform.deploy(&repo, "dev");
+    assert!(second.ok(), "{}\nserver:\n{}", second.all(), platform.log());
+    assert!(
+        second
+            .stdout
+            .contains("switched: hello-dev-00002 100 %, hello-dev-00001 kept for 60 s (until")
+            && second
+                .stdout
+                .contains("with no instance (it had scaled to zero)"),
+        "{}",
+        second.all()
+    );
+    assert!(
+        !second.stdout.contains("instance hello-dev-00001-"),
+        "the stable revision was started: {}",
+        second.all()
+    );
+    assert_eq!(live_instances(&status(&platform), "hello-dev-00001"), 0);
+}

@@ -240,13 +240,28 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
 
 /// Ready instances of the revision that are not draining, as last observed.
 pub(crate) fn ready_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
+    count_instances(state, key, revision, |status| status.ready)
+}
+
+/// How many instances of `revision` run or start, draining ones left out: 0 once it has
+/// scaled to zero.
+pub(crate) fn live_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
+    count_instances(state, key, revision, |status| !status.phase.is_final())
+}
+
+fn count_instances(
+    state: &crate::state::State,
+    key: &Key,
+    revision: &str,
+    counted: impl Fn(&runway_runtime::InstanceStatus) -> bool,
+) -> u32 {
     let Some(service) = state.services.get(key) else {
         return 0;
     };
     let count = service
         .instances
         .iter()
-        .filter(|status| revision_of(&status.id) == Some(revision) && status.ready)
+        .filter(|status| revision_of(&status.id) == Some(revision) && counted(status))
         .filter(|status| {
             state
                 .tracked

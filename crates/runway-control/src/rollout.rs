@@ -30,7 +30,7 @@ use runway_store::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::autoscale::ready_instances;
+use crate::autoscale::live_instances;
 use crate::controller::{ACTOR, Controller};
 use crate::error::{ControlError, Result};
 use crate::observe::revision_of;
@@ -449,10 +449,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 .map(|r| r.instances)
         };
         // The API's deploy names only the new revision: the stable one keeps the instances it
-        // has ready.
-        // The autoscaler's count when it has one (0 included: scaled to zero).
+        // runs (none when it has scaled to zero: it is not started only to be stopped); the
+        // autoscaler's count once it has one.
         let stable_instances = from.map_or(1, |from| {
-            count(from).unwrap_or_else(|| ready_instances(&self.lock(), key, from).max(1))
+            count(from).unwrap_or_else(|| live_instances(&self.lock(), key, from))
         });
         // The new revision carries its share of the stable revision's capacity at least
         // (all of it for blue/green, and at 100 %), so a step does not overload it while the
@@ -587,15 +587,26 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 message
             }
             Action::Switch => {
-                let warm = match (strategy, step.old_stop_at_ms) {
+                let key = (deployment.service.clone(), deployment.env.clone());
+                let running = live_instances(&self.lock(), &key, from);
+                let message = match (strategy, step.old_stop_at_ms) {
+                    // Scaled to zero: kept, but nothing is warm; say so.
+                    (Strategy::BlueGreen { keep_old_ms, .. }, Some(until)) if running == 0 => {
+                        format!(
+                            "switched: {target} 100 %, {from} kept for {} s (until {}) with no \
+                             instance (it had scaled to zero): a rollback to it starts it cold",
+                            keep_old_ms / 1000,
+                            runway_rollout::clock(until)
+                        )
+                    }
                     (Strategy::BlueGreen { keep_old_ms, .. }, Some(until)) => format!(
-                        " for {} s (until {}) for an instant rollback",
+                        "switched: {target} 100 %, {from} kept warm for {} s (until {}) for an \
+                         instant rollback",
                         keep_old_ms / 1000,
                         runway_rollout::clock(until)
                     ),
-                    _ => String::new(),
+                    _ => format!("switched: {target} 100 %, {from} kept warm"),
                 };
-                let message = format!("switched: {target} 100 %, {from} kept warm{warm}");
                 events.push(message.clone());
                 message
             }
