@@ -143,6 +143,11 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
              its own as on `runway server` (apt-get install iproute2)"
         );
     }
+    // The platform's own log lines (its servers', its ingress's) go to a file, so the
+    // terminal shows the quickstart's story alone; our own stderr is back once it ends.
+    let log = data_dir.join("server.log");
+    let _log = StderrTo::file(&log)?;
+    say(&format!("the platform's log: {}", log.display()));
     let running = crate::server::start(config).await?;
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: stop them, then the servers.
@@ -151,6 +156,31 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     running.stop().await?;
     ingress.stop().await?;
     outcome
+}
+
+/// Standard error sent to a file while it lives (the processes started meanwhile keep
+/// writing there), then back where it was.
+struct StderrTo {
+    saved: std::os::fd::OwnedFd,
+}
+
+impl StderrTo {
+    fn file(path: &Path) -> anyhow::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let saved = nix::unistd::dup(std::io::stderr()).context("cannot keep standard error")?;
+        nix::unistd::dup2_stderr(&file).context("cannot send standard error to the log")?;
+        Ok(Self { saved })
+    }
+}
+
+impl Drop for StderrTo {
+    fn drop(&mut self) {
+        let _ = nix::unistd::dup2_stderr(&self.saved);
+    }
 }
 
 async fn demonstrate(
@@ -207,6 +237,7 @@ async fn demonstrate(
         running.ca_path.display(),
         running.ca_path.display()
     ));
+    let cli = log_in_cli(running, data_dir, &token)?;
 
     // The second version, with a load loop running through the ingress all along.
     let counts = Arc::new(Counts::default());
@@ -243,7 +274,15 @@ async fn demonstrate(
         });
     }
     say(&format!(
-        "{SERVICE} keeps serving {url}; Ctrl-C stops the platform"
+        "{SERVICE} keeps serving {url}; Ctrl-C stops the platform. Meanwhile, in another \
+         terminal (the CLI is logged in to this platform as its admin in {0}):\n    \
+         export RUNWAY_CONFIG={0}\n    \
+         runway status -s {SERVICE}                       # URL, traffic, revisions, instances\n    \
+         runway logs -s {SERVICE} -f                      # its output, as it comes\n    \
+         runway env set GREETING=hi -s {SERVICE} --wait   # a new revision with the variable\n    \
+         runway rollback -s {SERVICE} --wait              # back to the revision before\n    \
+         runway open -s {SERVICE}                         # in the browser",
+        cli.display()
     ));
     tokio::signal::ctrl_c()
         .await
@@ -254,6 +293,19 @@ async fn demonstrate(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Writes a CLI configuration for this platform (its API, admin token and CA) into the data
+/// directory, mode 0600, and returns its path; the user's own login is left alone.
+fn log_in_cli(running: &Running, data_dir: &Path, token: &str) -> anyhow::Result<PathBuf> {
+    let path = data_dir.join("cli.json");
+    let config = crate::config::Config {
+        server: Some(format!("https://{}", running.api)),
+        token: Some(token.to_owned()),
+        ca: Some(running.ca_path.clone()),
+    };
+    crate::config::save(&path, &config)?;
+    Ok(path)
 }
 
 /// What the quickstart tells its user, on standard output beside the deployments' events.

@@ -80,6 +80,27 @@ fn quickstart_rolls_out_without_a_failed_request() {
         served > 100,
         "only {served} requests during the rollout: {report}"
     );
+    // The platform's own log lines went to its log, not among the quickstart's story.
+    let stray: Vec<&str> = err.lines().filter(|l| !l.starts_with("note: ")).collect();
+    assert!(stray.is_empty(), "stray lines on stderr: {stray:?}");
+    assert!(out.contains("the platform's log: "), "{out}");
+    // The CLI can talk to the platform without a lost token: a login of its own, 0600.
+    let cli = data.path().join("cli.json");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&cli).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let login: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cli).unwrap()).unwrap();
+    assert!(
+        login["token"].as_str().unwrap().starts_with("runway_admin_"),
+        "{login}"
+    );
+    assert!(
+        login["server"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://127.0.0.1:")
+    );
     // The platform stopped its instances: no supervisor is left in its data directory.
     let instances = data.path().join("runtime/instances");
     let left: Vec<_> = std::fs::read_dir(&instances)
