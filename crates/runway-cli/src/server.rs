@@ -369,6 +369,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         Sealer::new(&key),
     );
     controller = controller
+        .environments(config.api.environments.clone())
         .allow_processes(config.runtime.allow_processes)
         .code_snapshots(sources.root());
     if let Some(policy) = config.runtime.sandbox_policy() {

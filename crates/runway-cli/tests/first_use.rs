@@ -25,6 +25,11 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         return;
     }
     let platform = Platform::start(&Settings::default());
+    // A fresh platform, nothing routed: a name under an environment is answered in HTTP (a
+    // 404 saying so), after a handshake, not with a TLS alert.
+    let (status, body) = platform.get("hello.dev.localhost", "/", Duration::from_secs(10));
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("no service at this host"), "{body}");
     let repo = platform.onboard("hello", &["dev"], "s3cr3t");
 
     // A service nobody registered: say how it is registered.

@@ -92,7 +92,10 @@ fn quickstart_rolls_out_without_a_failed_request() {
     let login: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&cli).unwrap()).unwrap();
     assert!(
-        login["token"].as_str().unwrap().starts_with("runway_admin_"),
+        login["token"]
+            .as_str()
+            .unwrap()
+            .starts_with("runway_admin_"),
         "{login}"
     );
     assert!(

@@ -55,6 +55,8 @@ pub struct Controller<R: Runtime + Send + Sync + 'static> {
     /// Deployment events the store could not take (a full disk), oldest first: written, in
     /// order, before any newer one once it can.
     unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
+    /// The platform's environments, for the ingress's table.
+    environments: Vec<String>,
 }
 
 /// An event the store refused, with when it happened.
@@ -122,7 +124,16 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             pass: tokio::sync::Mutex::new(PassMemory::default()),
             processes: ProcessRules::default(),
             unwritten: Arc::default(),
+            environments: Vec::new(),
         }
+    }
+
+    /// The platform's environments: the ingress answers a name under each one's
+    /// `{env}.{domain}` over TLS (a 404 where nothing is served yet), not with a TLS alert.
+    #[must_use]
+    pub fn environments(mut self, environments: Vec<String>) -> Self {
+        self.environments = environments;
+        self
     }
 
     /// Runs every plain process in a sandbox of its service's own, as `policy` says: its own
@@ -281,6 +292,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 }
                 Err(error) => errors.push(error),
             }
+        }
+        // With no service at all, the table still goes out once (its environments).
+        if let Err(error) = self.apply_table().await {
+            errors.push(error);
         }
         self.forget_gone(&desired);
         self.forget_finished(&active);
@@ -670,7 +685,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     pub(crate) async fn apply_table(&self) -> Result<()> {
         let table = {
             let state = self.lock();
-            let table = build_table(&state, &self.config.domain);
+            let table = build_table(&state, &self.config.domain, &self.environments);
             if state.applied_table.as_ref() == Some(&table) {
                 return Ok(());
             }

@@ -12,9 +12,14 @@ use crate::state::{Key, ServiceState, State};
 /// The table for every service with routes: each routed revision (and each other revision
 /// with instances, at weight 0, so its tag host answers) with its ready, non-draining
 /// instances, and its draining ones marked so.
-pub(crate) fn build_table(state: &State, domain: &str) -> RouteTableConfig {
+pub(crate) fn build_table(
+    state: &State,
+    domain: &str,
+    environments: &[String],
+) -> RouteTableConfig {
     RouteTableConfig {
         domain: domain.to_owned(),
+        environments: environments.to_vec(),
         routes: state
             .services
             .iter()

@@ -193,6 +193,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
     let ingress = Ingress::new(Options::default());
     ingress.set_routes(&RouteTableConfig {
         domain: "localhost".to_owned(),
+        environments: Vec::new(),
         routes: vec![RouteConfig {
             service: "hello".to_owned(),
             env: "flood".to_owned(),

@@ -17,6 +17,11 @@ pub struct RouteTableConfig {
     /// whose subdomains resolve to loopback without DNS set-up).
     #[serde(default = "default_domain")]
     pub domain: String,
+    /// The platform's environments: a name under `<env>.<domain>` that no route serves (yet)
+    /// is answered with a 404 after a handshake with that parent's wildcard certificate, not
+    /// refused at the handshake.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub environments: Vec<String>,
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
 }
@@ -25,6 +30,7 @@ impl Default for RouteTableConfig {
     fn default() -> Self {
         Self {
             domain: default_domain(),
+            environments: Vec::new(),
             routes: Vec::new(),
         }
     }
@@ -305,6 +311,7 @@ mod tests {
     fn table(weights: &[u32]) -> RouteTableConfig {
         RouteTableConfig {
             domain: "localhost".into(),
+            environments: Vec::new(),
             routes: vec![RouteConfig {
                 service: "hello".into(),
                 env: "production".into(),

@@ -334,9 +334,10 @@ impl Table {
         self.hosts.get(host)
     }
 
-    /// The platform's name `host` would have, `{env}.{domain}`, when some route's generated
-    /// names live there: a name under it that no route serves is answered with a 404, after
-    /// a handshake with that parent's wildcard certificate, not refused at the handshake.
+    /// The platform's name `host` would have, `{env}.{domain}`, for one of its environments
+    /// (or where some route's generated names live): a name under it that no route serves is
+    /// answered with a 404, after a handshake with that parent's wildcard certificate, not
+    /// refused at the handshake.
     pub(crate) fn platform_parent<'a>(&self, host: &'a str) -> Option<&'a str> {
         let (_, parent) = host.split_once('.')?;
         self.parents.contains(parent).then_some(parent)
@@ -400,7 +401,11 @@ impl Routes {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut kept: HashMap<RevisionKey, Arc<Revision>> = HashMap::new();
         let mut hosts = HashMap::new();
-        let mut parents = HashSet::new();
+        let mut parents: HashSet<String> = config
+            .environments
+            .iter()
+            .map(|env| format!("{env}.{}", config.domain).to_ascii_lowercase())
+            .collect();
         let mut routes = Vec::new();
         for rc in &config.routes {
             let mut revisions = Vec::new();
@@ -540,6 +545,7 @@ mod tests {
     fn config(addresses: &[&str], limit: u32) -> RouteTableConfig {
         RouteTableConfig {
             domain: "localhost".into(),
+            environments: Vec::new(),
             routes: vec![RouteConfig {
                 service: "hello".into(),
                 env: "dev".into(),
@@ -619,6 +625,7 @@ mod tests {
         fn table(routes: &[(String, String, u32)]) -> RouteTableConfig {
             RouteTableConfig {
                 domain: "example.test".into(),
+                environments: Vec::new(),
                 routes: routes
                     .iter()
                     .map(|(service, env, weight)| RouteConfig {

@@ -74,6 +74,7 @@ async fn get(ingress: SocketAddr, path: &str) -> (String, String) {
 fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> RouteTableConfig {
     RouteTableConfig {
         domain: "localhost".to_owned(),
+        environments: Vec::new(),
         routes: vec![RouteConfig {
             service: "hello".to_owned(),
             env: "dev".to_owned(),

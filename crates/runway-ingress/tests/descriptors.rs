@@ -47,6 +47,7 @@ async fn upstream() -> SocketAddr {
 fn routes(instance: SocketAddr) -> RouteTableConfig {
     RouteTableConfig {
         domain: "localhost".to_owned(),
+        environments: Vec::new(),
         routes: vec![RouteConfig {
             service: "hello".to_owned(),
             env: "dev".to_owned(),

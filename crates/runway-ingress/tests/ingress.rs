@@ -238,6 +238,7 @@ fn revision(name: &str, weight: u32, instances: Vec<InstanceConfig>) -> Revision
 fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
     RouteTableConfig {
         domain: "localhost".to_owned(),
+        environments: Vec::new(),
         routes: vec![RouteConfig {
             service: "hello".to_owned(),
             env: "dev".to_owned(),
