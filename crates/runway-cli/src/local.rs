@@ -294,6 +294,19 @@ pub(crate) fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     // A developer's own machine: a plain process sees the environment `runway run` has (its
     // virtualenv, its PATH); the control plane's instances never do.
     spec.inherit_env = true;
+    // The app gets the port its manifest says it listens on when nothing else has it, so
+    // `PORT` and `container_port` agree; else a free one, said so.
+    if let (Some(0), Some(wanted)) = (spec.port, spec.container_port) {
+        if std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, wanted)).is_ok() {
+            spec.port = Some(wanted);
+            spec.env.insert("PORT".to_owned(), wanted.to_string());
+        } else {
+            eprintln!(
+                "note: port {wanted} (the manifest's container_port) is taken on this machine, \
+                 so the instance gets another in PORT"
+            );
+        }
+    }
     let runtime = runtime_for_images(&args.state, &args.images)?;
     tokio()?.block_on(async {
         let status = runtime.instance_ensure(spec).await?;

@@ -443,8 +443,14 @@ fn an_instance_outlives_the_process_that_started_it_and_is_adopted() {
     std::fs::create_dir_all(repo.path().join(".runway")).unwrap();
     std::fs::create_dir_all(repo.path().join("www")).unwrap();
     std::fs::write(repo.path().join("www/index.html"), "adopted\n").unwrap();
+    // The port the manifest says the app listens on: `runway run` gives it when it is free.
+    let wanted = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let manifest = format!(
-        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: orphan\nspec:\n  startup_probe:\n    path: /index.html\n    period_seconds: 1\n  workload:\n    process:\n      command: [\"sh\", \"-c\", \"exec {} httpd -f -p 127.0.0.1:$PORT -h www\"]\n",
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: orphan\nspec:\n  container_port: {wanted}\n  startup_probe:\n    path: /index.html\n    period_seconds: 1\n  workload:\n    process:\n      command: [\"sh\", \"-c\", \"exec {} httpd -f -p 127.0.0.1:$PORT -h www\"]\n",
         busybox.display()
     );
     std::fs::write(repo.path().join(".runway/runway.yml"), manifest).unwrap();
@@ -495,6 +501,7 @@ fn an_instance_outlives_the_process_that_started_it_and_is_adopted() {
             ("orphan", Phase::Running, true)
         );
         let port = status.port.unwrap();
+        assert_eq!(port, wanted, "PORT is the manifest's container_port");
         assert!(http_get(port, "/index.html").contains("adopted"));
 
         // Pushed status still flows to the new runtime, and it can stop the instance.
@@ -703,9 +710,20 @@ fn run_an_image_through_the_cli(oci_runtime: &str) {
     let state = tempfile::tempdir().unwrap();
     let repo = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(repo.path().join(".runway")).unwrap();
+    // A port of its own (the runc and crun tests run at once, and `runway run` gives the
+    // manifest's container_port when it is free).
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     std::fs::write(
         repo.path().join(".runway/runway.yml"),
-        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: shop\nspec:\n  startup_probe:\n    path: /index.html\n    period_seconds: 1\n",
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: shop\nspec:\n  \
+             container_port: {port}\n  startup_probe:\n    path: /index.html\n    \
+             period_seconds: 1\n"
+        ),
     )
     .unwrap();
     let runway = |args: &[&str]| {
