@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 
 use crate::network::InstanceNetwork;
 use crate::process::{Exit, StopSignal, Stopped};
+use crate::secret_bundle::{self, SecretBundle};
 
 /// How long one `runc` command may take before the start counts as failed.
 const OCI_RUNTIME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -52,12 +53,25 @@ impl Container {
         let log_file = state_dir.join("oci-runtime.log");
         let _ = fs::remove_file(&pid_file);
         let _ = fs::remove_file(&log_file);
+        // The bundle on disk has no secrets: `create` reads a copy with them, in memory, gone
+        // once it has ([`crate::secret_bundle`]).
+        let memory = secret_bundle::memory_dir();
+        let with_secrets = if secret_env.is_empty() {
+            None
+        } else {
+            secret_bundle::ensure_memory_backed(memory)?;
+            let config = bundle.join("config.json");
+            let plain =
+                fs::read(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+            let text = secret_bundle::with_secrets(&plain, bundle, secret_env)?;
+            Some(SecretBundle::write(memory, id, &text)?)
+        };
         let mut create = oci_command(oci_runtime);
         create
             .arg("--log")
             .arg(&log_file)
             .args(["--log-format", "json", "create", "--bundle"])
-            .arg(bundle)
+            .arg(with_secrets.as_ref().map_or(bundle, SecretBundle::dir))
             .arg("--pid-file")
             .arg(&pid_file)
             .arg(id)
@@ -65,9 +79,6 @@ impl Container {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // Secrets are in the bundle only while `create` reads it.
-        let config = bundle.join("config.json");
-        let plain = with_secrets(&config, secret_env)?;
         let created = async {
             let mut child = create
                 .spawn()
@@ -80,10 +91,7 @@ impl Container {
             Ok::<_, String>((output, status))
         }
         .await;
-        if let Some(plain) = plain {
-            fs::write(&config, plain)
-                .map_err(|e| format!("cannot restore {}: {e}", config.display()))?;
-        }
+        drop(with_secrets);
         let (output, status) = created?;
         if !status.success() {
             return Err(format!(
@@ -194,39 +202,6 @@ fn oci_command(oci_runtime: &Path) -> Command {
         .arg("umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"")
         .arg(oci_runtime);
     command
-}
-
-/// Adds the secrets to the bundle's `process.env`; returns the text without them, to write back.
-fn with_secrets(
-    config: &Path,
-    secret_env: &BTreeMap<String, String>,
-) -> Result<Option<Vec<u8>>, String> {
-    if secret_env.is_empty() {
-        return Ok(None);
-    }
-    let cannot =
-        |e: &dyn std::fmt::Display| format!("cannot add secrets to {}: {e}", config.display());
-    let plain = fs::read(config).map_err(|e| cannot(&e))?;
-    let mut spec: serde_json::Value = serde_json::from_slice(&plain).map_err(|e| cannot(&e))?;
-    let env = spec
-        .pointer_mut("/process/env")
-        .and_then(serde_json::Value::as_array_mut)
-        .ok_or_else(|| cannot(&"it has no process.env"))?;
-    env.retain(|entry| {
-        let key = entry
-            .as_str()
-            .and_then(|e| e.split('=').next())
-            .unwrap_or_default();
-        !secret_env.contains_key(key)
-    });
-    env.extend(
-        secret_env
-            .iter()
-            .map(|(k, v)| serde_json::Value::from(format!("{k}={v}"))),
-    );
-    let text = serde_json::to_vec(&spec).map_err(|e| cannot(&e))?;
-    fs::write(config, text).map_err(|e| cannot(&e))?;
-    Ok(Some(plain))
 }
 
 pub(crate) async fn delete(oci_runtime: &Path, id: &str) {

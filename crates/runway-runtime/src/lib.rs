@@ -23,6 +23,7 @@ pub mod probe;
 pub mod process;
 pub mod runtime;
 pub mod sandbox;
+mod secret_bundle;
 pub mod service;
 pub mod spec;
 pub mod status;

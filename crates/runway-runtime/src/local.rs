@@ -135,7 +135,7 @@ impl LocalRuntime {
 
     /// Pulls the image (pinned to its digest) into the shared cache and writes the instance's
     /// bundle; the spec's artifact becomes that container. Secrets stay out of the bundle: the
-    /// supervisor adds them only for the moment `runc create` reads it.
+    /// supervisor gives `create` a copy with them, in memory ([`crate::secret_bundle`]).
     async fn prepare_image(&self, spec: &mut InstanceSpec, dir: &Path) -> Result<(), RuntimeError> {
         let Artifact::Image {
             reference,
@@ -500,15 +500,18 @@ impl Runtime for LocalRuntime {
         {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // A supervisor killed with its watchdog left its container running: a stray, with the
-        // instance's port and secrets. The OCI runtime knows it by the instance's id.
-        if !crate::process::alive(stopped.supervisor_pid)
-            && let Some(InstanceSpec {
-                artifact: Artifact::Container { oci_runtime, .. },
-                ..
-            }) = read_spec(&dir)
+        if let Some(InstanceSpec {
+            artifact: Artifact::Container { oci_runtime, .. },
+            ..
+        }) = read_spec(&dir)
         {
-            crate::container::delete(&oci_runtime, id).await;
+            // A supervisor killed with its watchdog left its container running: a stray, with
+            // the instance's port and secrets. The OCI runtime knows it by the instance's id.
+            if !crate::process::alive(stopped.supervisor_pid) {
+                crate::container::delete(&oci_runtime, id).await;
+            }
+            // And its bundle with secrets, if it was killed while `create` read it.
+            crate::secret_bundle::remove_stale(crate::secret_bundle::memory_dir(), id);
         }
         self.release_network(&dir);
         fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
@@ -726,7 +729,7 @@ fn find_program(
 }
 
 /// What every bundle of an instance has, image or sandboxed process: its environment (secrets
-/// are added only while `runc create` reads it), hostname, limits and cgroup.
+/// only in the copy `create` reads, in memory), hostname, limits and cgroup.
 fn instance_bundle(spec: &InstanceSpec) -> BundleOptions {
     BundleOptions {
         env: spec

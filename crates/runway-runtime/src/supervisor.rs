@@ -24,6 +24,7 @@ use crate::container::{Container, Output};
 use crate::logs::{self, Chunk, LogWriter};
 use crate::probe::{self, Tally, Verdict};
 use crate::process::{Exit, Process, ProcessSpec, StopSignal, Stopped};
+use crate::secret_bundle;
 use crate::spec::{Artifact, DEFAULT_PATH, InstanceSpec, Probe, RestartMode};
 use crate::status::{ExitRecord, InstanceStatus, Phase, now_ms, to_ms};
 
@@ -186,6 +187,8 @@ pub fn watchdog_main(state_dir: &Path) -> i32 {
             .enable_all()
             .build()
             .map(|runtime| runtime.block_on(crate::container::delete(&oci_runtime, &id)));
+        // Its bundle with secrets, if it was killed while `create` read it.
+        secret_bundle::remove_stale(secret_bundle::memory_dir(), &id);
         if let Err(error) = deleted {
             eprintln!("runway supervise --watchdog: cannot delete container {id}: {error}");
             return 1;
@@ -220,6 +223,10 @@ pub async fn supervise(
     let mut persisted = spec.clone();
     persisted.secret_env.clear();
     write_json(&state_dir.join(SPEC_FILE), &persisted).map_err(io_error)?;
+    // What an earlier supervisor of the instance, killed while `create` read it, left.
+    if matches!(spec.artifact, Artifact::Container { .. }) {
+        secret_bundle::remove_stale(secret_bundle::memory_dir(), &spec.id);
+    }
     let socket = state_dir.join(SOCKET);
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket).map_err(|source| SupervisorError::Listen {
