@@ -56,10 +56,12 @@ impl Container {
         // The bundle on disk has no secrets: `create` reads a copy with them, in memory, gone
         // once it has ([`crate::secret_bundle`]).
         let memory = secret_bundle::memory_dir();
+        if is_crun(oci_runtime) || !secret_env.is_empty() {
+            secret_bundle::ensure_memory_backed(memory)?;
+        }
         let with_secrets = if secret_env.is_empty() {
             None
         } else {
-            secret_bundle::ensure_memory_backed(memory)?;
             let config = bundle.join("config.json");
             let plain =
                 fs::read(&config).map_err(|e| format!("cannot read {}: {e}", config.display()))?;
@@ -191,17 +193,32 @@ impl Container {
 /// A command running the OCI runtime. crun (1.8) refuses a hybrid cgroup host (v1 controllers
 /// with a v2 hierarchy at `/sys/fs/cgroup/unified`); it is run in a mount namespace of its own
 /// with that mount hidden, where it sees plain cgroup v1. Every crun command gets the same view.
+///
+/// crun keeps a copy of a container's `config.json`, its secrets included, in its state
+/// directory for the container's life: its state is kept in memory, beside the bundles with
+/// secrets ([`secret_bundle::crun_root`]). runc's state holds no environment.
 fn oci_command(oci_runtime: &Path) -> Command {
-    let is_crun = oci_runtime.file_name().is_some_and(|name| name == "crun");
-    if !(is_crun && Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists()) {
+    if !is_crun(oci_runtime) {
         return Command::new(oci_runtime);
     }
-    let mut command = Command::new("unshare");
+    let mut command = if Path::new("/sys/fs/cgroup/unified/cgroup.controllers").exists() {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"")
+            .arg(oci_runtime);
+        command
+    } else {
+        Command::new(oci_runtime)
+    };
     command
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg("umount /sys/fs/cgroup/unified && exec \"$0\" \"$@\"")
-        .arg(oci_runtime);
+        .arg("--root")
+        .arg(secret_bundle::crun_root(secret_bundle::memory_dir()));
     command
+}
+
+fn is_crun(oci_runtime: &Path) -> bool {
+    oci_runtime.file_name().is_some_and(|name| name == "crun")
 }
 
 pub(crate) async fn delete(oci_runtime: &Path, id: &str) {

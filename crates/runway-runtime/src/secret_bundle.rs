@@ -10,7 +10,9 @@
 //! its watchdog, by the instance's next supervisor and when the instance is removed
 //! ([`remove_stale`]).
 //!
-//! runc keeps no process environment in its own state (`/run/runc/<id>/state.json`).
+//! runc keeps no process environment in its own state (`/run/runc/<id>/state.json`); crun
+//! keeps a copy of the whole `config.json` in its state directory for the container's life,
+//! so crun runs with its state on the same tmpfs ([`crun_root`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,7 +23,7 @@ use std::path::{Component, Path, PathBuf};
 use nix::mount::MsFlags;
 use nix::sys::statfs::{FsType, TMPFS_MAGIC, statfs};
 
-/// The memory-backed directory that holds bundles with secrets.
+/// The memory-backed directory that holds bundles with secrets and crun's state.
 const MEMORY_DIR: &str = "/run/runway/secret";
 
 /// [`MEMORY_DIR`], where the supervisor and the runtime look.
@@ -113,6 +115,11 @@ pub(crate) fn bundle_dir(memory: &Path, id: &str) -> Result<PathBuf, String> {
         }
         _ => Err(format!("{id:?} is not an instance id")),
     }
+}
+
+/// Where crun keeps its state (`crun --root`): beside the bundles, since it copies theirs.
+pub(crate) fn crun_root(memory: &Path) -> PathBuf {
+    memory.join("crun")
 }
 
 /// The bundle's `config.json` with the secrets in `process.env` (each replacing a variable of
@@ -250,6 +257,8 @@ mod tests {
         for bad in ["", ".", "..", "../x", "a/b", "/etc", "x/"] {
             assert!(bundle_dir(memory, bad).is_err(), "{bad:?}");
         }
+        // crun's state is beside the bundles, never one of them.
+        assert_eq!(crun_root(memory), Path::new("/run/runway/secret/crun"));
     }
 
     #[test]

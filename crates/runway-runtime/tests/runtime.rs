@@ -1,5 +1,5 @@
-//! The runtime with a real OCI runtime (runc): a container started by a supervisor (in this
-//! process, [`supervise`]) from a bundle the test builds on busybox-static.
+//! The runtime with a real OCI runtime (runc, and crun): a container started by a supervisor
+//! (in this process, [`supervise`]) from a bundle the test builds on busybox-static.
 //!
 //! Skipped, saying why, where the OCI runtime, busybox-static or root is missing, except
 //! under `CI=true`, where that is a failure.
@@ -24,6 +24,9 @@ use runway_runtime::{LocalConfig, LocalRuntime, Phase, Runtime, SupervisorComman
 
 /// Bound on any one wait in these tests.
 const WAIT: Duration = Duration::from_secs(20);
+
+/// Where the runtime has crun keep its state: in memory, as it holds a copy of the bundle.
+const CRUN_ROOT: &str = "/run/runway/secret/crun";
 
 /// What the test needs of the machine: the OCI runtime on `PATH`, busybox-static, and root
 /// (cgroups, and the tmpfs for secrets). `None`, saying why, when one is missing outside CI.
@@ -89,14 +92,23 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     found
 }
 
-/// The OCI runtime's command.
+/// The OCI runtime's command, with crun's state where the runtime keeps it.
 fn command(oci_runtime: &Path) -> std::process::Command {
-    std::process::Command::new(oci_runtime)
+    let mut command = std::process::Command::new(oci_runtime);
+    if oci_runtime.ends_with("crun") {
+        command.args(["--root", CRUN_ROOT]);
+    }
+    command
 }
 
 /// The OCI runtime's own state of a container: its directory.
-fn state_dir(_oci_runtime: &Path, id: &str) -> PathBuf {
-    Path::new("/run/runc").join(id)
+fn state_dir(oci_runtime: &Path, id: &str) -> PathBuf {
+    let root = if oci_runtime.ends_with("crun") {
+        CRUN_ROOT
+    } else {
+        "/run/runc"
+    };
+    Path::new(root).join(id)
 }
 
 /// The bundle the OCI runtime was given at `create`, from its `state`.
@@ -156,6 +168,14 @@ fn rot13(text: &str) -> String {
 async fn a_secret_reaches_a_runc_container_and_never_a_disk_backed_file() {
     if let Some(runc) = oci_runtime("runc") {
         a_secret_reaches_the_container_and_never_a_disk_backed_file(&runc).await;
+    }
+}
+
+/// crun keeps a copy of the bundle in its own state, which must then be in memory too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_reaches_a_crun_container_and_never_a_disk_backed_file() {
+    if let Some(crun) = oci_runtime("crun") {
+        a_secret_reaches_the_container_and_never_a_disk_backed_file(&crun).await;
     }
 }
 
