@@ -669,17 +669,10 @@ async fn set_variables(
         }
     }
     env_vars.extend(body.set);
-    let artifact = |key: &str| {
-        serving
-            .artifact
-            .get(key)
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-    };
     let request = DeployRequest {
         manifest: serving.manifest.clone(),
         env_vars,
-        image: artifact("image"),
+        image: runway_store::artifact_image(&serving.artifact).map(str::to_owned),
         source: runway_store::artifact_source(&serving.artifact).map(str::to_owned),
         pause: body.pause,
     };

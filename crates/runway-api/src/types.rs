@@ -373,16 +373,15 @@ pub struct RevisionView {
 
 impl From<Revision> for RevisionView {
     fn from(r: Revision) -> Self {
-        let field = |key: &str| {
-            r.artifact
-                .get(key)
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned)
-        };
+        let owned = |text: Option<&str>| text.map(str::to_owned);
         Self {
-            image: field("image"),
-            source: field("source"),
-            source_dir: field("source_dir"),
+            image: owned(runway_store::artifact_image(&r.artifact)),
+            source: owned(runway_store::artifact_source(&r.artifact)),
+            source_dir: owned(
+                r.artifact
+                    .get("source_dir")
+                    .and_then(serde_json::Value::as_str),
+            ),
             name: r.name,
             number: r.number,
             service: r.service,

@@ -36,11 +36,7 @@ impl RevisionInfo {
 
     /// The image pinned at deploy, for an image artifact.
     pub(crate) fn image(&self) -> Option<String> {
-        self.record
-            .artifact
-            .get("image")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
+        runway_store::artifact_image(&self.record.artifact).map(str::to_owned)
     }
 
     /// Where a process artifact's code is: its snapshot (`source`, a digest) under

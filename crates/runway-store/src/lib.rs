@@ -67,7 +67,7 @@ pub use model::{
     AuditEntry, Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired,
     DesiredRevision, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
     RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
-    artifact_is_process, artifact_source, revision_name,
+    artifact_image, artifact_is_process, artifact_source, revision_name,
 };
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{DeployRecord, Store};

@@ -87,6 +87,11 @@ pub fn artifact_source(artifact: &serde_json::Value) -> Option<&str> {
     artifact.get("source").and_then(serde_json::Value::as_str)
 }
 
+/// The image an image artifact runs, pinned to its digest at deploy (`image`).
+pub fn artifact_image(artifact: &serde_json::Value) -> Option<&str> {
+    artifact.get("image").and_then(serde_json::Value::as_str)
+}
+
 /// Whether an artifact is a plain process: it names its code snapshot, or (recorded before
 /// snapshots) the directory it ran from, `source_dir`.
 pub fn artifact_is_process(artifact: &serde_json::Value) -> bool {
