@@ -936,18 +936,15 @@ fn finish_expecting(
     Ok(match outcome {
         Outcome::Ended(_) if expected != DeploymentState::Succeeded => {
             let reason = last.reason.as_deref().unwrap_or("no reason given");
+            let state = last.state.as_str().replace('_', " ");
             if last.state == expected {
                 if output == Output::Text {
-                    print_stdout(&format!(
-                        "deployment {id} was {}: {reason}\n",
-                        last.state.as_str().replace('_', " ")
-                    ));
+                    print_stdout(&format!("deployment {id} was {state}: {reason}\n"));
                 }
                 ExitCode::SUCCESS
             } else {
                 eprintln!(
-                    "error: deployment {id} ended {} before the command took effect: {reason}",
-                    last.state.as_str().replace('_', " ")
+                    "error: deployment {id} ended {state} before the command took effect: {reason}"
                 );
                 ExitCode::from(EXIT_FAILED)
             }
@@ -1168,8 +1165,17 @@ fn print_events(events: &[DeploymentEvent], output: Output, spinner: bool) {
 
 /// The time of day of an RFC 3339 time (`2026-11-21T14:05:03.12Z` → `14:05:03`), else the text.
 fn clock(at: &str) -> &str {
+    time_of_day(at, 8)
+}
+
+/// The first `width` characters of an RFC 3339 time's time of day (`Z` left out), all of it
+/// when shorter; the text itself when it has no time.
+fn time_of_day(at: &str, width: usize) -> &str {
     at.split_once('T')
-        .and_then(|(_, time)| time.get(..8))
+        .map(|(_, time)| {
+            let time = time.trim_end_matches('Z');
+            time.get(..width).unwrap_or(time)
+        })
         .unwrap_or(at)
 }
 
@@ -1516,15 +1522,12 @@ pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
 
 /// One log line for people: when (UTC time of day, to the millisecond), the instance, the text.
 fn log_text(line: &LogLine) -> String {
-    let at = line
-        .time
-        .split_once('T')
-        .map(|(_, time)| {
-            let time = time.trim_end_matches('Z');
-            time.get(..12).unwrap_or(time)
-        })
-        .unwrap_or(&line.time);
-    format!("{at} {} {}\n", line.instance, line.text)
+    format!(
+        "{} {} {}\n",
+        time_of_day(&line.time, 12),
+        line.instance,
+        line.text
+    )
 }
 
 /// Writes and flushes; false once stdout is closed (`runway logs -f | head`).
@@ -1779,6 +1782,8 @@ mod tests {
     fn clock_shows_the_time_of_day() {
         assert_eq!(clock("2026-11-21T14:05:03.123456Z"), "14:05:03");
         assert_eq!(clock("later"), "later");
+        assert_eq!(time_of_day("2026-11-21T14:05:03.123456Z", 12), "14:05:03.123");
+        assert_eq!(time_of_day("2026-11-21T14:05:03Z", 12), "14:05:03");
     }
 
     #[test]
