@@ -1782,7 +1782,10 @@ mod tests {
     fn clock_shows_the_time_of_day() {
         assert_eq!(clock("2026-11-21T14:05:03.123456Z"), "14:05:03");
         assert_eq!(clock("later"), "later");
-        assert_eq!(time_of_day("2026-11-21T14:05:03.123456Z", 12), "14:05:03.123");
+        assert_eq!(
+            time_of_day("2026-11-21T14:05:03.123456Z", 12),
+            "14:05:03.123"
+        );
         assert_eq!(time_of_day("2026-11-21T14:05:03Z", 12), "14:05:03");
     }
 
