@@ -238,7 +238,7 @@ impl ApiConfig {
             if !crate::routes::is_label(env) {
                 return Err(invalid(
                     &format!("environments[{i}]"),
-                    format!("{env:?} is not a DNS label"),
+                    format!("{env:?} is not a DNS label ({})", crate::routes::LABEL_RULE),
                 ));
             }
             if self.environments[..i].contains(env) {

@@ -52,7 +52,8 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
 }
 
 /// Whether `name` is a DNS label: 1 to 63 of `a-z`, `0-9`, `-`, not starting or ending
-/// with `-`.
+/// with `-`; and without `---`, which parts a tag from its service in a host name
+/// (`<tag>---<service>.<env>.<domain>`), so the ingress would refuse the whole table.
 pub(crate) fn is_label(name: &str) -> bool {
     (1..=63).contains(&name.len())
         && name
@@ -60,7 +61,12 @@ pub(crate) fn is_label(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
+        && !name.contains("---")
 }
+
+/// What [`is_label`] asks, for an error message.
+pub(crate) const LABEL_RULE: &str =
+    "lower-case letters, digits and `-`, at most 63, not starting or ending with `-`, no `---`";
 
 /// A query parameter within its documented bounds; 400 naming it if not.
 fn in_range<T: PartialOrd + std::fmt::Display>(
@@ -172,7 +178,7 @@ async fn create_service(
     caller.allow(Admin, None, None)?;
     if !is_label(&body.name) {
         return Err(ApiError::invalid(format!(
-            "service name {:?} is not a DNS label (lower-case letters, digits and `-`, at most 63)",
+            "service name {:?} is not a DNS label ({LABEL_RULE})",
             body.name
         ))
         .field("name"));

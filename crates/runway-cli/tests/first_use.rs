@@ -29,8 +29,19 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     // 404 saying so), after a handshake, not with a TLS alert.
     let (status, body) = platform.get("hello.dev.localhost", "/", Duration::from_secs(10));
     assert_eq!(status, 404, "{body}");
-    assert!(body.contains("no service at this host"), "{body}");
+    assert!(body.contains("no service has this name"), "{body}");
     let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    // Registered, never deployed: a 503 saying no revision serves yet, not a 404.
+    let (_, body) = platform.get_until(
+        "hello.dev.localhost",
+        "/",
+        Duration::from_secs(10),
+        |status, _| status == 503,
+    );
+    assert!(
+        body.starts_with("this service has no revision serving yet"),
+        "{body}"
+    );
 
     // A service nobody registered: say how it is registered.
     let ghost = support::write_repo(&repo.join(".."), "ghost");
@@ -68,11 +79,31 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         refused.all()
     );
 
+    // A first revision that crashes on start: its deploy fails in seconds, and a request is
+    // answered with a 503 at once, not held for an instance that will not come.
+    support::set_env_file(&repo, "dev", &[("CRASH", "1")]);
+    let crashed = platform.deploy(&repo, "dev");
+    assert_eq!(crashed.code, Some(1), "{}", crashed.all());
+    let asked = Instant::now();
+    let (status, body) = platform.get_until(
+        "hello.dev.localhost",
+        "/",
+        Duration::from_secs(5),
+        |_, _| true,
+    );
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    support::set_env_file(&repo, "dev", &[("GREETING", "hello")]);
+
     let deployed = platform.deploy(&repo, "dev");
     assert!(deployed.ok(), "{}", deployed.all());
     let host = "hello.dev.localhost";
     let (_, body) = platform.get(host, "/", Duration::from_secs(30));
-    assert!(body.starts_with("hello from hello-dev-00001"), "{body}");
+    assert!(body.starts_with("hello from hello-dev-00002"), "{body}");
 
     // `runway open`: the service's URL, in $BROWSER.
     let opened_file = repo.join("../opened");
@@ -111,9 +142,9 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         Duration::from_secs(120),
     );
     assert!(set.ok(), "{}", set.all());
-    assert!(set.stdout.contains("hello-dev-00002"), "{}", set.all());
+    assert!(set.stdout.contains("hello-dev-00003"), "{}", set.all());
     let (_, body) = platform.get(host, "/", Duration::from_secs(30));
-    assert!(body.starts_with("hey from hello-dev-00002"), "{body}");
+    assert!(body.starts_with("hey from hello-dev-00003"), "{body}");
     let listed = platform.runway(&["env", "list", "--service", "hello", "--output", "json"]);
     assert!(listed.ok(), "{}", listed.all());
     assert_eq!(listed.json()["variables"]["GREETING"], "hey");
@@ -126,7 +157,7 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     let listed = platform.runway(&["env", "list", "--service", "hello"]);
     assert!(!listed.stdout.contains("MODE"), "{}", listed.all());
     assert!(
-        listed.stdout.contains("hello-dev-00003 serves"),
+        listed.stdout.contains("hello-dev-00004 serves"),
         "{}",
         listed.all()
     );
@@ -140,7 +171,7 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     );
 
     // Rolling back to the revision already serving alone changes nothing: refused.
-    let noop = platform.runway(&["rollback", "--service", "hello", "--to", "hello-dev-00003"]);
+    let noop = platform.runway(&["rollback", "--service", "hello", "--to", "hello-dev-00004"]);
     assert_eq!(noop.code, Some(1), "{}", noop.all());
     assert!(
         noop.stderr.contains("nothing to roll back"),
@@ -181,7 +212,7 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     let revisions = platform.runway(&["revisions", "--service", "hello", "--output", "json"]);
     assert_eq!(
         revisions.json().as_array().unwrap().len(),
-        3,
+        4,
         "{}",
         revisions.all()
     );
@@ -228,6 +259,17 @@ fn a_lost_server_during_wait_is_its_own_exit_code() {
     }
     let mut platform = Platform::start(&Settings::default());
     let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    // Registered, never deployed: a 503 saying no revision serves yet, not a 404.
+    let (_, body) = platform.get_until(
+        "hello.dev.localhost",
+        "/",
+        Duration::from_secs(10),
+        |status, _| status == 503,
+    );
+    assert!(
+        body.starts_with("this service has no revision serving yet"),
+        "{body}"
+    );
     // The app starts slowly, so the deployment is still in progress when the server dies.
     support::set_env_file(&repo, "dev", &[("START_DELAY", "300")]);
     let started = Instant::now();

@@ -95,7 +95,7 @@ fn deploy_secrets_failure_rollback_and_promote() {
     // handshake the client trusts, not a TLS alert.
     let (status, body) = platform.get("helo.dev.localhost", "/", Duration::from_secs(10));
     assert_eq!(status, 404, "{body}");
-    assert!(body.starts_with("no service at this host"), "{body}");
+    assert!(body.starts_with("no service has this name"), "{body}");
     let shown = platform.runway(&["status", "--service", "hello", "--output", "json"]);
     assert!(shown.ok(), "{}", shown.all());
     let shown = shown.json();

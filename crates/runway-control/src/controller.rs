@@ -253,6 +253,18 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             Ok(desired) => desired,
             Err(error) => return vec![error],
         };
+        match self.db("list services", |store| store.service_list()).await {
+            Ok(services) => {
+                self.lock().known = services
+                    .into_iter()
+                    .flat_map(|s| {
+                        let name = s.name;
+                        s.environments.into_iter().map(move |e| (name.clone(), e))
+                    })
+                    .collect();
+            }
+            Err(error) => errors.push(error),
+        }
         let statuses = match self.runtime.instances().await {
             Ok(statuses) => statuses,
             Err(error) => return vec![ControlError::runtime("list instances", error)],

@@ -3,7 +3,7 @@
 //! outlived the last controller), else from the desired state, and the table is rebuilt from
 //! the ready instances.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use runway_ingress::{RouteConfig, RouteTableConfig};
@@ -23,6 +23,9 @@ pub(crate) struct State {
     /// Revisions seen, by name (immutable, so kept until their service is gone).
     pub(crate) revisions: HashMap<String, Arc<RevisionInfo>>,
     pub(crate) services: BTreeMap<Key, ServiceState>,
+    /// Every registered service in each of its environments, as the last pass read them: one
+    /// with no revision serving is routed still, so its host answers a 503 saying so.
+    pub(crate) known: BTreeSet<Key>,
     /// Per instance id.
     pub(crate) tracked: HashMap<String, Tracked>,
     /// When this controller first saw each deployment in progress (by id): its timeout runs

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
+use runway_reconciler::Condition;
 use runway_runtime::Phase;
 
 use crate::observe::revision_of;
@@ -11,12 +12,15 @@ use crate::state::{Key, ServiceState, State};
 
 /// The table for every service with routes: each routed revision (and each other revision
 /// with instances, at weight 0, so its tag host answers) with its ready, non-draining
-/// instances, and its draining ones marked so.
+/// instances, and its draining ones marked so. A registered service with no revision serving
+/// has a route with no weight, which the ingress answers with a 503 that says so.
 pub(crate) fn build_table(
     state: &State,
     domain: &str,
     environments: &[String],
 ) -> RouteTableConfig {
+    let not_served =
+        |key: &Key| !state.services.contains_key(key) && !state.adopted.contains_key(key);
     RouteTableConfig {
         domain: domain.to_owned(),
         environments: environments.to_vec(),
@@ -32,19 +36,38 @@ pub(crate) fn build_table(
                     .filter(|(key, _)| !state.services.contains_key(*key))
                     .map(|(_, route)| route.clone()),
             )
+            .chain(
+                state
+                    .known
+                    .iter()
+                    .filter(|key| not_served(key))
+                    .map(|key| RouteConfig {
+                        service: key.0.clone(),
+                        env: key.1.clone(),
+                        domains: Vec::new(),
+                        request_timeout_seconds: 300.0,
+                        sticky: false,
+                        revisions: Vec::new(),
+                    }),
+            )
             .collect(),
     }
 }
 
 fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig> {
-    let weights: BTreeMap<&str, u32> = service
+    let mut weights: BTreeMap<&str, u32> = service
         .routes
         .iter()
         .filter(|route| route.weight > 0)
         .map(|route| (route.revision.as_str(), route.weight))
         .collect();
     if weights.values().sum::<u32>() != 100 {
-        return None;
+        // None serving: a registered service keeps its host (a 503, and its revisions' tag
+        // hosts); one decommissioned, draining its last instances, has none.
+        if !state.known.contains(key) {
+            return None;
+        }
+        weights.clear();
     }
     let names: BTreeSet<&str> = weights
         .keys()
@@ -108,12 +131,24 @@ fn revision(
             })
         })
         .collect();
+    // Its instances crash or are not ready in time, and none is ready: a request is told so
+    // at once, not held for an instance that will not come.
+    let failing = service.status.iter().any(|status| {
+        status.revision == name
+            && status.ready == 0
+            && status.failed > 0
+            && matches!(
+                status.condition,
+                Condition::Failing { .. } | Condition::TimedOut { .. }
+            )
+    });
     RevisionConfig {
         name: name.to_owned(),
         weight,
         tag: info.map(|info| info.tag()),
         average_start_seconds: None,
         protocol: info.map_or(Protocol::Http1, |info| info.protocol()),
+        failing,
         instances,
     }
 }

@@ -144,6 +144,51 @@ async fn a_rolling_deploy_never_leaves_the_route_without_a_ready_instance() {
 }
 
 #[tokio::test]
+async fn a_service_not_serving_keeps_its_host_and_a_crashing_revision_is_marked_failing() {
+    let harness = Harness::new(fast_config());
+    harness.onboard("hello");
+    // Registered, never deployed: routed with no revision (the ingress's 503, not a 404).
+    harness
+        .settle(BOUND, |h| {
+            h.controller
+                .route_table()
+                .routes
+                .iter()
+                .any(|r| r.service == "hello" && r.env == "dev" && r.revisions.is_empty())
+        })
+        .await;
+    let first = harness.deploy("hello", BTreeMap::new());
+    harness
+        .settle(BOUND, |h| h.state(&first) == DeploymentState::Succeeded)
+        .await;
+    let failing = |h: &Harness| {
+        h.controller.route_table().routes[0]
+            .revisions
+            .iter()
+            .find(|r| r.name == V1)
+            .map(|r| r.failing)
+    };
+    assert_eq!(failing(&harness), Some(false));
+
+    // The serving revision's instance crash-loops: the ingress is told not to hold requests.
+    harness.runtime.behave_now(
+        V1,
+        Behavior::Crash {
+            code: 1,
+            output: Vec::new(),
+        },
+    );
+    harness.settle(BOUND, |h| failing(h) == Some(true)).await;
+    assert_eq!(
+        harness.controller.routes("hello", "dev"),
+        weights(&[(V1, 100)])
+    );
+    // Ready again: no longer failing.
+    harness.runtime.behave_now(V1, Behavior::ReadyAfter(0));
+    harness.settle(BOUND, |h| failing(h) == Some(false)).await;
+}
+
+#[tokio::test]
 async fn a_failing_deploy_fails_with_the_exit_code_and_output_and_v1_keeps_serving() {
     let harness = serving_v1().await;
     harness

@@ -206,6 +206,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
                 tag: None,
                 average_start_seconds: None,
                 protocol: runway_ingress::config::Protocol::Http1,
+                failing: false,
                 instances: vec![InstanceConfig {
                     address: instance,
                     ready: true,

@@ -56,7 +56,10 @@ pub struct RouteConfig {
     /// Keep a client on the revision it was first given (a cookie), e.g. during a canary.
     #[serde(default)]
     pub sticky: bool,
-    /// Revisions with integer weights that sum to 100.
+    /// Revisions with integer weights that sum to 100, or all 0 while none serves yet (a
+    /// known service not yet deployed, or whose deployments all failed): its host is then
+    /// answered with a 503 that says so, not a 404.
+    #[serde(default)]
     pub revisions: Vec<RevisionConfig>,
 }
 
@@ -82,6 +85,10 @@ pub struct RevisionConfig {
     /// services declaring `HTTP2` or `grpc` as their backend protocol.
     #[serde(default)]
     pub protocol: Protocol,
+    /// Its instances fail to start (they crash, or are not ready in time): while none is ready,
+    /// a request is answered with a 503 at once rather than held for one that will not come.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failing: bool,
     #[serde(default)]
     pub instances: Vec<InstanceConfig>,
 }
@@ -195,12 +202,6 @@ impl RouteTableConfig {
                     ),
                 ));
             }
-            if route.revisions.is_empty() {
-                return Err(invalid(
-                    &id,
-                    "a route needs at least one revision".to_owned(),
-                ));
-            }
             let mut sum = 0u64;
             let mut names = Vec::new();
             for rev in &route.revisions {
@@ -243,7 +244,7 @@ impl RouteTableConfig {
                     addresses.push(inst.address);
                 }
             }
-            if sum != 100 {
+            if sum != 100 && sum != 0 {
                 let detail: Vec<String> = route
                     .revisions
                     .iter()
@@ -327,6 +328,7 @@ mod tests {
                         tag: None,
                         average_start_seconds: None,
                         protocol: Protocol::Http1,
+                        failing: false,
                         instances: vec![],
                     })
                     .collect(),
@@ -344,7 +346,9 @@ mod tests {
             err,
             "route hello.production: weights sum to 90, not 100 (hello-0=50, hello-1=40)"
         );
-        assert!(table(&[]).validate().is_err());
+        // None serving yet: the host is known, and answered with a 503.
+        assert!(table(&[]).validate().is_ok());
+        assert!(table(&[0, 0]).validate().is_ok());
     }
 
     #[test]

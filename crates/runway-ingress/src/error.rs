@@ -45,6 +45,10 @@ pub enum ProxyError {
     BodyTimeout { timeout_ms: u64 },
     #[error("no route for host {host}")]
     NoRoute { host: String },
+    #[error("service at {host} has no revision serving")]
+    NotServing { host: String },
+    #[error("revision {revision} fails to start")]
+    RevisionFailing { revision: String },
     #[error("revision {revision} had no ready instance within {waited_ms} ms")]
     NoReadyInstance { revision: String, waited_ms: u64 },
     #[error("revision {revision} holds too many requests already")]
@@ -78,9 +82,11 @@ impl ProxyError {
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
-            Self::NoReadyInstance { .. } | Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::NotServing { .. }
+            | Self::RevisionFailing { .. }
+            | Self::NoReadyInstance { .. }
+            | Self::HoldQueueFull { .. }
+            | Self::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Connect { .. } | Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -97,6 +103,8 @@ impl ProxyError {
             Self::BodyBroken { .. } => Some("body_broken"),
             Self::BodyTimeout { .. } => Some("body_timeout"),
             Self::NoRoute { .. }
+            | Self::NotServing { .. }
+            | Self::RevisionFailing { .. }
             | Self::NoReadyInstance { .. }
             | Self::HoldQueueFull { .. }
             | Self::QueueFull { .. }
@@ -115,8 +123,12 @@ impl ProxyError {
             Self::BodyTooLarge => "request body too large\n",
             Self::BodyBroken { .. } => "request body broke off or was malformed\n",
             Self::BodyTimeout { .. } => "request body took too long\n",
-            Self::NoRoute { .. } => {
-                "no service at this host: none has this name, or none is deployed and serving yet\n"
+            Self::NoRoute { .. } => "no service has this name\n",
+            Self::NotServing { .. } => {
+                "this service has no revision serving yet: none was deployed, or none became ready\n"
+            }
+            Self::RevisionFailing { .. } => {
+                "this service's revision fails to start; its owners can see why with `runway status`\n"
             }
             Self::NoReadyInstance { .. } => "no instance of this service became ready in time\n",
             Self::HoldQueueFull { .. } | Self::QueueFull { .. } => {

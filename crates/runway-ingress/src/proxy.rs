@@ -383,7 +383,9 @@ fn resolve(
     let revision = match (&target.revision, sticky) {
         (Some(tagged), _) => Arc::clone(tagged),
         (None, Some(sticky)) => Arc::clone(sticky),
-        (None, None) => Arc::clone(route.choose()),
+        (None, None) => Arc::clone(route.choose().ok_or_else(|| ProxyError::NotServing {
+            host: host.to_owned(),
+        })?),
     };
     Ok((Arc::clone(route), revision))
 }
@@ -473,6 +475,11 @@ async fn acquire(
             }
             let wait_until = match revision_ref.try_pick() {
                 Pick::Got(instance) => break Some(instance),
+                Pick::NoneReady if revision_ref.is_failing() => {
+                    return Err(ProxyError::RevisionFailing {
+                        revision: revision_ref.name.clone(),
+                    });
+                }
                 Pick::NoneReady => {
                     queued = None;
                     let since = *hold_started.get_or_insert_with(Instant::now);

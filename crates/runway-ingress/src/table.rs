@@ -194,6 +194,8 @@ pub struct Revision {
     pub(crate) queued: AtomicUsize,
     pub(crate) held: AtomicUsize,
     hold_timeout_ms: AtomicU64,
+    /// The control plane says its instances fail to start: none ready means a 503 at once.
+    failing: AtomicBool,
     removed: AtomicBool,
     pub(crate) metrics: RevisionMetrics,
 }
@@ -220,6 +222,11 @@ impl Revision {
 
     pub(crate) fn hold_timeout(&self) -> Duration {
         Duration::from_millis(self.hold_timeout_ms.load(Ordering::Relaxed))
+    }
+
+    /// Its instances fail to start, so a request is not held for one.
+    pub(crate) fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
     }
 
     /// Least outstanding requests among ready instances, by the power of two choices.
@@ -292,22 +299,22 @@ pub struct Route {
     pub request_timeout: Duration,
     /// A cookie keeps a client on the revision it was first given.
     pub sticky: bool,
-    /// Revisions with their weights (summing to 100).
+    /// Revisions with their weights (summing to 100, or all 0 while none serves).
     pub revisions: Vec<(u32, Arc<Revision>)>,
 }
 
 impl Route {
-    /// A revision chosen by weight.
-    pub(crate) fn choose(&self) -> &Arc<Revision> {
+    /// A revision chosen by weight; none while no revision serves.
+    pub(crate) fn choose(&self) -> Option<&Arc<Revision>> {
         let mut roll = fastrand::u32(..100);
         for (weight, revision) in &self.revisions {
             if roll < *weight {
-                return revision;
+                return Some(revision);
             }
             roll -= weight;
         }
-        // Weights are validated to sum to 100, so the loop has returned; a table is never empty.
-        &self.revisions[self.revisions.len() - 1].1
+        // Weights are validated to sum to 100 or 0, so the loop has returned unless all are 0.
+        None
     }
 }
 
@@ -422,6 +429,7 @@ impl Routes {
                         queued: AtomicUsize::new(0),
                         held: AtomicUsize::new(0),
                         hold_timeout_ms: AtomicU64::new(0),
+                        failing: AtomicBool::new(false),
                         removed: AtomicBool::new(false),
                         metrics: self.metrics.revision(&rc.service, &rc.env, &rev.name),
                     })
@@ -432,6 +440,7 @@ impl Routes {
                 state
                     .hold_timeout_ms
                     .store(hold.as_millis() as u64, Ordering::Relaxed);
+                state.failing.store(rev.failing, Ordering::Release);
                 let old = state.instances.load_full();
                 let mut list = Vec::with_capacity(rev.instances.len());
                 for ic in &rev.instances {
@@ -558,6 +567,7 @@ mod tests {
                     tag: Some("blue".into()),
                     average_start_seconds: Some(4.0),
                     protocol: crate::config::Protocol::Http1,
+                    failing: false,
                     instances: addresses
                         .iter()
                         .map(|a| InstanceConfig {
@@ -642,6 +652,7 @@ mod tests {
                                 tag: tag.map(str::to_owned),
                                 average_start_seconds: None,
                                 protocol: crate::config::Protocol::Http1,
+                                failing: false,
                                 instances: vec![],
                             })
                             .collect(),
@@ -672,7 +683,7 @@ mod tests {
                     let route = &table.resolve(&format!("{service}.custom.test")).map(|t| Arc::clone(&t.route));
                     if let Some(route) = route {
                         let chosen = route.choose();
-                        prop_assert!(route.revisions.iter().any(|(w, r)| *w > 0 && Arc::ptr_eq(r, chosen)));
+                        prop_assert!(chosen.is_some_and(|chosen| route.revisions.iter().any(|(w, r)| *w > 0 && Arc::ptr_eq(r, chosen))));
                     }
                 }
                 let _ = table.resolve(&noise);

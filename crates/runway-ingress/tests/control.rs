@@ -87,6 +87,7 @@ fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> Rout
                 tag: None,
                 average_start_seconds: None,
                 protocol: runway_ingress::Protocol::Http1,
+                failing: false,
                 instances: vec![InstanceConfig {
                     address: instance,
                     ready,

@@ -60,6 +60,7 @@ fn routes(instance: SocketAddr) -> RouteTableConfig {
                 tag: None,
                 average_start_seconds: None,
                 protocol: runway_ingress::config::Protocol::Http1,
+                failing: false,
                 instances: vec![InstanceConfig {
                     address: instance,
                     ready: true,

@@ -231,6 +231,7 @@ fn revision(name: &str, weight: u32, instances: Vec<InstanceConfig>) -> Revision
         tag: None,
         average_start_seconds: None,
         protocol: runway_ingress::config::Protocol::Http1,
+        failing: false,
         instances,
     }
 }
@@ -342,7 +343,7 @@ async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
         // No route: 404 with a short body naming nothing internal.
         let (status, headers, body) = get(running.address, "nope.dev.localhost", "/").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        assert!(body.starts_with("no service at this host"), "{body}");
+        assert!(body.starts_with("no service has this name"), "{body}");
         assert!(headers.contains_key("x-request-id"));
 
         let text = metrics(&running).await;
@@ -423,6 +424,83 @@ async fn a_held_request_is_served_once_an_instance_is_ready() {
         let warm = one_revision(up.address);
         running.ingress.set_routes(&warm).unwrap();
         let (status, _, body) = held.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "late"));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_revision_and_a_service_with_none_serving_get_a_503_at_once() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("late").await;
+        // A hold far longer than the test: an answer within it was not held.
+        let options = Options {
+            min_hold: Duration::from_secs(60),
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+
+        // A known service with no revision serving: a 503 that says so, not a 404.
+        running.ingress.set_routes(&table(5.0, Vec::new())).unwrap();
+        let (status, _, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.starts_with("this service has no revision serving yet"),
+            "{body}"
+        );
+        let (status, _, _) = get(running.address, "nope.dev.localhost", "/").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        // A revision whose instances fail to start: a 503 at once, not after the hold.
+        let mut failing = revision("hello-1", 100, vec![instance(up.address, false, 0)]);
+        failing.failing = true;
+        running
+            .ingress
+            .set_routes(&table(5.0, vec![failing]))
+            .unwrap();
+        let started = Instant::now();
+        let (status, _, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.starts_with("this service's revision fails to start"),
+            "{body}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+
+        // A request held for a revision that starts failing meanwhile is answered then.
+        running
+            .ingress
+            .set_routes(&table(
+                5.0,
+                vec![revision(
+                    "hello-1",
+                    100,
+                    vec![instance(up.address, false, 0)],
+                )],
+            ))
+            .unwrap();
+        let address = running.address;
+        let held = tokio::spawn(async move { get(address, HOST, "/").await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!held.is_finished());
+        let mut failing = revision("hello-1", 100, vec![instance(up.address, false, 0)]);
+        failing.failing = true;
+        running
+            .ingress
+            .set_routes(&table(5.0, vec![failing]))
+            .unwrap();
+        let (status, _, _) = held.await.unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+
+        // Once an instance is ready, it serves, whatever the flag says.
+        let mut recovered = revision("hello-1", 100, vec![instance(up.address, true, 0)]);
+        recovered.failing = true;
+        running
+            .ingress
+            .set_routes(&table(5.0, vec![recovered]))
+            .unwrap();
+        let (status, _, body) = get(running.address, HOST, "/").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "late"));
     })
     .await
@@ -1166,7 +1244,7 @@ async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
             .unwrap();
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let body = response.into_body().collect().await.unwrap().to_bytes();
-        assert!(body.starts_with(b"no service at this host"), "{body:?}");
+        assert!(body.starts_with(b"no service has this name"), "{body:?}");
         // Any other name gets no certificate: none is minted for names a client chooses.
         assert!(
             tls_connect(address, &ca_pem, "other.example.com")

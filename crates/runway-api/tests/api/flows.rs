@@ -52,6 +52,21 @@ async fn health_whoami_and_services() {
         )
         .await;
     assert_eq!((bad.status, bad.field()), (StatusCode::BAD_REQUEST, "name"));
+    // `---` parts a tag from its service in a host name: such a service would make the
+    // ingress refuse the whole route table.
+    let tag_like = server
+        .call(
+            "POST",
+            "/v1/services",
+            Some(&server.admin),
+            Some(json!({"name": "canary---hello"})),
+        )
+        .await;
+    assert_eq!(
+        (tag_like.status, tag_like.field()),
+        (StatusCode::BAD_REQUEST, "name")
+    );
+    assert!(tag_like.message().contains("no `---`"), "{}", tag_like.text);
     let unknown_env = server
         .call(
             "POST",

@@ -694,6 +694,17 @@ impl Platform {
     /// `GET path` through the ingress: status and body, retried until `bound` while the
     /// request fails to connect or answers 5xx.
     pub fn get(&self, host: &str, path: &str, bound: Duration) -> (u16, String) {
+        self.get_until(host, path, bound, |status, _| status < 500)
+    }
+
+    /// GETs until the answer (status and body) is as `wanted`, for at most `bound`.
+    pub fn get_until(
+        &self,
+        host: &str,
+        path: &str,
+        bound: Duration,
+        wanted: impl Fn(u16, &str) -> bool,
+    ) -> (u16, String) {
         let client = self.ingress_client(host);
         let url = self.ingress_url(host, path);
         self.rt.block_on(async {
@@ -703,14 +714,17 @@ impl Platform {
                     Ok(response) => {
                         let status = response.status().as_u16();
                         let body = response.text().await.unwrap_or_default();
-                        if status < 500 {
+                        if wanted(status, &body) {
                             return (status, body);
                         }
                         format!("{status}: {body}")
                     }
                     Err(e) => format!("{e:?}"),
                 };
-                assert!(Instant::now() < deadline, "GET {url} kept failing: {last}");
+                assert!(
+                    Instant::now() < deadline,
+                    "GET {url} never answered as wanted: {last}"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })

@@ -63,6 +63,18 @@ impl FakeRuntime {
         inner.behaviors.insert(revision.to_owned(), behavior);
     }
 
+    /// As [`FakeRuntime::behave`], and its running instances too (a crash after they were
+    /// ready, or a recovery).
+    pub fn behave_now(&self, revision: &str, behavior: Behavior) {
+        let mut inner = self.inner.lock().unwrap();
+        for fake in inner.instances.values_mut() {
+            if fake.revision == revision {
+                fake.behavior = behavior.clone();
+            }
+        }
+        inner.behaviors.insert(revision.to_owned(), behavior);
+    }
+
     pub fn watch_ingress(&self, ingress: &Ingress, service: &str, env: &str) {
         self.inner.lock().unwrap().watched =
             Some((ingress.clone(), service.to_owned(), env.to_owned()));
@@ -440,8 +452,9 @@ impl Harness {
             }
             assert!(
                 tokio::time::Instant::now() < until,
-                "not settled within {bound:?}: instances {:?}, table {:?}",
+                "not settled within {bound:?}: instances {:?} (stopped: {:?}), table {:?}",
                 self.runtime.ids(),
+                self.runtime.stopped(),
                 self.controller.route_table()
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
