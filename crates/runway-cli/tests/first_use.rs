@@ -248,6 +248,28 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         let script = platform.runway(&["completion", shell]);
         assert!(script.ok() && script.stdout.contains("deploy"), "{shell}");
     }
+
+    // An app listening on another port than its PORT is told so within seconds, while it
+    // starts, not when its startup probe gives up minutes later.
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = elsewhere.local_addr().unwrap().port().to_string();
+    drop(elsewhere);
+    support::set_env_file(&repo, "dev", &[("LISTEN_PORT", &port)]);
+    let waited = platform.runway_with(
+        &["deploy", "--env", "dev", "--wait", "--timeout", "20s"],
+        Some(repo.as_os_str()),
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(waited.code, Some(3), "{}", waited.all());
+    let said = waited.all();
+    assert!(said.contains("cannot be reached yet"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "the app listens on 0.0.0.0:{port}, not on its PORT"
+        )),
+        "{said}"
+    );
 }
 
 /// A server that goes away while `--wait` waits is not a failed deployment: after 30 s of
@@ -259,17 +281,6 @@ fn a_lost_server_during_wait_is_its_own_exit_code() {
     }
     let mut platform = Platform::start(&Settings::default());
     let repo = platform.onboard("hello", &["dev"], "s3cr3t");
-    // Registered, never deployed: a 503 saying no revision serves yet, not a 404.
-    let (_, body) = platform.get_until(
-        "hello.dev.localhost",
-        "/",
-        Duration::from_secs(10),
-        |status, _| status == 503,
-    );
-    assert!(
-        body.starts_with("this service has no revision serving yet"),
-        "{body}"
-    );
     // The app starts slowly, so the deployment is still in progress when the server dies.
     support::set_env_file(&repo, "dev", &[("START_DELAY", "300")]);
     let started = Instant::now();

@@ -539,6 +539,15 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 tracked.kind = current_kind;
                 tracked.since_ms = now;
             }
+            if let Some(warning) = &status.warning
+                && tracked.warned.as_ref() != Some(warning)
+            {
+                changes.push((
+                    revision.to_owned(),
+                    format!("instance {} cannot be reached yet: {warning}", status.id),
+                ));
+                tracked.warned = Some(warning.clone());
+            }
             tracked.was_ready |= current.is_ready();
             observed.push(ObservedInstance {
                 id: status.id.clone(),

@@ -56,6 +56,8 @@ pub(crate) struct Tracked {
     pub(crate) was_ready: bool,
     /// When the controller told the ingress to drain it.
     pub(crate) draining_since_ms: Option<u64>,
+    /// The warning last written as an event (see [`InstanceStatus::warning`]).
+    pub(crate) warned: Option<String>,
 }
 
 /// The planner's state of an instance, from its status and what the controller remembers.
@@ -155,6 +157,7 @@ mod tests {
             started_at_ms: None,
             next_start_at_ms: None,
             message: String::new(),
+            warning: None,
             last_exit: None,
             supervisor_pid: 1,
         }

@@ -238,11 +238,19 @@ pub(crate) async fn attach(network: &InstanceNetwork, pid: u32) -> Result<(), St
     ip(Some(&namespace), &["-batch", "-"], &inside).await
 }
 
+/// Why nothing answered where an instance should listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListenHint {
+    /// It listens, elsewhere: no wait will help, the app must change (or listen later).
+    pub(crate) elsewhere: bool,
+    pub(crate) text: String,
+}
+
 /// Why nothing answered at `expected`, where the instance whose process is `pid` should
 /// listen, told from what it does listen on: `None` when it listens there after all. On a
 /// network of its own everything listening in its namespace is the instance's; on the host's,
 /// only the sockets its process (and that process's children) hold.
-pub(crate) fn listen_hint(pid: u32, expected: SocketAddr, own_network: bool) -> Option<String> {
+pub(crate) fn listen_hint(pid: u32, expected: SocketAddr, own_network: bool) -> Option<ListenHint> {
     let mine = (!own_network).then(|| socket_inodes(pid));
     let listening = listening(pid, mine.as_ref());
     let reached = |a: &SocketAddr| {
@@ -256,19 +264,26 @@ pub(crate) fn listen_hint(pid: u32, expected: SocketAddr, own_network: bool) -> 
     }
     let port = expected.port();
     if listening.is_empty() {
-        return Some(format!(
-            "the app listens on no TCP port yet; it must listen on 0.0.0.0:{port} (its PORT)"
-        ));
+        return Some(ListenHint {
+            elsewhere: false,
+            text: format!(
+                "the app listens on no TCP port yet; it must listen on 0.0.0.0:{port} (its PORT)"
+            ),
+        });
     }
     let shown: Vec<String> = listening.iter().map(SocketAddr::to_string).collect();
     let shown = shown.join(", ");
-    Some(if own_network {
+    let text = if own_network && listening.iter().any(|a| a.port() == port) {
         format!(
             "the app listens on {shown}, where the ingress cannot reach it: it must listen on \
              0.0.0.0:{port} (all addresses, its PORT)"
         )
     } else {
         format!("the app listens on {shown}, not on its PORT {port}: it must listen on $PORT")
+    };
+    Some(ListenHint {
+        elsewhere: true,
+        text,
     })
 }
 
@@ -463,6 +478,8 @@ mod tests {
         let port = spare.local_addr().unwrap();
         drop(spare);
         let hint = listen_hint(pid, port, false).unwrap();
+        assert!(hint.elsewhere);
+        let hint = hint.text;
         assert!(hint.contains(&bound.to_string()), "{hint}");
         assert!(
             hint.contains(&format!("not on its PORT {}", port.port())),

@@ -43,6 +43,10 @@ pub struct InstanceStatus {
     pub next_start_at_ms: Option<u64>,
     /// Why the instance is in this phase, for people.
     pub message: String,
+    /// What its owner should know while it starts and nothing has failed yet: it listens on
+    /// another port than its `PORT`, so its startup probe will fail. Cleared once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
     /// How the last process ended.
     pub last_exit: Option<ExitRecord>,
     /// The pid of the supervisor itself.

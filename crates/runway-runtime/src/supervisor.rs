@@ -33,6 +33,9 @@ pub const STATUS_FILE: &str = "status.json";
 pub const SPEC_FILE: &str = "spec.json";
 /// Lines of output kept in memory to say why an instance ended.
 const LAST_LINES: usize = 20;
+/// How long a starting process may listen elsewhere than its address before it is told (an
+/// app may open another port, for metrics, before its own).
+const WARN_AFTER: Duration = Duration::from_secs(2);
 
 /// One request on the supervisor's socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,6 +253,7 @@ pub async fn supervise(
         started_at_ms: None,
         next_start_at_ms: None,
         message: "starting".to_owned(),
+        warning: None,
         last_exit: None,
         supervisor_pid: std::process::id(),
     };
@@ -371,6 +375,8 @@ impl From<Chunk> for LogEvent {
 /// What probing observed, for the run loop.
 enum ProbeEvent {
     Started,
+    /// Still starting, and listening elsewhere than its address: why it will not be reached.
+    Warning(String),
     Ready(bool),
     /// The startup or liveness probe failed: the process is ended and restarted.
     Failed {
@@ -499,6 +505,7 @@ impl Supervisor {
             s.pid = Some(pid);
             s.started_at_ms = Some(now_ms());
             s.message = format!("process {pid} started");
+            s.warning = None;
         });
         let (events, mut event_rx) = mpsc::channel(8);
         let mut probes = JoinSet::new();
@@ -514,6 +521,10 @@ impl Supervisor {
                 }
                 Some(event) = event_rx.recv() => match event {
                     ProbeEvent::Started => self.on_started(&mut probes, events.clone()),
+                    ProbeEvent::Warning(warning) => self.update(|s| {
+                        s.message = format!("starting: {warning}");
+                        s.warning = Some(warning);
+                    }),
                     ProbeEvent::Ready(ready) => self.update(|s| {
                         s.ready = ready;
                         s.message = if ready { "ready" } else { "not ready: readiness probe failing" }
@@ -628,17 +639,19 @@ impl Supervisor {
         // What the instance listens on tells why it is not reached.
         let own_network = self.spec.network.is_some();
         let pid = self.status.borrow().pid;
+        let hint =
+            move || pid.and_then(|pid| crate::network::listen_hint(pid, address, own_network));
         probes.spawn(async move {
             tokio::time::sleep(probe.initial_delay).await;
             let mut tally = Tally::default();
+            let warn_from = tokio::time::Instant::now() + WARN_AFTER;
+            let mut warned: Option<String> = None;
             loop {
                 let event = match tally.record(&probe, probe::check(&probe, address).await) {
                     Verdict::Passed => ProbeEvent::Started,
                     Verdict::Failed(mut error) => {
-                        if let Some(hint) = pid
-                            .and_then(|pid| crate::network::listen_hint(pid, address, own_network))
-                        {
-                            error = format!("{error} ({hint})");
+                        if let Some(hint) = hint() {
+                            error = format!("{error} ({})", hint.text);
                         }
                         ProbeEvent::Failed {
                             probe: "startup",
@@ -646,6 +659,15 @@ impl Supervisor {
                         }
                     }
                     Verdict::Unchanged => {
+                        // Listening elsewhere is told early, not only when the probe gives up
+                        // minutes later.
+                        if tokio::time::Instant::now() >= warn_from
+                            && let Some(hint) = hint().filter(|hint| hint.elsewhere)
+                            && warned.as_ref() != Some(&hint.text)
+                        {
+                            warned = Some(hint.text.clone());
+                            let _ = events.send(ProbeEvent::Warning(hint.text)).await;
+                        }
                         probe::wait_period_or_listening(&probe, address).await;
                         continue;
                     }
@@ -664,6 +686,7 @@ impl Supervisor {
         let ready_now = readiness.is_none() || address.is_none();
         self.update(|s| {
             s.phase = Phase::Running;
+            s.warning = None;
             s.ready = ready_now;
             s.message = if ready_now {
                 "running and ready"

@@ -51,6 +51,7 @@ pub fn have_python() -> bool {
 /// whether it can open a TCP connection there (`connected` or the error's name). `CRASH=1`
 /// exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
+/// `LISTEN_PORT` is the port it listens on instead of `PORT` (an app that ignores it);
 /// `FAIL_EVERY=N` answers every Nth `/` with a 500; `?sleep=S` waits S seconds before
 /// answering.
 pub const APP: &str = r#"import os, signal, socket, sys, threading, time
@@ -135,7 +136,9 @@ class Handler(BaseHTTPRequestHandler):
 ThreadingHTTPServer.daemon_threads = True
 # socketserver's default backlog is 5: a burst of new connections would be reset.
 ThreadingHTTPServer.request_queue_size = 128
-server = ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler)
+server = ThreadingHTTPServer(
+    ("0.0.0.0", int(os.environ.get("LISTEN_PORT") or os.environ["PORT"])), Handler
+)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 print(f"listening on {os.environ['PORT']}", flush=True)
 server.serve_forever()

@@ -158,6 +158,7 @@ fn status_of(id: &str, fake: &Fake) -> InstanceStatus {
         started_at_ms: Some(now_ms()),
         next_start_at_ms: None,
         message: "starting".to_owned(),
+        warning: None,
         last_exit: None,
         supervisor_pid: 4241,
     };
