@@ -208,7 +208,7 @@ impl fmt::Debug for DeployRequest {
 }
 
 /// `deploy`, `rollback` or `promote`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeploymentKindView {
     /// A new revision.
@@ -220,7 +220,7 @@ pub enum DeploymentKindView {
 }
 
 /// Where a deployment is.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeploymentStateView {
     /// Recorded, not started.
@@ -233,6 +233,33 @@ pub enum DeploymentStateView {
     Failed,
     /// Undone.
     RolledBack,
+}
+
+impl DeploymentKindView {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Deploy => "deploy",
+            Self::Rollback => "rollback",
+            Self::Promote => "promote",
+        }
+    }
+}
+
+impl DeploymentStateView {
+    /// Whether the deployment has ended.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::RolledBack)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Progressing => "progressing",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::RolledBack => "rolled_back",
+        }
+    }
 }
 
 /// One change of what runs for a service in an environment.
@@ -478,6 +505,17 @@ pub enum Condition {
     TimedOut,
 }
 
+impl Condition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Progressing => "progressing",
+            Self::Ready => "ready",
+            Self::Failing => "failing",
+            Self::TimedOut => "timed_out",
+        }
+    }
+}
+
 /// How one revision's instances are doing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RevisionStatus {
@@ -531,6 +569,17 @@ pub enum RolloutCommandView {
     Abort,
     /// Go to 100 % as soon as the new revision is ready (blue/green: switch now).
     Promote,
+}
+
+impl RolloutCommandView {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Abort => "abort",
+            Self::Promote => "promote",
+        }
+    }
 }
 
 impl From<RolloutCommandView> for runway_store::RolloutCommand {

@@ -1,19 +1,18 @@
-//! The control plane's HTTP API as the CLI sees it (`/work/tools/api-contract.md`): typed
-//! requests and responses mirroring the contract, one [`Client`] with a method per route, and
-//! one error type, [`ApiError`].
+//! The control plane's HTTP API as the CLI sees it: the API's own request and response types
+//! ([`runway_api::types`], from which `openapi.json` is generated), one [`Client`] with a
+//! method per route, and one error type, [`ApiError`].
 //!
-//! Responses are read leniently (unknown fields ignored, missing optional fields defaulted), so
-//! that a newer server still answers an older CLI.
+//! One model, so the CLI and the server cannot drift apart. Responses ignore fields they do not
+//! know, so a newer server's added fields do not break an older CLI; a new enum value would,
+//! and within `/v1` the API adds none.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// How long one request may take, connection included (not a followed log stream).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -22,370 +21,13 @@ const UPLOAD_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Who a token is: `GET /v1/whoami`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct WhoAmI {
-    #[serde(default)]
-    pub(crate) token_id: Value,
-    #[serde(default)]
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) scope: Value,
-}
-
-/// `POST /v1/services`.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct CreateService {
-    pub(crate) name: String,
-    pub(crate) owners: Vec<String>,
-    /// Absent: every environment the server knows.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) environments: Option<Vec<String>>,
-}
-
-/// `PATCH /v1/services/{service}`: an absent field stays as it is.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct UpdateService {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) owners: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) environments: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) add_environments: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) allow_processes: Option<bool>,
-}
-
-/// A service.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Service {
-    #[serde(default)]
-    pub(crate) id: i64,
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) owners: Vec<String>,
-    #[serde(default)]
-    pub(crate) environments: Vec<String>,
-    #[serde(default)]
-    pub(crate) created_at: String,
-    #[serde(default)]
-    pub(crate) created_by: String,
-    #[serde(default)]
-    pub(crate) allow_processes: bool,
-}
-
-/// `DELETE /v1/services/{service}`'s answer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Decommissioned {
-    pub(crate) decommissioned: String,
-}
-
-/// `POST /v1/services/{service}/environments/{env}/deployments`.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct DeployRequest {
-    /// The merged manifest for the environment (`runway_manifest::Manifest` as JSON).
-    pub(crate) manifest: Value,
-    /// The environment file's variables (never secret values).
-    pub(crate) env_vars: BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) image: Option<String>,
-    /// The code snapshot a process service runs (`sha256:…`), uploaded first.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) source: Option<String>,
-    /// Start a progressive rollout paused.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) pause: bool,
-}
-
-/// A deployment, rollback or promotion.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Deployment {
-    pub(crate) id: Value,
-    #[serde(default)]
-    pub(crate) service: String,
-    #[serde(default)]
-    pub(crate) env: String,
-    #[serde(default)]
-    pub(crate) kind: String,
-    #[serde(default)]
-    pub(crate) from_revision: Option<String>,
-    #[serde(default)]
-    pub(crate) to_revision: Option<String>,
-    pub(crate) state: DeploymentState,
-    #[serde(default)]
-    pub(crate) reason: Option<String>,
-    #[serde(default)]
-    pub(crate) created_by: String,
-    #[serde(default)]
-    pub(crate) created_at: String,
-    #[serde(default)]
-    pub(crate) updated_at: String,
-}
-
-impl Deployment {
-    /// The id as the routes take it (a number or a string in the JSON).
-    pub(crate) fn id_text(&self) -> String {
-        match &self.id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        }
-    }
-}
-
-/// Where a deployment is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum DeploymentState {
-    Pending,
-    Progressing,
-    Succeeded,
-    Failed,
-    RolledBack,
-    /// A state this CLI does not know yet.
-    #[serde(other)]
-    Unknown,
-}
-
-impl DeploymentState {
-    /// Whether the deployment has ended.
-    pub(crate) fn is_final(&self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::RolledBack)
-    }
-
-    pub(crate) fn as_str(&self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Progressing => "progressing",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::RolledBack => "rolled_back",
-            Self::Unknown => "unknown",
-        }
-    }
-}
-
-/// One thing that happened during a deployment.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct DeploymentEvent {
-    #[serde(default)]
-    pub(crate) deployment_id: Value,
-    #[serde(default)]
-    pub(crate) at: String,
-    pub(crate) message: String,
-}
-
-/// An immutable revision.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Revision {
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) number: u64,
-    #[serde(default)]
-    pub(crate) service: String,
-    #[serde(default)]
-    pub(crate) env: String,
-    #[serde(default)]
-    pub(crate) image: Option<String>,
-    #[serde(default)]
-    pub(crate) source: Option<String>,
-    #[serde(default)]
-    pub(crate) source_dir: Option<String>,
-    #[serde(default)]
-    pub(crate) env_vars: BTreeMap<String, String>,
-    #[serde(default)]
-    pub(crate) secret_versions: BTreeMap<String, Value>,
-    #[serde(default)]
-    pub(crate) created_by: String,
-    #[serde(default)]
-    pub(crate) created_at: String,
-    #[serde(default)]
-    pub(crate) manifest: Value,
-}
-
-/// `POST .../rollout`: `pause`, `resume`, `abort` or `promote`.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RolloutRequest {
-    pub(crate) command: &'static str,
-}
-
-/// `POST .../rollback`.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RollbackRequest {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) to: Option<String>,
-}
-
-/// `POST .../promote`.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct PromoteRequest {
-    pub(crate) from: String,
-    pub(crate) to: String,
-}
-
-/// A service's state in one environment.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Status {
-    #[serde(default)]
-    pub(crate) service: String,
-    #[serde(default)]
-    pub(crate) env: String,
-    #[serde(default)]
-    pub(crate) url: Option<String>,
-    #[serde(default)]
-    pub(crate) desired: Vec<DesiredRevision>,
-    #[serde(default)]
-    pub(crate) routes: Vec<Route>,
-    #[serde(default)]
-    pub(crate) revisions: Vec<RevisionStatus>,
-    #[serde(default)]
-    pub(crate) instances: Vec<InstanceView>,
-    #[serde(default)]
-    pub(crate) scaling: Vec<Scaling>,
-    #[serde(default)]
-    pub(crate) rollout: Option<Rollout>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) warnings: Vec<String>,
-}
-
-/// A revision's autoscaling, in a status.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Scaling {
-    pub(crate) revision: String,
-    #[serde(default)]
-    pub(crate) concurrency: u64,
-    #[serde(default)]
-    pub(crate) last_decision: Option<String>,
-    #[serde(default)]
-    pub(crate) last_decision_at: Option<String>,
-    #[serde(default)]
-    pub(crate) last_change: Option<String>,
-    #[serde(default)]
-    pub(crate) last_change_at: Option<String>,
-    /// The whole decision, with its inputs, passed through as the server gave it.
-    #[serde(default)]
-    pub(crate) last_change_event: Option<Value>,
-    #[serde(default)]
-    pub(crate) panicking: bool,
-}
-
-/// The progressive rollout in progress, in a status.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Rollout {
-    #[serde(default)]
-    pub(crate) deployment: i64,
-    #[serde(default)]
-    pub(crate) strategy: String,
-    #[serde(default)]
-    pub(crate) phase: String,
-    #[serde(default)]
-    pub(crate) new_weight: u32,
-    #[serde(default)]
-    pub(crate) step: Option<u32>,
-    #[serde(default)]
-    pub(crate) steps: Option<u32>,
-    #[serde(default)]
-    pub(crate) paused: bool,
-    #[serde(default)]
-    pub(crate) message: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct DesiredRevision {
-    pub(crate) revision: String,
-    #[serde(default)]
-    pub(crate) instances: u64,
-    #[serde(default)]
-    pub(crate) weight: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Route {
-    pub(crate) revision: String,
-    #[serde(default)]
-    pub(crate) weight: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct RevisionStatus {
-    pub(crate) revision: String,
-    #[serde(default)]
-    pub(crate) desired_instances: u64,
-    #[serde(default)]
-    pub(crate) ready: u64,
-    #[serde(default)]
-    pub(crate) starting: u64,
-    #[serde(default)]
-    pub(crate) failed: u64,
-    #[serde(default)]
-    pub(crate) condition: String,
-    #[serde(default)]
-    pub(crate) reason: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct InstanceView {
-    pub(crate) id: String,
-    #[serde(default)]
-    pub(crate) revision: String,
-    #[serde(default)]
-    pub(crate) phase: String,
-    #[serde(default)]
-    pub(crate) ready: bool,
-    #[serde(default)]
-    pub(crate) port: Option<u16>,
-    #[serde(default)]
-    pub(crate) address: Option<String>,
-    #[serde(default)]
-    pub(crate) restarts: u64,
-    #[serde(default)]
-    pub(crate) message: String,
-}
-
-/// One line of an instance's output.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct LogLine {
-    #[serde(default)]
-    pub(crate) instance: String,
-    #[serde(default)]
-    pub(crate) time: String,
-    #[serde(default)]
-    pub(crate) stream: String,
-    pub(crate) text: String,
-}
-
-/// A secret, without its value.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct SecretInfo {
-    pub(crate) name: String,
-    #[serde(default)]
-    pub(crate) version: Value,
-    #[serde(default)]
-    pub(crate) created_by: String,
-    #[serde(default)]
-    pub(crate) created_at: String,
-}
-
-/// `PUT .../secrets/{name}`. Not `Debug`-printable with its value.
-#[derive(Serialize)]
-struct SetSecret<'a> {
-    value: &'a str,
-}
-
-/// The error body of every route.
-#[derive(Debug, Deserialize)]
-struct ErrorBody {
-    error: ErrorDetail,
-}
-
-#[derive(Debug, Deserialize)]
-struct ErrorDetail {
-    #[serde(default)]
-    code: String,
-    #[serde(default)]
-    message: String,
-    #[serde(default)]
-    field: Option<String>,
-}
+use runway_api::ErrorBody;
+pub(crate) use runway_api::types::{
+    AuditEntryView, CreateService, CreateToken, CreatedToken, Decommissioned, DeployRequest,
+    DeploymentEventView, DeploymentStateView, DeploymentView, LogLine, PromoteRequest,
+    RevisionView, RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, SecretInfoView,
+    ServiceView, SetSecret, SetVariables, StatusView, TokenInfo, UpdateService, WhoAmI,
+};
 
 /// Everything that can go wrong talking to the server.
 #[derive(Debug)]
@@ -649,7 +291,10 @@ impl Client {
     }
 
     /// `POST /v1/tokens`: a new token; its text is in the answer, once.
-    pub(crate) async fn create_token(&self, request: &Value) -> Result<Value, ApiError> {
+    pub(crate) async fn create_token(
+        &self,
+        request: &CreateToken,
+    ) -> Result<CreatedToken, ApiError> {
         self.call(
             Method::POST,
             self.url(&["v1", "tokens"], &[]),
@@ -659,12 +304,12 @@ impl Client {
     }
 
     /// `GET /v1/tokens`.
-    pub(crate) async fn tokens(&self) -> Result<Vec<Value>, ApiError> {
+    pub(crate) async fn tokens(&self) -> Result<Vec<TokenInfo>, ApiError> {
         self.get(self.url(&["v1", "tokens"], &[])).await
     }
 
     /// `DELETE /v1/tokens/{id}`: revokes it.
-    pub(crate) async fn revoke_token(&self, id: &str) -> Result<Value, ApiError> {
+    pub(crate) async fn revoke_token(&self, id: &str) -> Result<TokenInfo, ApiError> {
         self.call(
             Method::DELETE,
             self.url(&["v1", "tokens", id], &[]),
@@ -682,13 +327,13 @@ impl Client {
     pub(crate) async fn create_service(
         &self,
         request: &CreateService,
-    ) -> Result<Service, ApiError> {
+    ) -> Result<ServiceView, ApiError> {
         let url = self.url(&["v1", "services"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
 
     /// `GET /v1/services`.
-    pub(crate) async fn services(&self) -> Result<Vec<Service>, ApiError> {
+    pub(crate) async fn services(&self) -> Result<Vec<ServiceView>, ApiError> {
         self.get(self.url(&["v1", "services"], &[])).await
     }
 
@@ -697,7 +342,7 @@ impl Client {
         &self,
         service: &str,
         update: &UpdateService,
-    ) -> Result<Service, ApiError> {
+    ) -> Result<ServiceView, ApiError> {
         let url = self.url(&["v1", "services", service], &[]);
         self.call(Method::PATCH, url, Some(update)).await
     }
@@ -766,7 +411,7 @@ impl Client {
         service: &str,
         env: &str,
         request: &DeployRequest,
-    ) -> Result<Deployment, ApiError> {
+    ) -> Result<DeploymentView, ApiError> {
         let url = self.env_url(service, env, &["deployments"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
@@ -777,7 +422,7 @@ impl Client {
         service: &str,
         env: &str,
         limit: u32,
-    ) -> Result<Vec<Deployment>, ApiError> {
+    ) -> Result<Vec<DeploymentView>, ApiError> {
         let url = self.env_url(
             service,
             env,
@@ -788,7 +433,7 @@ impl Client {
     }
 
     /// `GET /v1/deployments/{id}`.
-    pub(crate) async fn deployment(&self, id: &str) -> Result<Deployment, ApiError> {
+    pub(crate) async fn deployment(&self, id: &str) -> Result<DeploymentView, ApiError> {
         self.get(self.url(&["v1", "deployments", id], &[])).await
     }
 
@@ -797,7 +442,7 @@ impl Client {
         &self,
         id: &str,
         after: usize,
-    ) -> Result<Vec<DeploymentEvent>, ApiError> {
+    ) -> Result<Vec<DeploymentEventView>, ApiError> {
         let url = self.url(
             &["v1", "deployments", id, "events"],
             &[("after", after.to_string())],
@@ -810,7 +455,7 @@ impl Client {
         &self,
         service: &str,
         env: &str,
-    ) -> Result<Vec<Revision>, ApiError> {
+    ) -> Result<Vec<RevisionView>, ApiError> {
         self.get(self.env_url(service, env, &["revisions"], &[]))
             .await
     }
@@ -821,7 +466,7 @@ impl Client {
         service: &str,
         env: &str,
         request: &RollbackRequest,
-    ) -> Result<Deployment, ApiError> {
+    ) -> Result<DeploymentView, ApiError> {
         let url = self.env_url(service, env, &["rollback"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
@@ -832,7 +477,7 @@ impl Client {
         service: &str,
         env: &str,
         request: &RolloutRequest,
-    ) -> Result<Deployment, ApiError> {
+    ) -> Result<DeploymentView, ApiError> {
         let url = self.env_url(service, env, &["rollout"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
@@ -842,7 +487,7 @@ impl Client {
         &self,
         service: &str,
         request: &PromoteRequest,
-    ) -> Result<Deployment, ApiError> {
+    ) -> Result<DeploymentView, ApiError> {
         let url = self.url(&["v1", "services", service, "promote"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
@@ -853,7 +498,7 @@ impl Client {
         service: &str,
         env: &str,
         request: &runway_api::types::SetVariables,
-    ) -> Result<Deployment, ApiError> {
+    ) -> Result<DeploymentView, ApiError> {
         let url = self.env_url(service, env, &["variables"], &[]);
         self.call(Method::POST, url, Some(request)).await
     }
@@ -863,7 +508,7 @@ impl Client {
         &self,
         after: Option<i64>,
         count: u32,
-    ) -> Result<Vec<runway_api::types::AuditEntryView>, ApiError> {
+    ) -> Result<Vec<AuditEntryView>, ApiError> {
         let query = match after {
             Some(after) => vec![("after", after.to_string()), ("limit", count.to_string())],
             None => vec![("last", count.to_string())],
@@ -872,7 +517,7 @@ impl Client {
     }
 
     /// `GET /v1/services/{service}/environments/{env}/status`.
-    pub(crate) async fn status(&self, service: &str, env: &str) -> Result<Status, ApiError> {
+    pub(crate) async fn status(&self, service: &str, env: &str) -> Result<StatusView, ApiError> {
         self.get(self.env_url(service, env, &["status"], &[])).await
     }
 
@@ -944,10 +589,16 @@ impl Client {
         env: &str,
         name: &str,
         value: &str,
-    ) -> Result<SecretInfo, ApiError> {
+    ) -> Result<SecretInfoView, ApiError> {
         let url = self.env_url(service, env, &["secrets", name], &[]);
-        self.call(Method::PUT, url, Some(&SetSecret { value }))
-            .await
+        self.call(
+            Method::PUT,
+            url,
+            Some(&SetSecret {
+                value: value.to_owned(),
+            }),
+        )
+        .await
     }
 
     /// `GET .../secrets`.
@@ -955,7 +606,7 @@ impl Client {
         &self,
         service: &str,
         env: &str,
-    ) -> Result<Vec<SecretInfo>, ApiError> {
+    ) -> Result<Vec<SecretInfoView>, ApiError> {
         self.get(self.env_url(service, env, &["secrets"], &[]))
             .await
     }

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode, Stdio};
 
+use crate::api::SetVariables;
 use anyhow::{Context, bail};
-use runway_api::types::SetVariables;
 use runway_manifest::{Manifest, ServiceConfig};
 
 use crate::local::table;
@@ -113,9 +113,10 @@ pub(crate) fn open(args: &OpenArgs) -> anyhow::Result<ExitCode> {
     let env = &args.target.env;
     let client = client()?;
     let status = tokio()?.block_on(client.status(&name, env))?;
-    let Some(url) = status.url.filter(|_| !status.routes.is_empty()) else {
+    if status.routes.is_empty() {
         bail!("{name} is not served in {env} yet: `runway deploy -e {env}` first");
-    };
+    }
+    let url = status.url;
     if args.print {
         print_stdout(&format!("{url}\n"));
         return Ok(ExitCode::SUCCESS);
@@ -179,9 +180,9 @@ pub(crate) fn env(command: &EnvCommand) -> anyhow::Result<ExitCode> {
     if output == Output::Text {
         print_stdout(&format!(
             "deployment {} of {name} to {}: revision {} ({}), with the variables changed\n",
-            deployment.id_text(),
+            deployment.id,
             target.env,
-            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.to_revision.as_str(),
             deployment.state.as_str()
         ));
     }

@@ -13,8 +13,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::api::{
-    ApiError, Client, CreateService, DeployRequest, Deployment, DeploymentEvent, DeploymentState,
-    LogLine, LogsQuery, PromoteRequest, RollbackRequest, RolloutRequest, UpdateService,
+    ApiError, Client, CreateService, CreateToken, DeployRequest, DeploymentEventView,
+    DeploymentStateView, DeploymentView, LogLine, LogsQuery, PromoteRequest, RollbackRequest,
+    RolloutCommandView, RolloutRequest, ScopeView, UpdateService,
 };
 use crate::config;
 use crate::local::table;
@@ -220,13 +221,13 @@ pub(crate) enum RolloutAction {
     Promote,
 }
 
-impl RolloutAction {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Pause => "pause",
-            Self::Resume => "resume",
-            Self::Abort => "abort",
-            Self::Promote => "promote",
+impl From<RolloutAction> for RolloutCommandView {
+    fn from(action: RolloutAction) -> Self {
+        match action {
+            RolloutAction::Pause => Self::Pause,
+            RolloutAction::Resume => Self::Resume,
+            RolloutAction::Abort => Self::Abort,
+            RolloutAction::Promote => Self::Promote,
         }
     }
 }
@@ -517,20 +518,14 @@ fn read_token() -> anyhow::Result<String> {
 }
 
 /// What a token may do, in a few words.
-fn describe_scope(scope: &Value) -> String {
-    if scope.get("admin").is_some() {
-        return "admin".to_owned();
+fn describe_scope(scope: &ScopeView) -> String {
+    match scope {
+        ScopeView::Admin {} => "admin".to_owned(),
+        ScopeView::Deploy {
+            service,
+            environments,
+        } => format!("deploy {service} to {}", environments.join(", ")),
     }
-    if let Some(deploy) = scope.get("deploy") {
-        let service = deploy.get("service").and_then(Value::as_str).unwrap_or("?");
-        let envs: Vec<&str> = deploy
-            .get("environments")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        return format!("deploy {service} to {}", envs.join(", "));
-    }
-    scope.to_string()
 }
 
 /// Reads a line from the terminal without echoing it.
@@ -771,8 +766,8 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     if args.output.output == Output::Text {
         print_stdout(&format!(
             "deployment {} of {name} to {env}: revision {} ({})\n",
-            deployment.id_text(),
-            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.id,
+            deployment.to_revision.as_str(),
             deployment.state.as_str()
         ));
     }
@@ -893,7 +888,7 @@ fn env_file_vars(
 pub(crate) fn finish(
     rt: &tokio::runtime::Runtime,
     client: &Client,
-    deployment: Deployment,
+    deployment: DeploymentView,
     wait: &WaitArgs,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
@@ -903,7 +898,7 @@ pub(crate) fn finish(
         deployment,
         wait,
         output,
-        DeploymentState::Succeeded,
+        DeploymentStateView::Succeeded,
     )
 }
 
@@ -912,10 +907,10 @@ pub(crate) fn finish(
 fn finish_expecting(
     rt: &tokio::runtime::Runtime,
     client: &Client,
-    deployment: Deployment,
+    deployment: DeploymentView,
     wait: &WaitArgs,
     output: Output,
-    expected: DeploymentState,
+    expected: DeploymentStateView,
 ) -> anyhow::Result<ExitCode> {
     if !wait.wait {
         if output == Output::Json {
@@ -923,7 +918,7 @@ fn finish_expecting(
         } else {
             print_stdout(&format!(
                 "follow it with `runway events --deployment {0}`, or pass --wait\n",
-                deployment.id_text()
+                deployment.id
             ));
         }
         return Ok(ExitCode::SUCCESS);
@@ -932,9 +927,9 @@ fn finish_expecting(
     if output == Output::Json {
         print_json(&last)?;
     }
-    let id = last.id_text();
+    let id = last.id.to_string();
     Ok(match outcome {
-        Outcome::Ended(_) if expected != DeploymentState::Succeeded => {
+        Outcome::Ended(_) if expected != DeploymentStateView::Succeeded => {
             let reason = last.reason.as_deref().unwrap_or("no reason given");
             let state = last.state.as_str().replace('_', " ");
             if last.state == expected {
@@ -950,9 +945,9 @@ fn finish_expecting(
             }
         }
         Outcome::Ended(watched) => match last.state {
-            DeploymentState::Succeeded => {
+            DeploymentStateView::Succeeded => {
                 // From its creation to its end, as the server recorded them; else as watched.
-                let took = |d: &Deployment| {
+                let took = |d: &DeploymentView| {
                     let at = |t: &str| runway_store::Timestamp::parse_rfc3339(t);
                     let (start, end) = (at(&d.created_at)?, at(&d.updated_at)?);
                     let ms = end.unix_millis().checked_sub(start.unix_millis())?;
@@ -978,12 +973,11 @@ fn finish_expecting(
                     let url = rt
                         .block_on(client.status(&last.service, &last.env))
                         .ok()
-                        .and_then(|status| status.url)
-                        .map(|url| format!("\n{}", served_at(&url)))
+                        .map(|status| format!("\n{}", served_at(&status.url)))
                         .unwrap_or_default();
                     print_stdout(&format!(
                         "deployment {id} succeeded in {took}: {} serves {} of {}{url}\n",
-                        last.to_revision.as_deref().unwrap_or("the new revision"),
+                        last.to_revision.as_str(),
                         last.env,
                         last.service
                     ));
@@ -994,7 +988,7 @@ fn finish_expecting(
                 eprintln!(
                     "error: deployment {id} {}: {}",
                     match last.state {
-                        DeploymentState::RolledBack => "was rolled back",
+                        DeploymentStateView::RolledBack => "was rolled back",
                         _ => "failed",
                     },
                     last.reason.as_deref().unwrap_or("no reason given")
@@ -1062,11 +1056,11 @@ fn humanize(d: Duration) -> String {
 /// server that cannot be reached is asked again (it may be restarting) for [`LOST_AFTER`].
 pub(crate) async fn wait_for(
     client: &Client,
-    mut deployment: Deployment,
+    mut deployment: DeploymentView,
     timeout: Duration,
     output: Output,
-) -> Result<(Deployment, Outcome), ApiError> {
-    let id = deployment.id_text();
+) -> Result<(DeploymentView, Outcome), ApiError> {
+    let id = deployment.id.to_string();
     let start = Instant::now();
     let deadline = start + timeout;
     let spinner = std::io::stderr().is_terminal();
@@ -1148,7 +1142,7 @@ fn clear_spinner(spinner: bool) {
 }
 
 /// Events as `HH:MM:SS  message`: on stdout, or on stderr when stdout holds JSON.
-fn print_events(events: &[DeploymentEvent], output: Output, spinner: bool) {
+fn print_events(events: &[DeploymentEventView], output: Output, spinner: bool) {
     if events.is_empty() {
         return;
     }
@@ -1193,10 +1187,7 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
         "{} in {}: {}\n",
         name,
         args.target.env,
-        status
-            .url
-            .as_deref()
-            .map_or_else(|| "no URL".to_owned(), served_at)
+        served_at(&status.url)
     );
     let traffic: Vec<String> = status
         .routes
@@ -1357,10 +1348,10 @@ pub(crate) fn rollback(args: &RollbackArgs) -> anyhow::Result<ExitCode> {
     if args.output.output == Output::Text {
         print_stdout(&format!(
             "rollback {} of {name} in {}: {} → {} ({})\n",
-            deployment.id_text(),
+            deployment.id,
             args.target.env,
             deployment.from_revision.as_deref().unwrap_or("-"),
-            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.to_revision.as_str(),
             deployment.state.as_str()
         ));
     }
@@ -1372,21 +1363,21 @@ pub(crate) fn rollout(args: &RolloutArgs) -> anyhow::Result<ExitCode> {
     let client = client()?;
     let rt = tokio()?;
     let request = RolloutRequest {
-        command: args.action.as_str(),
+        command: args.action.into(),
     };
     let deployment = rt.block_on(client.rollout(&name, &args.target.env, &request))?;
     let expected = match args.action {
-        RolloutAction::Abort => DeploymentState::RolledBack,
-        _ => DeploymentState::Succeeded,
+        RolloutAction::Abort => DeploymentStateView::RolledBack,
+        _ => DeploymentStateView::Succeeded,
     };
     if args.output.output == Output::Text {
         print_stdout(&format!(
             "{} asked of deployment {} of {name} in {}: {} → {} ({})\n",
-            args.action.as_str(),
-            deployment.id_text(),
+            request.command.as_str(),
+            deployment.id,
             args.target.env,
             deployment.from_revision.as_deref().unwrap_or("-"),
-            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.to_revision.as_str(),
             deployment.state.as_str()
         ));
     }
@@ -1412,10 +1403,10 @@ pub(crate) fn promote(args: &PromoteArgs) -> anyhow::Result<ExitCode> {
     if args.output.output == Output::Text {
         print_stdout(&format!(
             "promotion {} of {name} from {} to {}: revision {} ({})\n",
-            deployment.id_text(),
+            deployment.id,
             args.from,
             args.to,
-            deployment.to_revision.as_deref().unwrap_or("-"),
+            deployment.to_revision.as_str(),
             deployment.state.as_str()
         ));
     }
@@ -1431,7 +1422,7 @@ pub(crate) fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
             let name = service_name(args.path.as_deref(), args.service.as_deref())?;
             let latest = rt.block_on(client.deployments(&name, &args.env, 1))?;
             match latest.first() {
-                Some(d) => d.id_text(),
+                Some(d) => d.id.to_string(),
                 None => bail!("{name} has no deployment in {}", args.env),
             }
         }
@@ -1449,11 +1440,11 @@ pub(crate) fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
         Output::Text => {
             print_stdout(&format!(
                 "deployment {id} ({}) of {} to {}: {} → {}, {}{}\n",
-                deployment.kind,
+                deployment.kind.as_str(),
                 deployment.service,
                 deployment.env,
                 deployment.from_revision.as_deref().unwrap_or("-"),
-                deployment.to_revision.as_deref().unwrap_or("-"),
+                deployment.to_revision.as_str(),
                 deployment.state.as_str(),
                 deployment
                     .reason
@@ -1541,32 +1532,13 @@ fn write_stdout(text: &str) -> bool {
 
 // ---- tokens ----
 
-fn scope_text(scope: &Value) -> String {
-    match scope.get("deploy") {
-        Some(deploy) => format!(
-            "deploy {} in {}",
-            deploy.get("service").and_then(Value::as_str).unwrap_or("?"),
-            deploy
-                .get("environments")
-                .and_then(Value::as_array)
-                .map(|envs| envs
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", "))
-                .unwrap_or_default()
-        ),
-        None => "admin".to_owned(),
-    }
-}
-
 pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
     let client = client()?;
     let rt = tokio()?;
     match command {
         TokensCommand::Create(args) => {
             let scope = match &args.service {
-                None if args.admin => serde_json::json!({"admin": {}}),
+                None if args.admin => ScopeView::Admin {},
                 None if args.environments.is_empty() => bail!(
                     "say what the token may do: --service NAME --env ENV for a deploy token, or \
                      --admin for one that may do everything"
@@ -1575,26 +1547,26 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
                 Some(_) if args.environments.is_empty() => {
                     bail!("a deploy token needs at least one --env it may act in")
                 }
-                Some(service) => serde_json::json!({"deploy": {
-                    "service": service,
-                    "environments": args.environments,
-                }}),
+                Some(service) => ScopeView::Deploy {
+                    service: service.clone(),
+                    environments: args.environments.clone(),
+                },
             };
-            let mut request = serde_json::json!({"name": args.name, "scope": scope});
-            if let Some(lifetime) = args.expires_in {
-                request["expires_in_seconds"] = lifetime.as_secs().into();
-            }
+            let request = CreateToken {
+                name: args.name.clone(),
+                scope,
+                expires_in_seconds: args.expires_in.map(|lifetime| lifetime.as_secs()),
+            };
             let created = rt.block_on(client.create_token(&request))?;
             match args.output.output {
                 Output::Json => print_json(&created)?,
                 Output::Text => {
-                    let info = &created["info"];
                     print_stdout(&format!(
                         "token {} ({}, {}); shown this once:\n{}\n",
-                        info["id"],
-                        args.name,
-                        scope_text(&info["scope"]),
-                        created["token"].as_str().unwrap_or_default()
+                        created.info.id,
+                        created.info.name,
+                        describe_scope(&created.info.scope),
+                        created.token
                     ));
                 }
             }
@@ -1604,7 +1576,7 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
             match output.output {
                 Output::Json => print_json(&list)?,
                 Output::Text => {
-                    let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
+                    let text = |v: &Option<String>| v.as_deref().unwrap_or("-").to_owned();
                     let mut rows = vec![[
                         "ID".to_owned(),
                         "NAME".to_owned(),
@@ -1614,11 +1586,11 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
                     ]];
                     for t in &list {
                         rows.push([
-                            t["id"].to_string(),
-                            text(&t["name"]),
-                            scope_text(&t["scope"]),
-                            text(&t["expires_at"]),
-                            text(&t["revoked_at"]),
+                            t.id.to_string(),
+                            t.name.clone(),
+                            describe_scope(&t.scope),
+                            text(&t.expires_at),
+                            text(&t.revoked_at),
                         ]);
                     }
                     print_stdout(&table(&rows));
@@ -1671,9 +1643,7 @@ pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
                 Output::Json => print_json(&info)?,
                 Output::Text => print_stdout(&format!(
                     "set {} for {name} in {} (version {}); deploy again for instances to get it\n",
-                    info.name,
-                    args.target.env,
-                    version_text(&info.version)
+                    info.name, args.target.env, info.version
                 )),
             }
         }
@@ -1693,7 +1663,7 @@ pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
                     for s in &list {
                         rows.push([
                             s.name.clone(),
-                            version_text(&s.version),
+                            s.version.to_string(),
                             s.created_at.clone(),
                             s.created_by.clone(),
                         ]);
@@ -1727,14 +1697,6 @@ fn strip_newline(value: &str) -> &str {
         .strip_suffix("\r\n")
         .or_else(|| value.strip_suffix('\n'))
         .unwrap_or(value)
-}
-
-fn version_text(version: &Value) -> String {
-    match version {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".to_owned(),
-        other => other.to_string(),
-    }
 }
 
 /// The API client's error behind an error that reached `main`, if there is one.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use runway_runtime::Runtime;
 
-use crate::api::{Client, CreateService, Deployment, DeploymentState};
+use crate::api::{Client, CreateService, DeploymentStateView, DeploymentView};
 use crate::platform::{deploy_request, upload_code, wait_for};
 use crate::repo::{discover, valid_services};
 use crate::server::{IngressConfig, Running, ServerConfig};
@@ -322,7 +322,7 @@ async fn deploy(
     let deployment = client.deploy(SERVICE, ENV, request).await?;
     say(&format!(
         "deploying the {what}: {}",
-        deployment.to_revision.as_deref().unwrap_or("?")
+        deployment.to_revision.as_str()
     ));
     let (deployment, _) = wait_for(client, deployment, Duration::from_secs(120), Output::Text)
         .await
@@ -330,16 +330,16 @@ async fn deploy(
     succeeded(&deployment)
 }
 
-fn succeeded(deployment: &Deployment) -> anyhow::Result<String> {
-    let revision = deployment.to_revision.clone().unwrap_or_default();
-    if deployment.state != DeploymentState::Succeeded {
+fn succeeded(deployment: &DeploymentView) -> anyhow::Result<String> {
+    let revision = &deployment.to_revision;
+    if deployment.state != DeploymentStateView::Succeeded {
         bail!(
             "the deployment of {revision} ended {}: {}",
             deployment.state.as_str(),
             deployment.reason.as_deref().unwrap_or("no reason given")
         );
     }
-    Ok(revision)
+    Ok(revision.clone())
 }
 
 /// Clients requesting `/` through the ingress over HTTPS (the platform's CA trusted, SNI and
