@@ -130,7 +130,7 @@ pub struct CreateService {
     #[serde(default)]
     pub owners: Vec<String>,
     /// Its environments; all the server's when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(min_items = 1)]
     pub environments: Option<Vec<String>>,
 }
@@ -183,17 +183,17 @@ pub struct DeployRequest {
     #[serde(default)]
     pub env_vars: BTreeMap<String, String>,
     /// An image reference; overrides `spec.image`. A tag is resolved to a digest once, here.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// For a process artifact: the code snapshot it runs (`sha256:…`), uploaded first with
     /// `PUT …/sources/{digest}`. The revision keeps it: a rollback or a promotion runs this
     /// code, whatever has changed since.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// Start the rollout paused: the new revision starts but its strategy takes no step
     /// until `rollout` is asked to resume or promote. Only progressive strategies
     /// (`regional_rollout`, `runway_canary`, `runway_blue_green`) have steps to pause.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause: bool,
 }
 
@@ -427,7 +427,7 @@ impl From<Revision> for RevisionView {
 #[serde(deny_unknown_fields)]
 pub struct RollbackRequest {
     /// The revision to go back to; the one before the serving one when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
 }
 
@@ -445,7 +445,7 @@ pub struct SetVariables {
     #[serde(default)]
     pub unset: Vec<String>,
     /// Start a progressive rollout paused, as for a deploy.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause: bool,
 }
 
@@ -761,7 +761,7 @@ pub struct CreateToken {
     /// What it allows.
     pub scope: ScopeView,
     /// Seconds until it expires (at most ten years); never when absent.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 315_360_000)]
     pub expires_in_seconds: Option<u64>,
 }

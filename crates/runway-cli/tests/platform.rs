@@ -188,15 +188,17 @@ fn contract(r: &Recorded) -> Reply {
             let body = r.json();
             Reply::Json(
                 201,
-                json!({"name": body["name"], "owners": body["owners"],
+                json!({"id": 2, "name": body["name"], "owners": body["owners"],
                        "environments": body.get("environments").cloned().unwrap_or(json!(["dev", "staging", "production"])),
-                       "created_at": "2026-11-21T14:00:00Z", "created_by": "admin"}),
+                       "created_at": "2026-11-21T14:00:00Z", "created_by": "admin",
+                       "allow_processes": false}),
             )
         }
         ("GET", ["v1", "services"]) => Reply::Json(
             200,
-            json!([{"name": "hello", "owners": ["a@example.com"], "environments": ["dev", "staging"],
-                    "created_at": "2026-11-21T14:00:00Z", "created_by": "admin"}]),
+            json!([{"id": 1, "name": "hello", "owners": ["a@example.com"], "environments": ["dev", "staging"],
+                    "created_at": "2026-11-21T14:00:00Z", "created_by": "admin",
+                    "allow_processes": false}]),
         ),
         ("DELETE", ["v1", "services", name]) => Reply::Json(200, json!({"decommissioned": name})),
         ("POST", ["v1", "services", _, "environments", _, "deployments"]) => {
@@ -221,7 +223,7 @@ fn contract(r: &Recorded) -> Reply {
         ("GET", ["v1", "services", _, "environments", _, "revisions"]) => Reply::Json(
             200,
             json!([{"name": "hello-dev-00002", "number": 2, "service": "hello", "env": "dev",
-                    "image": "reg/hello@sha256:abc", "source_dir": null, "env_vars": {"A": "1"},
+                    "image": "reg/hello@sha256:abc", "source": null, "env_vars": {"A": "1"},
                     "secret_versions": {"DB_PASSWORD": 3}, "created_by": "admin",
                     "created_at": "2026-11-21T14:00:00Z", "manifest": {}}]),
         ),
@@ -1358,7 +1360,10 @@ fn an_admin_token_is_made_only_when_asked_for() {
         (r.method == "POST" && r.path == "/v1/tokens").then(|| {
             Reply::Json(
                 201,
-                json!({"info": {"id": 3, "scope": {"admin": {}}}, "token": "runway_admin_x"}),
+                json!({"info": {"id": 3, "name": "ops", "scope": {"admin": {}}, "expires_at": null,
+                                "revoked_at": null, "created_at": "2026-11-21T14:00:00Z",
+                                "created_by": "admin"},
+                       "token": "runway_admin_x"}),
             )
         })
     });
