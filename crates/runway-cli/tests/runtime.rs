@@ -1156,3 +1156,162 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
         .collect();
     assert!(left.is_empty(), "leases left: {left:?}");
 }
+
+/// The local driver runs a revision workload's replicas: as many as asked, the named ones
+/// retired first, their output tailed and followed across a scale-up, all stopped on removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_driver_scales_a_revision_workload_and_follows_its_output() {
+    use runway_driver::{Driver, LogQuery, Scale, Workload};
+    use runway_runtime::{LocalDriver, LocalDriverOptions};
+    let Some(busybox) = busybox() else { return };
+    let fixture = Fixture::new();
+    // A code snapshot, where the driver looks for it: `<snapshots>/<service id>/<hex>`.
+    let snapshots = fixture.work.path().join("snapshots");
+    let hex = "ab".repeat(32);
+    let code = snapshots.join("7").join(&hex);
+    std::fs::create_dir_all(&code).unwrap();
+    std::fs::write(code.join("healthz"), "ok\n").unwrap();
+    let manifest: runway_manifest::Manifest = serde_json::from_value(serde_json::json!({
+        "apiVersion": "runway/v1",
+        "kind": "RunwayService",
+        "metadata": {"name": "hello"},
+        "spec": {
+            "container_port": 8080,
+            "startup_probe": {"path": "/healthz", "period_seconds": 1, "failure_threshold": 30},
+            "workload": {"process": {"command": ["/bin/sh", "-c", format!(
+                "echo serving on $PORT; exec {} httpd -f -p 127.0.0.1:$PORT -h .",
+                busybox.display()
+            )]}}
+        }
+    }))
+    .unwrap();
+    let workload = Workload {
+        service: "hello".into(),
+        service_id: 7,
+        env: "dev".into(),
+        revision: "hello-dev-00001".into(),
+        config: runway_manifest::ServiceConfig::from_manifest(
+            &manifest,
+            Some("dev"),
+            &BTreeMap::new(),
+        ),
+        image: None,
+        source: Some(format!("sha256:{hex}")),
+        secrets: BTreeMap::from([("API_KEY".to_owned(), "hunter2".to_owned())]),
+    };
+    let state = tempfile::tempdir().unwrap();
+    let runtime = std::sync::Arc::new(LocalRuntime::new(LocalConfig::new(
+        state.path(),
+        fixture.supervisor.clone(),
+    )));
+    let driver = LocalDriver::new(
+        runtime,
+        LocalDriverOptions {
+            sandbox: None,
+            snapshots: Some(snapshots),
+        },
+    );
+    let mut changes = driver.changes();
+    let ready = |count: usize| {
+        let driver = driver.clone();
+        async move {
+            tokio::time::timeout(WAIT, async {
+                loop {
+                    let replicas = driver.replicas().await.unwrap();
+                    let ready: Vec<_> = replicas.into_iter().filter(|r| r.ready).collect();
+                    if ready.len() == count {
+                        return ready;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+            .await
+            .expect("replicas ready in time")
+        }
+    };
+
+    let scale = |replicas: u32, retire: Vec<String>| Scale { replicas, retire };
+    let started = driver.scale(&workload, &scale(2, vec![])).await.unwrap();
+    assert_eq!(started.len(), 2, "{started:?}");
+    let both = ready(2).await;
+    assert!(changes.has_changed().unwrap() || changes.changed().await.is_ok());
+    for replica in &both {
+        assert_eq!(replica.revision.as_deref(), Some("hello-dev-00001"));
+        assert!(replica.managed);
+        let address = replica.address.expect("a ready replica has an address");
+        let body = tokio::task::spawn_blocking(move || http_get(address.port(), "/healthz"))
+            .await
+            .unwrap();
+        assert!(body.ends_with("ok\n"), "{body}");
+    }
+    // Asking again changes nothing.
+    let again = driver.scale(&workload, &scale(2, vec![])).await.unwrap();
+    assert_eq!(again.len(), 2);
+
+    // One fewer, the named one first.
+    let (gone, kept) = (both[0].id.clone(), both[1].id.clone());
+    driver
+        .scale(&workload, &scale(1, vec![gone.clone()]))
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, async {
+        while driver
+            .replicas()
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.id == gone)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("the retired replica stopped and was removed");
+    assert_eq!(ready(1).await[0].id, kept);
+
+    // Output: tailed, then followed, a replica started later included.
+    let query = LogQuery {
+        service: "hello".into(),
+        env: "dev".into(),
+        replica: None,
+        tail: 10,
+    };
+    let lines = driver.logs(&query).await.unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.replica == kept && l.text.starts_with("serving on")),
+        "{lines:?}"
+    );
+    let other_env = LogQuery {
+        env: "prod".into(),
+        ..query.clone()
+    };
+    assert!(driver.logs(&other_env).await.unwrap().is_empty());
+    let mut followed = driver.follow(&query).await.unwrap();
+    driver.scale(&workload, &scale(2, vec![])).await.unwrap();
+    let newcomer = tokio::time::timeout(WAIT, async {
+        loop {
+            let line = followed.recv().await.expect("the follow goes on");
+            if line.replica != kept && line.text.starts_with("serving on") {
+                return line.replica;
+            }
+        }
+    })
+    .await
+    .expect("the new replica's output is followed");
+    assert_ne!(newcomer, gone);
+
+    // Removed: every replica stops and is forgotten.
+    driver
+        .remove("hello", "dev", "hello-dev-00001")
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, async {
+        while !driver.replicas().await.unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("every replica removed");
+}

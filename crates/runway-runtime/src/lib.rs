@@ -6,8 +6,9 @@
 //!   instance (a command, or a container through runc), probes it, restarts it with backoff,
 //!   writes its output to rotating files and serves its status on a unix socket. It outlives the
 //!   process that asked for the instance.
-//! - [`runtime`] is the interface the control plane drives; [`local`] implements it on this
-//!   machine, pulling images with `runway-oci`.
+//! - [`runtime`] is the per-instance interface; [`local`] implements it on this machine,
+//!   pulling images with `runway-oci`. [`driver`] is the control plane's seam
+//!   (`runway_driver::Driver`, revision workloads with N replicas) over it.
 //! - [`spec`] and [`status`] are what goes in and what comes out; [`service`] makes a spec from
 //!   a service's settings.
 //! - [`sandbox`] isolates a tenant's plain process: run by the OCI runtime as images are, as
@@ -16,6 +17,7 @@
 //!   veth pair on a `/30` leased from the operator's range, with no route out.
 
 mod container;
+pub mod driver;
 pub mod local;
 pub mod logs;
 pub mod network;
@@ -29,6 +31,7 @@ pub mod spec;
 pub mod status;
 pub mod supervisor;
 
+pub use driver::{LocalDriver, LocalDriverOptions};
 pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
 pub use runtime::{Runtime, RuntimeError};
 pub use runway_oci::{Credentials, Digest, PullOptions};

@@ -64,65 +64,8 @@ impl InstanceStatus {
     }
 }
 
-/// The lifecycle of an instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// The process is being started, or runs and has not yet passed its startup probe.
-    Starting,
-    /// Started and past its startup probe; see `ready` for traffic.
-    Running,
-    /// Ended and waiting to be started again.
-    BackingOff,
-    /// Ended `crash_loop_after` times in a row; still restarted, with backoff.
-    CrashLoop,
-    /// Asked to stop; the stop signal was sent.
-    Stopping,
-    /// Stopped on request.
-    Stopped,
-    /// Ended on its own with success and, by its restart policy, not started again.
-    Exited,
-    /// Ended with a failure and, by its restart policy, not started again.
-    Failed,
-}
-
-impl Phase {
-    /// The supervisor has nothing left to do.
-    pub fn is_final(self) -> bool {
-        matches!(self, Phase::Stopped | Phase::Exited | Phase::Failed)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Starting => "starting",
-            Phase::Running => "running",
-            Phase::BackingOff => "backing_off",
-            Phase::CrashLoop => "crash_loop",
-            Phase::Stopping => "stopping",
-            Phase::Stopped => "stopped",
-            Phase::Exited => "exited",
-            Phase::Failed => "failed",
-        }
-    }
-}
-
-/// How a process of the instance ended, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitRecord {
-    /// The exit code, or 128 + the signal number.
-    pub code: i32,
-    /// The signal that ended it, by name.
-    pub signal: Option<String>,
-    /// Killed by the kernel for going over its memory limit.
-    pub oom_killed: bool,
-    /// The supervisor ended it: a failed probe, or a stop that outlasted its grace period.
-    pub cause: Option<String>,
-    /// One line for people: "exited with code 1", "liveness probe failed: ...".
-    pub reason: String,
-    /// The last lines the process wrote, stdout and stderr interleaved.
-    pub last_output: Vec<String>,
-    pub at_ms: u64,
-}
+// The lifecycle and how a process ended are the driver seam's, shared with every driver.
+pub use runway_driver::{ExitRecord, Phase};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
