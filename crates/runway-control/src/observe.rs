@@ -1,23 +1,11 @@
 //! From what the runtime reports to what the planner reads: instance ids, states and the
 //! reasons of failures.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use runway_reconciler::InstanceState;
 use runway_runtime::{InstanceStatus, Phase};
 
-/// The revision an instance belongs to: its id minus the last `-` segment (the contract's
-/// `{revision}-{6 hex}`). `None` for an id not of that shape.
-pub(crate) fn revision_of(id: &str) -> Option<&str> {
-    let (revision, suffix) = id.rsplit_once('-')?;
-    let hex = suffix.len() == 6
-        && suffix
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (hex && !revision.is_empty()).then_some(revision)
-}
+// Replica ids are the driver seam's: `{revision}-{6 hex}`.
+pub(crate) use runway_driver::{new_replica_id as new_instance_id, revision_of};
 
 /// The service and environment of an instance the platform started (the runtime reports it
 /// [`managed`](InstanceStatus::managed)) of revision `name`, from the service its runtime
@@ -28,21 +16,8 @@ pub(crate) fn managed_key(status: &InstanceStatus, name: &str) -> Option<(String
         return None;
     }
     let service = status.service.as_deref()?;
-    let (env, number) = name
-        .strip_prefix(service)?
-        .strip_prefix('-')?
-        .rsplit_once('-')?;
-    let number_shaped = number.len() == 5 && number.bytes().all(|b| b.is_ascii_digit());
-    (number_shaped && !env.is_empty()).then(|| (service.to_owned(), env.to_owned()))
-}
-
-/// A new instance id for `revision`: `{revision}-{6 lower-case hex}`, random.
-pub(crate) fn new_instance_id(revision: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    hasher.write_u64(runway_runtime::status::now_ms());
-    format!("{revision}-{:06x}", hasher.finish() & 0x00ff_ffff)
+    let env = runway_driver::env_of(service, name)?;
+    Some((service.to_owned(), env.to_owned()))
 }
 
 /// What the controller remembers of one instance between reconciliations.
@@ -127,19 +102,6 @@ pub(crate) fn failure_reason(status: &InstanceStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_name_their_revision() {
-        assert_eq!(
-            revision_of("hello-dev-00002-3f9a1c"),
-            Some("hello-dev-00002")
-        );
-        assert_eq!(revision_of("hello-dev-00002"), None);
-        assert_eq!(revision_of("hello"), None);
-        let id = new_instance_id("hello-dev-00002");
-        assert_eq!(revision_of(&id), Some("hello-dev-00002"), "{id}");
-        assert_ne!(new_instance_id("a"), new_instance_id("a"));
-    }
 
     fn status(service: &str, revision: &str, managed: bool) -> InstanceStatus {
         InstanceStatus {

@@ -264,6 +264,17 @@ pub fn revision_of(id: &str) -> Option<&str> {
     (hex && !revision.is_empty()).then_some(revision)
 }
 
+/// The environment of a revision of `service` named `{service}-{env}-{5 digits}`, as the
+/// control plane names revisions; `None` for a name not of that shape.
+pub fn env_of<'a>(service: &str, revision: &'a str) -> Option<&'a str> {
+    let (env, number) = revision
+        .strip_prefix(service)?
+        .strip_prefix('-')?
+        .rsplit_once('-')?;
+    let number_shaped = number.len() == 5 && number.bytes().all(|b| b.is_ascii_digit());
+    (number_shaped && !env.is_empty()).then_some(env)
+}
+
 /// A new replica id for `revision`: `{revision}-{6 lower-case hex}`, random.
 pub fn new_replica_id(revision: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -293,6 +304,9 @@ mod tests {
         let id = new_replica_id("hello-dev-00002");
         assert_eq!(revision_of(&id), Some("hello-dev-00002"), "{id}");
         assert_ne!(new_replica_id("a"), new_replica_id("a"));
+        assert_eq!(env_of("hello", "hello-dev-00002"), Some("dev"));
+        assert_eq!(env_of("hello", "hello-dev-2"), None);
+        assert_eq!(env_of("hello", "world-dev-00002"), None);
     }
 
     #[test]

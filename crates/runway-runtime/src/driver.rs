@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use runway_driver::{
-    Driver, DriverError, LogLine, LogQuery, Replica, Scale, Stream, Workload, new_replica_id,
-    revision_of,
+    Driver, DriverError, LogLine, LogQuery, Replica, Scale, Stream, Workload, env_of,
+    new_replica_id, revision_of,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -189,16 +189,6 @@ impl LocalDriver {
                 .collect()),
         }
     }
-}
-
-/// The environment of a revision named `{service}-{env}-{5 digits}`.
-fn env_of<'a>(service: &str, revision: &'a str) -> Option<&'a str> {
-    let (env, number) = revision
-        .strip_prefix(service)?
-        .strip_prefix('-')?
-        .rsplit_once('-')?;
-    let number_shaped = number.len() == 5 && number.bytes().all(|b| b.is_ascii_digit());
-    (number_shaped && !env.is_empty()).then_some(env)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
