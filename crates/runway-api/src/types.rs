@@ -235,12 +235,57 @@ pub enum DeploymentStateView {
     RolledBack,
 }
 
+// The views' names and rules are the store's: one table of each, reached by conversion.
+
+impl From<runway_store::DeploymentKind> for DeploymentKindView {
+    fn from(kind: runway_store::DeploymentKind) -> Self {
+        use runway_store::DeploymentKind as K;
+        match kind {
+            K::Deploy => Self::Deploy,
+            K::Rollback => Self::Rollback,
+            K::Promote => Self::Promote,
+        }
+    }
+}
+
+impl From<DeploymentKindView> for runway_store::DeploymentKind {
+    fn from(kind: DeploymentKindView) -> Self {
+        match kind {
+            DeploymentKindView::Deploy => Self::Deploy,
+            DeploymentKindView::Rollback => Self::Rollback,
+            DeploymentKindView::Promote => Self::Promote,
+        }
+    }
+}
+
 impl DeploymentKindView {
+    /// `deploy`, `rollback` or `promote`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Deploy => "deploy",
-            Self::Rollback => "rollback",
-            Self::Promote => "promote",
+        runway_store::DeploymentKind::from(self).as_str()
+    }
+}
+
+impl From<runway_store::DeploymentState> for DeploymentStateView {
+    fn from(state: runway_store::DeploymentState) -> Self {
+        use runway_store::DeploymentState as S;
+        match state {
+            S::Pending => Self::Pending,
+            S::Progressing => Self::Progressing,
+            S::Succeeded => Self::Succeeded,
+            S::Failed => Self::Failed,
+            S::RolledBack => Self::RolledBack,
+        }
+    }
+}
+
+impl From<DeploymentStateView> for runway_store::DeploymentState {
+    fn from(state: DeploymentStateView) -> Self {
+        match state {
+            DeploymentStateView::Pending => Self::Pending,
+            DeploymentStateView::Progressing => Self::Progressing,
+            DeploymentStateView::Succeeded => Self::Succeeded,
+            DeploymentStateView::Failed => Self::Failed,
+            DeploymentStateView::RolledBack => Self::RolledBack,
         }
     }
 }
@@ -248,17 +293,12 @@ impl DeploymentKindView {
 impl DeploymentStateView {
     /// Whether the deployment has ended.
     pub fn is_final(self) -> bool {
-        matches!(self, Self::Succeeded | Self::Failed | Self::RolledBack)
+        runway_store::DeploymentState::from(self).is_terminal()
     }
 
+    /// `pending`, `progressing`, `succeeded`, `failed` or `rolled_back`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Progressing => "progressing",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::RolledBack => "rolled_back",
-        }
+        runway_store::DeploymentState::from(self).as_str()
     }
 }
 
@@ -291,25 +331,14 @@ pub struct DeploymentView {
 
 impl From<Deployment> for DeploymentView {
     fn from(d: Deployment) -> Self {
-        use runway_store::{DeploymentKind as K, DeploymentState as S};
         Self {
             id: d.id,
             service: d.service,
             env: d.env,
-            kind: match d.kind {
-                K::Deploy => DeploymentKindView::Deploy,
-                K::Rollback => DeploymentKindView::Rollback,
-                K::Promote => DeploymentKindView::Promote,
-            },
+            kind: d.kind.into(),
             from_revision: d.from_revision,
             to_revision: d.to_revision,
-            state: match d.state {
-                S::Pending => DeploymentStateView::Pending,
-                S::Progressing => DeploymentStateView::Progressing,
-                S::Succeeded => DeploymentStateView::Succeeded,
-                S::Failed => DeploymentStateView::Failed,
-                S::RolledBack => DeploymentStateView::RolledBack,
-            },
+            state: d.state.into(),
             reason: d.reason,
             created_by: d.created_by,
             created_at: ts(d.created_at),
@@ -572,13 +601,9 @@ pub enum RolloutCommandView {
 }
 
 impl RolloutCommandView {
+    /// `pause`, `resume`, `abort` or `promote`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pause => "pause",
-            Self::Resume => "resume",
-            Self::Abort => "abort",
-            Self::Promote => "promote",
-        }
+        runway_store::RolloutCommand::from(self).as_str()
     }
 }
 
