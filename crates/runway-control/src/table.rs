@@ -36,19 +36,13 @@ pub(crate) fn build_table(
                     .filter(|(key, _)| !state.services.contains_key(*key))
                     .map(|(_, route)| route.clone()),
             )
+            // Registered, and neither deployed nor served: a route with no revision.
             .chain(
                 state
                     .known
                     .iter()
                     .filter(|key| not_served(key))
-                    .map(|key| RouteConfig {
-                        service: key.0.clone(),
-                        env: key.1.clone(),
-                        domains: Vec::new(),
-                        request_timeout_seconds: 300.0,
-                        sticky: false,
-                        revisions: Vec::new(),
-                    }),
+                    .filter_map(|key| route(state, key, &ServiceState::default())),
             )
             .collect(),
     }
