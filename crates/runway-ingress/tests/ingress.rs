@@ -440,6 +440,12 @@ async fn a_failing_revision_and_a_service_with_none_serving_get_a_503_at_once() 
             ..Options::default()
         };
         let running = start(Ingress::new(options)).await;
+        // hello-1 with its one instance, ready or not, marked failing or not.
+        let hello = |ready: bool, failing: bool| {
+            let mut revision = revision("hello-1", 100, vec![instance(up.address, ready, 0)]);
+            revision.failing = failing;
+            table(5.0, vec![revision])
+        };
 
         // A known service with no revision serving: a 503 that says so, not a 404.
         running.ingress.set_routes(&table(5.0, Vec::new())).unwrap();
@@ -453,12 +459,7 @@ async fn a_failing_revision_and_a_service_with_none_serving_get_a_503_at_once() 
         assert_eq!(status, StatusCode::NOT_FOUND);
 
         // A revision whose instances fail to start: a 503 at once, not after the hold.
-        let mut failing = revision("hello-1", 100, vec![instance(up.address, false, 0)]);
-        failing.failing = true;
-        running
-            .ingress
-            .set_routes(&table(5.0, vec![failing]))
-            .unwrap();
+        running.ingress.set_routes(&hello(false, true)).unwrap();
         let started = Instant::now();
         let (status, _, body) = get(running.address, HOST, "/").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -469,37 +470,17 @@ async fn a_failing_revision_and_a_service_with_none_serving_get_a_503_at_once() 
         assert!(started.elapsed() < Duration::from_secs(5));
 
         // A request held for a revision that starts failing meanwhile is answered then.
-        running
-            .ingress
-            .set_routes(&table(
-                5.0,
-                vec![revision(
-                    "hello-1",
-                    100,
-                    vec![instance(up.address, false, 0)],
-                )],
-            ))
-            .unwrap();
+        running.ingress.set_routes(&hello(false, false)).unwrap();
         let address = running.address;
         let held = tokio::spawn(async move { get(address, HOST, "/").await });
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!held.is_finished());
-        let mut failing = revision("hello-1", 100, vec![instance(up.address, false, 0)]);
-        failing.failing = true;
-        running
-            .ingress
-            .set_routes(&table(5.0, vec![failing]))
-            .unwrap();
+        running.ingress.set_routes(&hello(false, true)).unwrap();
         let (status, _, _) = held.await.unwrap();
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
 
         // Once an instance is ready, it serves, whatever the flag says.
-        let mut recovered = revision("hello-1", 100, vec![instance(up.address, true, 0)]);
-        recovered.failing = true;
-        running
-            .ingress
-            .set_routes(&table(5.0, vec![recovered]))
-            .unwrap();
+        running.ingress.set_routes(&hello(true, true)).unwrap();
         let (status, _, body) = get(running.address, HOST, "/").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "late"));
     })
