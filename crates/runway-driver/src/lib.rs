@@ -183,7 +183,7 @@ pub struct LogQuery {
     pub service: String,
     pub env: String,
     pub replica: Option<String>,
-    /// The last lines of each replica's output to start with.
+    /// How many of the last lines to start with, across the replicas (as the API's `lines`).
     pub tail: usize,
 }
 
@@ -233,7 +233,7 @@ pub trait Driver: Send + Sync + 'static {
     /// Changes whenever a replica's state may have changed: the control plane's cue to look.
     fn changes(&self) -> watch::Receiver<u64>;
 
-    /// The last `query.tail` lines of each matching replica's output, oldest first.
+    /// The last `query.tail` lines of the matching replicas' output together, oldest first.
     fn logs(
         &self,
         query: &LogQuery,

@@ -167,6 +167,23 @@ impl LocalDriver {
         Ok(statuses)
     }
 
+    /// The last `n` lines of these replicas' output together, oldest first.
+    fn tail(&self, ids: &[String], n: usize) -> Result<Vec<LogLine>, DriverError> {
+        let mut all = Vec::new();
+        for id in ids {
+            match logs::tail(&self.runtime.instance_dir(id), n) {
+                Ok(lines) => all.extend(lines.into_iter().map(|line| log_line(id, line))),
+                // Gone meanwhile (a retired replica): nothing to show.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(DriverError::Failed(format!("{id}'s output: {error}"))),
+            }
+        }
+        // Oldest first across replicas; RFC 3339 in UTC sorts as text.
+        all.sort_by(|a, b| a.time.cmp(&b.time));
+        let skip = all.len().saturating_sub(n);
+        Ok(all.split_off(skip))
+    }
+
     /// The ids of the replicas a query names: one, or every one of its service and
     /// environment.
     async fn queried(&self, query: &LogQuery) -> Result<Vec<String>, DriverError> {
@@ -301,28 +318,16 @@ impl Driver for LocalDriver {
     }
 
     async fn logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, DriverError> {
-        let mut all = Vec::new();
-        for id in self.queried(query).await? {
-            let dir = self.runtime.instance_dir(&id);
-            match logs::tail(&dir, query.tail) {
-                Ok(lines) => all.extend(lines.into_iter().map(|line| log_line(&id, line))),
-                // Gone meanwhile (a retired replica): nothing to show.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(DriverError::Failed(format!("{id}'s output: {error}"))),
-            }
-        }
-        // Oldest first across replicas; RFC 3339 in UTC sorts as text.
-        all.sort_by(|a, b| a.time.cmp(&b.time));
-        Ok(all)
+        let ids = self.queried(query).await?;
+        self.tail(&ids, query.tail)
     }
 
     async fn follow(&self, query: &LogQuery) -> Result<mpsc::Receiver<LogLine>, DriverError> {
-        let first = self.logs(query).await?;
+        let ids = self.queried(query).await?;
+        let first = self.tail(&ids, query.tail)?;
         // The replicas there now are followed from the end of their output; one that appears
         // later (a rollout) from its start.
-        let mut followers: Vec<(String, Follower)> = self
-            .queried(query)
-            .await?
+        let mut followers: Vec<(String, Follower)> = ids
             .into_iter()
             .map(|id| {
                 let follower = Follower::from_end(&self.runtime.instance_dir(&id));
