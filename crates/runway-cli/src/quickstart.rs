@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use runway_runtime::Runtime;
+use runway_runtime::{LocalRuntime, Runtime};
 
 use crate::api::{Client, CreateService, DeploymentStateView, DeploymentView};
 use crate::platform::{deploy_request, upload_code, wait_for};
@@ -150,10 +150,14 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     say(&format!("the platform's log: {}", log.display()));
     let running = crate::server::start(config).await?;
     let outcome = demonstrate(args, &running, data_dir, &example).await;
-    // The platform's instances go with it: stop them, then the servers.
-    stop_instances(&running).await;
+    // The platform's instances go with it: the control plane stops first (else it would start
+    // them again), then the instances, then the ingress.
     let ingress = running.ingress.clone();
+    let runtime = running.runtime().cloned();
     running.stop().await?;
+    if let Some(runtime) = runtime {
+        stop_instances(&runtime).await;
+    }
     ingress.stop().await?;
     outcome
 }
@@ -402,8 +406,7 @@ async fn wait_retired(running: &Running, revision: &str, bound: Duration) {
 }
 
 /// Stops and removes every instance the embedded platform started.
-async fn stop_instances(running: &Running) {
-    let runtime = running.runtime();
+async fn stop_instances(runtime: &LocalRuntime) {
     if let Ok(instances) = runtime.instances().await {
         for instance in instances {
             let _ = runtime.instance_remove(&instance.id).await;

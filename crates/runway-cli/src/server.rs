@@ -4,7 +4,6 @@
 //! its own supervisor, so stopping or killing the server stops no instance and fails no
 //! request; the next start adopts them and feeds the ingress again.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,13 +12,13 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, SourceRefused, StatusParts};
 use runway_control::{Controller, ControllerConfig};
+use runway_driver::Driver;
 use runway_ingress::control::{ControlClient, Listen, RemoteIngress, RemoteOptions};
 use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
 use runway_oci::source::{SourceError, SourceStore};
-use runway_runtime::LocalRuntime;
-use runway_runtime::logs::Follower;
 use runway_runtime::network::{AddressPool, DEFAULT_LEASES_DIR};
 use runway_runtime::sandbox::SandboxPolicy;
+use runway_runtime::{LocalDriver, LocalDriverOptions, LocalRuntime};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
 use serde::{Deserialize, Serialize};
@@ -256,7 +255,7 @@ pub(crate) struct Running {
     pub(crate) ingress: IngressProcess,
     /// Stops the task that starts the ingress again when it stops answering.
     keeper: watch::Sender<bool>,
-    pub(crate) controller: Arc<Controller<LocalRuntime>>,
+    pub(crate) controller: Arc<Controller<LocalDriver>>,
     runtime: Arc<LocalRuntime>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
@@ -266,8 +265,8 @@ pub(crate) struct Running {
 
 impl Running {
     /// The runtime the control plane runs instances on.
-    pub(crate) fn runtime(&self) -> &LocalRuntime {
-        &self.runtime
+    pub(crate) fn runtime(&self) -> Option<&Arc<LocalRuntime>> {
+        Some(&self.runtime)
     }
 
     /// Stops the API and the controller; lets the API's in-flight requests finish (its
@@ -328,23 +327,35 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         )
     })?;
     let ca_pem = ca.cert_pem().to_owned();
-    let runtime = Arc::new(crate::local::runtime_with(
-        data_dir.join("runtime"),
-        &config.runtime.insecure_registries,
-        &config.runtime.allowed_registries,
-        &config.runtime.oci_runtime,
-        config
-            .runtime
-            .address_pool()
-            .map_err(|e| anyhow::anyhow!("runtime.instance_network: {e}"))?,
-    )?);
-    // Private first, then the way through opened.
-    runtime
-        .create_state_dirs()
-        .context("cannot prepare the runtime's state directory")?;
-    open_data_dir(&data_dir);
     let sources = SourceStore::open(data_dir.join(crate::local::SOURCES_DIR))
         .context("cannot prepare the code snapshots' directory")?;
+    let runtime = {
+        {
+            let runtime = Arc::new(crate::local::runtime_with(
+                data_dir.join("runtime"),
+                &config.runtime.insecure_registries,
+                &config.runtime.allowed_registries,
+                &config.runtime.oci_runtime,
+                config
+                    .runtime
+                    .address_pool()
+                    .map_err(|e| anyhow::anyhow!("runtime.instance_network: {e}"))?,
+            )?);
+            // Private first, then the way through opened.
+            runtime
+                .create_state_dirs()
+                .context("cannot prepare the runtime's state directory")?;
+            runtime
+        }
+    };
+    let driver = LocalDriver::new(
+        Arc::clone(&runtime),
+        LocalDriverOptions {
+            sandbox: config.runtime.sandbox_policy(),
+            snapshots: Some(sources.root().to_owned()),
+        },
+    );
+    open_data_dir(&data_dir);
 
     let (stop, stopped) = watch::channel(false);
     let until = |mut stopped: watch::Receiver<bool>| async move {
@@ -361,21 +372,17 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let bound = dataplane.hello().bound.clone();
     let https_address = bound.https.unwrap_or(config.ingress.https);
     config.control.https_port = https_address.port();
-    let mut controller = Controller::new(
-        config.control.clone(),
-        Arc::clone(&store),
-        Arc::clone(&runtime),
-        Arc::new(dataplane),
-        Sealer::new(&key),
-    );
-    controller = controller
+    let controller = Arc::new(
+        Controller::new(
+            config.control.clone(),
+            Arc::clone(&store),
+            Arc::new(driver),
+            Arc::new(dataplane),
+            Sealer::new(&key),
+        )
         .environments(config.api.environments.clone())
-        .allow_processes(config.runtime.allow_processes)
-        .code_snapshots(sources.root());
-    if let Some(policy) = config.runtime.sandbox_policy() {
-        controller = controller.isolate_processes(policy);
-    }
-    let controller = Arc::new(controller);
+        .allow_processes(config.runtime.allow_processes),
+    );
 
     let mut tasks = Vec::new();
     let (keeper, keeper_stopped) = watch::channel(false);
@@ -399,7 +406,6 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     )));
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
-        runtime: Arc::clone(&runtime),
         sources,
     });
     let state = ApiState::new(
@@ -737,35 +743,21 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
     Ok(file)
 }
 
-/// The API's view of the world outside the store: the controller and the runtime.
+/// The API's view of the world outside the store: the controller, its driver, and the code
+/// snapshots.
 #[derive(Clone)]
 struct ServerPlatform {
-    controller: Arc<Controller<LocalRuntime>>,
-    runtime: Arc<LocalRuntime>,
+    controller: Arc<Controller<LocalDriver>>,
     sources: SourceStore,
 }
 
-impl ServerPlatform {
-    /// The ids of a service's instances in an environment (none when they cannot be listed).
-    async fn instance_ids(&self, service: &str, env: &str) -> Vec<String> {
-        self.controller
-            .instances(service, env)
-            .await
-            .map(|all| all.into_iter().map(|i| i.id).collect())
-            .unwrap_or_default()
-    }
-}
-
-fn api_log_line(
-    instance: String,
-    line: runway_runtime::logs::LogLine,
-) -> runway_api::types::LogLine {
+fn api_log_line(line: runway_driver::LogLine) -> runway_api::types::LogLine {
     runway_api::types::LogLine {
-        instance,
+        instance: line.replica,
         time: line.time,
         stream: match line.stream {
-            runway_runtime::logs::Stream::Stdout => runway_api::types::Stream::Stdout,
-            runway_runtime::logs::Stream::Stderr => runway_api::types::Stream::Stderr,
+            runway_driver::Stream::Stdout => runway_api::types::Stream::Stdout,
+            runway_driver::Stream::Stderr => runway_api::types::Stream::Stderr,
         },
         text: line.text,
     }
@@ -878,13 +870,13 @@ impl Platform for ServerPlatform {
     fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
         let reference = reference.to_owned();
         Box::pin(async move {
-            self.runtime
-                .pull_image(&reference)
+            self.controller
+                .driver()
+                .resolve_image(&reference)
                 .await
-                .map(|image| image.pinned)
                 .map_err(|e| match e {
                     // The caller names the image already.
-                    runway_runtime::RuntimeError::Image { message, .. } => message,
+                    runway_driver::DriverError::Image { message, .. } => message,
                     other => other.to_string(),
                 })
         })
@@ -1001,18 +993,12 @@ impl Platform for ServerPlatform {
             instance.map(str::to_owned),
         );
         Box::pin(async move {
-            let mut all: Vec<_> = self
+            let lines = self
                 .controller
                 .logs(&service, &env, instance.as_deref(), lines)
                 .await
-                .map_err(|e| e.to_string())?
-                .into_iter()
-                .map(|(id, line)| api_log_line(id, line))
-                .collect();
-            // Oldest first across instances; RFC 3339 in UTC sorts as text.
-            all.sort_by(|a, b| a.time.cmp(&b.time));
-            let skip = all.len().saturating_sub(lines);
-            Ok(all.split_off(skip))
+                .map_err(|e| e.to_string())?;
+            Ok(lines.into_iter().map(api_log_line).collect())
         })
     }
 
@@ -1029,49 +1015,16 @@ impl Platform for ServerPlatform {
             instance.map(str::to_owned),
         );
         Box::pin(async move {
-            let first = self
-                .logs(&service, &env, instance.as_deref(), lines)
-                .await?;
-            // The instances shown so far are followed from the end of their output; one that
-            // appears later (a rollout) from its start.
-            let ids = match &instance {
-                Some(id) => vec![id.clone()],
-                None => self.instance_ids(&service, &env).await,
-            };
-            let runtime = Arc::clone(&self.runtime);
-            let mut followers: HashMap<String, Follower> = ids
-                .into_iter()
-                .map(|id| {
-                    let follower = Follower::from_end(&runtime.instance_dir(&id));
-                    (id, follower)
-                })
-                .collect();
+            let mut followed = self
+                .controller
+                .follow_logs(&service, &env, instance.as_deref(), lines)
+                .await
+                .map_err(|e| e.to_string())?;
             let (sender, receiver) = mpsc::channel(256);
-            let platform = self.clone();
             tokio::spawn(async move {
-                for line in first {
-                    if sender.send(line).await.is_err() {
+                while let Some(line) = followed.recv().await {
+                    if sender.send(api_log_line(line)).await.is_err() {
                         return;
-                    }
-                }
-                let mut tick = tokio::time::interval(Duration::from_millis(500));
-                while !sender.is_closed() {
-                    tick.tick().await;
-                    if instance.is_none() {
-                        let now = platform.instance_ids(&service, &env).await;
-                        followers.retain(|id, _| now.contains(id));
-                        for id in now {
-                            followers.entry(id).or_insert_with_key(|id| {
-                                Follower::from_start(&runtime.instance_dir(id))
-                            });
-                        }
-                    }
-                    for (id, follower) in &mut followers {
-                        for line in follower.poll().unwrap_or_default() {
-                            if sender.send(api_log_line(id.clone(), line)).await.is_err() {
-                                return;
-                            }
-                        }
                     }
                 }
             });

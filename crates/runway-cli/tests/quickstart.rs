@@ -35,6 +35,30 @@ fn quickstart_rolls_out_without_a_failed_request() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Read as it writes, with a bound at the end: a process left behind holding the pipes
+    // must fail the test, not hang it.
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let mut pipe = pipe.unwrap();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            let _ = sender.send(text);
+        });
+        receiver
+    };
+    let out = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let start = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -46,19 +70,13 @@ fn quickstart_rolls_out_without_a_failed_request() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let (mut out, mut err) = (String::new(), String::new());
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let bound = Duration::from_secs(10);
+    let out = out
+        .recv_timeout(bound)
+        .expect("stdout still open 10 s after quickstart ended: a process it started is left");
+    let err = err
+        .recv_timeout(bound)
+        .expect("stderr still open 10 s after quickstart ended: a process it started is left");
     assert!(status.success(), "{out}{err}");
     assert!(
         out.contains("hello serves https://hello.dev.localhost:"),

@@ -1,9 +1,8 @@
 //! What the API reads from the controller: the URL, instances, routes, revision status and
 //! logs of a service in an environment.
 
+use runway_driver::{Driver, LogLine, LogQuery, Phase};
 use runway_reconciler::{RevisionStatus, RouteWeight};
-use runway_runtime::logs::LogLine;
-use runway_runtime::{Phase, Runtime};
 use serde::Serialize;
 
 use crate::controller::Controller;
@@ -17,7 +16,7 @@ pub struct InstanceSummary {
     pub id: String,
     /// The revision it runs.
     pub revision: String,
-    /// The runtime's phase.
+    /// The driver's phase.
     pub phase: Phase,
     /// Passing its readiness probe.
     pub ready: bool,
@@ -27,11 +26,11 @@ pub struct InstanceSummary {
     pub address: Option<std::net::SocketAddr>,
     /// Times it was started again.
     pub restarts: u32,
-    /// Its supervisor's last word.
+    /// Its driver's last word.
     pub message: String,
 }
 
-impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+impl<D: Driver> Controller<D> {
     /// Where users reach the service: `https://{service}.{env}.{domain}:{https_port}/`.
     pub fn url(&self, service: &str, env: &str) -> String {
         let domain = &self.config.domain;
@@ -78,27 +77,27 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         statuses
     }
 
-    /// The service's instances in the environment, as the runtime reports them now.
+    /// The service's instances in the environment, as the driver reports them now.
     pub async fn instances(&self, service: &str, env: &str) -> Result<Vec<InstanceSummary>> {
-        let statuses = self
-            .runtime
-            .instances()
+        let replicas = self
+            .driver
+            .replicas()
             .await
-            .map_err(|e| ControlError::runtime("list instances", e))?;
+            .map_err(|e| ControlError::driver("list replicas", e))?;
         let mut summaries = Vec::new();
-        for status in statuses {
-            let Some(revision) = self.revision_in(&status.id, service, env).await? else {
+        for replica in replicas {
+            let Some(revision) = self.revision_in(&replica.id, service, env).await? else {
                 continue;
             };
             summaries.push(InstanceSummary {
-                address: status.reached_at(),
-                id: status.id,
+                port: replica.address.map(|a| a.port()),
+                address: replica.address,
+                id: replica.id,
                 revision,
-                phase: status.phase,
-                ready: status.ready,
-                port: status.port,
-                restarts: status.restarts,
-                message: status.message,
+                phase: replica.phase,
+                ready: replica.ready,
+                restarts: replica.restarts,
+                message: replica.message,
             });
         }
         Ok(summaries)
@@ -112,37 +111,52 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         env: &str,
         instance: Option<&str>,
         lines: usize,
-    ) -> Result<Vec<(String, LogLine)>> {
-        let ids: Vec<String> = match instance {
-            Some(id) => {
-                if self.revision_in(id, service, env).await?.is_none() {
-                    return Err(ControlError::NoInstance {
-                        service: service.to_owned(),
-                        env: env.to_owned(),
-                        instance: id.to_owned(),
-                    });
-                }
-                vec![id.to_owned()]
-            }
-            None => self
-                .instances(service, env)
-                .await?
-                .into_iter()
-                .map(|i| i.id)
-                .collect(),
-        };
-        let mut all = Vec::new();
-        for id in ids {
-            let read = self
-                .runtime
-                .logs(&id, lines)
-                .await
-                .map_err(|e| ControlError::runtime(format!("read the logs of {id}"), e))?;
-            all.extend(read.into_iter().map(|line| (id.clone(), line)));
+    ) -> Result<Vec<LogLine>> {
+        self.driver
+            .logs(&self.log_query(service, env, instance, lines).await?)
+            .await
+            .map_err(|e| ControlError::driver(format!("read the logs of {service} in {env}"), e))
+    }
+
+    /// As [`Controller::logs`], then each new line as it is written, of every instance of the
+    /// service including those that start later (a rollout), until the receiver is dropped.
+    pub async fn follow_logs(
+        &self,
+        service: &str,
+        env: &str,
+        instance: Option<&str>,
+        lines: usize,
+    ) -> Result<tokio::sync::mpsc::Receiver<LogLine>> {
+        self.driver
+            .follow(&self.log_query(service, env, instance, lines).await?)
+            .await
+            .map_err(|e| ControlError::driver(format!("follow the logs of {service} in {env}"), e))
+    }
+
+    /// The query for the logs of the service's instances, or of one of them when it is the
+    /// service's.
+    async fn log_query(
+        &self,
+        service: &str,
+        env: &str,
+        instance: Option<&str>,
+        lines: usize,
+    ) -> Result<LogQuery> {
+        if let Some(id) = instance
+            && self.revision_in(id, service, env).await?.is_none()
+        {
+            return Err(ControlError::NoInstance {
+                service: service.to_owned(),
+                env: env.to_owned(),
+                instance: id.to_owned(),
+            });
         }
-        all.sort_by(|a, b| a.1.time.cmp(&b.1.time));
-        let skip = all.len().saturating_sub(lines);
-        Ok(all.split_off(skip))
+        Ok(LogQuery {
+            service: service.to_owned(),
+            env: env.to_owned(),
+            replica: instance.map(str::to_owned),
+            tail: lines,
+        })
     }
 
     /// The instance's revision when it belongs to the service in the environment.

@@ -12,8 +12,7 @@
 use std::collections::BTreeSet;
 
 use runway_autoscaler::{DecisionEvent, History, Sample, Settings, State as ScalerState, decide};
-use runway_runtime::Runtime;
-use runway_runtime::status::now_ms;
+use runway_driver::{Driver, now_ms};
 use runway_store::StoreError;
 use serde::Serialize;
 
@@ -53,7 +52,7 @@ pub struct ScalingSummary {
     pub panicking: bool,
 }
 
-impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+impl<D: Driver> Controller<D> {
     /// One round of the autoscaler over every revision desired with traffic. Returns whether
     /// some count changed (the caller reconciles at once), and what went wrong.
     pub(crate) async fn autoscale(&self) -> (bool, Vec<ControlError>) {
@@ -253,7 +252,7 @@ fn count_instances(
     state: &crate::state::State,
     key: &Key,
     revision: &str,
-    counted: impl Fn(&runway_runtime::InstanceStatus) -> bool,
+    counted: impl Fn(&runway_driver::Replica) -> bool,
 ) -> u32 {
     let Some(service) = state.services.get(key) else {
         return 0;

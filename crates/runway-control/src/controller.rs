@@ -6,13 +6,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use runway_driver::{Driver, DriverError, Phase, Replica, Scale, now_ms};
 use runway_ingress::{RouteConfig, RouteTableConfig, ScaleUp};
 use runway_reconciler::{
     Action, Desired as PlanDesired, DesiredRevision as PlanRevision, InstanceState, Observed,
     ObservedInstance, Policy, RouteWeight, plan,
 };
-use runway_runtime::status::now_ms;
-use runway_runtime::{InstanceStatus, Runtime, RuntimeError};
 use runway_secrets::Sealer;
 use runway_store::{Deployment, Desired, Store, StoreError};
 use tokio::sync::{Notify, broadcast};
@@ -20,43 +19,49 @@ use tokio::sync::{Notify, broadcast};
 use crate::config::ControllerConfig;
 use crate::dataplane::DataPlane;
 use crate::error::{ControlError, Result};
-use crate::observe::{
-    failure_reason, instance_state, kind, managed_key, new_instance_id, revision_of,
-};
+use crate::observe::{failure_reason, instance_state, kind, managed_key, revision_of};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
-use crate::start::{ProcessRules, build_spec, start_inputs};
 use crate::state::{Key, StartFailure, State};
 use crate::table::build_table;
-use runway_runtime::sandbox::SandboxPolicy;
+use crate::workload::{may_start, start_inputs, workload};
 
 /// The name the controller writes in the audit log.
 pub(crate) const ACTOR: &str = "reconciler";
 
 /// Makes the store's desired state true on a runtime and in the ingress, and moves
 /// deployments along. See the crate documentation.
-pub struct Controller<R: Runtime + Send + Sync + 'static> {
+pub struct Controller<D: Driver> {
     pub(crate) config: ControllerConfig,
     pub(crate) store: Arc<dyn Store>,
-    pub(crate) runtime: Arc<R>,
+    /// What runs the revisions' replicas.
+    pub(crate) driver: Arc<D>,
     /// The ingress, in this process or its own.
     pub(crate) dataplane: Arc<dyn DataPlane>,
     sealer: Arc<Sealer>,
-    /// Shared with the tasks that watch a starting instance for readiness.
     wake: Arc<Notify>,
-    /// Instances being stopped in the background (a stop may take a worker's whole grace
-    /// period, which must not hold up the loop), by id.
-    stopping: Arc<Mutex<HashSet<String>>>,
     pub(crate) state: Mutex<State>,
     /// One reconciliation at a time.
     pass: tokio::sync::Mutex<PassMemory>,
-    /// Who may run plain processes, how isolated, from which code.
-    processes: ProcessRules,
+    /// Every service may run plain processes (`runtime.allow_processes`); otherwise those an
+    /// admin allowed.
+    allow_processes: bool,
     /// Deployment events the store could not take (a full disk), oldest first: written, in
     /// order, before any newer one once it can.
     unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
     /// The platform's environments, for the ingress's table.
     environments: Vec<String>,
+}
+
+/// What one pass asks the driver for one revision.
+#[derive(Debug, Default)]
+struct Batch {
+    /// New replicas to start.
+    starts: u32,
+    /// Replicas to stop and start again (failed ones).
+    replace: Vec<String>,
+    /// Replicas to stop.
+    stop: Vec<String>,
 }
 
 /// An event the store refused, with when it happened.
@@ -93,7 +98,7 @@ struct PassMemory {
     printed: BTreeSet<String>,
 }
 
-impl<R: Runtime + Send + Sync + 'static> fmt::Debug for Controller<R> {
+impl<D: Driver> fmt::Debug for Controller<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Controller")
             .field("config", &self.config)
@@ -102,27 +107,26 @@ impl<R: Runtime + Send + Sync + 'static> fmt::Debug for Controller<R> {
     }
 }
 
-impl<R: Runtime + Send + Sync + 'static> Controller<R> {
-    /// A controller over `runtime` and the data plane. Nothing happens until
+impl<D: Driver> Controller<D> {
+    /// A controller over `driver` and the data plane. Nothing happens until
     /// [`Controller::run`] or [`Controller::reconcile_all`].
     pub fn new(
         config: ControllerConfig,
         store: Arc<dyn Store>,
-        runtime: Arc<R>,
+        driver: Arc<D>,
         dataplane: Arc<dyn DataPlane>,
         sealer: Sealer,
     ) -> Self {
         Self {
             config,
             store,
-            runtime,
+            driver,
             dataplane,
             sealer: Arc::new(sealer),
             wake: Arc::new(Notify::new()),
-            stopping: Arc::default(),
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(PassMemory::default()),
-            processes: ProcessRules::default(),
+            allow_processes: false,
             unwritten: Arc::default(),
             environments: Vec::new(),
         }
@@ -136,29 +140,17 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         self
     }
 
-    /// Runs every plain process in a sandbox of its service's own, as `policy` says: its own
-    /// unprivileged user, namespaces and cgroup, seeing only its code and the host's system
-    /// directories ([`runway_runtime::sandbox`]). Without it they run as this process's user.
-    #[must_use]
-    pub fn isolate_processes(mut self, policy: SandboxPolicy) -> Self {
-        self.processes.sandbox = Some(policy);
-        self
-    }
-
     /// Lets every service run plain processes (the operator's `runtime.allow_processes`);
     /// otherwise only those an admin allowed start, as the API allows them to be deployed.
     #[must_use]
     pub fn allow_processes(mut self, allow: bool) -> Self {
-        self.processes.allow_all = allow;
+        self.allow_processes = allow;
         self
     }
 
-    /// Where revisions' code snapshots are (`<dir>/<service id>/<hex>`, kept by the server's
-    /// `runway_oci::source::SourceStore`): a process revision runs from its own.
-    #[must_use]
-    pub fn code_snapshots(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
-        self.processes.snapshots = Some(dir.into());
-        self
+    /// What runs the revisions' replicas: for their logs and images, say.
+    pub fn driver(&self) -> &Arc<D> {
+        &self.driver
     }
 
     /// The settings it runs with.
@@ -172,12 +164,13 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     }
 
     /// Reconciles every `reconcile_interval` (sooner when a drain grace or a start timeout
-    /// falls due), at once on [`Controller::wake`], when a starting instance becomes ready, or
-    /// when the autoscaler changes a count; runs the autoscaler every `autoscale_interval_ms`
+    /// falls due), at once on [`Controller::wake`], when the driver reports a change (a
+    /// replica ready, failed or gone), or when the autoscaler changes a count; runs the autoscaler every `autoscale_interval_ms`
     /// and at once when the ingress holds requests for a revision (a cold start); until
     /// `shutdown` completes. Instances keep running after it returns.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         let mut scale_up = Some(self.dataplane.subscribe_scale_up());
+        let mut changes = self.driver.changes();
         let mut shutdown = std::pin::pin!(shutdown);
         let autoscaling = self.config.autoscale_interval_ms > 0;
         let mut tick = tokio::time::interval(Duration::from_millis(
@@ -192,6 +185,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 tokio::select! {
                     () = &mut shutdown => return,
                     () = self.wake.notified() => break,
+                    Ok(()) = changes.changed() => break,
                     () = &mut deadline => break,
                     open = next_signal(&mut scale_up) => {
                         if !open {
@@ -243,9 +237,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         let mut memory = self.pass.lock().await;
         self.carry_on_from_serving_table();
         let mut errors = Vec::new();
-        if let Err(error) = self.write_unwritten().await {
-            errors.push(error);
-        }
         let desired = match self
             .db("list desired states", |store| store.desired_list())
             .await
@@ -265,10 +256,14 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             }
             Err(error) => errors.push(error),
         }
-        let statuses = match self.runtime.instances().await {
+        let statuses = match self.driver.replicas().await {
             Ok(statuses) => statuses,
-            Err(error) => return vec![ControlError::runtime("list instances", error)],
+            Err(error) => return vec![ControlError::driver("list replicas", error)],
         };
+        self.note_stopped(&statuses);
+        if let Err(error) = self.write_unwritten().await {
+            errors.push(error);
+        }
         for wanted in &desired {
             for revision in &wanted.revisions {
                 if let Err(error) = self.revision(&revision.revision).await {
@@ -309,28 +304,36 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         if let Err(error) = self.apply_table().await {
             errors.push(error);
         }
-        self.forget_gone(&desired);
+        // What the driver keeps of a revision no longer desired, routed or running (a
+        // cluster's objects) goes with it; done before the next pass, which may want it again.
+        for info in self.forget_gone(&desired) {
+            let (service, env) = info.key();
+            let name = &info.record.name;
+            if let Err(error) = self.driver.remove(&service, &env, name).await {
+                errors.push(ControlError::driver(format!("remove {name}"), error));
+            }
+        }
         self.forget_finished(&active);
         memory.requeue_after_ms = requeue;
         errors
     }
 
     /// Instances by service and environment. An instance goes with its revision's service and
-    /// environment; one the platform started ([`InstanceStatus::managed`]) whose revision the
+    /// environment; one the platform started ([`Replica::managed`]) whose revision the
     /// store no longer has (its service was decommissioned, maybe while no controller ran)
     /// goes with the service and environment its runtime reports, where nothing is desired, so
     /// it is drained and stopped. Any other instance (a developer's `runway run`) is left out,
     /// and so left alone.
     async fn group(
         &self,
-        statuses: Vec<InstanceStatus>,
+        statuses: Vec<Replica>,
         errors: &mut Vec<ControlError>,
-    ) -> BTreeMap<Key, Vec<InstanceStatus>> {
+    ) -> BTreeMap<Key, Vec<Replica>> {
         let ids: BTreeSet<&str> = statuses.iter().map(|s| s.id.as_str()).collect();
         self.lock()
             .tracked
             .retain(|id, _| ids.contains(id.as_str()));
-        let mut by_key: BTreeMap<Key, Vec<InstanceStatus>> = BTreeMap::new();
+        let mut by_key: BTreeMap<Key, Vec<Replica>> = BTreeMap::new();
         for status in statuses {
             let Some(name) = revision_of(&status.id) else {
                 continue;
@@ -359,7 +362,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         &self,
         key: &Key,
         wanted: Option<&Desired>,
-        instances: Vec<InstanceStatus>,
+        instances: Vec<Replica>,
         active: &mut HashSet<i64>,
     ) -> Result<(Option<u64>, Vec<ControlError>)> {
         let now = now_ms();
@@ -428,17 +431,10 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         for (revision, change) in changes {
             self.event(story(&revision), &change, &mut errors).await;
         }
+        // Starts and stops go to the driver together, one call per revision, once the routes
+        // and drains before them are done.
+        let mut batches: BTreeMap<String, Batch> = BTreeMap::new();
         for action in plan.actions {
-            // An instance being stopped in the background is left to its task.
-            let busy = match &action {
-                Action::Stop { instance }
-                | Action::Drain { instance }
-                | Action::Replace { instance, .. } => self.is_stopping(instance),
-                Action::Start { .. } | Action::SetRoutes { .. } => false,
-            };
-            if busy {
-                continue;
-            }
             let told = match &action {
                 Action::Start { revision } | Action::Replace { revision, .. } => story(revision),
                 Action::Drain { instance } | Action::Stop { instance } => {
@@ -446,13 +442,43 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 }
                 Action::SetRoutes { .. } => deployment.as_ref().or(latest.as_ref()),
             };
-            match self.apply(key, action, &policy, told).await {
-                Ok(message) => self.event(told, &message, &mut errors).await,
-                Err(error) => {
-                    self.event(deployment.as_ref(), &error.to_string(), &mut errors)
-                        .await;
-                    errors.push(error);
+            let result = match action {
+                Action::SetRoutes { weights } => self.set_routes(key, weights).await,
+                Action::Drain { instance } => self
+                    .drain(key, &instance, &policy)
+                    .await
+                    .map(|()| format!("instance {instance} draining")),
+                Action::Start { revision } => {
+                    batches.entry(revision).or_default().starts += 1;
+                    continue;
                 }
+                Action::Replace { instance, revision } => {
+                    batches.entry(revision).or_default().replace.push(instance);
+                    continue;
+                }
+                Action::Stop { instance } => {
+                    // One its driver is stopping already is left to it.
+                    if self.is_stopping(key, &instance) {
+                        continue;
+                    }
+                    if let Some(revision) = revision_of(&instance) {
+                        batches
+                            .entry(revision.to_owned())
+                            .or_default()
+                            .stop
+                            .push(instance);
+                    }
+                    continue;
+                }
+            };
+            self.told(result, told, deployment.as_ref(), &mut errors)
+                .await;
+        }
+        for (revision, batch) in batches {
+            let told = story(&revision);
+            for result in self.scale(key, &revision, batch, told).await {
+                self.told(result, told, deployment.as_ref(), &mut errors)
+                    .await;
             }
         }
         if let (Some(deployment), Some(wanted)) = (deployment, wanted) {
@@ -475,7 +501,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// The live instances of plain-process revisions of the service when it may no longer
     /// run processes (its admin's leave taken back, and no operator's for every service).
     async fn barred_processes(&self, key: &Key, instances: &[ObservedInstance]) -> Vec<String> {
-        if self.processes.allow_all {
+        if self.allow_processes {
             return Vec::new();
         }
         let mut processes = Vec::new();
@@ -510,7 +536,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// is about).
     fn observe(
         &self,
-        instances: &[InstanceStatus],
+        instances: &[Replica],
         now: u64,
     ) -> (Vec<ObservedInstance>, Vec<(String, String)>) {
         let mut state = self.lock();
@@ -565,7 +591,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
     /// The planner's bounds for this service: the drain grace shortened to the manifests'
     /// stop grace, and none for workers, which have no requests to finish (their stop signal
     /// and stop grace are how they finish their work).
-    fn policy_for(&self, wanted: Option<&Desired>, instances: &[InstanceStatus]) -> Policy {
+    fn policy_for(&self, wanted: Option<&Desired>, instances: &[Replica]) -> Policy {
         let state = self.lock();
         let names = wanted
             .into_iter()
@@ -588,80 +614,214 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         }
     }
 
-    /// Applies one action; returns what happened, for the deployment's events (`told` is
-    /// told when a background stop ends).
-    async fn apply(
+    /// Writes what an action did as an event of the deployment it is about (`told`), or its
+    /// failure as one of the deployment in progress.
+    async fn told(
         &self,
-        key: &Key,
-        action: Action,
-        policy: &Policy,
+        result: Result<String>,
         told: Option<&Deployment>,
-    ) -> Result<String> {
-        match action {
-            Action::SetRoutes { weights } => self.set_routes(key, weights).await,
-            Action::Start { revision } => {
-                let id = self.start(key, &revision).await?;
-                Ok(format!("instance {id} started"))
-            }
-            Action::Replace { instance, revision } => {
-                self.stop(key, &instance).await?;
-                let id = self.start(key, &revision).await?;
-                Ok(format!("instance {instance} replaced by {id}"))
-            }
-            Action::Drain { instance } => {
-                self.drain(key, &instance, policy).await?;
-                Ok(format!("instance {instance} draining"))
-            }
-            Action::Stop { instance } => {
-                self.stop_in_background(&instance, told.map(|d| d.id));
-                Ok(format!("instance {instance} stopping"))
+        current: Option<&Deployment>,
+        errors: &mut Vec<ControlError>,
+    ) {
+        match result {
+            Ok(message) => self.event(told, &message, errors).await,
+            Err(error) => {
+                self.event(current, &error.to_string(), errors).await;
+                errors.push(error);
             }
         }
     }
 
-    fn is_stopping(&self, id: &str) -> bool {
-        self.stopping
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(id)
+    /// The replica's driver is stopping it (its stop signal sent, its grace running: up to an
+    /// hour for a worker finishing its jobs), so asking again is needless.
+    fn is_stopping(&self, key: &Key, id: &str) -> bool {
+        self.lock()
+            .services
+            .get(key)
+            .and_then(|service| service.instances.iter().find(|i| i.id == id))
+            .is_some_and(|replica| replica.phase == Phase::Stopping)
     }
 
-    /// Stops and removes the instance in a task of its own: its stop signal, then as long as
-    /// its grace period allows (up to an hour for a worker finishing its jobs) before SIGKILL.
-    /// The loop carries on meanwhile, and is woken when the instance is gone; the stop is
-    /// told in the deployment `told`'s events.
-    fn stop_in_background(&self, id: &str, told: Option<i64>) {
-        self.stopping
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.to_owned());
-        let (runtime, wake, stopping, unwritten) = (
-            Arc::clone(&self.runtime),
-            Arc::clone(&self.wake),
-            Arc::clone(&self.stopping),
-            Arc::clone(&self.unwritten),
-        );
-        let id = id.to_owned();
-        tokio::spawn(async move {
-            let message = match stop_and_remove(runtime.as_ref(), &id).await {
-                Ok(()) => format!("instance {id} stopped"),
-                Err(error) => {
-                    let message = format!("instance {id} could not be stopped: {error}");
-                    eprintln!("runway-control: {message}");
-                    message
+    /// Starts and stops a revision's replicas as the plan says, in one call to the driver;
+    /// returns what happened, one result per change. The stops leave the table first.
+    async fn scale(
+        &self,
+        key: &Key,
+        revision: &str,
+        batch: Batch,
+        told: Option<&Deployment>,
+    ) -> Vec<Result<String>> {
+        let retire: Vec<String> = batch.replace.iter().chain(&batch.stop).cloned().collect();
+        let starting = batch.starts + u32::try_from(batch.replace.len()).unwrap_or(u32::MAX);
+        let (known, kept) = {
+            let state = self.lock();
+            let mine: Vec<&Replica> = state
+                .services
+                .get(key)
+                .map(|service| service.instances.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .filter(|replica| revision_of(&replica.id) == Some(revision))
+                .collect();
+            let kept = mine
+                .iter()
+                .filter(|r| !r.phase.is_final() && r.phase != Phase::Stopping)
+                .filter(|r| !retire.contains(&r.id))
+                .count();
+            let known: HashSet<String> = mine.iter().map(|r| r.id.clone()).collect();
+            (known, u32::try_from(kept).unwrap_or(u32::MAX))
+        };
+        let mut results = Vec::new();
+        let newly_retiring = self.mark_retiring(&retire, told);
+        if !retire.is_empty()
+            && let Err(error) = self.apply_table().await
+        {
+            results.push(Err(error));
+        }
+        let started = match starting {
+            0 => None,
+            _ => Some(self.start(key, revision, kept + starting, &retire).await),
+        };
+        let mut new_ids: Vec<String> = Vec::new();
+        let started_ok = matches!(started, Some(Ok(_)));
+        match started {
+            Some(Ok(replicas)) => {
+                let fresh = replicas.into_iter().filter(|r| !known.contains(&r.id));
+                let fresh: Vec<Replica> = fresh.collect();
+                new_ids = fresh.iter().map(|r| r.id.clone()).collect();
+                if let Some(service) = self.lock().services.get_mut(key) {
+                    service.instances.extend(fresh);
                 }
-            };
-            // Written by the next pass (which the wake below brings), after any older event
-            // still waiting, so the story keeps its order.
-            if let Some(deployment) = told {
-                keep_unwritten(&unwritten, deployment, message);
             }
-            stopping
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&id);
-            wake.notify_one();
-        });
+            Some(Err(error)) => results.push(Err(error)),
+            None => {}
+        }
+        // Without a start (or when it failed), the stops go alone.
+        if !retire.is_empty() && !started_ok {
+            let (service, env) = key;
+            if let Err(error) = self.driver.retire(service, env, revision, &retire).await {
+                results.push(Err(ControlError::driver(
+                    format!("stop replicas of {revision}"),
+                    error,
+                )));
+            }
+        }
+        let mut new_ids = new_ids.into_iter();
+        for old in &batch.replace {
+            results.push(Ok(match new_ids.next() {
+                Some(new) => format!("instance {old} replaced by {new}"),
+                None => format!("instance {old} stopping"),
+            }));
+        }
+        results.extend(new_ids.map(|id| Ok(format!("instance {id} started"))));
+        for id in batch.stop.iter().filter(|id| newly_retiring.contains(id)) {
+            results.push(Ok(format!("instance {id} stopping")));
+        }
+        results
+    }
+
+    /// Asks the driver for `replicas` replicas of the revision, `retire` stopped first;
+    /// returns the revision's replicas. A failure is remembered for the revision's status.
+    async fn start(
+        &self,
+        key: &Key,
+        revision: &str,
+        replicas: u32,
+        retire: &[String],
+    ) -> Result<Vec<Replica>> {
+        let workload = self.workload(key, revision).await?;
+        let scale = Scale {
+            replicas,
+            retire: retire.to_vec(),
+        };
+        match self.driver.scale(&workload, &scale).await {
+            Ok(replicas) => {
+                self.remember_start_error(key, revision, false, None);
+                Ok(replicas)
+            }
+            Err(error) => {
+                let permanent = matches!(error, DriverError::Refused(_));
+                let reason = error.to_string();
+                self.remember_start_error(key, revision, permanent, Some(reason.clone()));
+                Err(ControlError::Start {
+                    revision: revision.to_owned(),
+                    reason,
+                })
+            }
+        }
+    }
+
+    /// The revision's workload, its secrets opened; the error (remembered as the revision's
+    /// lasting failure) says why it can never start.
+    async fn workload(&self, key: &Key, revision: &str) -> Result<runway_driver::Workload> {
+        let failed = |reason: String| ControlError::Start {
+            revision: revision.to_owned(),
+            reason,
+        };
+        let info = self
+            .revision(revision)
+            .await?
+            .ok_or_else(|| failed("the store has no such revision".to_owned()))?;
+        let inputs = {
+            let (store, sealer, info) = (
+                Arc::clone(&self.store),
+                Arc::clone(&self.sealer),
+                Arc::clone(&info),
+            );
+            tokio::task::spawn_blocking(move || start_inputs(store.as_ref(), &sealer, &info.record))
+                .await
+                .map_err(|e| ControlError::Task(e.to_string()))?
+        };
+        inputs
+            .and_then(|(secrets, service)| {
+                may_start(&info, &service, self.allow_processes)?;
+                workload(&info, &service, secrets)
+            })
+            .map_err(|reason| {
+                self.remember_start_error(key, revision, true, Some(reason.clone()));
+                failed(reason)
+            })
+    }
+
+    /// Marks the replicas as being stopped: draining in the table, and their stop told to
+    /// `told`'s deployment once they are gone. Returns those not marked before.
+    fn mark_retiring(&self, ids: &[String], told: Option<&Deployment>) -> Vec<String> {
+        let mut state = self.lock();
+        ids.iter()
+            .filter(|id| {
+                state
+                    .retiring
+                    .insert((*id).clone(), told.map(|d| d.id))
+                    .is_none()
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Tells the deployments whose replicas were being stopped which of them are gone.
+    fn note_stopped(&self, listed: &[Replica]) {
+        let ids: HashSet<&str> = listed.iter().map(|r| r.id.as_str()).collect();
+        let gone: Vec<(String, Option<i64>)> = {
+            let mut state = self.lock();
+            let gone: Vec<String> = state
+                .retiring
+                .keys()
+                .filter(|id| !ids.contains(id.as_str()))
+                .cloned()
+                .collect();
+            gone.into_iter()
+                .filter_map(|id| state.retiring.remove(&id).map(|told| (id, told)))
+                .collect()
+        };
+        for (id, told) in gone {
+            if let Some(deployment) = told {
+                keep_unwritten(
+                    &self.unwritten,
+                    deployment,
+                    format!("instance {id} stopped"),
+                );
+            }
+        }
     }
 
     /// Remembers the weights and sets the whole table; on refusal the old weights stay.
@@ -720,73 +880,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         Ok(())
     }
 
-    /// Starts a new instance of `revision`; returns its id.
-    async fn start(&self, key: &Key, revision: &str) -> Result<String> {
-        let failed = |reason: String| ControlError::Start {
-            revision: revision.to_owned(),
-            reason,
-        };
-        let info = self
-            .revision(revision)
-            .await?
-            .ok_or_else(|| failed("the store has no such revision".to_owned()))?;
-        let id = self.unused_id(key, revision);
-        let inputs = {
-            let (store, sealer, info) = (
-                Arc::clone(&self.store),
-                Arc::clone(&self.sealer),
-                Arc::clone(&info),
-            );
-            tokio::task::spawn_blocking(move || start_inputs(store.as_ref(), &sealer, &info.record))
-                .await
-                .map_err(|e| ControlError::Task(e.to_string()))?
-        };
-        let spec = inputs.and_then(|(secrets, service)| {
-            build_spec(&info, &id, secrets, &service, &self.processes)
-        });
-        let spec = match spec {
-            Ok(spec) => spec,
-            Err(reason) => {
-                self.remember_start_error(key, revision, true, Some(reason.clone()));
-                return Err(failed(reason));
-            }
-        };
-        let status = match self.runtime.instance_ensure(spec).await {
-            Ok(status) => status,
-            Err(error) => {
-                let reason = error.to_string();
-                self.remember_start_error(key, revision, false, Some(reason.clone()));
-                return Err(failed(reason));
-            }
-        };
-        self.remember_start_error(key, revision, false, None);
-        if let Some(service) = self.lock().services.get_mut(key) {
-            service.instances.push(status);
-        }
-        self.wake_when_ready(&id);
-        Ok(id)
-    }
-
-    /// Wakes the loop as soon as the instance is ready (or has stopped), so its traffic
-    /// moves then rather than at the next interval: what a cold start waits for.
-    fn wake_when_ready(&self, id: &str) {
-        let (runtime, wake, id) = (
-            Arc::clone(&self.runtime),
-            Arc::clone(&self.wake),
-            id.to_owned(),
-        );
-        let limit = Duration::from_millis(self.config.policy.start_timeout_ms.max(1));
-        tokio::spawn(async move {
-            let Ok(mut status) = runtime.watch(&id).await else {
-                return;
-            };
-            let settled = status.wait_for(|s| s.ready || s.phase.is_final());
-            if tokio::time::timeout(limit, settled).await.is_ok() {
-                wake.notify_one();
-            }
-        });
-    }
-
     fn remember_start_error(
         &self,
         key: &Key,
@@ -806,21 +899,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         };
     }
 
-    fn unused_id(&self, key: &Key, revision: &str) -> String {
-        let state = self.lock();
-        let taken = |id: &str| {
-            state
-                .services
-                .get(key)
-                .is_some_and(|s| s.instances.iter().any(|i| i.id == id))
-        };
-        let mut id = new_instance_id(revision);
-        while taken(&id) {
-            id = new_instance_id(revision);
-        }
-        id
-    }
-
     /// Marks the instance draining, updates the table, and lets the ingress drain it in the
     /// background; the planner stops it when its grace has passed.
     async fn drain(&self, key: &Key, id: &str, policy: &Policy) -> Result<()> {
@@ -833,7 +911,7 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
                 .services
                 .get(key)
                 .and_then(|s| s.instances.iter().find(|i| i.id == id))
-                .and_then(InstanceStatus::reached_at)
+                .and_then(|replica| replica.address)
         };
         self.apply_table().await?;
         if let Some(address) = address {
@@ -841,21 +919,6 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             tokio::spawn(self.dataplane.drain(address, grace));
         }
         Ok(())
-    }
-
-    /// Stops and removes the instance, then takes it out of the table.
-    async fn stop(&self, key: &Key, id: &str) -> Result<()> {
-        stop_and_remove(self.runtime.as_ref(), id)
-            .await
-            .map_err(|error| ControlError::runtime(format!("stop instance {id}"), error))?;
-        {
-            let mut state = self.lock();
-            state.tracked.remove(id);
-            if let Some(service) = state.services.get_mut(key) {
-                service.instances.retain(|i| i.id != id);
-            }
-        }
-        self.apply_table().await
     }
 
     /// A revision by name, read from the store once and kept; `None` when the store does not
@@ -886,8 +949,9 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
         }
     }
 
-    /// Forgets services with no desired state, instances or routes left, and their revisions.
-    fn forget_gone(&self, desired: &[Desired]) {
+    /// Forgets services with no desired state, instances or routes left, and the revisions no
+    /// longer of use; returns those revisions.
+    fn forget_gone(&self, desired: &[Desired]) -> Vec<Arc<RevisionInfo>> {
         let mut state = self.lock();
         let gone: Vec<Key> = state
             .services
@@ -922,8 +986,12 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             readiness_failures,
             ..
         } = &mut *state;
-        revisions.retain(|name, _| live.contains(name));
+        let dropped = revisions
+            .extract_if(|name, _| !live.contains(name))
+            .map(|(_, info)| info)
+            .collect();
         readiness_failures.retain(|name, _| live.contains(name));
+        dropped
     }
 
     /// Forgets what it kept for progressive deployments no longer in progress (ended by a
@@ -1069,7 +1137,7 @@ pub(crate) fn traffic_message(weights: &[RouteWeight]) -> String {
 }
 
 /// The event for an instance entering a state, when that is news.
-fn change_message(id: &str, kind: &str, status: &InstanceStatus) -> Option<String> {
+fn change_message(id: &str, kind: &str, status: &Replica) -> Option<String> {
     match kind {
         "ready" => Some(format!("instance {id} is ready")),
         "failed" | "crash_loop" => {
@@ -1084,22 +1152,6 @@ fn min_some(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
-}
-
-/// Stops the instance (its stop signal, then its grace) and forgets it; one already gone is
-/// no error.
-async fn stop_and_remove<R: Runtime>(
-    runtime: &R,
-    id: &str,
-) -> std::result::Result<(), RuntimeError> {
-    match runtime.instance_stop(id).await {
-        Ok(_) | Err(RuntimeError::NotFound(_)) => {}
-        Err(error) => return Err(error),
-    }
-    match runtime.instance_remove(id).await {
-        Ok(()) | Err(RuntimeError::NotFound(_)) => Ok(()),
-        Err(error) => Err(error),
     }
 }
 

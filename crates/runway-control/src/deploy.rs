@@ -5,9 +5,8 @@
 //! ended before it was ever ready (as Cloud Run fails a revision whose container exits before
 //! it listens): a crash on start is known at its first exit, not at the timeout.
 
+use runway_driver::{Driver, LogQuery, now_ms};
 use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
-use runway_runtime::Runtime;
-use runway_runtime::status::now_ms;
 use runway_store::{Deployment, DeploymentState, Desired, DesiredRevision};
 
 use crate::controller::{ACTOR, Controller, traffic_message};
@@ -19,7 +18,7 @@ use crate::state::{Key, StartFailure};
 /// How many lines of a failed instance's output a failure's reason carries.
 const REASON_LOG_LINES: usize = 10;
 
-impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+impl<D: Driver> Controller<D> {
     /// The deployment of this service/env that is `Pending` or `Progressing` (moved to
     /// `Progressing`), and the latest deployment whatever its state: the cleanup after a
     /// deployment (drains and stops) is told in the latest one's events.
@@ -222,7 +221,13 @@ impl<R: Runtime + Send + Sync + 'static> Controller<R> {
             not_ready.sort_by_key(|s| s.last_exit.is_none());
             not_ready.first().map(|s| (*s).clone())
         }?;
-        let lines = match self.runtime.logs(&candidate.id, REASON_LOG_LINES).await {
+        let query = LogQuery {
+            service: key.0.clone(),
+            env: key.1.clone(),
+            replica: Some(candidate.id.clone()),
+            tail: REASON_LOG_LINES,
+        };
+        let lines = match self.driver.logs(&query).await {
             Ok(lines) if !lines.is_empty() => lines.into_iter().map(|l| l.text).collect(),
             _ => candidate
                 .last_exit

@@ -1,7 +1,7 @@
 //! The crate's one error type. Messages are for the people who run Runway; none holds a
 //! secret's value.
 
-use runway_runtime::RuntimeError;
+use runway_driver::DriverError;
 use runway_store::StoreError;
 
 /// What can go wrong while reconciling or answering the API.
@@ -15,13 +15,13 @@ pub enum ControlError {
         #[source]
         source: StoreError,
     },
-    /// The runtime refused or failed.
-    #[error("runtime: {what}: {source}")]
-    Runtime {
+    /// The driver refused or failed.
+    #[error("driver: {what}: {source}")]
+    Driver {
         /// What was being done.
         what: String,
         #[source]
-        source: RuntimeError,
+        source: DriverError,
     },
     /// An instance could not be started; the reason names the revision and never a value.
     #[error("cannot start an instance of {revision}: {reason}")]
@@ -57,8 +57,8 @@ impl ControlError {
         }
     }
 
-    pub(crate) fn runtime(what: impl Into<String>, source: RuntimeError) -> Self {
-        Self::Runtime {
+    pub(crate) fn driver(what: impl Into<String>, source: DriverError) -> Self {
+        Self::Driver {
             what: what.into(),
             source,
         }

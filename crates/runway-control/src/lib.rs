@@ -1,8 +1,9 @@
 //! Runway's control loop: the reconciler's executor and the deployment controller.
 //!
 //! The control plane (`runway server`) holds one [`Controller`]. It makes the desired state in
-//! the store true on a [`Runtime`](runway_runtime::Runtime) and in the ingress, through the
-//! [`DataPlane`] trait (the ingress in its own process, or in this one), level-triggered, and
+//! the store true on a [`Driver`](runway_driver::Driver) (this machine's supervisors, or a
+//! cluster) and in the ingress, through the [`DataPlane`] trait (the ingress in its own
+//! process, or in this one), level-triggered, and
 //! moves deployments through their states with events that explain every step and every
 //! failure.
 //!
@@ -10,42 +11,51 @@
 //!
 //! [`Controller::run`] calls [`Controller::reconcile_all`] every `reconcile_interval_ms`,
 //! sooner when a plan says a drain grace or a start timeout falls due, at once on
-//! [`Controller::wake`] and when the ingress holds requests for a revision (its scale-up
-//! signal). One pass:
+//! [`Controller::wake`], when the driver reports a change (a replica ready, failed or gone)
+//! and when the ingress holds requests for a revision (its scale-up signal). One pass:
 //!
-//! 1. reads every desired state from the store and every instance from the runtime;
+//! 1. reads every desired state from the store and every replica ("instance") from the
+//!    driver;
 //! 2. gives each instance to its service and environment through its revision (the id minus
-//!    its last `-` segment, which must be the revision the runtime reports). The instances it
-//!    starts carry `RUNWAY_MANAGED=1` in their environment and the runtime reports them
+//!    its last `-` segment, which must be the revision the driver reports). The instances it
+//!    starts are marked as the platform's and the driver reports them
 //!    `managed`, with their service and revision: one whose revision the store no longer has
 //!    (its service was decommissioned, perhaps while the control plane was down) goes with that
 //!    service and environment, where nothing is desired, and is drained and stopped. Other
 //!    instances (a developer's `runway run`) are left alone;
 //! 3. for each service/env (desired, or with instances or routes but no desired state any
 //!    more: decommissioned) builds the planner's input: the desired revisions, the instances
-//!    with their state (runtime phase and readiness; failures with their supervisor's reason,
+//!    with their state (the driver's phase and readiness; failures with its reason,
 //!    exit code or signal), and the routes this controller last applied (kept in memory; after
 //!    a restart, the weights of the table the data plane serves, or else the desired state's);
 //! 4. plans with [`runway_reconciler::plan`] and applies the actions in order, then moves the
 //!    deployment in progress, if any.
 //!
-//! Startup, recovery and normal work are this same pass: a new controller over a runtime that
+//! Startup, recovery and normal work are this same pass: a new controller over a driver that
 //! already runs instances adopts them (the planner finds the counts met, so nothing restarts)
 //! and sets the routes from the ready ones.
 //!
 //! # Actions
 //!
-//! | action | runtime | ingress |
+//! | action | driver | ingress |
 //! | --- | --- | --- |
-//! | `Start` | `instance_ensure` of a new `{revision}-{6 hex}` id, the spec from the revision's manifest, artifact, variables and opened secrets | — |
-//! | `Replace` | `instance_stop` + `instance_remove` of the dead one, then as `Start` | the table rebuilt |
+//! | `Start` | one more replica in the revision's `scale` | — |
+//! | `Replace` | the dead one in `scale`'s `retire`, and one more replica | the dead one marked draining |
 //! | `SetRoutes` | — | the weights remembered, the whole table rebuilt and set |
 //! | `Drain` | — | the instance stays in the table with `draining: true`; `DataPlane::drain` in the background |
-//! | `Stop` | `instance_stop` + `instance_remove` | the instance dropped from the table |
+//! | `Stop` | in `retire` (or `scale`'s, with a start) | marked draining until the driver lists it no more |
+//!
+//! The starts and stops of one revision in a pass go to the driver as one call, after the
+//! routes and drains, with the revision's [`Workload`](runway_driver::Workload): its manifest's
+//! settings, its pinned image or code snapshot, its variables and its opened secrets. A
+//! replica the driver is stopping already is left to it (a worker's grace may last an hour),
+//! and its stop is told in its deployment's events once the driver lists it no more. A
+//! revision no longer desired, routed or running is `remove`d from the driver (a cluster's
+//! objects for it deleted).
 //!
 //! The table holds every service with routes: each routed revision (and each other revision
 //! with instances, at weight 0, so its `r{number}---` tag host answers) with its ready,
-//! non-draining instances at `127.0.0.1:{port}`, its draining ones marked so, the manifest's
+//! non-draining instances at the addresses the driver reports, its draining ones marked so, the manifest's
 //! concurrency, request timeout and protocol (h2c for `HTTP2` and `grpc`). It is set only when
 //! it changed. Every action is idempotent: planning again on the same state is harmless.
 //!
@@ -92,8 +102,8 @@
 //! # Secrets
 //!
 //! Each secret version a revision pins is read from the store and opened with the master key
-//! (bound to its service, environment, name and version) just before the instance starts,
-//! and reaches the runtime only in the spec's `secret_env`. A secret that cannot be opened
+//! (bound to its service, environment, name and version) just before replicas start, and
+//! reaches the driver only in the workload's `secrets`. A secret that cannot be opened
 //! fails the start with a reason naming the secret and its version, never a value.
 
 mod api;
@@ -106,9 +116,9 @@ mod error;
 mod observe;
 mod revision;
 mod rollout;
-mod start;
 mod state;
 mod table;
+mod workload;
 
 pub use api::InstanceSummary;
 pub use autoscale::ScalingSummary;

@@ -1,17 +1,17 @@
-//! From what the runtime reports to what the planner reads: instance ids, states and the
+//! From what the driver reports to what the planner reads: instance ids, states and the
 //! reasons of failures.
 
+use runway_driver::{Phase, Replica};
 use runway_reconciler::InstanceState;
-use runway_runtime::{InstanceStatus, Phase};
 
-// Replica ids are the driver seam's: `{revision}-{6 hex}`.
-pub(crate) use runway_driver::{new_replica_id as new_instance_id, revision_of};
+// Replica ids are the driver seam's: `{revision}-{suffix}`.
+pub(crate) use runway_driver::revision_of;
 
-/// The service and environment of an instance the platform started (the runtime reports it
-/// [`managed`](InstanceStatus::managed)) of revision `name`, from the service its runtime
+/// The service and environment of an instance the platform started (the driver reports it
+/// [`managed`](Replica::managed)) of revision `name`, from the service its driver
 /// reports and the revision name's shape `{service}-{env}-{5 digits}`: what is needed to stop
 /// it when the store no longer knows its revision. `None` for any other instance.
-pub(crate) fn managed_key(status: &InstanceStatus, name: &str) -> Option<(String, String)> {
+pub(crate) fn managed_key(status: &Replica, name: &str) -> Option<(String, String)> {
     if !status.managed || status.revision.as_deref() != Some(name) {
         return None;
     }
@@ -31,12 +31,12 @@ pub(crate) struct Tracked {
     pub(crate) was_ready: bool,
     /// When the controller told the ingress to drain it.
     pub(crate) draining_since_ms: Option<u64>,
-    /// The warning last written as an event (see [`InstanceStatus::warning`]).
+    /// The warning last written as an event (see [`Replica::warning`]).
     pub(crate) warned: Option<String>,
 }
 
 /// The planner's state of an instance, from its status and what the controller remembers.
-pub(crate) fn instance_state(status: &InstanceStatus, tracked: &Tracked) -> InstanceState {
+pub(crate) fn instance_state(status: &Replica, tracked: &Tracked) -> InstanceState {
     if tracked.draining_since_ms.is_some() {
         return InstanceState::Draining;
     }
@@ -72,7 +72,7 @@ pub(crate) fn kind(state: &InstanceState) -> &'static str {
 
 /// Why an instance is not running, in its supervisor's words: the status message, then how
 /// the last process ended (exit code or signal, OOM kill, the probe that killed it).
-pub(crate) fn failure_reason(status: &InstanceStatus) -> String {
+pub(crate) fn failure_reason(status: &Replica) -> String {
     let mut reason = status.message.trim().to_owned();
     if let Some(exit) = &status.last_exit {
         let how = match &exit.signal {
@@ -103,16 +103,14 @@ pub(crate) fn failure_reason(status: &InstanceStatus) -> String {
 mod tests {
     use super::*;
 
-    fn status(service: &str, revision: &str, managed: bool) -> InstanceStatus {
-        InstanceStatus {
+    fn status(service: &str, revision: &str, managed: bool) -> Replica {
+        Replica {
             id: format!("{revision}-3f9a1c"),
             service: Some(service.to_owned()),
             revision: Some(revision.to_owned()),
             managed,
             phase: Phase::Running,
             ready: true,
-            pid: None,
-            port: None,
             address: None,
             restarts: 0,
             consecutive_failures: 0,
@@ -121,7 +119,6 @@ mod tests {
             message: String::new(),
             warning: None,
             last_exit: None,
-            supervisor_pid: 1,
         }
     }
 

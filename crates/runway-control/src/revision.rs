@@ -1,8 +1,6 @@
 //! A revision as the controller uses it: the store's immutable record and the settings its
 //! manifest gives, read once and kept.
 
-use std::path::{Path, PathBuf};
-
 use runway_ingress::Protocol;
 use runway_manifest::{Manifest, ServiceConfig};
 use runway_store::Revision;
@@ -37,28 +35,6 @@ impl RevisionInfo {
     /// The image pinned at deploy, for an image artifact.
     pub(crate) fn image(&self) -> Option<String> {
         runway_store::artifact_image(&self.record.artifact).map(str::to_owned)
-    }
-
-    /// Where a process artifact's code is: its snapshot (`source`, a digest) under
-    /// `snapshots/<service id>/`; for a revision recorded before snapshots, the directory it
-    /// names (`source_dir`, whatever is there now). Empty for an image.
-    pub(crate) fn code_dir(
-        &self,
-        service_id: i64,
-        snapshots: Option<&Path>,
-    ) -> Result<PathBuf, String> {
-        if let Some(digest) = runway_store::artifact_source(&self.record.artifact) {
-            let digest = runway_runtime::Digest::parse(digest)
-                .map_err(|_| format!("its code snapshot {digest:?} is not a digest"))?;
-            let snapshots =
-                snapshots.ok_or_else(|| "this control plane keeps no code snapshots".to_owned())?;
-            return Ok(snapshots.join(service_id.to_string()).join(digest.hex()));
-        }
-        let legacy = self.record.artifact.get("source_dir");
-        Ok(legacy
-            .and_then(serde_json::Value::as_str)
-            .map(PathBuf::from)
-            .unwrap_or_default())
     }
 
     pub(crate) fn protocol(&self) -> Protocol {

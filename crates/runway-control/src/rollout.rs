@@ -18,13 +18,12 @@
 //! `legacy` and `expedited` are the planner's rolling deploy, untouched. A rollback, and a
 //! first deploy (nothing to compare with or fall back to), are rolled as `legacy` too.
 
+use runway_driver::{Driver, now_ms};
 use runway_reconciler::Condition;
 use runway_rollout::{
     Action, AnalysisSettings, Command, Phase, Progress, Step, StepInput, Strategy, Verdict, Window,
     analyse, next,
 };
-use runway_runtime::Runtime;
-use runway_runtime::status::now_ms;
 use runway_store::{
     Deployment, DeploymentKind, Desired, DesiredRevision, RolloutCommand, StoreError,
 };
@@ -159,7 +158,7 @@ fn command(command: RolloutCommand) -> Command {
     }
 }
 
-impl<R: Runtime + Send + Sync + 'static> Controller<R> {
+impl<D: Driver> Controller<D> {
     /// One step of the deployment's rollout: reads its progress, decides, writes the desired
     /// state and the progress, and says how the deployment stands. Returns the desired state
     /// the planner should use this pass (the one it wrote, when it wrote one).

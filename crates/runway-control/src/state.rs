@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use runway_driver::Replica;
 use runway_ingress::{RouteConfig, RouteTableConfig};
 use runway_reconciler::{RevisionStatus, RouteWeight};
-use runway_runtime::InstanceStatus;
 
 use crate::autoscale::Scaler;
 use crate::observe::Tracked;
@@ -28,6 +28,9 @@ pub(crate) struct State {
     pub(crate) known: BTreeSet<Key>,
     /// Per instance id.
     pub(crate) tracked: HashMap<String, Tracked>,
+    /// Replicas the driver was asked to stop and still lists, by id, with the deployment told
+    /// when each is gone.
+    pub(crate) retiring: HashMap<String, Option<i64>>,
     /// When this controller first saw each deployment in progress (by id): its timeout runs
     /// from then or from its creation, whichever is later.
     pub(crate) deployments_seen: HashMap<i64, u64>,
@@ -60,7 +63,7 @@ pub(crate) struct ServiceState {
     /// The last plan's status per revision.
     pub(crate) status: Vec<RevisionStatus>,
     /// Its instances as last observed (and changed by the actions since).
-    pub(crate) instances: Vec<InstanceStatus>,
+    pub(crate) instances: Vec<Replica>,
     /// The last failed start of each revision since its last successful one.
     pub(crate) start_errors: BTreeMap<String, StartFailure>,
 }

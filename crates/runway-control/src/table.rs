@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
+use runway_driver::Phase;
 use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 use runway_reconciler::Condition;
-use runway_runtime::Phase;
 
 use crate::observe::revision_of;
 use crate::state::{Key, ServiceState, State};
@@ -110,8 +110,9 @@ fn revision(
         .iter()
         .filter(|status| revision_of(&status.id) == Some(name))
         .filter_map(|status| {
-            let address = status.reached_at()?;
+            let address = status.address?;
             let draining = status.phase == Phase::Stopping
+                || state.retiring.contains_key(&status.id)
                 || state
                     .tracked
                     .get(&status.id)

@@ -1,4 +1,4 @@
-//! The controller over an in-memory runtime, a real SQLite store and a real ingress (its
+//! The controller over an in-memory driver, a real SQLite store and a real ingress (its
 //! table, not its sockets).
 
 #![allow(clippy::unwrap_used, reason = "tests")]
@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::{Behavior, Harness, fast_config};
 use runway_reconciler::RouteWeight;
-use runway_runtime::Runtime;
 use runway_secrets::{Context, Sealer, SecretValue};
 use runway_store::{DeploymentState, DesiredRevision, Store};
 
@@ -69,15 +68,18 @@ async fn first_deploy_starts_an_instance_and_routes_to_it() {
     assert_eq!(route.revisions[0].instances[0].max_concurrency, 50);
     assert_eq!(harness.ingress.table().routes().len(), 1);
 
-    let spec = &harness.runtime.specs()[0];
-    assert_eq!(spec.revision, V1);
-    assert_eq!(spec.env.get("GREETING").map(String::as_str), Some("hi"));
-    assert!(spec.managed, "marked as the platform's");
-    assert!(
-        !spec.inherit_env && !spec.env.contains_key("RUNWAY_MANAGED"),
-        "the instance's environment is its revision's alone: {:?}",
-        spec.env
+    let workload = &harness.driver.workloads()[0];
+    assert_eq!(workload.revision, V1);
+    assert_eq!(
+        (workload.service.as_str(), workload.env.as_str()),
+        ("hello", "dev")
     );
+    assert_eq!(
+        workload.config.env.get("GREETING").map(String::as_str),
+        Some("hi")
+    );
+    assert_eq!(workload.source.as_deref(), Some(common::SOURCE));
+    assert_eq!(workload.image, None);
 
     let events = harness.events(&deployment).join("\n");
     for expected in [
@@ -96,10 +98,10 @@ async fn first_deploy_starts_an_instance_and_routes_to_it() {
 async fn a_rolling_deploy_never_leaves_the_route_without_a_ready_instance() {
     let harness = serving_v1().await;
     harness
-        .runtime
+        .driver
         .watch_ingress(&harness.ingress, "hello", "dev");
-    harness.runtime.behave(V2, Behavior::ReadyAfter(4));
-    let v1_ids = harness.runtime.ids_of(V1);
+    harness.driver.behave(V2, Behavior::ReadyAfter(4));
+    let v1_ids = harness.driver.ids_of(V1);
 
     let second = harness.deploy("hello", BTreeMap::new());
     assert_eq!(second.from_revision.as_deref(), Some(V1));
@@ -112,17 +114,17 @@ async fn a_rolling_deploy_never_leaves_the_route_without_a_ready_instance() {
                 .first()
                 .is_some_and(|r| r.revisions.iter().all(|r| r.name == V2));
             h.state(&second) == DeploymentState::Succeeded
-                && h.runtime.ids_of(V1).is_empty()
+                && h.driver.ids_of(V1).is_empty()
                 && only_v2
         })
         .await;
 
-    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    assert_eq!(harness.driver.violations(), Vec::<String>::new());
     assert_eq!(
         harness.controller.routes("hello", "dev"),
         weights(&[(V2, 100)])
     );
-    let stopped = harness.runtime.stopped();
+    let stopped = harness.driver.stopped();
     assert!(v1_ids.iter().all(|id| stopped.contains(id)));
     let events = harness.events(&second).join("\n");
     for expected in [
@@ -171,7 +173,7 @@ async fn a_service_not_serving_keeps_its_host_and_a_crashing_revision_is_marked_
     assert_eq!(failing(&harness), Some(false));
 
     // The serving revision's instance crash-loops: the ingress is told not to hold requests.
-    harness.runtime.behave_now(
+    harness.driver.behave_now(
         V1,
         Behavior::Crash {
             code: 1,
@@ -184,7 +186,7 @@ async fn a_service_not_serving_keeps_its_host_and_a_crashing_revision_is_marked_
         weights(&[(V1, 100)])
     );
     // Ready again: no longer failing.
-    harness.runtime.behave_now(V1, Behavior::ReadyAfter(0));
+    harness.driver.behave_now(V1, Behavior::ReadyAfter(0));
     harness.settle(BOUND, |h| failing(h) == Some(false)).await;
 }
 
@@ -192,9 +194,9 @@ async fn a_service_not_serving_keeps_its_host_and_a_crashing_revision_is_marked_
 async fn a_failing_deploy_fails_with_the_exit_code_and_output_and_v1_keeps_serving() {
     let harness = serving_v1().await;
     harness
-        .runtime
+        .driver
         .watch_ingress(&harness.ingress, "hello", "dev");
-    harness.runtime.behave(
+    harness.driver.behave(
         V2,
         Behavior::Crash {
             code: 3,
@@ -234,14 +236,14 @@ async fn a_failing_deploy_fails_with_the_exit_code_and_output_and_v1_keeps_servi
         }]
     );
     harness
-        .settle(BOUND, |h| h.runtime.ids_of(V2).is_empty())
+        .settle(BOUND, |h| h.driver.ids_of(V2).is_empty())
         .await;
     assert_eq!(
         harness.controller.routes("hello", "dev"),
         weights(&[(V1, 100)])
     );
-    assert_eq!(harness.runtime.ids_of(V1).len(), 1);
-    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    assert_eq!(harness.driver.ids_of(V1).len(), 1);
+    assert_eq!(harness.driver.violations(), Vec::<String>::new());
     let events = harness.events(&second).join("\n");
     assert!(events.contains("failed: crash loop"), "{events}");
 }
@@ -252,11 +254,11 @@ async fn a_rollback_moves_traffic_back_and_stops_the_newer_revision() {
     let second = harness.deploy("hello", BTreeMap::new());
     harness
         .settle(BOUND, |h| {
-            h.state(&second) == DeploymentState::Succeeded && h.runtime.ids_of(V1).is_empty()
+            h.state(&second) == DeploymentState::Succeeded && h.driver.ids_of(V1).is_empty()
         })
         .await;
     harness
-        .runtime
+        .driver
         .watch_ingress(&harness.ingress, "hello", "dev");
 
     let rollback = harness
@@ -276,21 +278,21 @@ async fn a_rollback_moves_traffic_back_and_stops_the_newer_revision() {
         .deployment;
     harness
         .settle(BOUND, |h| {
-            h.state(&rollback) == DeploymentState::Succeeded && h.runtime.ids_of(V2).is_empty()
+            h.state(&rollback) == DeploymentState::Succeeded && h.driver.ids_of(V2).is_empty()
         })
         .await;
     assert_eq!(
         harness.controller.routes("hello", "dev"),
         weights(&[(V1, 100)])
     );
-    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    assert_eq!(harness.driver.violations(), Vec::<String>::new());
 }
 
 #[tokio::test]
 async fn scaling_up_adds_the_new_ready_instance_to_the_table() {
     let harness = serving_v1().await;
     harness
-        .runtime
+        .driver
         .watch_ingress(&harness.ingress, "hello", "dev");
     harness
         .store
@@ -302,20 +304,20 @@ async fn scaling_up_adds_the_new_ready_instance_to_the_table() {
             table.routes[0].revisions[0].instances.len() == 2
         })
         .await;
-    assert_eq!(harness.runtime.ids_of(V1).len(), 2);
-    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    assert_eq!(harness.driver.ids_of(V1).len(), 2);
+    assert_eq!(harness.driver.violations(), Vec::<String>::new());
 }
 
 #[tokio::test]
 async fn a_decommissioned_service_is_drained_and_stopped() {
     let harness = serving_v1().await;
-    let id = harness.runtime.ids_of(V1)[0].clone();
+    let id = harness.driver.ids_of(V1)[0].clone();
     harness
         .store
         .service_decommission("admin", "hello")
         .unwrap();
-    harness.settle(BOUND, |h| h.runtime.ids().is_empty()).await;
-    assert!(harness.runtime.stopped().contains(&id));
+    harness.settle(BOUND, |h| h.driver.ids().is_empty()).await;
+    assert!(harness.driver.stopped().contains(&id));
     assert!(harness.controller.route_table().routes.is_empty());
     assert!(harness.ingress.table().routes().is_empty());
     assert!(harness.controller.routes("hello", "dev").is_empty());
@@ -324,7 +326,7 @@ async fn a_decommissioned_service_is_drained_and_stopped() {
 #[tokio::test]
 async fn a_new_controller_stops_the_instances_of_a_service_decommissioned_meanwhile() {
     let harness = serving_v1().await;
-    let platform = harness.runtime.ids_of(V1);
+    let platform = harness.driver.ids_of(V1);
     assert_eq!(platform.len(), 1);
     harness
         .store
@@ -333,44 +335,39 @@ async fn a_new_controller_stops_the_instances_of_a_service_decommissioned_meanwh
 
     // Instances a developer started with `runway run`, not the platform: one with an id of
     // the platform's shape, one of a service the store never knew, one with its own id.
-    let template = harness.runtime.specs()[0].clone();
     let own = [
         "hello-dev-00001-abcdef",
         "other-dev-00003-123456",
         "hello-dev",
     ];
     for id in own {
-        let mut spec = template.clone();
-        spec.id = id.to_owned();
-        spec.revision = "hello-local".to_owned();
-        spec.managed = false;
-        harness.runtime.instance_ensure(spec).await.unwrap();
+        harness.driver.add_unmanaged(id, "hello", "hello-local");
     }
 
     // The controller that knew hello is gone; a new one never saw its revisions.
     let (second, ingress) = harness.another_controller();
     let until = tokio::time::Instant::now() + BOUND;
-    while harness.runtime.ids().iter().any(|id| platform.contains(id)) {
+    while harness.driver.ids().iter().any(|id| platform.contains(id)) {
         let _ = second.reconcile_all().await;
         assert!(
             tokio::time::Instant::now() < until,
             "still running: {:?}",
-            harness.runtime.ids()
+            harness.driver.ids()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(harness.runtime.stopped().contains(&platform[0]));
+    assert!(harness.driver.stopped().contains(&platform[0]));
     for _ in 0..5 {
         let _ = second.reconcile_all().await;
     }
-    let mut left = harness.runtime.ids();
+    let mut left = harness.driver.ids();
     left.sort();
     let mut expected: Vec<String> = own.iter().map(|id| (*id).to_owned()).collect();
     expected.sort();
     assert_eq!(left, expected, "the developer's instances are left alone");
     assert!(
         harness
-            .runtime
+            .driver
             .stopped()
             .iter()
             .all(|id| !own.contains(&id.as_str()))
@@ -382,8 +379,8 @@ async fn a_new_controller_stops_the_instances_of_a_service_decommissioned_meanwh
 #[tokio::test]
 async fn a_new_controller_adopts_running_instances_and_restores_routes() {
     let harness = serving_v1().await;
-    let starts = harness.runtime.specs().len();
-    let ids = harness.runtime.ids();
+    let starts = harness.driver.workloads().len();
+    let ids = harness.driver.ids();
 
     let (second, ingress) = harness.another_controller();
     assert!(second.routes("hello", "dev").is_empty());
@@ -391,9 +388,13 @@ async fn a_new_controller_adopts_running_instances_and_restores_routes() {
         assert!(second.reconcile_all().await.is_empty());
     }
     assert_eq!(second.routes("hello", "dev"), weights(&[(V1, 100)]));
-    assert_eq!(harness.runtime.specs().len(), starts, "nothing restarted");
-    assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
-    assert_eq!(harness.runtime.ids(), ids);
+    assert_eq!(
+        harness.driver.workloads().len(),
+        starts,
+        "nothing restarted"
+    );
+    assert!(harness.driver.stopped().is_empty(), "nothing stopped");
+    assert_eq!(harness.driver.ids(), ids);
     let table = ingress.table();
     let route = &table.routes()[0];
     assert_eq!(route.revisions[0].0, 100);
@@ -466,7 +467,7 @@ async fn a_new_controller_carries_on_from_the_table_the_data_plane_serves() {
         table.routes.iter().map(|r| r.service.clone()).collect()
     };
     assert_eq!(names(&serving), ["alpha", "hello", "omega"]);
-    let starts = harness.runtime.specs().len();
+    let starts = harness.driver.workloads().len();
 
     let plane = std::sync::Arc::new(Outlived {
         ingress: harness.ingress.clone(),
@@ -476,7 +477,7 @@ async fn a_new_controller_carries_on_from_the_table_the_data_plane_serves() {
     let next = runway_control::Controller::new(
         fast_config(),
         std::sync::Arc::clone(&harness.store) as std::sync::Arc<dyn Store>,
-        std::sync::Arc::clone(&harness.runtime),
+        std::sync::Arc::clone(&harness.driver),
         plane.clone(),
         Sealer::new(&harness.key),
     )
@@ -489,23 +490,27 @@ async fn a_new_controller_carries_on_from_the_table_the_data_plane_serves() {
     }
     assert_eq!(next.routes("hello", "dev"), weights(&[(V1, 100)]));
     assert_eq!(next.route_table(), serving);
-    assert_eq!(harness.runtime.specs().len(), starts, "nothing restarted");
-    assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
+    assert_eq!(
+        harness.driver.workloads().len(),
+        starts,
+        "nothing restarted"
+    );
+    assert!(harness.driver.stopped().is_empty(), "nothing stopped");
 }
 
 #[tokio::test]
 async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_one_is_ready() {
     let harness = serving_v1().await;
-    harness.runtime.behave(V2, Behavior::ReadyAfter(6));
-    let v1_ids = harness.runtime.ids_of(V1);
+    harness.driver.behave(V2, Behavior::ReadyAfter(6));
+    let v1_ids = harness.driver.ids_of(V1);
     let second = harness.deploy("hello", BTreeMap::new());
     // The first controller starts v2's instance, then "dies" before it is ready.
     assert!(harness.controller.reconcile_all().await.is_empty());
-    assert!(!harness.runtime.ids_of(V2).is_empty());
+    assert!(!harness.driver.ids_of(V2).is_empty());
 
     // A new controller (a new server process) with a new, empty ingress.
     let (next, ingress) = harness.another_controller();
-    harness.runtime.watch_ingress(&ingress, "hello", "dev");
+    harness.driver.watch_ingress(&ingress, "hello", "dev");
     assert!(next.reconcile_all().await.is_empty());
     // At once, before v2 is ready: v1 routed, not drained, not stopped.
     assert_eq!(next.routes("hello", "dev"), weights(&[(V1, 100)]));
@@ -513,10 +518,10 @@ async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_
         !ingress.table().routes().is_empty(),
         "the new ingress routes hello"
     );
-    assert!(harness.runtime.stopped().is_empty(), "nothing stopped");
+    assert!(harness.driver.stopped().is_empty(), "nothing stopped");
     for _ in 0..40 {
         if harness.state(&second) == DeploymentState::Succeeded
-            && harness.runtime.ids_of(V1).is_empty()
+            && harness.driver.ids_of(V1).is_empty()
         {
             break;
         }
@@ -529,9 +534,9 @@ async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_
     assert!(
         v1_ids
             .iter()
-            .all(|id| harness.runtime.stopped().contains(id))
+            .all(|id| harness.driver.stopped().contains(id))
     );
-    assert_eq!(harness.runtime.violations(), Vec::<String>::new());
+    assert_eq!(harness.driver.violations(), Vec::<String>::new());
 }
 
 fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper: bool) -> u32 {
@@ -578,12 +583,12 @@ async fn secrets_are_opened_into_the_spec_and_a_tampered_one_fails_the_start() {
     harness
         .settle(BOUND, |h| h.state(&good) == DeploymentState::Succeeded)
         .await;
-    let spec = &harness.runtime.specs()[0];
+    let workload = &harness.driver.workloads()[0];
     assert_eq!(
-        spec.secret_env,
+        workload.secrets,
         BTreeMap::from([("API_KEY".to_owned(), "s3cr3t-value".to_owned())])
     );
-    assert!(!spec.env.contains_key("API_KEY"));
+    assert!(!workload.config.env.contains_key("API_KEY"));
 
     harness.onboard("other");
     let version = set_secret(&harness, "other", "TOKEN", "tampered-value", true);
@@ -603,9 +608,9 @@ async fn secrets_are_opened_into_the_spec_and_a_tampered_one_fails_the_start() {
     );
     let story = format!("{reason}\n{}", harness.events(&bad).join("\n"));
     assert!(!story.contains("tampered-value"), "{story}");
-    assert!(harness.runtime.ids_of("other-dev-00001").is_empty());
+    assert!(harness.driver.ids_of("other-dev-00001").is_empty());
     // hello was not disturbed.
-    assert_eq!(harness.runtime.ids_of(V1).len(), 1);
+    assert_eq!(harness.driver.ids_of(V1).len(), 1);
     assert_eq!(
         harness.controller.routes("hello", "dev"),
         weights(&[(V1, 100)])
@@ -649,7 +654,7 @@ async fn blue_green_ends_at_the_switch_and_retires_the_warm_revision_after_a_dry
             .any(|r| r.revision == V1 && r.weight == 0)
     };
     assert!(warm(&harness));
-    assert_eq!(harness.runtime.ids_of(V1).len(), 1);
+    assert_eq!(harness.driver.ids_of(V1).len(), 1);
 
     let dry = harness.deploy_manifest(
         "hello",
@@ -660,7 +665,7 @@ async fn blue_green_ends_at_the_switch_and_retires_the_warm_revision_after_a_dry
         .settle(BOUND, |h| h.state(&dry) == DeploymentState::Succeeded)
         .await;
     harness
-        .settle(BOUND, |h| !warm(h) && h.runtime.ids_of(V1).is_empty())
+        .settle(BOUND, |h| !warm(h) && h.driver.ids_of(V1).is_empty())
         .await;
     assert!(switched.elapsed() >= Duration::from_millis(1_900));
     assert!(
@@ -759,11 +764,11 @@ async fn events_refused_by_a_full_disk_are_written_once_it_has_room() {
         .settle(BOUND, |h| h.state(&first) == DeploymentState::Succeeded)
         .await;
     // The new instance takes a while to be ready: the disk fills once it has started.
-    harness.runtime.behave(V2, Behavior::ReadyAfter(8));
+    harness.driver.behave(V2, Behavior::ReadyAfter(8));
     let deployment = harness.deploy("hello", BTreeMap::new());
     harness
         .settle(BOUND, |h| {
-            h.runtime.specs().iter().any(|s| s.revision == V2)
+            h.driver.workloads().iter().any(|s| s.revision == V2)
         })
         .await;
     let filler = disk.fill();
@@ -811,7 +816,7 @@ async fn a_process_revision_does_not_start_once_processes_are_no_longer_allowed(
     let strict = runway_control::Controller::new(
         fast_config(),
         std::sync::Arc::clone(&harness.store) as std::sync::Arc<dyn Store>,
-        std::sync::Arc::clone(&harness.runtime),
+        std::sync::Arc::clone(&harness.driver),
         std::sync::Arc::new(harness.ingress.clone()),
         Sealer::new(&harness.key),
     );
@@ -821,7 +826,7 @@ async fn a_process_revision_does_not_start_once_processes_are_no_longer_allowed(
         reasons.extend(strict.reconcile_all().await.iter().map(ToString::to_string));
     }
     assert!(
-        !harness.runtime.specs().iter().any(|s| s.revision == V2),
+        !harness.driver.workloads().iter().any(|s| s.revision == V2),
         "a process started without leave"
     );
     assert!(

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use runway_control::{Controller, ControllerConfig};
 use runway_ingress::{Ingress, Options};
-use runway_runtime::{LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
+use runway_runtime::{
+    LocalConfig, LocalDriver, LocalDriverOptions, LocalRuntime, Runtime, SupervisorCommand,
+};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{
     Deployment, DeploymentState, NewRevision, NewService, PlannedRevision, RevisionRef,
@@ -132,12 +134,16 @@ fn manifest() -> serde_json::Value {
     })
 }
 
-fn deploy(store: &SqliteStore, app_dir: &Path, version: &str, crash: bool) -> Deployment {
+/// The code snapshot the revisions run: `snapshots/<service id>/<hex>`, as the server keeps
+/// them.
+const SNAPSHOT: &str = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+
+fn deploy(store: &SqliteStore, version: &str, crash: bool) -> Deployment {
     let revision = NewRevision {
         service: "hello".to_owned(),
         env: "dev".to_owned(),
         manifest: manifest(),
-        artifact: serde_json::json!({"source_dir": app_dir}),
+        artifact: serde_json::json!({"source": format!("sha256:{SNAPSHOT}")}),
         env_vars: if crash {
             BTreeMap::from([("CRASH".to_owned(), "1".to_owned())])
         } else {
@@ -204,9 +210,6 @@ async fn get(ingress: std::net::SocketAddr) -> Result<String, String> {
 
 async fn rolling_deploy_on_the_local_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    let app_dir = dir.path().join("app");
-    std::fs::create_dir_all(&app_dir).unwrap();
-    std::fs::write(app_dir.join("app.py"), APP).unwrap();
 
     let supervisor = SupervisorCommand {
         program: std::env::current_exe().unwrap(),
@@ -230,6 +233,18 @@ async fn rolling_deploy_on_the_local_runtime() {
             },
         )
         .unwrap();
+    let service_id = store.service_get("hello").unwrap().id;
+    let snapshots = dir.path().join("snapshots");
+    let app_dir = snapshots.join(service_id.to_string()).join(SNAPSHOT);
+    std::fs::create_dir_all(&app_dir).unwrap();
+    std::fs::write(app_dir.join("app.py"), APP).unwrap();
+    let driver = Arc::new(LocalDriver::new(
+        Arc::clone(&runtime),
+        LocalDriverOptions {
+            sandbox: None,
+            snapshots: Some(snapshots),
+        },
+    ));
 
     let ingress = Ingress::new(Options::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -256,7 +271,7 @@ async fn rolling_deploy_on_the_local_runtime() {
         Controller::new(
             config.clone(),
             Arc::clone(&store) as Arc<dyn Store>,
-            Arc::clone(&runtime),
+            Arc::clone(&driver),
             Arc::new(ingress.clone()),
             Sealer::new(&key),
         )
@@ -268,7 +283,7 @@ async fn rolling_deploy_on_the_local_runtime() {
     }));
 
     tokio::time::timeout(BOUND, async {
-        let first = deploy(&store, &app_dir, "v1", false);
+        let first = deploy(&store, "v1", false);
         controller.wake();
         wait_for(&first, &store, DeploymentState::Succeeded).await;
         assert_eq!(get(address).await, Ok("v1".to_owned()));
@@ -309,7 +324,7 @@ async fn rolling_deploy_on_the_local_runtime() {
             }));
         }
 
-        let second = deploy(&store, &app_dir, "v2", false);
+        let second = deploy(&store, "v2", false);
         controller.wake();
         wait_for(&second, &store, DeploymentState::Succeeded).await;
         loop {
@@ -363,7 +378,7 @@ async fn rolling_deploy_on_the_local_runtime() {
 
         // A revision whose process exits with code 3 fails its deployment within the
         // timeout, with the real exit code and output, and v2 keeps serving.
-        let third = deploy(&store, &app_dir, "v3", true);
+        let third = deploy(&store, "v3", true);
         controller.wake();
         wait_for(&third, &store, DeploymentState::Failed).await;
         let reason = store.deployment_get(third.id).unwrap().reason.unwrap();
@@ -393,7 +408,7 @@ async fn rolling_deploy_on_the_local_runtime() {
     let fresh = Controller::new(
         config,
         Arc::clone(&store) as Arc<dyn Store>,
-        Arc::clone(&runtime),
+        Arc::clone(&driver),
         Arc::new(ingress.clone()),
         Sealer::new(&key),
     )

@@ -40,6 +40,9 @@ pub struct Workload {
     /// The values of the secrets the revision pins, by variable name: given to its replicas
     /// as environment variables, never written where a tenant or a log could read them.
     pub secrets: BTreeMap<String, String>,
+    /// The version of each secret the revision pins, by variable name: where a driver that
+    /// keeps secrets apart from the workload (a cluster's Secrets) files each value.
+    pub secret_versions: BTreeMap<String, u32>,
 }
 
 impl fmt::Debug for Workload {
@@ -51,6 +54,7 @@ impl fmt::Debug for Workload {
             .field("image", &self.image)
             .field("source", &self.source)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
+            .field("secret_versions", &self.secret_versions)
             .finish_non_exhaustive()
     }
 }
@@ -218,6 +222,18 @@ pub trait Driver: Send + Sync + 'static {
         scale: &Scale,
     ) -> impl Future<Output = Result<Vec<Replica>, DriverError>> + Send;
 
+    /// Stops these replicas of a revision with their stop signal and grace period, and runs
+    /// that many fewer of it: the replicas the control plane drained, or failed ones, when
+    /// nothing starts in their place. Returns once their stop is under way. Replicas already
+    /// stopping or gone are no error.
+    fn retire(
+        &self,
+        service: &str,
+        env: &str,
+        revision: &str,
+        replicas: &[String],
+    ) -> impl Future<Output = Result<(), DriverError>> + Send;
+
     /// Stops every replica of a revision and forgets it (its objects and output): a retired
     /// revision, or a decommissioned service's.
     fn remove(
@@ -275,6 +291,13 @@ pub fn env_of<'a>(service: &str, revision: &'a str) -> Option<&'a str> {
     (number_shaped && !env.is_empty()).then_some(env)
 }
 
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// A new replica id for `revision`: `{revision}-{6 lower-case hex}`, random.
 pub fn new_replica_id(revision: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
@@ -327,6 +350,7 @@ mod tests {
             image: None,
             source: None,
             secrets: BTreeMap::from([("API_KEY".to_owned(), "hunter2".to_owned())]),
+            secret_versions: BTreeMap::from([("API_KEY".to_owned(), 3)]),
         };
         let printed = format!("{workload:?}");
         assert!(

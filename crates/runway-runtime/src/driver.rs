@@ -18,7 +18,7 @@ use crate::runtime::{Runtime, RuntimeError};
 use crate::sandbox::SandboxPolicy;
 use crate::service::{InstanceOptions, instance_spec};
 use crate::spec::{Artifact, InstanceSpec};
-use crate::status::InstanceStatus;
+use crate::status::{InstanceStatus, Phase};
 use crate::{Digest, LocalRuntime};
 
 /// How often a followed log is read for new lines.
@@ -134,7 +134,7 @@ impl LocalDriver {
 
     /// Stops the replica with its stop signal and grace period, then forgets it, in the
     /// background.
-    fn retire(&self, id: &str) {
+    fn stop_in_background(&self, id: &str) {
         if !lock(&self.stopping).insert(id.to_owned()) {
             return;
         }
@@ -263,14 +263,15 @@ impl Driver for LocalDriver {
             .collect();
         for status in &mine {
             if scale.retire.contains(&status.id) {
-                self.retire(&status.id);
+                self.stop_in_background(&status.id);
             }
         }
         let mut live: Vec<&InstanceStatus> = {
             let stopping = lock(&self.stopping);
             mine.iter()
                 .copied()
-                .filter(|status| !status.phase.is_final() && !stopping.contains(&status.id))
+                .filter(|status| !status.phase.is_final() && status.phase != Phase::Stopping)
+                .filter(|status| !stopping.contains(&status.id))
                 .collect()
         };
         let wanted = scale.replicas as usize;
@@ -278,7 +279,7 @@ impl Driver for LocalDriver {
             // The surplus: those not ready first, then the newest.
             live.sort_by_key(|status| (status.ready, std::cmp::Reverse(status.started_at_ms)));
             for status in &live[..live.len() - wanted] {
-                self.retire(&status.id);
+                self.stop_in_background(&status.id);
             }
         }
         let taken: HashSet<&str> = statuses.iter().map(|status| status.id.as_str()).collect();
@@ -300,10 +301,26 @@ impl Driver for LocalDriver {
             .collect())
     }
 
+    async fn retire(
+        &self,
+        _service: &str,
+        _env: &str,
+        revision: &str,
+        replicas: &[String],
+    ) -> Result<(), DriverError> {
+        for id in replicas {
+            if revision_of(id) == Some(revision) {
+                self.stop_in_background(id);
+            }
+        }
+        self.changed();
+        Ok(())
+    }
+
     async fn remove(&self, _service: &str, _env: &str, revision: &str) -> Result<(), DriverError> {
         for status in self.statuses().await? {
             if revision_of(&status.id) == Some(revision) {
-                self.retire(&status.id);
+                self.stop_in_background(&status.id);
             }
         }
         Ok(())

@@ -67,10 +67,7 @@ impl InstanceStatus {
 // The lifecycle and how a process ended are the driver seam's, shared with every driver.
 pub use runway_driver::{ExitRecord, Phase};
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    to_ms(SystemTime::now())
-}
+pub use runway_driver::now_ms;
 
 pub(crate) fn to_ms(time: SystemTime) -> u64 {
     time.duration_since(SystemTime::UNIX_EPOCH)

@@ -1,27 +1,29 @@
-//! An in-memory runtime and a store, ingress and controller around it.
+//! An in-memory driver and a store, ingress and controller around it.
 
 #![allow(clippy::unwrap_used, dead_code, unreachable_pub, reason = "tests")]
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runway_control::{Controller, ControllerConfig};
+use runway_driver::{
+    Driver, DriverError, ExitRecord, LogLine, LogQuery, Phase, Replica, Scale, Stream, Workload,
+    new_replica_id, now_ms, revision_of,
+};
 use runway_ingress::{Ingress, Options};
-use runway_runtime::logs::{LogLine, Stream};
-use runway_runtime::status::{ExitRecord, now_ms};
-use runway_runtime::{InstanceSpec, InstanceStatus, Phase, Runtime, RuntimeError};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{
     Deployment, DeploymentState, NewRevision, NewService, PlannedRevision, RevisionRef,
     SqliteStore, Store,
 };
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// How a revision's instances behave.
 #[derive(Debug, Clone)]
 pub enum Behavior {
-    /// Starting for this many polls of `instances()`, then ready.
+    /// Starting for this many polls of `replicas()`, then ready.
     ReadyAfter(u32),
     /// Crash-looping with this exit code, having written these lines.
     Crash { code: i32, output: Vec<String> },
@@ -30,13 +32,12 @@ pub enum Behavior {
 #[derive(Debug)]
 struct Fake {
     behavior: Behavior,
-    /// From its spec, as the local runtime reports them.
+    /// From its workload, as the local driver reports them.
     service: String,
     revision: String,
     managed: bool,
     port: u16,
     polls: u32,
-    stopped: bool,
 }
 
 #[derive(Debug, Default)]
@@ -44,26 +45,37 @@ struct Inner {
     instances: BTreeMap<String, Fake>,
     behaviors: HashMap<String, Behavior>,
     next_port: u16,
-    specs: Vec<InstanceSpec>,
+    workloads: Vec<Workload>,
     stopped: Vec<String>,
     watched: Option<(Ingress, String, String)>,
     violations: Vec<String>,
 }
 
-/// A runtime in memory. When watching an ingress, it checks at every call that each weighted
-/// revision of the watched route has a ready, non-draining instance.
-#[derive(Debug, Default)]
-pub struct FakeRuntime {
+/// A driver in memory: a replica is stopped and gone as soon as it is retired. When watching
+/// an ingress, it checks at every call that each weighted revision of the watched route has
+/// a ready, non-draining instance.
+#[derive(Debug)]
+pub struct FakeDriver {
     inner: Mutex<Inner>,
+    changes: watch::Sender<u64>,
 }
 
-impl FakeRuntime {
+impl Default for FakeDriver {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            changes: watch::channel(0).0,
+        }
+    }
+}
+
+impl FakeDriver {
     pub fn behave(&self, revision: &str, behavior: Behavior) {
         let mut inner = self.inner.lock().unwrap();
         inner.behaviors.insert(revision.to_owned(), behavior);
     }
 
-    /// As [`FakeRuntime::behave`], and its running instances too (a crash after they were
+    /// As [`FakeDriver::behave`], and its running instances too (a crash after they were
     /// ready, or a recovery).
     pub fn behave_now(&self, revision: &str, behavior: Behavior) {
         let mut inner = self.inner.lock().unwrap();
@@ -80,8 +92,9 @@ impl FakeRuntime {
             Some((ingress.clone(), service.to_owned(), env.to_owned()));
     }
 
-    pub fn specs(&self) -> Vec<InstanceSpec> {
-        self.inner.lock().unwrap().specs.clone()
+    /// The workload of every replica started, in order.
+    pub fn workloads(&self) -> Vec<Workload> {
+        self.inner.lock().unwrap().workloads.clone()
     }
 
     pub fn stopped(&self) -> Vec<String> {
@@ -92,7 +105,7 @@ impl FakeRuntime {
         self.inner.lock().unwrap().violations.clone()
     }
 
-    /// Ids of the instances that exist, running or not.
+    /// Ids of the instances that exist.
     pub fn ids(&self) -> Vec<String> {
         self.inner
             .lock()
@@ -110,6 +123,59 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// An instance the platform did not start (a developer's `runway run`), ready.
+    pub fn add_unmanaged(&self, id: &str, service: &str, revision: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.next_port += 1;
+        let port = 20_000 + inner.next_port;
+        let fake = Fake {
+            behavior: Behavior::ReadyAfter(0),
+            service: service.to_owned(),
+            revision: revision.to_owned(),
+            managed: false,
+            port,
+            polls: 0,
+        };
+        inner.instances.insert(id.to_owned(), fake);
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn start(inner: &mut Inner, workload: &Workload) -> String {
+        let mut id = new_replica_id(&workload.revision);
+        while inner.instances.contains_key(&id) {
+            id = new_replica_id(&workload.revision);
+        }
+        inner.next_port += 1;
+        let port = 20_000 + inner.next_port;
+        let behavior = inner
+            .behaviors
+            .get(&workload.revision)
+            .cloned()
+            .unwrap_or(Behavior::ReadyAfter(2));
+        let fake = Fake {
+            behavior,
+            service: workload.service.clone(),
+            revision: workload.revision.clone(),
+            managed: true,
+            port,
+            polls: 0,
+        };
+        inner.instances.insert(id.clone(), fake);
+        inner.workloads.push(workload.clone());
+        id
+    }
+
+    fn stop(inner: &mut Inner, id: &str) {
+        Self::check(inner, &format!("before stopping {id}"));
+        if inner.instances.remove(id).is_some() {
+            inner.stopped.push(id.to_owned());
+        }
+        Self::check(inner, &format!("after stopping {id}"));
+    }
+
     fn check(inner: &mut Inner, when: &str) {
         let Some((ingress, service, env)) = &inner.watched else {
             return;
@@ -117,7 +183,7 @@ impl FakeRuntime {
         let ready_ports: Vec<u16> = inner
             .instances
             .iter()
-            .filter(|(_, fake)| !fake.stopped && status_of("", fake).ready)
+            .filter(|(_, fake)| replica_of("", fake).ready)
             .map(|(_, fake)| fake.port)
             .collect();
         let table = ingress.table();
@@ -142,17 +208,15 @@ impl FakeRuntime {
     }
 }
 
-fn status_of(id: &str, fake: &Fake) -> InstanceStatus {
-    let mut status = InstanceStatus {
+fn replica_of(id: &str, fake: &Fake) -> Replica {
+    let mut replica = Replica {
         id: id.to_owned(),
         service: Some(fake.service.clone()),
         revision: Some(fake.revision.clone()),
         managed: fake.managed,
         phase: Phase::Starting,
         ready: false,
-        pid: Some(4242),
-        port: Some(fake.port),
-        address: None,
+        address: Some(SocketAddr::from((Ipv4Addr::LOCALHOST, fake.port))),
         restarts: 0,
         consecutive_failures: 0,
         started_at_ms: Some(now_ms()),
@@ -160,25 +224,19 @@ fn status_of(id: &str, fake: &Fake) -> InstanceStatus {
         message: "starting".to_owned(),
         warning: None,
         last_exit: None,
-        supervisor_pid: 4241,
     };
-    if fake.stopped {
-        status.phase = Phase::Stopped;
-        status.message = "stopped".to_owned();
-        return status;
-    }
     match &fake.behavior {
         Behavior::ReadyAfter(polls) if fake.polls >= *polls => {
-            status.phase = Phase::Running;
-            status.ready = true;
-            status.message = "ready".to_owned();
+            replica.phase = Phase::Running;
+            replica.ready = true;
+            replica.message = "ready".to_owned();
         }
         Behavior::ReadyAfter(_) => {}
         Behavior::Crash { code, output } => {
-            status.phase = Phase::CrashLoop;
-            status.restarts = fake.polls;
-            status.message = "crash loop: failed 3 times in a row".to_owned();
-            status.last_exit = Some(ExitRecord {
+            replica.phase = Phase::CrashLoop;
+            replica.restarts = fake.polls;
+            replica.message = "crash loop: failed 3 times in a row".to_owned();
+            replica.last_exit = Some(ExitRecord {
                 code: *code,
                 signal: None,
                 oom_killed: false,
@@ -189,58 +247,70 @@ fn status_of(id: &str, fake: &Fake) -> InstanceStatus {
             });
         }
     }
-    status
+    replica
 }
 
-impl Runtime for FakeRuntime {
-    async fn instance_ensure(&self, spec: InstanceSpec) -> Result<InstanceStatus, RuntimeError> {
+impl Driver for FakeDriver {
+    async fn scale(&self, workload: &Workload, scale: &Scale) -> Result<Vec<Replica>, DriverError> {
         let mut inner = self.inner.lock().unwrap();
-        if let Some(fake) = inner.instances.get(&spec.id) {
-            return Ok(status_of(&spec.id, fake));
+        for id in &scale.retire {
+            Self::stop(&mut inner, id);
         }
-        inner.next_port += 1;
-        let port = 20_000 + inner.next_port;
-        let behavior = inner
-            .behaviors
-            .get(&spec.revision)
-            .cloned()
-            .unwrap_or(Behavior::ReadyAfter(2));
-        let fake = Fake {
-            behavior,
-            service: spec.service.clone(),
-            revision: spec.revision.clone(),
-            managed: spec.is_managed(),
-            port,
-            polls: 0,
-            stopped: false,
-        };
-        let status = status_of(&spec.id, &fake);
-        inner.instances.insert(spec.id.clone(), fake);
-        inner.specs.push(spec);
-        Ok(status)
-    }
-
-    async fn instance_stop(&self, id: &str) -> Result<InstanceStatus, RuntimeError> {
-        let mut inner = self.inner.lock().unwrap();
-        Self::check(&mut inner, &format!("before stopping {id}"));
-        let fake = inner
+        let mine: Vec<String> = inner
             .instances
-            .get_mut(id)
-            .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))?;
-        fake.stopped = true;
-        let status = status_of(id, fake);
-        inner.stopped.push(id.to_owned());
-        Self::check(&mut inner, &format!("after stopping {id}"));
-        Ok(status)
+            .keys()
+            .filter(|id| revision_of(id) == Some(workload.revision.as_str()))
+            .cloned()
+            .collect();
+        let wanted = scale.replicas as usize;
+        for id in mine.iter().skip(wanted) {
+            Self::stop(&mut inner, id);
+        }
+        for _ in mine.len()..wanted {
+            Self::start(&mut inner, workload);
+        }
+        let replicas = inner
+            .instances
+            .iter()
+            .filter(|(id, _)| revision_of(id) == Some(workload.revision.as_str()))
+            .map(|(id, fake)| replica_of(id, fake))
+            .collect();
+        drop(inner);
+        self.changed();
+        Ok(replicas)
     }
 
-    async fn instance_remove(&self, id: &str) -> Result<(), RuntimeError> {
+    async fn retire(
+        &self,
+        _service: &str,
+        _env: &str,
+        _revision: &str,
+        replicas: &[String],
+    ) -> Result<(), DriverError> {
         let mut inner = self.inner.lock().unwrap();
-        inner.instances.remove(id);
+        for id in replicas {
+            Self::stop(&mut inner, id);
+        }
+        drop(inner);
+        self.changed();
         Ok(())
     }
 
-    async fn instances(&self) -> Result<Vec<InstanceStatus>, RuntimeError> {
+    async fn remove(&self, _service: &str, _env: &str, revision: &str) -> Result<(), DriverError> {
+        let mut inner = self.inner.lock().unwrap();
+        let ids: Vec<String> = inner
+            .instances
+            .keys()
+            .filter(|id| revision_of(id) == Some(revision))
+            .cloned()
+            .collect();
+        for id in ids {
+            Self::stop(&mut inner, &id);
+        }
+        Ok(())
+    }
+
+    async fn replicas(&self) -> Result<Vec<Replica>, DriverError> {
         let mut inner = self.inner.lock().unwrap();
         Self::check(&mut inner, "poll");
         for fake in inner.instances.values_mut() {
@@ -249,41 +319,54 @@ impl Runtime for FakeRuntime {
         Ok(inner
             .instances
             .iter()
-            .map(|(id, fake)| status_of(id, fake))
+            .map(|(id, fake)| replica_of(id, fake))
             .collect())
     }
 
-    async fn watch(&self, id: &str) -> Result<watch::Receiver<InstanceStatus>, RuntimeError> {
-        let inner = self.inner.lock().unwrap();
-        let fake = inner
-            .instances
-            .get(id)
-            .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))?;
-        Ok(watch::channel(status_of(id, fake)).1)
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
-    async fn logs(&self, id: &str, lines: usize) -> Result<Vec<LogLine>, RuntimeError> {
+    async fn logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, DriverError> {
         let inner = self.inner.lock().unwrap();
-        let fake = inner
-            .instances
-            .get(id)
-            .ok_or_else(|| RuntimeError::NotFound(id.to_owned()))?;
-        let output = match &fake.behavior {
-            Behavior::Crash { output, .. } => output.clone(),
-            Behavior::ReadyAfter(_) => vec!["listening".to_owned()],
-        };
-        let skip = output.len().saturating_sub(lines);
-        Ok(output
-            .into_iter()
-            .skip(skip)
-            .enumerate()
-            .map(|(n, text)| LogLine {
+        let mut lines = Vec::new();
+        for (id, fake) in &inner.instances {
+            if query.replica.as_ref().is_some_and(|wanted| wanted != id) {
+                continue;
+            }
+            let output = match &fake.behavior {
+                Behavior::Crash { output, .. } => output.clone(),
+                Behavior::ReadyAfter(_) => vec!["listening".to_owned()],
+            };
+            lines.extend(output.into_iter().enumerate().map(|(n, text)| LogLine {
+                replica: id.clone(),
                 time: format!("2026-11-21T14:00:{n:02}.000000000Z"),
                 stream: Stream::Stderr,
-                partial: false,
                 text,
-            })
-            .collect())
+            }));
+        }
+        if let Some(id) = &query.replica
+            && !inner.instances.contains_key(id)
+        {
+            return Err(DriverError::NotFound(id.clone()));
+        }
+        let skip = lines.len().saturating_sub(query.tail);
+        Ok(lines.split_off(skip))
+    }
+
+    async fn follow(&self, query: &LogQuery) -> Result<mpsc::Receiver<LogLine>, DriverError> {
+        let (sender, receiver) = mpsc::channel(256);
+        for line in self.logs(query).await? {
+            let _ = sender.try_send(line);
+        }
+        Ok(receiver)
+    }
+
+    async fn resolve_image(&self, reference: &str) -> Result<String, DriverError> {
+        Err(DriverError::Image {
+            reference: reference.to_owned(),
+            message: "the fake driver pulls no image".to_owned(),
+        })
     }
 }
 
@@ -305,6 +388,9 @@ pub fn manifest(name: &str) -> serde_json::Value {
     })
 }
 
+/// The code snapshot every test revision names.
+pub const SOURCE: &str = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+
 /// A fast configuration for tests.
 pub fn fast_config() -> ControllerConfig {
     ControllerConfig {
@@ -315,14 +401,14 @@ pub fn fast_config() -> ControllerConfig {
     }
 }
 
-/// A store, a fake runtime, an ingress and a controller over them.
+/// A store, a fake driver, an ingress and a controller over them.
 pub struct Harness {
     pub dir: tempfile::TempDir,
     pub store: Arc<SqliteStore>,
-    pub runtime: Arc<FakeRuntime>,
+    pub driver: Arc<FakeDriver>,
     pub ingress: Ingress,
     pub key: MasterKey,
-    pub controller: Controller<FakeRuntime>,
+    pub controller: Controller<FakeDriver>,
 }
 
 impl Harness {
@@ -333,13 +419,13 @@ impl Harness {
     /// With the store's database in `dir` (a small file system, say).
     pub fn with_store_in(config: ControllerConfig, dir: tempfile::TempDir) -> Self {
         let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
-        let runtime = Arc::new(FakeRuntime::default());
+        let driver = Arc::new(FakeDriver::default());
         let key = MasterKey::generate().unwrap();
         let ingress = Ingress::new(Options::default());
         let controller = Controller::new(
             config,
             Arc::clone(&store) as Arc<dyn Store>,
-            Arc::clone(&runtime),
+            Arc::clone(&driver),
             Arc::new(ingress.clone()),
             Sealer::new(&key),
         )
@@ -347,20 +433,20 @@ impl Harness {
         Self {
             dir,
             store,
-            runtime,
+            driver,
             ingress,
             key,
             controller,
         }
     }
 
-    /// A second controller over the same store and runtime, with a fresh ingress.
-    pub fn another_controller(&self) -> (Controller<FakeRuntime>, Ingress) {
+    /// A second controller over the same store and driver, with a fresh ingress.
+    pub fn another_controller(&self) -> (Controller<FakeDriver>, Ingress) {
         let ingress = Ingress::new(Options::default());
         let controller = Controller::new(
             fast_config(),
             Arc::clone(&self.store) as Arc<dyn Store>,
-            Arc::clone(&self.runtime),
+            Arc::clone(&self.driver),
             Arc::new(ingress.clone()),
             Sealer::new(&self.key),
         )
@@ -399,7 +485,7 @@ impl Harness {
             service: service.to_owned(),
             env: "dev".to_owned(),
             manifest,
-            artifact: serde_json::json!({"source_dir": "/srv/app"}),
+            artifact: serde_json::json!({"source": SOURCE}),
             env_vars: BTreeMap::from([("GREETING".to_owned(), "hi".to_owned())]),
             secret_versions,
         };
@@ -454,8 +540,8 @@ impl Harness {
             assert!(
                 tokio::time::Instant::now() < until,
                 "not settled within {bound:?}: instances {:?} (stopped: {:?}), table {:?}",
-                self.runtime.ids(),
-                self.runtime.stopped(),
+                self.driver.ids(),
+                self.driver.stopped(),
                 self.controller.route_table()
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
