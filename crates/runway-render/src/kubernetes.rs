@@ -2,6 +2,8 @@
 //! the service scales, a PodDisruptionBudget, and a Secret, without its value, for each of the
 //! service's secrets; one file each under `<dns_name>/`.
 
+use std::collections::BTreeMap;
+
 use runway_manifest::{ServiceConfig, WorkloadKind};
 use serde_json::{Map, Value, json};
 
@@ -24,12 +26,21 @@ pub(crate) fn render(
         metadata(config, name, namespace, Some(&image), annotations)
     };
     let name = &config.dns_name;
+    let shape = Shape::Service;
     let mut objects = vec![(
         "deployment".to_owned(),
-        deployment(config, &image, meta(name, common::annotations(config))),
+        deployment(
+            config,
+            &image,
+            meta(name, common::annotations(config)),
+            &shape,
+        ),
     )];
     if config.kind == WorkloadKind::Service {
-        objects.push(("service".into(), service(config, meta(name, Map::new()))));
+        objects.push((
+            "service".into(),
+            service(config, meta(name, Map::new()), &shape),
+        ));
     }
     if let Some(range) = autoscaling(config) {
         objects.push(("hpa".into(), hpa(config, range, meta(name, Map::new()))));
@@ -50,6 +61,92 @@ pub(crate) fn render(
         });
     }
     Ok(files)
+}
+
+/// The label naming the revision a Kubernetes driver's objects and pods belong to.
+pub const REVISION_LABEL: &str = "runway.dev/revision";
+/// The label naming the service a Kubernetes driver's objects and pods belong to.
+pub const SERVICE_LABEL: &str = "runway.dev/service";
+
+/// One revision of a service as Runway's Kubernetes driver runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revision<'a> {
+    /// The revision's name (`hello-dev-00002`): its Deployment's and Service's.
+    pub name: &'a str,
+    /// The image, pinned by digest.
+    pub image: &'a str,
+    pub namespace: &'a str,
+    /// How many pods: set by Runway's autoscaler, so no HorizontalPodAutoscaler.
+    pub replicas: u32,
+    /// The key of each secret variable's value in its Secret ([`crate::secret_name`]): the
+    /// version the revision pins, so a new version reaches pods only through a new revision.
+    pub secret_keys: &'a BTreeMap<String, String>,
+}
+
+/// A revision's Deployment and (for a service, not a worker) its Service: the objects
+/// [`crate::render`] renders for the service, made by the same code, and then one revision's:
+/// named after it, its pods selected by [`REVISION_LABEL`] too, its replica count set, its
+/// secrets referenced at the keys of their versions. Secrets are the caller's to write (with
+/// their values, which Runway never renders).
+pub fn revision_objects(config: &ServiceConfig, revision: &Revision<'_>) -> (Value, Option<Value>) {
+    let shape = Shape::Revision(revision);
+    let meta = |annotations: Map<String, Value>| {
+        let mut meta = metadata(
+            config,
+            revision.name,
+            Some(revision.namespace),
+            Some(revision.image),
+            annotations,
+        );
+        if let Some(labels) = meta["labels"].as_object_mut() {
+            labels.extend(shape.labels(config));
+        }
+        meta
+    };
+    let deployment = deployment(
+        config,
+        revision.image,
+        meta(common::annotations(config)),
+        &shape,
+    );
+    let service =
+        (config.kind == WorkloadKind::Service).then(|| service(config, meta(Map::new()), &shape));
+    (deployment, service)
+}
+
+/// What the objects are for: the service as a user renders it, or one revision of it.
+enum Shape<'a> {
+    Service,
+    Revision(&'a Revision<'a>),
+}
+
+impl Shape<'_> {
+    /// The labels a revision adds to its objects', its pods' and its selectors'.
+    fn labels(&self, config: &ServiceConfig) -> Map<String, Value> {
+        let mut labels = Map::new();
+        if let Shape::Revision(revision) = self {
+            labels.insert(SERVICE_LABEL.into(), json!(config.name));
+            labels.insert(REVISION_LABEL.into(), json!(revision.name));
+        }
+        labels
+    }
+
+    fn selector(&self, config: &ServiceConfig) -> Map<String, Value> {
+        let mut selector = common::selector_labels(config);
+        selector.extend(self.labels(config));
+        selector
+    }
+
+    /// The key a secret's value is read from in its Secret.
+    fn secret_key<'k>(&'k self, variable: &'k str) -> &'k str {
+        match self {
+            Shape::Revision(revision) => revision
+                .secret_keys
+                .get(variable)
+                .map_or(variable, String::as_str),
+            Shape::Service => variable,
+        }
+    }
 }
 
 /// The fewest and most replicas when the service scales, which needs a range above one.
@@ -106,33 +203,41 @@ fn secret(variable: &str, metadata: Value, namespace: Option<&str>) -> String {
     comment + &yaml::document(&secret)
 }
 
-fn deployment(config: &ServiceConfig, image: &str, metadata: Value) -> Value {
+fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shape<'_>) -> Value {
     let mut spec = Map::new();
-    if autoscaling(config).is_none() {
-        spec.insert("replicas".into(), json!(config.min_instances.max(1)));
+    match shape {
+        Shape::Revision(revision) => {
+            spec.insert("replicas".into(), json!(revision.replicas));
+        }
+        Shape::Service if autoscaling(config).is_none() => {
+            spec.insert("replicas".into(), json!(config.min_instances.max(1)));
+        }
+        Shape::Service => {}
     }
     spec.insert(
         "selector".into(),
-        json!({"matchLabels": common::selector_labels(config)}),
+        json!({"matchLabels": shape.selector(config)}),
     );
     spec.insert(
         "strategy".into(),
         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}}),
     );
+    let mut pod_labels = common::labels(config, Some(image));
+    pod_labels.extend(shape.labels(config));
     spec.insert(
         "template".into(),
         json!({
-            "metadata": {"labels": common::labels(config, Some(image))},
+            "metadata": {"labels": pod_labels},
             "spec": {
                 "terminationGracePeriodSeconds": config.stop_grace_period_seconds,
-                "containers": [container(config, image)],
+                "containers": [container(config, image, shape)],
             },
         }),
     );
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec})
 }
 
-fn container(config: &ServiceConfig, image: &str) -> Value {
+fn container(config: &ServiceConfig, image: &str, shape: &Shape<'_>) -> Value {
     let mut c = Map::new();
     c.insert("name".into(), json!(config.dns_name));
     c.extend(common::container_base(config, image));
@@ -145,7 +250,7 @@ fn container(config: &ServiceConfig, image: &str) -> Value {
     let env = common::env(
         config,
         config.port,
-        |key| json!({"name": common::secret_name(config, key), "key": key}),
+        |key| json!({"name": common::secret_name(config, key), "key": shape.secret_key(key)}),
     );
     if !env.is_empty() {
         c.insert("env".into(), Value::Array(env));
@@ -158,7 +263,7 @@ fn container(config: &ServiceConfig, image: &str) -> Value {
     Value::Object(c)
 }
 
-fn service(config: &ServiceConfig, metadata: Value) -> Value {
+fn service(config: &ServiceConfig, metadata: Value, shape: &Shape<'_>) -> Value {
     let mut port = Map::new();
     port.insert("name".into(), json!(port_name(config)));
     port.insert("port".into(), json!(SERVICE_PORT));
@@ -173,7 +278,7 @@ fn service(config: &ServiceConfig, metadata: Value) -> Value {
         "metadata": metadata,
         "spec": {
             "type": "ClusterIP",
-            "selector": common::selector_labels(config),
+            "selector": shape.selector(config),
             "ports": [port],
         },
     })

@@ -24,6 +24,8 @@ mod knative;
 mod kubernetes;
 mod yaml;
 
+pub use kubernetes::{REVISION_LABEL, Revision, SERVICE_LABEL, revision_objects};
+
 /// What to render to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {

@@ -428,6 +428,24 @@ fn kubernetes_output_passes_strict_schema_validation() {
         }
     }
     assert_eq!(paths.len(), 13, "the Secrets are checked too");
+    // And each service's objects as the Kubernetes driver runs one revision of it.
+    let keys = std::collections::BTreeMap::from([("API_KEY".to_owned(), "v3".to_owned())]);
+    for (name, config, _) in services() {
+        let revision = runway_render::Revision {
+            name: "svc-dev-00003",
+            image: "registry.example/app@sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+            namespace: "runway-dev",
+            replicas: 0,
+            secret_keys: &keys,
+        };
+        let (deployment, service) = runway_render::revision_objects(&config, &revision);
+        for (kind, object) in [("deployment", Some(deployment)), ("service", service)] {
+            let Some(object) = object else { continue };
+            let path = dir.0.join(format!("revision-{name}-{kind}.json"));
+            std::fs::write(&path, object.to_string()).unwrap();
+            paths.push(path);
+        }
+    }
     let output = Command::new("kubernetes-validate")
         .args(["--strict", "--kubernetes-version", KUBERNETES_VERSION])
         .args(&paths)
@@ -725,4 +743,65 @@ fn helm_releases_of_one_chart_do_not_collide() {
             deployment["metadata"]["name"]
         );
     }
+}
+
+/// The Kubernetes driver's objects are the rendered ones, made one revision's: named after it,
+/// its pods selected by it too, its count set (no HorizontalPodAutoscaler), its secrets read
+/// from their versions' keys.
+#[test]
+fn a_revision_is_the_rendered_service_made_one_revisions() {
+    let (_, config, options) = services()
+        .into_iter()
+        .find(|(_, config, _)| !config.secrets.is_empty())
+        .expect("a service with secrets");
+    let rendered = render(&config, Target::Kubernetes, &options).unwrap();
+    let keys: std::collections::BTreeMap<String, String> = config
+        .secrets
+        .iter()
+        .map(|s| (s.clone(), "v7".to_owned()))
+        .collect();
+    let revision = runway_render::Revision {
+        name: "web-dev-00007",
+        image: "registry.example/web@sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+        namespace: "runway-dev",
+        replicas: 4,
+        secret_keys: &keys,
+    };
+    let (deployment, service) = runway_render::revision_objects(&config, &revision);
+    assert_eq!(deployment["metadata"]["name"], "web-dev-00007");
+    assert_eq!(deployment["metadata"]["namespace"], "runway-dev");
+    assert_eq!(deployment["spec"]["replicas"], 4);
+    let selector = &deployment["spec"]["selector"]["matchLabels"];
+    assert_eq!(selector["runway.dev/revision"], "web-dev-00007");
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["labels"]["runway.dev/revision"],
+        "web-dev-00007"
+    );
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    for reference in container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["valueFrom"]["secretKeyRef"].as_object())
+    {
+        assert_eq!(reference["key"], "v7", "{reference:?}");
+    }
+    // Everything else is what `runway render` wrote for the service.
+    let rendered_deployment = rendered
+        .iter()
+        .find(|f| f.path.ends_with("/deployment.yaml"))
+        .unwrap();
+    let probes = ["startupProbe", "resources", "ports"];
+    for key in probes {
+        let rendered_text = &rendered_deployment.contents;
+        if !container[key].is_null() {
+            assert!(rendered_text.contains(key), "{key} not rendered");
+        }
+    }
+    let service = service.expect("a service has a Service");
+    assert_eq!(service["metadata"]["name"], "web-dev-00007");
+    assert_eq!(
+        service["spec"]["selector"]["runway.dev/revision"],
+        "web-dev-00007"
+    );
 }

@@ -1,0 +1,697 @@
+//! Runway's Kubernetes driver: revision workloads on a cluster.
+//!
+//! Each revision is a Deployment and (for a service) a Service, named after the revision, in
+//! its environment's namespace (`runway-{env}` by default), built by the same code as
+//! `runway render -t kubernetes` ([`runway_render::revision_objects`]) and written by
+//! server-side apply under the field manager `runway`. Runway's autoscaler sets the replica
+//! count (there is no HorizontalPodAutoscaler in this mode); zero replicas is a revision
+//! scaled to zero, whose requests the ingress holds. The Service belongs to its Deployment,
+//! so deleting a revision's Deployment garbage-collects the rest.
+//!
+//! The driver keeps a reflector (a list, then a watch, re-listed on `410 Gone`) of the pods,
+//! EndpointSlices, Deployments and events of each environment's namespace, and reads every
+//! replica from them: no request at all to list replicas, and a change in any of them is a
+//! [`Driver::changes`] tick. A replica is a pod: its id is `{revision}-{6 hex of its uid}`,
+//! its readiness and address come from the EndpointSlices, its phase and failure from the
+//! pod's status (CrashLoopBackOff with the last termination's exit code, signal, OOM kill and
+//! message; ImagePullBackOff; unschedulable), and the latest warning event of a pod that is
+//! not ready says why (a failing probe).
+//!
+//! Secrets are Kubernetes Secrets named as the renderer names them (`<dns_name>-<variable>`);
+//! each version a revision pins is a key of its own (`v3`), written under a field manager of
+//! the revision's (`runway-{revision}`) so no revision's apply drops another's key, and the
+//! Deployment references the key: a new version reaches pods only through a new revision, and
+//! no value is ever inlined into a Deployment.
+//!
+//! Stopping chosen replicas (those the control plane drained) uses the pod deletion cost: the
+//! pods to go are marked `controller.kubernetes.io/pod-deletion-cost: -1000` and the count
+//! lowered, so the ReplicaSet removes those and no other; a replica replaced by a new one is
+//! deleted, and its ReplicaSet starts the new one.
+
+mod diagnose;
+mod logs;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use runway_driver::{
+    Driver, DriverError, LogLine, LogQuery, Replica, Scale, Workload, revision_of,
+};
+use runway_render::{REVISION_LABEL, Revision};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use logs::normalize_time;
+
+/// The field manager of everything the driver applies, but Secrets' versions.
+pub const FIELD_MANAGER: &str = "runway";
+/// The label every object and pod the driver makes carries.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "runway");
+/// The annotation the ReplicaSet controller reads to choose which pods go first.
+const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// How long [`Driver::scale`] waits for the pods it asked for to appear, so the control plane
+/// sees them in the same pass.
+const SCALE_SETTLE: Duration = Duration::from_secs(3);
+
+/// Pins an image reference to its digest (the control plane's registry client).
+pub type Resolver = Arc<
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
+>;
+
+/// Where the driver runs workloads.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    /// The namespace of an environment: `{env}` stands for its name.
+    pub namespace_pattern: String,
+    /// The environments whose namespaces it watches and runs workloads in.
+    pub environments: Vec<String>,
+}
+
+impl Default for KubeOptions {
+    fn default() -> Self {
+        Self {
+            namespace_pattern: "runway-{env}".to_owned(),
+            environments: Vec::new(),
+        }
+    }
+}
+
+impl KubeOptions {
+    /// The namespace of `env`.
+    pub fn namespace(&self, env: &str) -> String {
+        self.namespace_pattern.replace("{env}", env)
+    }
+}
+
+/// What the driver sees of one environment's namespace.
+struct Namespace {
+    env: String,
+    name: String,
+    pods: Store<Pod>,
+    slices: Store<EndpointSlice>,
+    deployments: Store<Deployment>,
+    events: Store<Event>,
+}
+
+/// Runs revision workloads on a Kubernetes cluster. Clones share their state.
+#[derive(Clone)]
+pub struct KubeDriver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    options: KubeOptions,
+    namespaces: Vec<Namespace>,
+    changes: watch::Sender<u64>,
+    resolver: Option<Resolver>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Why each namespace's watch failed last, printed once until it recovers.
+    failing: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for KubeDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeDriver")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeDriver {
+    /// A driver over `client` that starts watching each environment's namespace at once.
+    /// `resolver` pins image tags to digests; without one, only images named by digest run.
+    pub fn new(client: Client, options: KubeOptions, resolver: Option<Resolver>) -> Self {
+        let changes = watch::channel(0).0;
+        let failing: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let mut tasks = Vec::new();
+        let mut namespaces = Vec::new();
+        for env in &options.environments {
+            let name = options.namespace(env);
+            let (pods, pods_task) = reflect::<Pod>(&client, &name, &changes, &failing);
+            let (slices, slices_task) =
+                reflect::<EndpointSlice>(&client, &name, &changes, &failing);
+            let (deployments, deployments_task) =
+                reflect::<Deployment>(&client, &name, &changes, &failing);
+            let (events, events_task) = reflect::<Event>(&client, &name, &changes, &failing);
+            tasks.extend([pods_task, slices_task, deployments_task, events_task]);
+            namespaces.push(Namespace {
+                env: env.clone(),
+                name,
+                pods,
+                slices,
+                deployments,
+                events,
+            });
+        }
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                options,
+                namespaces,
+                changes,
+                resolver,
+                tasks: Mutex::new(tasks),
+                failing,
+            }),
+        }
+    }
+
+    /// Waits until every namespace's objects were listed once (a restart adopts what runs
+    /// only then), at most `limit`.
+    pub async fn ready(&self, limit: Duration) -> Result<(), DriverError> {
+        let all = async {
+            for namespace in &self.inner.namespaces {
+                let _ = namespace.pods.wait_until_ready().await;
+                let _ = namespace.slices.wait_until_ready().await;
+                let _ = namespace.deployments.wait_until_ready().await;
+                let _ = namespace.events.wait_until_ready().await;
+            }
+        };
+        tokio::time::timeout(limit, all).await.map_err(|_| {
+            let failing = lock(&self.inner.failing);
+            let why: Vec<String> = failing.values().cloned().collect();
+            DriverError::Failed(format!(
+                "the cluster's objects could not be listed within {limit:?}{}",
+                if why.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", why.join("; "))
+                }
+            ))
+        })
+    }
+
+    fn namespace(&self, env: &str) -> Result<&Namespace, DriverError> {
+        self.inner
+            .namespaces
+            .iter()
+            .find(|n| n.env == env)
+            .ok_or_else(|| {
+                DriverError::Refused(format!(
+                    "environment {env} has no namespace on this cluster: the driver runs \
+                     workloads in {}",
+                    self.inner
+                        .options
+                        .environments
+                        .iter()
+                        .map(|e| self.inner.options.namespace(e))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+    }
+
+    /// The pods of a revision that are not being deleted, with their replica ids.
+    fn live_pods(namespace: &Namespace, revision: &str) -> Vec<(String, Arc<Pod>)> {
+        namespace
+            .pods
+            .state()
+            .into_iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            .filter(|pod| pod.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision))
+            .filter_map(|pod| Some((diagnose::replica_id(revision, &pod)?, pod)))
+            .collect()
+    }
+
+    /// Every replica of one namespace.
+    fn replicas_in(namespace: &Namespace) -> Vec<Replica> {
+        let endpoints = diagnose::endpoints(namespace.slices.state().iter().map(AsRef::as_ref));
+        let warnings = diagnose::warnings(namespace.events.state().iter().map(AsRef::as_ref));
+        namespace
+            .pods
+            .state()
+            .iter()
+            .filter_map(|pod| {
+                let endpoint = pod
+                    .metadata
+                    .name
+                    .as_ref()
+                    .and_then(|name| endpoints.get(name).copied());
+                diagnose::replica(pod, endpoint, &warnings)
+            })
+            .collect()
+    }
+
+    /// Writes each secret value the workload pins under its version's key, under the
+    /// revision's own field manager; returns each variable's key.
+    async fn apply_secrets(
+        &self,
+        namespace: &str,
+        workload: &Workload,
+    ) -> Result<BTreeMap<String, String>, DriverError> {
+        let api: Api<Secret> = Api::namespaced(self.inner.client.clone(), namespace);
+        let params = PatchParams::apply(&format!("{FIELD_MANAGER}-{}", workload.revision)).force();
+        let mut keys = BTreeMap::new();
+        for (variable, value) in &workload.secrets {
+            let version = workload.secret_versions.get(variable).copied().unwrap_or(0);
+            let key = format!("v{version}");
+            let name = runway_render::secret_name(&workload.config, variable);
+            let secret = json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {
+                        MANAGED_BY.0: MANAGED_BY.1,
+                        runway_render::SERVICE_LABEL: workload.service,
+                    },
+                },
+                "type": "Opaque",
+                "data": {&key: ByteString(value.as_bytes().to_vec())},
+            });
+            api.patch(&name, &params, &Patch::Apply(&secret))
+                .await
+                .map_err(|e| api_error(&format!("apply Secret {namespace}/{name}"), e))?;
+            keys.insert(variable.clone(), key);
+        }
+        Ok(keys)
+    }
+
+    /// Marks the pods to go first when their ReplicaSet scales down.
+    async fn mark_for_deletion(&self, namespace: &str, pods: &[&Pod]) -> Result<(), DriverError> {
+        let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
+        let patch = json!({"metadata": {"annotations": {DELETION_COST: "-1000"}}});
+        for pod in pods {
+            let name = pod.name_any();
+            let marked = pod
+                .annotations()
+                .get(DELETION_COST)
+                .is_some_and(|cost| cost == "-1000");
+            if marked {
+                continue;
+            }
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(api_error(&format!("mark pod {namespace}/{name}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_pods(&self, namespace: &str, pods: &[&Pod]) -> Result<(), DriverError> {
+        let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
+        for pod in pods {
+            let name = pod.name_any();
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(api_error(&format!("delete pod {namespace}/{name}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the revision's Deployment at `replicas`, then its Service, owned by it.
+    async fn apply_revision(
+        &self,
+        namespace: &str,
+        workload: &Workload,
+        image: &str,
+        replicas: u32,
+        secret_keys: &BTreeMap<String, String>,
+    ) -> Result<(), DriverError> {
+        let revision = Revision {
+            name: &workload.revision,
+            image,
+            namespace,
+            replicas,
+            secret_keys,
+        };
+        let (deployment, service) = runway_render::revision_objects(&workload.config, &revision);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let name = &workload.revision;
+        let deployments: Api<Deployment> = Api::namespaced(self.inner.client.clone(), namespace);
+        let applied = deployments
+            .patch(name, &params, &Patch::Apply(&deployment))
+            .await
+            .map_err(|e| api_error(&format!("apply Deployment {namespace}/{name}"), e))?;
+        if let Some(mut service) = service {
+            let uid = applied.metadata.uid.unwrap_or_default();
+            service["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": name,
+                "uid": uid,
+            }]);
+            let services: Api<Service> = Api::namespaced(self.inner.client.clone(), namespace);
+            services
+                .patch(name, &params, &Patch::Apply(&service))
+                .await
+                .map_err(|e| api_error(&format!("apply Service {namespace}/{name}"), e))?;
+        }
+        Ok(())
+    }
+
+    /// Sets the Deployment's replica count through its scale subresource, from the count it
+    /// has now (read, not cached: a count this driver just wrote may not have come back
+    /// through the watch yet). A conflict with another writer is read and tried again.
+    async fn scale_by(&self, namespace: &str, name: &str, less: u32) -> Result<(), DriverError> {
+        let api: Api<Deployment> = Api::namespaced(self.inner.client.clone(), namespace);
+        for _ in 0..5 {
+            let scale = match api.get_scale(name).await {
+                Ok(scale) => scale,
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) => {
+                    return Err(api_error(
+                        &format!("read the scale of {namespace}/{name}"),
+                        e,
+                    ));
+                }
+            };
+            let now = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+            let wanted = now.saturating_sub(i32::try_from(less).unwrap_or(i32::MAX));
+            let patch = json!({
+                "metadata": {"resourceVersion": scale.metadata.resource_version},
+                "spec": {"replicas": wanted},
+            });
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            match api.patch_scale(name, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if is_conflict(&e) => continue,
+                Err(e) => return Err(api_error(&format!("scale {namespace}/{name}"), e)),
+            }
+        }
+        Err(DriverError::Failed(format!(
+            "scale {namespace}/{name}: its count kept changing under another writer"
+        )))
+    }
+
+    /// Waits until the revision has `replicas` pods not being deleted in the cache, or
+    /// [`SCALE_SETTLE`] passes.
+    async fn settle(&self, namespace: &Namespace, revision: &str, replicas: usize) {
+        let mut changes = self.inner.changes.subscribe();
+        let wait = async {
+            while Self::live_pods(namespace, revision).len() != replicas {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(SCALE_SETTLE, wait).await;
+    }
+
+    /// The pods a query names, by replica id: one, or every one of its service in its
+    /// environment.
+    fn queried(&self, query: &LogQuery) -> Result<(String, Vec<(String, String)>), DriverError> {
+        let namespace = self.namespace(&query.env)?;
+        let pods: Vec<(String, String)> = namespace
+            .pods
+            .state()
+            .iter()
+            .filter(|pod| pod.labels().get(runway_render::SERVICE_LABEL) == Some(&query.service))
+            .filter_map(|pod| {
+                let revision = pod.labels().get(REVISION_LABEL)?;
+                Some((diagnose::replica_id(revision, pod)?, pod.name_any()))
+            })
+            .filter(|(id, _)| query.replica.as_ref().is_none_or(|wanted| wanted == id))
+            .collect();
+        if let Some(id) = &query.replica
+            && pods.is_empty()
+        {
+            return Err(DriverError::NotFound(id.clone()));
+        }
+        Ok((namespace.name.clone(), pods))
+    }
+}
+
+/// A reflector of `K` in `namespace` (objects labelled as Runway's, for pods and
+/// Deployments), each change a tick of `changes`; its task re-lists after errors with
+/// backoff, and remembers why it failed.
+fn reflect<K>(
+    client: &Client,
+    namespace: &str,
+    changes: &watch::Sender<u64>,
+    failing: &Arc<Mutex<HashMap<String, String>>>,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let kind = K::kind(&());
+    let config = match kind.as_ref() {
+        "Pod" | "Deployment" => {
+            watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1))
+        }
+        _ => watcher::Config::default(),
+    };
+    let (store, writer) = reflector::store();
+    let (changes, failing) = (changes.clone(), Arc::clone(failing));
+    let what = format!("{kind} in {namespace}");
+    let task = tokio::spawn(async move {
+        let stream = watcher(api, config).default_backoff().reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => {
+                    if lock(&failing).remove(&what).is_some() {
+                        eprintln!("runway-kube: watching {what} again");
+                    }
+                    changes.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Err(error) => {
+                    let message = format!("watching {what}: {error}");
+                    let previous = lock(&failing).insert(what.clone(), message.clone());
+                    if previous.as_ref() != Some(&message) {
+                        eprintln!("runway-kube: {message}");
+                    }
+                }
+            }
+        }
+    });
+    (store, task)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 409)
+}
+
+/// A refusal of the cluster's (a 4xx other than a conflict: the object is invalid, or the
+/// driver may not write it) will not pass by trying again; anything else may.
+fn api_error(what: &str, error: kube::Error) -> DriverError {
+    match &error {
+        kube::Error::Api(status)
+            if (400..500).contains(&status.code) && status.code != 409 && status.code != 429 =>
+        {
+            DriverError::Refused(format!("{what}: the cluster refused: {}", status.message))
+        }
+        _ => DriverError::Failed(format!("{what}: {error}")),
+    }
+}
+
+impl Driver for KubeDriver {
+    async fn scale(&self, workload: &Workload, scale: &Scale) -> Result<Vec<Replica>, DriverError> {
+        let Some(image) = workload.image.as_deref() else {
+            return Err(DriverError::Refused(format!(
+                "{} runs a plain process, which a cluster cannot run: deploy an image",
+                workload.service
+            )));
+        };
+        let namespace = self.namespace(&workload.env)?;
+        let ns = namespace.name.as_str();
+        let revision = workload.revision.as_str();
+        let live = Self::live_pods(namespace, revision);
+        let (going, staying): (Vec<_>, Vec<_>) =
+            live.iter().partition(|(id, _)| scale.retire.contains(id));
+        let wanted = scale.replicas as usize;
+        // The ReplicaSet removes `fewer` pods when the count drops: the retired ones, marked
+        // to go first; the rest of them are deleted and replaced.
+        let fewer = live.len().saturating_sub(wanted).min(going.len());
+        let (marked, deleted) = going.split_at(fewer);
+        let marked: Vec<&Pod> = marked.iter().map(|(_, pod)| pod.as_ref()).collect();
+        let deleted: Vec<&Pod> = deleted.iter().map(|(_, pod)| pod.as_ref()).collect();
+        self.mark_for_deletion(ns, &marked).await?;
+        let secret_keys = self.apply_secrets(ns, workload).await?;
+        self.apply_revision(ns, workload, image, scale.replicas, &secret_keys)
+            .await?;
+        self.delete_pods(ns, &deleted).await?;
+        let _ = staying;
+        self.settle(namespace, revision, wanted).await;
+        Ok(Self::replicas_in(namespace)
+            .into_iter()
+            .filter(|replica| revision_of(&replica.id) == Some(revision))
+            .collect())
+    }
+
+    async fn retire(
+        &self,
+        _service: &str,
+        env: &str,
+        revision: &str,
+        replicas: &[String],
+    ) -> Result<(), DriverError> {
+        let namespace = self.namespace(env)?;
+        let going: Vec<Arc<Pod>> = Self::live_pods(namespace, revision)
+            .into_iter()
+            .filter(|(id, _)| replicas.contains(id))
+            .map(|(_, pod)| pod)
+            .collect();
+        if going.is_empty() {
+            return Ok(());
+        }
+        let pods: Vec<&Pod> = going.iter().map(AsRef::as_ref).collect();
+        self.mark_for_deletion(&namespace.name, &pods).await?;
+        let less = u32::try_from(going.len()).unwrap_or(u32::MAX);
+        self.scale_by(&namespace.name, revision, less).await
+    }
+
+    async fn remove(&self, _service: &str, env: &str, revision: &str) -> Result<(), DriverError> {
+        let namespace = self.namespace(env)?;
+        let known = namespace
+            .deployments
+            .state()
+            .iter()
+            .any(|d| d.name_any() == revision);
+        if !known {
+            return Ok(());
+        }
+        let api: Api<Deployment> = Api::namespaced(self.inner.client.clone(), &namespace.name);
+        match api.delete(revision, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(api_error(
+                &format!("delete Deployment {}/{revision}", namespace.name),
+                e,
+            )),
+        }
+    }
+
+    async fn replicas(&self) -> Result<Vec<Replica>, DriverError> {
+        Ok(self
+            .inner
+            .namespaces
+            .iter()
+            .flat_map(Self::replicas_in)
+            .collect())
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    async fn logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, DriverError> {
+        let (namespace, pods) = self.queried(query)?;
+        let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &namespace);
+        logs::tail(&api, &pods, query.tail).await
+    }
+
+    async fn follow(&self, query: &LogQuery) -> Result<mpsc::Receiver<LogLine>, DriverError> {
+        let (namespace, pods) = self.queried(query)?;
+        let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &namespace);
+        let first = logs::tail(&api, &pods, query.tail).await?;
+        let (sender, receiver) = mpsc::channel(256);
+        let driver = self.clone();
+        let query = query.clone();
+        tokio::spawn(async move {
+            for line in first {
+                if sender.send(line).await.is_err() {
+                    return;
+                }
+            }
+            let mut followed = logs::Followed::new(api, sender);
+            for (id, pod) in &pods {
+                followed.follow(id, pod, false);
+            }
+            let mut changes = driver.changes();
+            while !followed.closed() {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    () = followed.wait_closed() => return,
+                }
+                if query.replica.is_some() {
+                    continue;
+                }
+                if let Ok((_, now)) = driver.queried(&query) {
+                    for (id, pod) in &now {
+                        followed.follow(id, pod, true);
+                    }
+                }
+            }
+        });
+        Ok(receiver)
+    }
+
+    async fn resolve_image(&self, reference: &str) -> Result<String, DriverError> {
+        if reference.contains("@sha256:") {
+            return Ok(reference.to_owned());
+        }
+        let Some(resolver) = &self.inner.resolver else {
+            return Err(DriverError::Image {
+                reference: reference.to_owned(),
+                message: "this control plane cannot reach registries: name the image by its \
+                          digest (name@sha256:...)"
+                    .to_owned(),
+            });
+        };
+        resolver(reference.to_owned())
+            .await
+            .map_err(|message| DriverError::Image {
+                reference: reference.to_owned(),
+                message,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_environment_has_its_namespace() {
+        let options = KubeOptions {
+            namespace_pattern: "apps-{env}".to_owned(),
+            environments: vec!["dev".to_owned()],
+        };
+        assert_eq!(options.namespace("dev"), "apps-dev");
+        assert_eq!(KubeOptions::default().namespace("prod"), "runway-prod");
+    }
+}

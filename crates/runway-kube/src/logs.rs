@@ -1,0 +1,148 @@
+//! Replicas' output from the pod log API: the last lines, and lines as they are written.
+
+use std::collections::HashSet;
+
+use futures_util::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::LogParams;
+use runway_driver::{DriverError, LogLine, Stream};
+use tokio::sync::mpsc;
+
+/// The last `n` lines of these pods' output together, oldest first. Kubernetes keeps a
+/// container's stdout and stderr as one log, so every line is reported as stdout.
+pub(crate) async fn tail(
+    api: &Api<Pod>,
+    pods: &[(String, String)],
+    n: usize,
+) -> Result<Vec<LogLine>, DriverError> {
+    let mut all = Vec::new();
+    let params = LogParams {
+        tail_lines: Some(i64::try_from(n).unwrap_or(i64::MAX)),
+        timestamps: true,
+        ..LogParams::default()
+    };
+    for (id, pod) in pods {
+        match api.logs(pod, &params).await {
+            Ok(text) => all.extend(text.lines().filter_map(|line| parse(id, line))),
+            // Gone meanwhile, or not started yet (a pending pod has no log): nothing to show.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 400 => {}
+            Err(error) => {
+                return Err(DriverError::Failed(format!(
+                    "the output of {id} (pod {pod}): {error}"
+                )));
+            }
+        }
+    }
+    all.sort_by(|a, b| a.time.cmp(&b.time));
+    let skip = all.len().saturating_sub(n);
+    Ok(all.split_off(skip))
+}
+
+/// One line of a log read with `timestamps=true`: `<RFC 3339 time> <text>`.
+fn parse(replica: &str, line: &str) -> Option<LogLine> {
+    let (time, text) = line.split_once(' ').unwrap_or((line, ""));
+    Some(LogLine {
+        replica: replica.to_owned(),
+        time: normalize_time(time)?,
+        stream: Stream::Stdout,
+        text: text.to_owned(),
+    })
+}
+
+/// An RFC 3339 time as the seam writes it: UTC with nine fraction digits, so times sort as
+/// text (the API trims trailing zeros).
+pub fn normalize_time(time: &str) -> Option<String> {
+    let parsed: k8s_openapi::jiff::Timestamp = time.parse().ok()?;
+    Some(format!("{parsed:.9}"))
+}
+
+/// The pods being followed, each in a task of its own, into one channel.
+pub(crate) struct Followed {
+    api: Api<Pod>,
+    sender: mpsc::Sender<LogLine>,
+    pods: HashSet<String>,
+}
+
+impl Followed {
+    pub(crate) fn new(api: Api<Pod>, sender: mpsc::Sender<LogLine>) -> Self {
+        Self {
+            api,
+            sender,
+            pods: HashSet::new(),
+        }
+    }
+
+    pub(crate) fn closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
+    pub(crate) async fn wait_closed(&self) {
+        self.sender.closed().await;
+    }
+
+    /// Follows the pod's log unless it is followed already: from its start for a pod that
+    /// appeared since the first lines were read (a rollout), else from now.
+    pub(crate) fn follow(&mut self, id: &str, pod: &str, from_start: bool) {
+        if !self.pods.insert(pod.to_owned()) {
+            return;
+        }
+        let (api, sender, id, pod) = (
+            self.api.clone(),
+            self.sender.clone(),
+            id.to_owned(),
+            pod.to_owned(),
+        );
+        tokio::spawn(async move {
+            let params = LogParams {
+                follow: true,
+                timestamps: true,
+                tail_lines: (!from_start).then_some(0),
+                ..LogParams::default()
+            };
+            // A pod not started yet has no log: tried again while it starts.
+            for _ in 0..60 {
+                match api.log_stream(&pod, &params).await {
+                    Ok(stream) => {
+                        let mut lines = std::pin::pin!(stream.lines());
+                        while let Some(Ok(line)) = lines.next().await {
+                            let Some(line) = parse(&id, &line) else {
+                                continue;
+                            };
+                            if sender.send(line).await.is_err() {
+                                return;
+                            }
+                        }
+                        return;
+                    }
+                    Err(kube::Error::Api(status)) if status.code == 404 => return,
+                    Err(_) if sender.is_closed() => return,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_sort_as_text_whatever_their_precision() {
+        assert_eq!(
+            normalize_time("2026-11-24T05:00:00.12Z").as_deref(),
+            Some("2026-11-24T05:00:00.120000000Z")
+        );
+        assert_eq!(
+            normalize_time("2026-11-24T05:00:01Z").as_deref(),
+            Some("2026-11-24T05:00:01.000000000Z")
+        );
+        assert_eq!(normalize_time("yesterday"), None);
+        let line = parse(
+            "hello-dev-00001-abcdef",
+            "2026-11-24T05:00:00Z listening on :8080",
+        );
+        assert_eq!(line.map(|l| l.text).as_deref(), Some("listening on :8080"));
+    }
+}
