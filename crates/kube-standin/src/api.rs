@@ -791,13 +791,12 @@ fn scale(w: &mut World, call: &Call<'_>, name: &str) -> Result<Reply, ApiError> 
         object: body.clone(),
         result: None,
     });
+    // A Scale's resource version is its Deployment's: a precondition for any write.
+    check_rv(ctx.res, name, &old, sent_rv(&body).as_deref())?;
     let mut scale = scale_of(&old);
     let media = call.content_type.split(';').next().unwrap_or("").trim();
     match (call.method, media) {
-        ("PUT", _) => {
-            check_rv(ctx.res, name, &old, sent_rv(&body).as_deref())?;
-            scale = body;
-        }
+        ("PUT", _) => scale = body,
         (_, "application/merge-patch+json" | "application/strategic-merge-patch+json") => {
             fields::merge_patch(&mut scale, &body);
         }

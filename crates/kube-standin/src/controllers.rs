@@ -718,3 +718,54 @@ fn slice_port(port: &Value, pods: &[Value]) -> Option<Value> {
     }
     Some(v)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::collections::HashSet;
+
+    fn pod(name: &str, ready: bool, cost: i64) -> Value {
+        json!({
+            "metadata": {"name": name, "namespace": "n", "annotations": {
+                DELETION_COST_ANNOTATION: cost.to_string()
+            }},
+            "spec": {"nodeName": NODE_NAME},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]},
+        })
+    }
+
+    #[test]
+    fn scale_down_order_is_the_replicaset_controllers() {
+        let mut w = World {
+            store: store::Store::new(),
+            rules: Vec::new(),
+            requests: Vec::new(),
+            received: Vec::new(),
+            logs: crate::logs::Logs::default(),
+            kubelet: HashSet::new(),
+        };
+        let old = w.store.create(PODS, pod("old", true, 0));
+        let cheap = w.store.create(PODS, pod("cheap", true, -100));
+        let unready = w.store.create(PODS, pod("unready", false, 100));
+        let new = w.store.create(PODS, pod("new", true, 0));
+        let mut pending = pod("pending", true, 1000);
+        pending["spec"] = json!({});
+        let pending = w.store.create(PODS, pending);
+        let mut pods = [old, cheap, unready, new, pending];
+        pods.sort_by(|a, b| deletion_order(&w, a, b));
+        let names: Vec<&str> = pods.iter().map(name_of).collect();
+        // Unscheduled, then not ready (whatever its cost), then by cost, then newer.
+        assert_eq!(names, ["pending", "unready", "cheap", "new", "old"]);
+    }
+
+    #[test]
+    fn surge_and_unavailable() {
+        assert_eq!(resolve(Some(&json!("25%")), 3, true), 1);
+        assert_eq!(resolve(Some(&json!("25%")), 3, false), 0);
+        assert_eq!(resolve(Some(&json!(2)), 3, false), 2);
+        assert_eq!(resolve(None, 8, false), 2);
+    }
+}

@@ -268,13 +268,17 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    /// How a conflict names it: `"mgr"` for an applier, `"mgr" using apps/v1` for an updater.
+    /// How a conflict names it (apiserver's `printManager`): `"mgr"` for an applier,
+    /// `"mgr" using apps/v1` for an updater, `"mgr" with subresource "scale" using apps/v1`.
     fn who(&self) -> String {
-        if self.operation == "Apply" {
-            format!("{:?}", self.manager)
-        } else {
-            format!("{:?} using {}", self.manager, self.api_version)
+        let mut who = format!("{:?}", self.manager);
+        if let Some(sub) = &self.subresource {
+            who.push_str(&format!(" with subresource {sub:?}"));
         }
+        if self.operation != "Apply" {
+            who.push_str(&format!(" using {}", self.api_version));
+        }
+        who
     }
 
     fn is(&self, manager: &str, operation: &str, subresource: Option<&str>) -> bool {

@@ -184,8 +184,8 @@ async fn handle(
 
     let mut record = Request {
         method: method.clone(),
-        content_type: content_type.clone(),
-        field_manager: query.get("fieldManager").unwrap_or("").to_owned(),
+        content_type: Some(content_type.clone()).filter(|c| !c.is_empty()),
+        field_manager: query.get("fieldManager").map(str::to_owned),
         path: path.clone(),
         query: raw_query,
         ..Request::default()
@@ -201,9 +201,9 @@ async fn handle(
         record.group = r.group.to_owned();
         record.version = r.version.to_owned();
         record.resource = r.plural.to_owned();
-        record.namespace = namespace.clone().unwrap_or_default();
-        record.name = name.clone().unwrap_or_default();
-        record.subresource = subresource.clone().unwrap_or_default();
+        record.namespace.clone_from(namespace);
+        record.name.clone_from(name);
+        record.subresource.clone_from(subresource);
         record.verb = match (method.as_str(), name.is_some()) {
             ("GET", false) if query.flag("watch") => "watch",
             ("GET", false) => "list",

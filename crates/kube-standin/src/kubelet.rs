@@ -34,8 +34,21 @@ const PROBE_PERIOD: Duration = Duration::from_secs(10);
 /// Loopback addresses in use by any server in this process.
 static ADDRESSES: Mutex<Option<HashSet<Ipv4Addr>>> = Mutex::new(None);
 
+/// A pod's loopback address, given back when dropped (also when its task is aborted).
+#[derive(Debug)]
+struct Address(Ipv4Addr);
+
+impl Drop for Address {
+    fn drop(&mut self) {
+        let mut used = ADDRESSES.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(used) = used.as_mut() {
+            used.remove(&self.0);
+        }
+    }
+}
+
 /// A free address in 127.77.0.0/16 on which `port` can be bound.
-fn allocate_ip(port: Option<u16>) -> Option<Ipv4Addr> {
+fn allocate_ip(port: Option<u16>) -> Option<Address> {
     for _ in 0..1000 {
         let r = util::random();
         let ip = Ipv4Addr::new(
@@ -55,16 +68,9 @@ fn allocate_ip(port: Option<u16>) -> Option<Ipv4Addr> {
             continue;
         }
         used.insert(ip);
-        return Some(ip);
+        return Some(Address(ip));
     }
     None
-}
-
-fn release_ip(ip: Ipv4Addr) {
-    let mut used = ADDRESSES.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(used) = used.as_mut() {
-        used.remove(&ip);
-    }
 }
 
 pub(crate) fn pod_ready(pod: &Value) -> bool {
@@ -226,7 +232,7 @@ struct Cond {
 struct Pod {
     key: Key,
     uid: String,
-    ip: Option<Ipv4Addr>,
+    ip: Option<Address>,
     scheduled: bool,
     start_time: Option<String>,
     containers: Vec<Container>,
@@ -596,7 +602,8 @@ impl Pod {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
-        if listen && let (Some(ip), Some(port)) = (self.ip, port) {
+        if listen && let (Some(Address(ip)), Some(port)) = (&self.ip, port) {
+            let ip = *ip;
             w.logs.write(&id, &format!("listening on {ip}:{port}"));
             self.actions.push(Action::Listen {
                 ip,
@@ -709,7 +716,7 @@ impl Pod {
             status["phase"] = json!(phase);
             status["hostIP"] = json!("127.0.0.1");
             status["hostIPs"] = json!([{"ip": "127.0.0.1"}]);
-            if let Some(ip) = self.ip {
+            if let Some(Address(ip)) = &self.ip {
                 status["podIP"] = json!(ip.to_string());
                 status["podIPs"] = json!([{"ip": ip.to_string()}]);
             }
@@ -874,9 +881,6 @@ pub(crate) async fn run(shared: Arc<Shared>, key: Key, uid: String) {
     };
     if let Some(l) = listener.take() {
         l.abort();
-    }
-    if let Some(ip) = pod.ip {
-        release_ip(ip);
     }
     if gone {
         shared.with(|w| {

@@ -189,31 +189,31 @@ impl Default for Behavior {
     }
 }
 
-/// One request the server received, as recorded in [`StandIn::requests`]. Strings are empty
-/// when the request had no such part.
+/// One request the server received, as recorded in [`StandIn::requests`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Request {
     /// The HTTP method.
     pub method: String,
     /// get, list, watch, create, update, patch, delete or deletecollection ("" for
-    /// discovery and unknown paths).
+    /// discovery and paths that name no resource).
     pub verb: String,
     /// The API group ("" for core).
     pub group: String,
-    /// The API version.
+    /// The API version ("" when the path names no resource).
     pub version: String,
-    /// The resource's plural name.
+    /// The resource's plural name ("" when the path names none).
     pub resource: String,
     /// `log`, `scale`, `status`, ...
-    pub subresource: String,
-    /// The namespace in the path.
-    pub namespace: String,
-    /// The object's name in the path.
-    pub name: String,
+    pub subresource: Option<String>,
+    /// The namespace in the path (None for cluster-scoped resources and all-namespaces
+    /// lists and watches).
+    pub namespace: Option<String>,
+    /// The object's name in the path (None for a collection).
+    pub name: Option<String>,
     /// The `fieldManager` query parameter.
-    pub field_manager: String,
+    pub field_manager: Option<String>,
     /// The `Content-Type` header.
-    pub content_type: String,
+    pub content_type: Option<String>,
     /// The path.
     pub path: String,
     /// The raw query string.

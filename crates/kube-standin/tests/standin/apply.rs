@@ -134,11 +134,12 @@ async fn server_side_apply_tracks_owners_conflicts_and_removals() {
         let applies: Vec<_> = api
             .requests()
             .into_iter()
-            .filter(|r| r.verb == "patch" && r.content_type == "application/apply-patch+yaml")
+            .filter(|r| r.verb == "patch"
+                    && r.content_type.as_deref() == Some("application/apply-patch+yaml"))
             .collect();
         assert_eq!(applies.len(), 5);
-        assert!(applies.iter().all(|r| r.resource == "deployments" && r.name == "web"));
-        assert!(applies.iter().any(|r| r.field_manager == "autoscaler"
+        assert!(applies.iter().all(|r| r.resource == "deployments" && r.name.as_deref() == Some("web")));
+        assert!(applies.iter().any(|r| r.field_manager.as_deref() == Some("autoscaler")
             && r.query_param("force").as_deref() == Some("true")));
         assert_eq!(applies.iter().filter(|r| r.code == 409).count(), 2);
         api.stop().await;

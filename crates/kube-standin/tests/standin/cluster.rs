@@ -171,6 +171,35 @@ async fn deployment_scales_up_and_down_respecting_deletion_cost() {
         let scale = deployments.get_scale("web").await.unwrap();
         assert_eq!(scale.spec.unwrap().replicas, Some(4));
         assert_eq!(scale.status.unwrap().selector.as_deref(), Some("app=web"));
+        // The Scale's resource version is a precondition, as the Deployment's.
+        let stale = json!({"metadata": {"resourceVersion": "1"}, "spec": {"replicas": 2}});
+        match deployments
+            .patch_scale("web", &PatchParams::default(), &Patch::Merge(&stale))
+            .await
+            .unwrap_err()
+        {
+            kube::Error::Api(s) => assert_eq!((s.code, s.reason.as_str()), (409, "Conflict")),
+            other => panic!("{other:?}"),
+        }
+
+        // At rest, nothing is written: the controllers and the kubelet are idempotent.
+        let version = || async {
+            pod_api
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                .unwrap()
+        };
+        let settled = eventually("the deployment's status to settle", || async {
+            let d = deployments.get("web").await.unwrap();
+            (d.status.unwrap_or_default().available_replicas == Some(4)).then_some(())
+        });
+        settled.await;
+        let before = version().await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(version().await, before, "writes at rest");
         api.stop().await;
     })
     .await;

@@ -48,10 +48,10 @@ async fn requests_without_the_token_get_401() {
             (
                 listed.group.as_str(),
                 listed.resource.as_str(),
-                listed.namespace.as_str(),
+                listed.namespace.as_deref(),
                 listed.code
             ),
-            ("", "namespaces", "", 200)
+            ("", "namespaces", None, 200)
         );
 
         // Discovery, as kube::Discovery reads it.
