@@ -32,10 +32,14 @@
 //!   list and watch; label selectors (`=`, `==`, `!=`, existence, `in`, `notin`) and the
 //!   field selectors the real server indexes (others are refused with 400, as there).
 //! - Bearer-token authentication: anything else is 401 with a `Status`.
-//! - Resource versions from one counter; a no-op write takes none. Watches replay history
-//!   from the given version, send bookmarks (every 5 s and when the watch times out), honour
-//!   `timeoutSeconds` and `sendInitialEvents`; a version older than the compaction point
-//!   ([`StandIn::compact`]) gets an `ERROR` event with a 410 `Expired` `Status`.
+//! - Resource versions from one counter (decimal strings); a write that changes nothing takes
+//!   none. Every write sets `metadata.uid` and `creationTimestamp` on create, and
+//!   `metadata.generation` (1, then bumped on a change of `spec`) on objects with a `spec`.
+//!   Watches replay history from the given version (`""`/`"0"`: ADDED events for the current
+//!   state first), send bookmarks (every 5 s and when the watch times out), honour
+//!   `timeoutSeconds` (default 30 min) and `sendInitialEvents`; a version older than the
+//!   compaction point ([`StandIn::compact`]) gets an `ERROR` event with a 410 `Expired`
+//!   `Status`, and the stream ends.
 //! - Server-side apply: `metadata.managedFields` in `FieldsV1` notation (`f:`, `k:` and `.`),
 //!   conflicts (409, listing each field and its manager) unless `force`, fields left out by
 //!   their only applier removed, updates (create, replace, merge patches) taking ownership of
@@ -83,6 +87,27 @@
 //!   `sinceTime`, `previous`, `limitBytes`; a followed log ends when the container stops or
 //!   the pod goes.
 //!
+//! # For a driver's author
+//!
+//! - Pods take their [`Behavior`] from the label [`REVISION_LABEL`] (`runway.dev/revision`),
+//!   whose value is also what they answer over HTTP. Scale-down reads
+//!   [`DELETION_COST_ANNOTATION`], but only among pods equally ready: an unready pod goes
+//!   before a ready one whatever their costs, as in Kubernetes.
+//! - Timings: a pod is bound and started at once, ready 200 ms after its container starts by
+//!   default; a crashing container runs ~100 ms and restarts ~900 ms later (its
+//!   `CrashLoopBackOff` message says 10s, 20s, 40s, ... up to 5m0s, as the kubelet's does);
+//!   a deleted pod terminates within 300 ms; the controllers also resync every second.
+//! - Pods listen on 127.77.x.y (random per pod, unique in the process) at their first
+//!   container's first `containerPort`; nothing listens while a container is not running.
+//! - Apply without `force` conflicts with fields another manager set, including a `scale`
+//!   by a field manager of the same name (that is an `Update`, another owner). Requests from
+//!   kube-rs carry no `User-Agent`, so a write without `fieldManager` is recorded under the
+//!   manager "" (as a real server does).
+//! - [`StandIn::end_watches`] also ends followed logs, as a restart of the API server would.
+//! - Every object a client writes is kept for [`StandIn::validate_received`]; a partial apply
+//!   configuration (one that leaves out required fields another manager set) is checked as
+//!   the object it produced.
+//!
 //! # What it leaves out, compared with a real kube-apiserver
 //!
 //! - Authentication other than the one bearer token; RBAC (every authenticated request is
@@ -103,9 +128,13 @@
 //!   writes are an update of `spec.replicas` by the field manager (no apply conflicts).
 //!   Status is never tracked in managed fields; controller and kubelet writes are not either,
 //!   except the pods the deployment controller creates (`kube-controller-manager`).
-//! - Lists come in one page (`limit` and `continue` are accepted, no `continue` is returned);
-//!   a list is always served from the current state (`resourceVersion` other than "" and "0"
-//!   is "not older than", which the current state always satisfies, so only watches get 410).
+//! - Lists come in one page (`limit` is accepted, no `continue` is returned; a `continue`
+//!   sent is 400); a list is served from the current state (a `resourceVersion` other than
+//!   "" and "0" means "not older than", which the current state satisfies; only
+//!   `resourceVersionMatch=Exact` from before the compaction point is 410).
+//! - Unknown fields are kept as sent (a real server drops them with a warning, or refuses
+//!   them with `fieldValidation=Strict`); [`StandIn::validate_received`] reports them.
+//!   No `Warning` headers.
 //! - Scheduling (a pod is bound at once unless its [`Behavior`] is `Unschedulable`), probes
 //!   (readiness follows the [`Behavior`]), resources, volumes, init containers (not run),
 //!   images (never pulled), the deployment controller's `ScalingReplicaSet` events,
@@ -160,7 +189,7 @@ pub enum Behavior {
     NotReady,
     /// The container exits with `exit_code` about 100 ms after each start, printing `logs`
     /// and leaving `message` as its termination message; restarted about every second
-    /// (`CrashLoopBackOff` in between).
+    /// (`CrashLoopBackOff` in between, with the kubelet's growing back-off in its message).
     CrashLoop {
         /// The container's exit code (0 is reason `Completed`, anything else `Error`).
         exit_code: i32,
@@ -450,8 +479,8 @@ impl StandIn {
             .with(|w| w.store.list(res, None).cloned().collect())
     }
 
-    /// Ends every open watch (their streams end cleanly, as when an API server restarts);
-    /// clients watch again from their last resource version.
+    /// Ends every open watch and followed log (their streams end cleanly, as when an API
+    /// server restarts); clients watch again from their last resource version.
     pub fn end_watches(&self) {
         self.shared.watch_epoch.send_modify(|n| *n += 1);
     }

@@ -245,6 +245,7 @@ pub(crate) fn handle(shared: &Arc<Shared>, call: &Call<'_>, name: &str) -> Reply
             return;
         }
         let mut logged = task_shared.logged.subscribe();
+        let mut epoch = task_shared.watch_epoch.subscribe();
         let mut shutdown = task_shared.shutdown.subscribe();
         let mut from = total;
         loop {
@@ -277,6 +278,7 @@ pub(crate) fn handle(shared: &Arc<Shared>, call: &Call<'_>, name: &str) -> Reply
             tokio::select! {
                 _ = logged.changed() => {}
                 _ = tx.closed() => return,
+                _ = epoch.changed() => return,
                 _ = shutdown.changed() => return,
             }
         }
