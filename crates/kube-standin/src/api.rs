@@ -567,10 +567,16 @@ pub(crate) fn finished_deleting(res: ResId, obj: &Value) -> bool {
         .and_then(Value::as_array)
         .is_some_and(|f| !f.is_empty());
     let stopped = match res {
-        PODS => matches!(
-            obj.pointer("/status/phase").and_then(Value::as_str),
-            Some("Succeeded" | "Failed")
-        ),
+        // Its containers have stopped, or it never ran (not bound to the node).
+        PODS => {
+            matches!(
+                obj.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            ) || obj
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        }
         NAMESPACES => false,
         _ => true,
     };

@@ -382,7 +382,27 @@ async fn garbage_collection_follows_owner_references() {
         }})).unwrap())
         .await
         .unwrap();
+        // A finalizer holds the owner back until it is removed.
+        maps.patch(
+            "owner",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+        )
+        .await
+        .unwrap();
         maps.delete("owner", &DeleteParams::default()).await.unwrap();
+        let held = maps.get("owner").await.unwrap();
+        assert!(held.metadata.deletion_timestamp.is_some());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(maps.get_opt("child").await.unwrap().is_some(), "its owner is still there");
+        maps.patch(
+            "owner",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+        assert!(maps.get_opt("owner").await.unwrap().is_none());
         eventually("child and grandchild collected", || async {
             let names: BTreeMap<String, ()> = maps
                 .list(&ListParams::default())
