@@ -16,6 +16,10 @@ pub struct ControllerConfig {
     pub https_port: u16,
     /// Time between two reconciliations when nothing wakes the controller. Default 2 s.
     pub reconcile_interval_ms: u64,
+    /// How many services (each in one environment) are reconciled at once, each on its own:
+    /// one whose driver is slow (an image pull, a cluster's API) holds up none of the others.
+    /// Default 16.
+    pub reconcile_concurrency: usize,
     /// A deployment whose new instances are not all ready (and given their traffic) within
     /// this time of its creation fails, and the previous revision is restored. Default 120 s.
     pub deploy_timeout_ms: u64,
@@ -40,6 +44,7 @@ impl Default for ControllerConfig {
             domain: "localhost".to_owned(),
             https_port: 8443,
             reconcile_interval_ms: 2_000,
+            reconcile_concurrency: 16,
             deploy_timeout_ms: 120_000,
             drain_grace_ms: 30_000,
             policy: Policy::default(),

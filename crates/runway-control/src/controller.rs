@@ -1,11 +1,12 @@
 //! The controller: the loop, one reconciliation of every service, and the actions.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use runway_driver::{Driver, DriverError, Phase, Replica, Scale, now_ms};
 use runway_ingress::{RouteConfig, RouteTableConfig, ScaleUp};
 use runway_reconciler::{
@@ -15,6 +16,7 @@ use runway_reconciler::{
 use runway_secrets::Sealer;
 use runway_store::{Deployment, Desired, Store, StoreError};
 use tokio::sync::{Notify, broadcast};
+use tokio::time::Instant;
 
 use crate::config::ControllerConfig;
 use crate::dataplane::DataPlane;
@@ -41,8 +43,11 @@ pub struct Controller<D: Driver> {
     sealer: Arc<Sealer>,
     wake: Arc<Notify>,
     pub(crate) state: Mutex<State>,
-    /// One reconciliation at a time.
-    pass: tokio::sync::Mutex<PassMemory>,
+    /// One round's reading of everything at a time.
+    pass: tokio::sync::Mutex<()>,
+    /// One table built and sent at a time, so services reconciled at once send them in the
+    /// order they were built, each from the latest state.
+    table: tokio::sync::Mutex<()>,
     /// Every service may run plain processes (`runtime.allow_processes`); otherwise those an
     /// admin allowed.
     allow_processes: bool,
@@ -51,6 +56,32 @@ pub struct Controller<D: Driver> {
     unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
     /// The platform's environments, for the ingress's table.
     environments: Vec<String>,
+}
+
+/// What a round read for all services.
+#[derive(Debug)]
+struct Round {
+    desired: Vec<Desired>,
+    /// The revisions the driver runs replicas of.
+    running: HashSet<String>,
+}
+
+/// One service in one environment to reconcile, with what its round read for it.
+#[derive(Debug)]
+struct Work {
+    key: Key,
+    wanted: Option<Desired>,
+    instances: Vec<Replica>,
+}
+
+/// What reconciling one service in one environment left.
+#[derive(Debug, Default)]
+struct KeyOutcome {
+    /// When to look again for time's sake (a drain grace, a start timeout, a step).
+    requeue_after_ms: Option<u64>,
+    errors: Vec<ControlError>,
+    /// Its deployment in progress.
+    active: Option<i64>,
 }
 
 /// What one pass asks the driver for one revision.
@@ -89,13 +120,43 @@ fn keep_unwritten(queue: &Mutex<VecDeque<UnwrittenEvent>>, deployment: i64, mess
     });
 }
 
-/// What one pass leaves for the loop.
+/// What the loop keeps of one service in one environment between its reconciliations.
 #[derive(Debug, Default)]
-struct PassMemory {
-    /// The soonest time-driven change a plan asked for.
-    requeue_after_ms: Option<u64>,
-    /// The errors last printed, so a lasting one is printed once.
-    printed: BTreeSet<String>,
+struct Looked {
+    /// When to look again for time's sake, as its last reconciliation asked.
+    wake_at: Option<Instant>,
+    /// Its deployment in progress, as its last reconciliation saw it.
+    active: Option<i64>,
+}
+
+/// The errors last printed, so a lasting one is printed once: a round's, and each service's.
+#[derive(Debug, Default)]
+struct Printed {
+    round: BTreeSet<String>,
+    services: HashMap<Key, BTreeSet<String>>,
+}
+
+impl Printed {
+    fn round(&mut self, errors: &[ControlError]) {
+        print_new(&mut self.round, errors);
+    }
+
+    fn service(&mut self, key: &Key, errors: &[ControlError]) {
+        if errors.is_empty() {
+            self.services.remove(key);
+        } else {
+            print_new(self.services.entry(key.clone()).or_default(), errors);
+        }
+    }
+}
+
+/// Prints the errors not in `printed`, which becomes them.
+fn print_new(printed: &mut BTreeSet<String>, errors: &[ControlError]) {
+    let messages: BTreeSet<String> = errors.iter().map(ToString::to_string).collect();
+    for message in messages.difference(printed) {
+        eprintln!("runway-control: {message}");
+    }
+    *printed = messages;
 }
 
 impl<D: Driver> fmt::Debug for Controller<D> {
@@ -125,7 +186,8 @@ impl<D: Driver> Controller<D> {
             sealer: Arc::new(sealer),
             wake: Arc::new(Notify::new()),
             state: Mutex::new(State::default()),
-            pass: tokio::sync::Mutex::new(PassMemory::default()),
+            pass: tokio::sync::Mutex::new(()),
+            table: tokio::sync::Mutex::new(()),
             allow_processes: false,
             unwritten: Arc::default(),
             environments: Vec::new(),
@@ -177,16 +239,82 @@ impl<D: Driver> Controller<D> {
             self.config.autoscale_interval_ms.max(1),
         ));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let limit = self.config.reconcile_concurrency.max(1);
+        // Each service and environment is reconciled in a task of its own, up to `limit` at
+        // once; one under way is not started again until it is done (its next round reads it
+        // afresh). Tasks, not futures polled here: one may hold the table's lock while this
+        // loop waits for it in a round.
+        let mut in_flight = tokio::task::JoinSet::new();
+        // The services under way, by their task.
+        let mut tasks: HashMap<tokio::task::Id, Key> = HashMap::new();
+        let mut queued: VecDeque<Work> = VecDeque::new();
+        let mut services: HashMap<Key, Looked> = HashMap::new();
+        let mut printed = Printed::default();
         loop {
-            let wait = self.pass_and_report().await;
-            let deadline = tokio::time::sleep(wait);
-            let mut deadline = std::pin::pin!(deadline);
+            let round_at = Instant::now() + self.config.reconcile_interval();
+            {
+                let _round = self.pass.lock().await;
+                let mut errors = Vec::new();
+                if let Some((round, work)) = self.round(&mut errors).await {
+                    let keys: HashSet<&Key> = work.iter().map(|w| &w.key).collect();
+                    services
+                        .retain(|key, _| keys.contains(key) || tasks.values().any(|k| k == key));
+                    queued.clear();
+                    for work in work {
+                        // Looked at now: its own time-driven wake is set again when it is done.
+                        services.entry(work.key.clone()).or_default().wake_at = None;
+                        if !tasks.values().any(|key| *key == work.key) {
+                            queued.push_back(work);
+                        }
+                    }
+                    let active: HashSet<i64> = services
+                        .values()
+                        .filter_map(|looked| looked.active)
+                        .collect();
+                    self.finish_round(&round, &active, &mut errors).await;
+                }
+                printed.round(&errors);
+            }
             loop {
+                while in_flight.len() < limit
+                    && let Some(work) = queued.pop_front()
+                {
+                    let key = work.key.clone();
+                    let controller = Arc::clone(&self);
+                    let task = in_flight.spawn(async move { controller.reconcile_key(work).await });
+                    tasks.insert(task.id(), key);
+                }
+                let wake_at = services
+                    .values()
+                    .filter_map(|looked| looked.wake_at)
+                    .fold(round_at, Instant::min);
                 tokio::select! {
                     () = &mut shutdown => return,
                     () = self.wake.notified() => break,
                     Ok(()) = changes.changed() => break,
-                    () = &mut deadline => break,
+                    () = tokio::time::sleep_until(wake_at) => break,
+                    Some(done) = in_flight.join_next_with_id() => {
+                        let (id, done) = match done {
+                            Ok((id, (_, outcome))) => (id, Ok(outcome)),
+                            Err(error) => (error.id(), Err(error)),
+                        };
+                        let Some(key) = tasks.remove(&id) else {
+                            continue;
+                        };
+                        let outcome = done.unwrap_or_else(|error| KeyOutcome {
+                            errors: vec![ControlError::Task(format!(
+                                "reconciling {} in {}: {error}",
+                                key.0, key.1
+                            ))],
+                            ..KeyOutcome::default()
+                        });
+                        printed.service(&key, &outcome.errors);
+                        let looked = services.entry(key).or_default();
+                        looked.wake_at = outcome
+                            .requeue_after_ms
+                            .map(|ms| Instant::now() + Duration::from_millis(ms.max(10)));
+                        looked.active = outcome.active;
+                    }
                     open = next_signal(&mut scale_up) => {
                         if !open {
                             scale_up = None;
@@ -215,34 +343,45 @@ impl<D: Driver> Controller<D> {
         changed
     }
 
-    /// One pass, its new errors printed; returns the time to wait before the next.
-    async fn pass_and_report(&self) -> Duration {
-        let errors = self.reconcile_all().await;
-        let mut memory = self.pass.lock().await;
-        let messages: BTreeSet<String> = errors.iter().map(ToString::to_string).collect();
-        for message in messages.difference(&memory.printed) {
-            eprintln!("runway-control: {message}");
+    /// Reconciles every service in every environment once: each desired state, and each
+    /// service/env that still has instances or routes without one (decommissioned), up to
+    /// `reconcile_concurrency` at once. Returns what went wrong; one service's failure does
+    /// not stop the others.
+    pub async fn reconcile_all(&self) -> Vec<ControlError> {
+        let _round = self.pass.lock().await;
+        let mut errors = Vec::new();
+        let Some((round, work)) = self.round(&mut errors).await else {
+            return errors;
+        };
+        let outcomes: Vec<(Key, KeyOutcome)> = futures_util::stream::iter(work)
+            .map(|work| self.reconcile_key(work))
+            .buffer_unordered(self.config.reconcile_concurrency.max(1))
+            .collect()
+            .await;
+        let mut active = HashSet::new();
+        for (_, outcome) in outcomes {
+            active.extend(outcome.active);
+            errors.extend(outcome.errors);
         }
-        memory.printed = messages;
-        let interval = self.config.reconcile_interval();
-        memory.requeue_after_ms.map_or(interval, |ms| {
-            interval.min(Duration::from_millis(ms.max(10)))
-        })
+        self.finish_round(&round, &active, &mut errors).await;
+        errors
     }
 
-    /// Reconciles every service in every environment once: each desired state, and each
-    /// service/env that still has instances or routes without one (decommissioned). Returns
-    /// what went wrong; one service's failure does not stop the others.
-    pub async fn reconcile_all(&self) -> Vec<ControlError> {
-        let mut memory = self.pass.lock().await;
+    /// What a round reads, once for every service: the desired states, the registered
+    /// services, the driver's replicas (each given to its service and environment); and the
+    /// work, one per service and environment. `None` when the store or the driver cannot be
+    /// read (the error is in `errors`).
+    async fn round(&self, errors: &mut Vec<ControlError>) -> Option<(Round, Vec<Work>)> {
         self.carry_on_from_serving_table();
-        let mut errors = Vec::new();
         let desired = match self
             .db("list desired states", |store| store.desired_list())
             .await
         {
             Ok(desired) => desired,
-            Err(error) => return vec![error],
+            Err(error) => {
+                errors.push(error);
+                return None;
+            }
         };
         match self.db("list services", |store| store.service_list()).await {
             Ok(services) => {
@@ -258,9 +397,16 @@ impl<D: Driver> Controller<D> {
         }
         let statuses = match self.driver.replicas().await {
             Ok(statuses) => statuses,
-            Err(error) => return vec![ControlError::driver("list replicas", error)],
+            Err(error) => {
+                errors.push(ControlError::driver("list replicas", error));
+                return None;
+            }
         };
         self.note_stopped(&statuses);
+        let running: HashSet<String> = statuses
+            .iter()
+            .filter_map(|replica| revision_of(&replica.id).map(str::to_owned))
+            .collect();
         if let Err(error) = self.write_unwritten().await {
             errors.push(error);
         }
@@ -271,7 +417,7 @@ impl<D: Driver> Controller<D> {
                 }
             }
         }
-        let mut by_key = self.group(statuses, &mut errors).await;
+        let mut by_key = self.group(statuses, errors).await;
         let mut keys: BTreeSet<Key> = desired
             .iter()
             .map(|d| (d.service.clone(), d.env.clone()))
@@ -282,40 +428,63 @@ impl<D: Driver> Controller<D> {
             keys.extend(state.services.keys().cloned());
             keys.extend(state.adopted.keys().cloned());
         }
-        let mut requeue: Option<u64> = None;
+        let work = keys
+            .into_iter()
+            .map(|key| Work {
+                wanted: desired
+                    .iter()
+                    .find(|d| d.service == key.0 && d.env == key.1)
+                    .cloned(),
+                instances: by_key.remove(&key).unwrap_or_default(),
+                key,
+            })
+            .collect();
+        Some((Round { desired, running }, work))
+    }
+
+    /// Reconciles one service in one environment, with what its round read.
+    async fn reconcile_key(&self, work: Work) -> (Key, KeyOutcome) {
         let mut active = HashSet::new();
-        for key in keys {
-            let wanted = desired
-                .iter()
-                .find(|d| d.service == key.0 && d.env == key.1);
-            let instances = by_key.remove(&key).unwrap_or_default();
-            match self
-                .reconcile_service(&key, wanted, instances, &mut active)
-                .await
-            {
-                Ok((after, mut failed)) => {
-                    requeue = min_some(requeue, after);
-                    errors.append(&mut failed);
-                }
-                Err(error) => errors.push(error),
-            }
-        }
-        // With no service at all, the table still goes out once (its environments).
+        let outcome = match self
+            .reconcile_service(&work.key, work.wanted.as_ref(), work.instances, &mut active)
+            .await
+        {
+            Ok((requeue_after_ms, errors)) => KeyOutcome {
+                requeue_after_ms,
+                errors,
+                active: active.into_iter().next(),
+            },
+            Err(error) => KeyOutcome {
+                requeue_after_ms: None,
+                errors: vec![error],
+                active: active.into_iter().next(),
+            },
+        };
+        (work.key, outcome)
+    }
+
+    /// What a round does once its services are under way: the table (with no service at all,
+    /// it still goes out once, with its environments), the revisions no longer of use
+    /// removed from the driver (what it keeps of them, a cluster's objects, goes with them;
+    /// done before the next round, which may want one again), and what was kept for
+    /// deployments no longer in progress (`active` are).
+    async fn finish_round(
+        &self,
+        round: &Round,
+        active: &HashSet<i64>,
+        errors: &mut Vec<ControlError>,
+    ) {
         if let Err(error) = self.apply_table().await {
             errors.push(error);
         }
-        // What the driver keeps of a revision no longer desired, routed or running (a
-        // cluster's objects) goes with it; done before the next pass, which may want it again.
-        for info in self.forget_gone(&desired) {
+        for info in self.forget_gone(&round.desired, &round.running) {
             let (service, env) = info.key();
             let name = &info.record.name;
             if let Err(error) = self.driver.remove(&service, &env, name).await {
                 errors.push(ControlError::driver(format!("remove {name}"), error));
             }
         }
-        self.forget_finished(&active);
-        memory.requeue_after_ms = requeue;
-        errors
+        self.forget_finished(active);
     }
 
     /// Instances by service and environment. An instance goes with its revision's service and
@@ -862,8 +1031,9 @@ impl<D: Driver> Controller<D> {
     }
 
     /// Builds the whole table from every service and gives it to the ingress, when it changed.
-    /// Called from within a pass only, so tables reach the data plane in the order built.
+    /// One at a time, so tables reach the data plane in the order they were built.
     pub(crate) async fn apply_table(&self) -> Result<()> {
+        let _one = self.table.lock().await;
         let table = {
             let state = self.lock();
             let table = build_table(&state, &self.config.domain, &self.environments);
@@ -951,7 +1121,11 @@ impl<D: Driver> Controller<D> {
 
     /// Forgets services with no desired state, instances or routes left, and the revisions no
     /// longer of use; returns those revisions.
-    fn forget_gone(&self, desired: &[Desired]) -> Vec<Arc<RevisionInfo>> {
+    fn forget_gone(
+        &self,
+        desired: &[Desired],
+        running: &HashSet<String>,
+    ) -> Vec<Arc<RevisionInfo>> {
         let mut state = self.lock();
         let gone: Vec<Key> = state
             .services
@@ -966,12 +1140,17 @@ impl<D: Driver> Controller<D> {
         for key in gone {
             state.services.remove(&key);
         }
-        // Revisions still of use: desired, running or routed. The others are read again from
-        // the store if they ever are (a rollback).
+        // Revisions still of use: desired, with replicas (as the round listed them: a service
+        // may not have been reached yet), routed, or served from before this controller. The
+        // others are read again from the store if they ever are (a rollback).
         let mut live: HashSet<String> = desired
             .iter()
             .flat_map(|d| d.revisions.iter().map(|r| r.revision.clone()))
+            .chain(running.iter().cloned())
             .collect();
+        for route in state.adopted.values() {
+            live.extend(route.revisions.iter().map(|r| r.name.clone()));
+        }
         for service in state.services.values() {
             live.extend(service.routes.iter().map(|r| r.revision.clone()));
             live.extend(

@@ -9,10 +9,16 @@
 //!
 //! # The loop
 //!
-//! [`Controller::run`] calls [`Controller::reconcile_all`] every `reconcile_interval_ms`,
-//! sooner when a plan says a drain grace or a start timeout falls due, at once on
-//! [`Controller::wake`], when the driver reports a change (a replica ready, failed or gone)
-//! and when the ingress holds requests for a revision (its scale-up signal). One pass:
+//! [`Controller::run`] runs a round every `reconcile_interval_ms`, sooner when a service's
+//! plan says a drain grace or a start timeout falls due, at once on [`Controller::wake`],
+//! when the driver reports a change (a replica ready, failed or gone) and when the ingress
+//! holds requests for a revision (its scale-up signal). A round reads everything once
+//! (steps 1 and 2 below) and then reconciles each service in each environment on its own
+//! (steps 3 and 4), up to `reconcile_concurrency` at once: one whose driver call is slow (an
+//! image pull, a cluster's API, a long stop) holds up neither the others nor the next round,
+//! which leaves it alone until it is done. Each keeps its own state; the ingress's table is
+//! built and sent one at a time, from the latest state of all. [`Controller::reconcile_all`]
+//! is one round that waits for every service (the tests' pass).
 //!
 //! 1. reads every desired state from the store and every replica ("instance") from the
 //!    driver;
@@ -29,9 +35,9 @@
 //!    exit code or signal), and the routes this controller last applied (kept in memory; after
 //!    a restart, the weights of the table the data plane serves, or else the desired state's);
 //! 4. plans with [`runway_reconciler::plan`] and applies the actions in order, then moves the
-//!    deployment in progress, if any.
+//!    deployment in progress, if any. The planner stays pure: the same input, the same plan.
 //!
-//! Startup, recovery and normal work are this same pass: a new controller over a driver that
+//! Startup, recovery and normal work are this same round: a new controller over a driver that
 //! already runs instances adopts them (the planner finds the counts met, so nothing restarts)
 //! and sets the routes from the ready ones.
 //!

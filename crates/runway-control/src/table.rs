@@ -21,30 +21,33 @@ pub(crate) fn build_table(
 ) -> RouteTableConfig {
     let not_served =
         |key: &Key| !state.services.contains_key(key) && !state.adopted.contains_key(key);
+    let mut routes: Vec<RouteConfig> = state
+        .services
+        .iter()
+        .filter_map(|(key, service)| route(state, key, service))
+        // Served before this controller started, not yet reached by a pass: as it was.
+        .chain(
+            state
+                .adopted
+                .iter()
+                .filter(|(key, _)| !state.services.contains_key(*key))
+                .map(|(_, route)| route.clone()),
+        )
+        // Registered, and neither deployed nor served: a route with no revision.
+        .chain(
+            state
+                .known
+                .iter()
+                .filter(|key| not_served(key))
+                .filter_map(|key| route(state, key, &ServiceState::default())),
+        )
+        .collect();
+    // By name, whichever were reached first (services are reconciled at once).
+    routes.sort_by(|a, b| (&a.service, &a.env).cmp(&(&b.service, &b.env)));
     RouteTableConfig {
         domain: domain.to_owned(),
         environments: environments.to_vec(),
-        routes: state
-            .services
-            .iter()
-            .filter_map(|(key, service)| route(state, key, service))
-            // Served before this controller started, not yet reached by a pass: as it was.
-            .chain(
-                state
-                    .adopted
-                    .iter()
-                    .filter(|(key, _)| !state.services.contains_key(*key))
-                    .map(|(_, route)| route.clone()),
-            )
-            // Registered, and neither deployed nor served: a route with no revision.
-            .chain(
-                state
-                    .known
-                    .iter()
-                    .filter(|key| not_served(key))
-                    .filter_map(|key| route(state, key, &ServiceState::default())),
-            )
-            .collect(),
+        routes,
     }
 }
 

@@ -539,6 +539,33 @@ async fn a_restart_mid_deploy_keeps_the_previous_revision_serving_until_the_new_
     assert_eq!(harness.driver.violations(), Vec::<String>::new());
 }
 
+/// The same over the running loop, where services are reconciled in tasks of their own after
+/// the round that read them: the round's clean-up must not take v1 for a revision of no use
+/// before its service's task has run.
+#[tokio::test]
+async fn a_restart_mid_deploy_under_the_running_loop_keeps_the_previous_revision() {
+    let harness = serving_v1().await;
+    harness.driver.behave(V2, Behavior::ReadyAfter(u32::MAX));
+    let second = harness.deploy("hello", BTreeMap::new());
+    assert!(harness.controller.reconcile_all().await.is_empty());
+    assert!(!harness.driver.ids_of(V2).is_empty());
+
+    let (next, ingress) = harness.another_controller();
+    harness.driver.watch_ingress(&ingress, "hello", "dev");
+    let next = std::sync::Arc::new(next);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(std::sync::Arc::clone(&next).run(async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(harness.driver.stopped().is_empty(), "v1 was stopped");
+    assert_eq!(next.routes("hello", "dev"), weights(&[(V1, 100)]));
+    assert_eq!(harness.state(&second), DeploymentState::Progressing);
+    assert_eq!(harness.driver.violations(), Vec::<String>::new());
+    stop.send(()).unwrap();
+    tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
+}
+
 fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper: bool) -> u32 {
     let sealer = Sealer::new(&harness.key);
     // The store numbers versions; the first one of a name is 1.
@@ -700,6 +727,45 @@ async fn run_reconciles_until_shutdown() {
     })
     .await
     .unwrap();
+    stop.send(()).unwrap();
+    tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
+}
+
+/// Services are reconciled each on its own: one whose driver call hangs (an image pull, a
+/// cluster's API) holds up neither another service's deployment nor the loop.
+#[tokio::test]
+async fn a_slow_service_holds_up_no_other() {
+    let harness = std::sync::Arc::new(Harness::new(fast_config()));
+    harness.onboard("slow");
+    harness.onboard("hello");
+    harness
+        .driver
+        .slow("slow-dev-00001", Duration::from_secs(600));
+    let stuck = harness.deploy("slow", BTreeMap::new());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = std::sync::Arc::new(harness.another_controller().0);
+    let task = tokio::spawn(std::sync::Arc::clone(&controller).run(async {
+        let _ = stopped.await;
+    }));
+    // The slow service's start is under way, and hangs.
+    tokio::time::timeout(BOUND, async {
+        while harness.driver.calls_under_way() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    let deployment = harness.deploy("hello", BTreeMap::new());
+    controller.wake();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while harness.state(&deployment) != DeploymentState::Succeeded {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("hello's deployment waited for slow's start");
+    assert_eq!(harness.state(&stuck), DeploymentState::Progressing);
+    assert_eq!(harness.driver.calls_under_way(), 1);
     stop.send(()).unwrap();
     tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
 }

@@ -49,6 +49,10 @@ struct Inner {
     stopped: Vec<String>,
     watched: Option<(Ingress, String, String)>,
     violations: Vec<String>,
+    /// Revisions whose `scale` takes this long.
+    slow: HashMap<String, Duration>,
+    /// `scale` calls not yet returned.
+    under_way: usize,
 }
 
 /// A driver in memory: a replica is stopped and gone as soon as it is retired. When watching
@@ -121,6 +125,17 @@ impl FakeDriver {
             .into_iter()
             .filter(|id| id.starts_with(&format!("{revision}-")))
             .collect()
+    }
+
+    /// Makes every `scale` of the revision take `delay` (an image pull, a cluster's API).
+    pub fn slow(&self, revision: &str, delay: Duration) {
+        let mut inner = self.inner.lock().unwrap();
+        inner.slow.insert(revision.to_owned(), delay);
+    }
+
+    /// `scale` calls not yet returned.
+    pub fn calls_under_way(&self) -> usize {
+        self.inner.lock().unwrap().under_way
     }
 
     /// An instance the platform did not start (a developer's `runway run`), ready.
@@ -252,7 +267,16 @@ fn replica_of(id: &str, fake: &Fake) -> Replica {
 
 impl Driver for FakeDriver {
     async fn scale(&self, workload: &Workload, scale: &Scale) -> Result<Vec<Replica>, DriverError> {
+        let delay = {
+            let mut inner = self.inner.lock().unwrap();
+            inner.under_way += 1;
+            inner.slow.get(&workload.revision).copied()
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
         let mut inner = self.inner.lock().unwrap();
+        inner.under_way -= 1;
         for id in &scale.retire {
             Self::stop(&mut inner, id);
         }
