@@ -316,6 +316,45 @@ impl Store {
         }
     }
 
+    /// `reference` pinned to the digest of what its registry serves for it now (for a
+    /// multi-platform image, its index, so each node of a cluster picks its own platform),
+    /// without fetching a layer: for a control plane whose images run elsewhere. The document
+    /// is checked to be an image manifest or index and kept in the cache.
+    pub async fn resolve(&self, reference: &str, opts: &PullOptions) -> Result<String, OciError> {
+        let parsed: Reference =
+            reference
+                .parse()
+                .map_err(|e: oci_client::ParseError| OciError::InvalidReference {
+                    reference: reference.to_string(),
+                    reason: e.to_string(),
+                })?;
+        if !registry_allowed(parsed.registry(), opts) {
+            return Err(OciError::NotAllowed {
+                registry: parsed.registry().to_string(),
+            });
+        }
+        let asked = parsed.digest().map(Digest::parse).transpose()?;
+        let mut remote = Remote::new(self, reference, &parsed, opts);
+        let fetched = tokio::time::timeout(
+            opts.timeout,
+            self.manifest(&mut remote, &parsed, asked.as_ref()),
+        )
+        .await
+        .map_err(|_| OciError::Timeout {
+            registry: parsed.resolve_registry().to_string(),
+            reference: reference.to_string(),
+            after: opts.timeout,
+        })?;
+        let (digest, bytes) = fetched?;
+        image::parse_manifest(reference, &digest, &bytes, None)?;
+        Ok(format!(
+            "{}/{}@{}",
+            parsed.registry(),
+            parsed.repository(),
+            digest
+        ))
+    }
+
     async fn pull_inner(
         &self,
         reference: &str,

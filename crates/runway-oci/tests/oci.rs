@@ -175,6 +175,39 @@ fn pull_pins_the_digest_and_a_second_pull_is_a_cache_hit() {
     );
 }
 
+/// A control plane whose images run on a cluster pins a tag without pulling the image: one
+/// manifest fetch, no blob, the same digest a pull pins.
+#[test]
+fn resolve_pins_a_tag_without_fetching_a_layer() {
+    if !require_tools("resolve", REGISTRY_TOOLS) {
+        return;
+    }
+    let registry = Registry::start().expect("registry");
+    let pushed = push_busybox_image(&registry, "team/app", "v1", &hello_image()).expect("push");
+    let cache = tempfile::tempdir().expect("cache");
+    let store = Store::open(cache.path()).expect("store");
+    let opts = opts(&registry);
+    let pinned = block_on(store.resolve(&pushed.reference, &opts)).expect("resolve");
+    assert_eq!(pinned, pushed.pinned);
+    let stats = store.stats();
+    assert_eq!((stats.blob_fetches, stats.unpacks), (0, 0), "{stats:?}");
+    // Pinned already: the same, from the cache.
+    assert_eq!(
+        block_on(store.resolve(&pinned, &opts)).expect("again"),
+        pinned
+    );
+    let err = block_on(store.resolve(&format!("{}/team/none:v1", registry.host()), &opts))
+        .expect_err("no such image");
+    assert!(!err.to_string().is_empty());
+    let refused = PullOptions {
+        allowed_registries: Some(vec!["registry.example".to_owned()]),
+        insecure_registries: Vec::new(),
+        ..opts.clone()
+    };
+    let err = block_on(store.resolve(&pushed.reference, &refused)).expect_err("not allowed");
+    assert!(matches!(err, OciError::NotAllowed { .. }), "{err}");
+}
+
 #[test]
 fn docker_v2_manifests_and_indexes() {
     if !require_tools("docker v2 and index", REGISTRY_TOOLS) {
