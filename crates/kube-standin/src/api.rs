@@ -793,10 +793,6 @@ fn scale(w: &mut World, call: &Call<'_>, name: &str) -> Result<Reply, ApiError> 
         .cloned()
         .ok_or_else(|| ApiError::not_found(ctx.res, name))?;
     let body = parse_body(call.body)?;
-    w.received.push(Received {
-        object: body.clone(),
-        result: None,
-    });
     // A Scale's resource version is its Deployment's: a precondition for any write.
     check_rv(ctx.res, name, &old, sent_rv(&body).as_deref())?;
     let mut scale = scale_of(&old);
@@ -813,6 +809,11 @@ fn scale(w: &mut World, call: &Call<'_>, name: &str) -> Result<Reply, ApiError> 
         }
         (_, other) => return Err(ApiError::unsupported_media_type(other)),
     }
+    // The Scale as written: the body of a replace, what a patch made of the current one.
+    w.received.push(Received {
+        object: scale.clone(),
+        result: None,
+    });
     let replicas = scale
         .pointer("/spec/replicas")
         .and_then(Value::as_i64)

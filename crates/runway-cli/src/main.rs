@@ -8,6 +8,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod api;
 mod config;
+mod driver;
 mod everyday;
 mod init;
 mod local;

@@ -19,6 +19,8 @@ use runway_oci::source::{SourceError, SourceStore};
 use runway_runtime::network::{AddressPool, DEFAULT_LEASES_DIR};
 use runway_runtime::sandbox::SandboxPolicy;
 use runway_runtime::{LocalDriver, LocalDriverOptions, LocalRuntime};
+
+use crate::driver::{KubernetesConfig, RuntimeKind, ServerDriver};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
 use serde::{Deserialize, Serialize};
@@ -66,10 +68,15 @@ pub(crate) struct ServerConfig {
     pub(crate) runtime: RuntimeConfig,
 }
 
-/// How the local runtime pulls and runs images.
+/// Where services run, and how the local runtime pulls and runs images.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct RuntimeConfig {
+    /// `local` (this machine, the default) or `kubernetes` (a cluster, as `kubernetes` says;
+    /// the other keys here are the local runtime's).
+    pub(crate) kind: RuntimeKind,
+    /// The cluster, for `kind: kubernetes`.
+    pub(crate) kubernetes: KubernetesConfig,
     /// Registries (`host` or `host:port`, as image references write them) reached over plain
     /// HTTP, such as a registry on this machine. Every other registry is HTTPS only.
     pub(crate) insecure_registries: Vec<String>,
@@ -108,6 +115,8 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         let policy = SandboxPolicy::default();
         Self {
+            kind: RuntimeKind::Local,
+            kubernetes: KubernetesConfig::default(),
             insecure_registries: Vec::new(),
             allowed_registries: vec!["*".to_owned()],
             oci_runtime: PathBuf::from("runc"),
@@ -123,6 +132,7 @@ impl Default for RuntimeConfig {
 impl RuntimeConfig {
     /// The values serde cannot refuse: the key at fault and what was expected.
     fn check(&self) -> Result<(), (&'static str, String)> {
+        self.kubernetes.check()?;
         let images = runway_runtime::sandbox::IMAGE_IDS;
         if self.process_uid_base < images.end {
             return Err((
@@ -255,8 +265,7 @@ pub(crate) struct Running {
     pub(crate) ingress: IngressProcess,
     /// Stops the task that starts the ingress again when it stops answering.
     keeper: watch::Sender<bool>,
-    pub(crate) controller: Arc<Controller<LocalDriver>>,
-    runtime: Arc<LocalRuntime>,
+    pub(crate) controller: Arc<Controller<ServerDriver>>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// `server.lock` in the data directory, locked for as long as this server runs.
@@ -264,9 +273,9 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    /// The runtime the control plane runs instances on.
+    /// The runtime the control plane runs instances on, when it is this machine's.
     pub(crate) fn runtime(&self) -> Option<&Arc<LocalRuntime>> {
-        Some(&self.runtime)
+        self.controller.driver().local()
     }
 
     /// Stops the API and the controller; lets the API's in-flight requests finish (its
@@ -329,8 +338,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let ca_pem = ca.cert_pem().to_owned();
     let sources = SourceStore::open(data_dir.join(crate::local::SOURCES_DIR))
         .context("cannot prepare the code snapshots' directory")?;
-    let runtime = {
-        {
+    let driver = match config.runtime.kind {
+        RuntimeKind::Local => {
             let runtime = Arc::new(crate::local::runtime_with(
                 data_dir.join("runtime"),
                 &config.runtime.insecure_registries,
@@ -345,16 +354,43 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
             runtime
                 .create_state_dirs()
                 .context("cannot prepare the runtime's state directory")?;
-            runtime
+            ServerDriver::Local(LocalDriver::new(
+                runtime,
+                LocalDriverOptions {
+                    sandbox: config.runtime.sandbox_policy(),
+                    snapshots: Some(sources.root().to_owned()),
+                },
+            ))
+        }
+        RuntimeKind::Kubernetes => {
+            // Images run on the cluster: a tag is pinned here, its layers never fetched.
+            let images = Arc::new(
+                runway_oci::Store::open(data_dir.join("images"))
+                    .context("cannot prepare the image cache")?,
+            );
+            let pull = runway_oci::PullOptions {
+                insecure_registries: config.runtime.insecure_registries.clone(),
+                allowed_registries: Some(config.runtime.allowed_registries.clone()),
+                ..runway_oci::PullOptions::default()
+            };
+            let resolver: runway_kube::Resolver = Arc::new(move |reference: String| {
+                let (images, pull) = (Arc::clone(&images), pull.clone());
+                Box::pin(async move {
+                    images
+                        .resolve(&reference, &pull)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            });
+            ServerDriver::Kubernetes(
+                config
+                    .runtime
+                    .kubernetes
+                    .driver(&config.api.environments, resolver)
+                    .await?,
+            )
         }
     };
-    let driver = LocalDriver::new(
-        Arc::clone(&runtime),
-        LocalDriverOptions {
-            sandbox: config.runtime.sandbox_policy(),
-            snapshots: Some(sources.root().to_owned()),
-        },
-    );
     open_data_dir(&data_dir);
 
     let (stop, stopped) = watch::channel(false);
@@ -450,7 +486,6 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         ingress,
         keeper,
         controller,
-        runtime,
         stop,
         tasks,
         _lock: lock,
@@ -747,7 +782,7 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
 /// snapshots.
 #[derive(Clone)]
 struct ServerPlatform {
-    controller: Arc<Controller<LocalDriver>>,
+    controller: Arc<Controller<ServerDriver>>,
     sources: SourceStore,
 }
 
@@ -1082,6 +1117,15 @@ mod tests {
                 "runtime:\n  process_host_paths: [usr]\n",
                 "runtime.process_host_paths",
             ),
+            ("runtime:\n  kind: k8s\n", "runtime.kind"),
+            (
+                "runtime:\n  kind: kubernetes\n  kubernetes:\n    namespace_pattern: apps\n",
+                "runtime.kubernetes.namespace_pattern: \"apps\" does not contain {env}",
+            ),
+            (
+                "runtime:\n  kubernetes:\n    kubeconfg: /x\n",
+                "runtime.kubernetes.kubeconfg",
+            ),
             (
                 "runtime:\n  instance_network: 10.213.0.1/16\n",
                 "runtime.instance_network: \"10.213.0.1/16\" is not an IPv4 range like \
@@ -1092,7 +1136,20 @@ mod tests {
             let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
             assert!(error.contains(key), "{error}");
         }
+        std::fs::write(
+            &path,
+            "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: /etc/k\n",
+        )
+        .unwrap();
+        let config = ServerConfig::load(Some(&path)).unwrap();
+        assert_eq!(config.runtime.kind, RuntimeKind::Kubernetes);
+        assert_eq!(
+            config.runtime.kubernetes.kubeconfig.as_deref(),
+            Some(Path::new("/etc/k"))
+        );
+        assert_eq!(config.runtime.kubernetes.namespace_pattern, "runway-{env}");
         let defaults = RuntimeConfig::default();
+        assert_eq!(defaults.kind, RuntimeKind::Local);
         assert!(!defaults.allow_processes && defaults.isolate_processes);
         assert_eq!(defaults.allowed_registries, ["*"]);
         assert_eq!(

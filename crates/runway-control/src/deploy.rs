@@ -209,7 +209,8 @@ impl<D: Driver> Controller<D> {
         reason
     }
 
-    /// The last lines written by the target's first instance that is not ready.
+    /// The last lines written by the target's first instance that is not ready, and what its
+    /// last process left (a container's termination message).
     async fn failing_output(&self, key: &Key, target: &str) -> Option<(String, Vec<String>)> {
         let candidate = {
             let state = self.lock();
@@ -227,14 +228,21 @@ impl<D: Driver> Controller<D> {
             replica: Some(candidate.id.clone()),
             tail: REASON_LOG_LINES,
         };
-        let lines = match self.driver.logs(&query).await {
-            Ok(lines) if !lines.is_empty() => lines.into_iter().map(|l| l.text).collect(),
-            _ => candidate
-                .last_exit
-                .as_ref()
-                .map(|exit| exit.last_output.clone())
-                .unwrap_or_else(|| vec![failure_reason(&candidate)]),
+        let mut lines: Vec<String> = match self.driver.logs(&query).await {
+            Ok(lines) => lines.into_iter().map(|l| l.text).collect(),
+            Err(_) => Vec::new(),
         };
+        // What its last process left besides (a container's termination message), unless
+        // the output has it already (a local instance's last lines).
+        let left = candidate.last_exit.as_ref().map(|exit| &exit.last_output);
+        for line in left.into_iter().flatten() {
+            if !lines.contains(line) {
+                lines.push(line.clone());
+            }
+        }
+        if lines.is_empty() {
+            lines.push(failure_reason(&candidate));
+        }
         Some((candidate.id, lines))
     }
 
