@@ -19,6 +19,11 @@ const IMAGE: &str = "registry.example/hello@sha256:2c26b46b68ffc68ff99b453c1d304
 
 /// A stand-in cluster and a platform driving it.
 fn cluster() -> (tokio::runtime::Runtime, StandIn, Platform) {
+    cluster_with(String::new())
+}
+
+/// As [`cluster`], with more of the `control` section (YAML lines indented two spaces).
+fn cluster_with(control: String) -> (tokio::runtime::Runtime, StandIn, Platform) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -36,14 +41,16 @@ fn cluster() -> (tokio::runtime::Runtime, StandIn, Platform) {
             .unwrap();
         let client = kube::Client::try_from(config).unwrap();
         let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
-        let namespace = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "runway-dev"}
-        }))
-        .unwrap();
-        namespaces
-            .create(&Default::default(), &namespace)
-            .await
+        for env in ["dev", "staging", "production"] {
+            let namespace = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("runway-{env}")}
+            }))
             .unwrap();
+            namespaces
+                .create(&Default::default(), &namespace)
+                .await
+                .unwrap();
+        }
     });
     let settings = Settings {
         sections: format!(
@@ -51,6 +58,7 @@ fn cluster() -> (tokio::runtime::Runtime, StandIn, Platform) {
             kubeconfig.display()
         ),
         allow_processes: false,
+        control,
         ..Settings::default()
     };
     let platform = Platform::start(&settings);
@@ -228,6 +236,146 @@ fn a_restart_of_runway_adopts_what_runs_with_no_write() {
     let (status, body) = platform.get("hello.dev.localhost", "/", Duration::from_secs(10));
     assert_eq!((status, body.trim()), (200, "hello-dev-00001"));
     assert_eq!(standin.objects("pods").len(), 1);
+    drop(platform);
+    rt.block_on(standin.stop());
+}
+
+/// Waits until `check` holds of the stand-in, at most `bound`.
+fn wait_for(standin: &StandIn, bound: Duration, what: &str, check: impl Fn(&StandIn) -> bool) {
+    let deadline = std::time::Instant::now() + bound;
+    while !check(standin) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {bound:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The pods of a revision, not being deleted.
+fn pods_of(standin: &StandIn, revision: &str) -> usize {
+    standin
+        .objects("pods")
+        .iter()
+        .filter(|pod| pod["metadata"]["labels"]["runway.dev/revision"] == revision)
+        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+        .count()
+}
+
+#[test]
+fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
+    let (rt, standin, platform) = cluster_with(support::FAST_AUTOSCALER.to_owned());
+    let repo = platform.onboard("hello", &["dev", "production"], "s3cr3t");
+    set_image_manifest(&repo, 1, 1);
+    let host = "hello.dev.localhost";
+    for revision in ["hello-dev-00001", "hello-dev-00002"] {
+        let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+        assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+        platform.get_until(host, "/", BOUND, |s, b| s == 200 && b.trim() == revision);
+    }
+    // The retired revision goes to no pods, then its Deployment goes.
+    wait_for(&standin, BOUND, "hello-dev-00001 retired", |s| {
+        pods_of(s, "hello-dev-00001") == 0
+    });
+
+    // A rollback is a deployment like any other: the first revision's pods again.
+    let back = platform.runway_for(
+        &[
+            "rollback",
+            "--service",
+            "hello",
+            "--env",
+            "dev",
+            "--to",
+            "hello-dev-00001",
+            "--wait",
+        ],
+        BOUND,
+    );
+    assert!(back.ok(), "rollback: {}\n{}", back.all(), platform.log());
+    platform.get_until(host, "/", BOUND, |s, b| {
+        s == 200 && b.trim() == "hello-dev-00001"
+    });
+
+    // Promoted to production: the same image and settings, in production's namespace.
+    let promoted = platform.runway_for(
+        &[
+            "promote",
+            "--service",
+            "hello",
+            "--from",
+            "dev",
+            "--to",
+            "production",
+            "--wait",
+        ],
+        BOUND,
+    );
+    assert!(
+        promoted.ok(),
+        "promote: {}\n{}",
+        promoted.all(),
+        platform.log()
+    );
+    let production = standin
+        .objects("deployments")
+        .into_iter()
+        .find(|d| d["metadata"]["namespace"] == "runway-production")
+        .expect("no Deployment in runway-production");
+    assert_eq!(
+        production["spec"]["template"]["spec"]["containers"][0]["image"],
+        IMAGE
+    );
+    platform.get_until("hello.production.localhost", "/", BOUND, |s, b| {
+        s == 200 && b.trim().starts_with("hello-production-")
+    });
+
+    // Scale to zero: no pod, the Deployment at 0; a request is held while one starts.
+    set_image_manifest(&repo, 0, 2);
+    let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(
+        deploy.ok(),
+        "deploy with min 0: {}\n{}",
+        deploy.all(),
+        platform.log()
+    );
+    let status = platform.runway(&[
+        "status",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    let zero = status.json()["desired"][0]["revision"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let zero = zero.as_str();
+    wait_for(&standin, BOUND, "scaled to zero", |s| {
+        pods_of(s, zero) == 0
+            && s.object("deployments", "runway-dev", zero)
+                .is_some_and(|d| d["spec"]["replicas"] == 0)
+    });
+    let started = std::time::Instant::now();
+    let (status, body) = platform.get(host, "/", Duration::from_secs(60));
+    assert_eq!((status, body.trim()), (200, zero));
+    eprintln!(
+        "a request held through a cold start on the stand-in: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(pods_of(&standin, zero) >= 1);
+
+    // Decommissioned: every revision's objects go (their Services with their Deployments).
+    let deleted = platform.runway(&["services", "delete", "hello", "--yes"]);
+    assert!(deleted.ok(), "services delete: {}", deleted.all());
+    wait_for(&standin, BOUND, "objects removed", |s| {
+        s.objects("deployments").is_empty()
+            && s.objects("services").is_empty()
+            && s.objects("pods").is_empty()
+    });
+    standin.validate_received().unwrap();
     drop(platform);
     rt.block_on(standin.stop());
 }
