@@ -379,3 +379,110 @@ fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
     drop(platform);
     rt.block_on(standin.stop());
 }
+
+/// Rewrites the image manifest for a `runway_canary` rollout: steps 50 and 100, a second's
+/// pause, an analysis that needs one request.
+fn set_canary_manifest(repo: &std::path::Path) {
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace("strategy: legacy", "strategy: runway_canary")
+        + "    rollout:\n      steps: [50, 100]\n      pause_seconds: 1\n      analysis:\n        \
+           min_requests: 1\n";
+    std::fs::write(&path, text).unwrap();
+}
+
+/// The weight of `revision` in a status.
+fn weight_of(status: &serde_json::Value, revision: &str) -> u64 {
+    status["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["revision"] == revision)
+        .and_then(|r| r["weight"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
+    let (rt, standin, platform) = cluster();
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    set_image_manifest(&repo, 1, 1);
+    set_canary_manifest(&repo);
+    let host = "hello.dev.localhost";
+    let first = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(first.ok(), "deploy: {}\n{}", first.all(), platform.log());
+    let status = || {
+        let ran = platform.runway(&[
+            "status",
+            "--service",
+            "hello",
+            "--env",
+            "dev",
+            "--output",
+            "json",
+        ]);
+        assert!(ran.ok(), "{}", ran.all());
+        ran.json()
+    };
+
+    // Paused at 0 %, resumed to 50 %: the ingress splits requests between the two
+    // Deployments' pods.
+    let paused = platform.runway_with(
+        &[
+            "deploy", "--env", "dev", "--image", IMAGE, "--pause", "--output", "json",
+        ],
+        Some(repo.as_os_str()),
+        None,
+        support::COMMAND,
+    );
+    assert!(paused.ok(), "deploy --pause: {}", paused.all());
+    wait_for(&standin, BOUND, "the canary's pod", |s| {
+        pods_of(s, "hello-dev-00002") == 1
+    });
+    let resumed = platform.runway(&["rollout", "resume", "--service", "hello", "--env", "dev"]);
+    assert!(resumed.ok(), "{}", resumed.all());
+    let deadline = std::time::Instant::now() + BOUND;
+    while weight_of(&status(), "hello-dev-00002") != 50 {
+        assert!(std::time::Instant::now() < deadline, "never at 50 %");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let (code, body) = platform.get(host, "/", Duration::from_secs(10));
+        assert_eq!(code, 200);
+        seen.insert(body.trim().to_owned());
+    }
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["hello-dev-00001", "hello-dev-00002"],
+        "both revisions answer at 50 %"
+    );
+
+    // Aborted: all traffic back on the first revision, the canary's pods gone.
+    let aborted = platform.runway(&[
+        "rollout",
+        "abort",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--wait",
+    ]);
+    assert_eq!(aborted.code, Some(0), "{}", aborted.all());
+    assert!(
+        aborted.stdout.contains("was rolled back"),
+        "{}",
+        aborted.all()
+    );
+    assert_eq!(weight_of(&status(), "hello-dev-00001"), 100);
+    wait_for(&standin, BOUND, "the canary's pods gone", |s| {
+        pods_of(s, "hello-dev-00002") == 0
+    });
+    for _ in 0..10 {
+        let (_, body) = platform.get(host, "/", Duration::from_secs(10));
+        assert_eq!(body.trim(), "hello-dev-00001");
+    }
+    standin.validate_received().unwrap();
+    drop(platform);
+    rt.block_on(standin.stop());
+}
