@@ -63,6 +63,8 @@ pub const FIELD_MANAGER: &str = "runway";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "runway");
 /// The annotation the ReplicaSet controller reads to choose which pods go first.
 const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// The deletion cost of a pod the control plane retired: below any other's.
+const RETIRED_COST: &str = "-1000";
 /// How long [`Driver::scale`] waits for the pods it asked for to appear, so the control plane
 /// sees them in the same pass.
 const SCALE_SETTLE: Duration = Duration::from_secs(3);
@@ -296,17 +298,13 @@ impl KubeDriver {
         Ok(keys)
     }
 
-    /// Marks the pods to go first when their ReplicaSet scales down.
+    /// Marks the pods to go first when their ReplicaSet scales down (see [`marked`]).
     async fn mark_for_deletion(&self, namespace: &str, pods: &[&Pod]) -> Result<(), DriverError> {
         let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
-        let patch = json!({"metadata": {"annotations": {DELETION_COST: "-1000"}}});
+        let patch = json!({"metadata": {"annotations": {DELETION_COST: RETIRED_COST}}});
         for pod in pods {
             let name = pod.name_any();
-            let marked = pod
-                .annotations()
-                .get(DELETION_COST)
-                .is_some_and(|cost| cost == "-1000");
-            if marked {
+            if marked(pod) {
                 continue;
             }
             match api
@@ -375,10 +373,17 @@ impl KubeDriver {
         Ok(())
     }
 
-    /// Sets the Deployment's replica count through its scale subresource, from the count it
-    /// has now (read, not cached: a count this driver just wrote may not have come back
-    /// through the watch yet). A conflict with another writer is read and tried again.
-    async fn scale_by(&self, namespace: &str, name: &str, less: u32) -> Result<(), DriverError> {
+    /// Lowers the Deployment's replica count to `staying` through its scale subresource,
+    /// unless it is lower already (read, not cached: a count this driver just wrote may not
+    /// have come back through the watch yet). A conflict with another writer is read and
+    /// tried again.
+    async fn scale_down_to(
+        &self,
+        namespace: &str,
+        name: &str,
+        staying: usize,
+    ) -> Result<(), DriverError> {
+        let staying = i32::try_from(staying).unwrap_or(i32::MAX);
         let api: Api<Deployment> = Api::namespaced(self.inner.client.clone(), namespace);
         for _ in 0..5 {
             let scale = match api.get_scale(name).await {
@@ -392,10 +397,12 @@ impl KubeDriver {
                 }
             };
             let now = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
-            let wanted = now.saturating_sub(i32::try_from(less).unwrap_or(i32::MAX));
+            if now <= staying {
+                return Ok(());
+            }
             let patch = json!({
                 "metadata": {"resourceVersion": scale.metadata.resource_version},
-                "spec": {"replicas": wanted},
+                "spec": {"replicas": staying},
             });
             let params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -503,6 +510,13 @@ where
     (store, task)
 }
 
+/// Whether the pod was marked to go first by [`KubeDriver::mark_for_deletion`].
+fn marked(pod: &Pod) -> bool {
+    pod.annotations()
+        .get(DELETION_COST)
+        .is_some_and(|cost| cost == RETIRED_COST)
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -570,18 +584,24 @@ impl Driver for KubeDriver {
         replicas: &[String],
     ) -> Result<(), DriverError> {
         let namespace = self.namespace(env)?;
-        let going: Vec<Arc<Pod>> = Self::live_pods(namespace, revision)
-            .into_iter()
+        let live = Self::live_pods(namespace, revision);
+        let going: Vec<&Pod> = live
+            .iter()
             .filter(|(id, _)| replicas.contains(id))
-            .map(|(_, pod)| pod)
+            .map(|(_, pod)| pod.as_ref())
             .collect();
         if going.is_empty() {
             return Ok(());
         }
-        let pods: Vec<&Pod> = going.iter().map(AsRef::as_ref).collect();
-        self.mark_for_deletion(&namespace.name, &pods).await?;
-        let less = u32::try_from(going.len()).unwrap_or(u32::MAX);
-        self.scale_by(&namespace.name, revision, less).await
+        self.mark_for_deletion(&namespace.name, &going).await?;
+        // What stays: the live pods not marked to go, by this call or an earlier one whose
+        // pods the ReplicaSet has not removed yet. An absolute count, so asking twice before
+        // the first is done removes no other pod.
+        let staying = live
+            .iter()
+            .filter(|(id, pod)| !replicas.contains(id) && !marked(pod))
+            .count();
+        self.scale_down_to(&namespace.name, revision, staying).await
     }
 
     async fn remove(&self, _service: &str, env: &str, revision: &str) -> Result<(), DriverError> {
