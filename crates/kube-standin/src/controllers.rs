@@ -43,8 +43,17 @@ fn reconcile(w: &mut World) -> Vec<(Key, String)> {
     namespaces(w);
     garbage_collect(w);
     let deployments: Vec<Value> = w.store.list(DEPLOYMENTS, None).cloned().collect();
+    // Each Deployment's pods, found once per pass (not by a scan per Deployment: a pass runs
+    // on every write, and a thousand Deployments made that quadratic).
+    let mut owned: HashMap<String, Vec<Value>> = HashMap::new();
+    for pod in w.store.list(PODS, None) {
+        if let Some(owner) = controller_uid(pod) {
+            owned.entry(owner.to_owned()).or_default().push(pod.clone());
+        }
+    }
     for d in &deployments {
-        deployment(w, d);
+        let pods = owned.remove(uid_of(d)).unwrap_or_default();
+        deployment(w, d, pods);
     }
     endpoint_slices(w);
 
@@ -314,12 +323,11 @@ fn create_pod(w: &mut World, d: &Value, hash: &str) {
 
 /// Keeps `spec.replicas` pods of the Deployment's template, rolls them when it changes,
 /// and writes its status.
-fn deployment(w: &mut World, d: &Value) {
+/// One Deployment, with the pods it owns (`owned`, as the pass found them).
+fn deployment(w: &mut World, d: &Value, owned: Vec<Value>) {
     if deleting(d) {
         return;
     }
-    let uid = uid_of(d).to_owned();
-    let ns = namespace_of(d).to_owned();
     let hash = util::safe_encode(
         util::stable_hash(d.pointer("/spec/template").unwrap_or(&Value::Null)),
         10,
@@ -329,12 +337,6 @@ fn deployment(w: &mut World, d: &Value) {
         .and_then(Value::as_u64)
         .and_then(|r| usize::try_from(r).ok())
         .unwrap_or(1);
-    let owned: Vec<Value> = w
-        .store
-        .list(PODS, Some(&ns))
-        .filter(|p| controller_uid(p) == Some(uid.as_str()))
-        .cloned()
-        .collect();
     let (terminating, active): (Vec<Value>, Vec<Value>) = owned.into_iter().partition(deleting);
     let (new, old): (Vec<Value>, Vec<Value>) = active
         .iter()
@@ -575,6 +577,31 @@ fn endpoint_slices(w: &mut World) {
         .filter(|s| !deleting(s))
         .cloned()
         .collect();
+    // The pods with an address, by namespace and each of their labels (`key=value`), and the
+    // slices by namespace and service, found once per pass rather than scanned per Service.
+    let mut by_label: HashMap<(String, String), Vec<Value>> = HashMap::new();
+    for pod in w.store.list(PODS, None) {
+        if pod.pointer("/status/podIP").is_none() {
+            continue;
+        }
+        let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
+        for (key, value) in labels.into_iter().flatten() {
+            let label = format!("{key}={}", value.as_str().unwrap_or_default());
+            by_label
+                .entry((namespace_of(pod).to_owned(), label))
+                .or_default()
+                .push(pod.clone());
+        }
+    }
+    let mut slices: HashMap<(String, String), Vec<Value>> = HashMap::new();
+    for slice in w.store.list(ENDPOINTSLICES, None) {
+        if let Some(service) = label(slice, SERVICE_NAME_LABEL) {
+            slices
+                .entry((namespace_of(slice).to_owned(), service.to_owned()))
+                .or_default()
+                .push(slice.clone());
+        }
+    }
     for svc in services {
         let Some(selector) = svc.pointer("/spec/selector").and_then(Value::as_object) else {
             continue;
@@ -582,15 +609,21 @@ fn endpoint_slices(w: &mut World) {
         if selector.is_empty() {
             continue;
         }
+        let first = selector
+            .iter()
+            .next()
+            .map(|(key, value)| format!("{key}={}", value.as_str().unwrap_or_default()));
         let selector = LabelSelector::from_map(selector);
         let ns = namespace_of(&svc).to_owned();
         let name = name_of(&svc).to_owned();
         let svc_uid = uid_of(&svc).to_owned();
-        let mut pods: Vec<Value> = w
-            .store
-            .list(PODS, Some(&ns))
+        let candidates = first
+            .and_then(|label| by_label.get(&(ns.clone(), label)))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut pods: Vec<Value> = candidates
+            .iter()
             .filter(|p| selector.matches(p))
-            .filter(|p| p.pointer("/status/podIP").is_some())
             .filter(|p| {
                 !matches!(
                     p.pointer("/status/phase").and_then(Value::as_str),
@@ -635,13 +668,11 @@ fn endpoint_slices(w: &mut World) {
             .unwrap_or_else(|| json!({}));
         labels[SERVICE_NAME_LABEL] = json!(name);
         labels[MANAGED_BY_LABEL] = json!(MANAGED_BY);
-        let existing = w
-            .store
-            .list(ENDPOINTSLICES, Some(&ns))
-            .find(|s| {
-                label(s, SERVICE_NAME_LABEL) == Some(name.as_str())
-                    && store::owner_uids(s).any(|u| u == svc_uid)
-            })
+        let existing = slices
+            .get(&(ns.clone(), name.clone()))
+            .into_iter()
+            .flatten()
+            .find(|s| store::owner_uids(s).any(|u| u == svc_uid))
             .cloned();
         match existing {
             Some(mut slice) => {

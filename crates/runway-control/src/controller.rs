@@ -25,7 +25,7 @@ use crate::observe::{failure_reason, instance_state, kind, managed_key, revision
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
 use crate::state::{Key, StartFailure, State};
-use crate::table::build_table;
+use crate::table::{applied_route, build_table, route_for};
 use crate::workload::{may_start, start_inputs, workload};
 
 /// The name the controller writes in the audit log.
@@ -428,13 +428,16 @@ impl<D: Driver> Controller<D> {
             keys.extend(state.services.keys().cloned());
             keys.extend(state.adopted.keys().cloned());
         }
+        let wanted: HashMap<(&str, &str), &Desired> = desired
+            .iter()
+            .map(|d| ((d.service.as_str(), d.env.as_str()), d))
+            .collect();
         let work = keys
             .into_iter()
             .map(|key| Work {
-                wanted: desired
-                    .iter()
-                    .find(|d| d.service == key.0 && d.env == key.1)
-                    .cloned(),
+                wanted: wanted
+                    .get(&(key.0.as_str(), key.1.as_str()))
+                    .map(|d| (*d).clone()),
                 instances: by_key.remove(&key).unwrap_or_default(),
                 key,
             })
@@ -591,7 +594,7 @@ impl<D: Driver> Controller<D> {
             }
         }
         // Readiness changed since the last pass: the table follows at once.
-        if let Err(error) = self.apply_table().await {
+        if let Err(error) = self.apply_route(key).await {
             errors.push(error);
         }
         // Each event in the story of the deployment its revision belongs to.
@@ -843,7 +846,7 @@ impl<D: Driver> Controller<D> {
         let mut results = Vec::new();
         let newly_retiring = self.mark_retiring(&retire, told);
         if !retire.is_empty()
-            && let Err(error) = self.apply_table().await
+            && let Err(error) = self.apply_route(key).await
         {
             results.push(Err(error));
         }
@@ -1001,7 +1004,7 @@ impl<D: Driver> Controller<D> {
             let service = state.services.entry(key.clone()).or_default();
             std::mem::replace(&mut service.routes, weights)
         };
-        if let Err(error) = self.apply_table().await {
+        if let Err(error) = self.apply_route(key).await {
             if let Some(service) = self.lock().services.get_mut(key) {
                 service.routes = previous;
             }
@@ -1028,6 +1031,18 @@ impl<D: Driver> Controller<D> {
                 .insert((route.service.clone(), route.env.clone()), route.clone());
         }
         state.applied_table = Some(table);
+    }
+
+    /// [`Controller::apply_table`] after a change to one service, when its route is not the
+    /// one the ingress has: a service at rest costs a look at its own route, not a table.
+    pub(crate) async fn apply_route(&self, key: &Key) -> Result<()> {
+        {
+            let state = self.lock();
+            if applied_route(&state, key) == route_for(&state, key).as_ref() {
+                return Ok(());
+            }
+        }
+        self.apply_table().await
     }
 
     /// Builds the whole table from every service and gives it to the ingress, when it changed.
@@ -1083,7 +1098,7 @@ impl<D: Driver> Controller<D> {
                 .and_then(|s| s.instances.iter().find(|i| i.id == id))
                 .and_then(|replica| replica.address)
         };
-        self.apply_table().await?;
+        self.apply_route(key).await?;
         if let Some(address) = address {
             let grace = Duration::from_millis(policy.drain_grace_ms);
             tokio::spawn(self.dataplane.drain(address, grace));
@@ -1126,6 +1141,10 @@ impl<D: Driver> Controller<D> {
         desired: &[Desired],
         running: &HashSet<String>,
     ) -> Vec<Arc<RevisionInfo>> {
+        let wanted: HashSet<(&str, &str)> = desired
+            .iter()
+            .map(|d| (d.service.as_str(), d.env.as_str()))
+            .collect();
         let mut state = self.lock();
         let gone: Vec<Key> = state
             .services
@@ -1133,7 +1152,7 @@ impl<D: Driver> Controller<D> {
             .filter(|(key, service)| {
                 service.instances.is_empty()
                     && service.routes.is_empty()
-                    && !desired.iter().any(|d| d.service == key.0 && d.env == key.1)
+                    && !wanted.contains(&(key.0.as_str(), key.1.as_str()))
             })
             .map(|(key, _)| key.clone())
             .collect();

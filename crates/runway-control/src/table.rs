@@ -19,36 +19,42 @@ pub(crate) fn build_table(
     domain: &str,
     environments: &[String],
 ) -> RouteTableConfig {
-    let not_served =
-        |key: &Key| !state.services.contains_key(key) && !state.adopted.contains_key(key);
-    let mut routes: Vec<RouteConfig> = state
+    let keys: BTreeSet<&Key> = state
         .services
-        .iter()
-        .filter_map(|(key, service)| route(state, key, service))
-        // Served before this controller started, not yet reached by a pass: as it was.
-        .chain(
-            state
-                .adopted
-                .iter()
-                .filter(|(key, _)| !state.services.contains_key(*key))
-                .map(|(_, route)| route.clone()),
-        )
-        // Registered, and neither deployed nor served: a route with no revision.
-        .chain(
-            state
-                .known
-                .iter()
-                .filter(|key| not_served(key))
-                .filter_map(|key| route(state, key, &ServiceState::default())),
-        )
+        .keys()
+        .chain(state.adopted.keys())
+        .chain(&state.known)
         .collect();
-    // By name, whichever were reached first (services are reconciled at once).
-    routes.sort_by(|a, b| (&a.service, &a.env).cmp(&(&b.service, &b.env)));
     RouteTableConfig {
         domain: domain.to_owned(),
         environments: environments.to_vec(),
-        routes,
+        // By name (the keys are sorted), whichever services a round reached first.
+        routes: keys
+            .into_iter()
+            .filter_map(|key| route_for(state, key))
+            .collect(),
     }
+}
+
+/// One service's route in one environment, as [`build_table`] puts it in the table: from its
+/// state; served before this controller started and not yet reached by a round, as it was;
+/// registered, and neither deployed nor served, a route with no revision.
+pub(crate) fn route_for(state: &State, key: &Key) -> Option<RouteConfig> {
+    match (state.services.get(key), state.adopted.get(key)) {
+        (Some(service), _) => route(state, key, service),
+        (None, Some(adopted)) => Some(adopted.clone()),
+        (None, None) if state.known.contains(key) => route(state, key, &ServiceState::default()),
+        (None, None) => None,
+    }
+}
+
+/// The route the ingress has for a service in an environment, as last set.
+pub(crate) fn applied_route<'a>(state: &'a State, key: &Key) -> Option<&'a RouteConfig> {
+    let routes = &state.applied_table.as_ref()?.routes;
+    routes
+        .binary_search_by(|route| (&route.service, &route.env).cmp(&(&key.0, &key.1)))
+        .ok()
+        .map(|i| &routes[i])
 }
 
 fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig> {
