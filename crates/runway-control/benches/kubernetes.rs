@@ -141,6 +141,8 @@ async fn run(services: usize) {
         times[times.len() - 1]
     );
     standin.validate_received().unwrap();
+    // The driver's watches end before the server they watch.
+    drop(controller);
     standin.stop().await;
 }
 

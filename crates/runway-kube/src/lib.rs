@@ -68,6 +68,8 @@ const RETIRED_COST: &str = "-1000";
 /// How long [`Driver::scale`] waits for the pods it asked for to appear, so the control plane
 /// sees them in the same pass.
 const SCALE_SETTLE: Duration = Duration::from_secs(3);
+/// How often that wait looks, at most.
+const SETTLE_LOOK: Duration = Duration::from_millis(50);
 
 /// Pins an image reference to its digest (the control plane's registry client).
 pub type Resolver = Arc<
@@ -428,6 +430,9 @@ impl KubeDriver {
                 if changes.changed().await.is_err() {
                     return;
                 }
+                // Every watch event in the namespace is a change: look again at most every
+                // 50 ms, not once per event of every other service.
+                tokio::time::sleep(SETTLE_LOOK).await;
             }
         };
         let _ = tokio::time::timeout(SCALE_SETTLE, wait).await;
