@@ -383,11 +383,20 @@ fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
 /// Rewrites the image manifest for a `runway_canary` rollout: steps 50 and 100, a second's
 /// pause, an analysis that needs one request.
 fn set_canary_manifest(repo: &std::path::Path) {
+    set_strategy(
+        repo,
+        "runway_canary",
+        "      steps: [50, 100]\n      pause_seconds: 1\n      analysis:\n        min_requests: 1\n",
+    );
+}
+
+/// Rewrites the image manifest's strategy, with `rollout` settings (YAML indented six spaces).
+fn set_strategy(repo: &std::path::Path, strategy: &str, rollout: &str) {
     let path = repo.join(".runway/runway.yml");
     let text = std::fs::read_to_string(&path).unwrap();
-    let text = text.replace("strategy: legacy", "strategy: runway_canary")
-        + "    rollout:\n      steps: [50, 100]\n      pause_seconds: 1\n      analysis:\n        \
-           min_requests: 1\n";
+    let text = text.replace("strategy: legacy", &format!("strategy: {strategy}"))
+        + "    rollout:\n"
+        + rollout;
     std::fs::write(&path, text).unwrap();
 }
 
@@ -482,6 +491,48 @@ fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
         let (_, body) = platform.get(host, "/", Duration::from_secs(10));
         assert_eq!(body.trim(), "hello-dev-00001");
     }
+    standin.validate_received().unwrap();
+    drop(platform);
+    rt.block_on(standin.stop());
+}
+
+/// Blue/green over Deployments: the new revision's pods come up beside the old ones, all
+/// traffic switches at once, and the old revision stays warm (its pods kept) so a rollback to
+/// it is instant; then its warm time ends and its pods go.
+#[test]
+fn blue_green_switches_deployments_and_keeps_the_old_one_warm() {
+    let (rt, standin, platform) = cluster();
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    set_image_manifest(&repo, 1, 1);
+    let host = "hello.dev.localhost";
+    let first = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(first.ok(), "deploy: {}\n{}", first.all(), platform.log());
+    set_strategy(
+        &repo,
+        "runway_blue_green",
+        "      auto_switch_after_seconds: 1\n      keep_old_seconds: 4\n",
+    );
+    let switched = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(
+        switched.ok(),
+        "deploy: {}\n{}",
+        switched.all(),
+        platform.log()
+    );
+    platform.get_until(host, "/", BOUND, |s, b| {
+        s == 200 && b.trim() == "hello-dev-00002"
+    });
+    // Warm: the old revision keeps its pod, with no traffic.
+    assert_eq!(pods_of(&standin, "hello-dev-00001"), 1);
+    for _ in 0..10 {
+        let (_, body) = platform.get(host, "/", Duration::from_secs(10));
+        assert_eq!(body.trim(), "hello-dev-00002");
+    }
+    // Its warm time over, it goes.
+    wait_for(&standin, BOUND, "the old revision's pods gone", |s| {
+        pods_of(s, "hello-dev-00001") == 0
+    });
+    assert_eq!(pods_of(&standin, "hello-dev-00002"), 1);
     standin.validate_received().unwrap();
     drop(platform);
     rt.block_on(standin.stop());
