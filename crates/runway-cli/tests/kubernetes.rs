@@ -3,7 +3,8 @@
 //! controller, EndpointSlices and kubelet whose pods answer on loopback addresses). Through
 //! the real server and CLI: a deploy that runs as a Deployment and is served through the
 //! ingress at the pod's address, a second revision taking over, a crash-looping revision
-//! diagnosed and rolled back, and a restart of Runway that adopts everything with no write.
+//! diagnosed and rolled back, a restart of Runway that adopts everything with no write, and one
+//! of the API server (watches ended, history compacted) that the driver lists through.
 
 #![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests")]
 
@@ -236,6 +237,41 @@ fn a_restart_of_runway_adopts_what_runs_with_no_write() {
     let (status, body) = platform.get("hello.dev.localhost", "/", Duration::from_secs(10));
     assert_eq!((status, body.trim()), (200, "hello-dev-00001"));
     assert_eq!(standin.objects("pods").len(), 1);
+
+    // The API server restarts and forgets its history: the driver's watches end, their
+    // resource versions are too old (410), they list again, and nothing is restarted or
+    // written; a deploy then goes through as before.
+    let pod_uid = |s: &StandIn| s.objects("pods")[0]["metadata"]["uid"].clone();
+    let uid = pod_uid(&standin);
+    let before = writes(&standin);
+    let seen = standin.requests().len();
+    standin.compact();
+    standin.end_watches();
+    std::thread::sleep(Duration::from_secs(3));
+    let relisted = standin.requests()[seen..]
+        .iter()
+        .filter(|r| r.verb == "list" && r.namespace.as_deref() == Some("runway-dev"))
+        .count();
+    assert!(
+        relisted >= 4,
+        "the watches did not list again after 410: {relisted} lists"
+    );
+    assert_eq!(
+        writes(&standin),
+        before,
+        "the API server's restart caused writes"
+    );
+    assert_eq!(pod_uid(&standin), uid, "a pod was restarted");
+    let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(
+        deploy.ok(),
+        "deploy after the API server's restart: {}\n{}",
+        deploy.all(),
+        platform.log()
+    );
+    platform.get_until("hello.dev.localhost", "/", BOUND, |s, b| {
+        s == 200 && b.trim() == "hello-dev-00002"
+    });
     drop(platform);
     rt.block_on(standin.stop());
 }
