@@ -72,6 +72,23 @@ pub fn registry_allowed(registry: &str, opts: &PullOptions) -> bool {
     allowed.iter().any(|entry| entry == "*") && !is_internal(host_of(registry))
 }
 
+/// `reference` parsed, when its registry is one images may come from.
+fn allowed_reference(reference: &str, opts: &PullOptions) -> Result<Reference, OciError> {
+    let parsed: Reference =
+        reference
+            .parse()
+            .map_err(|e: oci_client::ParseError| OciError::InvalidReference {
+                reference: reference.to_string(),
+                reason: e.to_string(),
+            })?;
+    if !registry_allowed(parsed.registry(), opts) {
+        return Err(OciError::NotAllowed {
+            registry: parsed.registry().to_string(),
+        });
+    }
+    Ok(parsed)
+}
+
 /// The host of `host`, `host:port` or `[v6]:port`.
 fn host_of(registry: &str) -> &str {
     if let Some(rest) = registry.strip_prefix('[') {
@@ -293,18 +310,7 @@ impl Store {
     /// Pulls `reference` (`registry/repo:tag` or `registry/repo@sha256:...`) into the cache and
     /// unpacks it. A reference by digest whose blobs and rootfs are cached touches no network.
     pub async fn pull(&self, reference: &str, opts: &PullOptions) -> Result<Image, OciError> {
-        let parsed: Reference =
-            reference
-                .parse()
-                .map_err(|e: oci_client::ParseError| OciError::InvalidReference {
-                    reference: reference.to_string(),
-                    reason: e.to_string(),
-                })?;
-        if !registry_allowed(parsed.registry(), opts) {
-            return Err(OciError::NotAllowed {
-                registry: parsed.registry().to_string(),
-            });
-        }
+        let parsed = allowed_reference(reference, opts)?;
         let registry = parsed.resolve_registry().to_string();
         match tokio::time::timeout(opts.timeout, self.pull_inner(reference, &parsed, opts)).await {
             Ok(result) => result,
@@ -321,18 +327,7 @@ impl Store {
     /// without fetching a layer: for a control plane whose images run elsewhere. The document
     /// is checked to be an image manifest or index and kept in the cache.
     pub async fn resolve(&self, reference: &str, opts: &PullOptions) -> Result<String, OciError> {
-        let parsed: Reference =
-            reference
-                .parse()
-                .map_err(|e: oci_client::ParseError| OciError::InvalidReference {
-                    reference: reference.to_string(),
-                    reason: e.to_string(),
-                })?;
-        if !registry_allowed(parsed.registry(), opts) {
-            return Err(OciError::NotAllowed {
-                registry: parsed.registry().to_string(),
-            });
-        }
+        let parsed = allowed_reference(reference, opts)?;
         let asked = parsed.digest().map(Digest::parse).transpose()?;
         let mut remote = Remote::new(self, reference, &parsed, opts);
         let fetched = tokio::time::timeout(
