@@ -137,17 +137,10 @@ fn a_service_runs_on_kubernetes_through_the_real_server_and_cli() {
     assert!(managers.contains(&"runway"), "{managers:?}");
 
     // The status shows the pods as instances, with their addresses.
-    let status = platform.runway(&[
-        "status",
-        "--service",
-        "hello",
-        "--env",
-        "dev",
-        "--output",
-        "json",
-    ]);
-    assert!(status.ok(), "{}", status.all());
-    let instances = status.json()["instances"].as_array().unwrap().clone();
+    let instances = status_of(&platform)["instances"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(instances.len(), 2, "{instances:?}");
     assert!(
         instances.iter().all(|i| i["ready"] == true),
@@ -288,6 +281,21 @@ fn wait_for(standin: &StandIn, bound: Duration, what: &str, check: impl Fn(&Stan
     }
 }
 
+/// `runway status` of hello in dev, as JSON.
+fn status_of(platform: &Platform) -> serde_json::Value {
+    let ran = platform.runway(&[
+        "status",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    assert!(ran.ok(), "status: {}", ran.all());
+    ran.json()
+}
+
 /// The pods of a revision, not being deleted.
 fn pods_of(standin: &StandIn, revision: &str) -> usize {
     standin
@@ -375,16 +383,7 @@ fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
         deploy.all(),
         platform.log()
     );
-    let status = platform.runway(&[
-        "status",
-        "--service",
-        "hello",
-        "--env",
-        "dev",
-        "--output",
-        "json",
-    ]);
-    let zero = status.json()["desired"][0]["revision"]
+    let zero = status_of(&platform)["desired"][0]["revision"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -456,19 +455,6 @@ fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
     let host = "hello.dev.localhost";
     let first = platform.deploy_image(&repo, "dev", IMAGE);
     assert!(first.ok(), "deploy: {}\n{}", first.all(), platform.log());
-    let status = || {
-        let ran = platform.runway(&[
-            "status",
-            "--service",
-            "hello",
-            "--env",
-            "dev",
-            "--output",
-            "json",
-        ]);
-        assert!(ran.ok(), "{}", ran.all());
-        ran.json()
-    };
 
     // Paused at 0 %, resumed to 50 %: the ingress splits requests between the two
     // Deployments' pods.
@@ -487,7 +473,7 @@ fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
     let resumed = platform.runway(&["rollout", "resume", "--service", "hello", "--env", "dev"]);
     assert!(resumed.ok(), "{}", resumed.all());
     let deadline = std::time::Instant::now() + BOUND;
-    while weight_of(&status(), "hello-dev-00002") != 50 {
+    while weight_of(&status_of(&platform), "hello-dev-00002") != 50 {
         assert!(std::time::Instant::now() < deadline, "never at 50 %");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -519,7 +505,7 @@ fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
         "{}",
         aborted.all()
     );
-    assert_eq!(weight_of(&status(), "hello-dev-00001"), 100);
+    assert_eq!(weight_of(&status_of(&platform), "hello-dev-00001"), 100);
     wait_for(&standin, BOUND, "the canary's pods gone", |s| {
         pods_of(s, "hello-dev-00002") == 0
     });
