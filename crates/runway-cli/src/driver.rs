@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use runway_driver::{Driver, DriverError, LogLine, LogQuery, Replica, Scale, Workload};
+use runway_driver::{Driver, DriverError, Kept, LogLine, LogQuery, Replica, Scale, Workload};
 use runway_kube::{KubeDriver, KubeOptions, Resolver};
 use runway_runtime::LocalDriver;
 use serde::{Deserialize, Serialize};
@@ -141,6 +141,13 @@ impl Driver for ServerDriver {
         match self {
             ServerDriver::Local(d) => d.remove(service, env, revision).await,
             ServerDriver::Kubernetes(d) => d.remove(service, env, revision).await,
+        }
+    }
+
+    async fn revisions(&self) -> Result<Vec<Kept>, DriverError> {
+        match self {
+            ServerDriver::Local(d) => d.revisions().await,
+            ServerDriver::Kubernetes(d) => d.revisions().await,
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use runway_driver::{Driver, DriverError, Phase, Replica, Scale, now_ms};
+use runway_driver::{Driver, DriverError, Kept, Phase, Replica, Scale, now_ms};
 use runway_ingress::{RouteConfig, RouteTableConfig, ScaleUp};
 use runway_reconciler::{
     Action, Desired as PlanDesired, DesiredRevision as PlanRevision, InstanceState, Observed,
@@ -64,6 +64,8 @@ struct Round {
     desired: Vec<Desired>,
     /// The revisions the driver runs replicas of.
     running: HashSet<String>,
+    /// The revisions the driver keeps anything of (replicas, or a cluster's objects).
+    kept: Vec<Kept>,
 }
 
 /// One service in one environment to reconcile, with what its round read for it.
@@ -442,7 +444,21 @@ impl<D: Driver> Controller<D> {
                 key,
             })
             .collect();
-        Some((Round { desired, running }, work))
+        let kept = match self.driver.revisions().await {
+            Ok(kept) => kept,
+            Err(error) => {
+                errors.push(ControlError::driver("list the revisions it keeps", error));
+                Vec::new()
+            }
+        };
+        Some((
+            Round {
+                desired,
+                running,
+                kept,
+            },
+            work,
+        ))
     }
 
     /// Reconciles one service in one environment, with what its round read.
@@ -480,10 +496,31 @@ impl<D: Driver> Controller<D> {
         if let Err(error) = self.apply_table().await {
             errors.push(error);
         }
-        for info in self.forget_gone(&round.desired, &round.running) {
-            let (service, env) = info.key();
-            let name = &info.record.name;
-            if let Err(error) = self.driver.remove(&service, &env, name).await {
+        let (dropped, live) = self.forget_gone(&round.desired, &round.running);
+        // Those this controller forgot now, and those the driver keeps that nothing uses (left
+        // by an earlier control plane, which stopped before it removed them).
+        let mut gone: BTreeSet<(String, String, String)> = dropped
+            .iter()
+            .map(|info| {
+                let (service, env) = info.key();
+                (service, env, info.record.name.clone())
+            })
+            .collect();
+        gone.extend(
+            round
+                .kept
+                .iter()
+                .filter(|kept| !live.contains(&kept.revision))
+                .map(|kept| {
+                    (
+                        kept.service.clone(),
+                        kept.env.clone(),
+                        kept.revision.clone(),
+                    )
+                }),
+        );
+        for (service, env, name) in gone {
+            if let Err(error) = self.driver.remove(&service, &env, &name).await {
                 errors.push(ControlError::driver(format!("remove {name}"), error));
             }
         }
@@ -1135,12 +1172,12 @@ impl<D: Driver> Controller<D> {
     }
 
     /// Forgets services with no desired state, instances or routes left, and the revisions no
-    /// longer of use; returns those revisions.
+    /// longer of use; returns those revisions, and the names of those still of use.
     fn forget_gone(
         &self,
         desired: &[Desired],
         running: &HashSet<String>,
-    ) -> Vec<Arc<RevisionInfo>> {
+    ) -> (Vec<Arc<RevisionInfo>>, HashSet<String>) {
         let wanted: HashSet<(&str, &str)> = desired
             .iter()
             .map(|d| (d.service.as_str(), d.env.as_str()))
@@ -1189,7 +1226,7 @@ impl<D: Driver> Controller<D> {
             .map(|(_, info)| info)
             .collect();
         readiness_failures.retain(|name, _| live.contains(name));
-        dropped
+        (dropped, live)
     }
 
     /// Forgets what it kept for progressive deployments no longer in progress (ended by a

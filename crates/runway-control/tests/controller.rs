@@ -566,6 +566,28 @@ async fn a_restart_mid_deploy_under_the_running_loop_keeps_the_previous_revision
     tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
 }
 
+/// What a driver keeps of a revision nothing uses any more (a cluster's Deployment at zero,
+/// left by a control plane that stopped before it removed it) is removed by the next one;
+/// what is of use is not.
+#[tokio::test]
+async fn a_new_controller_removes_what_the_driver_keeps_of_revisions_of_no_use() {
+    let harness = serving_v1().await;
+    harness.driver.keep("hello", "dev", "hello-dev-00007");
+    harness.driver.keep("hello", "dev", V1);
+    let (next, _ingress) = harness.another_controller();
+    assert!(next.reconcile_all().await.is_empty());
+    assert_eq!(harness.driver.removed(), ["hello-dev-00007"]);
+    assert_eq!(harness.driver.ids_of(V1).len(), 1, "v1 kept running");
+    for _ in 0..3 {
+        assert!(next.reconcile_all().await.is_empty());
+    }
+    assert_eq!(
+        harness.driver.removed(),
+        ["hello-dev-00007"],
+        "removed once"
+    );
+}
+
 fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper: bool) -> u32 {
     let sealer = Sealer::new(&harness.key);
     // The store numbers versions; the first one of a name is 1.

@@ -59,6 +59,15 @@ impl fmt::Debug for Workload {
     }
 }
 
+/// A revision a driver keeps something of: replicas, or objects that outlive them (a
+/// cluster's Deployment at zero replicas).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Kept {
+    pub service: String,
+    pub env: String,
+    pub revision: String,
+}
+
 /// How many replicas of a revision to run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scale {
@@ -242,6 +251,12 @@ pub trait Driver: Send + Sync + 'static {
         env: &str,
         revision: &str,
     ) -> impl Future<Output = Result<(), DriverError>> + Send;
+
+    /// Every revision this driver keeps anything of besides replicas, found afresh (not only
+    /// those this process asked for): how a new control plane finds what an earlier one left
+    /// behind (a cluster's Deployment at zero replicas), to `remove` what is no longer of use.
+    /// A driver that keeps nothing but replicas returns none: those are seen as replicas.
+    fn revisions(&self) -> impl Future<Output = Result<Vec<Kept>, DriverError>> + Send;
 
     /// Every replica this driver runs or ran and has not forgotten.
     fn replicas(&self) -> impl Future<Output = Result<Vec<Replica>, DriverError>> + Send;

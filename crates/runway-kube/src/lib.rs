@@ -48,7 +48,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use runway_driver::{
-    Driver, DriverError, LogLine, LogQuery, Replica, Scale, Workload, revision_of,
+    Driver, DriverError, Kept, LogLine, LogQuery, Replica, Scale, Workload, revision_of,
 };
 use runway_render::{REVISION_LABEL, Revision};
 use serde_json::json;
@@ -628,6 +628,24 @@ impl Driver for KubeDriver {
                 e,
             )),
         }
+    }
+
+    async fn revisions(&self) -> Result<Vec<Kept>, DriverError> {
+        // Every revision's Deployment, whatever its count.
+        Ok(self
+            .inner
+            .namespaces
+            .iter()
+            .flat_map(|namespace| {
+                namespace.deployments.state().into_iter().filter_map(|d| {
+                    Some(Kept {
+                        service: d.labels().get(runway_render::SERVICE_LABEL)?.clone(),
+                        env: namespace.env.clone(),
+                        revision: d.labels().get(REVISION_LABEL)?.clone(),
+                    })
+                })
+            })
+            .collect())
     }
 
     async fn replicas(&self) -> Result<Vec<Replica>, DriverError> {

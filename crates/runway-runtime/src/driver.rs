@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use runway_driver::{
-    Driver, DriverError, LogLine, LogQuery, Replica, Scale, Stream, Workload, env_of,
+    Driver, DriverError, Kept, LogLine, LogQuery, Replica, Scale, Stream, Workload, env_of,
     new_replica_id, revision_of,
 };
 use tokio::sync::{mpsc, watch};
@@ -324,6 +324,11 @@ impl Driver for LocalDriver {
             }
         }
         Ok(())
+    }
+
+    async fn revisions(&self) -> Result<Vec<Kept>, DriverError> {
+        // This machine keeps nothing of a revision but its replicas.
+        Ok(Vec::new())
     }
 
     async fn replicas(&self) -> Result<Vec<Replica>, DriverError> {

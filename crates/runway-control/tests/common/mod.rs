@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use runway_control::{Controller, ControllerConfig};
 use runway_driver::{
-    Driver, DriverError, ExitRecord, LogLine, LogQuery, Phase, Replica, Scale, Stream, Workload,
-    new_replica_id, now_ms, revision_of,
+    Driver, DriverError, ExitRecord, Kept, LogLine, LogQuery, Phase, Replica, Scale, Stream,
+    Workload, new_replica_id, now_ms, revision_of,
 };
 use runway_ingress::{Ingress, Options};
 use runway_secrets::{MasterKey, Sealer};
@@ -53,6 +53,9 @@ struct Inner {
     slow: HashMap<String, Duration>,
     /// `scale` calls not yet returned.
     under_way: usize,
+    /// Revisions kept with no replica (a cluster's Deployment at zero), and those removed.
+    kept: Vec<Kept>,
+    removed: Vec<String>,
 }
 
 /// A driver in memory: a replica is stopped and gone as soon as it is retired. When watching
@@ -131,6 +134,21 @@ impl FakeDriver {
     pub fn slow(&self, revision: &str, delay: Duration) {
         let mut inner = self.inner.lock().unwrap();
         inner.slow.insert(revision.to_owned(), delay);
+    }
+
+    /// Keeps something of a revision with no replica, as a cluster keeps a Deployment at zero
+    /// replicas (left by an earlier control plane, say), until it is removed.
+    pub fn keep(&self, service: &str, env: &str, revision: &str) {
+        self.inner.lock().unwrap().kept.push(Kept {
+            service: service.to_owned(),
+            env: env.to_owned(),
+            revision: revision.to_owned(),
+        });
+    }
+
+    /// The revisions `remove`d, in order.
+    pub fn removed(&self) -> Vec<String> {
+        self.inner.lock().unwrap().removed.clone()
     }
 
     /// `scale` calls not yet returned.
@@ -322,6 +340,8 @@ impl Driver for FakeDriver {
 
     async fn remove(&self, _service: &str, _env: &str, revision: &str) -> Result<(), DriverError> {
         let mut inner = self.inner.lock().unwrap();
+        inner.kept.retain(|kept| kept.revision != revision);
+        inner.removed.push(revision.to_owned());
         let ids: Vec<String> = inner
             .instances
             .keys()
@@ -332,6 +352,10 @@ impl Driver for FakeDriver {
             Self::stop(&mut inner, &id);
         }
         Ok(())
+    }
+
+    async fn revisions(&self) -> Result<Vec<Kept>, DriverError> {
+        Ok(self.inner.lock().unwrap().kept.clone())
     }
 
     async fn replicas(&self) -> Result<Vec<Replica>, DriverError> {
