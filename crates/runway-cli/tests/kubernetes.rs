@@ -559,3 +559,77 @@ fn blue_green_switches_deployments_and_keeps_the_old_one_warm() {
     drop(platform);
     rt.block_on(standin.stop());
 }
+
+/// Two services' Secret names collide (`a-b`'s `API_KEY` and `a`'s `B_API_KEY` are both
+/// `a-b-api-key`, as the renderer names them): the second to deploy is refused, saying why,
+/// and neither writes a value into nor reads one from the other's Secret.
+#[test]
+fn a_service_cannot_write_into_another_services_secret() {
+    let (rt, standin, platform) = cluster();
+    let victim = platform.onboard("a-b", &["dev"], "the-victims-value");
+    set_image_manifest(&victim, 1, 1);
+    let deploy = platform.deploy_image(&victim, "dev", IMAGE);
+    assert!(
+        deploy.ok(),
+        "deploy a-b: {}\n{}",
+        deploy.all(),
+        platform.log()
+    );
+    let stored = || {
+        standin
+            .object("secrets", "runway-dev", "a-b-api-key")
+            .unwrap()["data"]
+            .clone()
+    };
+    let before = stored();
+    assert!(before["v1"].is_string(), "{before}");
+
+    let attacker = platform.onboard("a", &["dev"], "unrelated");
+    let set = platform.runway_with(
+        &[
+            "secrets",
+            "set",
+            "B_API_KEY",
+            "--service",
+            "a",
+            "--env",
+            "dev",
+        ],
+        None,
+        Some(b"the-attackers-value"),
+        support::COMMAND,
+    );
+    assert!(set.ok(), "secrets set: {}", set.all());
+    set_image_manifest(&attacker, 1, 1);
+    let path = attacker.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("secrets: [API_KEY]", "secrets: [API_KEY, B_API_KEY]"),
+    )
+    .unwrap();
+    let deploy = platform.deploy_image(&attacker, "dev", IMAGE);
+    assert!(
+        !deploy.ok(),
+        "a deployed into a-b's Secret: {}",
+        deploy.all()
+    );
+    assert!(
+        deploy.all().contains("holds another service's secrets"),
+        "{}",
+        deploy.all()
+    );
+    assert_eq!(stored(), before, "a-b's Secret was written by a");
+    assert!(
+        standin
+            .objects("deployments")
+            .iter()
+            .all(|d| d["metadata"]["labels"]["runway.dev/service"] != "a"),
+        "a Deployment of a reads a-b's Secret"
+    );
+    platform.get_until("a-b.dev.localhost", "/", BOUND, |s, b| {
+        s == 200 && b.trim() == "a-b-dev-00001"
+    });
+    drop(platform);
+    rt.block_on(standin.stop());
+}

@@ -21,7 +21,9 @@
 //! each version a revision pins is a key of its own (`v3`), written under a field manager of
 //! the revision's (`runway-{revision}`) so no revision's apply drops another's key, and the
 //! Deployment references the key: a new version reaches pods only through a new revision, and
-//! no value is ever inlined into a Deployment.
+//! no value is ever inlined into a Deployment. The apply is not forced: two services' names can
+//! collide (`a-b`'s `C` and `a`'s `B_C` are both `a-b-c`), and the second is refused rather than
+//! writing into (or, through its Deployment, reading from) the first's Secret.
 //!
 //! Stopping chosen replicas (those the control plane drained) uses the pod deletion cost: the
 //! pods to go are marked `controller.kubernetes.io/pod-deletion-cost: -1000` and the count
@@ -272,7 +274,10 @@ impl KubeDriver {
         workload: &Workload,
     ) -> Result<BTreeMap<String, String>, DriverError> {
         let api: Api<Secret> = Api::namespaced(self.inner.client.clone(), namespace);
-        let params = PatchParams::apply(&format!("{FIELD_MANAGER}-{}", workload.revision)).force();
+        // Not forced: a key or label another manager set with another value is a conflict,
+        // never taken over. Two services' Secret names can collide (`a-b` with `C`, `a` with
+        // `B_C`: both `a-b-c`), and one must never write into, nor read from, the other's.
+        let params = PatchParams::apply(&format!("{FIELD_MANAGER}-{}", workload.revision));
         let mut keys = BTreeMap::new();
         for (variable, value) in &workload.secrets {
             let version = workload.secret_versions.get(variable).copied().unwrap_or(0);
@@ -292,9 +297,17 @@ impl KubeDriver {
                 "type": "Opaque",
                 "data": {&key: ByteString(value.as_bytes().to_vec())},
             });
-            api.patch(&name, &params, &Patch::Apply(&secret))
-                .await
-                .map_err(|e| api_error(&format!("apply Secret {namespace}/{name}"), e))?;
+            match api.patch(&name, &params, &Patch::Apply(&secret)).await {
+                Ok(_) => {}
+                Err(e) if is_conflict(&e) => {
+                    return Err(DriverError::Refused(format!(
+                        "its secret {variable} is kept in the Secret {namespace}/{name}, which \
+                         holds another service's secrets or was changed by hand (the cluster \
+                         says: {e}); rename the secret"
+                    )));
+                }
+                Err(e) => return Err(api_error(&format!("apply Secret {namespace}/{name}"), e)),
+            }
             keys.insert(variable.clone(), key);
         }
         Ok(keys)
@@ -559,8 +572,10 @@ impl Driver for KubeDriver {
         let ns = namespace.name.as_str();
         let revision = workload.revision.as_str();
         let live = Self::live_pods(namespace, revision);
-        let (going, staying): (Vec<_>, Vec<_>) =
-            live.iter().partition(|(id, _)| scale.retire.contains(id));
+        let going: Vec<_> = live
+            .iter()
+            .filter(|(id, _)| scale.retire.contains(id))
+            .collect();
         let wanted = scale.replicas as usize;
         // The ReplicaSet removes `fewer` pods when the count drops: the retired ones, marked
         // to go first; the rest of them are deleted and replaced.
@@ -573,7 +588,6 @@ impl Driver for KubeDriver {
         self.apply_revision(ns, workload, image, scale.replicas, &secret_keys)
             .await?;
         self.delete_pods(ns, &deleted).await?;
-        let _ = staying;
         self.settle(namespace, revision, wanted).await;
         Ok(Self::replicas_in(namespace)
             .into_iter()
