@@ -446,6 +446,35 @@ impl StandIn {
         )
     }
 
+    /// A kube-rs client of this server, configured from [`StandIn::kubeconfig`] as a user's
+    /// would be.
+    pub async fn client(&self) -> Result<kube::Client, String> {
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(&self.kubeconfig()).map_err(|e| e.to_string())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    }
+
+    /// Makes a namespace through the API, as an installation would before Runway runs in it.
+    pub async fn create_namespace(&self, name: &str) -> Result<(), String> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let namespaces: kube::Api<Namespace> = kube::Api::all(self.client().await?);
+        let namespace = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .create(&Default::default(), &namespace)
+            .await
+            .map(drop)
+            .map_err(|e| format!("create namespace {name}: {e}"))
+    }
+
     /// Runs the pods labelled `runway.dev/revision: {revision}` (existing and future ones)
     /// with `behavior`.
     pub fn behave(&self, revision: &str, behavior: Behavior) {

@@ -1040,22 +1040,9 @@ fn the_driver_uses_exactly_the_roles_rights() {
 /// The stand-in, and how many of its requests came before the driver's.
 async fn drive() -> (kube_standin::StandIn, usize) {
     let standin = kube_standin::StandIn::start().await.unwrap();
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&standin.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
     // The chart's part: the environment's namespace.
-    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-        kube::Api::all(client.clone());
-    let namespace = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "runway-dev"}
-    }))
-    .unwrap();
-    namespaces
-        .create(&Default::default(), &namespace)
-        .await
-        .unwrap();
+    standin.create_namespace("runway-dev").await.unwrap();
+    let client = standin.client().await.unwrap();
     let seen = standin.requests().len();
 
     let options = runway_kube::KubeOptions {

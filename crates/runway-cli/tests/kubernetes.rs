@@ -36,21 +36,9 @@ fn cluster_with(control: String) -> (tokio::runtime::Runtime, StandIn, Platform)
     std::fs::write(&kubeconfig, standin.kubeconfig()).unwrap();
     // The environment's namespace is the installation's to make (Runway's chart does).
     rt.block_on(async {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
-        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
         for env in ["dev", "staging", "production"] {
-            let namespace = serde_json::from_value(serde_json::json!({
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("runway-{env}")}
-            }))
-            .unwrap();
-            namespaces
-                .create(&Default::default(), &namespace)
-                .await
-                .unwrap();
+            let namespace = format!("runway-{env}");
+            standin.create_namespace(&namespace).await.unwrap();
         }
     });
     let settings = Settings {

@@ -41,21 +41,8 @@ fn main() {
 
 async fn run(services: usize) {
     let standin = StandIn::start().await.unwrap();
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&standin.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
-    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-        kube::Api::all(client.clone());
-    let namespace = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "runway-dev"}
-    }))
-    .unwrap();
-    namespaces
-        .create(&Default::default(), &namespace)
-        .await
-        .unwrap();
+    standin.create_namespace("runway-dev").await.unwrap();
+    let client = standin.client().await.unwrap();
     let options = KubeOptions {
         environments: vec!["dev".to_owned()],
         ..KubeOptions::default()

@@ -30,7 +30,7 @@ async fn bounded<F: Future<Output = ()>>(body: F) {
 async fn start() -> (StandIn, kube::Client) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let api = StandIn::start().await.unwrap();
-    let client = client_for(&api.kubeconfig()).await;
+    let client = api.client().await.unwrap();
     (api, client)
 }
 
