@@ -45,17 +45,7 @@ fn events(platform: &Platform, id: &Value) -> Vec<String> {
 }
 
 fn status(platform: &Platform) -> Value {
-    let ran = platform.runway(&[
-        "status",
-        "--service",
-        "hello",
-        "--env",
-        "dev",
-        "--output",
-        "json",
-    ]);
-    assert!(ran.ok(), "status: {}", ran.all());
-    ran.json()
+    platform.status("hello", "dev")
 }
 
 /// `runway deploy` without waiting: the deployment's id.
@@ -468,17 +458,7 @@ fn a_dry_run_changes_nothing() {
     let dry = platform.deploy(&fresh, "dev");
     assert!(dry.ok(), "first dry run: {}", dry.all());
     std::thread::sleep(Duration::from_millis(500));
-    let ran = platform.runway(&[
-        "status",
-        "--service",
-        "fresh",
-        "--env",
-        "dev",
-        "--output",
-        "json",
-    ]);
-    assert!(ran.ok(), "{}", ran.all());
-    let now = ran.json();
+    let now = platform.status("fresh", "dev");
     assert!(now["instances"].as_array().unwrap().is_empty(), "{now:#}");
     assert!(now["routes"].as_array().unwrap().is_empty(), "{now:#}");
 }

@@ -125,7 +125,7 @@ fn a_service_runs_on_kubernetes_through_the_real_server_and_cli() {
     assert!(managers.contains(&"runway"), "{managers:?}");
 
     // The status shows the pods as instances, with their addresses.
-    let instances = status_of(&platform)["instances"]
+    let instances = platform.status("hello", "dev")["instances"]
         .as_array()
         .unwrap()
         .clone();
@@ -269,21 +269,6 @@ fn wait_for(standin: &StandIn, bound: Duration, what: &str, check: impl Fn(&Stan
     }
 }
 
-/// `runway status` of hello in dev, as JSON.
-fn status_of(platform: &Platform) -> serde_json::Value {
-    let ran = platform.runway(&[
-        "status",
-        "--service",
-        "hello",
-        "--env",
-        "dev",
-        "--output",
-        "json",
-    ]);
-    assert!(ran.ok(), "status: {}", ran.all());
-    ran.json()
-}
-
 /// The pods of a revision, not being deleted.
 fn pods_of(standin: &StandIn, revision: &str) -> usize {
     standin
@@ -371,7 +356,7 @@ fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
         deploy.all(),
         platform.log()
     );
-    let zero = status_of(&platform)["desired"][0]["revision"]
+    let zero = platform.status("hello", "dev")["desired"][0]["revision"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -461,7 +446,7 @@ fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
     let resumed = platform.runway(&["rollout", "resume", "--service", "hello", "--env", "dev"]);
     assert!(resumed.ok(), "{}", resumed.all());
     let deadline = std::time::Instant::now() + BOUND;
-    while weight_of(&status_of(&platform), "hello-dev-00002") != 50 {
+    while weight_of(&platform.status("hello", "dev"), "hello-dev-00002") != 50 {
         assert!(std::time::Instant::now() < deadline, "never at 50 %");
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -493,7 +478,10 @@ fn a_canary_splits_traffic_between_deployments_and_an_abort_rolls_it_back() {
         "{}",
         aborted.all()
     );
-    assert_eq!(weight_of(&status_of(&platform), "hello-dev-00001"), 100);
+    assert_eq!(
+        weight_of(&platform.status("hello", "dev"), "hello-dev-00001"),
+        100
+    );
     wait_for(&standin, BOUND, "the canary's pods gone", |s| {
         pods_of(s, "hello-dev-00002") == 0
     });

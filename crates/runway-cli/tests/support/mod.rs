@@ -761,6 +761,21 @@ impl Platform {
         })
     }
 
+    /// `runway status --output json` of `service` in `env`.
+    pub fn status(&self, service: &str, env: &str) -> Value {
+        let ran = self.runway(&[
+            "status",
+            "--service",
+            service,
+            "--env",
+            env,
+            "--output",
+            "json",
+        ]);
+        assert!(ran.ok(), "status: {}", ran.all());
+        ran.json()
+    }
+
     /// Polls the API until the deployment ends (or `bound`); returns it.
     pub fn wait_deployment(&self, id: &Value, bound: Duration) -> Value {
         let deadline = Instant::now() + bound;
