@@ -1010,18 +1010,11 @@ impl<D: Driver> Controller<D> {
     /// Tells the deployments whose replicas were being stopped which of them are gone.
     fn note_stopped(&self, listed: &[Replica]) {
         let ids: HashSet<&str> = listed.iter().map(|r| r.id.as_str()).collect();
-        let gone: Vec<(String, Option<i64>)> = {
-            let mut state = self.lock();
-            let gone: Vec<String> = state
-                .retiring
-                .keys()
-                .filter(|id| !ids.contains(id.as_str()))
-                .cloned()
-                .collect();
-            gone.into_iter()
-                .filter_map(|id| state.retiring.remove(&id).map(|told| (id, told)))
-                .collect()
-        };
+        let gone: Vec<(String, Option<i64>)> = self
+            .lock()
+            .retiring
+            .extract_if(|id, _| !ids.contains(id.as_str()))
+            .collect();
         for (id, told) in gone {
             if let Some(deployment) = told {
                 keep_unwritten(
