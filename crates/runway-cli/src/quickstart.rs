@@ -158,7 +158,9 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     if let Some(runtime) = runtime {
         stop_instances(&runtime).await;
     }
-    ingress.stop().await?;
+    if let Some(ingress) = ingress {
+        ingress.stop().await?;
+    }
     outcome
 }
 
@@ -231,10 +233,7 @@ async fn demonstrate(
         upload_code(&client, SERVICE, ENV, code).await?;
     }
     let first = deploy(&client, &request, "first version").await?;
-    let url = format!(
-        "https://{SERVICE}.{ENV}.localhost:{}/",
-        running.https.port()
-    );
+    let url = format!("https://{SERVICE}.{ENV}.localhost:{}/", running.https_port);
     say(&format!("{SERVICE} serves {url} ({first})"));
     say(&format!(
         "trust the platform's certificate authority: {}\n    curl --cacert {} {url}",
@@ -357,13 +356,18 @@ fn start_load(
     let ca = reqwest::Certificate::from_pem(running.ca_pem.as_bytes())
         .context("cannot read the platform's CA certificate")?;
     let host = format!("{SERVICE}.{ENV}.localhost");
+    let https = running
+        .ingress
+        .as_ref()
+        .and_then(|ingress| ingress.bound.https)
+        .context("the quickstart's platform has no HTTPS listener of its own")?;
     let http = reqwest::Client::builder()
         .tls_certs_only([ca])
-        .resolve(&host, running.https)
+        .resolve(&host, https)
         .timeout(Duration::from_secs(10))
         .build()
         .context("cannot build the load client")?;
-    let url = format!("https://{host}:{}/", running.https.port());
+    let url = format!("https://{host}:{}/", https.port());
     Ok((0..clients.max(1))
         .map(|_| {
             let (http, url, counts, stop) = (

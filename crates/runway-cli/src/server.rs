@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, SourceRefused, StatusParts};
+use runway_control::DataPlane;
 use runway_control::{Controller, ControllerConfig};
 use runway_driver::Driver;
 use runway_ingress::control::{ControlClient, Listen, RemoteIngress, RemoteOptions};
 use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
+use runway_ingress::fleet::{FleetOptions, IngressFleet};
 use runway_oci::source::{SourceError, SourceStore};
 use runway_runtime::network::{AddressPool, DEFAULT_LEASES_DIR};
 use runway_runtime::sandbox::SandboxPolicy;
@@ -195,6 +197,43 @@ pub(crate) struct IngressConfig {
     /// How often the ingress sends every revision's figures to the controller: how old the
     /// autoscaler's and the canary analysis's figures may be.
     pub(crate) stats_interval_ms: u64,
+    /// Ingresses run by someone else (a Deployment in a cluster) and fed over the network,
+    /// instead of the ingress process this server starts: then `https`, `http`, `admin`,
+    /// `start_timeout_ms` and `shutdown_grace_ms` are theirs to set, not this file's.
+    pub(crate) remote: Option<RemoteIngressConfig>,
+}
+
+/// Ingresses reached over the network (`runway-ingress --control-listen`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RemoteIngressConfig {
+    /// `host:port` names, each standing for every address it resolves to (a headless
+    /// Service's name lists every ingress pod).
+    pub(crate) addresses: Vec<String>,
+    /// The control channel's certificates: `ca.crt`, and this control plane's client
+    /// certificate `tls.crt` and key `tls.key`.
+    pub(crate) tls_dir: PathBuf,
+    /// The name the ingresses' certificate is for.
+    #[serde(default = "default_control_server_name")]
+    pub(crate) server_name: String,
+    /// How often the names are resolved again.
+    #[serde(default = "default_resolve_interval_ms")]
+    pub(crate) resolve_interval_ms: u64,
+    /// The port clients reach the ingresses' HTTPS on, for the URLs Runway shows.
+    #[serde(default = "default_public_https_port")]
+    pub(crate) https_port: u16,
+}
+
+fn default_control_server_name() -> String {
+    runway_ingress::control_tls::SERVER_NAME.to_owned()
+}
+
+fn default_resolve_interval_ms() -> u64 {
+    2_000
+}
+
+fn default_public_https_port() -> u16 {
+    443
 }
 
 impl Default for IngressConfig {
@@ -208,6 +247,7 @@ impl Default for IngressConfig {
             shutdown_grace_ms: 30_000,
             control_timeout_ms: 5_000,
             stats_interval_ms: 200,
+            remote: None,
         }
     }
 }
@@ -220,6 +260,20 @@ impl IngressConfig {
             admin: self.admin,
             redirect: self.redirect,
         }
+    }
+
+    /// The ingresses of `remote`, looked for now and from then on.
+    async fn fleet(&self, remote: &RemoteIngressConfig) -> anyhow::Result<IngressFleet> {
+        let tls =
+            runway_ingress::control_tls::ClientTls::load(&remote.tls_dir, &remote.server_name)
+                .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
+        Ok(IngressFleet::connect(FleetOptions {
+            addresses: remote.addresses.clone(),
+            tls,
+            resolve_every: Duration::from_millis(remote.resolve_interval_ms.max(100)),
+            remote: self.remote_options(),
+        })
+        .await)
     }
 
     fn remote_options(&self) -> RemoteOptions {
@@ -245,6 +299,14 @@ impl ServerConfig {
             .runtime
             .check()
             .map_err(|(key, message)| anyhow::anyhow!("{}: {key}: {message}", path.display()))?;
+        if let Some(remote) = &config.ingress.remote
+            && remote.addresses.is_empty()
+        {
+            bail!(
+                "{}: ingress.remote.addresses: expected at least one `host:port`",
+                path.display()
+            );
+        }
         Ok(config)
     }
 }
@@ -253,16 +315,15 @@ impl ServerConfig {
 #[derive(Debug)]
 pub(crate) struct Running {
     pub(crate) api: SocketAddr,
-    pub(crate) https: SocketAddr,
-    pub(crate) http: SocketAddr,
-    /// The ingress's metrics and health (`/metrics`, `/healthz`).
-    pub(crate) admin: SocketAddr,
+    /// The port in the services' URLs.
+    pub(crate) https_port: u16,
     pub(crate) ca_pem: String,
     pub(crate) ca_path: PathBuf,
     /// The admin token, when this start created it (the first start).
     pub(crate) admin_token: Option<String>,
-    /// The ingress process, and whether this start started, adopted or replaced it.
-    pub(crate) ingress: IngressProcess,
+    /// The ingress process, and whether this start started, adopted or replaced it; none when
+    /// the ingresses are remote.
+    pub(crate) ingress: Option<IngressProcess>,
     /// Stops the task that starts the ingress again when it stops answering.
     keeper: watch::Sender<bool>,
     pub(crate) controller: Arc<Controller<ServerDriver>>,
@@ -404,16 +465,24 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     };
     let api_listener = bind(config.api.listen, "API").await?;
     let api_address = api_listener.local_addr()?;
-    let (dataplane, ingress, launch) = ingress_ensure(&config, &data_dir, &ca_dir).await?;
-    let bound = dataplane.hello().bound.clone();
-    let https_address = bound.https.unwrap_or(config.ingress.https);
-    config.control.https_port = https_address.port();
+    let (dataplane, ingress, launch): (Arc<dyn DataPlane>, _, _) = match &config.ingress.remote {
+        Some(remote) => {
+            config.control.https_port = remote.https_port;
+            let fleet = config.ingress.fleet(remote).await?;
+            (Arc::new(fleet), None, None)
+        }
+        None => {
+            let (dataplane, ingress, launch) = ingress_ensure(&config, &data_dir, &ca_dir).await?;
+            config.control.https_port = ingress.bound.https.unwrap_or(config.ingress.https).port();
+            (Arc::new(dataplane), Some(ingress), Some(launch))
+        }
+    };
     let controller = Arc::new(
         Controller::new(
             config.control.clone(),
             Arc::clone(&store),
             Arc::new(driver),
-            Arc::new(dataplane),
+            dataplane,
             Sealer::new(&key),
         )
         .environments(config.api.environments.clone())
@@ -422,11 +491,13 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
 
     let mut tasks = Vec::new();
     let (keeper, keeper_stopped) = watch::channel(false);
-    tasks.push(tokio::spawn(keep_ingress(
-        launch,
-        config.ingress.remote_options(),
-        keeper_stopped,
-    )));
+    if let Some(launch) = launch {
+        tasks.push(tokio::spawn(keep_ingress(
+            launch,
+            config.ingress.remote_options(),
+            keeper_stopped,
+        )));
+    }
     tasks.push(tokio::spawn({
         let controller = Arc::clone(&controller);
         let stopped = stopped.clone();
@@ -477,9 +548,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         .map(|token| token.expose().to_owned());
     Ok(Running {
         api: api_address,
-        https: https_address,
-        http: bound.http,
-        admin: bound.admin,
+        https_port: config.control.https_port,
         ca_pem,
         ca_path: ca_dir.join("ca.pem"),
         admin_token,
@@ -497,6 +566,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
 pub(crate) struct IngressProcess {
     pub(crate) pid: u32,
     pub(crate) outcome: Outcome,
+    /// Where it listens.
+    pub(crate) bound: Listen,
     state_dir: PathBuf,
     shutdown_grace: Duration,
 }
@@ -554,6 +625,7 @@ async fn ingress_ensure(
     let process = IngressProcess {
         pid: remote.hello().pid,
         outcome,
+        bound: remote.hello().bound.clone(),
         state_dir,
         shutdown_grace,
     };
@@ -632,26 +704,29 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             let running = start(config).await?;
             let scheme = if running.ca_pem.is_empty() { "http" } else { "https" };
             eprintln!("runway server: API on {scheme}://{}", running.api);
-            eprintln!(
-                "runway server: services on https://{{service}}.{{env}}.localhost:{} (HTTP on {})",
-                running.https.port(),
-                running.http
-            );
-            eprintln!(
-                "runway server: ingress metrics on http://{}/metrics",
-                running.admin
-            );
-            let process = &running.ingress;
-            match &process.outcome {
-                Outcome::Started => {
-                    eprintln!("runway server: ingress pid {} (started)", process.pid);
+            match &running.ingress {
+                Some(process) => {
+                    eprintln!(
+                        "runway server: services on https://{{service}}.{{env}}.localhost:{} (HTTP \
+                         on {})",
+                        running.https_port, process.bound.http
+                    );
+                    eprintln!(
+                        "runway server: ingress metrics on http://{}/metrics",
+                        process.bound.admin
+                    );
+                    let pid = process.pid;
+                    match &process.outcome {
+                        Outcome::Started => eprintln!("runway server: ingress pid {pid} (started)"),
+                        Outcome::Adopted => eprintln!("runway server: ingress pid {pid} (adopted)"),
+                        Outcome::Replaced { old_pid, reason } => eprintln!(
+                            "runway server: ingress pid {pid} (replaced pid {old_pid}: {reason})"
+                        ),
+                    }
                 }
-                Outcome::Adopted => {
-                    eprintln!("runway server: ingress pid {} (adopted)", process.pid);
-                }
-                Outcome::Replaced { old_pid, reason } => eprintln!(
-                    "runway server: ingress pid {} (replaced pid {old_pid}: {reason})",
-                    process.pid
+                None => eprintln!(
+                    "runway server: services on port {} of the ingresses fed over the network",
+                    running.https_port
                 ),
             }
             eprintln!(
@@ -667,10 +742,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
                 );
             }
             shutdown_signal().await?;
-            eprintln!(
-                "runway server: stopping (the ingress, pid {}, and the instances keep running)",
-                running.ingress.pid
-            );
+            match &running.ingress {
+                Some(process) => eprintln!(
+                    "runway server: stopping (the ingress, pid {}, and the instances keep \
+                     running)",
+                    process.pid
+                ),
+                None => eprintln!("runway server: stopping (the ingresses keep serving)"),
+            }
             running.stop().await?;
             eprintln!("runway server: stopped");
             Ok(())

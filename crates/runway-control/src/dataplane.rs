@@ -2,15 +2,16 @@
 //!
 //! [`runway_ingress::Ingress`] is the in-process one (the controller's tests);
 //! [`runway_ingress::control::RemoteIngress`] is an ingress in its own process, fed over its
-//! control socket (`runway server`). A Kubernetes driver, or one data plane fed by whichever
-//! control-plane replica leads, is another implementation of the same five calls.
+//! control socket (`runway server` on one machine); [`IngressFleet`] is every ingress a name
+//! resolves to, fed over mutual TLS (`runway server` with `ingress.remote`, as in a cluster).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
-use runway_ingress::control::RemoteIngress;
+use runway_ingress::control::{RemoteIngress, error_chain};
+use runway_ingress::fleet::IngressFleet;
 use runway_ingress::{Ingress, RevisionStats, RouteTableConfig, ScaleUp};
 use tokio::sync::broadcast;
 
@@ -101,14 +102,25 @@ impl DataPlane for RemoteIngress {
     }
 }
 
-/// An error and its causes on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+impl DataPlane for IngressFleet {
+    fn set_routes<'a>(&'a self, table: &'a RouteTableConfig) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(IngressFleet::set_routes(self, table))
     }
-    text
+
+    fn drain(&self, address: SocketAddr, grace: Duration) -> BoxFuture<'static, bool> {
+        let fleet = self.clone();
+        Box::pin(async move { fleet.drain(address, grace).await })
+    }
+
+    fn revision_stats(&self, service: &str, env: &str, revision: &str) -> Option<RevisionStats> {
+        IngressFleet::revision_stats(self, service, env, revision)
+    }
+
+    fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp> {
+        IngressFleet::subscribe_scale_up(self)
+    }
+
+    fn serving(&self) -> Option<RouteTableConfig> {
+        IngressFleet::serving(self)
+    }
 }

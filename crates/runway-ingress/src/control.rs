@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, watch};
 
@@ -108,25 +108,25 @@ pub struct Listen {
 /// What went wrong talking to an ingress.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    #[error("cannot reach the ingress at {path}")]
+    #[error("cannot reach the ingress at {at}")]
     Connect {
-        path: PathBuf,
+        at: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("the ingress at {path} did not answer within {after:?}")]
-    Timeout { path: PathBuf, after: Duration },
-    #[error("lost the connection to the ingress at {path}")]
+    #[error("the ingress at {at} did not answer within {after:?}")]
+    Timeout { at: String, after: Duration },
+    #[error("lost the connection to the ingress at {at}")]
     Io {
-        path: PathBuf,
+        at: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("the ingress at {path} closed the connection without an answer")]
-    Closed { path: PathBuf },
-    #[error("the ingress at {path} answered something unreadable")]
+    #[error("the ingress at {at} closed the connection without an answer")]
+    Closed { at: String },
+    #[error("the ingress at {at} answered something unreadable")]
     Protocol {
-        path: PathBuf,
+        at: String,
         #[source]
         source: serde_json::Error,
     },
@@ -269,7 +269,7 @@ pub async fn serve_control(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    tokio::spawn(connection(stream, Arc::clone(&state)));
+                    tokio::spawn(connection(stream, Arc::clone(&state), Origin::Socket));
                 }
                 // Out of descriptors, say: wait it out, keep serving.
                 Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -279,8 +279,68 @@ pub async fn serve_control(
     }
 }
 
-async fn connection(stream: UnixStream, state: Arc<ControlState>) {
-    let (read, mut write) = stream.into_split();
+/// Serves control connections from the network until `shutdown` completes: each must present
+/// a client certificate of the control plane's authority (`acceptor` demands it) and finish
+/// its handshake within [`HANDSHAKE_TIMEOUT`]; at most [`MAX_HANDSHAKES`] at once.
+pub async fn serve_control_tls(
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    state: Arc<ControlState>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, peer)) => {
+                    // More handshakes under way than any control plane needs: refused.
+                    let Ok(permit) = Arc::clone(&handshakes).try_acquire_owned() else {
+                        continue;
+                    };
+                    let (acceptor, state) = (acceptor.clone(), Arc::clone(&state));
+                    tokio::spawn(async move {
+                        let _ = tcp.set_nodelay(true);
+                        let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                        let stream = match handshake.await {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(error)) => {
+                                eprintln!("runway-ingress: control connection from {peer} refused: {error}");
+                                return;
+                            }
+                            Err(_) => return,
+                        };
+                        drop(permit);
+                        connection(stream, state, Origin::Network).await;
+                    });
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            () = &mut shutdown => return,
+        }
+    }
+}
+
+/// How long a network control connection has for its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Network control connections in their handshake at once.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// Where a control connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The socket, `0600` in a `0700` directory: this ingress's own user.
+    Socket,
+    /// The network, authenticated by the control plane's client certificate.
+    Network,
+}
+
+async fn connection<S: AsyncRead + AsyncWrite + Send>(
+    stream: S,
+    state: Arc<ControlState>,
+    origin: Origin,
+) {
+    let (read, mut write) = tokio::io::split(stream);
     let mut lines = BufReader::new(read.take(MAX_LINE_BYTES));
     let request = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line(&mut lines)).await {
         Ok(Ok(Some(line))) => serde_json::from_str::<Request>(&line),
@@ -318,6 +378,14 @@ async fn connection(stream: UnixStream, state: Arc<ControlState>) {
             let interval = Duration::from_millis(interval_ms).clamp(low, high);
             watch_stream(&state, &mut write, interval).await;
         }
+        // Over the network an ingress is a pod of a Deployment, or a unit of a service manager:
+        // whoever runs it stops it, and a control plane could not start it again.
+        Request::Stop if origin == Origin::Network => {
+            let message = "`stop` is taken only on the control socket: this ingress is stopped \
+                           by whoever runs it"
+                .to_owned();
+            let _ = send(&mut write, &Reply::Error { message }).await;
+        }
         Request::Stop => {
             let _ = send(&mut write, &Reply::Done).await;
             let _ = state.stop.send(true);
@@ -328,7 +396,7 @@ async fn connection(stream: UnixStream, state: Arc<ControlState>) {
 /// Streams figures every `interval` and scale-up signals as they come, until the client goes.
 async fn watch_stream(
     state: &ControlState,
-    write: &mut tokio::net::unix::OwnedWriteHalf,
+    write: &mut (impl AsyncWrite + Unpin),
     interval: Duration,
 ) {
     let mut scale_up = state.ingress.subscribe_scale_up();
@@ -410,53 +478,105 @@ pub fn remove_socket_if_ours(dir: &Path, inode: u64) {
 // ---------------------------------------------------------------------------------------
 // The control plane's side.
 
-/// Sends one request to the ingress whose state directory is `dir`.
+/// Where a control connection goes: the socket of an ingress on this machine, or an ingress
+/// listening on the network (`--control-listen`), reached with mutual TLS.
+#[derive(Clone)]
+pub enum Endpoint {
+    Socket(PathBuf),
+    Tls {
+        address: SocketAddr,
+        tls: crate::control_tls::ClientTls,
+    },
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Socket(path) => write!(f, "{}", path.display()),
+            Self::Tls { address, .. } => write!(f, "tls://{address}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Endpoint({self})")
+    }
+}
+
+/// A control connection's byte stream, whatever carries it.
+pub trait ControlStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> ControlStream for T {}
+
+impl Endpoint {
+    async fn connect(&self) -> std::io::Result<Box<dyn ControlStream>> {
+        match self {
+            Self::Socket(path) => Ok(Box::new(UnixStream::connect(path).await?)),
+            Self::Tls { address, tls } => {
+                let tcp = tokio::net::TcpStream::connect(address).await?;
+                tcp.set_nodelay(true)?;
+                Ok(Box::new(tls.connect(tcp).await?))
+            }
+        }
+    }
+}
+
+/// Sends one request to an ingress.
 #[derive(Debug, Clone)]
 pub struct ControlClient {
-    socket: PathBuf,
+    endpoint: Endpoint,
     /// Bound on connecting, sending and reading a short answer (not a drain's wait).
     pub timeout: Duration,
 }
 
 /// A connection opened ahead of its request (see [`ControlClient::open`]).
-#[derive(Debug)]
 pub struct Opened {
-    socket: PathBuf,
-    stream: UnixStream,
+    at: String,
+    stream: Box<dyn ControlStream>,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ControlClient {
     /// The default bound on a short request.
     pub const TIMEOUT: Duration = Duration::from_secs(5);
 
+    /// The ingress whose state directory is `dir`, on its socket.
     pub fn new(dir: &Path) -> Self {
+        Self::at(Endpoint::Socket(dir.join(SOCKET)))
+    }
+
+    pub fn at(endpoint: Endpoint) -> Self {
         Self {
-            socket: dir.join(SOCKET),
+            endpoint,
             timeout: Self::TIMEOUT,
         }
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Connects now; the request follows later, to whoever answered now.
     pub async fn open(&self) -> Result<Opened, ControlError> {
-        let connect = UnixStream::connect(&self.socket);
-        let stream = tokio::time::timeout(self.timeout, connect)
+        let at = self.endpoint.to_string();
+        let stream = tokio::time::timeout(self.timeout, self.endpoint.connect())
             .await
             .map_err(|_| ControlError::Timeout {
-                path: self.socket.clone(),
+                at: at.clone(),
                 after: self.timeout,
             })?
             .map_err(|source| ControlError::Connect {
-                path: self.socket.clone(),
+                at: at.clone(),
                 source,
             })?;
-        Ok(Opened {
-            socket: self.socket.clone(),
-            stream,
-        })
+        Ok(Opened { at, stream })
     }
 
     /// One request and its one answer, all within `bound`.
@@ -504,27 +624,25 @@ impl ControlClient {
 
 impl Opened {
     pub async fn call(mut self, request: &Request, bound: Duration) -> Result<Reply, ControlError> {
-        let socket = self.socket.clone();
+        let at = self.at.clone();
         let exchange = async {
             send(&mut self.stream, request)
                 .await
                 .map_err(|source| ControlError::Io {
-                    path: socket.clone(),
+                    at: at.clone(),
                     source,
                 })?;
             let mut lines = BufReader::new((&mut self.stream).take(MAX_LINE_BYTES));
             match read_line(&mut lines).await {
                 Ok(Some(line)) => {
                     serde_json::from_str::<Reply>(&line).map_err(|source| ControlError::Protocol {
-                        path: socket.clone(),
+                        at: at.clone(),
                         source,
                     })
                 }
-                Ok(None) => Err(ControlError::Closed {
-                    path: socket.clone(),
-                }),
+                Ok(None) => Err(ControlError::Closed { at: at.clone() }),
                 Err(source) => Err(ControlError::Io {
-                    path: socket.clone(),
+                    at: at.clone(),
                     source,
                 }),
             }
@@ -533,7 +651,7 @@ impl Opened {
             tokio::time::timeout(bound, exchange)
                 .await
                 .map_err(|_| ControlError::Timeout {
-                    path: self.socket.clone(),
+                    at: self.at.clone(),
                     after: bound,
                 })??;
         match reply {
@@ -611,7 +729,15 @@ pub struct RemoteIngress {
 impl RemoteIngress {
     /// Says hello to the ingress of `dir` and starts watching it.
     pub async fn connect(dir: &Path, options: RemoteOptions) -> Result<Self, ControlError> {
-        let mut client = ControlClient::new(dir);
+        Self::connect_to(Endpoint::Socket(dir.join(SOCKET)), options).await
+    }
+
+    /// Says hello to the ingress at `endpoint` and starts watching it.
+    pub async fn connect_to(
+        endpoint: Endpoint,
+        options: RemoteOptions,
+    ) -> Result<Self, ControlError> {
+        let mut client = ControlClient::at(endpoint);
         client.timeout = options.timeout;
         let hello = client.hello().await?;
         let shared = Arc::new(Shared {
@@ -728,6 +854,18 @@ async fn watch_once(opened: Opened, shared: &Weak<Shared>, interval_ms: u64) -> 
     }
 }
 
+/// An error and its causes on one line.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 fn set_connected(shared: &Shared, now: bool) {
     let mut connected = shared
         .connected
@@ -735,11 +873,11 @@ fn set_connected(shared: &Shared, now: bool) {
         .unwrap_or_else(PoisonError::into_inner);
     if *connected != now {
         *connected = now;
-        let path = shared.client.socket().display();
+        let at = shared.client.endpoint();
         if now {
-            eprintln!("runway: watching the ingress at {path} again");
+            eprintln!("runway: watching the ingress at {at} again");
         } else {
-            eprintln!("runway: lost the watch on the ingress at {path}; retrying");
+            eprintln!("runway: lost the watch on the ingress at {at}; retrying");
         }
     }
 }

@@ -38,6 +38,16 @@ pub struct Args {
     /// DIR/table.json and serve it again after a restart.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Also take control requests from the network here, over mutual TLS (see
+    /// --control-tls): a control plane on another machine, or in another pod, feeds this
+    /// ingress. `stop` is refused there.
+    #[arg(long, value_name = "ADDRESS", requires_all = ["state_dir", "control_tls"])]
+    pub control_listen: Option<SocketAddr>,
+    /// The control channel's certificates for --control-listen: DIR/ca.crt (the authority
+    /// whose client certificates are obeyed), DIR/tls.crt and DIR/tls.key (this ingress's,
+    /// for the name `runway-ingress-control`), as a Kubernetes TLS Secret mounts them.
+    #[arg(long, value_name = "DIR", requires = "control_listen")]
+    pub control_tls: Option<PathBuf>,
     /// Share the listening ports with the ingress now answering on DIR/control.sock, which is
     /// about to stop: a replacement (an upgrade) that refuses no connection.
     #[arg(long, requires = "state_dir")]
@@ -59,7 +69,8 @@ pub struct Args {
     /// With --https, proxy plain HTTP too instead of redirecting it.
     #[arg(long)]
     pub no_redirect: bool,
-    /// Where `/metrics` and `/healthz` are served.
+    /// Where `/metrics`, `/healthz` and `/readyz` (503 while waiting for a first table over
+    /// --control-listen) are served.
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub admin: SocketAddr,
     /// Write the JSON access log to standard output.
@@ -164,6 +175,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(dir) => control::load_table(dir)?,
         None => None,
     };
+    let waiting = args.control_listen.is_some() && saved.is_none();
     let table = match (saved, &args.routes) {
         (Some(saved), _) => saved,
         (None, Some(path)) => RouteTableConfig::load(path)?,
@@ -185,6 +197,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Ingress::new(options)
     };
     ingress.set_routes(&table)?;
+    if waiting {
+        ingress.set_waiting();
+    }
 
     let redirect = args.https.is_some() && !args.no_redirect;
     let listen = Listen {
@@ -322,6 +337,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     });
 
+    // Read before anything is served, so bad files stop the start with their name.
+    let control_network = match (args.control_listen, &args.control_tls) {
+        (Some(address), Some(dir)) => {
+            let acceptor = crate::control_tls::acceptor(dir).with_context(|| {
+                format!(
+                    "cannot use the control channel's certificates in {}",
+                    dir.display()
+                )
+            })?;
+            let listener = TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address} (control)"))?;
+            Some((listener, acceptor))
+        }
+        _ => None,
+    };
+    let control_bound = match &control_network {
+        Some((listener, _)) => Some(listener.local_addr()?),
+        None => None,
+    };
     let mut socket = None;
     if let Some(dir) = &state_dir {
         let (control_listener, inode) = control::bind_socket(dir)
@@ -336,6 +371,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
             table.clone(),
             stop.clone(),
         ));
+        if let Some((listener, acceptor)) = control_network {
+            tokio::spawn(control::serve_control_tls(
+                listener,
+                acceptor,
+                Arc::clone(&state),
+                until(stopped.clone()),
+            ));
+        }
         let stopped = stopped.clone();
         tokio::spawn(control::serve_control(
             control_listener,
@@ -358,6 +401,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map(|dir| format!(", control socket {}", dir.join(control::SOCKET).display()))
             .unwrap_or_default(),
     );
+    if let Some(address) = control_bound {
+        eprintln!("runway-ingress: control over mutual TLS on {address}");
+    }
     if let Some(old) = &replaced {
         eprintln!("runway-ingress: replacing pid {}", old.pid);
     }

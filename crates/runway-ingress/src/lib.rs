@@ -8,8 +8,10 @@ mod body;
 pub mod config;
 mod connection;
 pub mod control;
+pub mod control_tls;
 pub mod daemon;
 pub mod error;
+pub mod fleet;
 pub mod limits;
 mod log;
 pub mod metrics;
@@ -100,6 +102,9 @@ pub(crate) struct Shared {
     pub(crate) access_log: Option<log::AccessLog>,
     /// The client connections' budget, shared by every listener and event loop.
     pub(crate) admission: Arc<connection::Admission>,
+    /// What `/readyz` answers: false while an ingress fed over the network waits for its
+    /// first table (see [`Ingress::set_waiting`]).
+    pub(crate) ready: std::sync::atomic::AtomicBool,
 }
 
 /// The ingress: a route table, its live state, and the servers that use it.
@@ -137,6 +142,7 @@ impl Ingress {
                 metrics,
                 options,
                 access_log,
+                ready: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }
@@ -146,7 +152,18 @@ impl Ingress {
     pub fn set_routes(&self, config: &RouteTableConfig) -> Result<(), ConfigError> {
         config.validate()?;
         self.shared.routes.set(config);
+        self.shared
+            .ready
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
+    }
+
+    /// Until the next table is set, `/readyz` answers 503: an ingress that starts with nothing
+    /// to serve (a new pod) takes no traffic before its control plane fed it.
+    pub fn set_waiting(&self) {
+        self.shared
+            .ready
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 
     /// The current table.

@@ -306,7 +306,7 @@ impl Ingress {
         Ok(())
     }
 
-    /// Serves `GET /metrics` (Prometheus text) and `GET /healthz` on `listener` until
+    /// Serves `GET /metrics` (Prometheus text), `GET /healthz` and `GET /readyz` on `listener` until
     /// `shutdown` completes.
     pub async fn serve_admin(
         &self,
@@ -338,6 +338,14 @@ impl Ingress {
                 self.metrics().encode(),
             ),
             "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+            "/readyz" if self.shared.ready.load(std::sync::atomic::Ordering::Acquire) => {
+                (StatusCode::OK, "text/plain", "ok\n".to_owned())
+            }
+            "/readyz" => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "waiting for the first route table from the control plane\n".to_owned(),
+            ),
             _ => (
                 StatusCode::NOT_FOUND,
                 "text/plain",

@@ -70,6 +70,8 @@ fn ca_params() -> CertificateParams {
 
 impl LocalCa {
     /// Reads the authority from `dir`, or makes it there (key readable by its owner only).
+    /// One made elsewhere (an operator's, or the Helm chart's) is used as it is: certificates
+    /// name it as their issuer exactly as its own certificate names itself.
     pub fn load_or_create(dir: &Path) -> Result<Self, TlsError> {
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -77,16 +79,18 @@ impl LocalCa {
         };
         let cert_path = dir.join("ca.pem");
         let key_path = dir.join("ca-key.pem");
-        let params = ca_params();
         let (key, cert_pem) = if key_path.exists() && cert_path.exists() {
-            let key_pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
-            let key = KeyPair::from_pem(&key_pem).map_err(TlsError::Ca)?;
+            let key_pem = std::fs::read(&key_path).map_err(io(&key_path))?;
+            let key = ca_key(&key_pem).map_err(|message| TlsError::Certificate {
+                path: key_path.clone(),
+                message,
+            })?;
             let cert_pem = std::fs::read_to_string(&cert_path).map_err(io(&cert_path))?;
             (key, cert_pem)
         } else {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
             let key = KeyPair::generate().map_err(TlsError::Ca)?;
-            let cert = params.self_signed(&key).map_err(TlsError::Ca)?;
+            let cert = ca_params().self_signed(&key).map_err(TlsError::Ca)?;
             write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io(&key_path))?;
             std::fs::write(&cert_path, cert.pem()).map_err(io(&cert_path))?;
             (key, cert.pem())
@@ -97,8 +101,13 @@ impl LocalCa {
                 message: e.to_string(),
             }
         })?;
+        let issuer =
+            Issuer::from_ca_cert_der(&cert_der, key).map_err(|e| TlsError::Certificate {
+                path: cert_path.clone(),
+                message: format!("not a certificate authority's certificate: {e}"),
+            })?;
         Ok(Self {
-            issuer: Issuer::new(params, key),
+            issuer,
             cert_pem,
             cert_der,
         })
@@ -136,8 +145,54 @@ impl LocalCa {
     }
 }
 
+/// An authority's key from PEM: PKCS#8, or PKCS#1 (RSA, as `openssl genrsa -traditional` and
+/// Helm's `genCA` write it), which the signer takes once wrapped as PKCS#8.
+fn ca_key(pem: &[u8]) -> Result<KeyPair, String> {
+    let key = PrivateKeyDer::from_pem_slice(pem).map_err(|e| e.to_string())?;
+    let pkcs8 = match key {
+        PrivateKeyDer::Pkcs8(key) => key.secret_pkcs8_der().to_vec(),
+        PrivateKeyDer::Pkcs1(key) => pkcs1_as_pkcs8(key.secret_pkcs1_der()),
+        _ => {
+            return Err(
+                "an EC key in SEC1 form: convert it with `openssl pkcs8 -topk8 -nocrypt`, \
+                        or give a PKCS#8 or RSA key"
+                    .to_owned(),
+            );
+        }
+    };
+    KeyPair::try_from(pkcs8).map_err(|e| e.to_string())
+}
+
+/// PKCS#8's `PrivateKeyInfo` around an RSA key: version 0, `rsaEncryption` with NULL
+/// parameters, the PKCS#1 key as an octet string (RFC 5208).
+fn pkcs1_as_pkcs8(pkcs1: &[u8]) -> Vec<u8> {
+    fn length(n: usize, out: &mut Vec<u8>) {
+        if n < 0x80 {
+            out.push(n as u8);
+        } else {
+            let bytes = n.to_be_bytes();
+            let skip = bytes.iter().take_while(|b| **b == 0).count();
+            out.push(0x80 | (bytes.len() - skip) as u8);
+            out.extend_from_slice(&bytes[skip..]);
+        }
+    }
+    const VERSION_AND_ALGORITHM: [u8; 18] = [
+        0x02, 0x01, 0x00, // INTEGER 0
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05,
+        0x00, // SEQUENCE { rsaEncryption, NULL }
+    ];
+    let mut octets = vec![0x04];
+    length(pkcs1.len(), &mut octets);
+    octets.extend_from_slice(pkcs1);
+    let mut out = vec![0x30];
+    length(VERSION_AND_ALGORITHM.len() + octets.len(), &mut out);
+    out.extend_from_slice(&VERSION_AND_ALGORITHM);
+    out.extend_from_slice(&octets);
+    out
+}
+
 #[cfg(unix)]
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -342,4 +397,54 @@ pub(crate) fn server_config(
         .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok((config, resolver, ca_pem))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// An authority whose key is PKCS#1 (Helm's `genCA`, `openssl genrsa -traditional`) is
+    /// used as it is, and issues certificates chained to it; a SEC1 key is refused by name.
+    #[test]
+    fn an_rsa_authority_made_elsewhere_is_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pkcs1-ca");
+        for file in ["ca.pem", "ca-key.pem"] {
+            std::fs::copy(fixtures.join(file), dir.path().join(file)).unwrap();
+        }
+        let ca = LocalCa::load_or_create(dir.path()).unwrap();
+        let (chain, _) = ca.issue(&["hello.dev.localhost".to_owned()]).unwrap();
+        assert_eq!(chain.len(), 2);
+        assert_eq!(
+            chain[1].as_ref(),
+            CertificateDer::from_pem_file(fixtures.join("ca.pem"))
+                .unwrap()
+                .as_ref()
+        );
+        // The issued certificate verifies against the authority.
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(chain[1].clone()).unwrap();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        use rustls::client::danger::ServerCertVerifier;
+        verifier
+            .verify_server_cert(
+                &chain[0],
+                &[],
+                &rustls::pki_types::ServerName::try_from("hello.dev.localhost").unwrap(),
+                &[],
+                rustls::pki_types::UnixTime::now(),
+            )
+            .unwrap();
+
+        let sec1 = b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIDuO4dX0rA6Nk5pYuE5H1dQo8i+Yk3rH5cJb2B3x2zQ1oAoGCCqGSM49\nAwEHoUQDQgAE\n-----END EC PRIVATE KEY-----\n";
+        let error = ca_key(sec1).map(drop).unwrap_err();
+        assert!(error.contains("openssl pkcs8"), "{error}");
+    }
 }
