@@ -25,6 +25,14 @@ fn cluster() -> (tokio::runtime::Runtime, StandIn, Platform) {
 
 /// As [`cluster`], with more of the `control` section (YAML lines indented two spaces).
 fn cluster_with(control: String) -> (tokio::runtime::Runtime, StandIn, Platform) {
+    cluster_from(Settings {
+        control,
+        ..Settings::default()
+    })
+}
+
+/// As [`cluster`], with `extra`'s `control`, `api` and `ingress` lines.
+fn cluster_from(extra: Settings) -> (tokio::runtime::Runtime, StandIn, Platform) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -47,8 +55,7 @@ fn cluster_with(control: String) -> (tokio::runtime::Runtime, StandIn, Platform)
             kubeconfig.display()
         ),
         allow_processes: false,
-        control,
-        ..Settings::default()
+        ..extra
     };
     let platform = Platform::start(&settings);
     // The kubeconfig stays as long as the platform.
@@ -606,6 +613,180 @@ fn a_service_cannot_write_into_another_services_secret() {
     platform.get_until("a-b.dev.localhost", "/", BOUND, |s, b| {
         s == 200 && b.trim() == "a-b-dev-00001"
     });
+    drop(platform);
+    rt.block_on(standin.stop());
+}
+
+/// `runway ingress` fed over the network, as the chart's ingress Deployment runs it; killed
+/// when dropped.
+struct NetworkIngress {
+    child: std::process::Child,
+    control: std::net::SocketAddr,
+    https: std::net::SocketAddr,
+}
+
+impl NetworkIngress {
+    fn start(state: &std::path::Path, ca: &std::path::Path, tls: &std::path::Path) -> Self {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        };
+        let (control, https) = (free(), free());
+        let child = std::process::Command::new(support::RUNWAY)
+            .arg("ingress")
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--https", &https.to_string()])
+            .arg("--ca-dir")
+            .arg(ca)
+            .args(["--control-listen", &control.to_string()])
+            .arg("--control-tls")
+            .arg(tls)
+            .args(["--event-loops", "1", "--threads", "1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(control).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the ingress never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            control,
+            https,
+        }
+    }
+}
+
+impl Drop for NetworkIngress {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET /` on `host` at the ingress `at`, trusting `ca` alone: status and body.
+fn get_at(
+    rt: &tokio::runtime::Runtime,
+    at: std::net::SocketAddr,
+    ca: &std::path::Path,
+    host: &str,
+) -> (u16, String) {
+    let pem = std::fs::read(ca.join("ca.pem")).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+        .resolve(host, at)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match client
+            .get(format!("https://{host}:{}/", at.port()))
+            .send()
+            .await
+        {
+            Ok(response) => (
+                response.status().as_u16(),
+                response.text().await.unwrap_or_default(),
+            ),
+            Err(error) => (0, format!("{error:?}")),
+        }
+    })
+}
+
+/// The ingress in pods of its own, as the chart runs it: two `runway ingress` processes that
+/// Runway feeds over mutual TLS (`ingress.remote`), sharing the platform's certificate
+/// authority. Both serve the revision at its pods' addresses; the control plane killed, both
+/// still serve; started again, it carries on and a deploy reaches both.
+#[test]
+fn ingresses_of_their_own_are_fed_over_the_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, ingress_tls, control_tls) = (
+        dir.path().join("ca"),
+        dir.path().join("ingress-tls"),
+        dir.path().join("control-tls"),
+    );
+    runway_ingress::LocalCa::load_or_create(&ca).unwrap();
+    runway_ingress::control_tls::generate(&ingress_tls, &control_tls).unwrap();
+    let a = NetworkIngress::start(&dir.path().join("a"), &ca, &ingress_tls);
+    let b = NetworkIngress::start(&dir.path().join("b"), &ca, &ingress_tls);
+    let (rt, standin, mut platform) = cluster_from(Settings {
+        api: format!("  tls:\n    ca_dir: {}\n", ca.display()),
+        ingress: format!(
+            "  remote:\n    addresses: ['{}', '{}']\n    tls_dir: {}\n    https_port: {}\n    \
+             resolve_interval_ms: 200\n",
+            a.control,
+            b.control,
+            control_tls.display(),
+            a.https.port()
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    set_image_manifest(&repo, 2, 2);
+    let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    // The URL Runway shows names the ingresses' public port.
+    let url = platform.status("hello", "dev")["url"].clone();
+    assert_eq!(
+        url,
+        format!("https://hello.dev.localhost:{}/", a.https.port()),
+        "{url}"
+    );
+    let host = "hello.dev.localhost";
+    for ingress in [&a, &b] {
+        let (status, body) = get_at(&rt, ingress.https, &ca, host);
+        assert_eq!(
+            (status, body.trim()),
+            (200, "hello-dev-00001"),
+            "{}",
+            platform.log()
+        );
+    }
+
+    // The control plane goes: both ingresses keep serving its last table.
+    platform.kill9();
+    std::thread::sleep(Duration::from_millis(500));
+    for ingress in [&a, &b] {
+        let (status, body) = get_at(&rt, ingress.https, &ca, host);
+        assert_eq!((status, body.trim()), (200, "hello-dev-00001"));
+    }
+
+    // Started again, it finds both, and a deploy reaches both.
+    platform.restart();
+    let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    for ingress in [&a, &b] {
+        let deadline = std::time::Instant::now() + BOUND;
+        loop {
+            let (status, body) = get_at(&rt, ingress.https, &ca, host);
+            if (status, body.trim()) == (200, "hello-dev-00002") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} never served the second revision: {status} {body}\n{}",
+                ingress.https,
+                platform.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    assert!(
+        platform
+            .log()
+            .contains(&format!("the ingress at {} joined the fleet", b.control)),
+        "{}",
+        platform.log()
+    );
     drop(platform);
     rt.block_on(standin.stop());
 }

@@ -324,6 +324,11 @@ pub struct Settings {
     pub sections: String,
     /// `runtime.allow_processes`: the test service is a plain process, so on by default.
     pub allow_processes: bool,
+    /// More of the `api` section, as YAML lines indented by two spaces.
+    pub api: String,
+    /// More of the `ingress` section, as YAML lines indented by two spaces (`remote:` for
+    /// ingresses the test runs itself).
+    pub ingress: String,
 }
 
 impl Settings {
@@ -348,6 +353,8 @@ impl Default for Settings {
             control: String::new(),
             sections: String::new(),
             allow_processes: true,
+            api: String::new(),
+            ingress: String::new(),
         }
     }
 }
@@ -358,14 +365,11 @@ pub struct Server {
     pub child: Child,
     pub api: String,
     pub https: SocketAddr,
-    pub http: SocketAddr,
-    pub admin: SocketAddr,
     pub ca: PathBuf,
     pub token: Option<String>,
     /// The ingress process's pid, and what this start did with it: `started`, `adopted`, or
-    /// `replaced pid N: why`.
-    pub ingress_pid: u32,
-    pub ingress_outcome: String,
+    /// `replaced pid N: why`; none when the ingresses are remote.
+    pub ingress: Option<(u32, String)>,
 }
 
 /// A control plane in a temporary directory.
@@ -394,9 +398,11 @@ impl Platform {
         std::fs::write(
             &config,
             format!(
-                "api:\n  listen: 127.0.0.1:0\ningress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
-                 admin: 127.0.0.1:0\ncontrol:\n  deploy_timeout_ms: {}\n  drain_grace_ms: {}\n  \
+                "api:\n  listen: 127.0.0.1:0\n{}ingress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
+                 admin: 127.0.0.1:0\n{}control:\n  deploy_timeout_ms: {}\n  drain_grace_ms: {}\n  \
                  reconcile_interval_ms: {}\n{}{}",
+                settings.api,
+                settings.ingress,
                 settings.deploy_timeout_ms,
                 settings.drain_grace_ms,
                 settings.reconcile_interval_ms,
@@ -422,7 +428,9 @@ impl Platform {
             rt,
         };
         let server = platform.spawn_server();
-        platform.ingress_pids.push(server.ingress_pid);
+        platform
+            .ingress_pids
+            .extend(server.ingress.as_ref().map(|i| i.0));
         platform.token = server
             .token
             .clone()
@@ -462,8 +470,8 @@ impl Platform {
             }
         });
         let deadline = Instant::now() + Duration::from_secs(30);
-        let (mut api, mut https, mut http, mut admin, mut ca, mut token) =
-            (None, None, None, None, None, None);
+        let (mut api, mut https, mut ca, mut token) = (None, None, None, None);
+        let mut remote = false;
         let mut ingress = None;
         let mut token_next = false;
         let mut ended = false;
@@ -478,6 +486,11 @@ impl Platform {
                 token_next = false;
             } else if let Some(rest) = line.strip_prefix("runway server: API on ") {
                 api = Some(rest.trim().to_owned());
+            } else if let Some(rest) = line.strip_prefix("runway server: services on port ") {
+                // N of the ingresses fed over the network
+                let port: u16 = rest.split(' ').next().and_then(|p| p.parse().ok()).unwrap();
+                https = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+                remote = true;
             } else if let Some(rest) = line.strip_prefix("runway server: services on ") {
                 // https://{service}.{env}.localhost:PORT (HTTP on ADDR)
                 let port: u16 = rest
@@ -487,15 +500,6 @@ impl Platform {
                     .and_then(|p| p.parse().ok())
                     .unwrap();
                 https = Some(SocketAddr::from(([127, 0, 0, 1], port)));
-                http = rest
-                    .split("(HTTP on ")
-                    .nth(1)
-                    .and_then(|r| r.strip_suffix(')'))
-                    .and_then(|a| a.parse().ok());
-            } else if let Some(rest) =
-                line.strip_prefix("runway server: ingress metrics on http://")
-            {
-                admin = rest.strip_suffix("/metrics").and_then(|a| a.parse().ok());
             } else if let Some(rest) =
                 line.strip_prefix("runway server: clients trust the certificate authority in ")
             {
@@ -516,8 +520,8 @@ impl Platform {
                 ended = true;
             }
         }
-        let (Some(api), Some(https), Some(http), Some(admin), Some(ca), Some(ingress)) =
-            (api, https, http, admin, ca, ingress)
+        let (Some(api), Some(https), Some(ca), true) =
+            (api, https, ca, remote || ingress.is_some())
         else {
             let _ = child.kill();
             panic!("runway server printed an incomplete start:\n{}", self.log());
@@ -526,12 +530,9 @@ impl Platform {
             child,
             api,
             https,
-            http,
-            admin,
             ca,
             token,
-            ingress_pid: ingress.0,
-            ingress_outcome: ingress.1,
+            ingress,
         }
     }
 
@@ -561,12 +562,17 @@ impl Platform {
 
     /// The ingress process the running server started or adopted.
     pub fn ingress_pid(&self) -> u32 {
-        self.server().ingress_pid
+        self.server().ingress.as_ref().expect("a local ingress").0
     }
 
     /// What the running server's start did with the ingress: `started`, `adopted`, ….
     pub fn ingress_outcome(&self) -> String {
-        self.server().ingress_outcome.clone()
+        self.server()
+            .ingress
+            .as_ref()
+            .expect("a local ingress")
+            .1
+            .clone()
     }
 
     /// `kill -9` of the server; its instances keep running under their supervisors.
@@ -585,7 +591,8 @@ impl Platform {
             server.token.is_none(),
             "a restart printed a new admin token"
         );
-        self.ingress_pids.push(server.ingress_pid);
+        self.ingress_pids
+            .extend(server.ingress.as_ref().map(|i| i.0));
         self.server = Some(server);
         let login = self.runway_with(
             &["login", "--server", &self.api(), "--token", "-", "--ca"],
