@@ -69,7 +69,24 @@ impl KubernetesConfig {
         environments: &[String],
         resolver: Resolver,
     ) -> anyhow::Result<KubeDriver> {
-        let config = match &self.kubeconfig {
+        let config = self.client_config().await?;
+        let client = kube::Client::try_from(config).context("cannot make a Kubernetes client")?;
+        let options = KubeOptions {
+            namespace_pattern: self.namespace_pattern.clone(),
+            environments: environments.to_vec(),
+        };
+        let driver = KubeDriver::new(client, options, Some(resolver));
+        driver
+            .ready(std::time::Duration::from_secs(30))
+            .await
+            .context("cannot watch the cluster")?;
+        Ok(driver)
+    }
+
+    /// How to reach the cluster: the kubeconfig and its context, or the pod's service
+    /// account; read, not tried.
+    pub(crate) async fn client_config(&self) -> anyhow::Result<kube::Config> {
+        Ok(match &self.kubeconfig {
             Some(path) => {
                 let kubeconfig = kube::config::Kubeconfig::read_from(path)
                     .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
@@ -84,18 +101,7 @@ impl KubernetesConfig {
             None => kube::Config::infer()
                 .await
                 .context("cannot find a cluster: no service account, $KUBECONFIG or ~/.kube/config (set runtime.kubernetes.kubeconfig)")?,
-        };
-        let client = kube::Client::try_from(config).context("cannot make a Kubernetes client")?;
-        let options = KubeOptions {
-            namespace_pattern: self.namespace_pattern.clone(),
-            environments: environments.to_vec(),
-        };
-        let driver = KubeDriver::new(client, options, Some(resolver));
-        driver
-            .ready(std::time::Duration::from_secs(30))
-            .await
-            .context("cannot watch the cluster")?;
-        Ok(driver)
+        })
     }
 }
 

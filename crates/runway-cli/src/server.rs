@@ -54,6 +54,14 @@ pub(crate) enum ServerCommand {
     /// server's user) on this machine. Works whether or not the server is running; the old
     /// admin tokens stop working at once. The new token goes to standard output, alone.
     AdminToken,
+    /// Check the configuration and what it names, start nothing, and print the configuration
+    /// in force (every default applied) as JSON.
+    ///
+    /// Checks the file's keys and values, the certificate authority when it exists, the
+    /// control channel's certificates with `ingress.remote`, and with `runtime.kind:
+    /// kubernetes` the kubeconfig (or the pod's service account), without reaching the
+    /// cluster. Exits non-zero, naming the key or file, on the first problem.
+    CheckConfig,
 }
 
 /// The whole configuration file.
@@ -349,6 +357,45 @@ impl Running {
         }
         Ok(())
     }
+}
+
+/// `runway server check-config`: see [`ServerCommand::CheckConfig`].
+fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()> {
+    let ca_dir = config.api.ca_dir();
+    if ca_dir.join("ca.pem").exists() || ca_dir.join("ca-key.pem").exists() {
+        runway_ingress::LocalCa::load_or_create(&ca_dir).with_context(|| {
+            format!(
+                "api.tls.ca_dir: cannot use the certificate authority in {}",
+                ca_dir.display()
+            )
+        })?;
+    } else {
+        eprintln!(
+            "runway server: the certificate authority will be made in {} at the first start",
+            ca_dir.display()
+        );
+    }
+    if let Some(remote) = &config.ingress.remote {
+        runway_ingress::control_tls::ClientTls::load(&remote.tls_dir, &remote.server_name)
+            .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
+    }
+    if let RuntimeKind::Kubernetes = config.runtime.kind {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?
+            .block_on(config.runtime.kubernetes.client_config())?;
+    }
+    let text = serde_json::to_string_pretty(config).context("cannot write the configuration")?;
+    crate::print_stdout(&format!("{text}\n"));
+    eprintln!(
+        "runway server: {} is good",
+        path.map_or_else(
+            || "the default configuration".to_owned(),
+            |p| p.display().to_string()
+        )
+    );
+    Ok(())
 }
 
 /// `runway server admin-token`: see [`ServerCommand::AdminToken`].
@@ -696,6 +743,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         return admin_token(&config.api.data_dir);
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Some(ServerCommand::CheckConfig) = args.command {
+        return check_config(&config, args.config.as_deref());
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1116,3 +1116,70 @@ fn a_failed_first_start_keeps_no_token_and_a_lost_one_is_recovered() {
     let listed = platform.runway_as(&new, &["services", "list"]);
     assert!(listed.ok(), "{}", listed.all());
 }
+
+/// `runway server check-config`: a good file's configuration in force is printed (defaults
+/// applied) and nothing is started or made; a bad key, a missing certificate directory and
+/// an unreadable kubeconfig are each named.
+#[test]
+fn check_config_names_the_problem_and_prints_what_is_in_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let check = |config: &str| {
+        let path = dir.path().join("server.yml");
+        std::fs::write(&path, config).unwrap();
+        let mut command = Command::new(support::RUNWAY);
+        command
+            .args(["server", "check-config", "--config"])
+            .arg(&path)
+            .arg("--data-dir")
+            .arg(&data)
+            .env_remove("RUNWAY_DATA_DIR");
+        support::run(command, None, Duration::from_secs(30))
+    };
+
+    let good = check("control:\n  domain: apps.example.com\n");
+    assert!(good.ok(), "{}", good.all());
+    let config = good.json();
+    assert_eq!(config["control"]["domain"], "apps.example.com");
+    assert_eq!(config["api"]["listen"], "127.0.0.1:7443");
+    assert_eq!(config["ingress"]["remote"], Value::Null);
+    assert!(good.stderr.contains("is good"), "{}", good.all());
+    assert!(!data.exists(), "check-config made the data directory");
+
+    let misspelt = check("control:\n  domian: apps.example.com\n");
+    assert!(!misspelt.ok());
+    assert!(
+        misspelt.stderr.contains("server.yml:2:3: control.domian"),
+        "{}",
+        misspelt.all()
+    );
+
+    let tls = dir.path().join("no-such-dir");
+    let remote = check(&format!(
+        "ingress:\n  remote:\n    addresses: ['ingress:9444']\n    tls_dir: {}\n",
+        tls.display()
+    ));
+    assert!(!remote.ok());
+    assert!(
+        remote.stderr.contains("ingress.remote.tls_dir") && remote.stderr.contains("ca.crt"),
+        "{}",
+        remote.all()
+    );
+    let empty = check("ingress:\n  remote:\n    addresses: []\n    tls_dir: /x\n");
+    assert!(
+        !empty.ok() && empty.stderr.contains("ingress.remote.addresses"),
+        "{}",
+        empty.all()
+    );
+
+    let cluster = check(&format!(
+        "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: {}\n",
+        dir.path().join("kubeconfig").display()
+    ));
+    assert!(!cluster.ok());
+    assert!(
+        cluster.stderr.contains("cannot read the kubeconfig"),
+        "{}",
+        cluster.all()
+    );
+}
