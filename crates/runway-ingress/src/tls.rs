@@ -79,7 +79,19 @@ impl LocalCa {
         };
         let cert_path = dir.join("ca.pem");
         let key_path = dir.join("ca-key.pem");
-        let (key, cert_pem) = if key_path.exists() && cert_path.exists() {
+        // One without the other is someone's half-made authority: not replaced in silence.
+        if key_path.exists() != cert_path.exists() {
+            let (present, missing) = if key_path.exists() {
+                (&key_path, &cert_path)
+            } else {
+                (&cert_path, &key_path)
+            };
+            return Err(TlsError::Certificate {
+                path: missing.clone(),
+                message: format!("missing, while {} is there", present.display()),
+            });
+        }
+        let (key, cert_pem) = if key_path.exists() {
             let key_pem = std::fs::read(&key_path).map_err(io(&key_path))?;
             let key = ca_key(&key_pem).map_err(|message| TlsError::Certificate {
                 path: key_path.clone(),
