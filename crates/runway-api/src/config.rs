@@ -248,6 +248,26 @@ impl ApiConfig {
                 ));
             }
         }
+        // A revision is named `{service}-{env}-{number}`: with `prod` and `eu-prod`, service
+        // `web-eu` in prod and `web` in eu-prod would name theirs alike, and one service could
+        // take names the other needs.
+        for (i, env) in self.environments.iter().enumerate() {
+            if let Some(other) = self
+                .environments
+                .iter()
+                .find(|other| env.ends_with(&format!("-{other}")))
+            {
+                let head = &env[..env.len() - other.len() - 1];
+                return Err(invalid(
+                    &format!("environments[{i}]"),
+                    format!(
+                        "{env:?} ends with \"-{other}\", another environment's name: revisions \
+                         of a service `x-{head}` in {other} and `x` in {env} would have the same \
+                         names; rename one of them"
+                    ),
+                ));
+            }
+        }
         if self.tls.enabled && self.tls.hostnames.is_empty() {
             return Err(invalid(
                 "tls.hostnames",

@@ -302,7 +302,17 @@ impl ServerConfig {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         let config: Self = runway_api::config::parse_file(path, &text)?;
-        config.api.check(path)?;
+        // Its keys are under `api` in this file.
+        config.api.check(path).map_err(|error| match error {
+            runway_api::config::ConfigError::Invalid { path, key, message } => {
+                runway_api::config::ConfigError::Invalid {
+                    path,
+                    key: format!("api.{key}"),
+                    message,
+                }
+            }
+            other => other,
+        })?;
         config
             .runtime
             .check()

@@ -1172,6 +1172,18 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         empty.all()
     );
 
+    // Environments whose revision names could meet (`x-eu` in prod, `x` in eu-prod).
+    let overlapping = check("api:\n  environments: [prod, eu-prod]\n");
+    assert!(!overlapping.ok());
+    assert!(
+        overlapping.stderr.contains("api.environments[1]")
+            && overlapping
+                .stderr
+                .contains("\"eu-prod\" ends with \"-prod\""),
+        "{}",
+        overlapping.all()
+    );
+
     let cluster = check(&format!(
         "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: {}\n",
         dir.path().join("kubeconfig").display()
