@@ -148,6 +148,24 @@ fn a_service_runs_on_kubernetes_through_the_real_server_and_cli() {
     platform.get_until("hello.dev.localhost", "/", BOUND, |s, b| {
         s == 200 && b.trim() == "hello-dev-00002"
     });
+    // Its events tell each pod's start once.
+    let (_, events) = platform.call(
+        reqwest::Method::GET,
+        "/v1/deployments/2/events",
+        Some(&platform.token),
+        None,
+    );
+    let said: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    eprintln!("events of the second deploy: {said:#?}");
+    let starts: Vec<&&str> = said.iter().filter(|m| m.ends_with(" started")).collect();
+    let unique: std::collections::BTreeSet<&&&str> = starts.iter().collect();
+    assert_eq!(starts.len(), 2, "{said:#?}\n{}", platform.log());
+    assert_eq!(unique.len(), starts.len(), "a start told twice: {said:#?}");
 
     // A revision whose pods crash: the deployment fails with the container's last words,
     // and the second revision keeps serving.

@@ -54,6 +54,9 @@ pub struct Controller<D: Driver> {
     /// Deployment events the store could not take (a full disk), oldest first: written, in
     /// order, before any newer one once it can.
     unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
+    /// Held while the queue's front is written: services reconciled at once each write the
+    /// queue, and two writers of one front would write it twice and drop the next.
+    writing: tokio::sync::Mutex<()>,
     /// The platform's environments, for the ingress's table.
     environments: Vec<String>,
 }
@@ -192,6 +195,7 @@ impl<D: Driver> Controller<D> {
             table: tokio::sync::Mutex::new(()),
             allow_processes: false,
             unwritten: Arc::default(),
+            writing: tokio::sync::Mutex::new(()),
             environments: Vec::new(),
         }
     }
@@ -1267,6 +1271,7 @@ impl<D: Driver> Controller<D> {
     /// Writes the events the store could not take yet, oldest first, until one is refused
     /// again. One written late says when it happened.
     async fn write_unwritten(&self) -> Result<()> {
+        let _writing = self.writing.lock().await;
         loop {
             let Some(next) = self
                 .unwritten
