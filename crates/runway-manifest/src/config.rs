@@ -369,6 +369,17 @@ pub fn dns_name(name: &str) -> String {
     name.replace('_', "-")
 }
 
+/// A secret variable's part of its Kubernetes Secret's name (`{service}-{suffix}`):
+/// `STRIPE_KEY` is `stripe-key`. Two of a service's secrets with one suffix (`TOKEN` and
+/// `TOKEN_`) are refused by validation. The Helm chart's `secretName` helper does the same.
+pub fn secret_suffix(variable: &str) -> String {
+    variable
+        .to_ascii_lowercase()
+        .replace('_', "-")
+        .trim_end_matches('-')
+        .to_owned()
+}
+
 fn action(path: Option<&String>, grpc_service: Option<&String>) -> ProbeAction {
     match (path, grpc_service) {
         (Some(path), _) => ProbeAction::Http { path: path.clone() },

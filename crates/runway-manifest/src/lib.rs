@@ -31,6 +31,7 @@ mod validate;
 
 pub use config::{
     AnalysisConfig, Artifact, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig, dns_name,
+    secret_suffix,
 };
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
 pub use quantity::{Quantity, QuantityError};

@@ -1,7 +1,7 @@
 //! Rules the schema cannot say: relations between fields, name syntax, quantities, and the
 //! environment variables of `.runway/env-<env>.yml`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::diagnostic::{Diagnostic, dotted_path};
 use crate::quantity::Quantity;
@@ -299,6 +299,7 @@ pub(crate) fn check(
         c.out.append(&mut file_checker.out);
     }
     let mut secrets_seen = HashSet::new();
+    let mut suffixes: HashMap<String, &str> = HashMap::new();
     for (i, secret) in workload.secrets.iter().flatten().enumerate() {
         let pointer = format!("/spec/workload/secrets/{i}");
         if !is_secret_name(secret) {
@@ -319,6 +320,16 @@ pub(crate) fn check(
         }
         if !secrets_seen.insert(secret) {
             c.error(&pointer, format!("secret `{secret}` is listed twice"));
+        } else if let Some(first) = suffixes.insert(crate::config::secret_suffix(secret), secret) {
+            c.error(
+                &pointer,
+                format!(
+                    "secret `{secret}` would share its Kubernetes Secret with `{first}` (both \
+                     are `{}`)",
+                    crate::config::secret_suffix(secret)
+                ),
+            )
+            .expected("names that differ in more than trailing `_`");
         }
         let in_file = env_file.is_some_and(|f| f.vars.contains_key(secret));
         if names.contains_key(secret.as_str()) || in_file {

@@ -656,3 +656,18 @@ fn secrets_may_not_take_names_the_platform_or_the_loader_reads() {
         );
     }
 }
+
+/// `TOKEN` and `TOKEN_` would be one Kubernetes Secret (`svc-token`), and one value would
+/// reach both variables: refused, at the second.
+#[test]
+fn secrets_that_would_share_a_kubernetes_secret_are_refused() {
+    let text = MINIMAL.replace("secrets: [TOKEN]", "secrets: [TOKEN, API_KEY, TOKEN_]");
+    let loaded = load(&base(".runway/runway.yml", &text));
+    let messages: Vec<String> = loaded.diagnostics.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert!(
+        messages[0].contains("spec.workload.secrets[2]")
+            && messages[0].contains("would share its Kubernetes Secret with `TOKEN`"),
+        "{messages:#?}"
+    );
+}

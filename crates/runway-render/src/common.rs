@@ -215,14 +215,7 @@ pub(crate) fn secret_name(config: &ServiceConfig, variable: &str) -> String {
     format!("{}-{}", config.dns_name, secret_suffix(variable))
 }
 
-/// The variable's part of its Secret's name. The Helm chart's `secretName` helper does the same.
-pub(crate) fn secret_suffix(variable: &str) -> String {
-    variable
-        .to_ascii_lowercase()
-        .replace('_', "-")
-        .trim_end_matches('-')
-        .to_owned()
-}
+pub(crate) use runway_manifest::secret_suffix;
 
 /// The service's secrets, in name order: the order of their references and of their Secrets.
 pub(crate) fn sorted_secrets(config: &ServiceConfig) -> Vec<&str> {
