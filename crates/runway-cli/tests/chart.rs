@@ -1,8 +1,11 @@
 //! The Helm chart that installs Runway in a cluster (`deploy/helm/runway`), checked by its
 //! real consumers: `helm lint --strict`; `helm template`, whose schema refuses what it should;
 //! `kubernetes-validate --strict` against the 1.33 schemas; `runway server`'s own parser for
-//! the configuration it writes; and the Kubernetes driver on the stand-in cluster, whose
-//! requests are exactly what the chart's Role grants in each environment's namespace.
+//! the configuration it writes; the certificates it makes, kept across upgrades (`lookup`
+//! against the stand-in cluster) and used for real by `runway server check-config` and by an
+//! ingress run with the Deployment's arguments and fed by a control plane's fleet over mutual
+//! TLS; and the Kubernetes driver on the stand-in cluster, whose requests are exactly what the
+//! chart's Role grants in each environment's namespace.
 //!
 //! helm comes from `scripts/test` (in `target/tools`), kubernetes-validate from pip: without
 //! them a test is skipped with its reason, and fails under `CI=true`.
@@ -63,11 +66,10 @@ const SERVER_CONFIG: &str = "  api:
       source_bytes: 67108864
       upload_timeout_seconds: 300
   ingress:
-    redirect: false
-    start_timeout_ms: 15000
-    shutdown_grace_ms: 20000
     control_timeout_ms: 5000
     stats_interval_ms: 500
+    remote:
+      resolve_interval_ms: 1000
   control:
     reconcile_interval_ms: 2000
     reconcile_concurrency: 8
@@ -96,7 +98,8 @@ const SERVER_CONFIG: &str = "  api:
 ";
 
 /// Values other than the defaults in every part: three environments, another pattern, an
-/// image pinned by digest, and every `serverConfig` key.
+/// image pinned by digest, the ingress's own settings, Secrets of the operator's, and every
+/// `serverConfig` key.
 fn custom_values() -> String {
     format!(
         "image:
@@ -115,8 +118,32 @@ persistence: {{size: 20Gi, storageClass: fast-ssd}}
 ingressService:
   type: NodePort
   annotations: {{service.beta.kubernetes.io/aws-load-balancer-type: nlb}}
+  httpsPort: 8443
+  httpPort: 8080
+ingress:
+  replicas: 3
+  redirect: false
+  shutdownGraceSeconds: 20
+  preStopSleepSeconds: 0
+  accessLog: true
+  podAnnotations: {{prometheus.io/scrape: \"true\", prometheus.io/port: \"9090\"}}
+  podLabels: {{team: edge}}
+  resources:
+    requests: {{cpu: 200m, memory: 128Mi}}
+    limits: {{cpu: 1, memory: 1Gi}}
+  nodeSelector: {{node-role.example.com/edge: \"true\"}}
+  tolerations:
+    - {{key: edge, operator: Exists, effect: NoSchedule}}
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: topology.kubernetes.io/zone
+          labelSelector: {{matchLabels: {{app.kubernetes.io/component: ingress}}}}
+serviceCA: {{existingSecret: platform-ca}}
+controlTLS: {{ingressSecret: platform-ingress-control, serverSecret: platform-server-control}}
+networkPolicy: {{enabled: false}}
 serviceAccount: {{annotations: {{example.com/role: runway}}}}
-podAnnotations: {{prometheus.io/scrape: \"true\", prometheus.io/port: \"9090\"}}
+podAnnotations: {{example.com/owner: platform-team}}
 podLabels: {{team: platform}}
 resources:
   requests: {{cpu: 250m, memory: 512Mi}}
@@ -350,9 +377,26 @@ fn rendered_objects_pass_strict_schema_validation() {
     };
     let dir = TempDir::new("validate");
     let custom = dir.write("custom.yaml", &custom_values());
-    for (release, namespace, values) in [
-        ("runway", "runway-system", None),
-        ("blue", "platform", Some(custom.as_path())),
+    let always = [
+        "ConfigMap",
+        "Deployment",
+        "Namespace",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "StatefulSet",
+    ];
+    for (release, namespace, values, more) in [
+        (
+            "runway",
+            "runway-system",
+            None,
+            &["NetworkPolicy", "Secret"][..],
+        ),
+        // The operator's Secrets, no NetworkPolicy.
+        ("blue", "platform", Some(custom.as_path()), &[][..]),
     ] {
         let ran = template(&helm, release, namespace, values, &[]);
         let rendered = objects(&ran);
@@ -362,15 +406,7 @@ fn rendered_objects_pass_strict_schema_validation() {
             .collect();
         assert_eq!(
             kinds,
-            BTreeSet::from([
-                "ConfigMap",
-                "Namespace",
-                "Role",
-                "RoleBinding",
-                "Service",
-                "ServiceAccount",
-                "StatefulSet"
-            ]),
+            always.iter().chain(more).copied().collect(),
             "{release}"
         );
         // Every object carries the standard labels.
@@ -453,9 +489,19 @@ fn each_environment_namespace_has_exactly_the_drivers_rules() {
         for kind in ["ClusterRole", "ClusterRoleBinding"] {
             assert!(of_kind(rendered, kind).is_empty(), "no {kind}");
         }
-        let account = one(rendered, "ServiceAccount");
-        assert_eq!(account["metadata"]["name"], name);
-        assert_eq!(account["metadata"]["namespace"], namespace);
+        // The server's, which the RoleBindings name, and the ingress's, which nothing does.
+        let accounts: BTreeMap<&str, &Value> = of_kind(rendered, "ServiceAccount")
+            .into_iter()
+            .map(|a| (a["metadata"]["name"].as_str().unwrap(), a))
+            .collect();
+        let ingress_account = format!("{name}-ingress");
+        assert_eq!(
+            accounts.keys().copied().collect::<BTreeSet<_>>(),
+            BTreeSet::from([name, ingress_account.as_str()])
+        );
+        for account in accounts.values() {
+            assert_eq!(account["metadata"]["namespace"], namespace);
+        }
         let statefulset = one(rendered, "StatefulSet");
         assert_eq!(
             statefulset["spec"]["template"]["spec"]["serviceAccountName"],
@@ -611,12 +657,22 @@ fn rendered_server_config_is_read_by_runway_server() {
             "api": {
                 "listen": "0.0.0.0:7443",
                 "environments": ["dev", "production"],
-                "tls": {"hostnames": [
-                    "localhost", "127.0.0.1", "runway-api", "runway-api.runway-system",
-                    "runway-api.runway-system.svc", "runway-api.runway-system.svc.cluster.local",
-                ]},
+                "tls": {
+                    "hostnames": [
+                        "localhost", "127.0.0.1", "runway-api", "runway-api.runway-system",
+                        "runway-api.runway-system.svc",
+                        "runway-api.runway-system.svc.cluster.local",
+                    ],
+                    "ca_dir": "/etc/runway-ca",
+                },
             },
-            "ingress": {"https": "0.0.0.0:8443", "http": "0.0.0.0:8080", "admin": "0.0.0.0:9090"},
+            // The ingresses: every pod behind the headless control Service, over mutual TLS;
+            // the URLs name the ingress Service's port.
+            "ingress": {"remote": {
+                "addresses": ["runway-ingress-control.runway-system.svc:9444"],
+                "tls_dir": "/etc/runway-control-tls",
+                "https_port": 443,
+            }},
             "control": {"domain": "localhost"},
             "runtime": {"kind": "kubernetes", "kubernetes": {"namespace_pattern": "runway-{env}"}},
         })
@@ -631,6 +687,20 @@ fn rendered_server_config_is_read_by_runway_server() {
         "apps-{env}"
     );
     assert_eq!(custom["control"]["domain"], "apps.example.com");
+    assert_eq!(
+        custom["ingress"],
+        json!({
+            "control_timeout_ms": 5000,
+            "stats_interval_ms": 500,
+            "remote": {
+                "addresses": ["blue-runway-ingress-control.platform.svc:9444"],
+                "tls_dir": "/etc/runway-control-tls",
+                "https_port": 8443,
+                "resolve_interval_ms": 1000,
+            },
+        })
+    );
+    assert_eq!(custom["api"]["tls"]["ca_dir"], "/etc/runway-ca");
     assert_eq!(custom["control"]["deploy_timeout_ms"], 300_000);
     assert_eq!(custom["api"]["limits"]["shutdown_grace_seconds"], 20);
     let hostnames = custom["api"]["tls"]["hostnames"].as_array().unwrap();
@@ -641,19 +711,23 @@ fn rendered_server_config_is_read_by_runway_server() {
     ] {
         assert!(hostnames.contains(&json!(name)), "{name} in {hostnames:?}");
     }
-    // The pod follows: the API's shutdown grace and a margin, probes over plain HTTP.
-    let pod = &one(&renders.custom, "StatefulSet")["spec"]["template"]["spec"];
-    assert_eq!(pod["terminationGracePeriodSeconds"], 35);
-    assert_eq!(
-        pod["containers"][0]["livenessProbe"]["httpGet"]["scheme"],
-        "HTTP"
-    );
+    // The pod follows: the API's shutdown grace and a margin, probes (readiness too: the
+    // ingress is not in this pod) on the API, over plain HTTP.
+    for (rendered, grace, scheme) in [
+        (&renders.custom, 35, "HTTP"),
+        (&renders.default, 45, "HTTPS"),
+    ] {
+        let pod = &one(rendered, "StatefulSet")["spec"]["template"]["spec"];
+        assert_eq!(pod["terminationGracePeriodSeconds"], grace);
+        for probe in ["startupProbe", "livenessProbe", "readinessProbe"] {
+            assert_eq!(
+                pod["containers"][0][probe]["httpGet"],
+                json!({"path": "/healthz", "port": "api", "scheme": scheme}),
+                "{probe}"
+            );
+        }
+    }
     let pod = &one(&renders.default, "StatefulSet")["spec"]["template"]["spec"];
-    assert_eq!(pod["terminationGracePeriodSeconds"], 45);
-    assert_eq!(
-        pod["containers"][0]["livenessProbe"]["httpGet"]["scheme"],
-        "HTTPS"
-    );
     assert_eq!(
         pod["containers"][0]["args"],
         json!([
@@ -670,9 +744,21 @@ fn rendered_server_config_is_read_by_runway_server() {
 fn services_image_and_data_volume() {
     let Some(helm) = helm() else { return };
     let renders = renders(&helm, "objects");
-    for (rendered, name, ingress_type) in [
-        (&renders.default, "runway", "LoadBalancer"),
-        (&renders.custom, "blue-runway", "NodePort"),
+    for (rendered, name, ingress_type, ingress_ports) in [
+        // HTTP redirects name the pods' own 8443: served as well.
+        (
+            &renders.default,
+            "runway",
+            "LoadBalancer",
+            &[(443, "https"), (80, "http"), (8443, "https")][..],
+        ),
+        // No redirects, and 8443 public anyway.
+        (
+            &renders.custom,
+            "blue-runway",
+            "NodePort",
+            &[(8443, "https"), (8080, "http")][..],
+        ),
     ] {
         let services: BTreeMap<String, &Value> = of_kind(rendered, "Service")
             .into_iter()
@@ -697,7 +783,7 @@ fn services_image_and_data_volume() {
                 )
             })
             .collect();
-        assert_eq!(ports, [(443, "https"), (80, "http"), (8443, "https")]);
+        assert_eq!(ports, ingress_ports);
         let statefulset = one(rendered, "StatefulSet");
         assert_eq!(statefulset["spec"]["replicas"], 1);
         let container = &statefulset["spec"]["template"]["spec"]["containers"][0];
@@ -712,19 +798,18 @@ fn services_image_and_data_volume() {
                 )
             })
             .collect();
-        assert_eq!(
-            ports,
-            [
-                ("api", 7443),
-                ("https", 8443),
-                ("http", 8080),
-                ("admin", 9090)
-            ]
-        );
+        // The API alone: the ingress is the Deployment's.
+        assert_eq!(ports, [("api", 7443)]);
         let selector = &statefulset["spec"]["selector"]["matchLabels"];
-        for service in services.values() {
-            assert_eq!(&service["spec"]["selector"], selector);
-        }
+        assert_eq!(&api["spec"]["selector"], selector);
+        let ingress_selector = &one(rendered, "Deployment")["spec"]["selector"]["matchLabels"];
+        assert_eq!(ingress_selector["app.kubernetes.io/component"], "ingress");
+        assert_eq!(&ingress["spec"]["selector"], ingress_selector);
+        assert_eq!(
+            &services[&format!("{name}-ingress-control")]["spec"]["selector"],
+            ingress_selector
+        );
+        assert_eq!(services.len(), 3, "{:?}", services.keys());
         assert_eq!(
             statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["labels"], *selector,
             "the claim template's labels never change (it is immutable)"
@@ -733,6 +818,11 @@ fn services_image_and_data_volume() {
 
     let image = |rendered: &[Value]| -> (String, Value) {
         let statefulset = one(rendered, "StatefulSet");
+        // The ingress runs the same image.
+        assert_eq!(
+            one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"],
+            statefulset["spec"]["template"]["spec"]["containers"][0]["image"]
+        );
         (
             statefulset["spec"]["template"]["spec"]["containers"][0]["image"]
                 .as_str()
@@ -792,6 +882,19 @@ fn schema_refuses_unknown_keys_and_a_pattern_without_env() {
         ("image.digest=sha256:abc", "digest"),
         ("environments={Dev}", "environments"),
         ("ingressService.type=External", "ingressService"),
+        ("ingressService.httpsPort=0", "httpsPort"),
+        ("ingress.replicas=0", "replicas"),
+        ("ingress.replica=2", "replica"),
+        ("serviceCA.existingsecret=mine", "existingsecret"),
+        ("controlTLS.ingressSecret=Not_A_Name", "ingressSecret"),
+        ("networkPolicy.enabled=yes", "enabled"),
+        // Keys of an ingress the server would start itself: nothing here.
+        ("serverConfig.ingress.redirect=false", "redirect"),
+        (
+            "serverConfig.ingress.shutdown_grace_ms=1",
+            "shutdown_grace_ms",
+        ),
+        ("serverConfig.ingress.remote.addresses={x:1}", "addresses"),
     ] {
         let ran = template(&helm, "runway", "runway-system", None, &["--set", set]);
         assert!(!ran.ok(), "--set {set} rendered");
@@ -801,13 +904,39 @@ fn schema_refuses_unknown_keys_and_a_pattern_without_env() {
             ran.all()
         );
     }
-    // What no schema can see: the release's own namespace as an environment's.
+    // What no schema can see: the release's own namespace as an environment's; one side of
+    // the control channel's Secrets without the other; ports that clash.
     let ran = template(&helm, "runway", "runway-dev", None, &[]);
     assert!(
         !ran.ok(),
         "an environment in the release's namespace rendered"
     );
     assert!(ran.stderr.contains("is the release's own"), "{}", ran.all());
+    for (set, why) in [
+        ("controlTLS.ingressSecret=mine", "serverSecret is not"),
+        ("controlTLS.serverSecret=mine", "ingressSecret is not"),
+        ("ingressService.httpPort=443", "both 443"),
+        (
+            "ingressService.httpPort=8443",
+            "8443 is the port HTTP redirects name",
+        ),
+    ] {
+        let ran = template(&helm, "runway", "runway-system", None, &["--set", set]);
+        assert!(!ran.ok(), "--set {set} rendered");
+        assert!(ran.stderr.contains(why), "--set {set}: {}", ran.all());
+    }
+    // Without redirects, 8443 may be the HTTP port.
+    let ran = template(
+        &helm,
+        "runway",
+        "runway-system",
+        None,
+        &[
+            "--set",
+            "ingressService.httpPort=8443,ingress.redirect=false",
+        ],
+    );
+    assert!(ran.ok(), "{}", ran.all());
 }
 
 /// The keys of every object in `value`, as dotted paths (objects only: lists and scalars
@@ -881,6 +1010,14 @@ fn server_config_schema_is_the_servers_keys() {
         "/properties/affinity/properties/nodeAffinity",
         "/properties/affinity/properties/podAffinity",
         "/properties/affinity/properties/podAntiAffinity",
+        "/properties/ingress/properties/podAnnotations",
+        "/properties/ingress/properties/podLabels",
+        "/properties/ingress/properties/nodeSelector",
+        "/properties/ingress/properties/resources/properties/requests",
+        "/properties/ingress/properties/resources/properties/limits",
+        "/properties/ingress/properties/affinity/properties/nodeAffinity",
+        "/properties/ingress/properties/affinity/properties/podAffinity",
+        "/properties/ingress/properties/affinity/properties/podAntiAffinity",
     ];
     assert_eq!(
         loose.iter().map(String::as_str).collect::<BTreeSet<_>>(),
@@ -938,6 +1075,863 @@ fn server_config_schema_is_the_servers_keys() {
             "serverConfig.{section} in values.schema.json against runway server's"
         );
     }
+}
+
+// ---- the ingress's Deployment and the certificates ---------------------------------------
+
+/// The object of `kind` named `name`.
+fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// A pod spec's Secret volumes: volume name to Secret name.
+fn secret_volumes(pod: &Value) -> BTreeMap<String, String> {
+    pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v.get("secret").is_some())
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_owned(),
+                v["secret"]["secretName"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A container's read-only mounts: volume name to path.
+fn read_only_mounts(container: &Value) -> BTreeMap<String, String> {
+    container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["readOnly"] == true)
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_owned(),
+                m["mountPath"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Standard base64, as a Secret's `data` holds it.
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| -> u32 {
+        u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => 0,
+            _ => panic!("not base64: {text}"),
+        })
+    };
+    let clean: Vec<u8> = text.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    assert_eq!(clean.len() % 4, 0, "not base64: {text}");
+    let mut out = Vec::new();
+    for chunk in clean.chunks(4) {
+        let padding = chunk.iter().filter(|c| **c == b'=').count();
+        let n = chunk.iter().fold(0_u32, |n, c| (n << 6) | value(*c));
+        out.extend_from_slice(&n.to_be_bytes()[1..4 - padding]);
+    }
+    out
+}
+
+/// The rendered Secrets' data, decoded: Secret name to key to bytes.
+fn secret_data(rendered: &[Value]) -> BTreeMap<String, BTreeMap<String, Vec<u8>>> {
+    of_kind(rendered, "Secret")
+        .into_iter()
+        .map(|secret| {
+            let data = secret["data"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(key, value)| (key.clone(), base64_decode(value.as_str().unwrap())))
+                .collect();
+            (
+                secret["metadata"]["name"].as_str().unwrap().to_owned(),
+                data,
+            )
+        })
+        .collect()
+}
+
+/// The ingress in a Deployment of its own, as the server's configuration expects it: its
+/// flags, probes, account without a token, the same hardening as the server, spread over
+/// nodes, a disruption budget, the headless Service the server finds every pod through, and
+/// the control port open to the server's pod alone.
+#[test]
+fn the_ingress_is_a_deployment_of_its_own() {
+    let Some(helm) = helm() else { return };
+    let renders = renders(&helm, "ingress");
+
+    let rendered = &renders.default;
+    let deployment = named(rendered, "Deployment", "runway-ingress");
+    let selector = &deployment["spec"]["selector"]["matchLabels"];
+    assert_eq!(
+        *selector,
+        json!({
+            "app.kubernetes.io/name": "runway",
+            "app.kubernetes.io/instance": "runway",
+            "app.kubernetes.io/component": "ingress",
+        })
+    );
+    let template = &deployment["spec"]["template"];
+    for (key, value) in selector.as_object().unwrap() {
+        assert_eq!(&template["metadata"]["labels"][key], value, "{key}");
+    }
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment["spec"]["strategy"]["rollingUpdate"],
+        json!({"maxSurge": 1, "maxUnavailable": 0})
+    );
+    let pod = &template["spec"];
+    assert_eq!(pod["containers"].as_array().unwrap().len(), 1);
+    let container = &pod["containers"][0];
+    assert_eq!(container["command"], json!(["runway-ingress"]));
+    assert_eq!(
+        container["args"],
+        json!([
+            "--state-dir",
+            "/var/lib/runway-ingress",
+            "--listen",
+            "0.0.0.0:8080",
+            "--https",
+            "0.0.0.0:8443",
+            "--admin",
+            "0.0.0.0:9090",
+            "--ca-dir",
+            "/etc/runway-ca",
+            "--control-listen",
+            "0.0.0.0:9444",
+            "--control-tls",
+            "/etc/runway-control-tls",
+            "--shutdown-grace-seconds",
+            "30",
+        ])
+    );
+    assert_eq!(
+        container["ports"],
+        json!([
+            {"name": "https", "containerPort": 8443, "protocol": "TCP"},
+            {"name": "http", "containerPort": 8080, "protocol": "TCP"},
+            {"name": "admin", "containerPort": 9090, "protocol": "TCP"},
+            {"name": "control", "containerPort": 9444, "protocol": "TCP"},
+        ])
+    );
+    // Ready once the server fed it; alive while it answers.
+    assert_eq!(
+        container["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": "admin"})
+    );
+    assert_eq!(
+        container["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": "admin"})
+    );
+    assert_eq!(
+        container["lifecycle"]["preStop"]["exec"]["command"],
+        json!(["sleep", "5"])
+    );
+    // The wait, the shutdown grace, a margin.
+    assert_eq!(pod["terminationGracePeriodSeconds"], 50);
+    // No Kubernetes API: an account of its own, bound to nothing, without a token.
+    assert_eq!(pod["serviceAccountName"], "runway-ingress");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(
+        named(rendered, "ServiceAccount", "runway-ingress")["automountServiceAccountToken"],
+        false
+    );
+    for binding in of_kind(rendered, "RoleBinding") {
+        assert_eq!(binding["subjects"].as_array().unwrap().len(), 1);
+        assert_eq!(binding["subjects"][0]["name"], "runway");
+    }
+    // The server's hardening.
+    let server_pod = &one(rendered, "StatefulSet")["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"], server_pod["securityContext"]);
+    assert_eq!(
+        container["securityContext"],
+        server_pod["containers"][0]["securityContext"]
+    );
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}})
+    );
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        json!([{
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }])
+    );
+    // The Secrets, read-only: the serving authority in both pods, each side's control
+    // certificates.
+    assert_eq!(
+        secret_volumes(pod),
+        BTreeMap::from([
+            ("ca".to_owned(), "runway-ca".to_owned()),
+            (
+                "control-tls".to_owned(),
+                "runway-ingress-control-tls".to_owned()
+            ),
+        ])
+    );
+    assert_eq!(
+        secret_volumes(server_pod),
+        BTreeMap::from([
+            ("ca".to_owned(), "runway-ca".to_owned()),
+            (
+                "control-tls".to_owned(),
+                "runway-server-control-tls".to_owned()
+            ),
+        ])
+    );
+    let mounts = BTreeMap::from([
+        ("ca".to_owned(), "/etc/runway-ca".to_owned()),
+        (
+            "control-tls".to_owned(),
+            "/etc/runway-control-tls".to_owned(),
+        ),
+    ]);
+    assert_eq!(read_only_mounts(container), mounts);
+    let mut server_mounts = mounts.clone();
+    server_mounts.insert("config".to_owned(), "/etc/runway".to_owned());
+    assert_eq!(
+        read_only_mounts(&server_pod["containers"][0]),
+        server_mounts
+    );
+    // Both pods restart on new certificates; one render's certificates, one checksum.
+    let checksum = &template["metadata"]["annotations"]["checksum/tls"];
+    assert!(checksum.is_string(), "{template:#}");
+    assert_eq!(
+        one(rendered, "StatefulSet")["spec"]["template"]["metadata"]["annotations"]["checksum/tls"],
+        *checksum
+    );
+
+    // The headless Service the server resolves to every pod, ready or not.
+    let control = named(rendered, "Service", "runway-ingress-control");
+    assert_eq!(control["spec"]["clusterIP"], "None");
+    assert_eq!(control["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(control["spec"]["selector"], *selector);
+    assert_eq!(
+        control["spec"]["ports"],
+        json!([{"name": "control", "port": 9444, "targetPort": "control", "protocol": "TCP"}])
+    );
+    let config = runway_manifest::parse(&SourceFile::new("server.yml", server_yml(rendered)))
+        .unwrap()
+        .value;
+    assert_eq!(
+        config["ingress"]["remote"]["addresses"],
+        json!(["runway-ingress-control.runway-system.svc:9444"])
+    );
+
+    let budget = named(rendered, "PodDisruptionBudget", "runway-ingress");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(budget["spec"]["selector"]["matchLabels"], *selector);
+
+    // The control port from the server's pod alone; the others from anywhere.
+    let policy = named(rendered, "NetworkPolicy", "runway-ingress");
+    assert_eq!(policy["spec"]["podSelector"]["matchLabels"], *selector);
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    let server_selector = &one(rendered, "StatefulSet")["spec"]["selector"]["matchLabels"];
+    let mut open = BTreeSet::new();
+    for rule in policy["spec"]["ingress"].as_array().unwrap() {
+        let ports: BTreeSet<&str> = rule["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["port"].as_str().unwrap())
+            .collect();
+        if ports.contains("control") {
+            assert_eq!(ports, BTreeSet::from(["control"]), "{rule:#}");
+            assert_eq!(
+                rule["from"],
+                json!([{"podSelector": {"matchLabels": server_selector}}])
+            );
+        } else {
+            assert!(rule.get("from").is_none(), "{rule:#}");
+            open.extend(ports);
+        }
+    }
+    assert_eq!(open, BTreeSet::from(["https", "http", "admin"]));
+
+    // Other values: more pods, no redirect, the access log, its own placement and resources,
+    // the operator's Secrets, no NetworkPolicy, no wait before the signal.
+    let rendered = &renders.custom;
+    let deployment = named(rendered, "Deployment", "blue-runway-ingress");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let template = &deployment["spec"]["template"];
+    assert_eq!(template["metadata"]["labels"]["team"], "edge");
+    assert_eq!(
+        template["metadata"]["annotations"]["prometheus.io/port"],
+        "9090"
+    );
+    let pod = &template["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args[args.len() - 4..],
+        [
+            "--shutdown-grace-seconds",
+            "20",
+            "--no-redirect",
+            "--access-log"
+        ]
+    );
+    assert!(container.get("lifecycle").is_none(), "{container:#}");
+    assert_eq!(pod["terminationGracePeriodSeconds"], 35);
+    assert_eq!(container["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({"node-role.example.com/edge": "true"})
+    );
+    assert_eq!(pod["tolerations"][0]["key"], "edge");
+    assert!(pod["affinity"]["podAntiAffinity"].is_object());
+    assert_eq!(
+        pod["imagePullSecrets"],
+        json!([{"name": "registry-credentials"}])
+    );
+    assert_eq!(
+        secret_volumes(pod),
+        BTreeMap::from([
+            ("ca".to_owned(), "platform-ca".to_owned()),
+            (
+                "control-tls".to_owned(),
+                "platform-ingress-control".to_owned()
+            ),
+        ])
+    );
+    assert_eq!(
+        secret_volumes(&one(rendered, "StatefulSet")["spec"]["template"]["spec"]),
+        BTreeMap::from([
+            ("ca".to_owned(), "platform-ca".to_owned()),
+            (
+                "control-tls".to_owned(),
+                "platform-server-control".to_owned()
+            ),
+        ])
+    );
+    assert!(of_kind(rendered, "Secret").is_empty(), "the operator's");
+    assert!(of_kind(rendered, "NetworkPolicy").is_empty());
+    assert_eq!(
+        named(rendered, "PodDisruptionBudget", "blue-runway-ingress")["spec"]["maxUnavailable"],
+        1
+    );
+
+    // One pod: no budget (it would block every drain).
+    let single = objects(&template_of(&helm, &["--set", "ingress.replicas=1"]));
+    assert!(of_kind(&single, "PodDisruptionBudget").is_empty());
+    assert_eq!(one(&single, "Deployment")["spec"]["replicas"], 1);
+
+    // The longest base name still gives Service names that are DNS labels.
+    let long = "a".repeat(55);
+    let rendered = objects(&template_of(
+        &helm,
+        &["--set", &format!("fullnameOverride={long}")],
+    ));
+    for service in of_kind(&rendered, "Service") {
+        let name = service["metadata"]["name"].as_str().unwrap();
+        assert!(name.len() <= 63, "{name}");
+    }
+    let control = format!("{}-ingress-control", "a".repeat(47));
+    named(&rendered, "Service", &control);
+    assert!(
+        server_yml(&rendered).contains(&format!("{control}.runway-system.svc:9444")),
+        "{}",
+        server_yml(&rendered)
+    );
+}
+
+/// `helm template runway CHART -n runway-system [args]`.
+fn template_of(helm: &Path, args: &[&str]) -> Ran {
+    template(helm, "runway", "runway-system", None, args)
+}
+
+/// Creates `secrets` (rendered objects) in the stand-in's `namespace`.
+async fn create_secrets(standin: &kube_standin::StandIn, namespace: &str, secrets: &[&Value]) {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+    standin.create_namespace(namespace).await.unwrap();
+    let client = standin.client().await.unwrap();
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret"));
+    let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
+    for secret in secrets {
+        let mut secret = (*secret).clone();
+        secret["metadata"]["namespace"] = json!(namespace);
+        let object: DynamicObject = serde_json::from_value(secret).unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+}
+
+/// The certificates: made on the first install; on an upgrade, found in the cluster by
+/// `lookup` and kept (checked with `--dry-run=server` against the stand-in, which answers
+/// Helm's requests as a cluster would); the control channel's two made again together when
+/// one is missing; and none made for a Secret the values name.
+#[test]
+fn certificates_are_made_once_and_kept_across_upgrades() {
+    let Some(helm) = helm() else { return };
+    let first = objects(&template_of(&helm, &[]));
+    let secrets: BTreeMap<&str, &Value> = of_kind(&first, "Secret")
+        .into_iter()
+        .map(|s| (s["metadata"]["name"].as_str().unwrap(), s))
+        .collect();
+    assert_eq!(
+        secrets.keys().copied().collect::<BTreeSet<_>>(),
+        BTreeSet::from([
+            "runway-ca",
+            "runway-ingress-control-tls",
+            "runway-server-control-tls"
+        ])
+    );
+    let keys = |secret: &Value| -> BTreeSet<String> {
+        secret["data"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    };
+    let ca = secrets["runway-ca"];
+    assert_eq!(ca["type"], "Opaque");
+    assert_eq!(
+        keys(ca),
+        BTreeSet::from(["ca.pem".to_owned(), "ca-key.pem".to_owned()])
+    );
+    // Clients trust it: kept when the release goes, as the data claim is.
+    assert_eq!(
+        ca["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let data = secret_data(&first);
+    let pem = String::from_utf8(data["runway-ca"]["ca.pem"].clone()).unwrap();
+    assert!(pem.starts_with("-----BEGIN CERTIFICATE-----"), "{pem}");
+    for name in ["runway-ingress-control-tls", "runway-server-control-tls"] {
+        let secret = secrets[name];
+        assert_eq!(secret["type"], "kubernetes.io/tls");
+        assert_eq!(
+            keys(secret),
+            BTreeSet::from(["ca.crt", "tls.crt", "tls.key"].map(str::to_owned))
+        );
+    }
+    // One authority for both sides, which is not the serving one.
+    let (ingress, server) = (
+        &data["runway-ingress-control-tls"],
+        &data["runway-server-control-tls"],
+    );
+    assert_eq!(ingress["ca.crt"], server["ca.crt"]);
+    assert_ne!(ingress["tls.crt"], server["tls.crt"]);
+    assert_ne!(ingress["ca.crt"], data["runway-ca"]["ca.pem"]);
+
+    // Without a cluster, lookup finds nothing: each render makes new ones.
+    assert_ne!(secret_data(&objects(&template_of(&helm, &[]))), data);
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let standin = rt.block_on(kube_standin::StandIn::start()).unwrap();
+    let dir = TempDir::new("upgrade");
+    let kubeconfig = dir.write("kubeconfig", &standin.kubeconfig());
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let all: Vec<&Value> = secrets.values().copied().collect();
+    rt.block_on(create_secrets(&standin, "runway-system", &all));
+
+    // An upgrade: every certificate kept, so neither pod restarts for them.
+    let upgrade = objects(&template_of(
+        &helm,
+        &["--dry-run=server", "--kubeconfig", kubeconfig],
+    ));
+    assert_eq!(secret_data(&upgrade), data, "kept across an upgrade");
+    let checksum = |rendered: &[Value]| {
+        one(rendered, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
+            .clone()
+    };
+    assert_eq!(checksum(&upgrade), checksum(&first));
+
+    // Half the control channel: both sides made again, from a new authority; the serving
+    // authority kept.
+    rt.block_on(create_secrets(
+        &standin,
+        "elsewhere",
+        &[secrets["runway-ca"], secrets["runway-ingress-control-tls"]],
+    ));
+    let partial = secret_data(&objects(&template(
+        &helm,
+        "runway",
+        "elsewhere",
+        None,
+        &["--dry-run=server", "--kubeconfig", kubeconfig],
+    )));
+    assert_eq!(partial["runway-ca"], data["runway-ca"]);
+    let (ingress, server) = (
+        &partial["runway-ingress-control-tls"],
+        &partial["runway-server-control-tls"],
+    );
+    assert_eq!(ingress["ca.crt"], server["ca.crt"]);
+    assert_ne!(
+        ingress["ca.crt"],
+        data["runway-ingress-control-tls"]["ca.crt"]
+    );
+    assert_ne!(
+        ingress["tls.crt"],
+        data["runway-ingress-control-tls"]["tls.crt"]
+    );
+    rt.block_on(standin.stop());
+
+    // The operator's authority: no CA Secret, both pods mount theirs.
+    let brought = objects(&template_of(
+        &helm,
+        &["--set", "serviceCA.existingSecret=x"],
+    ));
+    assert_eq!(
+        secret_data(&brought)
+            .keys()
+            .map(String::as_str)
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from(["runway-ingress-control-tls", "runway-server-control-tls"])
+    );
+    for kind in ["Deployment", "StatefulSet"] {
+        let pod = &one(&brought, kind)["spec"]["template"]["spec"];
+        assert_eq!(secret_volumes(pod)["ca"], "x", "{kind}");
+    }
+    // The operator's control channel too: no Secret at all.
+    let brought = objects(&template_of(
+        &helm,
+        &[
+            "--set",
+            "serviceCA.existingSecret=x,controlTLS.ingressSecret=y,controlTLS.serverSecret=z",
+        ],
+    ));
+    assert!(of_kind(&brought, "Secret").is_empty());
+    assert_eq!(
+        secret_volumes(&one(&brought, "Deployment")["spec"]["template"]["spec"])["control-tls"],
+        "y"
+    );
+    assert_eq!(
+        secret_volumes(&one(&brought, "StatefulSet")["spec"]["template"]["spec"])["control-tls"],
+        "z"
+    );
+}
+
+/// A kubeconfig naming a cluster that is never reached: `check-config` reads it only.
+const UNREACHED_KUBECONFIG: &str = "apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+";
+
+/// An address on loopback free now.
+fn free_address() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A child process killed when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An instance answering `ok` to every request, one per connection.
+async fn upstream() -> std::net::SocketAddr {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut reader = tokio::io::BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let _ = reader
+                    .get_mut()
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// The status line of `GET path` at `address`, or why there is none.
+async fn status_line(address: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(address).await else {
+        return "refused".to_owned();
+    };
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return "reset".to_owned();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response.lines().next().unwrap_or_default().to_owned()
+}
+
+/// Waits, at most 20 s, until `check` holds.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What Helm's genCA and genSignedCert made works where it is used: the serving authority
+/// issues certificates; `runway server check-config` takes the rendered configuration with
+/// its mounts; an ingress started with the Deployment's arguments (and the image's other
+/// binary, `runway ingress`) serves HTTPS with a certificate clients trust through the
+/// authority's ca.pem, and takes its route table from a control plane holding the server's
+/// certificate, and from no other.
+#[test]
+fn rendered_certificates_serve_and_control_an_ingress() {
+    use runway_ingress::control::RemoteOptions;
+    use runway_ingress::control_tls::{self, ClientTls};
+    use runway_ingress::fleet::{FleetOptions, IngressFleet};
+
+    let Some(helm) = helm() else { return };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rendered = objects(&template_of(&helm, &[]));
+    let data = secret_data(&rendered);
+    let dir = TempDir::new("certificates");
+    let mount = |name: &str| -> PathBuf {
+        let path = dir.0.join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        for (key, bytes) in &data[name] {
+            std::fs::write(path.join(key), bytes).unwrap();
+        }
+        path
+    };
+    let ca = mount("runway-ca");
+    let ingress_tls = mount("runway-ingress-control-tls");
+    let server_tls = mount("runway-server-control-tls");
+
+    // What each side loads, as they load it.
+    let authority = runway_ingress::LocalCa::load_or_create(&ca).unwrap();
+    assert_eq!(
+        authority.cert_pem().as_bytes(),
+        &data["runway-ca"]["ca.pem"][..],
+        "Helm's authority, used as it is"
+    );
+    let (chain, _key) = authority
+        .issue(&["runway-api.runway-system.svc".to_owned()])
+        .unwrap();
+    assert_eq!(chain.len(), 2, "the certificate, then the authority's");
+    control_tls::acceptor(&ingress_tls).unwrap();
+    ClientTls::load(&server_tls, control_tls::SERVER_NAME).unwrap();
+    for (name, path) in [
+        ("runway-ca", &ca),
+        ("runway-ingress-control-tls", &ingress_tls),
+        ("runway-server-control-tls", &server_tls),
+    ] {
+        let files: BTreeMap<String, Vec<u8>> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                (
+                    entry.file_name().into_string().unwrap(),
+                    std::fs::read(entry.path()).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            files, data[name],
+            "{name}: nothing made or changed (the mount is read-only)"
+        );
+    }
+
+    // The server's configuration as rendered, the Secrets where the pod mounts them.
+    let config = server_yml(&rendered)
+        .replace("/etc/runway-ca", ca.to_str().unwrap())
+        .replace("/etc/runway-control-tls", server_tls.to_str().unwrap());
+    let config = dir.write("server.yml", &config);
+    let kubeconfig = dir.write("kubeconfig", UNREACHED_KUBECONFIG);
+    let mut command = Command::new(support::RUNWAY);
+    command
+        .arg("server")
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.0.join("data"))
+        .arg("check-config")
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("RUNWAY_DATA_DIR");
+    let checked = run(command, None, TOOL);
+    assert!(checked.ok(), "{}", checked.all());
+    let in_force = checked.json();
+    assert_eq!(in_force["api"]["tls"]["ca_dir"], json!(ca));
+    assert_eq!(
+        in_force["ingress"]["remote"]["server_name"],
+        control_tls::SERVER_NAME
+    );
+
+    // The ingress with the Deployment's arguments: its addresses on loopback, its mounts here.
+    let container = &one(&rendered, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+    let (http, https, admin, control) = (
+        free_address(),
+        free_address(),
+        free_address(),
+        free_address(),
+    );
+    let state = dir.0.join("state");
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|arg| match arg.as_str().unwrap() {
+            "0.0.0.0:8080" => http.to_string(),
+            "0.0.0.0:8443" => https.to_string(),
+            "0.0.0.0:9090" => admin.to_string(),
+            "0.0.0.0:9444" => control.to_string(),
+            "/var/lib/runway-ingress" => state.to_str().unwrap().to_owned(),
+            "/etc/runway-ca" => ca.to_str().unwrap().to_owned(),
+            "/etc/runway-control-tls" => ingress_tls.to_str().unwrap().to_owned(),
+            other => {
+                assert!(
+                    !other.starts_with('/') && !other.contains("0.0.0.0"),
+                    "{other}"
+                );
+                other.to_owned()
+            }
+        })
+        .collect();
+    std::fs::create_dir_all(&state).unwrap();
+    let log = dir.0.join("ingress.log");
+    let _ingress = Killed(
+        Command::new(support::RUNWAY)
+            .arg("ingress")
+            .args(&args)
+            .args(["--event-loops", "1", "--threads", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let pem = data["runway-ca"]["ca.pem"].clone();
+    let served = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            eventually("the ingress answers on its admin port", async || {
+                status_line(admin, "/healthz").await.contains("200")
+            })
+            .await;
+            assert!(
+                status_line(admin, "/readyz").await.contains("503"),
+                "ready before any table"
+            );
+            let options = |tls: ClientTls| FleetOptions {
+                addresses: vec![control.to_string()],
+                tls,
+                resolve_every: Duration::from_millis(200),
+                remote: RemoteOptions::default(),
+            };
+            // The server's certificate is obeyed: its table is served.
+            let fleet = IngressFleet::connect(options(
+                ClientTls::load(&server_tls, control_tls::SERVER_NAME).unwrap(),
+            ))
+            .await;
+            eventually("the ingress joins the fleet", async || {
+                !fleet.members().is_empty()
+            })
+            .await;
+            let table: runway_ingress::RouteTableConfig = serde_json::from_value(json!({
+                "domain": "localhost",
+                "routes": [{
+                    "service": "hello",
+                    "env": "dev",
+                    "revisions": [{
+                        "name": "hello-dev-00001",
+                        "weight": 100,
+                        "instances": [{"address": upstream().await}],
+                    }],
+                }],
+            }))
+            .unwrap();
+            fleet.set_routes(&table).await.unwrap();
+            eventually("the ingress is ready once fed", async || {
+                status_line(admin, "/readyz").await.contains("200")
+            })
+            .await;
+
+            // A control plane that trusts the ingress but holds a certificate from another
+            // authority is refused.
+            let other = dir.0.join("other");
+            control_tls::generate(&other.join("ingress"), &other.join("control")).unwrap();
+            std::fs::write(
+                other.join("control").join(control_tls::CA_FILE),
+                &data["runway-server-control-tls"]["ca.crt"],
+            )
+            .unwrap();
+            let stranger = IngressFleet::connect(options(
+                ClientTls::load(&other.join("control"), control_tls::SERVER_NAME).unwrap(),
+            ))
+            .await;
+            assert!(
+                stranger.members().is_empty(),
+                "a stranger's certificate obeyed"
+            );
+            drop(stranger);
+            assert_eq!(fleet.members(), [control], "the server's still obeyed");
+
+            // HTTPS with a certificate from Helm's authority, trusted through its ca.pem.
+            let client = reqwest::Client::builder()
+                .tls_certs_only([reqwest::Certificate::from_pem(&pem).unwrap()])
+                .resolve("hello.dev.localhost", https)
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap();
+            let response = client
+                .get(format!("https://hello.dev.localhost:{}/", https.port()))
+                .send()
+                .await
+                .unwrap();
+            (
+                response.status().as_u16(),
+                response.text().await.unwrap_or_default(),
+            )
+        })
+        .await
+    });
+    let served = served.unwrap_or_else(|_| panic!("within 60 s\n{}", logged()));
+    assert_eq!(served, (200, "ok".to_owned()), "{}", logged());
 }
 
 // ---- the driver against the Role ---------------------------------------------------------

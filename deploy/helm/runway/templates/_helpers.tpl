@@ -7,7 +7,7 @@
 Every object's name: the release's, then the chart's unless the release's name holds it
 (`helm install runway` gives runway, `helm install blue` blue-runway), as every chart Runway
 renders does; fullnameOverride replaces it. At most 55 characters, so that
-`<name>-ingress` is a Service name (63).
+`<name>-ingress` is a Service name (63); see runway.controlServiceName for the longer one.
 */}}
 {{- define "runway.fullname" -}}
 {{- if .Values.fullnameOverride }}
@@ -47,6 +47,13 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: server
 {{- end }}
 
+{{/* The labels that select the ingress's pods. */}}
+{{- define "runway.ingressSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "runway.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+app.kubernetes.io/component: ingress
+{{- end }}
+
 {{/* Labels on every object: the standard set, the version only when a tag names the image. */}}
 {{- define "runway.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
@@ -62,6 +69,96 @@ app.kubernetes.io/part-of: runway
 {{/* The server's ServiceAccount, which each environment's RoleBinding names. */}}
 {{- define "runway.serviceAccountName" -}}
 {{- include "runway.fullname" . }}
+{{- end }}
+
+{{/* The ingress's ServiceAccount: no rights, no token. */}}
+{{- define "runway.ingressServiceAccountName" -}}
+{{- printf "%s-ingress" (include "runway.fullname" .) }}
+{{- end }}
+
+{{/* The headless Service that lists every ingress pod's control port, for the server: the
+base name cut to 47 characters, so that the name is a DNS label (63). */}}
+{{- define "runway.controlServiceName" -}}
+{{- printf "%s-ingress-control" (include "runway.fullname" . | trunc 47 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Where the pods mount the Secrets: the serving certificate authority (ca.pem,
+ca-key.pem), and each side's control-channel certificates (ca.crt, tls.crt, tls.key). Not
+under /etc/runway, the ConfigMap's read-only volume. */}}
+{{- define "runway.caMount" -}}/etc/runway-ca{{- end }}
+{{- define "runway.controlTlsMount" -}}/etc/runway-control-tls{{- end }}
+
+{{/* The ingress's control port, which only the server reaches. */}}
+{{- define "runway.controlPort" -}}9444{{- end }}
+
+{{/* The Secrets' names: the values' when given, else the chart's own. */}}
+{{- define "runway.caSecretName" -}}
+{{- .Values.serviceCA.existingSecret | default (printf "%s-ca" (include "runway.fullname" .)) }}
+{{- end }}
+{{- define "runway.ingressControlSecretName" -}}
+{{- .Values.controlTLS.ingressSecret | default (printf "%s-ingress-control-tls" (include "runway.fullname" .)) }}
+{{- end }}
+{{- define "runway.serverControlSecretName" -}}
+{{- .Values.controlTLS.serverSecret | default (printf "%s-server-control-tls" (include "runway.fullname" .)) }}
+{{- end }}
+
+{{/*
+The certificates the chart makes, as JSON, with each Secret's `data` (base64): "ca" (ca.pem,
+ca-key.pem) unless serviceCA.existingSecret names one; "ingress" and "server" (ca.crt,
+tls.crt, tls.key) unless controlTLS names them; "names", the three Secrets' names. Made on the
+first install (genCA, genSignedCert); taken from the Secrets already in the namespace on an
+upgrade (lookup), so that clients keep trusting the same ca.pem and both sides of the control
+channel keep a common authority (the two control Secrets are kept together or made again
+together). Without a cluster (`helm template`, `--dry-run`) lookup finds nothing: new ones.
+Made once per render, kept on the root context, so that the Secrets and the pods' checksums
+agree.
+*/}}
+{{- define "runway.tls" -}}
+{{- if not (hasKey . "runwayTls") }}
+{{- $fullname := include "runway.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $out := dict "names" (list (include "runway.caSecretName" .) (include "runway.ingressControlSecretName" .) (include "runway.serverControlSecretName" .)) }}
+{{- if not .Values.serviceCA.existingSecret }}
+{{- $data := get (lookup "v1" "Secret" $ns (printf "%s-ca" $fullname)) "data" | default dict }}
+{{- if and (hasKey $data "ca.pem") (hasKey $data "ca-key.pem") }}
+{{- $_ := set $out "ca" (pick $data "ca.pem" "ca-key.pem") }}
+{{- else }}
+{{- $ca := genCA "Runway local certificate authority" 3650 }}
+{{- $_ := set $out "ca" (dict "ca.pem" (b64enc $ca.Cert) "ca-key.pem" (b64enc $ca.Key)) }}
+{{- end }}
+{{- end }}
+{{- $ingressSecret := .Values.controlTLS.ingressSecret }}
+{{- $serverSecret := .Values.controlTLS.serverSecret }}
+{{- if and $ingressSecret (not $serverSecret) }}
+{{- fail "controlTLS: ingressSecret is set but serverSecret is not: give both (certificates from one authority), or neither" }}
+{{- end }}
+{{- if and $serverSecret (not $ingressSecret) }}
+{{- fail "controlTLS: serverSecret is set but ingressSecret is not: give both (certificates from one authority), or neither" }}
+{{- end }}
+{{- if not $ingressSecret }}
+{{- $ingress := get (lookup "v1" "Secret" $ns (printf "%s-ingress-control-tls" $fullname)) "data" | default dict }}
+{{- $server := get (lookup "v1" "Secret" $ns (printf "%s-server-control-tls" $fullname)) "data" | default dict }}
+{{- $kept := true }}
+{{- range list "ca.crt" "tls.crt" "tls.key" }}
+{{- if not (and (hasKey $ingress .) (hasKey $server .)) }}
+{{- $kept = false }}
+{{- end }}
+{{- end }}
+{{- if and $kept (eq (index $ingress "ca.crt") (index $server "ca.crt")) }}
+{{- $_ := set $out "ingress" (pick $ingress "ca.crt" "tls.crt" "tls.key") }}
+{{- $_ := set $out "server" (pick $server "ca.crt" "tls.crt" "tls.key") }}
+{{- else }}
+{{- /* The authority's key is not kept: another certificate means both made again. */}}
+{{- $ca := genCA "Runway control channel authority" 3650 }}
+{{- $ingressCert := genSignedCert "runway-ingress-control" nil (list "runway-ingress-control") 3650 $ca }}
+{{- $serverCert := genSignedCert "runway-control-plane" nil nil 3650 $ca }}
+{{- $_ := set $out "ingress" (dict "ca.crt" (b64enc $ca.Cert) "tls.crt" (b64enc $ingressCert.Cert) "tls.key" (b64enc $ingressCert.Key)) }}
+{{- $_ := set $out "server" (dict "ca.crt" (b64enc $ca.Cert) "tls.crt" (b64enc $serverCert.Cert) "tls.key" (b64enc $serverCert.Key)) }}
+{{- end }}
+{{- end }}
+{{- $_ := set . "runwayTls" $out }}
+{{- end }}
+{{- get . "runwayTls" | toJson }}
 {{- end }}
 
 {{/* The namespaces, one per environment, as a JSON list of {env, namespace}; fails on a
@@ -83,7 +180,9 @@ name Kubernetes would refuse, or on the release's own namespace (which Helm does
 
 {{/*
 `runway server`'s configuration: what the values above decide, deep-merged with
-serverConfig (whose schema refuses the keys set here, so neither replaces the other).
+serverConfig (whose schema refuses the keys set here, so neither replaces the other). The
+ingress is the Deployment's pods, found through the headless control Service (each of its
+addresses is a pod) and fed over mutual TLS; the URLs name the ingress Service's port.
 */}}
 {{- define "runway.serverConfig" -}}
 {{- $fullname := include "runway.fullname" . }}
@@ -91,15 +190,17 @@ serverConfig (whose schema refuses the keys set here, so neither replaces the ot
 {{- $ns := .Release.Namespace }}
 {{- $hostnames := list "localhost" "127.0.0.1" $api (printf "%s.%s" $api $ns) (printf "%s.%s.svc" $api $ns) (printf "%s.%s.svc.cluster.local" $api $ns) }}
 {{- $hostnames = concat $hostnames .Values.apiHostnames | uniq }}
+{{- $control := printf "%s.%s.svc:%s" (include "runway.controlServiceName" .) $ns (include "runway.controlPort" .) }}
 {{- $managed := dict
   "api" (dict
     "listen" "0.0.0.0:7443"
     "environments" .Values.environments
-    "tls" (dict "hostnames" $hostnames))
+    "tls" (dict "hostnames" $hostnames "ca_dir" (include "runway.caMount" .)))
   "ingress" (dict
-    "https" "0.0.0.0:8443"
-    "http" "0.0.0.0:8080"
-    "admin" "0.0.0.0:9090")
+    "remote" (dict
+      "addresses" (list $control)
+      "tls_dir" (include "runway.controlTlsMount" .)
+      "https_port" (int .Values.ingressService.httpsPort)))
   "control" (dict "domain" .Values.domain)
   "runtime" (dict
     "kind" "kubernetes"
