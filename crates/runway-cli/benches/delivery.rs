@@ -144,7 +144,7 @@ fn image_cold_start(platform: &Platform, registry: Result<&Registry, &&str>) -> 
     };
     let image = BusyboxImage {
         entrypoint: vec!["/bin/sh".into(), "-c".into()],
-        cmd: vec!["trap 'exit 0' TERM; httpd -f -p 127.0.0.1:$PORT -h /www & wait".into()],
+        cmd: vec!["trap 'exit 0' TERM; httpd -f -p $PORT -h /www & wait".into()],
         env: vec!["PATH=/bin:/usr/bin".into()],
         files: vec![("www/index.html".into(), b"ok\n".to_vec(), 0o644)],
         ..BusyboxImage::default()

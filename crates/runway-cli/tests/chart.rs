@@ -745,12 +745,12 @@ fn services_image_and_data_volume() {
     let Some(helm) = helm() else { return };
     let renders = renders(&helm, "objects");
     for (rendered, name, ingress_type, ingress_ports) in [
-        // HTTP redirects name the pods' own 8443: served as well.
+        // HTTP redirects name the Service's HTTPS port (`--redirect-port`).
         (
             &renders.default,
             "runway",
             "LoadBalancer",
-            &[(443, "https"), (80, "http"), (8443, "https")][..],
+            &[(443, "https"), (80, "http")][..],
         ),
         // No redirects, and 8443 public anyway.
         (
@@ -916,25 +916,18 @@ fn schema_refuses_unknown_keys_and_a_pattern_without_env() {
         ("controlTLS.ingressSecret=mine", "serverSecret is not"),
         ("controlTLS.serverSecret=mine", "ingressSecret is not"),
         ("ingressService.httpPort=443", "both 443"),
-        (
-            "ingressService.httpPort=8443",
-            "8443 is the port HTTP redirects name",
-        ),
     ] {
         let ran = template(&helm, "runway", "runway-system", None, &["--set", set]);
         assert!(!ran.ok(), "--set {set} rendered");
         assert!(ran.stderr.contains(why), "--set {set}: {}", ran.all());
     }
-    // Without redirects, 8443 may be the HTTP port.
+    // 8443, the pods' own HTTPS port, may be the Service's HTTP port.
     let ran = template(
         &helm,
         "runway",
         "runway-system",
         None,
-        &[
-            "--set",
-            "ingressService.httpPort=8443,ingress.redirect=false",
-        ],
+        &["--set", "ingressService.httpPort=8443"],
     );
     assert!(ran.ok(), "{}", ran.all());
 }
@@ -1214,6 +1207,8 @@ fn the_ingress_is_a_deployment_of_its_own() {
             "/etc/runway-control-tls",
             "--shutdown-grace-seconds",
             "30",
+            "--redirect-port",
+            "443",
         ])
     );
     assert_eq!(

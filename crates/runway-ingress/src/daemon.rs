@@ -69,6 +69,10 @@ pub struct Args {
     /// With --https, proxy plain HTTP too instead of redirecting it.
     #[arg(long)]
     pub no_redirect: bool,
+    /// The port redirects to HTTPS name, when clients reach HTTPS on another port than
+    /// --https's (a load balancer's 443 in front of this ingress's 8443). Default: --https's.
+    #[arg(long, value_name = "PORT", conflicts_with = "no_redirect")]
+    pub redirect_port: Option<u16>,
     /// Where `/metrics`, `/healthz` and `/readyz` (503 while waiting for a first table over
     /// --control-listen) are served.
     #[arg(long, default_value = "127.0.0.1:9090")]
@@ -322,13 +326,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let http_ingress = ingress.clone();
+    let redirect_port = args.redirect_port;
     tasks.spawn({
         let stopped = stopped.clone();
         async move {
             match bound.https.filter(|_| redirect) {
                 Some(https) => {
+                    let port = redirect_port.unwrap_or(https.port());
                     http_ingress
-                        .serve_redirect(listener, https.port(), until(stopped))
+                        .serve_redirect(listener, port, until(stopped))
                         .await
                 }
                 None => http_ingress.serve(listener, until(stopped)).await,

@@ -331,3 +331,49 @@ async fn the_control_port_refuses_strangers() {
     .await
     .unwrap();
 }
+
+/// Behind a load balancer that takes 443 to this ingress's HTTPS port, plain HTTP redirects
+/// to the port clients reach (`--redirect-port`), not the ingress's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_name_the_port_clients_reach() {
+    tokio::time::timeout(BOUND, async {
+        let state = tempfile::tempdir().unwrap();
+        let (http, https, admin) = (free_port(), free_port(), free_port());
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runway-ingress"))
+            .arg("--state-dir")
+            .arg(state.path().join("state"))
+            .arg("--ca-dir")
+            .arg(state.path().join("ca"))
+            .args(["--listen", &http.to_string(), "--admin", &admin.to_string()])
+            .args(["--https", &https.to_string(), "--redirect-port", "443"])
+            .args(["--event-loops", "0", "--threads", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(http).await.is_err() {
+            assert!(Instant::now() < deadline, "the ingress never listened");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut stream = TcpStream::connect(http).await.unwrap();
+        stream
+            .write_all(
+                b"GET /a?b HTTP/1.1\r\nhost: hello.dev.localhost\r\nconnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("location: https://hello.dev.localhost/a?b\r\n"),
+            "{response}"
+        );
+        child.kill().await.unwrap();
+    })
+    .await
+    .unwrap();
+}
