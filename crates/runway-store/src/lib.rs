@@ -7,6 +7,9 @@
 //! [`Store`] is the interface the control plane programs against; [`SqliteStore`] is the
 //! embedded implementation (one file, nothing else to install), and a PostgreSQL one can
 //! follow for several control-plane replicas. The trait is object safe (`Arc<dyn Store>`).
+//! Its queries and rules are written once (`logic.rs`) over a small neutral interface to SQL
+//! (`sql.rs`: numbered parameters, rows of integers, text, bytes and NULL, the one place a
+//! dialect differs); a backend gives them transactions.
 //!
 //! - **Synchronous methods.** SQLite calls block; pretending otherwise would only hide that.
 //!   The API runs them with `tokio::task::spawn_blocking`; tests and tools call them directly.
@@ -56,8 +59,10 @@
 //! [`Timestamp`]: Unix milliseconds in SQL (`INTEGER`), RFC 3339 in JSON.
 
 mod error;
+mod logic;
 mod migrate;
 mod model;
+mod sql;
 mod sqlite;
 mod store;
 mod time;

@@ -1,0 +1,1597 @@
+//! The store's logic, written once over [`Db`]: every query, rule and audit entry of
+//! [`Store`], whichever database runs them. A backend gives it transactions ([`Backend`]);
+//! [`crate::SqliteStore`] is one.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::error::{Result, StoreError, not_found};
+use crate::sql::{Db, DbExt, Row, args};
+use crate::{
+    AuditEntry, DeployRecord, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
+    Desired, DesiredRevision, NewRevision, NewService, NewToken, PlannedRevision, Revision,
+    RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store,
+    Timestamp, Token, TokenScope, revision_name,
+};
+
+/// What a database gives the store's logic: transactions. A write transaction excludes every
+/// other writer for its length (SQLite's `BEGIN IMMEDIATE`), so a number read with
+/// `MAX(number) + 1` cannot be taken by another writer before the insert; a read sees one
+/// snapshot.
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// Runs `f` in a write transaction, committed when `f` succeeds, rolled back otherwise.
+    fn write<T>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T>) -> Result<T>;
+
+    /// Runs `f` in a read transaction, so it sees one snapshot.
+    fn read<T>(&self, f: impl FnOnce(&dyn Db) -> Result<T>) -> Result<T>;
+}
+
+// --- row helpers ---------------------------------------------------------------------------
+
+fn get_json<T: DeserializeOwned>(row: &Row, index: usize, what: &str) -> Result<T> {
+    let text: String = row.get(index)?;
+    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn get_ts(row: &Row, index: usize) -> Result<Timestamp> {
+    let millis: i64 = row.get(index)?;
+    ts(millis)
+}
+
+fn get_opt_ts(row: &Row, index: usize) -> Result<Option<Timestamp>> {
+    let millis: Option<i64> = row.get(index)?;
+    millis.map(ts).transpose()
+}
+
+fn ts(millis: i64) -> Result<Timestamp> {
+    Timestamp::from_unix_millis(millis)
+        .ok_or_else(|| StoreError::Corrupt(format!("timestamp {millis} is out of range")))
+}
+
+fn get_u32(row: &Row, index: usize, what: &str) -> Result<u32> {
+    let value: i64 = row.get(index)?;
+    u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} {value} is out of range")))
+}
+
+fn to_json<T: Serialize + ?Sized>(value: &T) -> Result<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(format!("cannot encode: {e}")))
+}
+
+fn limit_param(limit: u32) -> i64 {
+    i64::from(limit)
+}
+
+// --- records -------------------------------------------------------------------------------
+
+const SERVICE_COLUMNS: &str =
+    "id, name, owners, environments, created_at, created_by, allow_processes";
+
+fn service_from_row(row: &Row) -> Result<Service> {
+    Ok(Service {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        owners: get_json(row, 2, "service owners")?,
+        environments: get_json(row, 3, "service environments")?,
+        created_at: get_ts(row, 4)?,
+        created_by: row.get(5)?,
+        allow_processes: row.get(6)?,
+    })
+}
+
+const REVISION_COLUMNS: &str = "id, service, env, number, name, manifest, artifact, env_vars, \
+                                secret_versions, created_by, created_at";
+
+fn revision_from_row(row: &Row) -> Result<Revision> {
+    Ok(Revision {
+        id: row.get(0)?,
+        service: row.get(1)?,
+        env: row.get(2)?,
+        number: get_u32(row, 3, "revision number")?,
+        name: row.get(4)?,
+        manifest: get_json(row, 5, "revision manifest")?,
+        artifact: get_json(row, 6, "revision artifact")?,
+        env_vars: get_json(row, 7, "revision env_vars")?,
+        secret_versions: get_json(row, 8, "revision secret_versions")?,
+        created_by: row.get(9)?,
+        created_at: get_ts(row, 10)?,
+    })
+}
+
+const DEPLOYMENT_COLUMNS: &str = "id, service, env, kind, from_revision, to_revision, state, \
+                                  reason, created_by, created_at, updated_at, rollout, command";
+
+fn deployment_from_row(row: &Row) -> Result<Deployment> {
+    let kind: String = row.get(3)?;
+    let state: String = row.get(6)?;
+    let command: Option<String> = row.get(12)?;
+    Ok(Deployment {
+        id: row.get(0)?,
+        service: row.get(1)?,
+        env: row.get(2)?,
+        kind: DeploymentKind::parse(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown deployment kind {kind:?}")))?,
+        from_revision: row.get(4)?,
+        to_revision: row.get(5)?,
+        state: DeploymentState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown deployment state {state:?}")))?,
+        reason: row.get(7)?,
+        created_by: row.get(8)?,
+        created_at: get_ts(row, 9)?,
+        updated_at: get_ts(row, 10)?,
+        rollout: row.get(11)?,
+        command: command
+            .map(|text| {
+                RolloutCommand::parse(&text)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unknown rollout command {text:?}")))
+            })
+            .transpose()?,
+    })
+}
+
+fn event_from_row(row: &Row) -> Result<DeploymentEvent> {
+    Ok(DeploymentEvent {
+        deployment_id: row.get(0)?,
+        at: get_ts(row, 1)?,
+        message: row.get(2)?,
+    })
+}
+
+const TOKEN_COLUMNS: &str = "id, name, hash, scope, expires_at, revoked_at, created_at, created_by";
+
+fn token_from_row(row: &Row) -> Result<Token> {
+    Ok(Token {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        hash: row.get(2)?,
+        scope: get_json(row, 3, "token scope")?,
+        expires_at: get_opt_ts(row, 4)?,
+        revoked_at: get_opt_ts(row, 5)?,
+        created_at: get_ts(row, 6)?,
+        created_by: row.get(7)?,
+    })
+}
+
+fn audit_from_row(row: &Row) -> Result<AuditEntry> {
+    Ok(AuditEntry {
+        id: row.get(0)?,
+        at: get_ts(row, 1)?,
+        actor: row.get(2)?,
+        action: row.get(3)?,
+        target: row.get(4)?,
+        detail: get_json(row, 5, "audit detail")?,
+    })
+}
+
+// --- shared steps, inside a transaction ----------------------------------------------------
+
+fn audit(
+    db: &dyn Db,
+    now: Timestamp,
+    actor: &str,
+    action: &str,
+    target: &str,
+    detail: &serde_json::Value,
+) -> Result<()> {
+    db.execute(
+        "INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+        args![now.unix_millis(), actor, action, target, &to_json(detail)?],
+    )?;
+    Ok(())
+}
+
+fn load_service(db: &dyn Db, name: &str) -> Result<Service> {
+    db.query_one(
+        &format!("SELECT {SERVICE_COLUMNS} FROM services WHERE name = ?1"),
+        args![name],
+        service_from_row,
+    )?
+    .ok_or_else(|| not_found("service", name))
+}
+
+/// The service, checked to have `env`.
+fn load_service_env(db: &dyn Db, service: &str, env: &str) -> Result<Service> {
+    let found = load_service(db, service)?;
+    if !found.environments.iter().any(|e| e == env) {
+        return Err(not_found("environment", format!("{service}/{env}")));
+    }
+    Ok(found)
+}
+
+fn load_revision(db: &dyn Db, name: &str) -> Result<Revision> {
+    db.query_one(
+        &format!("SELECT {REVISION_COLUMNS} FROM revisions WHERE name = ?1"),
+        args![name],
+        revision_from_row,
+    )?
+    .ok_or_else(|| not_found("revision", name))
+}
+
+fn load_deployment(db: &dyn Db, id: i64) -> Result<Deployment> {
+    db.query_one(
+        &format!("SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = ?1"),
+        args![id],
+        deployment_from_row,
+    )?
+    .ok_or_else(|| not_found("deployment", id.to_string()))
+}
+
+fn load_desired(db: &dyn Db, service: &str, env: &str) -> Result<Option<Desired>> {
+    let Some(generation) = db.query_one(
+        "SELECT generation FROM desired WHERE service = ?1 AND env = ?2",
+        args![service, env],
+        |row| row.get::<i64>(0),
+    )?
+    else {
+        return Ok(None);
+    };
+    let generation = u64::try_from(generation)
+        .map_err(|_| StoreError::Corrupt(format!("generation {generation} is negative")))?;
+    let revisions = db.query_all(
+        "SELECT revision, instances, weight FROM desired_revisions \
+         WHERE service = ?1 AND env = ?2 ORDER BY position",
+        args![service, env],
+        |row| {
+            Ok(DesiredRevision {
+                revision: row.get(0)?,
+                instances: get_u32(row, 1, "instances")?,
+                weight: get_u32(row, 2, "weight")?,
+            })
+        },
+    )?;
+    Ok(Some(Desired {
+        service: service.to_owned(),
+        env: env.to_owned(),
+        revisions,
+        generation,
+    }))
+}
+
+/// Checks that every revision is distinct and belongs to `service` in `env`.
+fn validate_desired(
+    db: &dyn Db,
+    service: &str,
+    env: &str,
+    revisions: &[DesiredRevision],
+) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for entry in revisions {
+        if !seen.insert(entry.revision.as_str()) {
+            return Err(StoreError::Invalid(format!(
+                "revision {:?} appears twice in the desired state",
+                entry.revision
+            )));
+        }
+        let revision = load_revision(db, &entry.revision)?;
+        if revision.service != service || revision.env != env {
+            return Err(StoreError::Invalid(format!(
+                "revision {:?} belongs to {}/{}, not {service}/{env}",
+                revision.name, revision.service, revision.env
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Replaces the desired state, bumping its generation; `revisions` must be validated.
+fn write_desired(
+    db: &dyn Db,
+    now: Timestamp,
+    service: &str,
+    env: &str,
+    revisions: &[DesiredRevision],
+    expected_generation: Option<u64>,
+) -> Result<Desired> {
+    let current = load_desired(db, service, env)?.map_or(0, |d| d.generation);
+    if let Some(expected) = expected_generation
+        && expected != current
+    {
+        return Err(StoreError::Conflict(format!(
+            "the desired state of {service}/{env} is at generation {current}, not {expected}"
+        )));
+    }
+    let generation = current
+        .checked_add(1)
+        .and_then(|g| i64::try_from(g).ok())
+        .ok_or_else(|| StoreError::Corrupt(format!("generation {current} cannot grow")))?;
+    db.execute(
+        "INSERT INTO desired (service, env, generation, updated_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (service, env) DO UPDATE SET generation = excluded.generation, \
+         updated_at = excluded.updated_at",
+        args![service, env, generation, now.unix_millis()],
+    )?;
+    db.execute(
+        "DELETE FROM desired_revisions WHERE service = ?1 AND env = ?2",
+        args![service, env],
+    )?;
+    for (position, entry) in revisions.iter().enumerate() {
+        db.execute(
+            "INSERT INTO desired_revisions (service, env, position, revision, instances, weight) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            args![
+                service,
+                env,
+                i64::try_from(position).unwrap_or(i64::MAX),
+                &entry.revision,
+                entry.instances,
+                entry.weight
+            ],
+        )?;
+    }
+    load_desired(db, service, env)?
+        .ok_or_else(|| StoreError::Corrupt(format!("desired state of {service}/{env} vanished")))
+}
+
+/// The revision with the most weight (the first of equals), if any.
+fn heaviest(desired: Option<&Desired>) -> Option<String> {
+    let revisions = &desired?.revisions;
+    let mut best: Option<&DesiredRevision> = None;
+    for entry in revisions {
+        if best.is_none_or(|b| entry.weight > b.weight) {
+            best = Some(entry);
+        }
+    }
+    best.map(|b| b.revision.clone())
+}
+
+fn in_flight(db: &dyn Db, service: &str, env: &str) -> Result<Vec<Deployment>> {
+    db.query_all(
+        &format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE service = ?1 AND env = ?2 \
+             AND state IN ('pending', 'progressing') ORDER BY id"
+        ),
+        args![service, env],
+        deployment_from_row,
+    )
+}
+
+fn refuse_in_flight(db: &dyn Db, service: &str, env: &str) -> Result<()> {
+    if let Some(busy) = in_flight(db, service, env)?.first() {
+        return Err(StoreError::Conflict(format!(
+            "deployment {} of {service}/{env} is still {}; wait for it to end, or end its \
+             rollout with an abort or a promote",
+            busy.id, busy.state
+        )));
+    }
+    Ok(())
+}
+
+fn insert_revision(
+    db: &dyn Db,
+    now: Timestamp,
+    actor: &str,
+    new: &NewRevision,
+) -> Result<Revision> {
+    // Numbers go on past a decommission: a service onboarded again under the name never gets
+    // a revision name (nor instance ids) its predecessor had, whose instances may still drain.
+    let last: i64 = db
+        .query_one(
+            "SELECT COALESCE((SELECT MAX(number) FROM revisions \
+                              WHERE service = ?1 AND env = ?2), 0), \
+                    COALESCE((SELECT last FROM revision_numbers \
+                              WHERE service = ?1 AND env = ?2), 0)",
+            args![&new.service, &new.env],
+            |row| Ok(row.get::<i64>(0)?.max(row.get::<i64>(1)?)),
+        )?
+        .unwrap_or(0);
+    let number = u32::try_from(last)
+        .ok()
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| {
+            StoreError::Conflict(format!(
+                "{}/{} has run out of revision numbers",
+                new.service, new.env
+            ))
+        })?;
+    let name = revision_name(&new.service, &new.env, number);
+    let taken: Option<i64> = db.query_one(
+        "SELECT id FROM revisions WHERE name = ?1",
+        args![&name],
+        |row| row.get(0),
+    )?;
+    if taken.is_some() {
+        // `a-b` in `c` and `a` in `b-c` would both name `a-b-c-00001`.
+        return Err(StoreError::AlreadyExists {
+            kind: "revision",
+            name,
+        });
+    }
+    db.execute(
+        "INSERT INTO revision_numbers (service, env, last) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (service, env) DO UPDATE SET last = excluded.last",
+        args![&new.service, &new.env, number],
+    )?;
+    db.execute(
+        "INSERT INTO revisions (service, env, number, name, manifest, artifact, env_vars, \
+         secret_versions, created_by, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        args![
+            &new.service,
+            &new.env,
+            number,
+            &name,
+            &to_json(&new.manifest)?,
+            &to_json(&new.artifact)?,
+            &to_json(&new.env_vars)?,
+            &to_json(&new.secret_versions)?,
+            actor,
+            now.unix_millis()
+        ],
+    )?;
+    load_revision(db, &name)
+}
+
+fn insert_event(
+    db: &dyn Db,
+    now: Timestamp,
+    deployment_id: i64,
+    message: &str,
+) -> Result<DeploymentEvent> {
+    db.execute(
+        "INSERT INTO deployment_events (deployment_id, at, message) VALUES (?1, ?2, ?3)",
+        args![deployment_id, now.unix_millis(), message],
+    )?;
+    Ok(DeploymentEvent {
+        deployment_id,
+        at: now,
+        message: message.to_owned(),
+    })
+}
+
+struct NewDeployment<'a> {
+    service: &'a str,
+    env: &'a str,
+    kind: DeploymentKind,
+    from_revision: Option<String>,
+    to_revision: &'a str,
+}
+
+fn insert_deployment(
+    db: &dyn Db,
+    now: Timestamp,
+    actor: &str,
+    new: NewDeployment<'_>,
+) -> Result<Deployment> {
+    let id = db.insert_returning_id(
+        "INSERT INTO deployments (service, env, kind, from_revision, to_revision, state, \
+         reason, created_by, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'pending', NULL, ?6, ?7, ?7) RETURNING id",
+        args![
+            new.service,
+            new.env,
+            new.kind.as_str(),
+            &new.from_revision,
+            new.to_revision,
+            actor,
+            now.unix_millis()
+        ],
+    )?;
+    let message = match &new.from_revision {
+        Some(from) => format!("{} from {from} to {} by {actor}", new.kind, new.to_revision),
+        None => format!("{} of {} by {actor}", new.kind, new.to_revision),
+    };
+    insert_event(db, now, id, &message)?;
+    load_deployment(db, id)
+}
+
+/// Resolves planned revisions against the revision being created; `New` must appear once.
+fn resolve_planned(planned: &[PlannedRevision], new_name: &str) -> Result<Vec<DesiredRevision>> {
+    let news = planned
+        .iter()
+        .filter(|p| p.revision == RevisionRef::New)
+        .count();
+    if news != 1 {
+        return Err(StoreError::Invalid(format!(
+            "the desired state must name the new revision exactly once, not {news} times"
+        )));
+    }
+    Ok(planned
+        .iter()
+        .map(|p| DesiredRevision {
+            revision: match &p.revision {
+                RevisionRef::New => new_name.to_owned(),
+                RevisionRef::Named(name) => name.clone(),
+            },
+            instances: p.instances,
+            weight: p.weight,
+        })
+        .collect())
+}
+
+/// Moves `deployment` (as loaded in this transaction) to `to`, with its event. A terminal
+/// state drops a pending command, nothing being left to carry it out; the dropped command is
+/// returned.
+fn transition(
+    db: &dyn Db,
+    now: Timestamp,
+    deployment: &Deployment,
+    to: DeploymentState,
+    reason: Option<&str>,
+) -> Result<Option<RolloutCommand>> {
+    let from = deployment.state;
+    if !from.can_become(to) {
+        return Err(StoreError::InvalidTransition { from, to });
+    }
+    let dropped = deployment.command.filter(|_| to.is_terminal());
+    db.execute(
+        "UPDATE deployments SET state = ?2, reason = COALESCE(?3, reason), updated_at = ?4, \
+         command = CASE WHEN ?5 = 1 THEN NULL ELSE command END WHERE id = ?1",
+        args![
+            deployment.id,
+            to.as_str(),
+            reason,
+            now.unix_millis(),
+            to.is_terminal()
+        ],
+    )?;
+    let message = match reason {
+        Some(reason) => format!("{from} → {to}: {reason}"),
+        None => format!("{from} → {to}"),
+    };
+    insert_event(db, now, deployment.id, &message)?;
+    if let Some(command) = dropped {
+        insert_event(
+            db,
+            now,
+            deployment.id,
+            &format!("{command} not carried out: the deployment is {to}"),
+        )?;
+    }
+    Ok(dropped)
+}
+
+fn check_secret_name(name: &str) -> Result<()> {
+    if is_secret_name(name) {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "secret name {name:?}: use upper-case letters, digits and `_`, not starting with a \
+             digit"
+        )))
+    }
+}
+
+/// One above the highest version of the secret ever stored, unset ones included.
+fn next_secret_version(db: &dyn Db, service: &str, env: &str, name: &str) -> Result<u32> {
+    let last: i64 = db.query_value(
+        "SELECT COALESCE(MAX(version), 0) FROM secrets \
+             WHERE service = ?1 AND env = ?2 AND name = ?3",
+        args![service, env, name],
+    )?;
+    u32::try_from(last)
+        .ok()
+        .and_then(|v| v.checked_add(1))
+        .ok_or_else(|| StoreError::Conflict(format!("secret {name:?} has run out of versions")))
+}
+
+/// The latest version of a secret that is set (not unset), if any.
+fn current_secret_version(
+    db: &dyn Db,
+    service: &str,
+    env: &str,
+    name: &str,
+) -> Result<Option<u32>> {
+    db.query_one(
+        "SELECT s.version FROM secrets s \
+         WHERE s.service = ?1 AND s.env = ?2 AND s.name = ?3 AND s.deleted_at IS NULL \
+         AND s.version = (SELECT MAX(t.version) FROM secrets t \
+             WHERE t.service = s.service AND t.env = s.env AND t.name = s.name)",
+        args![service, env, name],
+        |row| get_u32(row, 0, "secret version"),
+    )
+}
+
+/// The latest version in `env` of each secret `source` pins. `Invalid`, naming them, when
+/// some are not set there.
+fn pin_secrets_in(db: &dyn Db, source: &Revision, env: &str) -> Result<BTreeMap<String, u32>> {
+    let mut pinned = BTreeMap::new();
+    let mut missing = Vec::new();
+    for name in source.secret_versions.keys() {
+        match current_secret_version(db, &source.service, env, name)? {
+            Some(version) => {
+                pinned.insert(name.clone(), version);
+            }
+            None => missing.push(name.as_str()),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "revision {} uses {} {}, not set for {} in {env}; set {} there first",
+            source.name,
+            if missing.len() == 1 {
+                "secret"
+            } else {
+                "secrets"
+            },
+            missing.join(", "),
+            source.service,
+            if missing.len() == 1 { "it" } else { "them" },
+        )));
+    }
+    Ok(pinned)
+}
+
+fn is_secret_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn check_list(what: &str, items: &[String], allow_empty: bool) -> Result<()> {
+    if !allow_empty && items.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "{what}: at least one is needed"
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    for item in items {
+        if item.is_empty() {
+            return Err(StoreError::Invalid(format!("{what}: an empty name")));
+        }
+        if !seen.insert(item) {
+            return Err(StoreError::Invalid(format!(
+                "{what}: {item:?} appears twice"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn env_target(service: &str, env: &str) -> String {
+    format!("service/{service}/{env}")
+}
+
+// --- the trait -----------------------------------------------------------------------------
+
+impl<B: Backend> Store for B {
+    fn service_create(&self, actor: &str, service: &NewService) -> Result<Service> {
+        if service.name.is_empty() {
+            return Err(StoreError::Invalid("a service needs a name".to_owned()));
+        }
+        check_list("environments", &service.environments, false)?;
+        check_list("owners", &service.owners, true)?;
+        self.write(|db, now| {
+            if load_service(db, &service.name).is_ok() {
+                return Err(StoreError::AlreadyExists {
+                    kind: "service",
+                    name: service.name.clone(),
+                });
+            }
+            let id = db.insert_returning_id(
+                "INSERT INTO service_ids (name) VALUES (?1) RETURNING id",
+                args![&service.name],
+            )?;
+            db.execute(
+                "INSERT INTO services (id, name, owners, environments, created_at, created_by) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                args![
+                    id,
+                    &service.name,
+                    &to_json(&service.owners)?,
+                    &to_json(&service.environments)?,
+                    now.unix_millis(),
+                    actor
+                ],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "service.create",
+                &format!("service/{}", service.name),
+                &json!({ "owners": service.owners, "environments": service.environments }),
+            )?;
+            load_service(db, &service.name)
+        })
+    }
+
+    fn service_get(&self, name: &str) -> Result<Service> {
+        self.read(|db| load_service(db, name))
+    }
+
+    fn service_list(&self) -> Result<Vec<Service>> {
+        self.read(|db| {
+            db.query_all(
+                &format!("SELECT {SERVICE_COLUMNS} FROM services ORDER BY name"),
+                args![],
+                service_from_row,
+            )
+        })
+    }
+
+    fn service_update(&self, actor: &str, name: &str, update: &ServiceUpdate) -> Result<Service> {
+        if let Some(environments) = &update.environments {
+            check_list("environments", environments, false)?;
+        }
+        if let Some(owners) = &update.owners {
+            check_list("owners", owners, true)?;
+        }
+        self.write(|db, now| {
+            let current = load_service(db, name)?;
+            if let Some(environments) = &update.environments {
+                for removed in current
+                    .environments
+                    .iter()
+                    .filter(|e| !environments.contains(e))
+                {
+                    let revisions: i64 = db.query_value(
+                        "SELECT COUNT(*) FROM revisions WHERE service = ?1 AND env = ?2",
+                        args![name, removed],
+                    )?;
+                    if revisions > 0 {
+                        return Err(StoreError::Conflict(format!(
+                            "environment {removed:?} of {name} has {revisions} revisions and \
+                             cannot be removed"
+                        )));
+                    }
+                }
+            }
+            let owners = update.owners.as_ref().unwrap_or(&current.owners);
+            let environments = update
+                .environments
+                .as_ref()
+                .unwrap_or(&current.environments);
+            let allow_processes = update.allow_processes.unwrap_or(current.allow_processes);
+            db.execute(
+                "UPDATE services SET owners = ?2, environments = ?3, allow_processes = ?4 \
+                 WHERE name = ?1",
+                args![
+                    name,
+                    &to_json(owners)?,
+                    &to_json(environments)?,
+                    allow_processes
+                ],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "service.update",
+                &format!("service/{name}"),
+                &json!({
+                    "owners": { "from": current.owners, "to": owners },
+                    "environments": { "from": current.environments, "to": environments },
+                    "allow_processes": { "from": current.allow_processes, "to": allow_processes },
+                }),
+            )?;
+            load_service(db, name)
+        })
+    }
+
+    fn service_decommission(&self, actor: &str, name: &str) -> Result<()> {
+        self.write(|db, now| {
+            let service = load_service(db, name)?;
+            let revisions: i64 = db.query_value(
+                "SELECT COUNT(*) FROM revisions WHERE service = ?1",
+                args![name],
+            )?;
+            db.execute("DELETE FROM services WHERE name = ?1", args![name])?;
+            // What the service had dies with it: a service onboarded again under this name is
+            // another service, for another team, that must not get these.
+            let secrets = db.execute("DELETE FROM secrets WHERE service = ?1", args![name])?;
+            let dialect = db.dialect();
+            let tokens = db.execute(
+                &format!(
+                    "UPDATE tokens SET revoked_at = ?2 WHERE revoked_at IS NULL \
+                     AND {} = 'deploy' AND {} = ?1",
+                    dialect.json_field("scope", "type"),
+                    dialect.json_field("scope", "service"),
+                ),
+                args![name, now.unix_millis()],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "service.decommission",
+                &format!("service/{name}"),
+                &json!({
+                    "id": service.id,
+                    "revisions_removed": revisions,
+                    "secret_versions_removed": secrets,
+                    "deploy_tokens_revoked": tokens,
+                }),
+            )
+        })
+    }
+
+    fn revision_get(&self, name: &str) -> Result<Revision> {
+        self.read(|db| load_revision(db, name))
+    }
+
+    fn revision_list(&self, service: &str, env: &str) -> Result<Vec<Revision>> {
+        self.read(|db| {
+            db.query_all(
+                &format!(
+                    "SELECT {REVISION_COLUMNS} FROM revisions WHERE service = ?1 AND env = ?2 \
+                     ORDER BY number"
+                ),
+                args![service, env],
+                revision_from_row,
+            )
+        })
+    }
+
+    fn record_deploy(
+        &self,
+        actor: &str,
+        revision: &NewRevision,
+        desired: &[PlannedRevision],
+    ) -> Result<DeployRecord> {
+        self.write(|db, now| {
+            let (service, env) = (revision.service.as_str(), revision.env.as_str());
+            load_service_env(db, service, env)?;
+            refuse_in_flight(db, service, env)?;
+            let previous = load_desired(db, service, env)?;
+            let created = insert_revision(db, now, actor, revision)?;
+            let resolved = resolve_planned(desired, &created.name)?;
+            validate_desired(db, service, env, &resolved)?;
+            let from_revision = heaviest(previous.as_ref());
+            let deployment = insert_deployment(
+                db,
+                now,
+                actor,
+                NewDeployment {
+                    service,
+                    env,
+                    kind: DeploymentKind::Deploy,
+                    from_revision: from_revision.clone(),
+                    to_revision: &created.name,
+                },
+            )?;
+            let desired = write_desired(db, now, service, env, &resolved, None)?;
+            audit(
+                db,
+                now,
+                actor,
+                "deploy",
+                &env_target(service, env),
+                &json!({
+                    "deployment": deployment.id,
+                    "revision": created.name,
+                    "from_revision": from_revision,
+                    "artifact": created.artifact,
+                    "generation": desired.generation,
+                }),
+            )?;
+            Ok(DeployRecord {
+                revision: created,
+                deployment,
+                desired,
+            })
+        })
+    }
+
+    fn record_rollback(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        to_revision: &str,
+        desired: &[DesiredRevision],
+    ) -> Result<DeployRecord> {
+        self.write(|db, now| {
+            load_service_env(db, service, env)?;
+            let target = load_revision(db, to_revision)?;
+            if target.service != service || target.env != env {
+                return Err(StoreError::Invalid(format!(
+                    "revision {to_revision:?} belongs to {}/{}, not {service}/{env}",
+                    target.service, target.env
+                )));
+            }
+            if !desired.iter().any(|d| d.revision == to_revision) {
+                return Err(StoreError::Invalid(format!(
+                    "the desired state of a rollback must include {to_revision:?}"
+                )));
+            }
+            validate_desired(db, service, env, desired)?;
+            let previous = load_desired(db, service, env)?;
+            let from_revision = heaviest(previous.as_ref());
+            let deployment = insert_deployment(
+                db,
+                now,
+                actor,
+                NewDeployment {
+                    service,
+                    env,
+                    kind: DeploymentKind::Rollback,
+                    from_revision: from_revision.clone(),
+                    to_revision,
+                },
+            )?;
+            let mut superseded = Vec::new();
+            for busy in in_flight(db, service, env)? {
+                if busy.id == deployment.id {
+                    continue;
+                }
+                let reason = format!("superseded by rollback {}", deployment.id);
+                transition(db, now, &busy, DeploymentState::Failed, Some(&reason))?;
+                superseded.push(busy.id);
+            }
+            let desired = write_desired(db, now, service, env, desired, None)?;
+            audit(
+                db,
+                now,
+                actor,
+                "rollback",
+                &env_target(service, env),
+                &json!({
+                    "deployment": deployment.id,
+                    "revision": to_revision,
+                    "from_revision": from_revision,
+                    "superseded": superseded,
+                    "generation": desired.generation,
+                }),
+            )?;
+            Ok(DeployRecord {
+                revision: target,
+                deployment,
+                desired,
+            })
+        })
+    }
+
+    fn record_promote(
+        &self,
+        actor: &str,
+        from_revision: &str,
+        to_env: &str,
+        desired: &[PlannedRevision],
+    ) -> Result<DeployRecord> {
+        self.write(|db, now| {
+            let source = load_revision(db, from_revision)?;
+            if source.env == to_env {
+                return Err(StoreError::Invalid(format!(
+                    "revision {from_revision:?} is already in {to_env}"
+                )));
+            }
+            let service = source.service.as_str();
+            load_service_env(db, service, to_env)?;
+            refuse_in_flight(db, service, to_env)?;
+            let secret_versions = pin_secrets_in(db, &source, to_env)?;
+            let previous = load_desired(db, service, to_env)?;
+            let created = insert_revision(
+                db,
+                now,
+                actor,
+                &NewRevision {
+                    service: source.service.clone(),
+                    env: to_env.to_owned(),
+                    manifest: source.manifest.clone(),
+                    artifact: source.artifact.clone(),
+                    env_vars: source.env_vars.clone(),
+                    secret_versions,
+                },
+            )?;
+            let resolved = resolve_planned(desired, &created.name)?;
+            validate_desired(db, service, to_env, &resolved)?;
+            let replaced = heaviest(previous.as_ref());
+            let deployment = insert_deployment(
+                db,
+                now,
+                actor,
+                NewDeployment {
+                    service,
+                    env: to_env,
+                    kind: DeploymentKind::Promote,
+                    from_revision: replaced.clone(),
+                    to_revision: &created.name,
+                },
+            )?;
+            insert_event(
+                db,
+                now,
+                deployment.id,
+                &format!("promoted from {from_revision}"),
+            )?;
+            let desired = write_desired(db, now, service, to_env, &resolved, None)?;
+            audit(
+                db,
+                now,
+                actor,
+                "promote",
+                &env_target(service, to_env),
+                &json!({
+                    "deployment": deployment.id,
+                    "revision": created.name,
+                    "source_revision": from_revision,
+                    "from_revision": replaced,
+                    "secret_versions": created.secret_versions,
+                    "generation": desired.generation,
+                }),
+            )?;
+            Ok(DeployRecord {
+                revision: created,
+                deployment,
+                desired,
+            })
+        })
+    }
+
+    fn deployment_get(&self, id: i64) -> Result<Deployment> {
+        self.read(|db| load_deployment(db, id))
+    }
+
+    fn deployment_list(
+        &self,
+        service: &str,
+        env: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Deployment>> {
+        self.read(|db| {
+            db.query_all(
+                &format!(
+                    "SELECT {DEPLOYMENT_COLUMNS} FROM deployments \
+                     WHERE service = ?1 AND (?2 IS NULL OR env = ?2) ORDER BY id DESC LIMIT ?3"
+                ),
+                args![service, env, limit_param(limit)],
+                deployment_from_row,
+            )
+        })
+    }
+
+    fn deployment_transition(
+        &self,
+        actor: &str,
+        id: i64,
+        to: DeploymentState,
+        reason: Option<&str>,
+    ) -> Result<Deployment> {
+        self.write(|db, now| {
+            let deployment = load_deployment(db, id)?;
+            let dropped = transition(db, now, &deployment, to, reason)?;
+            audit(
+                db,
+                now,
+                actor,
+                "deployment.transition",
+                &env_target(&deployment.service, &deployment.env),
+                &json!({
+                    "deployment": id,
+                    "from": deployment.state,
+                    "to": to,
+                    "reason": reason,
+                    "dropped_command": dropped,
+                }),
+            )?;
+            load_deployment(db, id)
+        })
+    }
+
+    fn deployment_add_event(&self, actor: &str, id: i64, message: &str) -> Result<DeploymentEvent> {
+        self.write(|db, now| {
+            let deployment = load_deployment(db, id)?;
+            let event = insert_event(db, now, id, message)?;
+            audit(
+                db,
+                now,
+                actor,
+                "deployment.event",
+                &env_target(&deployment.service, &deployment.env),
+                &json!({ "deployment": id, "message": message }),
+            )?;
+            Ok(event)
+        })
+    }
+
+    fn deployment_events(&self, id: i64) -> Result<Vec<DeploymentEvent>> {
+        self.read(|db| {
+            load_deployment(db, id)?;
+            db.query_all(
+                "SELECT deployment_id, at, message FROM deployment_events \
+                 WHERE deployment_id = ?1 ORDER BY id",
+                args![id],
+                event_from_row,
+            )
+        })
+    }
+
+    fn deployment_command(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        command: RolloutCommand,
+    ) -> Result<Deployment> {
+        self.write(|db, now| {
+            load_service_env(db, service, env)?;
+            // At most one is in flight (deploys and promotions refuse a second, a rollback
+            // supersedes the others); the newest is the one a command is for.
+            let Some(deployment) = in_flight(db, service, env)?.pop() else {
+                return Err(StoreError::Conflict(format!(
+                    "no deployment of {service}/{env} is pending or progressing; there is \
+                     nothing to {command}"
+                )));
+            };
+            let id = deployment.id;
+            // An abort not yet carried out stands: nothing but another abort replaces it.
+            if deployment.command == Some(RolloutCommand::Abort) && command != RolloutCommand::Abort
+            {
+                return Err(StoreError::Conflict(format!(
+                    "deployment {id} of {service}/{env} has an abort pending; it cannot be \
+                     replaced by {command}"
+                )));
+            }
+            db.execute(
+                "UPDATE deployments SET command = ?2 WHERE id = ?1",
+                args![id, command.as_str()],
+            )?;
+            let message = match deployment.command {
+                Some(replaced) if replaced != command => {
+                    format!("{command} asked by {actor}, in place of {replaced}")
+                }
+                _ => format!("{command} asked by {actor}"),
+            };
+            insert_event(db, now, id, &message)?;
+            audit(
+                db,
+                now,
+                actor,
+                "deployment.command",
+                &env_target(service, env),
+                &json!({
+                    "deployment": id,
+                    "command": command,
+                    "replaced": deployment.command,
+                }),
+            )?;
+            load_deployment(db, id)
+        })
+    }
+
+    fn deployment_save_rollout(
+        &self,
+        actor: &str,
+        id: i64,
+        rollout: &str,
+        consumed: Option<RolloutCommand>,
+    ) -> Result<Deployment> {
+        self.write(|db, now| {
+            let deployment = load_deployment(db, id)?;
+            if deployment.state.is_terminal() {
+                return Err(StoreError::Conflict(format!(
+                    "deployment {id} of {}/{} is {}; its rollout cannot change any more",
+                    deployment.service, deployment.env, deployment.state
+                )));
+            }
+            // Compare and clear: a command that replaced the consumed one stays.
+            let cleared = consumed.filter(|c| deployment.command == Some(*c));
+            db.execute(
+                "UPDATE deployments SET rollout = ?2, \
+                 command = CASE WHEN ?3 = 1 THEN NULL ELSE command END WHERE id = ?1",
+                args![id, rollout, cleared.is_some()],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "deployment.rollout",
+                &env_target(&deployment.service, &deployment.env),
+                &json!({ "deployment": id, "consumed": cleared }),
+            )?;
+            load_deployment(db, id)
+        })
+    }
+
+    fn desired_get(&self, service: &str, env: &str) -> Result<Option<Desired>> {
+        self.read(|db| load_desired(db, service, env))
+    }
+
+    fn desired_list(&self) -> Result<Vec<Desired>> {
+        self.read(|db| {
+            let keys = db.query_all(
+                "SELECT service, env FROM desired ORDER BY service, env",
+                args![],
+                |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
+            )?;
+            let mut out = Vec::with_capacity(keys.len());
+            for (service, env) in keys {
+                if let Some(desired) = load_desired(db, &service, &env)? {
+                    out.push(desired);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn desired_set(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        revisions: &[DesiredRevision],
+        expected_generation: Option<u64>,
+    ) -> Result<Desired> {
+        self.write(|db, now| {
+            load_service_env(db, service, env)?;
+            validate_desired(db, service, env, revisions)?;
+            let desired = write_desired(db, now, service, env, revisions, expected_generation)?;
+            audit(
+                db,
+                now,
+                actor,
+                "desired.set",
+                &env_target(service, env),
+                &json!({ "revisions": desired.revisions, "generation": desired.generation }),
+            )?;
+            Ok(desired)
+        })
+    }
+
+    fn desired_set_instances(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        revision: &str,
+        instances: u32,
+        expected_generation: Option<u64>,
+    ) -> Result<Desired> {
+        self.write(|db, now| {
+            let mut current = load_desired(db, service, env)?
+                .ok_or_else(|| not_found("desired state", format!("{service}/{env}")))?;
+            let entry = current
+                .revisions
+                .iter_mut()
+                .find(|d| d.revision == revision)
+                .ok_or_else(|| not_found("revision in the desired state", revision))?;
+            let before = entry.instances;
+            entry.instances = instances;
+            let desired = write_desired(
+                db,
+                now,
+                service,
+                env,
+                &current.revisions,
+                expected_generation,
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "desired.instances",
+                &env_target(service, env),
+                &json!({
+                    "revision": revision,
+                    "from": before,
+                    "to": instances,
+                    "generation": desired.generation,
+                }),
+            )?;
+            Ok(desired)
+        })
+    }
+
+    fn secret_set(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        name: &str,
+        expected_version: u32,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<SecretInfo> {
+        check_secret_name(name)?;
+        self.write(|db, now| {
+            load_service_env(db, service, env)?;
+            let version = next_secret_version(db, service, env, name)?;
+            if version != expected_version {
+                return Err(StoreError::Conflict(format!(
+                    "secret {service}/{env}/{name}: the next version is {version}, not \
+                     {expected_version}"
+                )));
+            }
+            db.execute(
+                "INSERT INTO secrets (service, env, name, version, nonce, ciphertext, \
+                 created_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                args![
+                    service,
+                    env,
+                    name,
+                    version,
+                    nonce,
+                    ciphertext,
+                    actor,
+                    now.unix_millis()
+                ],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "secret.set",
+                &format!("secret/{service}/{env}/{name}"),
+                &json!({ "version": version }),
+            )?;
+            Ok(SecretInfo {
+                service: service.to_owned(),
+                env: env.to_owned(),
+                name: name.to_owned(),
+                version,
+                created_by: actor.to_owned(),
+                created_at: now,
+            })
+        })
+    }
+
+    fn secret_next_version(&self, service: &str, env: &str, name: &str) -> Result<u32> {
+        check_secret_name(name)?;
+        self.read(|db| {
+            load_service_env(db, service, env)?;
+            next_secret_version(db, service, env, name)
+        })
+    }
+
+    fn secret_unset(&self, actor: &str, service: &str, env: &str, name: &str) -> Result<()> {
+        self.write(|db, now| {
+            load_service_env(db, service, env)?;
+            let changed = db.execute(
+                "UPDATE secrets SET deleted_at = ?4 \
+                     WHERE service = ?1 AND env = ?2 AND name = ?3 AND deleted_at IS NULL",
+                args![service, env, name, now.unix_millis()],
+            )?;
+            if changed == 0 {
+                return Err(not_found("secret", format!("{service}/{env}/{name}")));
+            }
+            audit(
+                db,
+                now,
+                actor,
+                "secret.unset",
+                &format!("secret/{service}/{env}/{name}"),
+                &json!({}),
+            )
+        })
+    }
+
+    fn secret_list(&self, service: &str, env: &str) -> Result<Vec<SecretInfo>> {
+        self.read(|db| {
+            load_service_env(db, service, env)?;
+            // Deliberately no nonce or ciphertext column here.
+            db.query_all(
+                "SELECT s.name, s.version, s.created_by, s.created_at FROM secrets s \
+                 WHERE s.service = ?1 AND s.env = ?2 AND s.deleted_at IS NULL \
+                 AND s.version = (SELECT MAX(t.version) FROM secrets t \
+                     WHERE t.service = s.service AND t.env = s.env AND t.name = s.name) \
+                 ORDER BY s.name",
+                args![service, env],
+                |row| {
+                    Ok(SecretInfo {
+                        service: service.to_owned(),
+                        env: env.to_owned(),
+                        name: row.get(0)?,
+                        version: get_u32(row, 1, "secret version")?,
+                        created_by: row.get(2)?,
+                        created_at: get_ts(row, 3)?,
+                    })
+                },
+            )
+        })
+    }
+
+    fn secret_read(
+        &self,
+        service: &str,
+        env: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<SecretVersion> {
+        self.read(|db| {
+            db.query_one(
+                "SELECT nonce, ciphertext, created_by, created_at FROM secrets \
+                 WHERE service = ?1 AND env = ?2 AND name = ?3 AND version = ?4",
+                args![service, env, name, version],
+                |row| {
+                    Ok(SecretVersion {
+                        service: service.to_owned(),
+                        env: env.to_owned(),
+                        name: name.to_owned(),
+                        version,
+                        nonce: row.get(0)?,
+                        ciphertext: row.get(1)?,
+                        created_by: row.get(2)?,
+                        created_at: get_ts(row, 3)?,
+                    })
+                },
+            )?
+            .ok_or_else(|| {
+                not_found(
+                    "secret version",
+                    format!("{service}/{env}/{name}@{version}"),
+                )
+            })
+        })
+    }
+
+    fn token_create(&self, actor: &str, token: &NewToken) -> Result<Token> {
+        if token.name.is_empty() {
+            return Err(StoreError::Invalid("a token needs a name".to_owned()));
+        }
+        if token.hash.is_empty() {
+            return Err(StoreError::Invalid("a token needs a hash".to_owned()));
+        }
+        if let TokenScope::Deploy {
+            service,
+            environments,
+        } = &token.scope
+        {
+            check_list("token environments", environments, false)?;
+            if service.is_empty() {
+                return Err(StoreError::Invalid(
+                    "a deploy token needs a service".to_owned(),
+                ));
+            }
+        }
+        self.write(|db, now| {
+            let taken: Option<i64> = db.query_one(
+                "SELECT id FROM tokens WHERE hash = ?1",
+                args![&token.hash],
+                |row| row.get(0),
+            )?;
+            if taken.is_some() {
+                return Err(StoreError::Conflict(
+                    "another token has the same hash".to_owned(),
+                ));
+            }
+            let id = db.insert_returning_id(
+                "INSERT INTO tokens (name, hash, scope, expires_at, revoked_at, created_at, \
+                 created_by) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6) RETURNING id",
+                args![&token.name, &token.hash, &to_json(&token.scope)?, token.expires_at.map(Timestamp::unix_millis), now.unix_millis(), actor],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "token.create",
+                &format!("token/{id}"),
+                &json!({ "name": token.name, "scope": token.scope, "expires_at": token.expires_at }),
+            )?;
+            load_token(db, id)
+        })
+    }
+
+    fn token_by_hash(&self, hash: &[u8]) -> Result<Option<Token>> {
+        self.read(|db| {
+            db.query_one(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = ?1"),
+                args![hash],
+                token_from_row,
+            )
+        })
+    }
+
+    fn token_list(&self) -> Result<Vec<Token>> {
+        self.read(|db| {
+            db.query_all(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY id"),
+                args![],
+                token_from_row,
+            )
+        })
+    }
+
+    fn token_revoke(&self, actor: &str, id: i64) -> Result<Token> {
+        self.write(|db, now| {
+            load_token(db, id)?;
+            db.execute(
+                "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
+                args![id, now.unix_millis()],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "token.revoke",
+                &format!("token/{id}"),
+                &json!({}),
+            )?;
+            load_token(db, id)
+        })
+    }
+
+    fn audit_list(&self, after_id: i64, limit: u32) -> Result<Vec<AuditEntry>> {
+        self.read(|db| {
+            db.query_all(
+                "SELECT id, at, actor, action, target, detail FROM audit WHERE id > ?1 \
+                 ORDER BY id LIMIT ?2",
+                args![after_id, limit_param(limit)],
+                audit_from_row,
+            )
+        })
+    }
+
+    fn audit_tail(&self, limit: u32) -> Result<Vec<AuditEntry>> {
+        self.read(|db| {
+            db.query_all(
+                "SELECT id, at, actor, action, target, detail FROM (SELECT * FROM audit \
+                 ORDER BY id DESC LIMIT ?1) AS recent ORDER BY id",
+                args![limit_param(limit)],
+                audit_from_row,
+            )
+        })
+    }
+}
+
+fn load_token(db: &dyn Db, id: i64) -> Result<Token> {
+    db.query_one(
+        &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
+        args![id],
+        token_from_row,
+    )?
+    .ok_or_else(|| not_found("token", id.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_names() {
+        for good in ["A", "DATABASE_URL", "_X", "K8S_TOKEN2"] {
+            assert!(is_secret_name(good), "{good}");
+        }
+        for bad in ["", "a", "2FA", "DB-URL", "DB URL", "É"] {
+            assert!(!is_secret_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn heaviest_takes_the_first_of_equals() {
+        let desired = |weights: &[(&str, u32)]| Desired {
+            service: "s".into(),
+            env: "e".into(),
+            revisions: weights
+                .iter()
+                .map(|(r, w)| DesiredRevision {
+                    revision: (*r).into(),
+                    instances: 1,
+                    weight: *w,
+                })
+                .collect(),
+            generation: 1,
+        };
+        assert_eq!(heaviest(None), None);
+        assert_eq!(heaviest(Some(&desired(&[]))), None);
+        assert_eq!(
+            heaviest(Some(&desired(&[("a", 10), ("b", 90)]))).as_deref(),
+            Some("b")
+        );
+        assert_eq!(
+            heaviest(Some(&desired(&[("a", 50), ("b", 50)]))).as_deref(),
+            Some("a")
+        );
+    }
+
+    #[test]
+    fn resolve_planned_needs_the_new_revision_once() {
+        let plan = |refs: Vec<RevisionRef>| -> Vec<PlannedRevision> {
+            refs.into_iter()
+                .map(|revision| PlannedRevision {
+                    revision,
+                    instances: 1,
+                    weight: 1,
+                })
+                .collect()
+        };
+        assert!(matches!(
+            resolve_planned(&plan(vec![]), "n"),
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            resolve_planned(&plan(vec![RevisionRef::New, RevisionRef::New]), "n"),
+            Err(StoreError::Invalid(_))
+        ));
+        let resolved = resolve_planned(
+            &plan(vec![RevisionRef::Named("old".into()), RevisionRef::New]),
+            "n",
+        )
+        .expect("valid");
+        assert_eq!(resolved[0].revision, "old");
+        assert_eq!(resolved[1].revision, "n");
+    }
+}
