@@ -171,7 +171,13 @@ impl From<StoreError> for ApiError {
                 "the control plane's disk is full: nothing was written; try again once its \
                  operator has freed space",
             ),
+            StoreError::Unavailable(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                "the control plane cannot reach its store: nothing was written; try again",
+            ),
             StoreError::Sqlite(_)
+            | StoreError::Postgres(_)
             | StoreError::Corrupt(_)
             | StoreError::Io { .. }
             | StoreError::TooNew { .. } => Self::internal(format!("store: {error}")),

@@ -44,6 +44,12 @@ pub enum StoreError {
     /// The database refused or failed.
     #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
+    /// PostgreSQL refused or failed.
+    #[error("database error: {}", postgres_message(.0))]
+    Postgres(#[source] postgres::Error),
+    /// The database cannot be reached now (a connection could not be made in time).
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
     /// The database holds something this code cannot read.
     #[error("database is corrupt: {0}")]
     Corrupt(String),
@@ -92,5 +98,16 @@ pub(crate) fn not_found(kind: &'static str, name: impl Into<String>) -> StoreErr
     StoreError::NotFound {
         kind,
         name: name.into(),
+    }
+}
+
+/// PostgreSQL's own message (with its detail) rather than the client's summary.
+fn postgres_message(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{}: {detail}", db.message()),
+            None => db.message().to_owned(),
+        },
+        None => error.to_string(),
     }
 }

@@ -62,6 +62,7 @@ mod error;
 mod logic;
 mod migrate;
 mod model;
+mod postgres;
 mod sql;
 mod sqlite;
 mod store;
@@ -74,6 +75,7 @@ pub use model::{
     RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
     artifact_image, artifact_is_process, artifact_source, revision_name,
 };
+pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{DeployRecord, Store};
 pub use time::Timestamp;

@@ -1026,7 +1026,7 @@ impl<B: Backend> Store for B {
             db.query_all(
                 &format!(
                     "SELECT {DEPLOYMENT_COLUMNS} FROM deployments \
-                     WHERE service = ?1 AND (?2 IS NULL OR env = ?2) ORDER BY id DESC LIMIT ?3"
+                     WHERE service = ?1 AND (CAST(?2 AS TEXT) IS NULL OR env = ?2) ORDER BY id DESC LIMIT ?3"
                 ),
                 args![service, env, limit_param(limit)],
                 deployment_from_row,

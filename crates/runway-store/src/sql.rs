@@ -93,7 +93,6 @@ pub(crate) use args;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Dialect {
     Sqlite,
-    #[allow(dead_code, reason = "the PostgreSQL backend is being added")]
     Postgres,
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use runway_store::{
     DeploymentKind, DeploymentState, DesiredRevision, NewService, NewToken, PlannedRevision,
-    RevisionRef, ServiceUpdate, SqliteStore, Store, StoreError, Timestamp, TokenScope,
+    RevisionRef, ServiceUpdate, Store, StoreError, Timestamp, TokenScope,
 };
 use serde_json::json;
 
@@ -23,7 +23,7 @@ fn actions(store: &dyn Store) -> Vec<String> {
 #[test]
 fn the_trait_is_object_safe_and_shareable() {
     let f = fixture();
-    let store: Arc<dyn Store> = Arc::new(f.store);
+    let store: Arc<dyn Store> = Arc::from(f.store);
     let other = Arc::clone(&store);
     std::thread::spawn(move || onboard(other.as_ref(), "hello"))
         .join()
@@ -34,7 +34,7 @@ fn the_trait_is_object_safe_and_shareable() {
 #[test]
 fn services_create_get_list_and_refuse_duplicates() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     onboard(store, "api");
     let hello = store.service_get("hello").unwrap();
@@ -98,7 +98,7 @@ fn services_create_get_list_and_refuse_duplicates() {
 #[test]
 fn deploy_allocates_numbers_per_service_and_env() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     onboard(store, "api");
     let names: Vec<_> = [
@@ -133,7 +133,7 @@ fn deploy_allocates_numbers_per_service_and_env() {
 #[test]
 fn record_deploy_writes_everything_together() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let first = deploy_ok(store, "hello", "production", "sha256:11");
     assert_eq!(first.deployment.from_revision, None);
@@ -212,7 +212,7 @@ fn record_deploy_writes_everything_together() {
 #[test]
 fn a_failed_deploy_leaves_nothing_behind() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let before = store.audit_list(0, 100).unwrap();
     // The desired state names a revision that does not exist: refused after the revision
@@ -265,7 +265,7 @@ fn a_failed_deploy_leaves_nothing_behind() {
 #[test]
 fn deploy_checks_its_inputs() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     onboard(store, "api");
     let unknown = store
@@ -308,7 +308,7 @@ fn deploy_checks_its_inputs() {
 #[test]
 fn only_one_deployment_in_flight() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let first = store
         .record_deploy(
@@ -373,7 +373,7 @@ fn the_state_machine_is_enforced() {
     }
 
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let record = store
         .record_deploy(
@@ -446,7 +446,7 @@ fn the_state_machine_is_enforced() {
 #[test]
 fn events_and_listing_deployments() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let a = deploy_ok(store, "hello", "production", "a");
     let b = deploy_ok(store, "hello", "staging", "b");
@@ -488,19 +488,17 @@ fn events_and_listing_deployments() {
 #[test]
 fn revisions_are_immutable() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let record = deploy_ok(store, "hello", "production", "sha256:aa");
     // Nothing in the API changes a revision; below it, SQL refuses too.
-    let conn = rusqlite::Connection::open(f.path()).unwrap();
-    let err = conn
-        .execute(
-            "UPDATE revisions SET artifact = '{}' WHERE name = ?1",
-            [&record.revision.name],
-        )
+    let err = f
+        .raw_execute(&format!(
+            "UPDATE revisions SET artifact = '{{}}' WHERE name = '{}'",
+            record.revision.name
+        ))
         .unwrap_err();
-    assert!(err.to_string().contains("revisions are immutable"), "{err}");
-    drop(conn);
+    assert!(err.contains("revisions are immutable"), "{err}");
     assert_eq!(
         store.revision_get(&record.revision.name).unwrap(),
         record.revision
@@ -510,7 +508,7 @@ fn revisions_are_immutable() {
 #[test]
 fn rollback_moves_traffic_back_without_a_new_revision() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let one = deploy_ok(store, "hello", "production", "a");
     let two = store
@@ -588,7 +586,7 @@ fn rollback_moves_traffic_back_without_a_new_revision() {
 #[test]
 fn promote_copies_a_revision_to_another_environment() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     deploy_ok(store, "hello", "production", "old");
     deploy_ok(store, "hello", "staging", "x");
@@ -673,7 +671,7 @@ fn promote_copies_a_revision_to_another_environment() {
 #[test]
 fn desired_state_generations_and_instances() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     assert_eq!(store.desired_get("hello", "production").unwrap(), None);
     let one = deploy_ok(store, "hello", "production", "a");
@@ -754,7 +752,7 @@ fn desired_state_generations_and_instances() {
 #[test]
 fn secrets_version_list_unset_and_read() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let v1 = store
         .secret_set(
@@ -921,7 +919,7 @@ fn secrets_version_list_unset_and_read() {
 #[test]
 fn decommission_removes_the_service_with_its_secrets_and_deploy_tokens() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     let first = onboard(store, "hello");
     onboard(store, "api");
     let record = deploy_ok(store, "hello", "production", "a");
@@ -1000,13 +998,13 @@ fn decommission_removes_the_service_with_its_secrets_and_deploy_tokens() {
     assert_eq!(decommissions[0].detail["id"], first.id);
     assert_eq!(decommissions[0].detail["secret_versions_removed"], 1);
     assert_eq!(decommissions[0].detail["deploy_tokens_revoked"], 1);
-    f.store.integrity_check().unwrap();
+    f.check_integrity();
 }
 
 #[test]
 fn tokens_by_hash_revoke_and_expiry() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     let soon = Timestamp::now().add_millis(60_000);
     let admin = store
         .token_create(
@@ -1086,7 +1084,7 @@ fn tokens_by_hash_revoke_and_expiry() {
 #[test]
 fn audit_pages_in_order() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     for i in 0..5 {
         onboard(store, &format!("svc{i}"));
     }
@@ -1106,7 +1104,7 @@ fn audit_pages_in_order() {
 #[test]
 fn records_serialize_with_rfc3339_times() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let record = deploy_ok(store, "hello", "production", "a");
     let stored = store.deployment_get(record.deployment.id).unwrap();
@@ -1124,22 +1122,20 @@ fn records_serialize_with_rfc3339_times() {
 #[test]
 fn two_handles_on_one_file_see_each_other() {
     let f = fixture();
-    let other = SqliteStore::open(f.path()).unwrap();
-    onboard(&f.store, "hello");
+    let other = f.reopen();
+    onboard(&*f.store, "hello");
     assert_eq!(other.service_get("hello").unwrap().name, "hello");
 }
 
 #[test]
 fn concurrent_writers_on_one_file_allocate_distinct_versions() {
     let f = fixture();
-    onboard(&f.store, "hello");
-    let path = f.path();
+    onboard(&*f.store, "hello");
     let threads: Vec<_> = (0..4)
         .map(|t| {
-            let path = path.clone();
+            // A connection of its own, as another process would have.
+            let store = f.reopen();
             std::thread::spawn(move || {
-                // A connection of its own, as another process would have.
-                let store = SqliteStore::open(&path).unwrap();
                 (0..25)
                     .map(|i| {
                         // As the API does: the next version, sealed for, then stored; again
@@ -1193,7 +1189,7 @@ fn concurrent_writers_on_one_file_allocate_distinct_versions() {
 #[test]
 fn services_update_owners_and_environments() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     deploy_ok(store, "hello", "production", "a");
     let updated = store

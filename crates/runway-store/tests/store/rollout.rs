@@ -40,7 +40,7 @@ fn pending(store: &dyn Store, digest: &str) -> i64 {
 fn commands_are_set_replaced_and_consumed_compare_and_clear() {
     use RolloutCommand::*;
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let id = pending(store, "a");
     let fresh = store.deployment_get(id).unwrap();
@@ -165,7 +165,7 @@ fn commands_are_set_replaced_and_consumed_compare_and_clear() {
 #[test]
 fn a_command_needs_a_deployment_in_progress() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let before = store.audit_list(0, 1000).unwrap();
     // Before the first deploy.
@@ -223,7 +223,7 @@ fn pending_in(store: &dyn Store, env: &str) -> i64 {
 #[test]
 fn saving_a_rollout_is_refused_once_the_deployment_ended() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let id = pending(store, "a");
     store
@@ -261,7 +261,7 @@ fn saving_a_rollout_is_refused_once_the_deployment_ended() {
 #[test]
 fn a_terminal_state_drops_the_pending_command() {
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let id = pending(store, "a");
     store
@@ -338,7 +338,7 @@ fn commands_have_names_and_serialize_with_deployments() {
     );
 
     let f = fixture();
-    let store: &dyn Store = &f.store;
+    let store: &dyn Store = &*f.store;
     onboard(store, "hello");
     let id = pending(store, "a");
     store

@@ -3,27 +3,134 @@
 use std::collections::BTreeMap;
 
 use runway_store::{
-    DeployRecord, DesiredRevision, NewRevision, NewService, PlannedRevision, RevisionRef,
-    SqliteStore, Store,
+    DeployRecord, DesiredRevision, NewRevision, NewService, PlannedRevision, PostgresStore,
+    RevisionRef, SqliteStore, Store,
 };
 use serde_json::json;
 use tempfile::TempDir;
 
+/// A store for one test, on the backend `RUNWAY_TEST_STORE` names: `sqlite` (the default) or
+/// `postgres` (a database of its own made on the server `RUNWAY_TEST_POSTGRES` points at,
+/// as `scripts/with-postgres` sets it, and dropped afterwards).
 pub(crate) struct Fixture {
-    pub(crate) store: SqliteStore,
+    pub(crate) store: Box<dyn Store>,
     pub(crate) dir: TempDir,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite,
+    Postgres(TestDatabase),
 }
 
 impl Fixture {
+    /// The SQLite file (only for a test that checks the file itself).
     pub(crate) fn path(&self) -> std::path::PathBuf {
         self.dir.path().join("runway.db")
+    }
+
+    /// Whether the store is SQLite, for the few tests of SQLite's own behaviour.
+    pub(crate) fn is_sqlite(&self) -> bool {
+        matches!(self.backend, Backend::Sqlite)
+    }
+
+    /// Another handle on the same database, as another process (or replica) would open it.
+    pub(crate) fn reopen(&self) -> Box<dyn Store> {
+        match &self.backend {
+            Backend::Sqlite => Box::new(SqliteStore::open(self.path()).unwrap()),
+            Backend::Postgres(database) => Box::new(PostgresStore::open(&database.url).unwrap()),
+        }
+    }
+
+    /// Runs a statement below the store, straight on the database: the error's text when
+    /// the database refuses it.
+    pub(crate) fn raw_execute(&self, sql: &str) -> Result<(), String> {
+        match &self.backend {
+            Backend::Sqlite => rusqlite::Connection::open(self.path())
+                .unwrap()
+                .execute_batch(sql)
+                .map_err(|e| e.to_string()),
+            Backend::Postgres(database) => {
+                postgres::Client::connect(&database.url, postgres::NoTls)
+                    .unwrap()
+                    .batch_execute(sql)
+                    .map_err(|e| {
+                        e.as_db_error()
+                            .map_or_else(|| e.to_string(), |db| db.message().to_owned())
+                    })
+            }
+        }
+    }
+
+    /// The database's own consistency check, where it has one (SQLite's integrity check).
+    pub(crate) fn check_integrity(&self) {
+        if self.is_sqlite() {
+            SqliteStore::open(self.path())
+                .unwrap()
+                .integrity_check()
+                .unwrap();
+        }
+    }
+}
+
+/// A database made for one test on the shared test server, dropped with it.
+struct TestDatabase {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+/// Which backend the tests run on.
+pub(crate) fn on_postgres() -> bool {
+    match std::env::var("RUNWAY_TEST_STORE").as_deref() {
+        Ok("postgres") => true,
+        Ok("sqlite") | Err(_) => false,
+        Ok(other) => panic!("RUNWAY_TEST_STORE={other}: expected sqlite or postgres"),
     }
 }
 
 pub(crate) fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path().join("runway.db")).unwrap();
-    Fixture { store, dir }
+    if !on_postgres() {
+        let store = SqliteStore::open(dir.path().join("runway.db")).unwrap();
+        return Fixture {
+            store: Box::new(store),
+            dir,
+            backend: Backend::Sqlite,
+        };
+    }
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let admin = std::env::var("RUNWAY_TEST_POSTGRES").expect(
+        "RUNWAY_TEST_STORE=postgres needs RUNWAY_TEST_POSTGRES (run under scripts/with-postgres)",
+    );
+    let name = format!(
+        "runway_test_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    postgres::Client::connect(&admin, postgres::NoTls)
+        .unwrap()
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let (server, _) = admin.rsplit_once('/').expect("a URL ending in /DATABASE");
+    let url = format!("{server}/{name}");
+    let store = PostgresStore::open(&url).unwrap();
+    Fixture {
+        store: Box::new(store),
+        dir,
+        backend: Backend::Postgres(TestDatabase { admin, name, url }),
+    }
 }
 
 pub(crate) fn onboard(store: &dyn Store, name: &str) -> runway_store::Service {
