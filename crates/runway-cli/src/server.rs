@@ -24,7 +24,7 @@ use runway_runtime::{LocalDriver, LocalDriverOptions, LocalRuntime};
 
 use crate::driver::{KubernetesConfig, RuntimeKind, ServerDriver};
 use runway_secrets::{MasterKey, Sealer};
-use runway_store::{SqliteStore, Store};
+use runway_store::{PostgresStore, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, watch};
 /// `runway server`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The configuration file (YAML): `api`, `ingress`, `control` and `runtime` sections, every
+    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime` and `store` sections, every
     /// key optional, unknown keys refused.
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) config: Option<PathBuf>,
@@ -76,6 +76,62 @@ pub(crate) struct ServerConfig {
     pub(crate) control: ControllerConfig,
     /// How instances run: the registries reached over plain HTTP, the OCI runtime.
     pub(crate) runtime: RuntimeConfig,
+    /// Where the control plane's state is kept.
+    pub(crate) store: StoreConfig,
+}
+
+/// Where the control plane's state is kept: SQLite in the data directory, or a PostgreSQL
+/// database that several replicas share.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct StoreConfig {
+    /// `postgres://user:password@host:port/database` (or libpq's `key=value` form). Without
+    /// it, `runway.db` in the data directory.
+    #[serde(serialize_with = "without_password")]
+    pub(crate) url: Option<String>,
+}
+
+/// A store URL as shown (`runway server check-config`): its password replaced by `***`.
+fn without_password<S: serde::Serializer>(
+    url: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let shown = url.as_deref().map(|url| {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            // The key=value form: its password= pair hidden.
+            return url
+                .split_whitespace()
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => pair.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+        };
+        match rest.rsplit_once('@') {
+            Some((credentials, host)) => match credentials.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+                None => url.to_owned(),
+            },
+            None => url.to_owned(),
+        }
+    });
+    serializer.serialize_some(&shown)
+}
+
+impl StoreConfig {
+    /// Opens the store: PostgreSQL's when a URL is given, else `runway.db` in `data_dir`.
+    fn open(&self, data_dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
+        Ok(match &self.url {
+            Some(url) => {
+                Arc::new(PostgresStore::open(url).context("store.url: cannot open the store")?)
+            }
+            None => Arc::new(
+                SqliteStore::open(data_dir.join("runway.db"))
+                    .with_context(|| format!("cannot open the store in {}", data_dir.display()))?,
+            ),
+        })
+    }
 }
 
 /// Where services run, and how the local runtime pulls and runs images.
@@ -389,6 +445,9 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
         runway_ingress::control_tls::ClientTls::load(&remote.tls_dir, &remote.server_name)
             .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
     }
+    if let Some(url) = &config.store.url {
+        PostgresStore::check_url(url).context("store.url")?;
+    }
     if let RuntimeKind::Kubernetes = config.runtime.kind {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -409,19 +468,18 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
 }
 
 /// `runway server admin-token`: see [`ServerCommand::AdminToken`].
-fn admin_token(data_dir: &Path) -> anyhow::Result<()> {
-    let path = data_dir.join("runway.db");
-    if !path.is_file() {
+fn admin_token(config: &ServerConfig) -> anyhow::Result<()> {
+    let path = config.api.data_dir.join("runway.db");
+    if config.store.url.is_none() && !path.is_file() {
         bail!(
             "no store at {}: give the data directory `runway server` runs with (--data-dir, or \
              api.data_dir in --config)",
             path.display()
         );
     }
-    let store = SqliteStore::open(&path)
-        .with_context(|| format!("cannot open the store {}", path.display()))?;
+    let store = config.store.open(&config.api.data_dir)?;
     let (token, revoked) =
-        runway_api::recover_admin(&store).context("cannot create an admin token")?;
+        runway_api::recover_admin(store.as_ref()).context("cannot create an admin token")?;
     eprintln!(
         "runway server: revoked {revoked} admin token{}; the new one, shown this once:",
         if revoked == 1 { "" } else { "s" }
@@ -435,10 +493,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let data_dir = config.api.data_dir.clone();
     create_data_dir(&data_dir)?;
     let lock = lock_data_dir(&data_dir)?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(data_dir.join("runway.db"))
-            .with_context(|| format!("cannot open the store in {}", data_dir.display()))?,
-    );
+    let store = config.store.open(&data_dir)?;
     let key_path = data_dir.join("master.key");
     let (key, _) = MasterKey::load_or_create(&key_path)
         .with_context(|| format!("cannot use the master key {}", key_path.display()))?;
@@ -750,7 +805,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         config.api.data_dir = crate::local::default_state_dir()?.join("server");
     }
     if let Some(ServerCommand::AdminToken) = args.command {
-        return admin_token(&config.api.data_dir);
+        return admin_token(&config);
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
     if let Some(ServerCommand::CheckConfig) = args.command {

@@ -1184,6 +1184,18 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         overlapping.all()
     );
 
+    // A store URL's password is not printed.
+    let postgres = check("store:\n  url: postgres://runway:s3cret@db.internal:5432/runway\n");
+    assert!(postgres.ok(), "{}", postgres.all());
+    assert_eq!(
+        postgres.json()["store"]["url"],
+        "postgres://runway:***@db.internal:5432/runway"
+    );
+    assert!(!postgres.stdout.contains("s3cret"));
+    let bad_url = check("store:\n  url: 'postgres://a@b:notaport/c'\n");
+    assert!(!bad_url.ok());
+    assert!(bad_url.stderr.contains("store.url"), "{}", bad_url.all());
+
     let cluster = check(&format!(
         "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: {}\n",
         dir.path().join("kubeconfig").display()
@@ -1194,4 +1206,107 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         "{}",
         cluster.all()
     );
+}
+
+/// A database of its own on the test PostgreSQL (`scripts/with-postgres`), for one test: its
+/// URL. `None`, said, on a developer's machine without one; under `CI=true`, a failure.
+fn test_database(purpose: &str) -> Option<String> {
+    let Ok(admin) = std::env::var("RUNWAY_TEST_POSTGRES") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "RUNWAY_TEST_POSTGRES is not set: run the tests under scripts/with-postgres"
+        );
+        eprintln!("skipped: {purpose} needs PostgreSQL (run under scripts/with-postgres)");
+        return None;
+    };
+    let name = format!("runway_server_{}", std::process::id());
+    let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let (server, _) = admin.rsplit_once('/').unwrap();
+    Some(format!("{server}/{name}"))
+}
+
+/// `runway server` with `store.url` on a real PostgreSQL: a deploy is served, a kill -9 and a
+/// restart keep every service, revision, secret and token, and `admin-token` recovers access
+/// on that store as on SQLite.
+#[test]
+fn a_server_on_postgres_keeps_its_state_across_a_restart() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let Some(url) = test_database("a server on PostgreSQL") else {
+        return;
+    };
+    let mut platform = Platform::start(&Settings {
+        sections: format!("store:\n  url: {url}\n"),
+        ..Settings::default()
+    });
+    assert!(
+        !platform.data.join("runway.db").exists(),
+        "a SQLite store was made beside PostgreSQL"
+    );
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    let (status, _) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(status, 200);
+
+    platform.kill9();
+    platform.restart();
+    let revisions = platform.runway(&[
+        "revisions",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    assert!(revisions.ok(), "{}", revisions.all());
+    assert!(
+        revisions.stdout.contains("hello-dev-00001"),
+        "{}",
+        revisions.all()
+    );
+    let secrets = platform.runway(&[
+        "secrets",
+        "list",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        secrets.stdout.contains("API_KEY") || secrets.stdout.contains("\"name\""),
+        "{}",
+        secrets.all()
+    );
+    assert!(secrets.ok(), "{}", secrets.all());
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(
+        deploy.ok(),
+        "deploy after restart: {}\n{}",
+        deploy.all(),
+        platform.log()
+    );
+    assert!(deploy.all().contains("hello-dev-00002"), "{}", deploy.all());
+
+    let mut recover = Command::new(support::RUNWAY);
+    recover
+        .args(["server", "admin-token", "--config"])
+        .arg(&platform.config)
+        .arg("--data-dir")
+        .arg(&platform.data)
+        .env_remove("RUNWAY_DATA_DIR");
+    let recovered = support::run(recover, None, Duration::from_secs(30));
+    assert!(recovered.ok(), "{}", recovered.all());
+    assert!(recovered.stdout.trim().starts_with("runway_admin_"));
 }

@@ -23,10 +23,11 @@ use crate::{
 /// snapshot.
 pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// Runs `f` in a write transaction, committed when `f` succeeds, rolled back otherwise.
-    fn write<T>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T>) -> Result<T>;
+    /// (`Send`: a backend may run it on a thread of its own.)
+    fn write<T: Send>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T> + Send) -> Result<T>;
 
     /// Runs `f` in a read transaction, so it sees one snapshot.
-    fn read<T>(&self, f: impl FnOnce(&dyn Db) -> Result<T>) -> Result<T>;
+    fn read<T: Send>(&self, f: impl FnOnce(&dyn Db) -> Result<T> + Send) -> Result<T>;
 }
 
 // --- row helpers ---------------------------------------------------------------------------

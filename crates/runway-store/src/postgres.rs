@@ -67,8 +67,15 @@ impl PostgresStore {
             .build(manager)
             .map_err(|error| unavailable(&shown, &error))?;
         let store = Self { pool, shown };
-        store.migrate()?;
+        off_runtime(|| store.migrate())?;
         Ok(store)
+    }
+
+    /// Checks a URL's form, reaching nothing.
+    pub fn check_url(url: &str) -> Result<()> {
+        url.parse::<postgres::Config>()
+            .map(drop)
+            .map_err(|error| StoreError::Invalid(format!("store URL: {}", chain(&error))))
     }
 
     /// The schema version of the database.
@@ -132,7 +139,30 @@ impl PostgresStore {
 }
 
 impl Backend for PostgresStore {
-    fn write<T>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T>) -> Result<T> {
+    fn write<T: Send>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T> + Send) -> Result<T> {
+        off_runtime(|| self.write_here(f))
+    }
+
+    fn read<T: Send>(&self, f: impl FnOnce(&dyn Db) -> Result<T> + Send) -> Result<T> {
+        off_runtime(|| self.read_here(f))
+    }
+}
+
+/// Runs `f` where the synchronous client may block: here, unless this thread runs a tokio
+/// runtime's tasks (the client drives a runtime of its own, which cannot start inside
+/// another), then on a thread of its own for the call.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(value) => value,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
+impl PostgresStore {
+    fn write_here<T>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T>) -> Result<T> {
         let mut client = self.client()?;
         let mut tx = client
             .build_transaction()
@@ -147,7 +177,7 @@ impl Backend for PostgresStore {
         Ok(value)
     }
 
-    fn read<T>(&self, f: impl FnOnce(&dyn Db) -> Result<T>) -> Result<T> {
+    fn read_here<T>(&self, f: impl FnOnce(&dyn Db) -> Result<T>) -> Result<T> {
         let mut client = self.client()?;
         let tx = client
             .build_transaction()

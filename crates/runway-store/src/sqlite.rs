@@ -155,7 +155,7 @@ impl SqliteStore {
 
 impl Backend for SqliteStore {
     /// An immediate transaction: SQLite's one writer, taken at `BEGIN`.
-    fn write<T>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T>) -> Result<T> {
+    fn write<T: Send>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T> + Send) -> Result<T> {
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -165,7 +165,7 @@ impl Backend for SqliteStore {
         Ok(value)
     }
 
-    fn read<T>(&self, f: impl FnOnce(&dyn Db) -> Result<T>) -> Result<T> {
+    fn read<T: Send>(&self, f: impl FnOnce(&dyn Db) -> Result<T> + Send) -> Result<T> {
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Deferred)

@@ -505,7 +505,7 @@ impl Platform {
             {
                 ca = Some(PathBuf::from(rest.trim()));
                 // A later start prints no token: the CA's line is its last.
-                ended = self.data.join("runway.db").exists() && !self.token.is_empty();
+                ended = !self.token.is_empty();
             } else if let Some(rest) = line.strip_prefix("runway server: ingress pid ") {
                 // N (started|adopted|replaced pid M: why)
                 ingress = rest.split_once(" (").and_then(|(pid, outcome)| {
