@@ -32,8 +32,8 @@ use tokio::sync::{mpsc, watch};
 /// `runway server`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime` and `store` sections, every
-    /// key optional, unknown keys refused.
+    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime` and `store`
+    /// sections, every key optional, unknown keys refused.
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) config: Option<PathBuf>,
     /// Where the store, the master key, the certificate authority and the instances' state

@@ -1316,7 +1316,8 @@ impl<D: Driver> Controller<D> {
                 // A full disk, or a store that fails: everything waits for it.
                 Err(
                     error @ ControlError::Store {
-                        source: runway_store::StoreError::Full
+                        source:
+                            runway_store::StoreError::Full
                             | runway_store::StoreError::Sqlite(_)
                             | runway_store::StoreError::Postgres(_)
                             | runway_store::StoreError::Unavailable(_),
