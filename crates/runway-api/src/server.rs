@@ -189,6 +189,10 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let service = TowerToHyperService::new(router.clone());
         let acceptor = acceptor.clone();
+        // Closed lingering: a client still sending a body the answer did not need (a refused
+        // upload) reads that answer rather than a reset. Its place is held until then.
+        let linger = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let stream = runway_ingress::ClientIo::new(stream, permit, linger);
         tokio::spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -203,7 +207,9 @@ pub async fn serve(
                 Some(acceptor) => {
                     let handshake = tokio::time::timeout(options.tls_handshake_timeout, async {
                         let mut stream = stream;
-                        if refuse_plain_http(&mut stream).await {
+                        if let Some(tcp) = stream.get_mut()
+                            && refuse_plain_http(tcp).await
+                        {
                             return Ok(None);
                         }
                         acceptor.accept(stream).await.map(Some)
@@ -228,7 +234,6 @@ pub async fn serve(
             {
                 eprintln!("runway-api: connection from {peer}: {e}");
             }
-            drop(permit);
         });
     }
     drop(listener);

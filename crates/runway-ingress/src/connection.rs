@@ -181,25 +181,39 @@ pub(crate) async fn accept_until(
     }
 }
 
-/// A client's socket as the HTTP server uses it, holding the connection's place in the
-/// budget. When it is dropped with the connection's `linger` flag set (a request body was
-/// left unread), it closes lingering: the write side first, then what the client still sends
-/// is read and dropped for a while, so that the client reads the response rather than a
-/// reset. Its place in the budget is held until then.
-#[derive(Debug)]
-pub(crate) struct ClientIo {
+/// A client's socket as an HTTP server uses it, holding the connection's place in its
+/// budget (`held`). When it is dropped with the connection's `linger` flag set (a request
+/// body was left unread), it closes lingering: the write side first, then what the client
+/// still sends is read and dropped for a while, so that the client reads the response rather
+/// than a reset. Its place in the budget is held until then. The ingress sets the flag when a
+/// body is left; the API, which does not track it, sets it always.
+pub struct ClientIo {
     stream: Option<TcpStream>,
-    admitted: Option<Admitted>,
+    held: Option<Box<dyn Send>>,
     linger: Arc<AtomicBool>,
 }
 
+impl std::fmt::Debug for ClientIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIo")
+            .field("stream", &self.stream)
+            .field("linger", &self.linger)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ClientIo {
-    pub(crate) fn new(stream: TcpStream, admitted: Admitted, linger: Arc<AtomicBool>) -> Self {
+    pub fn new(stream: TcpStream, held: impl Send + 'static, linger: Arc<AtomicBool>) -> Self {
         Self {
             stream: Some(stream),
-            admitted: Some(admitted),
+            held: Some(Box::new(held)),
             linger,
         }
+    }
+
+    /// The socket itself (to peek at what the client sent first).
+    pub fn get_mut(&mut self) -> Option<&mut TcpStream> {
+        self.stream.as_mut()
     }
 
     fn stream(self: Pin<&mut Self>) -> io::Result<Pin<&mut TcpStream>> {
@@ -220,10 +234,10 @@ impl Drop for ClientIo {
         else {
             return;
         };
-        let admitted = self.admitted.take();
+        let held = self.held.take();
         runtime.spawn(async move {
             linger(stream).await;
-            drop(admitted);
+            drop(held);
         });
     }
 }

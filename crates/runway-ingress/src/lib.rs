@@ -30,6 +30,7 @@ use tokio::sync::broadcast;
 
 pub use body::ProxyBody;
 pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
+pub use connection::ClientIo;
 pub use error::{ConfigError, ProxyError};
 pub use limits::raise_fd_limit;
 pub use log::AccessRecord;

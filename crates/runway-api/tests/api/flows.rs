@@ -1538,3 +1538,33 @@ async fn an_environment_is_added_to_a_service_keeping_its_history() {
         );
     }
 }
+
+/// A client that sends a large body the server answers without reading (an upload with no
+/// token) still reads that answer: the server closes lingering, reading and dropping the rest,
+/// rather than resetting the connection under the client's feet.
+#[tokio::test]
+async fn an_answer_before_the_body_is_read_reaches_the_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = start().await;
+    let body = vec![b'x'; 8 << 20];
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "PUT /v1/services/hello/environments/dev/sources/sha256:{} HTTP/1.1\r\nhost: localhost\r\n\
+         content-type: application/x-tar\r\ncontent-length: {}\r\n\r\n",
+        "0".repeat(64),
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let sent = stream.write_all(&body).await;
+    assert!(sent.is_ok(), "the body could not be sent: {sent:?}");
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .unwrap();
+    assert!(read.is_ok(), "the answer was lost: {read:?}");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
