@@ -62,6 +62,20 @@ pub(crate) enum ServerCommand {
     /// kubernetes` the kubeconfig (or the pod's service account), without reaching the
     /// cluster. Exits non-zero, naming the key or file, on the first problem.
     CheckConfig,
+    /// Copy this data directory's SQLite store into an empty PostgreSQL database.
+    ///
+    /// Everything is copied as it is: services and their identities, revisions, deployments
+    /// with their events, desired state, secrets (still sealed: the copy never sees a value),
+    /// tokens and the audit log. The server must not be running on the data directory (its
+    /// lock is held for the copy), and the target must hold nothing. Afterwards set
+    /// `store.url` in the configuration, and give every replica this data directory's
+    /// `master.key`: the secrets are sealed with it.
+    MigrateStore {
+        /// The PostgreSQL database to copy into (`postgres://user:password@host:port/db`), or
+        /// `-` to read it from standard input, keeping a password out of the process list.
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
 }
 
 /// The whole configuration file.
@@ -467,6 +481,51 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
     Ok(())
 }
 
+/// `runway server migrate-store`: see [`ServerCommand::MigrateStore`].
+fn migrate_store(data_dir: &Path, to: &str) -> anyhow::Result<()> {
+    let path = data_dir.join("runway.db");
+    if !path.is_file() {
+        bail!(
+            "no store at {}: give the data directory `runway server` runs with (--data-dir)",
+            path.display()
+        );
+    }
+    let url = if to == "-" {
+        let mut line = String::new();
+        std::io::stdin()
+            .read_line(&mut line)
+            .context("cannot read the URL from standard input")?;
+        line.trim().to_owned()
+    } else {
+        to.to_owned()
+    };
+    PostgresStore::check_url(&url).context("--to")?;
+    // No server writes while it is copied.
+    let _lock = lock_data_dir(data_dir)?;
+    let from = SqliteStore::open(&path)
+        .with_context(|| format!("cannot open the store {}", path.display()))?;
+    let target = PostgresStore::open(&url).context("--to: cannot open the target store")?;
+    let copied =
+        runway_store::copy_sqlite_to_postgres(&from, &target).context("cannot copy the store")?;
+    for (table, rows) in &copied.tables {
+        eprintln!(
+            "runway server: copied {rows} row{} of {table}",
+            plural(*rows)
+        );
+    }
+    eprintln!(
+        "runway server: {} is copied. Set `store: {{url: ...}}` in the configuration, and give \
+         every replica {} (the secrets are sealed with it). The SQLite file is left as it was.",
+        path.display(),
+        data_dir.join("master.key").display()
+    );
+    Ok(())
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
 /// `runway server admin-token`: see [`ServerCommand::AdminToken`].
 fn admin_token(config: &ServerConfig) -> anyhow::Result<()> {
     let path = config.api.data_dir.join("runway.db");
@@ -808,8 +867,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
         return admin_token(&config);
     }
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if let Some(ServerCommand::CheckConfig) = args.command {
-        return check_config(&config, args.config.as_deref());
+    match &args.command {
+        Some(ServerCommand::CheckConfig) => {
+            return check_config(&config, args.config.as_deref());
+        }
+        Some(ServerCommand::MigrateStore { to }) => {
+            return migrate_store(&config.api.data_dir, to);
+        }
+        _ => {}
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1219,7 +1219,15 @@ fn test_database(purpose: &str) -> Option<String> {
         eprintln!("skipped: {purpose} needs PostgreSQL (run under scripts/with-postgres)");
         return None;
     };
-    let name = format!("runway_server_{}", std::process::id());
+    let name = format!(
+        "runway_{}_{}",
+        purpose
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase(),
+        std::process::id()
+    );
     let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
     client
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -1309,4 +1317,86 @@ fn a_server_on_postgres_keeps_its_state_across_a_restart() {
     let recovered = support::run(recover, None, Duration::from_secs(30));
     assert!(recovered.ok(), "{}", recovered.all());
     assert!(recovered.stdout.trim().starts_with("runway_admin_"));
+}
+
+/// `runway server migrate-store`: a server's SQLite store copied into PostgreSQL (the URL read
+/// from standard input); the server started again on it finds every service, revision and
+/// secret, and its next deploy numbers on. A running server's data directory, and a target
+/// that is not empty, are refused.
+#[test]
+fn a_sqlite_store_is_migrated_to_postgres_and_the_server_goes_on() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let Some(url) = test_database("migrate store") else {
+        return;
+    };
+    let mut platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    let migrate = |platform: &Platform| {
+        let mut command = Command::new(support::RUNWAY);
+        command
+            .args(["server", "migrate-store", "--to", "-", "--data-dir"])
+            .arg(&platform.data)
+            .env_remove("RUNWAY_DATA_DIR");
+        support::run(
+            command,
+            Some(format!("{url}\n").as_bytes()),
+            Duration::from_secs(60),
+        )
+    };
+    // The server still runs: its data directory is locked.
+    let busy = migrate(&platform);
+    assert!(
+        !busy.ok() && busy.stderr.contains("another runway server is using"),
+        "{}",
+        busy.all()
+    );
+
+    platform.kill9();
+    let moved = migrate(&platform);
+    assert!(moved.ok(), "{}", moved.all());
+    assert!(
+        moved.stderr.contains("copied 1 row of services"),
+        "{}",
+        moved.all()
+    );
+    let again = migrate(&platform);
+    assert!(
+        !again.ok() && again.stderr.contains("not empty"),
+        "{}",
+        again.all()
+    );
+
+    let mut config = std::fs::read_to_string(&platform.config).unwrap();
+    config.push_str(&format!("store:\n  url: {url}\n"));
+    std::fs::write(&platform.config, config).unwrap();
+    // The SQLite file is no longer the store: moved aside, nothing may read it.
+    std::fs::rename(
+        platform.data.join("runway.db"),
+        platform.data.join("runway.db.migrated"),
+    )
+    .unwrap();
+    platform.restart();
+    let revisions = platform.runway(&[
+        "revisions",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    assert!(
+        revisions.ok() && revisions.stdout.contains("hello-dev-00001"),
+        "{}",
+        revisions.all()
+    );
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    assert!(deploy.all().contains("hello-dev-00002"), "{}", deploy.all());
+    assert!(!platform.data.join("runway.db").exists());
 }

@@ -58,6 +58,7 @@
 //!
 //! [`Timestamp`]: Unix milliseconds in SQL (`INTEGER`), RFC 3339 in JSON.
 
+mod copy;
 mod error;
 mod logic;
 mod migrate;
@@ -68,6 +69,7 @@ mod sqlite;
 mod store;
 mod time;
 
+pub use copy::{Copied, copy_sqlite_to_postgres};
 pub use error::{Result, StoreError};
 pub use model::{
     AuditEntry, Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired,

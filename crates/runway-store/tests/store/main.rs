@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod api;
+mod copy;
 mod durability;
 mod migrations;
 mod props;

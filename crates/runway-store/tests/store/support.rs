@@ -42,6 +42,14 @@ impl Fixture {
         }
     }
 
+    /// Another handle on the PostgreSQL database (a PostgreSQL fixture only).
+    pub(crate) fn reopen_postgres(&self) -> PostgresStore {
+        match &self.backend {
+            Backend::Postgres(database) => PostgresStore::open(&database.url).unwrap(),
+            Backend::Sqlite => panic!("not a PostgreSQL fixture"),
+        }
+    }
+
     /// Runs a statement below the store, straight on the database: the error's text when
     /// the database refuses it.
     pub(crate) fn raw_execute(&self, sql: &str) -> Result<(), String> {
