@@ -5,6 +5,7 @@ mod api;
 mod copy;
 mod durability;
 mod migrations;
+mod postgres;
 mod props;
 mod rollout;
 mod support;

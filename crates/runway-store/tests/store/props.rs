@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use runway_store::{
-    DeploymentState, DesiredRevision, PlannedRevision, RevisionRef, RolloutCommand, SqliteStore,
-    Store,
+    DeploymentState, DesiredRevision, PlannedRevision, RevisionRef, RolloutCommand, Store,
 };
 
 use crate::support::{new_revision, onboard};
@@ -292,7 +291,7 @@ fn all_deployments(store: &dyn Store) -> Vec<runway_store::Deployment> {
 
 /// What must hold after every operation.
 fn check(
-    store: &SqliteStore,
+    store: &dyn Store,
     generations: &mut BTreeMap<(String, String), u64>,
     names: &mut BTreeMap<String, i64>,
 ) {
@@ -368,14 +367,15 @@ proptest! {
 
     #[test]
     fn random_operations_keep_the_invariants(ops in prop::collection::vec(op(), 1..40)) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("runway.db")).unwrap();
-        onboard(&store, "hello");
+        // On the backend the pass runs on (`RUNWAY_TEST_STORE`).
+        let f = crate::support::fixture();
+        let store: &dyn Store = &*f.store;
+        onboard(store, "hello");
         let (mut generations, mut names) = (BTreeMap::new(), BTreeMap::new());
         for op in &ops {
-            apply(&store, op);
-            check(&store, &mut generations, &mut names);
+            apply(store, op);
+            check(store, &mut generations, &mut names);
         }
-        store.integrity_check().unwrap();
+        f.check_integrity();
     }
 }

@@ -42,6 +42,14 @@ impl Fixture {
         }
     }
 
+    /// The PostgreSQL database's URL (a PostgreSQL fixture only).
+    pub(crate) fn postgres_url(&self) -> &str {
+        match &self.backend {
+            Backend::Postgres(database) => &database.url,
+            Backend::Sqlite => panic!("not a PostgreSQL fixture"),
+        }
+    }
+
     /// Another handle on the PostgreSQL database (a PostgreSQL fixture only).
     pub(crate) fn reopen_postgres(&self) -> PostgresStore {
         match &self.backend {
