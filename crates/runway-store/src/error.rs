@@ -44,6 +44,17 @@ pub enum StoreError {
     /// The database refused or failed.
     #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
+    /// A fenced handle's lease is held by another now: this replica no longer leads.
+    #[error(
+        "this replica no longer holds the lease {lease:?} (its token {token} is stale): \
+         another leads; nothing was written"
+    )]
+    Fenced {
+        /// The lease.
+        lease: String,
+        /// The token the handle carried.
+        token: i64,
+    },
     /// PostgreSQL refused or failed.
     #[error("database error: {}", postgres_message(.0))]
     Postgres(#[source] postgres::Error),

@@ -3,6 +3,8 @@
 //! [`crate::SqliteStore`] is one.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,9 +14,9 @@ use crate::error::{Result, StoreError, not_found};
 use crate::sql::{Db, DbExt, Row, args};
 use crate::{
     AuditEntry, DeployRecord, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
-    Desired, DesiredRevision, NewRevision, NewService, NewToken, PlannedRevision, Revision,
-    RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store,
-    Timestamp, Token, TokenScope, revision_name,
+    Desired, DesiredRevision, Fence, Lease, NewRevision, NewService, NewToken, PlannedRevision,
+    Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
+    Store, Timestamp, Token, TokenScope, revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -28,6 +30,14 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// Runs `f` in a read transaction, so it sees one snapshot.
     fn read<T: Send>(&self, f: impl FnOnce(&dyn Db) -> Result<T> + Send) -> Result<T>;
+
+    /// This store behind `fence` (see [`Store::fenced`]).
+    fn into_fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store>
+    where
+        Self: Sized,
+    {
+        Arc::new(Fenced { inner: self, fence })
+    }
 }
 
 // --- row helpers ---------------------------------------------------------------------------
@@ -1516,6 +1526,78 @@ impl<B: Backend> Store for B {
             )
         })
     }
+
+    fn lease_acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>> {
+        if name.is_empty() || holder.is_empty() {
+            return Err(StoreError::Invalid(
+                "a lease needs a name and a holder".to_owned(),
+            ));
+        }
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        self.write(|db, now| {
+            let expires_at = now.unix_millis().saturating_add(ttl_ms);
+            let current = load_lease(db, name)?;
+            let token = match &current {
+                // Renewed: the same token.
+                Some(lease) if lease.holder == holder => lease.token,
+                // Another's, not expired: not taken.
+                Some(lease) if lease.expires_at.unix_millis() > now.unix_millis() => {
+                    return Ok(None);
+                }
+                Some(lease) => lease.token.saturating_add(1),
+                None => 1,
+            };
+            db.execute(
+                "INSERT INTO leases (name, holder, token, expires_at) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                 token = excluded.token, expires_at = excluded.expires_at",
+                args![name, holder, token, expires_at],
+            )?;
+            if current.as_ref().is_none_or(|lease| lease.holder != holder) {
+                audit(
+                    db,
+                    now,
+                    holder,
+                    "lease.acquire",
+                    &format!("lease/{name}"),
+                    &json!({
+                        "token": token,
+                        "from": current.as_ref().map(|lease| &lease.holder),
+                    }),
+                )?;
+            }
+            load_lease(db, name)
+        })
+    }
+
+    fn lease_release(&self, name: &str, holder: &str, token: i64) -> Result<()> {
+        self.write(|db, now| {
+            let released = db.execute(
+                "UPDATE leases SET expires_at = ?4 \
+                 WHERE name = ?1 AND holder = ?2 AND token = ?3",
+                args![name, holder, token, now.unix_millis()],
+            )?;
+            if released > 0 {
+                audit(
+                    db,
+                    now,
+                    holder,
+                    "lease.release",
+                    &format!("lease/{name}"),
+                    &json!({ "token": token }),
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    fn lease_get(&self, name: &str) -> Result<Option<Lease>> {
+        self.read(|db| load_lease(db, name))
+    }
+
+    fn fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store> {
+        self.into_fenced(fence)
+    }
 }
 
 fn load_token(db: &dyn Db, id: i64) -> Result<Token> {
@@ -1525,6 +1607,61 @@ fn load_token(db: &dyn Db, id: i64) -> Result<Token> {
         token_from_row,
     )?
     .ok_or_else(|| not_found("token", id.to_string()))
+}
+
+// --- leases ----------------------------------------------------------------------------
+
+fn load_lease(db: &dyn Db, name: &str) -> Result<Option<Lease>> {
+    db.query_one(
+        "SELECT name, holder, token, expires_at FROM leases WHERE name = ?1",
+        args![name],
+        |row| {
+            Ok(Lease {
+                name: row.get(0)?,
+                holder: row.get(1)?,
+                token: row.get(2)?,
+                expires_at: get_ts(row, 3)?,
+            })
+        },
+    )
+}
+
+/// A handle whose writes are fenced (see [`Store::fenced`]).
+#[derive(Debug)]
+pub(crate) struct Fenced<B> {
+    inner: Arc<B>,
+    fence: Fence,
+}
+
+impl<B: Backend> Backend for Fenced<B> {
+    fn write<T: Send>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T> + Send) -> Result<T> {
+        let fence = &self.fence;
+        self.inner.write(|db, now| {
+            // In the write's own transaction, which excludes every other writer: once another
+            // holder took the lease (a newer token), nothing of this one's is written.
+            let held = load_lease(db, &fence.lease)?
+                .is_some_and(|lease| lease.holder == fence.holder && lease.token == fence.token);
+            if !held {
+                return Err(StoreError::Fenced {
+                    lease: fence.lease.clone(),
+                    token: fence.token,
+                });
+            }
+            f(db, now)
+        })
+    }
+
+    fn read<T: Send>(&self, f: impl FnOnce(&dyn Db) -> Result<T> + Send) -> Result<T> {
+        self.inner.read(f)
+    }
+
+    /// Behind another fence instead, not behind both.
+    fn into_fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store> {
+        Arc::new(Fenced {
+            inner: Arc::clone(&self.inner),
+            fence,
+        })
+    }
 }
 
 #[cfg(test)]

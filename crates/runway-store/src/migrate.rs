@@ -11,6 +11,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_initial.sql"),
     include_str!("../migrations/0002_rollout.sql"),
     include_str!("../migrations/0003_service_identity.sql"),
+    include_str!("../migrations/0004_leases.sql"),
 ];
 
 /// The schema version this code writes.

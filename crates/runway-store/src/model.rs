@@ -499,3 +499,25 @@ pub struct AuditEntry {
     /// Details; never a secret's value.
     pub detail: serde_json::Value,
 }
+
+/// A lease: the one holder of a role (the control plane's leader) until it expires, and the
+/// fencing token that grows each time the lease changes hands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub name: String,
+    /// Who holds it (a replica's identity).
+    pub holder: String,
+    /// Raised each time another holder takes it; a renewal keeps it.
+    pub token: i64,
+    /// Until when, unless renewed.
+    pub expires_at: Timestamp,
+}
+
+/// What a fenced store handle checks before each write: that `holder` still holds `lease`
+/// with `token` (see [`crate::Store::fenced`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub lease: String,
+    pub holder: String,
+    pub token: i64,
+}

@@ -23,7 +23,10 @@ use crate::logic::Backend;
 use crate::sql::{Db, Dialect, Param, Row, Value};
 
 /// Migration `i` (0-based) takes the schema from version `i` to `i + 1`. Append only.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_initial.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/postgres/0001_initial.sql"),
+    include_str!("../migrations/postgres/0002_leases.sql"),
+];
 
 /// The schema version this code writes on PostgreSQL.
 pub const POSTGRES_SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

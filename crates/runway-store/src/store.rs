@@ -1,12 +1,14 @@
 //! The `Store` trait: everything the control plane asks of its database.
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision,
-    NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand,
+    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision, Fence,
+    Lease, NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand,
     SecretInfo, SecretVersion, Service, ServiceUpdate, Token,
 };
 
@@ -257,4 +259,24 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// The last `limit` entries of the audit log, oldest first.
     fn audit_tail(&self, limit: u32) -> Result<Vec<AuditEntry>>;
+
+    // --- leases ---------------------------------------------------------------------------
+
+    /// Takes the lease `name` for `holder` until `ttl` from now, or renews it when `holder`
+    /// holds it: `Some` with the lease when `holder` holds it now (its token raised when it
+    /// changed hands), `None` when another holds it unexpired. A change of hands is audited; a
+    /// renewal is not.
+    fn lease_acquire(&self, name: &str, holder: &str, ttl: Duration) -> Result<Option<Lease>>;
+
+    /// Gives the lease up, when `holder` holds it with `token`, so another takes it at once.
+    fn lease_release(&self, name: &str, holder: &str, token: i64) -> Result<()>;
+
+    /// The lease as it stands, expired or not; `None` when never taken.
+    fn lease_get(&self, name: &str) -> Result<Option<Lease>>;
+
+    /// A handle on this store whose every write first checks, in its own transaction, that
+    /// `fence.holder` still holds `fence.lease` with `fence.token`, and is refused with
+    /// [`crate::StoreError::Fenced`], writing nothing, once another has taken it. Reads are
+    /// this store's.
+    fn fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store>;
 }

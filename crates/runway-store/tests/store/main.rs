@@ -4,6 +4,7 @@
 mod api;
 mod copy;
 mod durability;
+mod lease;
 mod migrations;
 mod postgres;
 mod props;
