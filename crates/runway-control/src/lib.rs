@@ -119,6 +119,7 @@ mod controller;
 mod dataplane;
 mod deploy;
 mod error;
+pub mod leader;
 mod observe;
 mod revision;
 mod rollout;
