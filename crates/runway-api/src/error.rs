@@ -163,9 +163,9 @@ impl From<StoreError> for ApiError {
             StoreError::AlreadyExists { .. } => Self::conflict(error.to_string()),
             // The answer's code already says "conflict".
             StoreError::Conflict(message) => Self::conflict(message.clone()),
-            StoreError::InvalidTransition { .. } | StoreError::Fenced { .. } => {
-                Self::conflict(error.to_string())
-            }
+            StoreError::InvalidTransition { .. }
+            | StoreError::Fenced { .. }
+            | StoreError::NotLeading => Self::conflict(error.to_string()),
             StoreError::Invalid(message) => Self::invalid(message.clone()),
             StoreError::Full => Self::new(
                 StatusCode::INSUFFICIENT_STORAGE,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runway_api::{ApiConfig, ApiState, BoxFuture, Platform, SourceRefused, StatusParts};
 use runway_control::DataPlane;
+use runway_control::leader::{Election, Leadership};
 use runway_control::{Controller, ControllerConfig};
 use runway_driver::Driver;
 use runway_ingress::control::{ControlClient, Listen, RemoteIngress, RemoteOptions};
@@ -92,6 +93,42 @@ pub(crate) struct ServerConfig {
     pub(crate) runtime: RuntimeConfig,
     /// Where the control plane's state is kept.
     pub(crate) store: StoreConfig,
+    /// Several replicas on one store (`store.url`): who leads.
+    pub(crate) leader: LeaderConfig,
+}
+
+/// With `store.url`, several `runway server` replicas may share the store: every one serves
+/// the API, and the one holding the store's lease runs the controller. A leader that loses
+/// the lease exits (its supervisor starts it again, as a follower), so that no state it held
+/// outlives its term.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct LeaderConfig {
+    /// The lease's length: how long the others wait before taking over from a leader that
+    /// stopped renewing (it renews every third of it).
+    pub(crate) lease_ms: u64,
+    /// This replica's name among them (default: the host's name and this process's id).
+    pub(crate) replica: Option<String>,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self {
+            lease_ms: 10_000,
+            replica: None,
+        }
+    }
+}
+
+impl LeaderConfig {
+    fn replica(&self) -> String {
+        self.replica.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_owned())
+                .unwrap_or_else(|_| "runway".to_owned());
+            format!("{host}-{}", std::process::id())
+        })
+    }
 }
 
 /// Where the control plane's state is kept: SQLite in the data directory, or a PostgreSQL
@@ -418,7 +455,7 @@ pub(crate) struct Running {
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
     /// `server.lock` in the data directory, locked for as long as this server runs.
-    _lock: std::fs::File,
+    _lock: Option<std::fs::File>,
 }
 
 impl Running {
@@ -438,6 +475,35 @@ impl Running {
         Ok(())
     }
 }
+
+/// Ends the process when this replica, having led, leads no more: a fresh start (by its
+/// supervisor) follows with nothing of its term in memory, rather than a controller that
+/// carries on from state another leader has since changed.
+async fn exit_when_no_longer_leading(mut leadership: watch::Receiver<Leadership>) {
+    let mut led = false;
+    while leadership.changed().await.is_ok() {
+        let now = leadership.borrow_and_update().clone();
+        match now {
+            Leadership::Leading { .. } => led = true,
+            Leadership::Following { leader } if led => {
+                // A shutdown gives the lease up on purpose: that is not a loss.
+                if leader.is_none() {
+                    return;
+                }
+                eprintln!(
+                    "runway server: {} leads now; this replica lost the lease and exits, to \
+                     start again as a follower",
+                    leader.unwrap_or_default()
+                );
+                std::process::exit(EXIT_LOST_LEASE);
+            }
+            Leadership::Following { .. } => {}
+        }
+    }
+}
+
+/// `runway server`'s exit when it lost the lease (see [`LeaderConfig`]).
+const EXIT_LOST_LEASE: i32 = 75;
 
 /// `runway server check-config`: see [`ServerCommand::CheckConfig`].
 fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()> {
@@ -551,7 +617,13 @@ fn admin_token(config: &ServerConfig) -> anyhow::Result<()> {
 pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let data_dir = config.api.data_dir.clone();
     create_data_dir(&data_dir)?;
-    let lock = lock_data_dir(&data_dir)?;
+    // One server per data directory, unless they share a PostgreSQL store: then replicas on
+    // one machine share it (its runtime, master key and CA), and the store's lease decides
+    // which one acts.
+    let lock = match config.store.url {
+        None => Some(lock_data_dir(&data_dir)?),
+        Some(_) => None,
+    };
     let store = config.store.open(&data_dir)?;
     let key_path = data_dir.join("master.key");
     let (key, _) = MasterKey::load_or_create(&key_path)
@@ -648,19 +720,45 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
             (Arc::new(dataplane), Some(ingress), Some(launch))
         }
     };
-    let controller = Arc::new(
-        Controller::new(
-            config.control.clone(),
+    // Several replicas share a PostgreSQL store: the controller acts only while this one leads,
+    // its writes fenced by the lease.
+    let election = config.store.url.is_some().then(|| {
+        Election::new(
             Arc::clone(&store),
-            Arc::new(driver),
-            dataplane,
-            Sealer::new(&key),
+            config.leader.replica(),
+            Duration::from_millis(config.leader.lease_ms.max(300)),
         )
-        .environments(config.api.environments.clone())
-        .allow_processes(config.runtime.allow_processes),
-    );
+    });
+    let (leading, following) = watch::channel(Leadership::Following { leader: None });
+    let controller_store = match &election {
+        Some(election) => Arc::clone(&store).fenced(election.fence_cell()),
+        None => Arc::clone(&store),
+    };
+    let mut controller = Controller::new(
+        config.control.clone(),
+        controller_store,
+        Arc::new(driver),
+        dataplane,
+        Sealer::new(&key),
+    )
+    .environments(config.api.environments.clone())
+    .allow_processes(config.runtime.allow_processes);
+    if election.is_some() {
+        controller = controller.leadership(following.clone());
+    }
+    let controller = Arc::new(controller);
 
     let mut tasks = Vec::new();
+    if let Some(election) = election {
+        tasks.push(tokio::spawn({
+            let stopped = stopped.clone();
+            async move {
+                election.run(leading, until(stopped)).await;
+                Ok(())
+            }
+        }));
+        tokio::spawn(exit_when_no_longer_leading(following));
+    }
     let (keeper, keeper_stopped) = watch::channel(false);
     if let Some(launch) = launch {
         tasks.push(tokio::spawn(keep_ingress(

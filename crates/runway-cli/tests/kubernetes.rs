@@ -635,62 +635,6 @@ fn a_service_cannot_write_into_another_services_secret() {
     rt.block_on(standin.stop());
 }
 
-/// `runway ingress` fed over the network, as the chart's ingress Deployment runs it; killed
-/// when dropped.
-struct NetworkIngress {
-    child: std::process::Child,
-    control: std::net::SocketAddr,
-    https: std::net::SocketAddr,
-}
-
-impl NetworkIngress {
-    fn start(state: &std::path::Path, ca: &std::path::Path, tls: &std::path::Path) -> Self {
-        let free = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-        };
-        let (control, https) = (free(), free());
-        let child = std::process::Command::new(support::RUNWAY)
-            .arg("ingress")
-            .arg("--state-dir")
-            .arg(state)
-            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args(["--https", &https.to_string()])
-            .arg("--ca-dir")
-            .arg(ca)
-            .args(["--control-listen", &control.to_string()])
-            .arg("--control-tls")
-            .arg(tls)
-            .args(["--event-loops", "1", "--threads", "1"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(control).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the ingress never listened"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            control,
-            https,
-        }
-    }
-}
-
-impl Drop for NetworkIngress {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// `GET /` on `host` at the ingress `at`, trusting `ca` alone: status and body.
 fn get_at(
     rt: &tokio::runtime::Runtime,
@@ -734,8 +678,8 @@ fn ingresses_of_their_own_are_fed_over_the_network() {
     );
     runway_ingress::LocalCa::load_or_create(&ca).unwrap();
     runway_ingress::control_tls::generate(&ingress_tls, &control_tls).unwrap();
-    let a = NetworkIngress::start(&dir.path().join("a"), &ca, &ingress_tls);
-    let b = NetworkIngress::start(&dir.path().join("b"), &ca, &ingress_tls);
+    let a = support::NetworkIngress::start(&dir.path().join("a"), &ca, &ingress_tls);
+    let b = support::NetworkIngress::start(&dir.path().join("b"), &ca, &ingress_tls);
     let (rt, standin, mut platform) = cluster_from(Settings {
         api: format!("  tls:\n    ca_dir: {}\n", ca.display()),
         ingress: format!(

@@ -1208,37 +1208,6 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
     );
 }
 
-/// A database of its own on the test PostgreSQL (`scripts/with-postgres`), for one test: its
-/// URL. `None`, said, on a developer's machine without one; under `CI=true`, a failure.
-fn test_database(purpose: &str) -> Option<String> {
-    let Ok(admin) = std::env::var("RUNWAY_TEST_POSTGRES") else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "RUNWAY_TEST_POSTGRES is not set: run the tests under scripts/with-postgres"
-        );
-        eprintln!("skipped: {purpose} needs PostgreSQL (run under scripts/with-postgres)");
-        return None;
-    };
-    let name = format!(
-        "runway_{}_{}",
-        purpose
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .collect::<String>()
-            .to_ascii_lowercase(),
-        std::process::id()
-    );
-    let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
-    client
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .unwrap();
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap();
-    let (server, _) = admin.rsplit_once('/').unwrap();
-    Some(format!("{server}/{name}"))
-}
-
 /// `runway server` with `store.url` on a real PostgreSQL: a deploy is served, a kill -9 and a
 /// restart keep every service, revision, secret and token, and `admin-token` recovers access
 /// on that store as on SQLite.
@@ -1248,7 +1217,7 @@ fn a_server_on_postgres_keeps_its_state_across_a_restart() {
     if !have_python() {
         return;
     }
-    let Some(url) = test_database("a server on PostgreSQL") else {
+    let Some(url) = support::test_database("a server on PostgreSQL") else {
         return;
     };
     let mut platform = Platform::start(&Settings {
@@ -1329,7 +1298,7 @@ fn a_sqlite_store_is_migrated_to_postgres_and_the_server_goes_on() {
     if !have_python() {
         return;
     }
-    let Some(url) = test_database("migrate store") else {
+    let Some(url) = support::test_database("migrate store") else {
         return;
     };
     let mut platform = Platform::start(&Settings::default());

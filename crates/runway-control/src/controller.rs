@@ -15,12 +15,13 @@ use runway_reconciler::{
 };
 use runway_secrets::Sealer;
 use runway_store::{Deployment, Desired, Store, StoreError};
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 
 use crate::config::ControllerConfig;
 use crate::dataplane::DataPlane;
 use crate::error::{ControlError, Result};
+use crate::leader::Leadership;
 use crate::observe::{failure_reason, instance_state, kind, managed_key, revision_of};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
@@ -59,6 +60,8 @@ pub struct Controller<D: Driver> {
     writing: tokio::sync::Mutex<()>,
     /// The platform's environments, for the ingress's table.
     environments: Vec<String>,
+    /// Whether this replica leads, when it is one of several (see [`Controller::leadership`]).
+    leadership: Option<watch::Receiver<Leadership>>,
 }
 
 /// What a round read for all services.
@@ -197,7 +200,29 @@ impl<D: Driver> Controller<D> {
             unwritten: Arc::default(),
             writing: tokio::sync::Mutex::new(()),
             environments: Vec::new(),
+            leadership: None,
         }
+    }
+
+    /// Acts only while `leadership` says this replica leads and its deadline has not passed
+    /// (one of several replicas on one store; see [`crate::leader`]): rounds wait, and no
+    /// start, stop, table or drain goes out, otherwise. Its store should be fenced by the
+    /// same election.
+    #[must_use]
+    pub fn leadership(mut self, leadership: watch::Receiver<Leadership>) -> Self {
+        self.leadership = Some(leadership);
+        self
+    }
+
+    /// Whether this controller may change anything now (see [`Controller::leadership`]).
+    pub fn may_act(&self) -> bool {
+        self.leadership
+            .as_ref()
+            .is_none_or(|leadership| leadership.borrow().may_act())
+    }
+
+    fn not_leading() -> ControlError {
+        ControlError::Task("this replica does not lead now; nothing was changed".to_owned())
     }
 
     /// The platform's environments: the ingress answers a name under each one's
@@ -256,7 +281,22 @@ impl<D: Driver> Controller<D> {
         let mut queued: VecDeque<Work> = VecDeque::new();
         let mut services: HashMap<Key, Looked> = HashMap::new();
         let mut printed = Printed::default();
+        let mut leadership = self.leadership.clone();
         loop {
+            // A replica that does not lead waits, changing nothing, until it does.
+            if let Some(watched) = leadership.as_mut()
+                && !watched.borrow_and_update().may_act()
+            {
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    changed = watched.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
             let round_at = Instant::now() + self.config.reconcile_interval();
             {
                 let _round = self.pass.lock().await;
@@ -342,6 +382,9 @@ impl<D: Driver> Controller<D> {
 
     /// One autoscaler round, its errors printed; true when a count changed.
     async fn autoscale_and_report(&self) -> bool {
+        if !self.may_act() {
+            return false;
+        }
         let (changed, errors) = self.autoscale().await;
         for error in errors {
             eprintln!("runway-control: autoscaler: {error}");
@@ -524,6 +567,9 @@ impl<D: Driver> Controller<D> {
                 }),
         );
         for (service, env, name) in gone {
+            if !self.may_act() {
+                break;
+            }
             if let Err(error) = self.driver.remove(&service, &env, &name).await {
                 errors.push(ControlError::driver(format!("remove {name}"), error));
             }
@@ -864,6 +910,9 @@ impl<D: Driver> Controller<D> {
         batch: Batch,
         told: Option<&Deployment>,
     ) -> Vec<Result<String>> {
+        if !self.may_act() {
+            return vec![Err(Self::not_leading())];
+        }
         let retire: Vec<String> = batch.replace.iter().chain(&batch.stop).cloned().collect();
         let starting = batch.starts + u32::try_from(batch.replace.len()).unwrap_or(u32::MAX);
         let (known, kept) = {
@@ -1083,6 +1132,9 @@ impl<D: Driver> Controller<D> {
     /// One at a time, so tables reach the data plane in the order they were built.
     pub(crate) async fn apply_table(&self) -> Result<()> {
         let _one = self.table.lock().await;
+        if !self.may_act() {
+            return Err(Self::not_leading());
+        }
         let table = {
             let state = self.lock();
             let table = build_table(&state, &self.config.domain, &self.environments);
@@ -1133,7 +1185,9 @@ impl<D: Driver> Controller<D> {
                 .and_then(|replica| replica.address)
         };
         self.apply_route(key).await?;
-        if let Some(address) = address {
+        if let Some(address) = address
+            && self.may_act()
+        {
             let grace = Duration::from_millis(policy.drain_grace_ms);
             tokio::spawn(self.dataplane.drain(address, grace));
         }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use runway_store::{Fence, Store, StoreError};
+use runway_store::{Fence, FenceCell, Store, StoreError};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -50,6 +50,7 @@ pub struct Election {
     store: Arc<dyn Store>,
     replica: String,
     ttl: Duration,
+    cell: FenceCell,
 }
 
 impl Election {
@@ -60,7 +61,15 @@ impl Election {
             store,
             replica: replica.into(),
             ttl,
+            cell: FenceCell::default(),
         }
+    }
+
+    /// The fence [`Election::run`] keeps current: this replica's while it leads, none
+    /// otherwise. A store handle fenced with it ([`Store::fenced`]) writes only while this
+    /// replica leads.
+    pub fn fence_cell(&self) -> FenceCell {
+        self.cell.clone()
     }
 
     /// The margin kept before the lease's end: a leader stops acting this long before the
@@ -136,12 +145,14 @@ impl Election {
                     Leadership::Following { leader: None } => {}
                 }
             }
+            self.cell.set(next.fence().cloned());
             sender.send_replace(next);
             tokio::select! {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(every) => {}
             }
         }
+        self.cell.set(None);
         let last = sender.send_replace(Leadership::Following { leader: None });
         if let Some(fence) = last.fence().cloned() {
             let store = Arc::clone(&self.store);

@@ -59,7 +59,7 @@ async fn one_leads_and_a_paused_leader_stops_acting_before_another_takes_over() 
     assert!(took.may_act(), "{took:?}");
     assert_eq!(took.fence().unwrap().token, 2);
     // A, running again, learns it follows; its fenced writes are refused meanwhile.
-    let fenced = Arc::clone(&store).fenced(renewed.fence().unwrap().clone());
+    let fenced = Arc::clone(&store).fenced(runway_store::FenceCell::new(renewed.fence().cloned()));
     assert!(fenced.token_list().is_ok());
     assert!(matches!(
         fenced.service_decommission("replica-a", "nothing"),

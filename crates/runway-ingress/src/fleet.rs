@@ -53,7 +53,11 @@ struct Shared {
     table: tokio::sync::Mutex<Option<RouteTableConfig>>,
     scale_up: broadcast::Sender<ScaleUp>,
     counters: Mutex<Counters>,
-    serving: Option<RouteTableConfig>,
+    /// The table the members serve, as last asked: kept current until this fleet sets one
+    /// (a standby control plane takes over from what they serve then, not at its start).
+    serving: Mutex<Option<RouteTableConfig>>,
+    /// Whether this fleet has set a table.
+    fed: std::sync::atomic::AtomicBool,
 }
 
 impl IngressFleet {
@@ -82,7 +86,8 @@ impl IngressFleet {
             table: tokio::sync::Mutex::new(None),
             scale_up: broadcast::channel(1024).0,
             counters: Mutex::default(),
-            serving,
+            serving: Mutex::new(serving),
+            fed: std::sync::atomic::AtomicBool::new(false),
             options,
         });
         for (address, remote) in members {
@@ -101,6 +106,9 @@ impl IngressFleet {
     pub async fn set_routes(&self, table: &RouteTableConfig) -> Result<(), String> {
         let mut latest = self.shared.table.lock().await;
         *latest = Some(table.clone());
+        self.shared
+            .fed
+            .store(true, std::sync::atomic::Ordering::Release);
         let members: Vec<(SocketAddr, RemoteIngress)> = self
             .shared
             .lock_members()
@@ -195,9 +203,13 @@ impl IngressFleet {
         self.shared.scale_up.subscribe()
     }
 
-    /// The table a member served when the fleet was first reached.
+    /// The table the members serve: as one answered lately, while this fleet has set none.
     pub fn serving(&self) -> Option<RouteTableConfig> {
-        self.shared.serving.clone()
+        self.shared
+            .serving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -271,6 +283,18 @@ async fn keep_looking(shared: Weak<Shared>) {
                 continue;
             }
             strong.join(*new, remote);
+        }
+        // Not feeding them (yet): what they serve now, for when this fleet takes over.
+        if !strong.fed.load(std::sync::atomic::Ordering::Acquire) {
+            let first = strong.lock_members().values().next().cloned();
+            if let Some(member) = first
+                && let Ok(hello) = member.client().hello().await
+            {
+                *strong
+                    .serving
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(hello.table);
+            }
         }
     }
 }

@@ -55,6 +55,9 @@ pub enum StoreError {
         /// The token the handle carried.
         token: i64,
     },
+    /// A fenced handle of a replica that does not lead: nothing is written through it.
+    #[error("this replica does not lead the control plane now: nothing was written")]
+    NotLeading,
     /// PostgreSQL refused or failed.
     #[error("database error: {}", postgres_message(.0))]
     Postgres(#[source] postgres::Error),

@@ -14,7 +14,7 @@ use crate::error::{Result, StoreError, not_found};
 use crate::sql::{Db, DbExt, Row, args};
 use crate::{
     AuditEntry, DeployRecord, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
-    Desired, DesiredRevision, Fence, Lease, NewRevision, NewService, NewToken, PlannedRevision,
+    Desired, DesiredRevision, FenceCell, Lease, NewRevision, NewService, NewToken, PlannedRevision,
     Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
     Store, Timestamp, Token, TokenScope, revision_name,
 };
@@ -32,7 +32,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     fn read<T: Send>(&self, f: impl FnOnce(&dyn Db) -> Result<T> + Send) -> Result<T>;
 
     /// This store behind `fence` (see [`Store::fenced`]).
-    fn into_fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store>
+    fn into_fenced(self: Arc<Self>, fence: FenceCell) -> Arc<dyn Store>
     where
         Self: Sized,
     {
@@ -1595,7 +1595,7 @@ impl<B: Backend> Store for B {
         self.read(|db| load_lease(db, name))
     }
 
-    fn fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store> {
+    fn fenced(self: Arc<Self>, fence: FenceCell) -> Arc<dyn Store> {
         self.into_fenced(fence)
     }
 }
@@ -1630,12 +1630,14 @@ fn load_lease(db: &dyn Db, name: &str) -> Result<Option<Lease>> {
 #[derive(Debug)]
 pub(crate) struct Fenced<B> {
     inner: Arc<B>,
-    fence: Fence,
+    fence: FenceCell,
 }
 
 impl<B: Backend> Backend for Fenced<B> {
     fn write<T: Send>(&self, f: impl FnOnce(&dyn Db, Timestamp) -> Result<T> + Send) -> Result<T> {
-        let fence = &self.fence;
+        let Some(fence) = self.fence.get() else {
+            return Err(StoreError::NotLeading);
+        };
         self.inner.write(|db, now| {
             // In the write's own transaction, which excludes every other writer: once another
             // holder took the lease (a newer token), nothing of this one's is written.
@@ -1656,7 +1658,7 @@ impl<B: Backend> Backend for Fenced<B> {
     }
 
     /// Behind another fence instead, not behind both.
-    fn into_fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store> {
+    fn into_fenced(self: Arc<Self>, fence: FenceCell) -> Arc<dyn Store> {
         Arc::new(Fenced {
             inner: Arc::clone(&self.inner),
             fence,

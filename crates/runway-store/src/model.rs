@@ -521,3 +521,29 @@ pub struct Fence {
     pub holder: String,
     pub token: i64,
 }
+
+/// The fence a fenced handle's writes carry now, shared with whoever keeps the lease (an
+/// election): set while it leads, cleared when it does not, when every write is refused.
+#[derive(Debug, Clone, Default)]
+pub struct FenceCell(std::sync::Arc<std::sync::RwLock<Option<Fence>>>);
+
+impl FenceCell {
+    /// A cell holding `fence` from the start.
+    pub fn new(fence: Option<Fence>) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(fence)))
+    }
+
+    pub fn set(&self, fence: Option<Fence>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = fence;
+    }
+
+    pub fn get(&self) -> Option<Fence> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision, Fence,
+    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision, FenceCell,
     Lease, NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand,
     SecretInfo, SecretVersion, Service, ServiceUpdate, Token,
 };
@@ -275,8 +275,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn lease_get(&self, name: &str) -> Result<Option<Lease>>;
 
     /// A handle on this store whose every write first checks, in its own transaction, that
-    /// `fence.holder` still holds `fence.lease` with `fence.token`, and is refused with
-    /// [`crate::StoreError::Fenced`], writing nothing, once another has taken it. Reads are
-    /// this store's.
-    fn fenced(self: Arc<Self>, fence: Fence) -> Arc<dyn Store>;
+    /// the fence in `fence` still holds (its holder holds its lease with its token), and is
+    /// refused with [`crate::StoreError::Fenced`], writing nothing, once another has taken
+    /// the lease, or while the cell is empty. Reads are this store's.
+    fn fenced(self: Arc<Self>, fence: FenceCell) -> Arc<dyn Store>;
 }

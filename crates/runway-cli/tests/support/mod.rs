@@ -446,6 +446,41 @@ impl Platform {
         platform
     }
 
+    /// Another replica of this control plane: `runway server` on the same data directory and
+    /// configuration (so, with `store.url`, the same store), its own API port, the CLI of its
+    /// own logged in to it.
+    pub fn replica(&self) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("server.yml");
+        std::fs::copy(&self.config, &config).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut replica = Self {
+            cli_config: dir.path().join("cli.json"),
+            dir,
+            data: self.data.clone(),
+            config,
+            token: self.token.clone(),
+            server: None,
+            log: Arc::new(Mutex::new(String::new())),
+            ingress_pids: Vec::new(),
+            rt,
+        };
+        let server = replica.spawn_server();
+        replica.server = Some(server);
+        let login = replica.runway_with(
+            &["login", "--server", &replica.api(), "--token", "-", "--ca"],
+            Some(replica.ca().as_os_str()),
+            Some(format!("{}\n", replica.token).as_bytes()),
+            COMMAND,
+        );
+        assert!(login.ok(), "login: {}", login.all());
+        replica
+    }
+
     fn spawn_server(&self) -> Server {
         let mut child = Command::new(RUNWAY)
             .arg("server")
@@ -1086,4 +1121,101 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let index = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[index]
+}
+
+/// `runway ingress` fed over the network, as the chart's ingress Deployment runs it; killed
+/// when dropped.
+pub struct NetworkIngress {
+    child: std::process::Child,
+    pub control: std::net::SocketAddr,
+    pub https: std::net::SocketAddr,
+}
+
+impl NetworkIngress {
+    pub fn start(state: &std::path::Path, ca: &std::path::Path, tls: &std::path::Path) -> Self {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        };
+        Self::start_at(state, ca, tls, free(), free())
+    }
+
+    /// As [`NetworkIngress::start`], on the control and HTTPS addresses given.
+    pub fn start_at(
+        state: &std::path::Path,
+        ca: &std::path::Path,
+        tls: &std::path::Path,
+        control: std::net::SocketAddr,
+        https: std::net::SocketAddr,
+    ) -> Self {
+        let child = std::process::Command::new(RUNWAY)
+            .arg("ingress")
+            .arg("--state-dir")
+            .arg(state)
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--https", &https.to_string()])
+            .arg("--ca-dir")
+            .arg(ca)
+            .args(["--control-listen", &control.to_string()])
+            .arg("--control-tls")
+            .arg(tls)
+            .args(["--event-loops", "1", "--threads", "1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(control).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the ingress never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            control,
+            https,
+        }
+    }
+}
+
+impl Drop for NetworkIngress {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A database of its own on the test PostgreSQL (`scripts/with-postgres`), for one test: its
+/// URL. `None`, said, on a developer's machine without one; under `CI=true`, a failure.
+pub fn test_database(purpose: &str) -> Option<String> {
+    let Ok(admin) = std::env::var("RUNWAY_TEST_POSTGRES") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "RUNWAY_TEST_POSTGRES is not set: run the tests under scripts/with-postgres"
+        );
+        eprintln!("skipped: {purpose} needs PostgreSQL (run under scripts/with-postgres)");
+        return None;
+    };
+    let name = format!(
+        "runway_{}_{}",
+        purpose
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase(),
+        std::process::id()
+    );
+    let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .unwrap();
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let (server, _) = admin.rsplit_once('/').unwrap();
+    Some(format!("{server}/{name}"))
 }

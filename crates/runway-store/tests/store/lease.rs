@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use runway_store::{Fence, Store, StoreError};
+use runway_store::{Fence, FenceCell, Store, StoreError};
 
 use crate::support::{fixture, onboard};
 
@@ -37,11 +37,12 @@ fn one_holder_at_a_time_and_a_token_that_grows_with_each_change_of_hands() {
     assert_eq!(renewed.token, 1);
     assert!(renewed.expires_at > a.expires_at);
 
-    let fenced_a = Arc::clone(&store).fenced(Fence {
+    let fence_a = FenceCell::new(Some(Fence {
         lease: LEADER.into(),
         holder: "replica-a".into(),
         token: 1,
-    });
+    }));
+    let fenced_a = Arc::clone(&store).fenced(fence_a.clone());
     onboard(fenced_a.as_ref(), "hello");
 
     // Expired: another takes it, with a new token; the first's writes are refused whole.
@@ -71,12 +72,19 @@ fn one_holder_at_a_time_and_a_token_that_grows_with_each_change_of_hands() {
     // Its reads still work.
     assert_eq!(fenced_a.service_get("hello").unwrap().name, "hello");
     // The new holder's handle writes.
-    let fenced_b = Arc::clone(&store).fenced(Fence {
+    let fenced_b = Arc::clone(&store).fenced(FenceCell::new(Some(Fence {
         lease: LEADER.into(),
         holder: "replica-b".into(),
         token: 2,
-    });
+    })));
     onboard(fenced_b.as_ref(), "api");
+    // A handle whose cell is emptied (its replica stepped down) writes nothing at all.
+    fence_a.set(None);
+    assert!(matches!(
+        fenced_a.service_decommission("alice", "api"),
+        Err(StoreError::NotLeading)
+    ));
+    assert!(store.service_get("api").is_ok());
 
     // Given up, it is taken at once; a stale release changes nothing.
     store.lease_release(LEADER, "replica-b", 1).unwrap();

@@ -1,0 +1,198 @@
+//! Several `runway server` replicas on one real PostgreSQL store (`scripts/with-postgres`),
+//! on one machine: they share the data directory (its runtime, master key and CA), each
+//! serves the API on its own port, and the holder of the store's lease runs the controller,
+//! feeding the ingress that runs beside them (`runway ingress --control-listen`). Killed or
+//! paused, the leader is replaced within the lease, and no request through the ingress fails.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{Load, NetworkIngress, Platform, Settings, have_python, set_env_file};
+
+const HOST: &str = "hello.dev.localhost";
+/// The lease in these tests: a failover within it, plus a round.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Two replicas (the first leads), the ingress they feed, and what they share.
+struct Replicas {
+    first: Platform,
+    second: Platform,
+    ingress: NetworkIngress,
+    _pki: tempfile::TempDir,
+}
+
+fn replicas(url: &str) -> Replicas {
+    let pki = tempfile::tempdir().unwrap();
+    let (ingress_tls, control_tls) = (pki.path().join("ingress"), pki.path().join("control"));
+    runway_ingress::control_tls::generate(&ingress_tls, &control_tls).unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    let (control, https) = (free(), free());
+    let first = Platform::start(&Settings {
+        sections: format!(
+            "store:\n  url: {url}\nleader:\n  lease_ms: {}\n",
+            LEASE.as_millis()
+        ),
+        ingress: format!(
+            "  remote:\n    addresses: ['{control}']\n    tls_dir: {}\n    https_port: {}\n    \
+             resolve_interval_ms: 100\n",
+            control_tls.display(),
+            https.port()
+        ),
+        ..Settings::default()
+    });
+    // The ingress serves with the platform's CA, made by the first start.
+    let ingress = NetworkIngress::start_at(
+        &pki.path().join("ingress-state"),
+        &first.data.join("ca"),
+        &ingress_tls,
+        control,
+        https,
+    );
+    wait_for_log(&first, "this replica leads", LEASE * 3);
+    let second = first.replica();
+    wait_for_log(&second, "leads; this replica follows", LEASE * 3);
+    Replicas {
+        first,
+        second,
+        ingress,
+        _pki: pki,
+    }
+}
+
+fn wait_for_log(platform: &Platform, needle: &str, bound: Duration) -> Duration {
+    let started = Instant::now();
+    while !platform.log().contains(needle) {
+        assert!(
+            started.elapsed() < bound,
+            "never said {needle:?}:\n{}",
+            platform.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    started.elapsed()
+}
+
+/// The leader killed under load: the other takes over within the lease, the deploy after it
+/// goes through, and no request through the ingress fails.
+#[test]
+fn a_killed_leader_is_replaced_and_no_request_fails() {
+    if !have_python() {
+        return;
+    }
+    let Some(url) = support::test_database("replicas kill") else {
+        return;
+    };
+    let Replicas {
+        mut first,
+        second,
+        ingress,
+        _pki,
+    } = replicas(&url);
+
+    // A deploy through the follower's API: the leader carries it out.
+    let repo = second.onboard("hello", &["dev"], "s3cr3t");
+    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+    let deploy = second.deploy(&repo, "dev");
+    assert!(
+        deploy.ok(),
+        "deploy: {}\n{}\n{}",
+        deploy.all(),
+        first.log(),
+        second.log()
+    );
+    let (status, body) = first.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(status, 200, "{body}");
+
+    let client = first.ingress_client(HOST);
+    let load = Load::start(&first.rt, &client, &first.ingress_url(HOST, "/"), 4, None);
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = Instant::now();
+    first.kill9();
+    let failover = wait_for_log(&second, "this replica leads", LEASE * 4);
+    eprintln!(
+        "failover: the follower leads {:.2} s after the leader's kill -9 (lease {:?})",
+        failover.as_secs_f64(),
+        LEASE
+    );
+    assert!(killed.elapsed() < LEASE * 4);
+
+    set_env_file(&repo, "dev", &[("GREETING", "v2")]);
+    let deploy = second.deploy(&repo, "dev");
+    assert!(
+        deploy.ok(),
+        "deploy after failover: {}\n{}",
+        deploy.all(),
+        second.log()
+    );
+    assert!(deploy.all().contains("hello-dev-00002"), "{}", deploy.all());
+    let (_, body) = second.get_until(HOST, "/", Duration::from_secs(20), |s, b| {
+        s == 200 && b.starts_with("v2")
+    });
+    assert!(body.starts_with("v2"), "{body}");
+    let failures = load.failures();
+    let (ok, failed) = load.stop(&first.rt);
+    eprintln!(
+        "failures: {:?}",
+        failures.iter().take(5).collect::<Vec<_>>()
+    );
+    eprintln!("through the failover: {ok} requests, {failed} failed");
+    assert_eq!(failed, 0, "requests failed across the failover");
+    assert!(ok > 20, "only {ok} requests");
+    drop(ingress);
+}
+
+/// A leader paused (SIGSTOP) past its lease is replaced; resumed, it finds another leading
+/// and exits without acting (its writes are fenced, its own deadline passed).
+#[test]
+fn a_paused_leader_is_fenced_and_exits_when_it_wakes() {
+    if !have_python() {
+        return;
+    }
+    let Some(url) = support::test_database("replicas pause") else {
+        return;
+    };
+    let Replicas {
+        mut first,
+        second,
+        ingress,
+        _pki,
+    } = replicas(&url);
+    let repo = second.onboard("hello", &["dev"], "s3cr3t");
+    let deploy = second.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), first.log());
+
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first.server_pid()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    wait_for_log(&second, "this replica leads", LEASE * 4);
+    let deploy = second.deploy(&repo, "dev");
+    assert!(
+        deploy.ok(),
+        "deploy while paused: {}\n{}",
+        deploy.all(),
+        second.log()
+    );
+
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    wait_for_log(&first, "lost the lease and exits", LEASE * 4);
+    let server = first.server.as_mut().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the old leader did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(75), "{}", first.log());
+    let (status, _) = second.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(status, 200);
+    drop(ingress);
+}
