@@ -196,3 +196,75 @@ fn a_paused_leader_is_fenced_and_exits_when_it_wakes() {
     assert_eq!(status, 200);
     drop(ingress);
 }
+
+/// PostgreSQL restarted under the replicas: the ingress serves throughout, and once the
+/// database is back the replicas go on (a leader leads, a deploy goes through).
+#[test]
+fn the_replicas_go_on_after_a_database_restart() {
+    if !have_python() {
+        return;
+    }
+    let Some(url) = support::test_database("replicas restart") else {
+        return;
+    };
+    let restart = std::env::var("RUNWAY_TEST_POSTGRES_RESTART")
+        .expect("scripts/with-postgres sets RUNWAY_TEST_POSTGRES_RESTART");
+    let Replicas {
+        first,
+        second,
+        ingress,
+        _pki,
+    } = replicas(&url);
+    let repo = second.onboard("hello", &["dev"], "s3cr3t");
+    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+    let deploy = second.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), first.log());
+    first.get(HOST, "/", Duration::from_secs(10));
+
+    let client = first.ingress_client(HOST);
+    let load = Load::start(&first.rt, &client, &first.ingress_url(HOST, "/"), 4, None);
+    let restarting = Instant::now();
+    let restarted = std::process::Command::new(&restart).output().unwrap();
+    eprintln!(
+        "the database restarted in {:.1} s",
+        restarting.elapsed().as_secs_f64()
+    );
+    assert!(
+        restarted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    std::thread::sleep(LEASE);
+
+    // Through whichever replica answers: the API reconnects, and the leader deploys.
+    set_env_file(&repo, "dev", &[("GREETING", "v2")]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let back = Instant::now();
+    loop {
+        let deploy = second.deploy(&repo, "dev");
+        if deploy.ok() {
+            eprintln!(
+                "a deploy went through {:.1} s after the database was back",
+                back.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        eprintln!("deploy refused: {}", deploy.all());
+        assert!(
+            Instant::now() < deadline,
+            "no deploy after the restart: {}\n{}\n{}",
+            deploy.all(),
+            first.log(),
+            second.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    second.get_until(HOST, "/", Duration::from_secs(20), |s, b| {
+        s == 200 && b.starts_with("v2")
+    });
+    let failures = load.failures();
+    let (ok, failed) = load.stop(&first.rt);
+    eprintln!("through the database's restart: {ok} requests, {failed} failed {failures:?}");
+    assert_eq!(failed, 0);
+    drop(ingress);
+}
