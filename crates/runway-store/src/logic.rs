@@ -1193,16 +1193,46 @@ impl<B: Backend> Store for B {
     }
 
     fn desired_list(&self) -> Result<Vec<Desired>> {
+        // Two queries, whatever the number of services: each a round trip on PostgreSQL.
         self.read(|db| {
-            let keys = db.query_all(
-                "SELECT service, env FROM desired ORDER BY service, env",
+            let mut out = db.query_all(
+                "SELECT service, env, generation FROM desired ORDER BY service, env",
                 args![],
-                |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
+                |row| {
+                    let generation: i64 = row.get(2)?;
+                    Ok(Desired {
+                        service: row.get(0)?,
+                        env: row.get(1)?,
+                        revisions: Vec::new(),
+                        generation: u64::try_from(generation).map_err(|_| {
+                            StoreError::Corrupt(format!("generation {generation} is negative"))
+                        })?,
+                    })
+                },
             )?;
-            let mut out = Vec::with_capacity(keys.len());
-            for (service, env) in keys {
-                if let Some(desired) = load_desired(db, &service, &env)? {
-                    out.push(desired);
+            let revisions = db.query_all(
+                "SELECT service, env, revision, instances, weight FROM desired_revisions \
+                 ORDER BY service, env, position",
+                args![],
+                |row| {
+                    Ok((
+                        (row.get::<String>(0)?, row.get::<String>(1)?),
+                        DesiredRevision {
+                            revision: row.get(2)?,
+                            instances: get_u32(row, 3, "instances")?,
+                            weight: get_u32(row, 4, "weight")?,
+                        },
+                    ))
+                },
+            )?;
+            let at: BTreeMap<(String, String), usize> = out
+                .iter()
+                .enumerate()
+                .map(|(i, d)| ((d.service.clone(), d.env.clone()), i))
+                .collect();
+            for (key, revision) in revisions {
+                if let Some(&i) = at.get(&key) {
+                    out[i].revisions.push(revision);
                 }
             }
             Ok(out)
