@@ -268,3 +268,70 @@ fn the_replicas_go_on_after_a_database_restart() {
     assert_eq!(failed, 0);
     drop(ingress);
 }
+
+/// The leader killed in the middle of a canary rollout, at several moments (in its first
+/// step, in its pause, near its end): each time the other replica takes over and carries
+/// the rollout to 100 %, from the progress the store holds, with no request failed; the
+/// killed replica starts again as a follower and becomes the next one killed.
+#[test]
+fn a_rollout_survives_its_leader_killed_at_several_moments() {
+    if !have_python() {
+        return;
+    }
+    let Some(url) = support::test_database("replicas rollout") else {
+        return;
+    };
+    let Replicas {
+        first,
+        second,
+        ingress,
+        _pki,
+    } = replicas(&url);
+    let repo = second.onboard("hello", &["dev"], "s3cr3t");
+    let rollout = "      steps: [50, 100]\n      pause_seconds: 2\n      analysis:\n        \
+                   min_requests: 5\n";
+    support::set_manifest(&repo, "runway_canary", rollout, 1, 1, 100);
+    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+    let deploy = second.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), first.log());
+    first.get(HOST, "/", Duration::from_secs(10));
+
+    let client = first.ingress_client(HOST);
+    let url_through_ingress = first.ingress_url(HOST, "/");
+    let load = Load::start(&first.rt, &client, &url_through_ingress, 4, Some(25.0));
+    let mut replicas = [first, second];
+    let mut leader = 0;
+    for (n, moment) in [300, 1_500, 3_000].into_iter().enumerate() {
+        let version = format!("v{}", n + 2);
+        set_env_file(&repo, "dev", &[("GREETING", &version)]);
+        let follower = 1 - leader;
+        let started = replicas[follower].runway_with(
+            &["deploy", "--env", "dev", "--output", "json"],
+            Some(repo.as_os_str()),
+            None,
+            support::COMMAND,
+        );
+        assert!(started.ok(), "{}", started.all());
+        let id = started.json()["id"].clone();
+        std::thread::sleep(Duration::from_millis(moment));
+        replicas[leader].kill9();
+        let ended = replicas[follower].wait_deployment(&id, Duration::from_secs(90));
+        assert_eq!(
+            ended["state"],
+            "succeeded",
+            "killed {moment} ms in: {ended}\n{}",
+            replicas[follower].log()
+        );
+        replicas[follower].get_until(HOST, "/", Duration::from_secs(20), |s, b| {
+            s == 200 && b.starts_with(&version)
+        });
+        eprintln!("leader killed {moment} ms into the rollout: it completed on the other");
+        replicas[leader].restart();
+        leader = follower;
+    }
+    let failures = load.failures();
+    let (ok, failed) = load.stop(&replicas[0].rt);
+    eprintln!("through three failovers mid-rollout: {ok} requests, {failed} failed {failures:?}");
+    assert_eq!(failed, 0);
+    drop(ingress);
+}
