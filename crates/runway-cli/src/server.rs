@@ -140,6 +140,12 @@ pub(crate) struct StoreConfig {
     /// it, `runway.db` in the data directory.
     #[serde(serialize_with = "without_password")]
     pub(crate) url: Option<String>,
+    /// The key that seals secrets (32 bytes, readable by its owner only: a Kubernetes Secret
+    /// is mounted with `defaultMode: 0400`). Default:
+    /// `master.key` in the data directory, made on the first start. Replicas on several
+    /// machines share one, named here (a Kubernetes Secret's file, say), which must exist:
+    /// one made by each would seal secrets the others cannot open.
+    pub(crate) master_key: Option<PathBuf>,
 }
 
 /// A store URL as shown (`runway server check-config`): its password replaced by `***`.
@@ -171,6 +177,26 @@ fn without_password<S: serde::Serializer>(
 }
 
 impl StoreConfig {
+    /// The master key: the one named (which must exist), or the data directory's, made on
+    /// the first start.
+    fn master_key(&self, data_dir: &Path) -> anyhow::Result<MasterKey> {
+        match &self.master_key {
+            Some(path) => MasterKey::load(path).with_context(|| {
+                format!(
+                    "store.master_key: cannot use {} (a named key must exist: every replica \
+                     shares it)",
+                    path.display()
+                )
+            }),
+            None => {
+                let path = data_dir.join("master.key");
+                MasterKey::load_or_create(&path)
+                    .map(|(key, _)| key)
+                    .with_context(|| format!("cannot use the master key {}", path.display()))
+            }
+        }
+    }
+
     /// Opens the store: PostgreSQL's when a URL is given, else `runway.db` in `data_dir`.
     fn open(&self, data_dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
         Ok(match &self.url {
@@ -528,6 +554,9 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
     if let Some(url) = &config.store.url {
         PostgresStore::check_url(url).context("store.url")?;
     }
+    if config.store.master_key.is_some() {
+        config.store.master_key(&config.api.data_dir)?;
+    }
     if let RuntimeKind::Kubernetes = config.runtime.kind {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -625,9 +654,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         Some(_) => None,
     };
     let store = config.store.open(&data_dir)?;
-    let key_path = data_dir.join("master.key");
-    let (key, _) = MasterKey::load_or_create(&key_path)
-        .with_context(|| format!("cannot use the master key {}", key_path.display()))?;
+    let key = config.store.master_key(&data_dir)?;
 
     let ca_dir = config.api.ca_dir();
     // The API's connections, instances' pipes and the store share this process's limit.

@@ -1192,6 +1192,26 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         "postgres://runway:***@db.internal:5432/runway"
     );
     assert!(!postgres.stdout.contains("s3cret"));
+    // A named master key must exist, and be this user's alone.
+    let key = dir.path().join("shared.key");
+    let named =
+        |path: &std::path::Path| check(&format!("store:\n  master_key: {}\n", path.display()));
+    let missing = named(&key);
+    assert!(
+        !missing.ok() && missing.stderr.contains("store.master_key"),
+        "{}",
+        missing.all()
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&key, [7u8; 32]).unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let readable = named(&key);
+        assert!(!readable.ok(), "{}", readable.all());
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o400)).unwrap();
+        let good = named(&key);
+        assert!(good.ok(), "{}", good.all());
+    }
     let bad_url = check("store:\n  url: 'postgres://a@b:notaport/c'\n");
     assert!(!bad_url.ok());
     assert!(bad_url.stderr.contains("store.url"), "{}", bad_url.all());
