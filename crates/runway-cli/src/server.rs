@@ -770,7 +770,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     )
     .environments(config.api.environments.clone())
     .allow_processes(config.runtime.allow_processes);
-    if election.is_some() {
+    let replicated = election.is_some();
+    if replicated {
         controller = controller.leadership(following.clone());
     }
     let controller = Arc::new(controller);
@@ -784,7 +785,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
                 Ok(())
             }
         }));
-        tokio::spawn(exit_when_no_longer_leading(following));
+        tokio::spawn(exit_when_no_longer_leading(following.clone()));
     }
     let (keeper, keeper_stopped) = watch::channel(false);
     if let Some(launch) = launch {
@@ -810,6 +811,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
         sources,
+        leadership: replicated.then_some(following),
     });
     let state = ApiState::new(
         Arc::clone(&store),
@@ -1168,6 +1170,8 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
 struct ServerPlatform {
     controller: Arc<Controller<ServerDriver>>,
     sources: SourceStore,
+    /// Whether this replica leads, when it is one of several.
+    leadership: Option<watch::Receiver<Leadership>>,
 }
 
 fn api_log_line(line: runway_driver::LogLine) -> runway_api::types::LogLine {
@@ -1310,6 +1314,19 @@ impl Platform for ServerPlatform {
             use runway_reconciler::Condition as Planned;
             let controller = &self.controller;
             let mut warnings = Vec::new();
+            // Through a replica that does not lead, what is shown is observed, not planned.
+            if let Some(leadership) = &self.leadership
+                && let Leadership::Following { leader } = &*leadership.borrow()
+            {
+                warnings.push(match leader {
+                    Some(leader) => format!(
+                        "this replica follows; {leader} leads: instances and routes as observed \
+                         here, revisions' progress and scaling as the leader knows them are not \
+                         shown"
+                    ),
+                    None => "no replica leads yet".to_owned(),
+                });
+            }
             let instances = controller
                 .instances(&service, &env)
                 .await

@@ -110,6 +110,22 @@ fn a_killed_leader_is_replaced_and_no_request_fails() {
     );
     let (status, body) = first.get(HOST, "/", Duration::from_secs(10));
     assert_eq!(status, 200, "{body}");
+    // Through the follower, the status shows what it observes, and who leads.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = second.status("hello", "dev");
+        let instances = status["instances"].as_array().map_or(0, Vec::len);
+        let routed = status["routes"].as_array().is_some_and(|r| !r.is_empty());
+        let said = status["warnings"].to_string();
+        if instances == 1 && routed && said.contains("leads") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the follower's status: {status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let client = first.ingress_client(HOST);
     let load = Load::start(&first.rt, &client, &first.ingress_url(HOST, "/"), 4, None);

@@ -25,7 +25,7 @@ use crate::leader::Leadership;
 use crate::observe::{failure_reason, instance_state, kind, managed_key, revision_of};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
-use crate::state::{Key, StartFailure, State};
+use crate::state::{Key, ServiceState, StartFailure, State};
 use crate::table::{applied_route, build_table, route_for};
 use crate::workload::{may_start, start_inputs, workload};
 
@@ -282,19 +282,29 @@ impl<D: Driver> Controller<D> {
         let mut services: HashMap<Key, Looked> = HashMap::new();
         let mut printed = Printed::default();
         let mut leadership = self.leadership.clone();
+        let mut led = false;
         loop {
-            // A replica that does not lead waits, changing nothing, until it does.
-            if let Some(watched) = leadership.as_mut()
-                && !watched.borrow_and_update().may_act()
-            {
-                tokio::select! {
-                    () = &mut shutdown => return,
-                    changed = watched.changed() => {
-                        if changed.is_err() {
-                            return;
+            // A replica that does not lead changes nothing: it keeps what it sees for the API
+            // (each service's instances, the weights the data plane serves) until it leads.
+            // Then it starts as a new controller would, from what the data plane serves.
+            if let Some(watched) = leadership.as_mut() {
+                if !watched.borrow_and_update().may_act() {
+                    led = false;
+                    self.observe_as_follower().await;
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        changed = watched.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
                         }
-                        continue;
+                        () = tokio::time::sleep(self.config.reconcile_interval()) => {}
                     }
+                    continue;
+                }
+                if !led {
+                    *self.lock() = State::default();
+                    led = true;
                 }
             }
             let round_at = Instant::now() + self.config.reconcile_interval();
@@ -378,6 +388,49 @@ impl<D: Driver> Controller<D> {
                 }
             }
         }
+    }
+
+    /// What a replica that does not lead keeps for the API: each service's instances as the
+    /// driver lists them, and the weights the data plane serves. Nothing is written, started,
+    /// stopped or routed.
+    async fn observe_as_follower(&self) {
+        let Ok(desired) = self
+            .db("list desired states", |store| store.desired_list())
+            .await
+        else {
+            return;
+        };
+        let Ok(replicas) = self.driver.replicas().await else {
+            return;
+        };
+        let mut errors = Vec::new();
+        let mut by_key = self.group(replicas, &mut errors).await;
+        let serving = self.dataplane.serving();
+        let routes: BTreeMap<Key, &RouteConfig> = serving
+            .iter()
+            .flat_map(|table| &table.routes)
+            .map(|route| ((route.service.clone(), route.env.clone()), route))
+            .collect();
+        let mut keys: BTreeSet<Key> = desired
+            .iter()
+            .map(|d| (d.service.clone(), d.env.clone()))
+            .collect();
+        keys.extend(by_key.keys().cloned());
+        let mut state = self.lock();
+        state.services = keys
+            .into_iter()
+            .map(|key| {
+                let service = ServiceState {
+                    routes: routes
+                        .get(&key)
+                        .and_then(|route| weights_of(route))
+                        .unwrap_or_default(),
+                    instances: by_key.remove(&key).unwrap_or_default(),
+                    ..ServiceState::default()
+                };
+                (key, service)
+            })
+            .collect();
     }
 
     /// One autoscaler round, its errors printed; true when a count changed.
