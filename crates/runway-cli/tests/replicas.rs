@@ -67,6 +67,27 @@ fn replicas(url: &str) -> Replicas {
     }
 }
 
+impl Replicas {
+    /// `hello` onboarded and deployed (`GREETING=v1`) through the follower, carried out by
+    /// the leader, and served; `manifest` changes the repository's manifest first.
+    fn serving_hello(&self, manifest: impl FnOnce(&std::path::Path)) -> std::path::PathBuf {
+        let repo = self.second.onboard("hello", &["dev"], "s3cr3t");
+        manifest(&repo);
+        set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+        let deploy = self.second.deploy(&repo, "dev");
+        assert!(
+            deploy.ok(),
+            "deploy: {}\n{}\n{}",
+            deploy.all(),
+            self.first.log(),
+            self.second.log()
+        );
+        let (status, body) = self.first.get(HOST, "/", Duration::from_secs(10));
+        assert_eq!(status, 200, "{body}");
+        repo
+    }
+}
+
 fn wait_for_log(platform: &Platform, needle: &str, bound: Duration) -> Duration {
     let started = Instant::now();
     while !platform.log().contains(needle) {
@@ -90,26 +111,15 @@ fn a_killed_leader_is_replaced_and_no_request_fails() {
     let Some(url) = support::test_database("replicas kill") else {
         return;
     };
+    let replicas = replicas(&url);
+    // A deploy through the follower's API: the leader carries it out.
+    let repo = replicas.serving_hello(|_| {});
     let Replicas {
         mut first,
         second,
         ingress,
         _pki,
-    } = replicas(&url);
-
-    // A deploy through the follower's API: the leader carries it out.
-    let repo = second.onboard("hello", &["dev"], "s3cr3t");
-    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
-    let deploy = second.deploy(&repo, "dev");
-    assert!(
-        deploy.ok(),
-        "deploy: {}\n{}\n{}",
-        deploy.all(),
-        first.log(),
-        second.log()
-    );
-    let (status, body) = first.get(HOST, "/", Duration::from_secs(10));
-    assert_eq!(status, 200, "{body}");
+    } = replicas;
     // Through the follower, the status shows what it observes, and who leads.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -175,15 +185,14 @@ fn a_paused_leader_is_fenced_and_exits_when_it_wakes() {
     let Some(url) = support::test_database("replicas pause") else {
         return;
     };
+    let replicas = replicas(&url);
+    let repo = replicas.serving_hello(|_| {});
     let Replicas {
         mut first,
         second,
         ingress,
         _pki,
-    } = replicas(&url);
-    let repo = second.onboard("hello", &["dev"], "s3cr3t");
-    let deploy = second.deploy(&repo, "dev");
-    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), first.log());
+    } = replicas;
 
     let pid = nix::unistd::Pid::from_raw(i32::try_from(first.server_pid()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
@@ -225,17 +234,14 @@ fn the_replicas_go_on_after_a_database_restart() {
     };
     let restart = std::env::var("RUNWAY_TEST_POSTGRES_RESTART")
         .expect("scripts/with-postgres sets RUNWAY_TEST_POSTGRES_RESTART");
+    let replicas = replicas(&url);
+    let repo = replicas.serving_hello(|_| {});
     let Replicas {
         first,
         second,
         ingress,
         _pki,
-    } = replicas(&url);
-    let repo = second.onboard("hello", &["dev"], "s3cr3t");
-    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
-    let deploy = second.deploy(&repo, "dev");
-    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), first.log());
-    first.get(HOST, "/", Duration::from_secs(10));
+    } = replicas;
 
     let client = first.ingress_client(HOST);
     let load = Load::start(&first.rt, &client, &first.ingress_url(HOST, "/"), 4, None);
@@ -297,20 +303,18 @@ fn a_rollout_survives_its_leader_killed_at_several_moments() {
     let Some(url) = support::test_database("replicas rollout") else {
         return;
     };
+    let replicas = replicas(&url);
+    let repo = replicas.serving_hello(|repo| {
+        let rollout = "      steps: [50, 100]\n      pause_seconds: 2\n      analysis:\n        \
+                       min_requests: 5\n";
+        support::set_manifest(repo, "runway_canary", rollout, 1, 1, 100);
+    });
     let Replicas {
         first,
         second,
         ingress,
         _pki,
-    } = replicas(&url);
-    let repo = second.onboard("hello", &["dev"], "s3cr3t");
-    let rollout = "      steps: [50, 100]\n      pause_seconds: 2\n      analysis:\n        \
-                   min_requests: 5\n";
-    support::set_manifest(&repo, "runway_canary", rollout, 1, 1, 100);
-    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
-    let deploy = second.deploy(&repo, "dev");
-    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), first.log());
-    first.get(HOST, "/", Duration::from_secs(10));
+    } = replicas;
 
     let client = first.ingress_client(HOST);
     let url_through_ingress = first.ingress_url(HOST, "/");
