@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, watch};
 /// `runway server`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime` and `store`
-    /// sections, every key optional, unknown keys refused.
+    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime`, `store` and
+    /// `leader` sections, every key optional, unknown keys refused.
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) config: Option<PathBuf>,
     /// Where the store, the master key, the certificate authority and the instances' state
@@ -59,9 +59,10 @@ pub(crate) enum ServerCommand {
     /// in force (every default applied) as JSON.
     ///
     /// Checks the file's keys and values, the certificate authority when it exists, the
-    /// control channel's certificates with `ingress.remote`, and with `runtime.kind:
-    /// kubernetes` the kubeconfig (or the pod's service account), without reaching the
-    /// cluster. Exits non-zero, naming the key or file, on the first problem.
+    /// control channel's certificates with `ingress.remote`, the store URL's form and a named
+    /// master key, and with `runtime.kind: kubernetes` the kubeconfig (or the pod's service
+    /// account), reaching neither the database nor the cluster. Exits non-zero, naming the
+    /// key or file, on the first problem.
     CheckConfig,
     /// Copy this data directory's SQLite store into an empty PostgreSQL database.
     ///
