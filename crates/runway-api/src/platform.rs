@@ -31,6 +31,8 @@ pub struct StatusParts {
     pub rollout: Option<RolloutView>,
     /// What could not be read, each saying which part is missing and why.
     pub warnings: Vec<String>,
+    /// Which replica answered and which leads, when there are several.
+    pub control_plane: Option<crate::types::ControlPlaneView>,
 }
 
 /// Everything outside the store the API asks about.

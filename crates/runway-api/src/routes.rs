@@ -762,6 +762,7 @@ async fn status(
         instances: parts.instances,
         scaling: parts.scaling,
         rollout: parts.rollout,
+        control_plane: parts.control_plane,
         warnings: parts.warnings,
     }))
 }

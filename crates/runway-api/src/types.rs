@@ -625,6 +625,17 @@ pub struct RolloutRequest {
     pub command: RolloutCommandView,
 }
 
+/// The control plane's replicas, when several share one store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ControlPlaneView {
+    /// The replica that answered.
+    pub replica: String,
+    /// The replica that leads (runs the controller), when one does. Through another, the
+    /// instances and routes are as that replica observes them, and the revisions' progress,
+    /// scaling and rollout (which the leader keeps) are not shown.
+    pub leader: Option<String>,
+}
+
 /// The progressive rollout in progress.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RolloutView {
@@ -692,6 +703,9 @@ pub struct StatusView {
     /// The progressive rollout in progress, if any.
     #[serde(default)]
     pub rollout: Option<RolloutView>,
+    /// Which replica answered and which leads, when the control plane has several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneView>,
     /// Parts of this status that could not be read (the runtime or the store did not answer),
     /// each saying which and why; those parts are empty rather than wrong.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1289,6 +1289,19 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
         }
         out.push_str(&table(&rows));
     }
+    if let Some(control_plane) = &status.control_plane {
+        let leads = control_plane.leader.as_deref().unwrap_or("no replica");
+        let through = if control_plane.leader.as_deref() == Some(control_plane.replica.as_str()) {
+            String::new()
+        } else {
+            format!(
+                "; answered by {}, as it observes the instances (the revisions' progress and \
+                 scaling are the leader's)",
+                control_plane.replica
+            )
+        };
+        out.push_str(&format!("\ncontrol plane: {leads} leads{through}\n"));
+    }
     print_stdout(&out);
     for warning in &status.warnings {
         eprintln!("warning: not shown: {warning}");

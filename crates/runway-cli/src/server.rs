@@ -750,10 +750,11 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     };
     // Several replicas share a PostgreSQL store: the controller acts only while this one leads,
     // its writes fenced by the lease.
+    let replica = config.leader.replica();
     let election = config.store.url.is_some().then(|| {
         Election::new(
             Arc::clone(&store),
-            config.leader.replica(),
+            replica.clone(),
             Duration::from_millis(config.leader.lease_ms.max(300)),
         )
     });
@@ -812,7 +813,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
         sources,
-        leadership: replicated.then_some(following),
+        leadership: replicated.then_some((replica, following)),
     });
     let state = ApiState::new(
         Arc::clone(&store),
@@ -1171,8 +1172,8 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
 struct ServerPlatform {
     controller: Arc<Controller<ServerDriver>>,
     sources: SourceStore,
-    /// Whether this replica leads, when it is one of several.
-    leadership: Option<watch::Receiver<Leadership>>,
+    /// This replica's name and whether it leads, when it is one of several.
+    leadership: Option<(String, watch::Receiver<Leadership>)>,
 }
 
 fn api_log_line(line: runway_driver::LogLine) -> runway_api::types::LogLine {
@@ -1315,19 +1316,15 @@ impl Platform for ServerPlatform {
             use runway_reconciler::Condition as Planned;
             let controller = &self.controller;
             let mut warnings = Vec::new();
-            // Through a replica that does not lead, what is shown is observed, not planned.
-            if let Some(leadership) = &self.leadership
-                && let Leadership::Following { leader } = &*leadership.borrow()
-            {
-                warnings.push(match leader {
-                    Some(leader) => format!(
-                        "this replica follows; {leader} leads: instances and routes as observed \
-                         here, revisions' progress and scaling as the leader knows them are not \
-                         shown"
-                    ),
-                    None => "no replica leads yet".to_owned(),
-                });
-            }
+            let control_plane = self.leadership.as_ref().map(|(replica, leadership)| {
+                runway_api::types::ControlPlaneView {
+                    replica: replica.clone(),
+                    leader: match &*leadership.borrow() {
+                        Leadership::Leading { .. } => Some(replica.clone()),
+                        Leadership::Following { leader } => leader.clone(),
+                    },
+                }
+            });
             let instances = controller
                 .instances(&service, &env)
                 .await
@@ -1413,6 +1410,7 @@ impl Platform for ServerPlatform {
                         message: r.message,
                     }),
                 warnings,
+                control_plane,
             }
         })
     }

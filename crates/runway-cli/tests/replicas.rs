@@ -126,8 +126,29 @@ fn a_killed_leader_is_replaced_and_no_request_fails() {
         let status = second.status("hello", "dev");
         let instances = status["instances"].as_array().map_or(0, Vec::len);
         let routed = status["routes"].as_array().is_some_and(|r| !r.is_empty());
-        let said = status["warnings"].to_string();
-        if instances == 1 && routed && said.contains("leads") {
+        let control_plane = &status["control_plane"];
+        let leader = control_plane["leader"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if instances == 1
+            && routed
+            && !leader.is_empty()
+            && control_plane["replica"].as_str() != Some(leader.as_str())
+        {
+            let through_leader = first.status("hello", "dev");
+            assert_eq!(
+                through_leader["control_plane"],
+                serde_json::json!({"replica": leader, "leader": leader}),
+                "{through_leader:#}"
+            );
+            let text = second.runway(&["status", "--service", "hello", "--env", "dev"]);
+            assert!(
+                text.stdout
+                    .contains(&format!("control plane: {leader} leads; answered by")),
+                "{}",
+                text.all()
+            );
             break;
         }
         assert!(
