@@ -118,9 +118,11 @@ impl RevisionMetrics {
     /// One response: its status class and the time to its head.
     pub(crate) fn record(&self, status: u16, seconds: f64) {
         let class = usize::from((status / 100).clamp(1, 5)) - 1;
+        // The bucket before the class: [`RevisionMetrics::stats`] reads them the other way
+        // round, so a response counted in a class is always in a bucket too.
+        self.buckets[bucket_index(seconds)].fetch_add(1, Ordering::SeqCst);
         self.requests[class].inc();
         self.latency.observe(seconds);
-        self.buckets[bucket_index(seconds)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request refused for the client's fault (`reason`, one of [`CLIENT_FAULTS`]).
@@ -130,12 +132,23 @@ impl RevisionMetrics {
         }
     }
 
+    /// A consistent reading while responses are recorded: `requests` is the buckets' own
+    /// total (`+Inf` included), read in one pass, so the latency's percentiles never count a
+    /// response as slower than every bound because it was counted after its bucket was read
+    /// (a canary failed its analysis with a "p99 of 131072 ms" so); the 5xx count is read
+    /// first, so it is never more than `requests`.
     fn stats(&self) -> RevisionStats {
+        let errors_5xx = self.requests[4].get();
+        let counts: Vec<u64> = self
+            .buckets
+            .iter()
+            .map(|count| count.load(Ordering::SeqCst))
+            .collect();
         let mut cumulative = 0;
         let latency_buckets = latency_bounds()
-            .zip(self.buckets.iter())
+            .zip(&counts)
             .map(|(bound, count)| {
-                cumulative += count.load(Ordering::Relaxed);
+                cumulative += count;
                 (bound, cumulative)
             })
             .collect();
@@ -143,8 +156,8 @@ impl RevisionMetrics {
             in_flight: gauge_value(&self.in_flight),
             queued: gauge_value(&self.queued),
             held: gauge_value(&self.held),
-            requests: self.requests.iter().map(Counter::get).sum(),
-            errors_5xx: self.requests[4].get(),
+            requests: counts.iter().sum(),
+            errors_5xx,
             client_errors: self.client_errors.iter().map(Counter::get).sum(),
             latency_buckets,
         }
@@ -515,6 +528,33 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Figures read while responses are recorded are consistent: every response counted is
+    /// in a bucket (fast ones never show as slower than every bound), and no more are 5xx
+    /// than there are responses.
+    #[test]
+    fn figures_read_while_recording_are_consistent() {
+        let metrics = Metrics::new();
+        let revision = metrics.revision("web", "dev", "web-1");
+        let recording = revision.clone();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let writer = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stopping.load(Ordering::Relaxed) {
+                recording.record(if n.is_multiple_of(3) { 503 } else { 200 }, 0.001);
+                n += 1;
+            }
+        });
+        for _ in 0..200_000 {
+            let stats = revision.stats();
+            let counted = stats.latency_buckets.last().map_or(0, |(_, c)| *c);
+            assert_eq!(stats.requests, counted, "a response outside every bucket");
+            assert!(stats.errors_5xx <= stats.requests);
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
+    }
 
     #[test]
     fn a_latency_falls_in_the_first_bucket_whose_bound_holds_it() {
