@@ -516,7 +516,8 @@ pub struct Analysis {
     #[schemars(range(min = 1))]
     pub latency_slo_ms: Option<u32>,
     /// How many times the stable revision's p99 latency the new revision's may be. Default
-    /// 1.5, at least 1.
+    /// 1.5, at least 1. Compared only when both served at least 100 requests in the window:
+    /// the p99 of fewer is the slowest single request.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1.0))]
     pub max_p99_over_stable_ratio: Option<f64>,

@@ -20,7 +20,8 @@ pub struct AnalysisSettings {
     /// The highest p99 latency allowed, in seconds. Default 1.024, upstream's apdex
     /// "satisfied" threshold. Not applied when the stable revision is over it too.
     pub latency_slo_seconds: f64,
-    /// How many times the stable revision's p99 the canary's may be. Default 1.5.
+    /// How many times the stable revision's p99 the canary's may be. Default 1.5. Applied
+    /// only to windows of at least 100 requests on each side.
     pub max_p99_over_stable_ratio: f64,
     /// The least p99 increase over the stable revision that fails a window, in seconds,
     /// whatever the ratio: fast services' p99s of a few milliseconds differ by more than
@@ -120,6 +121,10 @@ pub enum Measure {
     /// Instance restarts, a count.
     Restarts,
 }
+
+/// The least requests in each window for the canary's p99 to be compared with the stable
+/// revision's: of fewer, the 99th percentile is the slowest single request.
+pub const P99_SAMPLES: u64 = 100;
 
 /// The outcome of one window's analysis.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,7 +254,10 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
             ),
         };
     }
-    if let Some(stable_p99) = stable_p99 {
+    // A p99 of fewer than a hundred requests is the slowest one of them: one request that
+    // waited on a busy machine would fail a window. The SLO above still applies.
+    let comparable = canary.requests >= P99_SAMPLES && stable.requests >= P99_SAMPLES;
+    if let Some(stable_p99) = stable_p99.filter(|_| comparable) {
         let limit = (stable_p99 * settings.max_p99_over_stable_ratio)
             .max(stable_p99 + settings.min_p99_increase_seconds);
         if canary_p99 > limit {

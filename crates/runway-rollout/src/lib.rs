@@ -99,7 +99,10 @@
 //!    (default 1.024 s, upstream's apdex "satisfied" threshold), or above
 //!    `max_p99_over_stable_ratio` (default 1.5) times the stable revision's p99 and by at
 //!    least `min_p99_increase_seconds` (default 25 ms: a few milliseconds' difference between
-//!    two fast revisions is noise); no latency histogram is inconclusive.
+//!    two fast revisions is noise); no latency histogram is inconclusive. The comparison
+//!    with the stable revision needs [`P99_SAMPLES`] (100) requests in each window: the p99
+//!    of fewer is the slowest single request, and one that waited on a busy machine is not
+//!    a regression. Fewer are held to the SLO alone.
 //!
 //! The absolute limits (1 % and the SLO) are not applied when the stable revision is over
 //! them too: then the canary is judged only against the stable revision, so that a fix

@@ -227,6 +227,18 @@ fn verdicts() {
             ),
         ),
         (
+            "fewer than 100 requests on either side: the p99 is one request, held to the SLO alone",
+            window(60, 0, 0.2),
+            window(500, 0, fast),
+            Expect::Pass,
+        ),
+        (
+            "a stable window of fewer than 100 requests is not compared with either",
+            window(500, 0, 0.2),
+            window(80, 0, fast),
+            Expect::Pass,
+        ),
+        (
             "slower than the SLO while stable is too: judged against stable only",
             window(500, 0, 1.5),
             window(500, 0, 1.5),
