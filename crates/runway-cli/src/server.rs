@@ -25,7 +25,7 @@ use runway_runtime::{LocalDriver, LocalDriverOptions, LocalRuntime};
 
 use crate::driver::{KubernetesConfig, RuntimeKind, ServerDriver};
 use runway_secrets::{MasterKey, Sealer};
-use runway_store::{PostgresStore, SqliteStore, Store};
+use runway_store::{DatabaseTrust, PostgresStore, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -75,6 +75,8 @@ pub(crate) enum ServerCommand {
     MigrateStore {
         /// The PostgreSQL database to copy into (`postgres://user:password@host:port/db`), or
         /// `-` to read it from standard input, keeping a password out of the process list.
+        /// Over TLS its certificate is checked against `store.ca_file` from --config, or the
+        /// system's roots.
         #[arg(long, value_name = "URL")]
         to: String,
     },
@@ -141,6 +143,13 @@ pub(crate) struct StoreConfig {
     /// it, `runway.db` in the data directory.
     #[serde(serialize_with = "without_password")]
     pub(crate) url: Option<String>,
+    /// A file holding `url` (a mounted Kubernetes Secret's key, say), so the configuration
+    /// holds no password. Read at the start; give one of the two.
+    pub(crate) url_file: Option<PathBuf>,
+    /// The authority (PEM) the database's certificate must come from over TLS; default: the
+    /// system's roots. Over TLS (`sslmode=require` in the URL, or `prefer`, the default, when
+    /// the server offers it) the certificate is always checked, its chain and the host's name.
+    pub(crate) ca_file: Option<PathBuf>,
     /// The key that seals secrets (32 bytes, readable by its owner only: a Kubernetes Secret
     /// is mounted with `defaultMode: 0400`). Default:
     /// `master.key` in the data directory, made on the first start. Replicas on several
@@ -198,12 +207,45 @@ impl StoreConfig {
         }
     }
 
+    /// `url` read from `url_file` when that is given (one of the two may be).
+    fn read_url_file(&mut self, path: &Path) -> anyhow::Result<()> {
+        let Some(file) = &self.url_file else {
+            return Ok(());
+        };
+        if self.url.is_some() {
+            bail!(
+                "{}: store.url and store.url_file: give one of the two",
+                path.display()
+            );
+        }
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("store.url_file: cannot read {}", file.display()))?;
+        let url = text.trim();
+        if url.is_empty() {
+            bail!("store.url_file: {} is empty", file.display());
+        }
+        self.url = Some(url.to_owned());
+        Ok(())
+    }
+
+    /// Whom a TLS connection to the database trusts.
+    fn trust(&self) -> anyhow::Result<DatabaseTrust> {
+        Ok(match &self.ca_file {
+            Some(path) => DatabaseTrust::Pem(
+                std::fs::read(path)
+                    .with_context(|| format!("store.ca_file: cannot read {}", path.display()))?,
+            ),
+            None => DatabaseTrust::System,
+        })
+    }
+
     /// Opens the store: PostgreSQL's when a URL is given, else `runway.db` in `data_dir`.
     fn open(&self, data_dir: &Path) -> anyhow::Result<Arc<dyn Store>> {
         Ok(match &self.url {
-            Some(url) => {
-                Arc::new(PostgresStore::open(url).context("store.url: cannot open the store")?)
-            }
+            Some(url) => Arc::new(
+                PostgresStore::open_trusting(url, &self.trust()?)
+                    .context("store.url: cannot open the store")?,
+            ),
             None => Arc::new(
                 SqliteStore::open(data_dir.join("runway.db"))
                     .with_context(|| format!("cannot open the store in {}", data_dir.display()))?,
@@ -435,7 +477,8 @@ impl ServerConfig {
         };
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let config: Self = runway_api::config::parse_file(path, &text)?;
+        let mut config: Self = runway_api::config::parse_file(path, &text)?;
+        config.store.read_url_file(path)?;
         // Its keys are under `api` in this file.
         config.api.check(path).map_err(|error| match error {
             runway_api::config::ConfigError::Invalid { path, key, message } => {
@@ -554,6 +597,9 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
     }
     if let Some(url) = &config.store.url {
         PostgresStore::check_url(url).context("store.url")?;
+        if let DatabaseTrust::Pem(pem) = config.store.trust()? {
+            PostgresStore::check_trust(&pem).context("store.ca_file")?;
+        }
     }
     if config.store.master_key.is_some() {
         config.store.master_key(&config.api.data_dir)?;
@@ -578,7 +624,7 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
 }
 
 /// `runway server migrate-store`: see [`ServerCommand::MigrateStore`].
-fn migrate_store(data_dir: &Path, to: &str) -> anyhow::Result<()> {
+fn migrate_store(data_dir: &Path, to: &str, trust: &DatabaseTrust) -> anyhow::Result<()> {
     let path = data_dir.join("runway.db");
     if !path.is_file() {
         bail!(
@@ -600,7 +646,8 @@ fn migrate_store(data_dir: &Path, to: &str) -> anyhow::Result<()> {
     let _lock = lock_data_dir(data_dir)?;
     let from = SqliteStore::open(&path)
         .with_context(|| format!("cannot open the store {}", path.display()))?;
-    let target = PostgresStore::open(&url).context("--to: cannot open the target store")?;
+    let target =
+        PostgresStore::open_trusting(&url, trust).context("--to: cannot open the target store")?;
     let copied =
         runway_store::copy_sqlite_to_postgres(&from, &target).context("cannot copy the store")?;
     for (table, rows) in &copied.tables {
@@ -1001,7 +1048,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             return check_config(&config, args.config.as_deref());
         }
         Some(ServerCommand::MigrateStore { to }) => {
-            return migrate_store(&config.api.data_dir, to);
+            return migrate_store(&config.api.data_dir, to, &config.store.trust()?);
         }
         _ => {}
     }

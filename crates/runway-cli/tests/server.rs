@@ -1215,6 +1215,35 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
     let bad_url = check("store:\n  url: 'postgres://a@b:notaport/c'\n");
     assert!(!bad_url.ok());
     assert!(bad_url.stderr.contains("store.url"), "{}", bad_url.all());
+    // The URL from a file (its password not printed either); not both; a CA that is not one.
+    let url_file = dir.path().join("store-url");
+    std::fs::write(&url_file, "postgres://runway:s3cret@db.internal/runway\n").unwrap();
+    let from_file = check(&format!("store:\n  url_file: {}\n", url_file.display()));
+    assert!(from_file.ok(), "{}", from_file.all());
+    assert_eq!(
+        from_file.json()["store"]["url"],
+        "postgres://runway:***@db.internal/runway"
+    );
+    assert!(!from_file.stdout.contains("s3cret"));
+    let both = check(&format!(
+        "store:\n  url: postgres://db/runway\n  url_file: {}\n",
+        url_file.display()
+    ));
+    assert!(
+        !both.ok() && both.stderr.contains("store.url and store.url_file"),
+        "{}",
+        both.all()
+    );
+    let not_a_ca = check(&format!(
+        "store:\n  url_file: {}\n  ca_file: {}\n",
+        url_file.display(),
+        url_file.display()
+    ));
+    assert!(
+        !not_a_ca.ok() && not_a_ca.stderr.contains("store.ca_file"),
+        "{}",
+        not_a_ca.all()
+    );
 
     let cluster = check(&format!(
         "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: {}\n",
@@ -1240,14 +1269,33 @@ fn a_server_on_postgres_keeps_its_state_across_a_restart() {
     let Some(url) = support::test_database("a server on PostgreSQL") else {
         return;
     };
+    // Over TLS, the URL (password and all) from a file as a Kubernetes Secret would give
+    // it, the database's certificate checked against the test server's authority.
+    let secrets_dir = tempfile::tempdir().unwrap();
+    let url_file = secrets_dir.path().join("url");
+    std::fs::write(&url_file, url.replace("sslmode=disable", "sslmode=require")).unwrap();
+    let ca = std::env::var("RUNWAY_TEST_POSTGRES_CA").unwrap();
     let mut platform = Platform::start(&Settings {
-        sections: format!("store:\n  url: {url}\n"),
+        sections: format!(
+            "store:\n  url_file: {}\n  ca_file: {ca}\n",
+            url_file.display()
+        ),
         ..Settings::default()
     });
     assert!(
         !platform.data.join("runway.db").exists(),
         "a SQLite store was made beside PostgreSQL"
     );
+    let encrypted: i64 = postgres::Client::connect(&url, postgres::NoTls)
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+             WHERE ssl AND datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(encrypted >= 1, "the server's connections are not TLS");
     let repo = platform.onboard("hello", &["dev"], &secret_value());
     let deploy = platform.deploy(&repo, "dev");
     assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());

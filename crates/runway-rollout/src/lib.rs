@@ -117,7 +117,7 @@ mod rollout;
 mod strategy;
 mod window;
 
-pub use analysis::{AnalysisSettings, Measure, Verdict, analyse};
+pub use analysis::{AnalysisSettings, Measure, P99_SAMPLES, Verdict, analyse};
 pub use error::StrategyError;
 pub use rollout::{
     Action, Command, Phase, PlannedStep, Progress, Step, StepInput, Weights, clock, next, plan,

@@ -77,7 +77,7 @@ pub use model::{
     Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
     Token, TokenScope, artifact_image, artifact_is_process, artifact_source, revision_name,
 };
-pub use postgres::{POSTGRES_SCHEMA_VERSION, PostgresStore};
+pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};
 pub use store::{DeployRecord, Store};
 pub use time::Timestamp;

@@ -14,8 +14,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
-use postgres::{IsolationLevel, NoTls, Transaction};
+use postgres::{IsolationLevel, Transaction};
 use r2d2_postgres::PostgresConnectionManager;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::Timestamp;
 use crate::error::{Result, StoreError};
@@ -40,7 +43,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The store in a PostgreSQL database.
 pub struct PostgresStore {
-    pool: r2d2::Pool<PostgresConnectionManager<NoTls>>,
+    pool: r2d2::Pool<PostgresConnectionManager<MakeRustlsConnect>>,
     /// The URL without its password, for messages.
     shown: String,
 }
@@ -53,16 +56,81 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+/// Whose certificates a TLS connection to the database trusts. Whichever it is, the
+/// server's certificate is checked, its chain and its name (libpq's `verify-full`): the
+/// store holds sealed secrets and token hashes, and an encrypted connection to whoever
+/// answers protects neither.
+#[derive(Debug, Clone, Default)]
+pub enum DatabaseTrust {
+    /// The system's roots (a managed database's public authority).
+    #[default]
+    System,
+    /// The authorities in this PEM text only (a private CA, a cloud's database bundle).
+    Pem(Vec<u8>),
+}
+
+impl DatabaseTrust {
+    /// The TLS connector trusting these authorities.
+    fn connector(&self) -> Result<MakeRustlsConnect> {
+        let mut roots = rustls::RootCertStore::empty();
+        match self {
+            Self::System => {
+                let found = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(found.certs);
+            }
+            Self::Pem(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|error| {
+                        StoreError::Invalid(format!("the database's CA: not PEM ({error})"))
+                    })?;
+                    roots.add(cert).map_err(|error| {
+                        StoreError::Invalid(format!("the database's CA: {error}"))
+                    })?;
+                }
+                if roots.is_empty() {
+                    return Err(StoreError::Invalid(
+                        "the database's CA: no certificate in it".to_owned(),
+                    ));
+                }
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|error| StoreError::Invalid(format!("TLS to the database: {error}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(MakeRustlsConnect::new(config))
+    }
+}
+
 impl PostgresStore {
     /// Connects to `url` (`postgres://user:password@host:port/database`, or a libpq key/value
-    /// string) and brings the schema up to date. A database whose schema is newer than this
-    /// code is refused with [`StoreError::TooNew`] before anything is written to it.
+    /// string), trusting the system's roots if the connection is TLS, and brings the schema
+    /// up to date. A database whose schema is newer than this code is refused with
+    /// [`StoreError::TooNew`] before anything is written to it.
     pub fn open(url: &str) -> Result<Self> {
-        let config: postgres::Config = url.parse().map_err(|error: postgres::Error| {
+        Self::open_trusting(url, &DatabaseTrust::System)
+    }
+
+    /// [`open`](Self::open), a TLS connection trusting `trust`. The URL's `sslmode` says
+    /// whether it is TLS: `require` always, `prefer` (the default) when the server offers
+    /// it, `disable` never.
+    pub fn open_trusting(url: &str, trust: &DatabaseTrust) -> Result<Self> {
+        let mut config: postgres::Config = url.parse().map_err(|error: postgres::Error| {
             StoreError::Invalid(format!("store URL: {}", chain(&error)))
         })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let shown = shown(&config);
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        let tls = trust.connector()?;
+        // One connection first, for its error whole and at once: the pool would retry until
+        // its timeout and keep only the outermost message ("error performing TLS handshake").
+        // Dropped where it was made: closing it blocks on its own runtime.
+        off_runtime(|| config.connect(tls.clone()).map(drop))
+            .map_err(|error| unavailable(&shown, &error))?;
+        let manager = PostgresConnectionManager::new(config, tls);
         let pool = r2d2::Pool::builder()
             .max_size(8)
             .min_idle(Some(1))
@@ -72,6 +140,11 @@ impl PostgresStore {
         let store = Self { pool, shown };
         off_runtime(|| store.migrate())?;
         Ok(store)
+    }
+
+    /// Checks that `pem` holds the certificates of authorities, reaching nothing.
+    pub fn check_trust(pem: &[u8]) -> Result<()> {
+        DatabaseTrust::Pem(pem.to_vec()).connector().map(drop)
     }
 
     /// Checks a URL's form, reaching nothing.
@@ -90,7 +163,9 @@ impl PostgresStore {
         })
     }
 
-    fn client(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>> {
+    fn client(
+        &self,
+    ) -> Result<r2d2::PooledConnection<PostgresConnectionManager<MakeRustlsConnect>>> {
         self.pool
             .get()
             .map_err(|error| unavailable(&self.shown, &error))
@@ -319,7 +394,15 @@ fn shown(config: &postgres::Config) -> String {
 }
 
 fn unavailable(shown: &str, error: &dyn std::error::Error) -> StoreError {
-    StoreError::Unavailable(format!("cannot reach {shown}: {}", chain(error)))
+    let text = chain(error);
+    let hint = if text.contains("certificate") {
+        " (over TLS the database's certificate must name the host and come from an authority \
+         Runway trusts: the system's, or the one `store.ca_file` names; `sslmode=disable` in \
+         the URL turns TLS off)"
+    } else {
+        ""
+    };
+    StoreError::Unavailable(format!("cannot reach {shown}: {text}{hint}"))
 }
 
 /// An error and its causes on one line.

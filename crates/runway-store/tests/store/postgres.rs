@@ -1,9 +1,10 @@
 //! What is PostgreSQL's own: its migrations, run once however many replicas start together,
-//! and a database from a newer Runway refused untouched. Runs on the PostgreSQL pass.
+//! a database from a newer Runway refused untouched, and TLS to it, whose certificate is
+//! checked. Runs on the PostgreSQL pass.
 
 use std::sync::Arc;
 
-use runway_store::{POSTGRES_SCHEMA_VERSION, PostgresStore, StoreError};
+use runway_store::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore, Store, StoreError};
 
 use crate::support::{fixture, on_postgres, onboard};
 
@@ -63,4 +64,60 @@ fn an_unreachable_database_is_unavailable_and_its_password_is_not_shown() {
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     assert!(!text.contains("s3cret"), "{text}");
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+/// Over TLS (`sslmode=require`, the test server's certificate from `RUNWAY_TEST_POSTGRES_CA`),
+/// the store works, on an encrypted connection; a server whose certificate comes from an
+/// authority not trusted, or names another host, is refused with what to do, and nothing
+/// is sent to it.
+#[test]
+fn tls_to_the_database_checks_its_certificate() {
+    if !on_postgres() {
+        return;
+    }
+    let ca = std::fs::read(std::env::var("RUNWAY_TEST_POSTGRES_CA").expect(
+        "RUNWAY_TEST_POSTGRES_CA: the test server's authority (run under scripts/with-postgres)",
+    ))
+    .unwrap();
+    let f = fixture();
+    let url = f
+        .postgres_url()
+        .replace("sslmode=disable", "sslmode=require");
+    assert!(url.contains("sslmode=require"), "{url}");
+
+    let store = PostgresStore::open_trusting(&url, &DatabaseTrust::Pem(ca.clone())).unwrap();
+    onboard(&store, "hello");
+    assert_eq!(store.service_get("hello").unwrap().name, "hello");
+    let encrypted: i64 = postgres::Client::connect(f.postgres_url(), postgres::NoTls)
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+             WHERE ssl AND datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(encrypted >= 1, "no TLS connection to the test database");
+
+    let refused = |url: &str, trust: &DatabaseTrust| {
+        let error = PostgresStore::open_trusting(url, trust).unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, StoreError::Unavailable(_)), "{text}");
+        assert!(text.contains("store.ca_file"), "{text}");
+        text
+    };
+    // The system's roots do not hold the test authority.
+    let text = refused(&url, &DatabaseTrust::System);
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+    // The certificate names 127.0.0.1 and localhost, not this host (at the same address).
+    let renamed = format!(
+        "{}&hostaddr=127.0.0.1",
+        url.replace("127.0.0.1", "db.invalid")
+    );
+    let text = refused(&renamed, &DatabaseTrust::Pem(ca));
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
+
+    let error =
+        PostgresStore::open_trusting(&url, &DatabaseTrust::Pem(b"not pem".to_vec())).unwrap_err();
+    assert!(matches!(error, StoreError::Invalid(_)), "{error}");
 }
