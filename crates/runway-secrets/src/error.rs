@@ -24,10 +24,12 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// The key file's mode gives its group or others any access.
+    /// The key file's mode gives others any access, or its group more than reading or a
+    /// group other than the process's own.
     #[error(
         "key file {} has mode {mode:04o}, which lets group or others read or change it; \
-         a key file must be readable by its owner only: run `chmod 600 {}`",
+         a key file must be readable by its owner only (or read by this process's own group): \
+         run `chmod 600 {}`",
         path.display(),
         path.display()
     )]

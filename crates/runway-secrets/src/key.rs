@@ -1,4 +1,4 @@
-//! The master key file: 32 random bytes, readable by its owner only.
+//! The master key file: 32 random bytes, readable by its owner only (or its own group).
 //!
 //! The file holds the raw key and nothing else. It is created once, atomically: the key is
 //! written to a temporary file beside it (created with `O_EXCL` and mode 0600, then fsynced),
@@ -12,7 +12,7 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use zeroize::Zeroize;
@@ -25,6 +25,14 @@ pub const KEY_LEN: usize = 32;
 
 /// The mode a key file is created with, and the most it may have when loaded.
 const KEY_MODE: u32 = 0o600;
+
+/// Whether a key file with `mode`, of group `gid`, is readable by its owner only, or also
+/// by this process's own group: a Kubernetes Secret is mounted for a pod that runs as no
+/// root with mode 0440, owned by root and the pod's `fsGroup`, the only way such a pod can
+/// read it. Others never, and the group never writes.
+fn private_enough(mode: u32, gid: u32) -> bool {
+    mode & 0o077 == 0 || (mode & 0o037 == 0 && gid == nix::unistd::getegid().as_raw())
+}
 
 /// The key that seals every secret. Wiped from memory when dropped; never printed.
 pub struct MasterKey {
@@ -76,7 +84,7 @@ impl MasterKey {
             });
         }
         let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o077 != 0 {
+        if !private_enough(mode, meta.gid()) {
             return Err(Error::KeyPermissions {
                 path: path.to_owned(),
                 mode,
@@ -264,7 +272,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("master.key");
         MasterKey::load_or_create(&path).unwrap();
-        for mode in [0o644, 0o640, 0o604, 0o660] {
+        for mode in [0o644, 0o604, 0o660, 0o460] {
             fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
             let err = MasterKey::load_or_create(&path).unwrap_err();
             assert!(
@@ -281,6 +289,28 @@ mod tests {
         }
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
         MasterKey::load(&path).unwrap();
+        // Read by this process's own group too, as a Secret mounted for a pod's fsGroup is.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o440)).unwrap();
+        MasterKey::load(&path).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_key_another_group_can_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("master.key");
+        MasterKey::load_or_create(&path).unwrap();
+        let other = nix::unistd::Gid::from_raw(nix::unistd::getegid().as_raw() ^ 1);
+        if nix::unistd::chown(&path, None, Some(other)).is_err() {
+            // Only root, or a member of the other group, may give the file to it.
+            eprintln!("skipped: cannot give the key file to another group");
+            return;
+        }
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o440)).unwrap();
+        let err = MasterKey::load(&path).unwrap_err();
+        assert!(
+            matches!(err, Error::KeyPermissions { mode: 0o440, .. }),
+            "{err}"
+        );
     }
 
     #[test]
