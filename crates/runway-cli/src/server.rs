@@ -150,8 +150,9 @@ pub(crate) struct StoreConfig {
     /// system's roots. Over TLS (`sslmode=require` in the URL, or `prefer`, the default, when
     /// the server offers it) the certificate is always checked, its chain and the host's name.
     pub(crate) ca_file: Option<PathBuf>,
-    /// The key that seals secrets (32 bytes, readable by its owner only: a Kubernetes Secret
-    /// is mounted with `defaultMode: 0400`). Default:
+    /// The key that seals secrets (32 bytes, readable by its owner only, or read by this
+    /// process's group too: a Kubernetes Secret mounted with `defaultMode: 0440` for the
+    /// pod's `fsGroup`). Default:
     /// `master.key` in the data directory, made on the first start. Replicas on several
     /// machines share one, named here (a Kubernetes Secret's file, say), which must exist:
     /// one made by each would seal secrets the others cannot open.
