@@ -79,6 +79,19 @@ impl LocalCa {
         };
         let cert_path = dir.join("ca.pem");
         let key_path = dir.join("ca-key.pem");
+        // Made under a lock, so that servers starting together on one data directory (replicas
+        // on one machine) make one authority between them, not a key of one and the
+        // certificate of another. Not taken to read one made already: its directory may be
+        // read-only (a mounted Secret).
+        let _making = if key_path.exists() && cert_path.exists() {
+            None
+        } else {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            let lock_path = dir.join(".ca.lock");
+            let lock = std::fs::File::create(&lock_path).map_err(io(&lock_path))?;
+            lock.lock().map_err(io(&lock_path))?;
+            Some(lock)
+        };
         // One without the other is someone's half-made authority: not replaced in silence.
         if key_path.exists() != cert_path.exists() {
             let (present, missing) = if key_path.exists() {
@@ -100,7 +113,6 @@ impl LocalCa {
             let cert_pem = std::fs::read_to_string(&cert_path).map_err(io(&cert_path))?;
             (key, cert_pem)
         } else {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
             let key = KeyPair::generate().map_err(TlsError::Ca)?;
             let cert = ca_params().self_signed(&key).map_err(TlsError::Ca)?;
             write_private(&key_path, key.serialize_pem().as_bytes()).map_err(io(&key_path))?;
@@ -416,6 +428,35 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    /// Servers starting together on one empty directory (replicas sharing a data directory)
+    /// make one authority between them: every one reads the same certificate, whose key is
+    /// the one on disk.
+    #[test]
+    fn starts_together_make_one_authority() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_dir = dir.path().join("ca");
+        let together = std::sync::Barrier::new(8);
+        let made: Vec<String> = std::thread::scope(|scope| {
+            let starts: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        together.wait();
+                        LocalCa::load_or_create(&ca_dir).unwrap()
+                    })
+                })
+                .collect();
+            starts
+                .into_iter()
+                .map(|start| start.join().unwrap().cert_pem().to_owned())
+                .collect()
+        });
+        let on_disk = std::fs::read_to_string(ca_dir.join("ca.pem")).unwrap();
+        assert!(made.iter().all(|pem| *pem == on_disk), "authorities differ");
+        // And the key on disk is that certificate's.
+        let again = LocalCa::load_or_create(&ca_dir).unwrap();
+        assert_eq!(again.cert_pem(), on_disk);
+    }
 
     /// An authority whose key is PKCS#1 (Helm's `genCA`, `openssl genrsa -traditional`) is
     /// used as it is, and issues certificates chained to it; a SEC1 key is refused by name.
