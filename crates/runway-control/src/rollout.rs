@@ -191,10 +191,15 @@ impl<D: Driver> Controller<D> {
             .map_or_else(|| Progress::new(now), |record| record.progress.clone());
         let new_ready = self.fully_ready(key, target);
         let verdict = match (&strategy, &from) {
-            (Strategy::Canary { analysis, .. }, Some(from))
-                if progress.phase == Phase::Stepping =>
-            {
+            (
+                Strategy::Canary {
+                    analysis, pause_ms, ..
+                },
+                Some(from),
+            ) if progress.phase == Phase::Stepping => {
+                let whole = now >= progress.step_started_ms.saturating_add(*pause_ms);
                 self.verdict(key, deployment.id, &progress, from, target, analysis)
+                    .map(|verdict| if whole { verdict } else { verdict.mid_window() })
             }
             _ => None,
         };

@@ -149,6 +149,22 @@ impl Verdict {
     pub fn is_fail(&self) -> bool {
         matches!(self, Self::Fail { .. })
     }
+
+    /// This verdict over a window not yet whole (its step's pause not over): a latency
+    /// failure waits for the whole window, since the p99 of its first moments is a handful of
+    /// requests', one of which waited on a busy machine; every other failure stands at once.
+    pub fn mid_window(self) -> Self {
+        match self {
+            Self::Fail {
+                measure: Measure::LatencyP99,
+                message,
+                ..
+            } => Self::Inconclusive {
+                reason: format!("so far {message}; latency is judged over the whole window"),
+            },
+            other => other,
+        }
+    }
 }
 
 /// Compares the canary's window with the stable revision's over the same time, by the rules
@@ -267,10 +283,12 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
                 stable_value: Some(stable_p99),
                 limit,
                 message: format!(
-                    "p99 latency {} over the limit {} ({}× stable's {stable_text}, and at least {} more)",
+                    "p99 latency {} of {} requests over the limit {} ({}× stable's {stable_text} of {}, and at least {} more)",
                     seconds(canary_p99),
+                    canary.requests,
                     seconds(limit),
                     settings.max_p99_over_stable_ratio,
+                    stable.requests,
                     seconds(settings.min_p99_increase_seconds),
                 ),
             };

@@ -65,7 +65,8 @@
 //! 2. **Failure rolls back at once.** A [`Verdict::Fail`] in any phase before the end, with any
 //!    strategy, or an [`Command::Abort`], gives 0 % new and [`Action::RollBack`] with the
 //!    reason (the failed measure and its numbers), even while paused: a pause stops progress,
-//!    not protection.
+//!    not protection. The controller judges latency over a canary step's whole window only
+//!    ([`Verdict::mid_window`]): errors, restarts and readiness fail at once.
 //! 3. **Inconclusive holds, within a bound.** A canary step whose window is inconclusive (or
 //!    has no verdict) after its pause is held; once `max_inconclusive_windows` pauses have
 //!    passed since the step began it is rolled back, saying why. Promoting code nobody could

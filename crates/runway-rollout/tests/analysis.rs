@@ -145,6 +145,27 @@ enum Expect {
     Fail(Measure, &'static str),
 }
 
+/// Mid-window, a latency failure waits for the whole window; any other failure stands.
+#[test]
+fn mid_window_latency_waits_for_the_whole_window() {
+    let settings = AnalysisSettings::default();
+    let slow = analyse(&settings, &window(500, 0, 0.2), &window(500, 0, 0.05));
+    assert!(slow.is_fail());
+    match slow.mid_window() {
+        Verdict::Inconclusive { reason } => {
+            assert!(reason.starts_with("so far p99 latency 255 ms"), "{reason}");
+            assert!(
+                reason.ends_with("latency is judged over the whole window"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let failing = analyse(&settings, &window(500, 26, 0.05), &window(500, 0, 0.05));
+    assert_eq!(failing.clone().mid_window(), failing);
+    assert_eq!(Verdict::Pass.mid_window(), Verdict::Pass);
+}
+
 #[test]
 fn verdicts() {
     let fast = 0.05;
@@ -208,7 +229,7 @@ fn verdicts() {
             window(500, 0, fast),
             Expect::Fail(
                 Measure::LatencyP99,
-                "p99 latency 255 ms over the limit 96 ms (1.5× stable's 64 ms, and at least 25 ms more)",
+                "p99 latency 255 ms of 500 requests over the limit 96 ms (1.5× stable's 64 ms of 500, and at least 25 ms more)",
             ),
         ),
         (
@@ -223,7 +244,7 @@ fn verdicts() {
             window(500, 0, 0.0015),
             Expect::Fail(
                 Measure::LatencyP99,
-                "p99 latency 64 ms over the limit 27 ms (1.5× stable's 2.0 ms, and at least 25 ms more)",
+                "p99 latency 64 ms of 500 requests over the limit 27 ms (1.5× stable's 2.0 ms of 500, and at least 25 ms more)",
             ),
         ),
         (
