@@ -1,0 +1,572 @@
+//! The control-plane API's latency over SQLite beside PostgreSQL, with 50 and 500 services:
+//! the real router (`runway_api::router`, its layers and token authentication, every request
+//! looking its token up in the store) served by `runway_api::serve` on a loopback port, in
+//! plain HTTP (TLS is not what is measured), driven by `CLIENTS` concurrent HTTP/1.1 clients,
+//! each on a kept-alive connection, `REQUESTS` requests an endpoint:
+//!
+//! - the reads the CLI and a dashboard make most: the service list, one service, a service's
+//!   deployments and its revisions, and `runway status` (whose runtime half comes from a
+//!   stand-in `Platform` answering at once: only its store half is real);
+//! - two writes: setting a secret (sealed, a new version and an audit entry), and deploys
+//!   (an image manifest validated, the image pinned by the stand-in `Platform`, the revision,
+//!   deployment, desired state and audit entry recorded), in rounds of one deploy a service:
+//!   between rounds the bench, as the controller would, takes each deployment to succeeded
+//!   directly in the store, untimed (a service takes no deploy while one is in progress).
+//!
+//! Each store is seeded first, through the store, with the services, each with
+//! `SEED_DEPLOYS` revisions and deployments (succeeded) and a desired state, and an admin
+//! token, which every request carries. PostgreSQL is a database of its own made on the server
+//! `RUNWAY_TEST_POSTGRES` points at, dropped afterwards:
+//!
+//!   scripts/with-postgres cargo bench -p runway-api --bench api
+//!
+//! Server and clients share the machine (and this process): the figures are the API's cost
+//! and the store's, not a network's. A request has `TIMEOUT` to be answered; the first that is
+//! not (or fails, or has another status) stops that endpoint's run and is printed.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "a benchmark prints its figures"
+)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use runway_api::types::LogLine;
+use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, SourceRefused, StatusParts};
+use runway_secrets::{MasterKey, Sealer};
+use runway_store::{
+    DeploymentState, NewRevision, NewService, PlannedRevision, PostgresStore, RevisionRef,
+    SqliteStore, Store,
+};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// Requests an endpoint.
+const REQUESTS: usize = 2_000;
+/// Clients at once.
+const CLIENTS: usize = 8;
+/// Deploys each service has before the measurements.
+const SEED_DEPLOYS: usize = 3;
+/// The longest a connection or a request may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// The image every revision runs, pinned.
+const PINNED: &str =
+    "registry.example/app@sha256:abababababababababababababababababababababababababababababababab";
+
+fn main() {
+    for services in [50, 500] {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
+        run("SQLite", sqlite, services);
+        match std::env::var("RUNWAY_TEST_POSTGRES") {
+            Ok(admin) => {
+                let name = format!("runway_api_bench_{}_{services}", std::process::id());
+                let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+                client
+                    .batch_execute(&format!("CREATE DATABASE {name}"))
+                    .unwrap();
+                let store: Arc<dyn Store> =
+                    Arc::new(PostgresStore::open(&database_url(&admin, &name)).unwrap());
+                run("PostgreSQL", store, services);
+                client
+                    .batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                    .unwrap();
+            }
+            Err(_) => println!(
+                "PostgreSQL, {services} services: not measured (RUNWAY_TEST_POSTGRES is not set: \
+                 run under scripts/with-postgres)\n"
+            ),
+        }
+    }
+}
+
+/// Seeds `store`, serves the API over it, measures every endpoint and prints the table.
+fn run(backend: &str, store: Arc<dyn Store>, services: usize) {
+    let started = Instant::now();
+    for n in 0..services {
+        let name = service(n);
+        store
+            .service_create(
+                "bench",
+                &NewService {
+                    name: name.clone(),
+                    owners: vec!["team".into()],
+                    environments: vec!["dev".into()],
+                },
+            )
+            .unwrap();
+        for _ in 0..SEED_DEPLOYS {
+            seed_deploy(store.as_ref(), &name);
+        }
+    }
+    let token = runway_api::bootstrap_admin(store.as_ref())
+        .unwrap()
+        .unwrap()
+        .expose()
+        .to_owned();
+    let seeded = started.elapsed();
+
+    let server = Server::start(Arc::clone(&store));
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let drive = |label: &str, count: usize, expect: StatusCode, make: &MakeRequest<'_>| {
+        client.block_on(drive(server.addr, &token, label, count, expect, make))
+    };
+
+    let mut rows = vec![
+        drive("GET /v1/services", REQUESTS, StatusCode::OK, &|_| {
+            (Method::GET, "/v1/services".into(), None)
+        }),
+        drive(
+            "GET /v1/services/{service}",
+            REQUESTS,
+            StatusCode::OK,
+            &|n| {
+                (
+                    Method::GET,
+                    format!("/v1/services/{}", service(n % services)),
+                    None,
+                )
+            },
+        ),
+        drive(
+            "GET …/environments/dev/deployments",
+            REQUESTS,
+            StatusCode::OK,
+            &|n| (Method::GET, env_path(n % services, "deployments"), None),
+        ),
+        drive(
+            "GET …/environments/dev/revisions",
+            REQUESTS,
+            StatusCode::OK,
+            &|n| (Method::GET, env_path(n % services, "revisions"), None),
+        ),
+        drive(
+            "GET …/environments/dev/status",
+            REQUESTS,
+            StatusCode::OK,
+            &|n| (Method::GET, env_path(n % services, "status"), None),
+        ),
+        drive(
+            "PUT …/environments/dev/secrets/{name}",
+            REQUESTS,
+            StatusCode::OK,
+            &|n| {
+                let body = json!({"value": format!("value {n}")});
+                (
+                    Method::PUT,
+                    env_path(n % services, "secrets/BENCH_TOKEN"),
+                    Some(body),
+                )
+            },
+        ),
+    ];
+
+    // Deploys, in rounds of one a service, each round's deployments then taken to succeeded.
+    let mut deploys = Run::new("POST …/environments/dev/deployments");
+    while deploys.took.len() < REQUESTS && deploys.failure.is_none() {
+        let round = drive("deploy", services, StatusCode::ACCEPTED, &|n| {
+            let body = json!({"manifest": manifest(&service(n)), "env_vars": {"GREETING": "hi"}});
+            (Method::POST, env_path(n, "deployments"), Some(body))
+        });
+        for id in &round.ids {
+            succeed(store.as_ref(), *id);
+        }
+        deploys.took.extend(round.took);
+        deploys.elapsed += round.elapsed;
+        deploys.failure = round.failure;
+    }
+    let per_minute = deploys.took.len() as f64 / deploys.elapsed.as_secs_f64() * 60.0;
+    rows.push(deploys);
+
+    server.stop();
+    println!(
+        "{backend}, {services} services ({SEED_DEPLOYS} revisions and deployments each, seeded in \
+         {:.1} s), {CLIENTS} clients at once:",
+        seeded.as_secs_f64()
+    );
+    println!(
+        "{:<10} {:>8}  {:<38} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "store", "services", "endpoint", "requests", "p50 ms", "p99 ms", "max ms", "requests/s"
+    );
+    for row in &rows {
+        let mut took = row.took.clone();
+        took.sort_by(f64::total_cmp);
+        let at = |q: usize| took.get((took.len() * q / 100).min(took.len().saturating_sub(1)));
+        let ms = |v: Option<&f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+        println!(
+            "{:<10} {:>8}  {:<38} {:>8} {:>8} {:>8} {:>8} {:>10.0}",
+            backend,
+            services,
+            row.label,
+            took.len(),
+            ms(at(50)),
+            ms(at(99)),
+            ms(took.last()),
+            took.len() as f64 / row.elapsed.as_secs_f64(),
+        );
+        if let Some(failure) = &row.failure {
+            println!("  FAILED, stopped: {failure}");
+        }
+    }
+    println!(
+        "deploys through the API: {per_minute:.0} a minute ({CLIENTS} at once, the controller's \
+         transitions not counted)\n"
+    );
+}
+
+/// What request `n` is: method, path and JSON body.
+type MakeRequest<'a> = dyn Fn(usize) -> (Method, String, Option<Value>) + Sync + 'a;
+
+/// One endpoint's run: each request's time, in ms.
+struct Run {
+    label: String,
+    took: Vec<f64>,
+    elapsed: Duration,
+    /// The ids of the deployments the answers describe.
+    ids: Vec<i64>,
+    failure: Option<String>,
+}
+
+impl Run {
+    fn new(label: &str) -> Self {
+        Self {
+            label: label.to_owned(),
+            took: Vec::new(),
+            elapsed: Duration::ZERO,
+            ids: Vec::new(),
+            failure: None,
+        }
+    }
+}
+
+/// Requests `0..count` made by `make`, `CLIENTS` at once, each answered with `expect`.
+async fn drive(
+    addr: SocketAddr,
+    token: &str,
+    label: &str,
+    count: usize,
+    expect: StatusCode,
+    make: &MakeRequest<'_>,
+) -> Run {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let started = Instant::now();
+    // Joined together on this (one) thread: the clients are light, the server has the cores.
+    let clients = (0..CLIENTS.min(count)).map(|_| async {
+        let mut run = Run::new(label);
+        if let Err(e) = client(addr, token, count, expect, make, &next, &stop, &mut run).await {
+            stop.store(true, Ordering::Relaxed);
+            run.failure = Some(e);
+        }
+        run
+    });
+    let mut total = Run::new(label);
+    for run in join_all(clients.collect()).await {
+        total.took.extend(run.took);
+        total.ids.extend(run.ids);
+        total.failure = total.failure.or(run.failure);
+    }
+    total.elapsed = started.elapsed();
+    total
+}
+
+/// One client: a connection, kept alive, and the next request not yet taken, until none is left
+/// or another client failed.
+#[allow(clippy::too_many_arguments, reason = "one call site, each named")]
+async fn client(
+    addr: SocketAddr,
+    token: &str,
+    count: usize,
+    expect: StatusCode,
+    make: &MakeRequest<'_>,
+    next: &AtomicUsize,
+    stop: &AtomicBool,
+    run: &mut Run,
+) -> Result<(), String> {
+    let mut sender = connect(addr).await?;
+    loop {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        if n >= count || stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let (method, path, body) = make(n);
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(&path)
+            .header("host", "localhost")
+            .header("authorization", format!("Bearer {token}"));
+        if body.is_some() {
+            request = request.header("content-type", "application/json");
+        }
+        let bytes = body.map_or_else(Vec::new, |b| serde_json::to_vec(&b).unwrap());
+        let request = request.body(Full::new(Bytes::from(bytes))).unwrap();
+        let started = Instant::now();
+        let answer = tokio::time::timeout(TIMEOUT, async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let status = response.status();
+            let body = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, body))
+        })
+        .await;
+        let took = started.elapsed().as_secs_f64() * 1000.0;
+        let (status, body) = match answer {
+            Err(_) => return Err(format!("{method} {path}: no answer in {TIMEOUT:?}")),
+            Ok(Err(e)) => return Err(format!("{method} {path}: {e}")),
+            Ok(Ok(answer)) => answer,
+        };
+        if status != expect {
+            return Err(format!(
+                "{method} {path}: {status}, not {expect}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        run.took.push(took);
+        if method == Method::POST {
+            let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            run.ids
+                .push(answer["id"].as_i64().ok_or("a deploy without an id")?);
+        }
+    }
+}
+
+/// The futures run together on this task, their results in order.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, done) in futures.iter_mut().zip(done.iter_mut()) {
+            if done.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(output) => *done = Some(output),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    done.into_iter().map(Option::unwrap).collect()
+}
+
+/// An HTTP/1.1 connection to the API.
+async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
+    let stream = tokio::time::timeout(TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("connecting to {addr}: no answer in {TIMEOUT:?}"))?
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (sender, connection) = tokio::time::timeout(
+        TIMEOUT,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| format!("handshake with {addr}: no answer in {TIMEOUT:?}"))?
+    .map_err(|e| format!("handshake with {addr}: {e}"))?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// The API served on a loopback port by a runtime of its own, as `runway server` serves it.
+struct Server {
+    addr: SocketAddr,
+    runtime: tokio::runtime::Runtime,
+    stop: oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    fn start(store: Arc<dyn Store>) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let key = MasterKey::generate().unwrap();
+        let state = ApiState::new(
+            store,
+            Arc::new(BenchPlatform),
+            Sealer::new(&key),
+            vec!["dev".into()],
+        );
+        let router = runway_api::router(state, Limits::default());
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let options = ServeOptions {
+            shutdown_grace: Duration::from_secs(5),
+            ..ServeOptions::default()
+        };
+        let served = runtime.spawn(runway_api::serve(
+            listener,
+            router,
+            None,
+            options,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            addr,
+            runtime,
+            stop,
+            served,
+        }
+    }
+
+    /// Stops serving, within the shutdown grace and a few seconds more.
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self
+            .runtime
+            .block_on(async { tokio::time::timeout(TIMEOUT, self.served).await });
+        self.runtime.shutdown_timeout(TIMEOUT);
+    }
+}
+
+/// The runtime's half of the API, answered at once: an image pinned to [`PINNED`], a status
+/// with no instances, no logs, no code snapshots.
+#[derive(Debug)]
+struct BenchPlatform;
+
+impl Platform for BenchPlatform {
+    fn resolve_image(&self, _reference: &str) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async { Ok(PINNED.to_owned()) })
+    }
+
+    fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
+        let url = format!("https://{service}.{env}.localhost:8443/");
+        Box::pin(async move {
+            StatusParts {
+                url,
+                ..StatusParts::default()
+            }
+        })
+    }
+
+    fn logs(
+        &self,
+        _service: &str,
+        _env: &str,
+        _instance: Option<&str>,
+        _lines: usize,
+    ) -> BoxFuture<'_, Result<Vec<LogLine>, String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn follow_logs(
+        &self,
+        _service: &str,
+        _env: &str,
+        _instance: Option<&str>,
+        _lines: usize,
+    ) -> BoxFuture<'_, Result<mpsc::Receiver<LogLine>, String>> {
+        Box::pin(async { Err("no logs in the benchmark".to_owned()) })
+    }
+
+    fn source_claim(&self, _service_id: i64, _digest: &str) -> BoxFuture<'_, Result<bool, String>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn source_put(
+        &self,
+        _service_id: i64,
+        _digest: &str,
+        _max_bytes: u64,
+        _chunks: mpsc::Receiver<Result<Bytes, String>>,
+    ) -> BoxFuture<'_, Result<(), SourceRefused>> {
+        Box::pin(async {
+            Err(SourceRefused::Invalid(
+                "no snapshots in the benchmark".into(),
+            ))
+        })
+    }
+
+    fn wake(&self) {}
+}
+
+/// Service `n`'s name.
+fn service(n: usize) -> String {
+    format!("svc-{n:04}")
+}
+
+/// `/v1/services/{service n}/environments/dev/{rest}`.
+fn env_path(n: usize, rest: &str) -> String {
+    format!("/v1/services/{}/environments/dev/{rest}", service(n))
+}
+
+/// A valid manifest for `name`, of an image.
+fn manifest(name: &str) -> Value {
+    json!({"apiVersion": "runway/v1", "kind": "RunwayService", "metadata": {"name": name},
+        "spec": {"container_port": 8080, "image": "registry.example/app:1"}})
+}
+
+/// A deploy recorded in the store, as the API records one, then taken to succeeded.
+fn seed_deploy(store: &dyn Store, service: &str) {
+    let record = store
+        .record_deploy(
+            "bench",
+            &NewRevision {
+                service: service.into(),
+                env: "dev".into(),
+                manifest: manifest(service),
+                artifact: json!({ "image": PINNED }),
+                env_vars: BTreeMap::from([("GREETING".into(), "hi".into())]),
+                secret_versions: BTreeMap::new(),
+            },
+            &[PlannedRevision {
+                revision: RevisionRef::New,
+                instances: 1,
+                weight: 100,
+            }],
+        )
+        .unwrap();
+    succeed(store, record.deployment.id);
+}
+
+/// What the controller records of a deployment that went well.
+fn succeed(store: &dyn Store, id: i64) {
+    store
+        .deployment_transition("ctl", id, DeploymentState::Progressing, None)
+        .unwrap();
+    store
+        .deployment_add_event("ctl", id, "instance started")
+        .unwrap();
+    store
+        .deployment_transition("ctl", id, DeploymentState::Succeeded, None)
+        .unwrap();
+}
+
+/// `admin` (`postgres://…/DATABASE?options`) naming database `name` instead, its options
+/// (`sslmode`) kept.
+fn database_url(admin: &str, name: &str) -> String {
+    let (base, options) = admin.split_once('?').unwrap_or((admin, ""));
+    let (server, _) = base.rsplit_once('/').expect("a URL ending in /DATABASE");
+    let options = if options.is_empty() {
+        String::new()
+    } else {
+        format!("?{options}")
+    };
+    format!("{server}/{name}{options}")
+}
