@@ -12,6 +12,10 @@ mod template;
 mod topology;
 
 pub use decide::{Action, Decision, Passed, RequestView};
+
+/// How much of a body a `json-body` rule reads: an older runner's `token` comes first in
+/// its small JSON body; the rest streams on unread.
+pub const BODY_PREFIX_BYTES: usize = 16 * 1024;
 pub use rules::{ClassifyType, FileError, MatchType, Rule, Rules, TransformType};
 pub use template::Template;
 pub use topology::{Cell, ClassifyError, StaticTopology};

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod api;
+mod cells;
 mod config;
 mod driver;
 mod everyday;
@@ -140,6 +141,10 @@ enum Command {
     Tokens(platform::TokensCommand),
     /// The audit log (admin only): who changed what, when; the last 50 entries by default.
     Audit(everyday::AuditArgs),
+    /// Cell routing for CI runners: routable tokens, and where the router would send a
+    /// request.
+    #[command(subcommand)]
+    Cells(cells::CellsCommand),
     /// Print a shell completion script: `runway completion bash > /etc/bash_completion.d/runway`,
     /// `runway completion zsh > "${fpath[1]}/_runway"`, `runway completion fish >
     /// ~/.config/fish/completions/runway.fish`.
@@ -208,6 +213,7 @@ fn main() -> ExitCode {
         Command::Open(args) => everyday::open(&args),
         Command::Env(command) => everyday::env(&command),
         Command::Audit(args) => everyday::audit(&args),
+        Command::Cells(command) => cells::run(&command),
         Command::Completion { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "runway", &mut script);

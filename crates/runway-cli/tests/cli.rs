@@ -261,3 +261,214 @@ fn schema_command_prints_the_checked_in_schema() {
         fs::read_to_string(repo_root().join("schemas/runway-v1.json")).unwrap()
     );
 }
+
+/// `runway cells token`: GitLab's fixture decoded for people and for scripts, a token that
+/// does not decode is exit 1 with why, and `encode` writes a token that decodes to its
+/// claims (a blank one left out), refusing claims a router cannot place.
+#[test]
+fn cells_token_decode_and_encode() {
+    let dir = tempfile::tempdir().unwrap();
+    let gitlab = "glrtr-W5m1cHR6skC98Bx7XkuYjmM6MQpnOjgKbzpyegp0OjIQ.01.181uebm4k";
+    let o = runway(&["cells", "token", "decode", gitlab], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("o  organization  1007"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("t  runner type   2 (group)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = runway(
+        &["cells", "token", "decode", "--output", "json", gitlab],
+        dir.path(),
+    );
+    assert_eq!(stdout(&o), "{\"c\":1,\"g\":8,\"o\":1007,\"t\":2}\n");
+
+    let typo = gitlab.replace("W5m1", "W5m2");
+    let o = runway(
+        &["cells", "token", "decode", "--output", "json", &typo],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("checksum does not match"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !stderr(&o).contains("W5m2"),
+        "the token was echoed: {}",
+        stderr(&o)
+    );
+    let error: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(error["error"]["code"], "invalid_token");
+
+    let hex = "5b99b570747ab240bdf01c7b5e4b988e";
+    let o = runway(
+        &[
+            "cells",
+            "token",
+            "encode",
+            "--prefix",
+            "glrtr-",
+            "--claim",
+            "c=1",
+            "--claim",
+            "g=8",
+            "--claim",
+            "o=1007",
+            "--claim",
+            "t=2",
+            "--claim",
+            "p=",
+            "--random-hex",
+            hex,
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{gitlab}\n"));
+
+    let o = runway(&["cells", "token", "encode", "--claim", "g=8"], dir.path());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("c or o"), "{}", stderr(&o));
+    let o = runway(
+        &[
+            "cells", "token", "encode", "--claim", "x=1", "--claim", "c=1",
+        ],
+        dir.path(),
+    );
+    assert!(
+        stderr(&o).contains("`x` is not a routing claim"),
+        "{}",
+        stderr(&o)
+    );
+    let o = runway(&["cells", "token", "encode", "--claim", "c=-1"], dir.path());
+    assert!(stderr(&o).contains("--claim c=-1"), "{}", stderr(&o));
+    // Random bytes from the system: two tokens differ, both decode to the claims.
+    let tokens: Vec<String> = (0..2)
+        .map(|_| {
+            let o = runway(
+                &[
+                    "cells", "token", "encode", "--prefix", "glrt-", "--claim", "c=3",
+                ],
+                dir.path(),
+            );
+            stdout(&o).trim().to_owned()
+        })
+        .collect();
+    assert_ne!(tokens[0], tokens[1]);
+    for token in &tokens {
+        let o = runway(
+            &["cells", "token", "decode", "--output", "json", token],
+            dir.path(),
+        );
+        assert_eq!(stdout(&o), "{\"c\":3}\n");
+    }
+}
+
+/// `runway cells route` explains a decision with GitLab's rules: a runner token to its cell,
+/// an unknown cell to the legacy one (saying so), a rule file's mistake with its line.
+#[test]
+fn cells_route_explains_without_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = repo_root().join("crates/runway-cells/tests/fixtures");
+    let rules = fixtures.join("rules.json");
+    let topology = fixtures.join("topology.yml");
+    let (rules, topology) = (rules.to_str().unwrap(), topology.to_str().unwrap());
+    let token = |cell: &str| {
+        let o = runway(
+            &[
+                "cells",
+                "token",
+                "encode",
+                "--prefix",
+                "glrt-",
+                "--claim",
+                &format!("c={cell}"),
+            ],
+            dir.path(),
+        );
+        stdout(&o).trim().to_owned()
+    };
+    let route = |header: String| {
+        let o = runway(
+            &[
+                "cells",
+                "route",
+                "--rules",
+                rules,
+                "--topology",
+                topology,
+                "-H",
+                &header,
+                "--path",
+                "/api/v4/jobs/request",
+                "--output",
+                "json",
+            ],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<serde_json::Value>(&stdout(&o)).unwrap()
+    };
+    let routed = route(format!("RUNNER-TOKEN: {}", token("2")));
+    assert_eq!(routed["rule"], "session_token_header_runner_token");
+    assert_eq!(routed["classify"]["type"], "CELL_ID");
+    assert_eq!(routed["claims"]["c"], 2);
+    assert_eq!(routed["cell"]["id"], 2);
+    assert_eq!(routed["fell_back"], serde_json::Value::Null);
+
+    let unknown = route(format!("RUNNER-TOKEN: {}", token("8")));
+    assert_eq!(unknown["cell"]["id"], 1);
+    assert_eq!(unknown["fell_back"], "no cell CELL_ID `8`");
+
+    let o = runway(
+        &[
+            "cells",
+            "route",
+            "--rules",
+            rules,
+            "--topology",
+            topology,
+            "-H",
+            "Cookie: force-cell=cell-3",
+        ],
+        dir.path(),
+    );
+    let text = stdout(&o);
+    assert!(
+        text.contains("passed    session_cookie: no such cookie"),
+        "{text}"
+    );
+    assert!(text.contains("rule      force_cell_cookie"), "{text}");
+    assert!(text.contains("cell      3 at 127.0.0.1:9003"), "{text}");
+
+    let bad = dir.path().join("rules.json");
+    fs::write(
+        &bad,
+        "[\n  {\"id\": \"a\", \"action\": \"proxy\",\n   \"matc\": {}}\n]\n",
+    )
+    .unwrap();
+    let o = runway(
+        &[
+            "cells",
+            "route",
+            "--rules",
+            bad.to_str().unwrap(),
+            "--topology",
+            topology,
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("rules.json:3:"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown field `matc`"),
+        "{}",
+        stderr(&o)
+    );
+}
