@@ -39,8 +39,9 @@ names the image; empty when the digest alone does. */}}
 {{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
-{{/* The labels that select the server's pod; stable across upgrades (a StatefulSet's
-selector and claim template cannot change). */}}
+{{/* The labels that select the server's pods (the StatefulSet's one, or the Deployment's
+replicas with a database); stable across upgrades (a StatefulSet's selector and claim
+template cannot change). */}}
 {{- define "runway.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "runway.name" . | quote }}
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
@@ -88,6 +89,14 @@ under /etc/runway, the ConfigMap's read-only volume. */}}
 {{- define "runway.caMount" -}}/etc/runway-ca{{- end }}
 {{- define "runway.controlTlsMount" -}}/etc/runway-control-tls{{- end }}
 
+{{/* Where the server's pods mount, with a database (store.urlSecret), the file holding its
+URL (`url`), the authority its certificate must come from (`ca.crt`) and the master key
+(`master.key`): each a key of a Secret (or a ConfigMap, for the authority) under a name of
+its own, whatever the key is called there. */}}
+{{- define "runway.storeUrlMount" -}}/etc/runway-store{{- end }}
+{{- define "runway.storeCaMount" -}}/etc/runway-store-ca{{- end }}
+{{- define "runway.masterKeyMount" -}}/etc/runway-master-key{{- end }}
+
 {{/* The ingress's control port, which only the server reaches. */}}
 {{- define "runway.controlPort" -}}9444{{- end }}
 
@@ -100,6 +109,60 @@ under /etc/runway, the ConfigMap's read-only volume. */}}
 {{- end }}
 {{- define "runway.serverControlSecretName" -}}
 {{- .Values.controlTLS.serverSecret | default (printf "%s-server-control-tls" (include "runway.fullname" .)) }}
+{{- end }}
+{{- define "runway.masterKeySecretName" -}}
+{{- .Values.store.masterKey.existingSecret | default (printf "%s-master-key" (include "runway.fullname" .)) }}
+{{- end }}
+
+{{/*
+"true" when the server keeps its state in a PostgreSQL database (store.urlSecret.name): then
+it runs as a Deployment of server.replicas pods sharing it; empty for the SQLite store on the
+data directory's claim, one pod in a StatefulSet. Fails on what the schema cannot see: the
+database's authority given twice, the store's other values without a database, and a pod
+that could not read the master key's Secret (mounted 0440, owned by root and the pod's
+fsGroup: the server reads it through its own group, so that group must be fsGroup).
+*/}}
+{{- define "runway.database" -}}
+{{- $store := .Values.store }}
+{{- if and $store.caSecret.name $store.caConfigMap.name }}
+{{- fail "store: caSecret.name and caConfigMap.name are both set: give the database's authority from one of the two" }}
+{{- end }}
+{{- if $store.urlSecret.name }}
+{{- $pod := .Values.podSecurityContext | default dict }}
+{{- if not (hasKey $pod "fsGroup") }}
+{{- fail "podSecurityContext.fsGroup: with a database (store.urlSecret) the master key's Secret is mounted 0440 for the pod's fsGroup, the group the server reads it through: set one" }}
+{{- end }}
+{{- if and (hasKey $pod "runAsGroup") (ne (int $pod.runAsGroup) (int $pod.fsGroup)) }}
+{{- fail (printf "podSecurityContext: runAsGroup (%d) is not fsGroup (%d): with a database (store.urlSecret) the master key's Secret is mounted 0440 for fsGroup, and the server reads it through its own group" (int $pod.runAsGroup) (int $pod.fsGroup)) }}
+{{- end }}
+{{- "true" }}
+{{- else }}
+{{- range $key, $value := dict "caSecret.name" $store.caSecret.name "caConfigMap.name" $store.caConfigMap.name "masterKey.existingSecret" $store.masterKey.existingSecret }}
+{{- if $value }}
+{{- fail (printf "store.%s is set but store.urlSecret.name is not: it is for a PostgreSQL database (without one, the store and the master key are in the data directory's claim)" $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The master key the chart makes, base64 (a Secret's `data`), with a database and no
+store.masterKey.existingSecret; empty otherwise. 32 random bytes (randBytes, crypto/rand) on
+the first install; on an upgrade the key in the Secret already there (lookup), whatever it
+holds: another key would seal nothing the store holds. Without a cluster (`helm template`,
+`--dry-run`, Argo CD) lookup finds nothing and every render makes a new one: name a Secret of
+your own there (the Secret the chart makes is immutable, so such a render applied over it is
+refused rather than taken).
+*/}}
+{{- define "runway.masterKey" -}}
+{{- if and (include "runway.database" .) (not .Values.store.masterKey.existingSecret) }}
+{{- $data := get (lookup "v1" "Secret" .Release.Namespace (include "runway.masterKeySecretName" .)) "data" | default dict }}
+{{- if hasKey $data "master.key" }}
+{{- index $data "master.key" }}
+{{- else }}
+{{- randBytes 32 }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -182,7 +245,8 @@ name Kubernetes would refuse, or on the release's own namespace (which Helm does
 `runway server`'s configuration: what the values above decide, deep-merged with
 serverConfig (whose schema refuses the keys set here, so neither replaces the other). The
 ingress is the Deployment's pods, found through the headless control Service (each of its
-addresses is a pod) and fed over mutual TLS; the URLs name the ingress Service's port.
+addresses is a pod) and fed over mutual TLS; the URLs name the ingress Service's port. With a
+database, `store` names the files the pods mount and `leader` the lease's length.
 */}}
 {{- define "runway.serverConfig" -}}
 {{- $fullname := include "runway.fullname" . }}
@@ -205,6 +269,18 @@ addresses is a pod) and fed over mutual TLS; the URLs name the ingress Service's
   "runtime" (dict
     "kind" "kubernetes"
     "kubernetes" (dict "namespace_pattern" .Values.namespacePattern)) }}
+{{- if include "runway.database" . }}
+{{- /* The files the pods mount: the URL holds a password, so server.yml names the file. */}}
+{{- $store := dict
+  "url_file" (printf "%s/url" (include "runway.storeUrlMount" .))
+  "master_key" (printf "%s/master.key" (include "runway.masterKeyMount" .)) }}
+{{- if or .Values.store.caSecret.name .Values.store.caConfigMap.name }}
+{{- $_ := set $store "ca_file" (printf "%s/ca.crt" (include "runway.storeCaMount" .)) }}
+{{- end }}
+{{- $_ := set $managed "store" $store }}
+{{- /* leader.replica is left to its default, the host's name (the pod's) and the pid. */}}
+{{- $_ := set $managed "leader" (dict "lease_ms" (mul (int .Values.server.leaseSeconds) 1000)) }}
+{{- end }}
 {{- mustMergeOverwrite (deepCopy .Values.serverConfig) $managed | toYaml }}
 {{- end }}
 
