@@ -4,8 +4,10 @@
 //! the configuration it writes; the certificates it makes, kept across upgrades (`lookup`
 //! against the stand-in cluster) and used for real by `runway server check-config` and by an
 //! ingress run with the Deployment's arguments and fed by a control plane's fleet over mutual
-//! TLS; and the Kubernetes driver on the stand-in cluster, whose requests are exactly what the
-//! chart's Role grants in each environment's namespace.
+//! TLS; the server's replicas on a PostgreSQL database (a Deployment, its Secrets mounted as
+//! `runway server check-config` takes them, the master key made once and kept); and the
+//! Kubernetes driver on the stand-in cluster, whose requests are exactly what the chart's Role
+//! grants in each environment's namespace.
 //!
 //! helm comes from `scripts/test` (in `target/tools`), kubernetes-validate from pip: without
 //! them a test is skipped with its reason, and fails under `CI=true`.
@@ -171,6 +173,15 @@ serverConfig:
 {SERVER_CONFIG}"
     )
 }
+
+/// The server's replicas on a PostgreSQL database: its URL under a key of the operator's
+/// choosing, its authority from a Secret, three replicas and a longer lease; the master key the
+/// chart's.
+const DATABASE_VALUES: &str = "store:
+  urlSecret: {name: platform-db, key: uri}
+  caSecret: {name: platform-db-ca, key: root.crt}
+server: {replicas: 3, leaseSeconds: 15}
+";
 
 // ---- tools ------------------------------------------------------------------------------
 
@@ -353,7 +364,8 @@ fn lint_is_clean_with_default_and_custom_values() {
     let Some(helm) = helm() else { return };
     let dir = TempDir::new("lint");
     let custom = dir.write("custom.yaml", &custom_values());
-    for values in [None, Some(custom.as_path())] {
+    let database = dir.write("database.yaml", DATABASE_VALUES);
+    for values in [None, Some(custom.as_path()), Some(database.as_path())] {
         let mut command = Command::new(&helm);
         command.args(["lint", "--strict", CHART]);
         if let Some(values) = values {
@@ -377,6 +389,7 @@ fn rendered_objects_pass_strict_schema_validation() {
     };
     let dir = TempDir::new("validate");
     let custom = dir.write("custom.yaml", &custom_values());
+    let database = dir.write("database.yaml", DATABASE_VALUES);
     let always = [
         "ConfigMap",
         "Deployment",
@@ -386,17 +399,28 @@ fn rendered_objects_pass_strict_schema_validation() {
         "RoleBinding",
         "Service",
         "ServiceAccount",
-        "StatefulSet",
     ];
     for (release, namespace, values, more) in [
         (
             "runway",
             "runway-system",
             None,
-            &["NetworkPolicy", "Secret"][..],
+            &["NetworkPolicy", "Secret", "StatefulSet"][..],
         ),
         // The operator's Secrets, no NetworkPolicy.
-        ("blue", "platform", Some(custom.as_path()), &[][..]),
+        (
+            "blue",
+            "platform",
+            Some(custom.as_path()),
+            &["StatefulSet"][..],
+        ),
+        // Replicas on a database: a Deployment, no StatefulSet, and the master key's Secret.
+        (
+            "green",
+            "replicated",
+            Some(database.as_path()),
+            &["NetworkPolicy", "Secret"][..],
+        ),
     ] {
         let ran = template(&helm, release, namespace, values, &[]);
         let rendered = objects(&ran);
@@ -888,6 +912,16 @@ fn schema_refuses_unknown_keys_and_a_pattern_without_env() {
         ("serviceCA.existingsecret=mine", "existingsecret"),
         ("controlTLS.ingressSecret=Not_A_Name", "ingressSecret"),
         ("networkPolicy.enabled=yes", "enabled"),
+        ("server.replicas=0", "replicas"),
+        ("server.replica=2", "replica"),
+        ("server.leaseSeconds=0", "leaseSeconds"),
+        // The URL is a Secret's, never a value; its name and key are Kubernetes'.
+        ("store.url=postgres://runway:pw@db/runway", "url"),
+        ("store.urlSecret.name=null", "name is required"),
+        ("store.urlSecret.name=Not_A_Name", "name"),
+        ("store.urlSecret.key=", "key"),
+        ("store.caSecret.key=a/b", "key"),
+        ("store.masterKey.existing=mine", "existing"),
         // Keys of an ingress the server would start itself: nothing here.
         ("serverConfig.ingress.redirect=false", "redirect"),
         (
@@ -916,6 +950,33 @@ fn schema_refuses_unknown_keys_and_a_pattern_without_env() {
         ("controlTLS.ingressSecret=mine", "serverSecret is not"),
         ("controlTLS.serverSecret=mine", "ingressSecret is not"),
         ("ingressService.httpPort=443", "both 443"),
+        // What is for a database, without one.
+        (
+            "store.caSecret.name=db-ca",
+            "store.caSecret.name is set but store.urlSecret.name is not",
+        ),
+        (
+            "store.caConfigMap.name=db-ca",
+            "store.caConfigMap.name is set but store.urlSecret.name is not",
+        ),
+        (
+            "store.masterKey.existingSecret=kept",
+            "store.masterKey.existingSecret is set but store.urlSecret.name is not",
+        ),
+        // The database's authority twice; a pod that could not read the master key's Secret
+        // (0440, root and fsGroup).
+        (
+            "store.urlSecret.name=db,store.caSecret.name=a,store.caConfigMap.name=b",
+            "one of the two",
+        ),
+        (
+            "store.urlSecret.name=db,podSecurityContext.fsGroup=null",
+            "podSecurityContext.fsGroup",
+        ),
+        (
+            "store.urlSecret.name=db,podSecurityContext.runAsGroup=1000",
+            "runAsGroup (1000) is not fsGroup (65532)",
+        ),
     ] {
         let ran = template(&helm, "runway", "runway-system", None, &["--set", set]);
         assert!(!ran.ok(), "--set {set} rendered");
@@ -1473,7 +1534,8 @@ async fn create_secrets(standin: &kube_standin::StandIn, namespace: &str, secret
 /// The certificates: made on the first install; on an upgrade, found in the cluster by
 /// `lookup` and kept (checked with `--dry-run=server` against the stand-in, which answers
 /// Helm's requests as a cluster would); the control channel's two made again together when
-/// one is missing; and none made for a Secret the values name.
+/// one is missing; and none made for a Secret the values name. With a database the master
+/// key likewise.
 #[test]
 fn certificates_are_made_once_and_kept_across_upgrades() {
     let Some(helm) = helm() else { return };
@@ -1584,6 +1646,49 @@ fn certificates_are_made_once_and_kept_across_upgrades() {
     assert_ne!(
         ingress["tls.crt"],
         data["runway-ingress-control-tls"]["tls.crt"]
+    );
+
+    // With a database, the master key: 32 random bytes on the first install, another on
+    // each render without a cluster, and the one in the cluster on an upgrade.
+    let database = "store.urlSecret.name=runway-db";
+    let made = objects(&template(
+        &helm,
+        "runway",
+        "replicated",
+        None,
+        &["--set", database],
+    ));
+    let key = &secret_data(&made)["runway-master-key"]["master.key"];
+    assert_eq!(key.len(), 32, "{key:?}");
+    let again = secret_data(&objects(&template(
+        &helm,
+        "runway",
+        "replicated",
+        None,
+        &["--set", database],
+    )));
+    assert_ne!(&again["runway-master-key"]["master.key"], key);
+    rt.block_on(create_secrets(
+        &standin,
+        "replicated",
+        &[named(&made, "Secret", "runway-master-key")],
+    ));
+    let upgrade = secret_data(&objects(&template(
+        &helm,
+        "runway",
+        "replicated",
+        None,
+        &[
+            "--set",
+            database,
+            "--dry-run=server",
+            "--kubeconfig",
+            kubeconfig,
+        ],
+    )));
+    assert_eq!(
+        &upgrade["runway-master-key"]["master.key"], key,
+        "the master key kept across an upgrade"
     );
     rt.block_on(standin.stop());
 
@@ -1927,6 +2032,362 @@ fn rendered_certificates_serve_and_control_an_ingress() {
     });
     let served = served.unwrap_or_else(|_| panic!("within 60 s\n{}", logged()));
     assert_eq!(served, (200, "ok".to_owned()), "{}", logged());
+}
+
+// ---- the server's replicas on a database -------------------------------------------------
+
+/// A pod spec's volumes by name.
+fn volumes(pod: &Value) -> BTreeMap<String, Value> {
+    pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap().to_owned(), v.clone()))
+        .collect()
+}
+
+/// Whether `labels` carry every label `selector` matches.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(key, value)| &labels[key] == value)
+}
+
+/// With a database the server is a Deployment of replicas, no StatefulSet and no claim: the
+/// same container as the StatefulSet's (its probes, `/healthz`, answer on a follower too),
+/// the URL's Secret, the database's authority and the master key mounted read-only (the URL
+/// and the key 0440, for the pod's fsGroup) where server.yml names them, spread over nodes, a
+/// disruption budget, and every replica selected by the API Service and let through to the
+/// ingresses' control port.
+#[test]
+fn with_a_database_the_server_is_a_deployment_of_replicas() {
+    let Some(helm) = helm() else { return };
+    let sqlite = objects(&template_of(&helm, &[]));
+    let sqlite_server = one(&sqlite, "StatefulSet");
+    // The defaults but the database's Secret.
+    let rendered = objects(&template_of(
+        &helm,
+        &["--set", "store.urlSecret.name=runway-db"],
+    ));
+    assert!(of_kind(&rendered, "StatefulSet").is_empty());
+    assert!(of_kind(&rendered, "PersistentVolumeClaim").is_empty());
+    let server = named(&rendered, "Deployment", "runway");
+    assert_eq!(server["spec"]["replicas"], 2);
+    assert_eq!(
+        server["spec"]["strategy"]["rollingUpdate"],
+        json!({"maxSurge": 1, "maxUnavailable": 0})
+    );
+    // The StatefulSet's selector, on every replica.
+    let selector = &server["spec"]["selector"]["matchLabels"];
+    assert_eq!(*selector, sqlite_server["spec"]["selector"]["matchLabels"]);
+    assert_eq!(selector["app.kubernetes.io/component"], "server");
+    let pod_template = &server["spec"]["template"];
+    let labels = &pod_template["metadata"]["labels"];
+    assert!(selects(selector, labels), "{labels:#}");
+    assert_eq!(
+        named(&rendered, "Service", "runway-api")["spec"]["selector"],
+        *selector,
+        "any replica serves the API"
+    );
+    let pod = &pod_template["spec"];
+    let sqlite_pod = &sqlite_server["spec"]["template"]["spec"];
+    for key in ["serviceAccountName", "securityContext"] {
+        assert_eq!(pod[key], sqlite_pod[key], "{key}");
+    }
+    assert_eq!(
+        pod["securityContext"]["fsGroup"], pod["securityContext"]["runAsGroup"],
+        "the server reads the master key through its own group"
+    );
+    let without_mounts = |container: &Value| {
+        let mut container = container.clone();
+        container.as_object_mut().unwrap().remove("volumeMounts");
+        container
+    };
+    let container = &pod["containers"][0];
+    assert_eq!(
+        without_mounts(container),
+        without_mounts(&sqlite_pod["containers"][0]),
+        "the same server, arguments and probes"
+    );
+    assert_eq!(
+        container["readinessProbe"]["httpGet"]["path"], "/healthz",
+        "answered by a follower as by the leader"
+    );
+
+    // Nothing on a claim; the Secrets read-only, the URL and the key for the group alone.
+    let volumes = volumes(pod);
+    assert_eq!(volumes["data"], json!({"name": "data", "emptyDir": {}}));
+    assert_eq!(
+        volumes["store-url"]["secret"],
+        json!({
+            "secretName": "runway-db",
+            "defaultMode": 0o440,
+            "items": [{"key": "url", "path": "url"}],
+        })
+    );
+    assert_eq!(
+        volumes["master-key"]["secret"],
+        json!({
+            "secretName": "runway-master-key",
+            "defaultMode": 0o440,
+            "items": [{"key": "master.key", "path": "master.key"}],
+        })
+    );
+    assert!(!volumes.contains_key("store-ca"), "the system's roots");
+    let mounts = read_only_mounts(container);
+    assert_eq!(
+        mounts,
+        BTreeMap::from(
+            [
+                ("config", "/etc/runway"),
+                ("ca", "/etc/runway-ca"),
+                ("control-tls", "/etc/runway-control-tls"),
+                ("store-url", "/etc/runway-store"),
+                ("master-key", "/etc/runway-master-key"),
+            ]
+            .map(|(name, path)| (name.to_owned(), path.to_owned()))
+        )
+    );
+    // server.yml names the files where they are mounted.
+    let config = runway_manifest::parse(&SourceFile::new("server.yml", server_yml(&rendered)))
+        .unwrap()
+        .value;
+    assert_eq!(
+        config["store"],
+        json!({
+            "url_file": "/etc/runway-store/url",
+            "master_key": "/etc/runway-master-key/master.key",
+        })
+    );
+    assert_eq!(config["leader"], json!({"lease_ms": 10_000}));
+    assert!(config["leader"].get("replica").is_none(), "the pod's name");
+    assert_eq!(
+        pod["topologySpreadConstraints"],
+        json!([{
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }])
+    );
+    let budget = named(&rendered, "PodDisruptionBudget", "runway");
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(budget["spec"]["selector"]["matchLabels"], *selector);
+    // The ingresses' control port takes every replica (whichever leads feeds them).
+    let policy = named(&rendered, "NetworkPolicy", "runway-ingress");
+    let control = policy["spec"]["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|rule| rule["ports"][0]["port"] == "control")
+        .unwrap();
+    let admitted = &control["from"][0]["podSelector"]["matchLabels"];
+    assert!(selects(admitted, labels), "{admitted:#} against {labels:#}");
+    // The master key: the chart's, kept on uninstall, never changed in place.
+    let secret = named(&rendered, "Secret", "runway-master-key");
+    assert_eq!(secret["type"], "Opaque");
+    assert_eq!(secret["immutable"], true);
+    assert_eq!(
+        secret["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    let data = secret_data(&rendered);
+    assert_eq!(
+        data["runway-master-key"].keys().collect::<Vec<_>>(),
+        ["master.key"]
+    );
+    assert_eq!(data["runway-master-key"]["master.key"].len(), 32);
+
+    // Other values: three replicas, the URL under another key, the database's authority from
+    // a Secret, a longer lease, the operator's master key (no Secret made).
+    let dir = TempDir::new("replicas");
+    let values = dir.write("database.yaml", DATABASE_VALUES);
+    let rendered = objects(&template(
+        &helm,
+        "green",
+        "replicated",
+        Some(&values),
+        &[
+            "--set",
+            "store.masterKey.existingSecret=platform-master-key",
+        ],
+    ));
+    let server = named(&rendered, "Deployment", "green-runway");
+    assert_eq!(server["spec"]["replicas"], 3);
+    let pod = &server["spec"]["template"]["spec"];
+    let volumes = self::volumes(pod);
+    assert_eq!(
+        volumes["store-url"]["secret"]["items"],
+        json!([{"key": "uri", "path": "url"}])
+    );
+    assert_eq!(
+        volumes["store-ca"]["secret"],
+        json!({"secretName": "platform-db-ca", "items": [{"key": "root.crt", "path": "ca.crt"}]})
+    );
+    assert_eq!(
+        volumes["master-key"]["secret"]["secretName"],
+        "platform-master-key"
+    );
+    assert_eq!(
+        read_only_mounts(&pod["containers"][0])["store-ca"],
+        "/etc/runway-store-ca"
+    );
+    assert!(
+        secret_data(&rendered)
+            .keys()
+            .all(|name| !name.contains("master-key")),
+        "the operator's key"
+    );
+    let config = runway_manifest::parse(&SourceFile::new("server.yml", server_yml(&rendered)))
+        .unwrap()
+        .value;
+    assert_eq!(config["store"]["ca_file"], "/etc/runway-store-ca/ca.crt");
+    assert_eq!(config["leader"]["lease_ms"], 15_000);
+    named(&rendered, "PodDisruptionBudget", "green-runway");
+
+    // The authority from a ConfigMap; one replica: no budget (it would block every drain).
+    let rendered = objects(&template_of(
+        &helm,
+        &[
+            "--set",
+            "store.urlSecret.name=db,store.caConfigMap.name=db-ca,server.replicas=1",
+        ],
+    ));
+    let server = named(&rendered, "Deployment", "runway");
+    assert_eq!(server["spec"]["replicas"], 1);
+    assert_eq!(
+        self::volumes(&server["spec"]["template"]["spec"])["store-ca"]["configMap"],
+        json!({"name": "db-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]})
+    );
+    assert!(
+        of_kind(&rendered, "PodDisruptionBudget")
+            .iter()
+            .all(|b| b["metadata"]["name"] != "runway"),
+        "no budget for one server pod"
+    );
+}
+
+/// A replica's configuration as rendered, with every volume the Deployment mounts laid out as
+/// the kubelet would (each Secret's items at their paths, in their mode), is what `runway server
+/// check-config` takes: the URL read from its file (and shown without its password), the
+/// database's authority, and the master key of 32 bytes in mode 0440 of the server's own
+/// group; a key others may read (a Secret's mode by default) is refused.
+#[test]
+fn a_replicas_mounted_configuration_is_checked_by_runway_server() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let Some(helm) = helm() else { return };
+    let dir = TempDir::new("replica-config");
+    let values = dir.write("database.yaml", DATABASE_VALUES);
+    let rendered = objects(&template(
+        &helm,
+        "runway",
+        "runway-system",
+        Some(&values),
+        &[],
+    ));
+    let url = "postgres://runway:s3cret@db.example.com:5432/runway?sslmode=require";
+    // The operator's Secrets beside the chart's: the URL, and an authority (any will do).
+    let mut data = secret_data(&rendered);
+    let authority = data["runway-ca"]["ca.pem"].clone();
+    data.insert(
+        "platform-db".to_owned(),
+        BTreeMap::from([("uri".to_owned(), url.as_bytes().to_vec())]),
+    );
+    data.insert(
+        "platform-db-ca".to_owned(),
+        BTreeMap::from([("root.crt".to_owned(), authority)]),
+    );
+
+    let pod = &named(&rendered, "Deployment", "runway")["spec"]["template"]["spec"];
+    let volumes = volumes(pod);
+    let mut mounted = Vec::new();
+    for (name, path) in read_only_mounts(&pod["containers"][0]) {
+        let Some(secret) = volumes[&name].get("secret") else {
+            continue;
+        };
+        let here = dir.0.join(&name);
+        std::fs::create_dir_all(&here).unwrap();
+        let keys = &data[secret["secretName"].as_str().unwrap()];
+        let items: Vec<(String, String)> = match secret["items"].as_array() {
+            Some(items) => items
+                .iter()
+                .map(|i| {
+                    (
+                        i["key"].as_str().unwrap().to_owned(),
+                        i["path"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect(),
+            None => keys.keys().map(|k| (k.clone(), k.clone())).collect(),
+        };
+        for (key, file) in items {
+            let file = here.join(file);
+            std::fs::write(&file, &keys[&key]).unwrap();
+            if let Some(mode) = secret["defaultMode"].as_u64() {
+                let mode = u32::try_from(mode).unwrap();
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            }
+        }
+        mounted.push((path, here));
+    }
+    // The longest first: /etc/runway-store-ca before /etc/runway-store.
+    mounted.sort_by_key(|(path, _)| std::cmp::Reverse(path.len()));
+    let mut config = server_yml(&rendered);
+    for (path, here) in &mounted {
+        config = config.replace(path.as_str(), here.to_str().unwrap());
+    }
+    assert!(!config.contains("/etc/"), "{config}");
+    let config = dir.write("server.yml", &config);
+    let kubeconfig = dir.write("kubeconfig", UNREACHED_KUBECONFIG);
+    let check = || {
+        let mut command = Command::new(support::RUNWAY);
+        command
+            .arg("server")
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.0.join("data"))
+            .arg("check-config")
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("RUNWAY_DATA_DIR");
+        run(command, None, TOOL)
+    };
+    let checked = check();
+    assert!(checked.ok(), "{}", checked.all());
+    let in_force = checked.json();
+    let key = dir.0.join("master-key").join("master.key");
+    assert_eq!(
+        in_force["store"],
+        json!({
+            "url": "postgres://runway:***@db.example.com:5432/runway?sslmode=require",
+            "url_file": dir.0.join("store-url").join("url"),
+            "ca_file": dir.0.join("store-ca").join("ca.crt"),
+            "master_key": key,
+        })
+    );
+    assert_eq!(in_force["leader"]["lease_ms"], 15_000);
+    assert!(
+        !checked.stdout.contains("s3cret") && !checked.stderr.contains("s3cret"),
+        "{}",
+        checked.all()
+    );
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o440
+    );
+
+    // Mounted as a Secret is by default (0644), the key would be refused.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = check();
+    assert!(!refused.ok(), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("store.master_key"),
+        "{}",
+        refused.all()
+    );
 }
 
 // ---- the driver against the Role ---------------------------------------------------------
