@@ -461,6 +461,11 @@ impl Rules {
         Ok(Self(rules))
     }
 
+    /// The rule file's text as JSON (it may be YAML), to be carried in a route table.
+    pub fn to_json(path: &Path, text: &str) -> Result<serde_json::Value, FileError> {
+        parse(path, text)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Rule> {
         self.0.iter()
     }

@@ -17,6 +17,7 @@ mod platform;
 mod quickstart;
 mod render;
 mod repo;
+mod router;
 mod server;
 mod validate;
 
@@ -145,6 +146,16 @@ enum Command {
     /// request.
     #[command(subcommand)]
     Cells(cells::CellsCommand),
+    /// Run a reverse proxy in front of cells (GitLab's HTTP router, for CI runners).
+    ///
+    /// Each request is placed by the rules (GitLab's HTTP router format, unchanged: a
+    /// runner's routable token in `RUNNER-TOKEN` or `JOB-TOKEN`, a session cookie, a path,
+    /// or an older runner's `token` in a JSON body) and the topology, and streamed to its
+    /// cell: long polls held, traces and artifacts of any size passed through, never
+    /// buffered. A request no rule places, or whose cell does not exist, goes to the legacy
+    /// cell. The cell is told `X-Gitlab-Http-Router-Rule-Action` and `-Type`. `runway cells
+    /// route` explains a decision without sending anything.
+    Router(router::Args),
     /// Print a shell completion script: `runway completion bash > /etc/bash_completion.d/runway`,
     /// `runway completion zsh > "${fpath[1]}/_runway"`, `runway completion fish >
     /// ~/.config/fish/completions/runway.fish`.
@@ -214,6 +225,7 @@ fn main() -> ExitCode {
         Command::Env(command) => everyday::env(&command),
         Command::Audit(args) => everyday::audit(&args),
         Command::Cells(command) => cells::run(&command),
+        Command::Router(args) => router::run(&args),
         Command::Completion { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "runway", &mut script);

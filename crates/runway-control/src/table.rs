@@ -102,6 +102,7 @@ fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig
         request_timeout_seconds: heaviest.map_or(300.0, |info| info.request_timeout_seconds()),
         sticky: false,
         revisions,
+        cells: None,
     })
 }
 

@@ -214,6 +214,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
                     max_concurrency: 0,
                 }],
             }],
+            cells: None,
         }],
     })?;
     let options = ingress.options().clone();

@@ -169,6 +169,8 @@ pub(crate) enum BodyFault {
 #[derive(Debug)]
 pub(crate) struct ClientBody {
     inner: Limited<Incoming>,
+    /// Frames read ahead (a cell rule's look at the body's first bytes), sent first.
+    replay: std::collections::VecDeque<Result<Frame<Bytes>, BodyError>>,
     /// None for a body that was empty from the start: nothing to watch.
     state: Option<Arc<AtomicU8>>,
     linger: Option<Arc<AtomicBool>>,
@@ -186,10 +188,39 @@ impl ClientBody {
         let watch = BodyWatch(state.clone());
         let body = Self {
             inner: Limited::new(body, limit),
+            replay: std::collections::VecDeque::new(),
             linger: state.as_ref().map(|_| Arc::clone(linger)),
             state,
         };
         (body, watch)
+    }
+}
+
+impl ClientBody {
+    /// Reads up to `limit` bytes of the body (fewer if it ends first, or if the client sends
+    /// nothing more within `wait`), keeping them to be sent first: a rule decides on them and
+    /// the body still goes on whole. A body that fails here fails where it is sent.
+    pub(crate) async fn read_prefix(&mut self, limit: usize, wait: std::time::Duration) -> Bytes {
+        use http_body_util::BodyExt as _;
+        let mut prefix = bytes::BytesMut::new();
+        let deadline = tokio::time::Instant::now() + wait;
+        while prefix.len() < limit && !self.inner.is_end_stream() {
+            let Ok(Some(frame)) = tokio::time::timeout_at(deadline, self.inner.frame()).await
+            else {
+                break;
+            };
+            let failed = frame.is_err();
+            if let Ok(data) = frame.as_ref().map(Frame::data_ref)
+                && let Some(data) = data
+            {
+                prefix.extend_from_slice(&data[..data.len().min(limit - prefix.len())]);
+            }
+            self.replay.push_back(frame);
+            if failed {
+                break;
+            }
+        }
+        prefix.freeze()
     }
 }
 
@@ -229,21 +260,31 @@ impl Drop for ClientBody {
     }
 }
 
+/// A client body's error (the size limit's, or the connection's).
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = Box<dyn std::error::Error + Send + Sync>;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let polled = match this.replay.pop_front() {
+            Some(frame) => Poll::Ready(Some(frame)),
+            None => Pin::new(&mut this.inner).poll_frame(cx),
+        };
         if let Some(state) = &this.state {
             let now = match &polled {
                 Poll::Pending => WAITING_FOR_CLIENT,
                 Poll::Ready(None) => ENDED,
-                Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => ENDED,
+                Poll::Ready(Some(Ok(_)))
+                    if this.replay.is_empty() && this.inner.is_end_stream() =>
+                {
+                    ENDED
+                }
                 Poll::Ready(Some(Ok(_))) => SENDING,
                 Poll::Ready(Some(Err(error))) if error.is::<LengthLimitError>() => TOO_LARGE,
                 Poll::Ready(Some(Err(_))) => BROKEN,
@@ -254,10 +295,22 @@ impl Body for ClientBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.replay.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let replayed: u64 = self
+            .replay
+            .iter()
+            .filter_map(|frame| frame.as_ref().ok()?.data_ref())
+            .map(|data| data.len() as u64)
+            .sum();
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + replayed);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + replayed);
+        }
+        hint
     }
 }

@@ -61,6 +61,36 @@ pub struct RouteConfig {
     /// answered with a 503 that says so, not a 404.
     #[serde(default)]
     pub revisions: Vec<RevisionConfig>,
+    /// Cell routing instead of revisions: each request goes to the cell GitLab's router rules
+    /// and the topology place it in (`runway router`). A route with cells has no revisions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cells: Option<CellsConfig>,
+}
+
+/// A cell-routed route: GitLab's HTTP router rules (as its rule file holds them) and the
+/// cells, whose addresses are `ip:port` here (`runway router` resolves names first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CellsConfig {
+    pub rules: serde_json::Value,
+    pub topology: runway_cells::StaticTopology,
+}
+
+impl CellsConfig {
+    /// The rules, parsed and checked.
+    pub fn parse_rules(&self) -> Result<runway_cells::Rules, runway_cells::FileError> {
+        runway_cells::Rules::parse(Path::new("rules"), &self.rules.to_string())
+    }
+
+    /// A cell's address as a socket address: `ip:port`, or `http://ip:port`.
+    pub fn address(address: &str) -> Option<SocketAddr> {
+        address
+            .strip_prefix("http://")
+            .unwrap_or(address)
+            .trim_end_matches('/')
+            .parse()
+            .ok()
+    }
 }
 
 fn default_request_timeout_seconds() -> f64 {
@@ -255,6 +285,35 @@ impl RouteTableConfig {
                     format!("weights sum to {sum}, not 100 ({})", detail.join(", ")),
                 ));
             }
+            if let Some(cells) = &route.cells {
+                if !route.revisions.is_empty() {
+                    return Err(invalid(
+                        &id,
+                        "a route with cells has no revisions: its cells are its upstreams"
+                            .to_owned(),
+                    ));
+                }
+                cells
+                    .parse_rules()
+                    .map_err(|e| invalid(&id, format!("cells: {e}")))?;
+                for cell in &cells.topology.cells {
+                    if CellsConfig::address(&cell.address).is_none() {
+                        return Err(invalid(
+                            &id,
+                            format!(
+                                "cell {}: address {:?} is not ip:port",
+                                cell.id, cell.address
+                            ),
+                        ));
+                    }
+                }
+                if cells.topology.legacy().is_none() {
+                    return Err(invalid(
+                        &id,
+                        format!("cells: no legacy cell {}", cells.topology.legacy_cell),
+                    ));
+                }
+            }
             let mut claim = |host: String| -> Result<(), ConfigError> {
                 if let Some(other) = hosts.insert(host.clone(), id.clone()) {
                     return Err(invalid(&id, format!("host {host} is also used by {other}")));
@@ -264,7 +323,8 @@ impl RouteTableConfig {
             claim(format!("{}.{}.{}", route.service, route.env, self.domain))?;
             for domain in &route.domains {
                 let host = domain.to_ascii_lowercase();
-                if !is_host(&host) {
+                // `*`: every host no other route serves (a router in front of cells).
+                if host != ANY_HOST && !is_host(&host) {
                     return Err(invalid(
                         &id,
                         format!("custom domain {domain:?} is not a host name"),
@@ -290,6 +350,9 @@ impl RouteTableConfig {
         Ok(())
     }
 }
+
+/// The domain that stands for every host no other route serves.
+pub const ANY_HOST: &str = "*";
 
 /// A DNS label: 1 to 63 of `a-z`, `0-9` and `-`, not starting or ending with `-`.
 fn is_label(s: &str) -> bool {
@@ -332,6 +395,7 @@ mod tests {
                         instances: vec![],
                     })
                     .collect(),
+                cells: None,
             }],
         }
     }
@@ -391,5 +455,56 @@ mod tests {
         let mut t = table(&[100]);
         t.routes[0].revisions[0].tag = Some("a---b".into());
         assert!(t.validate().is_err());
+    }
+
+    /// A cell-routed route: its rules checked, its cells at `ip:port`, no revisions of its
+    /// own, `*` for every host.
+    #[test]
+    fn a_cell_routed_route_is_checked() {
+        let topology = |address: &str| runway_cells::StaticTopology {
+            cells: vec![runway_cells::Cell {
+                id: 1,
+                address: address.to_owned(),
+                session_prefix: None,
+            }],
+            legacy_cell: 1,
+        };
+        let mut config = table(&[]);
+        config.routes[0].domains = vec![ANY_HOST.to_owned()];
+        config.routes[0].cells = Some(CellsConfig {
+            rules: serde_json::json!([{"id": "all", "action": "proxy"}]),
+            topology: topology("http://127.0.0.1:9001"),
+        });
+        assert!(config.validate().is_ok());
+        let mut named = config.clone();
+        if let Some(cells) = &mut named.routes[0].cells {
+            cells.topology = topology("cell-1.internal:9001");
+        }
+        assert!(
+            named
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("is not ip:port")
+        );
+        let mut bad_rules = config.clone();
+        if let Some(cells) = &mut bad_rules.routes[0].cells {
+            cells.rules = serde_json::json!([{"id": "x", "action": "classify"}]);
+        }
+        assert!(
+            bad_rules
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("classify: missing")
+        );
+        let mut both = table(&[100]);
+        both.routes[0].cells = config.routes[0].cells.clone();
+        assert!(
+            both.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("no revisions")
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! and Prometheus metrics with [`Ingress::serve_admin`]. See `proxy.rs` for one request's path.
 
 mod body;
+mod cells;
 pub mod config;
 mod connection;
 pub mod control;
@@ -29,7 +30,10 @@ use tokio::io::AsyncWrite;
 use tokio::sync::broadcast;
 
 pub use body::ProxyBody;
-pub use config::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
+pub use cells::CellRouting;
+pub use config::{
+    CellsConfig, InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig,
+};
 pub use connection::ClientIo;
 pub use error::{ConfigError, ProxyError};
 pub use limits::raise_fd_limit;

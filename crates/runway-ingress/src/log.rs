@@ -25,6 +25,11 @@ pub struct AccessRecord {
     pub revision: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
+    /// A cell-routed request's deciding rule (`-` when none did) and its outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cell_outcome: Option<&'static str>,
     pub status: u16,
     /// From arrival to the end of the response body (or to the error).
     pub duration_ms: f64,

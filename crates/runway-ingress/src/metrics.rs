@@ -39,6 +39,17 @@ pub(crate) struct ClientErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CellLabels {
+    pub(crate) service: String,
+    pub(crate) env: String,
+    /// The deciding rule's id, `-` when none matched.
+    pub(crate) rule: String,
+    pub(crate) cell: String,
+    /// `classified`, `fell_back`, `proxied` or `unmatched`.
+    pub(crate) outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReasonLabels {
     pub(crate) reason: &'static str,
 }
@@ -82,6 +93,7 @@ pub struct Metrics {
     upstream_errors: Family<RevisionLabels, Counter>,
     client_errors: Family<ClientErrorLabels, Counter>,
     unrouted: Counter,
+    cell_decisions: Family<CellLabels, Counter>,
     refused_requests: Family<ReasonLabels, Counter>,
     pub(crate) refused_connections: Family<ReasonLabels, Counter>,
     pub(crate) accept_errors: Counter,
@@ -242,6 +254,7 @@ impl Metrics {
         let upstream_errors = Family::<RevisionLabels, Counter>::default();
         let client_errors = Family::<ClientErrorLabels, Counter>::default();
         let unrouted = Counter::default();
+        let cell_decisions = Family::<CellLabels, Counter>::default();
         let refused_requests = Family::<ReasonLabels, Counter>::default();
         let refused_connections = Family::<ReasonLabels, Counter>::default();
         let accept_errors = Counter::default();
@@ -320,6 +333,12 @@ impl Metrics {
             accept_errors.clone(),
         );
         registry.register(
+            "cell_decisions",
+            "Cell-routed requests by deciding rule, cell and outcome (classified, fell_back to \
+             the legacy cell, proxied by a proxy rule, unmatched by any rule)",
+            cell_decisions.clone(),
+        );
+        registry.register(
             "unrouted_requests",
             "Requests for a host no route serves",
             unrouted.clone(),
@@ -340,6 +359,7 @@ impl Metrics {
             upstream_errors,
             client_errors,
             unrouted,
+            cell_decisions,
             refused_requests,
             refused_connections,
             accept_errors,
@@ -495,6 +515,23 @@ impl Metrics {
                 stats: metrics.stats(),
             })
             .collect()
+    }
+
+    /// One cell-routed request's decision.
+    pub(crate) fn cell_decision(&self, route: &crate::table::Route, chosen: &crate::cells::Chosen) {
+        self.cell_decisions
+            .get_or_create(&CellLabels {
+                service: route.service.clone(),
+                env: route.env.clone(),
+                rule: chosen
+                    .decision
+                    .rule
+                    .clone()
+                    .unwrap_or_else(|| "-".to_owned()),
+                cell: chosen.cell.to_string(),
+                outcome: chosen.outcome(),
+            })
+            .inc();
     }
 
     pub(crate) fn unrouted(&self) {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::gauge::Gauge;
@@ -230,7 +231,23 @@ async fn proxy(
     let upgrade = upgrade_protocol(&request);
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
     let cookie = sticky_cookie(request.headers());
-    let (route, revision) = resolve(shared, &host, cookie.as_deref())?;
+    let (route, weighed) = resolve(shared, &host, cookie.as_deref())?;
+    let (revision, cell) = match (&route.cells, weighed) {
+        (Some(cells), _) => {
+            let cell = choose_cell(shared, &route, cells, &mut request).await?;
+            if logging {
+                record.rule = Some(cell.decision.rule.clone().unwrap_or_else(|| "-".to_owned()));
+                record.cell_outcome = Some(cell.outcome());
+            }
+            (Arc::clone(&cell.revision), Some(cell))
+        }
+        (None, Some(revision)) => (revision, None),
+        (None, None) => {
+            return Err(ProxyError::NotServing {
+                host: host.to_owned(),
+            });
+        }
+    };
     *chosen = Some(Arc::clone(&revision));
     if let Some(length) = request
         .headers()
@@ -266,7 +283,10 @@ async fn proxy(
         revision: Arc::clone(&revision),
         instance: Some(Arc::clone(&instance)),
     };
-    let upstream_request = upstream_request(request, peer, &host, request_id, upgrade.as_ref());
+    let mut upstream_request = upstream_request(request, peer, &host, request_id, upgrade.as_ref());
+    if let Some(cell) = &cell {
+        mark_cell_request(upstream_request.headers_mut(), cell);
+    }
     let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
     let sent = tokio::time::timeout_at(
         deadline.into(),
@@ -363,11 +383,13 @@ fn misdirected(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyErro
 
 /// The route for a host and a revision: the tag's, else the sticky cookie's (when the route
 /// has sticky sessions and that revision still gets traffic), else one chosen by weight.
+/// The route for `host`, and the revision its weights (or a tag, or a sticky cookie) choose;
+/// none for a cell-routed route, whose rules choose.
 fn resolve(
     shared: &Shared,
     host: &str,
     cookie: Option<&str>,
-) -> Result<(Arc<Route>, Arc<Revision>), ProxyError> {
+) -> Result<(Arc<Route>, Option<Arc<Revision>>), ProxyError> {
     let table = shared.routes.load_guard();
     let target = table.resolve(host).ok_or_else(|| ProxyError::NoRoute {
         host: host.to_owned(),
@@ -380,6 +402,9 @@ fn resolve(
             .find(|(weight, r)| *weight > 0 && r.name == name)
             .map(|(_, r)| r)
     });
+    if route.cells.is_some() {
+        return Ok((Arc::clone(route), None));
+    }
     let revision = match (&target.revision, sticky) {
         (Some(tagged), _) => Arc::clone(tagged),
         (None, Some(sticky)) => Arc::clone(sticky),
@@ -387,7 +412,69 @@ fn resolve(
             host: host.to_owned(),
         })?),
     };
-    Ok((Arc::clone(route), revision))
+    Ok((Arc::clone(route), Some(revision)))
+}
+
+/// The cell a request goes to, by the route's rules: on its headers, cookies and path, and
+/// when a rule reads a JSON body, on the body's first bytes (kept, and sent on first).
+async fn choose_cell(
+    shared: &Shared,
+    route: &Route,
+    cells: &crate::cells::CellRouting,
+    request: &mut Request<ClientBody>,
+) -> Result<crate::cells::Chosen, ProxyError> {
+    let json = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.to_ascii_lowercase().contains("json"));
+    let prefix = if cells.reads_body() && json && !request.body().is_end_stream() {
+        Some(
+            request
+                .body_mut()
+                .read_prefix(
+                    runway_cells::BODY_PREFIX_BYTES,
+                    shared.options.header_read_timeout,
+                )
+                .await,
+        )
+    } else {
+        None
+    };
+    let view = runway_cells::RequestView {
+        path: request.uri().path(),
+        headers: request.headers(),
+        body_prefix: prefix.as_deref(),
+    };
+    let chosen = cells.choose(&view).ok_or_else(|| ProxyError::NotServing {
+        host: route.service.clone(),
+    })?;
+    shared.metrics.cell_decision(route, &chosen);
+    Ok(chosen)
+}
+
+/// What the cell is told of the decision, as GitLab's router tells it; a client's own
+/// `X-Gitlab-Http-Router-*` headers are not passed on.
+fn mark_cell_request(headers: &mut HeaderMap, cell: &crate::cells::Chosen) {
+    const ACTION: HeaderName = HeaderName::from_static("x-gitlab-http-router-rule-action");
+    const TYPE: HeaderName = HeaderName::from_static("x-gitlab-http-router-rule-type");
+    let spoofed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| name.as_str().starts_with("x-gitlab-http-router-"))
+        .cloned()
+        .collect();
+    for name in spoofed {
+        headers.remove(name);
+    }
+    if cell.decision.rule.is_some() {
+        headers.insert(
+            ACTION,
+            HeaderValue::from_static(cell.decision.action.header_value()),
+        );
+    }
+    if let runway_cells::Action::Classify { kind, .. } = &cell.decision.action {
+        headers.insert(TYPE, HeaderValue::from_static(kind.as_str()));
+    }
 }
 
 /// The sticky cookie's name.
@@ -543,6 +630,10 @@ async fn acquire(
                 // The table dropped this revision while we waited: choose again, once.
                 rerouted = true;
                 let (new_route, new_revision) = resolve(shared, host, None)?;
+                // A cell's revision is not chosen again: its cell left the topology.
+                let new_revision = new_revision.ok_or_else(|| ProxyError::NotServing {
+                    host: host.to_owned(),
+                })?;
                 timeout = new_route.request_timeout;
                 *chosen = Some(Arc::clone(&new_revision));
                 revision = new_revision;

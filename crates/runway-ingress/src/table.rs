@@ -299,8 +299,11 @@ pub struct Route {
     pub request_timeout: Duration,
     /// A cookie keeps a client on the revision it was first given.
     pub sticky: bool,
-    /// Revisions with their weights (summing to 100, or all 0 while none serves).
+    /// Revisions with their weights (summing to 100, or all 0 while none serves). A
+    /// cell-routed route's are its cells, each weighing 0: its rules choose.
     pub revisions: Vec<(u32, Arc<Revision>)>,
+    /// Cell routing: the rules and topology that choose among `revisions`.
+    pub cells: Option<Arc<crate::cells::CellRouting>>,
 }
 
 impl Route {
@@ -330,6 +333,8 @@ pub(crate) struct Target {
 #[derive(Debug, Default)]
 pub struct Table {
     hosts: HashMap<String, Target>,
+    /// Where a host no route names goes: a route whose domains hold `*`.
+    fallback: Option<Target>,
     routes: Vec<Arc<Route>>,
     /// `{env}.{domain}` of every route: the platform's own names live under these.
     parents: HashSet<String>,
@@ -338,7 +343,7 @@ pub struct Table {
 impl Table {
     /// The route for a host (lower case, without port).
     pub(crate) fn resolve(&self, host: &str) -> Option<&Target> {
-        self.hosts.get(host)
+        self.hosts.get(host).or(self.fallback.as_ref())
     }
 
     /// The platform's name `host` would have, `{env}.{domain}`, for one of its environments
@@ -414,10 +419,13 @@ impl Routes {
             .map(|env| format!("{env}.{}", config.domain).to_ascii_lowercase())
             .collect();
         let mut routes = Vec::new();
+        let mut fallback = None;
         for rc in &config.routes {
             let mut revisions = Vec::new();
             let mut tagged = Vec::new();
-            for rev in &rc.revisions {
+            // A cell-routed route's upstreams are its cells, one revision each.
+            let cell_revisions = rc.cells.as_ref().map(crate::cells::revisions);
+            for rev in cell_revisions.as_deref().unwrap_or(&rc.revisions) {
                 let key = (rc.service.clone(), rc.env.clone(), rev.name.clone());
                 let state = registry.get(&key).cloned().unwrap_or_else(|| {
                     Arc::new(Revision {
@@ -474,12 +482,18 @@ impl Routes {
                 revisions.push((rev.weight, Arc::clone(&state)));
                 kept.insert(key, state);
             }
+            let cells = rc
+                .cells
+                .as_ref()
+                .and_then(|config| crate::cells::CellRouting::new(config, &revisions))
+                .map(Arc::new);
             let route = Arc::new(Route {
                 service: rc.service.clone(),
                 env: rc.env.clone(),
                 request_timeout: Duration::from_secs_f64(rc.request_timeout_seconds),
                 sticky: rc.sticky,
                 revisions,
+                cells,
             });
             let target = |revision| Target {
                 route: Arc::clone(&route),
@@ -491,7 +505,11 @@ impl Routes {
             );
             parents.insert(format!("{}.{}", rc.env, config.domain).to_ascii_lowercase());
             for domain in &rc.domains {
-                hosts.insert(domain.to_ascii_lowercase(), target(None));
+                if domain == crate::config::ANY_HOST {
+                    fallback = Some(target(None));
+                } else {
+                    hosts.insert(domain.to_ascii_lowercase(), target(None));
+                }
             }
             for (host, revision) in tagged {
                 hosts.insert(host, target(Some(revision)));
@@ -519,6 +537,7 @@ impl Routes {
         let old = std::mem::replace(&mut *registry, kept);
         self.current.store(Arc::new(Table {
             hosts,
+            fallback,
             routes,
             parents,
         }));
@@ -578,6 +597,7 @@ mod tests {
                         })
                         .collect(),
                 }],
+                cells: None,
             }],
         }
     }
@@ -656,6 +676,7 @@ mod tests {
                                 instances: vec![],
                             })
                             .collect(),
+                        cells: None,
                     })
                     .collect(),
             }

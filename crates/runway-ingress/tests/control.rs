@@ -95,6 +95,7 @@ fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> Rout
                     max_concurrency: 0,
                 }],
             }],
+            cells: None,
         }],
     }
 }

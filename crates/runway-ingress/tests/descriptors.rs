@@ -68,6 +68,7 @@ fn routes(instance: SocketAddr) -> RouteTableConfig {
                     max_concurrency: 0,
                 }],
             }],
+            cells: None,
         }],
     }
 }

@@ -89,6 +89,7 @@ fn table(revision: &str, instance: SocketAddr) -> RouteTableConfig {
                     max_concurrency: 0,
                 }],
             }],
+            cells: None,
         }],
     }
 }

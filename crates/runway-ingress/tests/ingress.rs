@@ -247,6 +247,7 @@ fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
             request_timeout_seconds: timeout,
             sticky: false,
             revisions,
+            cells: None,
         }],
     }
 }

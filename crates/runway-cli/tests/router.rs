@@ -1,0 +1,411 @@
+//! `runway router` in front of three cells, all real sockets on loopback: each runner token
+//! to its cell, a corrupted or unknown one to the legacy cell, session cookies, an older
+//! runner's token in its JSON body (the body still forwarded whole), what the cells are told,
+//! a long poll held, and a 1 GiB upload streamed through with bounded memory.
+
+#![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::routing::any;
+use futures_util::StreamExt;
+
+/// A cell: answers every request with its id, the router's headers, and the body's length
+/// (read as it streams, never kept); `/api/v4/jobs/request?hold=S` waits S seconds first.
+async fn cell(id: u64) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let app = axum::Router::new().fallback(any(move |request: Request| async move {
+        let (parts, body) = request.into_parts();
+        if let Some(hold) = parts
+            .uri
+            .query()
+            .and_then(|q| q.strip_prefix("hold="))
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            tokio::time::sleep(Duration::from_secs(hold)).await;
+        }
+        let header = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_owned()
+        };
+        let mut stream = body.into_data_stream();
+        let (mut bytes, mut sum) = (0u64, 0u64);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.unwrap();
+            bytes += chunk.len() as u64;
+            sum = chunk
+                .iter()
+                .fold(sum, |s, b| s.wrapping_mul(31).wrapping_add(u64::from(*b)));
+        }
+        Body::from(format!(
+            "cell={id} action={} type={} spoof={} bytes={bytes} sum={sum}\n",
+            header("x-gitlab-http-router-rule-action"),
+            header("x-gitlab-http-router-rule-type"),
+            header("x-gitlab-http-router-spoofed"),
+        ))
+    }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    address
+}
+
+/// The router process, killed when dropped.
+struct Router {
+    child: Child,
+    address: SocketAddr,
+    admin: SocketAddr,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn start_router(dir: &std::path::Path, cells: &[SocketAddr]) -> Router {
+    let rules = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../runway-cells/tests/fixtures/rules.json"
+    );
+    let topology = dir.join("topology.yml");
+    let mut text = String::from("cells:\n");
+    for (i, address) in cells.iter().enumerate() {
+        text.push_str(&format!(
+            "  - {{id: {}, address: \"{address}\", session_prefix: cell-{}}}\n",
+            i + 1,
+            i + 1
+        ));
+    }
+    text.push_str("legacy_cell: 1\n");
+    std::fs::write(&topology, text).unwrap();
+    let (address, admin) = (free(), free());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
+        .args(["router", "--rules", rules, "--topology"])
+        .arg(&topology)
+        .args([
+            "--listen",
+            &address.to_string(),
+            "--admin",
+            &admin.to_string(),
+        ])
+        .arg("--access-log")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    for pipe in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let log = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                log.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+    }
+    let router = Router {
+        child,
+        address,
+        admin,
+        log,
+    };
+    let started = Instant::now();
+    while TcpStream::connect(address).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the router did not listen: {}",
+            router.log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    router
+}
+
+/// One HTTP/1.1 request (`Connection: close`); the status and body.
+fn request(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: gitlab.example.com\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    read_response(stream)
+}
+
+fn read_response(mut stream: TcpStream) -> (u16, String) {
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+fn token(prefix: &str, cell: u64) -> String {
+    routable_token::encode(
+        prefix,
+        &routable_token::Claims::new()
+            .with("c", cell)
+            .with("o", 1007),
+        &[4; 16],
+    )
+    .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn requests_reach_the_cell_that_owns_them() {
+    let rt = runtime();
+    let cells: Vec<SocketAddr> =
+        rt.block_on(async { vec![cell(1).await, cell(2).await, cell(3).await] });
+    let dir = tempfile::tempdir().unwrap();
+    let router = start_router(dir.path(), &cells);
+    let at = router.address;
+
+    for id in [1, 2, 3] {
+        let (status, body) = request(
+            at,
+            "POST",
+            "/api/v4/jobs/request",
+            &[("RUNNER-TOKEN", &token("glrt-", id))],
+            b"{}",
+        );
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.starts_with(&format!("cell={id} action=classify type=CELL_ID")),
+            "{body}"
+        );
+        let (_, body) = request(
+            at,
+            "PATCH",
+            "/api/v4/jobs/9/trace",
+            &[
+                ("JOB-TOKEN", &token("glcbt-", id)),
+                ("Content-Range", "0-4"),
+            ],
+            b"hello",
+        );
+        assert!(
+            body.starts_with(&format!("cell={id} ")) && body.contains("bytes=5"),
+            "{body}"
+        );
+    }
+    // A cell that does not exist, a payload that does not decode, no token at all: the
+    // legacy cell; a client's own router header is not passed on.
+    let (_, body) = request(
+        at,
+        "GET",
+        "/api/v4/jobs/request",
+        &[("RUNNER-TOKEN", &token("glrt-", 7))],
+        b"",
+    );
+    assert!(
+        body.starts_with("cell=1 action=classify type=CELL_ID"),
+        "{body}"
+    );
+    let good = token("glrt-", 3);
+    let at_length = good.len() - 9;
+    let corrupted = format!("{}zz{}", &good[..at_length], &good[at_length + 2..]);
+    let (_, body) = request(
+        at,
+        "GET",
+        "/",
+        &[
+            ("RUNNER-TOKEN", &corrupted),
+            ("X-Gitlab-Http-Router-Spoofed", "1"),
+        ],
+        b"",
+    );
+    assert!(
+        body.starts_with("cell=1 action=proxy type=- spoof=-"),
+        "{body}"
+    );
+    // Session cookies.
+    let (_, body) = request(
+        at,
+        "GET",
+        "/dashboard",
+        &[("Cookie", "_gitlab_session=cell-2-0a1b")],
+        b"",
+    );
+    assert!(
+        body.starts_with("cell=2 action=classify type=SESSION_PREFIX"),
+        "{body}"
+    );
+    // An older runner: its token only in the JSON body, which still arrives whole.
+    let payload = format!(
+        r#"{{"info": {{"name": "runner"}}, "token": "{}", "last_update": "{}"}}"#,
+        token("glrt-", 3),
+        "x".repeat(40_000)
+    );
+    let (_, body) = request(
+        at,
+        "POST",
+        "/api/v4/jobs/request",
+        &[("Content-Type", "application/json")],
+        payload.as_bytes(),
+    );
+    let sum = payload
+        .bytes()
+        .fold(0u64, |s, b| s.wrapping_mul(31).wrapping_add(u64::from(b)));
+    assert_eq!(
+        body.trim(),
+        format!(
+            "cell=3 action=classify type=CELL_ID spoof=- bytes={} sum={sum}",
+            payload.len()
+        )
+    );
+
+    // A long poll is held as long as the cell holds it.
+    let started = Instant::now();
+    let (status, body) = request(
+        at,
+        "POST",
+        "/api/v4/jobs/request?hold=3",
+        &[("RUNNER-TOKEN", &token("glrt-", 2))],
+        b"{}",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3) && body.starts_with("cell=2"),
+        "{body}"
+    );
+
+    // Metrics per rule, cell and outcome; the access log names the rule.
+    let (_, metrics) = request(router.admin, "GET", "/metrics", &[], b"");
+    for line in [
+        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="session_token_header_runner_token",cell="2",outcome="classified"} 2"#,
+        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="session_token_header_runner_token",cell="1",outcome="fell_back"} 1"#,
+        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="default",cell="1",outcome="proxied"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "no {line} in\n{metrics}");
+    }
+    assert!(
+        metrics.contains(r#"revision="cell-3",class="2xx"}"#),
+        "{metrics}"
+    );
+    let log = router.log.lock().unwrap().clone();
+    assert!(
+        log.contains(r#""rule":"runner_body_token","cell_outcome":"classified""#),
+        "{log}"
+    );
+    drop(router);
+}
+
+/// 1 GiB streamed through the router to its cell (chunked, as an artifact upload), counted
+/// by the cell as it arrives: the router's memory stays bounded, whatever the body's size.
+#[test]
+fn a_gigabyte_upload_streams_through_in_bounded_memory() {
+    let rt = runtime();
+    let cells: Vec<SocketAddr> = rt.block_on(async { vec![cell(1).await, cell(2).await] });
+    let dir = tempfile::tempdir().unwrap();
+    let router = start_router(dir.path(), &cells);
+    let mut stream = TcpStream::connect(router.address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let head = format!(
+        "POST /api/v4/jobs/5/artifacts HTTP/1.1\r\nHost: gitlab.example.com\r\nJOB-TOKEN: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        token("glcbt-", 2)
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    const TOTAL: u64 = 1 << 30;
+    const CHUNK: usize = 1 << 20;
+    let chunk = vec![b'a'; CHUNK];
+    let started = Instant::now();
+    let mut peak_kib = 0u64;
+    for n in 0..(TOTAL / CHUNK as u64) {
+        stream
+            .write_all(format!("{CHUNK:x}\r\n").as_bytes())
+            .unwrap();
+        stream.write_all(&chunk).unwrap();
+        stream.write_all(b"\r\n").unwrap();
+        if n % 128 == 0 {
+            peak_kib = peak_kib.max(resident_kib(router.child.id()));
+        }
+    }
+    stream.write_all(b"0\r\n\r\n").unwrap();
+    let (status, body) = read_response(stream);
+    let elapsed = started.elapsed();
+    peak_kib = peak_kib.max(high_water_kib(router.child.id()));
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with(&format!(
+            "cell=2 action=classify type=CELL_ID spoof=- bytes={TOTAL}"
+        )),
+        "{body}"
+    );
+    eprintln!(
+        "1 GiB through the router in {:.1} s ({:.0} MiB/s); the router's peak resident memory {} MiB",
+        elapsed.as_secs_f64(),
+        1024.0 / elapsed.as_secs_f64(),
+        peak_kib / 1024
+    );
+    assert!(
+        peak_kib < 128 * 1024,
+        "the router held {peak_kib} KiB: the body was buffered"
+    );
+}
+
+/// A process's resident memory now, in KiB.
+fn resident_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Its peak resident memory, in KiB.
+fn high_water_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
