@@ -43,7 +43,7 @@ pub enum TransformType {
 }
 
 /// What a classification asks the topology for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, serde::Serialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ClassifyType {
     /// The cell of this id.

@@ -10,6 +10,7 @@ use anyhow::{Context, bail};
 use clap::Args as ClapArgs;
 use runway_cells::{Rules, StaticTopology};
 use runway_ingress::config::ANY_HOST;
+use runway_ingress::config::TopologyServiceConfig;
 use runway_ingress::{
     CellsConfig, CertificateFiles, Ingress, Options, RouteConfig, RouteTableConfig, TlsOptions,
 };
@@ -26,6 +27,18 @@ pub(crate) struct Args {
     /// an address is `host:port` (a name is resolved at start) or `http://host:port`.
     #[arg(long, value_name = "FILE")]
     topology: PathBuf,
+    /// GitLab's topology service (`http://host:port`), asked where a classification's cell
+    /// is (`POST /v1/classify`). Its answers are kept --topology-cache-ms; while it cannot
+    /// answer (down, slow past --topology-timeout-ms, garbage) an answer up to 5 minutes old
+    /// is used, else the topology file's cells, else the legacy cell.
+    #[arg(long, value_name = "URL")]
+    topology_service: Option<String>,
+    /// The longest wait for the topology service, in milliseconds.
+    #[arg(long, default_value_t = 1_000, requires = "topology_service")]
+    topology_timeout_ms: u64,
+    /// How long its answers are used before asking again, in milliseconds.
+    #[arg(long, default_value_t = 10_000, requires = "topology_service")]
+    topology_cache_ms: u64,
     /// Where to serve clients (runners).
     #[arg(long, default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
@@ -58,6 +71,7 @@ pub(crate) struct Args {
 pub(crate) async fn table(
     rules_path: &std::path::Path,
     topology_path: &std::path::Path,
+    topology_service: Option<TopologyServiceConfig>,
     request_timeout: Duration,
 ) -> anyhow::Result<RouteTableConfig> {
     let text = std::fs::read_to_string(rules_path)
@@ -109,7 +123,11 @@ pub(crate) async fn table(
             request_timeout_seconds: request_timeout.as_secs_f64(),
             sticky: false,
             revisions: Vec::new(),
-            cells: Some(CellsConfig { rules, topology }),
+            cells: Some(CellsConfig {
+                rules,
+                topology,
+                topology_service,
+            }),
         }],
     })
 }
@@ -125,9 +143,18 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: &Args) -> anyhow::Result<()> {
     runway_ingress::raise_fd_limit().context("cannot raise the open-file limit")?;
+    let service = args
+        .topology_service
+        .as_ref()
+        .map(|url| TopologyServiceConfig {
+            url: url.clone(),
+            timeout_ms: args.topology_timeout_ms,
+            cache_ms: args.topology_cache_ms,
+        });
     let table = table(
         &args.rules,
         &args.topology,
+        service,
         Duration::from_secs(args.request_timeout_seconds.max(1)),
     )
     .await?;

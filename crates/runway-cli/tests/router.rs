@@ -81,17 +81,26 @@ fn free() -> SocketAddr {
 }
 
 fn start_router(dir: &std::path::Path, cells: &[SocketAddr]) -> Router {
+    let listed: Vec<(u64, SocketAddr)> = (1..).zip(cells.iter().copied()).collect();
+    start_router_with(dir, &listed, &[])
+}
+
+/// The router before the cells `listed` (id, address), cell 1 the legacy one, with `extra`
+/// arguments.
+fn start_router_with(
+    dir: &std::path::Path,
+    listed: &[(u64, SocketAddr)],
+    extra: &[&str],
+) -> Router {
     let rules = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../runway-cells/tests/fixtures/rules.json"
     );
     let topology = dir.join("topology.yml");
     let mut text = String::from("cells:\n");
-    for (i, address) in cells.iter().enumerate() {
+    for (id, address) in listed {
         text.push_str(&format!(
-            "  - {{id: {}, address: \"{address}\", session_prefix: cell-{}}}\n",
-            i + 1,
-            i + 1
+            "  - {{id: {id}, address: \"{address}\", session_prefix: cell-{id}}}\n"
         ));
     }
     text.push_str("legacy_cell: 1\n");
@@ -107,6 +116,7 @@ fn start_router(dir: &std::path::Path, cells: &[SocketAddr]) -> Router {
             &admin.to_string(),
         ])
         .arg("--access-log")
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -408,4 +418,132 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// GitLab's topology service, a real HTTP server: it places the cells it is given, answers
+/// `{"code": 5}` for any other, counts what it is asked, and can be slowed.
+struct TopologyService {
+    address: SocketAddr,
+    asked: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+async fn topology_service(cells: std::collections::HashMap<String, SocketAddr>) -> TopologyService {
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let slow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (count, delay) = (asked.clone(), slow.clone());
+    let app = axum::Router::new().route(
+        "/v1/classify",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (count, delay, cells) = (count.clone(), delay.clone(), cells.clone());
+            async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                if delay.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                let asked: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(asked["type"], "CELL_ID");
+                let value = asked["value"].as_str().unwrap_or_default().to_owned();
+                let (status, answer) = match cells.get(&value) {
+                    Some(address) => (
+                        axum::http::StatusCode::OK,
+                        serde_json::json!({"action": "PROXY", "proxy": {"address": address.to_string()}}),
+                    ),
+                    None => (
+                        axum::http::StatusCode::NOT_FOUND,
+                        serde_json::json!({"code": 5, "message": format!("cell not found: {value}")}),
+                    ),
+                };
+                (status, answer.to_string())
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    TopologyService {
+        address,
+        asked,
+        slow,
+    }
+}
+
+/// With the topology service: a classification goes where it says (the topology file need
+/// not list the cell), its answer is kept; a cell it does not know goes to the legacy cell;
+/// slowed past the timeout, a kept answer still serves, the file's cells stand in for new
+/// classifications, and else the legacy cell, each counted.
+#[test]
+fn the_topology_service_places_cells_and_its_failures_are_bounded() {
+    use std::sync::atomic::Ordering;
+    let rt = runtime();
+    let (one, two, three, four) =
+        rt.block_on(async { (cell(1).await, cell(2).await, cell(3).await, cell(4).await) });
+    let service = rt.block_on(topology_service(
+        [
+            ("2".to_owned(), two),
+            ("3".to_owned(), three),
+            ("4".to_owned(), four),
+        ]
+        .into(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}", service.address);
+    let router = start_router_with(
+        dir.path(),
+        &[(1, one), (3, three)],
+        &[
+            "--topology-service",
+            &url,
+            "--topology-timeout-ms",
+            "300",
+            "--topology-cache-ms",
+            "500",
+        ],
+    );
+    let at = router.address;
+    let send = |id: u64| {
+        let token = token("glrt-", id);
+        request(
+            at,
+            "POST",
+            "/api/v4/jobs/request",
+            &[("RUNNER-TOKEN", &token)],
+            b"{}",
+        )
+        .1
+    };
+    // Cell 2 is not in the file: the service places it, and its answer is kept.
+    assert!(send(2).starts_with("cell=2 "), "placed by the service");
+    assert!(send(2).starts_with("cell=2 "));
+    assert_eq!(
+        service.asked.load(Ordering::SeqCst),
+        1,
+        "the answer was not kept"
+    );
+    // A cell the service does not know: the legacy cell.
+    assert!(send(9).starts_with("cell=1 "));
+
+    service.slow.store(true, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(600));
+    // Its answer for cell 2 is stale but at hand; 3 was never asked, and the file lists it;
+    // 4 neither: the legacy cell. None waits much past the timeout.
+    let started = Instant::now();
+    assert!(send(2).starts_with("cell=2 "));
+    assert!(send(3).starts_with("cell=3 "));
+    assert!(send(4).starts_with("cell=1 "));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "waited {:?}",
+        started.elapsed()
+    );
+    let (_, metrics) = request(router.admin, "GET", "/metrics", &[], b"");
+    assert!(
+        metrics.contains("runway_ingress_topology_errors_total 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"cell="1",outcome="fell_back"} 2"#),
+        "{metrics}"
+    );
 }

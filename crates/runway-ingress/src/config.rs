@@ -74,6 +74,32 @@ pub struct RouteConfig {
 pub struct CellsConfig {
     pub rules: serde_json::Value,
     pub topology: runway_cells::StaticTopology,
+    /// GitLab's topology service, asked where a classification's cell is; the topology
+    /// above still names the legacy cell, and answers while the service cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_service: Option<TopologyServiceConfig>,
+}
+
+/// Where GitLab's topology service is (`POST {url}/v1/classify`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyServiceConfig {
+    /// `http://host:port` (and a path prefix, if any).
+    pub url: String,
+    /// The longest wait for an answer; past it the request is routed without one.
+    #[serde(default = "default_topology_timeout_ms")]
+    pub timeout_ms: u64,
+    /// How long an answer is used before the service is asked again.
+    #[serde(default = "default_topology_cache_ms")]
+    pub cache_ms: u64,
+}
+
+fn default_topology_timeout_ms() -> u64 {
+    1_000
+}
+
+fn default_topology_cache_ms() -> u64 {
+    10_000
 }
 
 impl CellsConfig {
@@ -307,6 +333,18 @@ impl RouteTableConfig {
                         ));
                     }
                 }
+                if let Some(service) = &cells.topology_service
+                    && !(service.url.starts_with("http://")
+                        && service.url.parse::<http::Uri>().is_ok())
+                {
+                    return Err(invalid(
+                        &id,
+                        format!(
+                            "cells: topology service {:?} is not an http:// URL",
+                            service.url
+                        ),
+                    ));
+                }
                 if cells.topology.legacy().is_none() {
                     return Err(invalid(
                         &id,
@@ -474,6 +512,7 @@ mod tests {
         config.routes[0].cells = Some(CellsConfig {
             rules: serde_json::json!([{"id": "all", "action": "proxy"}]),
             topology: topology("http://127.0.0.1:9001"),
+            topology_service: None,
         });
         assert!(config.validate().is_ok());
         let mut named = config.clone();

@@ -94,6 +94,7 @@ pub struct Metrics {
     client_errors: Family<ClientErrorLabels, Counter>,
     unrouted: Counter,
     cell_decisions: Family<CellLabels, Counter>,
+    topology_errors: Counter,
     refused_requests: Family<ReasonLabels, Counter>,
     pub(crate) refused_connections: Family<ReasonLabels, Counter>,
     pub(crate) accept_errors: Counter,
@@ -255,6 +256,13 @@ impl Metrics {
         let client_errors = Family::<ClientErrorLabels, Counter>::default();
         let unrouted = Counter::default();
         let cell_decisions = Family::<CellLabels, Counter>::default();
+        let topology_errors = Counter::default();
+        registry.register(
+            "topology_errors",
+            "Classifications the topology service did not answer (in time, or at all); the \
+             topology's own cells, then the legacy cell, stood in",
+            topology_errors.clone(),
+        );
         let refused_requests = Family::<ReasonLabels, Counter>::default();
         let refused_connections = Family::<ReasonLabels, Counter>::default();
         let accept_errors = Counter::default();
@@ -360,6 +368,7 @@ impl Metrics {
             client_errors,
             unrouted,
             cell_decisions,
+            topology_errors,
             refused_requests,
             refused_connections,
             accept_errors,
@@ -528,10 +537,14 @@ impl Metrics {
                     .rule
                     .clone()
                     .unwrap_or_else(|| "-".to_owned()),
-                cell: chosen.cell.to_string(),
+                cell: chosen.cell.clone(),
                 outcome: chosen.outcome(),
             })
             .inc();
+    }
+
+    pub(crate) fn topology_error(&self) {
+        self.topology_errors.inc();
     }
 
     pub(crate) fn unrouted(&self) {

@@ -446,9 +446,12 @@ async fn choose_cell(
         headers: request.headers(),
         body_prefix: prefix.as_deref(),
     };
-    let chosen = cells.choose(&view).ok_or_else(|| ProxyError::NotServing {
-        host: route.service.clone(),
-    })?;
+    let chosen = cells
+        .choose(&view)
+        .await
+        .ok_or_else(|| ProxyError::NotServing {
+            host: route.service.clone(),
+        })?;
     shared.metrics.cell_decision(route, &chosen);
     Ok(chosen)
 }

@@ -212,6 +212,32 @@ pub(crate) enum Pick {
 }
 
 impl Revision {
+    /// A revision outside any table with one ready instance at `address`: a cell the
+    /// topology service named that the route's own topology does not list.
+    pub(crate) fn single(
+        service: &str,
+        env: &str,
+        name: String,
+        address: SocketAddr,
+        metrics: &Metrics,
+    ) -> Self {
+        let instance = Instance::new(address);
+        instance.ready.store(true, Ordering::Release);
+        Self {
+            service: service.to_owned(),
+            env: env.to_owned(),
+            metrics: metrics.revision(service, env, &name),
+            name,
+            instances: ArcSwap::from_pointee(vec![Arc::new(instance)]),
+            changed: Notify::new(),
+            queued: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
+            hold_timeout_ms: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
+            removed: AtomicBool::new(false),
+        }
+    }
+
     pub fn instances(&self) -> Arc<Vec<Arc<Instance>>> {
         self.instances.load_full()
     }
@@ -485,7 +511,14 @@ impl Routes {
             let cells = rc
                 .cells
                 .as_ref()
-                .and_then(|config| crate::cells::CellRouting::new(config, &revisions))
+                .and_then(|config| {
+                    crate::cells::CellRouting::new(
+                        config,
+                        &revisions,
+                        (&rc.service, &rc.env),
+                        &self.metrics,
+                    )
+                })
                 .map(Arc::new);
             let route = Arc::new(Route {
                 service: rc.service.clone(),
