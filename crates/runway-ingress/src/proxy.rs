@@ -372,7 +372,7 @@ fn misdirected(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyErro
     let Some(sni) = peer.sni.as_deref() else {
         return Ok(());
     };
-    if sni != host && shared.routes.load_guard().resolve(sni).is_some() {
+    if sni != host && shared.routes.load_guard().names(sni) {
         return Err(ProxyError::Misdirected {
             server_name: sni.to_owned(),
             host: host.to_owned(),
@@ -381,10 +381,9 @@ fn misdirected(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyErro
     Ok(())
 }
 
-/// The route for a host and a revision: the tag's, else the sticky cookie's (when the route
-/// has sticky sessions and that revision still gets traffic), else one chosen by weight.
-/// The route for `host`, and the revision its weights (or a tag, or a sticky cookie) choose;
-/// none for a cell-routed route, whose rules choose.
+/// The route for `host`, and its revision: the tag's, else the sticky cookie's (when the
+/// route has sticky sessions and that revision still gets traffic), else one chosen by
+/// weight; none for a cell-routed route, whose rules choose.
 fn resolve(
     shared: &Shared,
     host: &str,

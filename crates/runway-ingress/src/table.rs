@@ -372,6 +372,18 @@ impl Table {
         self.hosts.get(host).or(self.fallback.as_ref())
     }
 
+    /// Whether some route takes `host`, by name or through `*`.
+    #[cfg(test)]
+    pub(crate) fn resolve_any(&self, host: &str) -> bool {
+        self.resolve(host).is_some()
+    }
+
+    /// Whether a route names `host` itself (not through `*`): only such a name, never any a
+    /// client sends, gets a certificate from the local authority.
+    pub(crate) fn names(&self, host: &str) -> bool {
+        self.hosts.contains_key(host)
+    }
+
     /// The platform's name `host` would have, `{env}.{domain}`, for one of its environments
     /// (or where some route's generated names live): a name under it that no route serves is
     /// answered with a 404, after a handshake with that parent's wildcard certificate, not

@@ -270,7 +270,7 @@ impl Resolver {
     /// other name, so a client cannot have certificates minted for names of its choosing.
     fn certified_name(routes: &Routes, name: &str) -> Option<String> {
         let table = routes.load_guard();
-        if table.resolve(name).is_some() {
+        if table.names(name) {
             return Some(name.to_owned());
         }
         table
@@ -428,6 +428,28 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    /// A route for every host (`*`, a cell router) does not make the local authority sign
+    /// whatever name a client sends: only names a route names, and the platform's wildcards.
+    #[test]
+    fn the_authority_signs_only_names_a_route_names() {
+        let routes =
+            crate::table::Routes::new(Arc::new(crate::Metrics::new()), std::time::Duration::ZERO);
+        let config: crate::RouteTableConfig = serde_json::from_value(serde_json::json!({
+            "routes": [{"service": "router", "env": "cells", "domains": ["*", "gitlab.example.com"],
+                "cells": {"rules": [{"id": "all", "action": "proxy"}],
+                          "topology": {"cells": [{"id": 1, "address": "127.0.0.1:9"}], "legacy_cell": 1}}}]
+        }))
+        .unwrap();
+        config.validate().unwrap();
+        routes.set(&config);
+        assert_eq!(
+            Resolver::certified_name(&routes, "gitlab.example.com").as_deref(),
+            Some("gitlab.example.com")
+        );
+        assert_eq!(Resolver::certified_name(&routes, "www.bank.example"), None);
+        assert!(routes.load().resolve_any("www.bank.example"));
+    }
 
     /// Servers starting together on one empty directory (replicas sharing a data directory)
     /// make one authority between them: every one reads the same certificate, whose key is
