@@ -67,13 +67,42 @@ pub(crate) struct Args {
     max_body_bytes: u64,
 }
 
+/// The env of cell-routed routes: `{service}.cells` in tables, metrics and the access log.
+pub(crate) const CELLS_ENV: &str = "cells";
+
 /// The route table of a router: one route, every host, the topology's addresses resolved.
-pub(crate) async fn table(
+async fn table(
     rules_path: &std::path::Path,
     topology_path: &std::path::Path,
     topology_service: Option<TopologyServiceConfig>,
     request_timeout: Duration,
 ) -> anyhow::Result<RouteTableConfig> {
+    Ok(RouteTableConfig {
+        domain: "localhost".to_owned(),
+        environments: Vec::new(),
+        routes: vec![
+            cell_route(
+                "router",
+                vec![ANY_HOST.to_owned()],
+                rules_path,
+                topology_path,
+                topology_service,
+                request_timeout,
+            )
+            .await?,
+        ],
+    })
+}
+
+/// A cell-routed route for `domains`: the rule file checked, the topology's names resolved.
+pub(crate) async fn cell_route(
+    service: &str,
+    domains: Vec<String>,
+    rules_path: &std::path::Path,
+    topology_path: &std::path::Path,
+    topology_service: Option<TopologyServiceConfig>,
+    request_timeout: Duration,
+) -> anyhow::Result<RouteConfig> {
     let text = std::fs::read_to_string(rules_path)
         .with_context(|| format!("cannot read {}", rules_path.display()))?;
     Rules::parse(rules_path, &text)?;
@@ -113,22 +142,18 @@ pub(crate) async fn table(
             })?;
         cell.address = resolved.to_string();
     }
-    Ok(RouteTableConfig {
-        domain: "localhost".to_owned(),
-        environments: Vec::new(),
-        routes: vec![RouteConfig {
-            service: "router".to_owned(),
-            env: "cells".to_owned(),
-            domains: vec![ANY_HOST.to_owned()],
-            request_timeout_seconds: request_timeout.as_secs_f64(),
-            sticky: false,
-            revisions: Vec::new(),
-            cells: Some(CellsConfig {
-                rules,
-                topology,
-                topology_service,
-            }),
-        }],
+    Ok(RouteConfig {
+        service: service.to_owned(),
+        env: CELLS_ENV.to_owned(),
+        domains,
+        request_timeout_seconds: request_timeout.as_secs_f64(),
+        sticky: false,
+        revisions: Vec::new(),
+        cells: Some(CellsConfig {
+            rules,
+            topology,
+            topology_service,
+        }),
     })
 }
 

@@ -386,6 +386,55 @@ pub(crate) struct IngressConfig {
     /// instead of the ingress process this server starts: then `https`, `http`, `admin`,
     /// `start_timeout_ms` and `shutdown_grace_ms` are theirs to set, not this file's.
     pub(crate) remote: Option<RemoteIngressConfig>,
+    /// Hosts the ingress routes to cells rather than to services, as `runway router` does
+    /// (GitLab's HTTP router rules and a topology): runners reach the platform's ingress.
+    pub(crate) cells: Vec<CellRouterConfig>,
+}
+
+/// A host routed to cells.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CellRouterConfig {
+    /// The host runners call (`gitlab.example.com`); its certificate comes from the platform's
+    /// authority, or an operator's.
+    pub(crate) host: String,
+    /// The rule file, in GitLab's HTTP router format.
+    pub(crate) rules: PathBuf,
+    /// The topology file: `cells: [{id, address, session_prefix}]`, `legacy_cell: ID`.
+    pub(crate) topology: PathBuf,
+    /// GitLab's topology service, as `runway router --topology-service`.
+    #[serde(default)]
+    pub(crate) topology_service: Option<runway_ingress::config::TopologyServiceConfig>,
+    /// Time from a request's arrival to its cell's response head: a long poll's, an
+    /// upload's. Default an hour. Bodies are bound by the ingress's own size limit.
+    #[serde(default = "default_cells_request_timeout_seconds")]
+    pub(crate) request_timeout_seconds: u64,
+}
+
+fn default_cells_request_timeout_seconds() -> u64 {
+    3600
+}
+
+impl IngressConfig {
+    /// The cell-routed routes, `cells1`, `cells2`... in env `cells`, files read and names
+    /// resolved.
+    async fn cell_routes(&self) -> anyhow::Result<Vec<runway_ingress::RouteConfig>> {
+        let mut routes = Vec::new();
+        for (index, cells) in self.cells.iter().enumerate() {
+            let route = crate::router::cell_route(
+                &format!("cells{}", index + 1),
+                vec![cells.host.to_ascii_lowercase()],
+                &cells.rules,
+                &cells.topology,
+                cells.topology_service.clone(),
+                Duration::from_secs(cells.request_timeout_seconds.max(1)),
+            )
+            .await
+            .with_context(|| format!("ingress.cells[{index}]"))?;
+            routes.push(route);
+        }
+        Ok(routes)
+    }
 }
 
 /// Ingresses reached over the network (`runway-ingress --control-listen`).
@@ -433,6 +482,7 @@ impl Default for IngressConfig {
             control_timeout_ms: 5_000,
             stats_interval_ms: 200,
             remote: None,
+            cells: Vec::new(),
         }
     }
 }
@@ -495,6 +545,20 @@ impl ServerConfig {
             .runtime
             .check()
             .map_err(|(key, message)| anyhow::anyhow!("{}: {key}: {message}", path.display()))?;
+        if !config.ingress.cells.is_empty()
+            && config
+                .api
+                .environments
+                .iter()
+                .any(|env| env == crate::router::CELLS_ENV)
+        {
+            bail!(
+                "{}: ingress.cells: `{}` is an environment, and cell-routed hosts live in an env \
+                 of that name: rename the environment",
+                path.display(),
+                crate::router::CELLS_ENV
+            );
+        }
         if let Some(remote) = &config.ingress.remote
             && remote.addresses.is_empty()
         {
@@ -595,6 +659,12 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
     if let Some(remote) = &config.ingress.remote {
         runway_ingress::control_tls::ClientTls::load(&remote.tls_dir, &remote.server_name)
             .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
+    }
+    for (index, cells) in config.ingress.cells.iter().enumerate() {
+        runway_cells::Rules::load(&cells.rules)
+            .with_context(|| format!("ingress.cells[{index}].rules"))?;
+        runway_cells::StaticTopology::load(&cells.topology)
+            .with_context(|| format!("ingress.cells[{index}].topology"))?;
     }
     if let Some(url) = &config.store.url {
         PostgresStore::check_url(url).context("store.url")?;
@@ -819,6 +889,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         Sealer::new(&key),
     )
     .environments(config.api.environments.clone())
+    .fixed_routes(config.ingress.cell_routes().await?)
     .allow_processes(config.runtime.allow_processes);
     let replicated = election.is_some();
     if replicated {

@@ -1437,3 +1437,106 @@ fn a_sqlite_store_is_migrated_to_postgres_and_the_server_goes_on() {
     assert!(deploy.all().contains("hello-dev-00002"), "{}", deploy.all());
     assert!(!platform.data.join("runway.db").exists());
 }
+
+/// `ingress.cells`: the platform's own ingress fronts cells for a host, as `runway router`
+/// does, beside the services it routes: a runner's token reaches its cell over HTTPS with a
+/// certificate from the platform's authority, an unknown cell the legacy one.
+#[test]
+fn the_ingress_fronts_cells_for_a_host() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    let cells: Vec<std::net::SocketAddr> = (1..=2).map(plain_cell).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let topology = dir.path().join("topology.yml");
+    std::fs::write(
+        &topology,
+        format!(
+            "cells:\n  - {{id: 1, address: '{}'}}\n  - {{id: 2, address: '{}'}}\nlegacy_cell: 1\n",
+            cells[0], cells[1]
+        ),
+    )
+    .unwrap();
+    let rules = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../runway-cells/tests/fixtures/rules.json"
+    );
+    let platform = Platform::start(&Settings {
+        ingress: format!(
+            "  cells:\n    - host: gitlab.test\n      rules: {rules}\n      topology: {}\n",
+            topology.display()
+        ),
+        ..Settings::default()
+    });
+    let token = |cell: u64| {
+        routable_token::encode(
+            "glrt-",
+            &routable_token::Claims::new().with("c", cell),
+            &[5; 16],
+        )
+        .unwrap()
+    };
+    let client = platform.ingress_client("gitlab.test");
+    let url = platform.ingress_url("gitlab.test", "/api/v4/jobs/request");
+    let ask = |cell: u64| {
+        platform.rt.block_on(async {
+            let response = client
+                .post(&url)
+                .header("RUNNER-TOKEN", token(cell))
+                .send()
+                .await
+                .ok()?;
+            Some((response.status().as_u16(), response.text().await.ok()?))
+        })
+    };
+    let started = std::time::Instant::now();
+    let mut answer = ask(2);
+    while answer.as_ref().is_none_or(|(status, _)| *status != 200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{answer:?}\n{}",
+            platform.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        answer = ask(2);
+    }
+    assert_eq!(answer.unwrap().1, "cell 2 classify\n");
+    assert_eq!(ask(7).unwrap().1, "cell 1 classify\n");
+}
+
+/// A cell on loopback that answers every request with its number and the router's action.
+fn plain_cell(number: u64) -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut action = String::from("-");
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        let body = format!("cell {number} {action}\n");
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        action = "-".to_owned();
+                        continue;
+                    }
+                    if let Some((name, value)) = line.split_once(':')
+                        && name.eq_ignore_ascii_case("x-gitlab-http-router-rule-action")
+                    {
+                        action = value.trim().to_owned();
+                    }
+                }
+            });
+        }
+    });
+    address
+}

@@ -60,6 +60,8 @@ pub struct Controller<D: Driver> {
     writing: tokio::sync::Mutex<()>,
     /// The platform's environments, for the ingress's table.
     environments: Vec<String>,
+    /// Routes the operator names besides the services' (cell routers), in every table.
+    fixed_routes: Vec<RouteConfig>,
     /// Whether this replica leads, when it is one of several (see [`Controller::leadership`]).
     leadership: Option<watch::Receiver<Leadership>>,
 }
@@ -200,6 +202,7 @@ impl<D: Driver> Controller<D> {
             unwritten: Arc::default(),
             writing: tokio::sync::Mutex::new(()),
             environments: Vec::new(),
+            fixed_routes: Vec::new(),
             leadership: None,
         }
     }
@@ -230,6 +233,13 @@ impl<D: Driver> Controller<D> {
     #[must_use]
     pub fn environments(mut self, environments: Vec<String>) -> Self {
         self.environments = environments;
+        self
+    }
+
+    /// Routes put in every table beside the services' (a cell router's: `ingress.cells`).
+    #[must_use]
+    pub fn fixed_routes(mut self, routes: Vec<RouteConfig>) -> Self {
+        self.fixed_routes = routes;
         self
     }
 
@@ -1161,7 +1171,13 @@ impl<D: Driver> Controller<D> {
         let Some(table) = self.dataplane.serving() else {
             return;
         };
-        for route in &table.routes {
+        // The operator's fixed routes are not services: each table has them anew.
+        let fixed = |route: &RouteConfig| {
+            self.fixed_routes
+                .iter()
+                .any(|f| f.service == route.service && f.env == route.env)
+        };
+        for route in table.routes.iter().filter(|route| !fixed(route)) {
             state
                 .adopted
                 .insert((route.service.clone(), route.env.clone()), route.clone());
@@ -1190,7 +1206,12 @@ impl<D: Driver> Controller<D> {
         }
         let table = {
             let state = self.lock();
-            let table = build_table(&state, &self.config.domain, &self.environments);
+            let table = build_table(
+                &state,
+                &self.config.domain,
+                &self.environments,
+                &self.fixed_routes,
+            );
             if state.applied_table.as_ref() == Some(&table) {
                 return Ok(());
             }

@@ -18,6 +18,7 @@ pub(crate) fn build_table(
     state: &State,
     domain: &str,
     environments: &[String],
+    fixed: &[RouteConfig],
 ) -> RouteTableConfig {
     let keys: BTreeSet<&Key> = state
         .services
@@ -25,14 +26,18 @@ pub(crate) fn build_table(
         .chain(state.adopted.keys())
         .chain(&state.known)
         .collect();
+    // By name, whichever services a round reached first; the operator's fixed routes (cell
+    // routers, in an env no service is in) among them.
+    let mut routes: Vec<RouteConfig> = keys
+        .into_iter()
+        .filter_map(|key| route_for(state, key))
+        .chain(fixed.iter().cloned())
+        .collect();
+    routes.sort_by(|a, b| (&a.service, &a.env).cmp(&(&b.service, &b.env)));
     RouteTableConfig {
         domain: domain.to_owned(),
         environments: environments.to_vec(),
-        // By name (the keys are sorted), whichever services a round reached first.
-        routes: keys
-            .into_iter()
-            .filter_map(|key| route_for(state, key))
-            .collect(),
+        routes,
     }
 }
 
