@@ -547,3 +547,56 @@ fn the_topology_service_places_cells_and_its_failures_are_bounded() {
         "{metrics}"
     );
 }
+
+/// `--tls-cert`, `--tls-key`, `--tls-domain`: runners reach the router over HTTPS with the
+/// operator's certificate, and are routed as over HTTP.
+#[test]
+fn the_router_serves_https_with_the_operators_certificate() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = runtime();
+    let cells: Vec<SocketAddr> = rt.block_on(async { vec![cell(1).await, cell(2).await] });
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gitlab.example.com".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let listed: Vec<(u64, SocketAddr)> = (1..).zip(cells.iter().copied()).collect();
+    let router = start_router_with(
+        dir.path(),
+        &listed,
+        &[
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+            "--tls-domain",
+            "gitlab.example.com",
+        ],
+    );
+    let client = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(cert.pem().as_bytes()).unwrap()])
+        .resolve("gitlab.example.com", router.address)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let url = format!(
+        "https://gitlab.example.com:{}/api/v4/jobs/request",
+        router.address.port()
+    );
+    let body = rt.block_on(async {
+        client
+            .post(&url)
+            .header("RUNNER-TOKEN", token("glrt-", 2))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    assert!(body.starts_with("cell=2 action=classify"), "{body}");
+}
