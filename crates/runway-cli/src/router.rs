@@ -25,8 +25,17 @@ pub(crate) struct Args {
     rules: PathBuf,
     /// The topology file: `cells: [{id, address, session_prefix}]` and `legacy_cell: ID`;
     /// an address is `host:port` (a name is resolved at start) or `http://host:port`.
-    #[arg(long, value_name = "FILE")]
-    topology: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "legacy_cell")]
+    topology: Option<PathBuf>,
+    /// Instead of a topology file, with --topology-service: the legacy cell's `host:port`,
+    /// which takes what no rule places and what the service cannot.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "topology_service",
+        conflicts_with = "topology"
+    )]
+    legacy_cell: Option<String>,
     /// GitLab's topology service (`http://host:port`), asked where a classification's cell
     /// is (`POST /v1/classify`). Its answers are kept --topology-cache-ms; while it cannot
     /// answer (down, slow past --topology-timeout-ms, garbage) an answer up to 5 minutes old
@@ -73,7 +82,7 @@ pub(crate) const CELLS_ENV: &str = "cells";
 /// The route table of a router: one route, every host, the topology's addresses resolved.
 async fn table(
     rules_path: &std::path::Path,
-    topology_path: &std::path::Path,
+    topology_path: &Topology<'_>,
     topology_service: Option<TopologyServiceConfig>,
     request_timeout: Duration,
 ) -> anyhow::Result<RouteTableConfig> {
@@ -94,12 +103,21 @@ async fn table(
     })
 }
 
+/// Where a cell-routed route's cells come from.
+#[derive(Debug)]
+pub(crate) enum Topology<'a> {
+    /// A topology file.
+    File(&'a std::path::Path),
+    /// The legacy cell's address alone (the topology service names the others).
+    Legacy(&'a str),
+}
+
 /// A cell-routed route for `domains`: the rule file checked, the topology's names resolved.
 pub(crate) async fn cell_route(
     service: &str,
     domains: Vec<String>,
     rules_path: &std::path::Path,
-    topology_path: &std::path::Path,
+    topology_source: &Topology<'_>,
     topology_service: Option<TopologyServiceConfig>,
     request_timeout: Duration,
 ) -> anyhow::Result<RouteConfig> {
@@ -107,7 +125,20 @@ pub(crate) async fn cell_route(
         .with_context(|| format!("cannot read {}", rules_path.display()))?;
     Rules::parse(rules_path, &text)?;
     let rules = Rules::to_json(rules_path, &text)?;
-    let mut topology = StaticTopology::load(topology_path)?;
+    let (mut topology, topology_path) = match topology_source {
+        Topology::File(path) => (StaticTopology::load(path)?, path.display().to_string()),
+        Topology::Legacy(address) => (
+            StaticTopology {
+                cells: vec![runway_cells::Cell {
+                    id: 0,
+                    address: (*address).to_owned(),
+                    session_prefix: None,
+                }],
+                legacy_cell: 0,
+            },
+            "--legacy-cell".to_owned(),
+        ),
+    };
     for cell in &mut topology.cells {
         if CellsConfig::address(&cell.address).is_some() {
             continue;
@@ -122,7 +153,7 @@ pub(crate) async fn cell_route(
             bail!(
                 "{}: cell {}: {} is HTTPS; the router reaches cells over plain HTTP (on a \
                  private network), e.g. http://cell-{}.internal:8080",
-                topology_path.display(),
+                topology_path,
                 cell.id,
                 cell.address,
                 cell.id
@@ -135,9 +166,7 @@ pub(crate) async fn cell_route(
             .with_context(|| {
                 format!(
                     "{}: cell {}: cannot resolve {:?} (expected host:port)",
-                    topology_path.display(),
-                    cell.id,
-                    cell.address
+                    topology_path, cell.id, cell.address
                 )
             })?;
         cell.address = resolved.to_string();
@@ -176,9 +205,14 @@ async fn serve(args: &Args) -> anyhow::Result<()> {
             timeout_ms: args.topology_timeout_ms,
             cache_ms: args.topology_cache_ms,
         });
+    let topology = match (&args.topology, &args.legacy_cell) {
+        (Some(path), _) => Topology::File(path),
+        (None, Some(address)) => Topology::Legacy(address),
+        (None, None) => bail!("--topology FILE, or --topology-service with --legacy-cell"),
+    };
     let table = table(
         &args.rules,
-        &args.topology,
+        &topology,
         service,
         Duration::from_secs(args.request_timeout_seconds.max(1)),
     )

@@ -425,7 +425,7 @@ impl IngressConfig {
                 &format!("cells{}", index + 1),
                 vec![cells.host.to_ascii_lowercase()],
                 &cells.rules,
-                &cells.topology,
+                &crate::router::Topology::File(&cells.topology),
                 cells.topology_service.clone(),
                 Duration::from_secs(cells.request_timeout_seconds.max(1)),
             )

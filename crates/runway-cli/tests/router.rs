@@ -86,7 +86,7 @@ fn start_router(dir: &std::path::Path, cells: &[SocketAddr]) -> Router {
 }
 
 /// The router before the cells `listed` (id, address), cell 1 the legacy one, with `extra`
-/// arguments.
+/// arguments; with none listed, no topology file.
 fn start_router_with(
     dir: &std::path::Path,
     listed: &[(u64, SocketAddr)],
@@ -107,8 +107,13 @@ fn start_router_with(
     std::fs::write(&topology, text).unwrap();
     let (address, admin) = (free(), free());
     let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
-        .args(["router", "--rules", rules, "--topology"])
-        .arg(&topology)
+        .args(["router", "--rules", rules])
+        // No cells listed: the topology service's alone, with --legacy-cell in `extra`.
+        .args(if listed.is_empty() {
+            Vec::new()
+        } else {
+            vec!["--topology".as_ref(), topology.as_os_str()]
+        })
         .args([
             "--listen",
             &address.to_string(),
@@ -599,4 +604,36 @@ fn the_router_serves_https_with_the_operators_certificate() {
             .unwrap()
     });
     assert!(body.starts_with("cell=2 action=classify"), "{body}");
+}
+
+/// `--topology-service` with `--legacy-cell` and no topology file: the service places every
+/// classification, the legacy cell takes the rest.
+#[test]
+fn the_topology_service_alone_with_a_legacy_cell() {
+    let rt = runtime();
+    let (one, two) = rt.block_on(async { (cell(1).await, cell(2).await) });
+    let service = rt.block_on(topology_service([("2".to_owned(), two)].into()));
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}", service.address);
+    let legacy = one.to_string();
+    let router = start_router_with(
+        dir.path(),
+        &[],
+        &["--topology-service", &url, "--legacy-cell", &legacy],
+    );
+    let send = |id: u64| {
+        let token = token("glrt-", id);
+        request(
+            router.address,
+            "GET",
+            "/api/v4/jobs/request",
+            &[("RUNNER-TOKEN", &token)],
+            b"",
+        )
+        .1
+    };
+    assert!(send(2).starts_with("cell=2 "));
+    assert!(send(5).starts_with("cell=1 "));
+    let (_, body) = request(router.address, "GET", "/users/sign_in", &[], b"");
+    assert!(body.starts_with("cell=1 action=proxy"), "{body}");
 }
