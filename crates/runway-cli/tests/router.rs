@@ -636,4 +636,27 @@ fn the_topology_service_alone_with_a_legacy_cell() {
     assert!(send(5).starts_with("cell=1 "));
     let (_, body) = request(router.address, "GET", "/users/sign_in", &[], b"");
     assert!(body.starts_with("cell=1 action=proxy"), "{body}");
+    drop(router);
+
+    // The service stopped (nothing listens where it was): every classification goes to the
+    // legacy cell at once, each failure counted.
+    let stopped = format!("http://{}", free());
+    let dir = tempfile::tempdir().unwrap();
+    let router = start_router_with(
+        dir.path(),
+        &[],
+        &["--topology-service", &stopped, "--legacy-cell", &legacy],
+    );
+    let started = Instant::now();
+    for id in [2, 3] {
+        let token = token("glrt-", id);
+        let (_, body) = request(router.address, "GET", "/", &[("RUNNER-TOKEN", &token)], b"");
+        assert!(body.starts_with("cell=1 action=classify"), "{body}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let (_, metrics) = request(router.admin, "GET", "/metrics", &[], b"");
+    assert!(
+        metrics.contains("runway_ingress_topology_errors_total 2"),
+        "{metrics}"
+    );
 }
