@@ -212,7 +212,6 @@ pub fn encode(
 
 /// The claims in `token`, checked as GitLab's decoder checks them.
 pub fn decode(token: &str) -> Result<Claims, TokenError> {
-    let token = token.trim();
     let split = token
         .len()
         .checked_sub(CRC_CHARS)

@@ -2,19 +2,23 @@
 //! on past them: older runners send their token as `{"token": "..."}` in the body, and the
 //! router must find it without holding the body back.
 
-/// The string value of `field` at the top level of the JSON object that `prefix` begins; `None`
-/// when it is not there, not a string, or not within `prefix`. Other values are skipped whole,
-/// strings and nesting understood, so a `token` inside a nested object is not taken.
+/// The string value of `field` at the top level of the JSON object that `prefix` holds whole;
+/// `None` when it is not there, not a string, or the object does not end within `prefix`.
+/// Other values are skipped whole, strings and nesting understood, so a `token` inside a
+/// nested object is not taken. A field given twice counts as its last value, as the cell's
+/// JSON parser (Ruby's) reads it: a router must not route by one token while the cell
+/// authenticates another.
 pub(crate) fn top_level_string(prefix: &[u8], field: &str) -> Option<String> {
     let mut at = skip_space(prefix, 0);
     if prefix.get(at) != Some(&b'{') {
         return None;
     }
     at += 1;
+    let mut found = None;
     loop {
         at = skip_space(prefix, at);
         match prefix.get(at)? {
-            b'}' => return None,
+            b'}' => return found.flatten(),
             b',' => {
                 at += 1;
                 continue;
@@ -29,9 +33,11 @@ pub(crate) fn top_level_string(prefix: &[u8], field: &str) -> Option<String> {
         }
         at = skip_space(prefix, at + 1);
         if key == field {
-            return (prefix.get(at) == Some(&b'"'))
-                .then(|| string(prefix, at).map(|(value, _)| value))
-                .flatten();
+            found = Some(
+                (prefix.get(at) == Some(&b'"'))
+                    .then(|| string(prefix, at).map(|(value, _)| value))
+                    .flatten(),
+            );
         }
         at = skip_value(prefix, at)?;
     }
@@ -115,6 +121,17 @@ mod tests {
             Some("glrt-abc-")
         );
         assert_eq!(top_level_string(&body[..60], "token"), None);
+        // Found, but the object goes on past the prefix: another `token` may follow.
+        assert_eq!(top_level_string(&body[..body.len() - 12], "token"), None);
+        // Given twice: the last, as the cell reads it; a last that is not a string, none.
+        assert_eq!(
+            top_level_string(br#"{"token": "forged", "token": "real"}"#, "token").as_deref(),
+            Some("real")
+        );
+        assert_eq!(
+            top_level_string(br#"{"token": "forged", "token": 1}"#, "token"),
+            None
+        );
         assert_eq!(top_level_string(b"[1]", "token"), None);
         assert_eq!(top_level_string(br#"{"token": 5}"#, "token"), None);
         assert_eq!(

@@ -65,6 +65,22 @@ impl Rules {
         })
     }
 
+    /// Whether the body's first bytes could change `decision` (made without them): a
+    /// `json-body` rule comes before the rule that decided, or none decided. A request a
+    /// header rule places is never held for its body.
+    pub fn needs_body(&self, decision: &Decision) -> bool {
+        let decided = decision
+            .rule
+            .as_ref()
+            .and_then(|id| self.0.iter().position(|rule| &rule.id == id))
+            .unwrap_or(self.0.len());
+        self.0[..decided].iter().any(|rule| {
+            rule.matcher
+                .as_ref()
+                .is_some_and(|m| m.kind == MatchType::JsonBody)
+        })
+    }
+
     /// The decision for `request`.
     pub fn decide(&self, request: &RequestView<'_>) -> Decision {
         self.decide_inner(request, None)
@@ -183,6 +199,20 @@ fn matches(
             .and_then(|v| v.to_str().ok())
             .ok_or_else(|| format!("no `{name}` header"))?
             .to_owned(),
+        (MatchType::Header, Name::Pattern(pattern)) => {
+            let (name, value) = request
+                .headers
+                .iter()
+                .find(|(name, _)| pattern.is_match(name.as_str()))
+                .ok_or("no header of such a name")?;
+            if let Some(found) = pattern.captures(name.as_str()) {
+                keep(pattern, &found, values);
+            }
+            value
+                .to_str()
+                .map_err(|_| "the header is not text")?
+                .to_owned()
+        }
         (MatchType::Cookie, name) => {
             let (cookie_name, value) = cookies(request.headers)
                 .find(|(cookie, _)| match name {

@@ -340,8 +340,14 @@ fn check_match(raw: RawMatch) -> Result<Match, String> {
             // A cookie's whole name: `_gitlab_session(_[0-9a-f]+)?` is not `x_gitlab_session`.
             Name::Pattern(regex("match.regex_name", &format!("^(?:{pattern})$"))?)
         }
+        (MatchType::Header, None, Some(pattern)) => {
+            // A header's whole name, without regard to case.
+            Name::Pattern(regex("match.regex_name", &format!("(?i)^(?:{pattern})$"))?)
+        }
         (_, None, Some(_)) => {
-            return Err("match.regex_name: only a cookie's name may be a pattern".to_owned());
+            return Err(
+                "match.regex_name: only a header's or a cookie's name may be a pattern".to_owned(),
+            );
         }
         (kind, None, None) => {
             return Err(format!(

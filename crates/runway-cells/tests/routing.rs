@@ -62,7 +62,7 @@ fn runner_token(prefix: &str, cell: u64) -> String {
 }
 
 #[test]
-fn runner_and_job_tokens_go_to_their_cell() {
+fn runner_tokens_go_to_their_cell_and_job_tokens_to_the_legacy_one() {
     for cell in [1, 2, 3] {
         let token = runner_token("glrt-", cell);
         assert_eq!(
@@ -73,10 +73,14 @@ fn runner_and_job_tokens_go_to_their_cell() {
                 false
             )
         );
+        // A trace carries the runner's token here: a job token (`glcbt-`) is a signed JWT,
+        // not a routable token, and no rule of GitLab's reads it.
         let job = encode("glcbt-", &Claims::new().with("c", cell), &[1; 16]).unwrap();
         assert_eq!(
-            route("/api/v4/jobs/7/trace", &[("JOB-TOKEN", &job)], None),
-            (cell, Some("job_token_header".into()), false)
+            route("/api/v4/jobs/7/trace", &[("JOB-TOKEN", &job)], None)
+                .1
+                .as_deref(),
+            Some("default")
         );
     }
     // GitLab's own fixture: cell 1.
@@ -163,6 +167,25 @@ fn an_older_runners_body_token_paths_and_the_first_cell() {
     );
 }
 
+/// The body is read only when a `json-body` rule comes before the rule that decided.
+#[test]
+fn the_body_is_needed_only_before_a_json_body_rule_decides() {
+    let rules = rules();
+    let decide = |pairs: &[(&str, &str)]| {
+        let headers = headers(pairs);
+        rules.decide(&RequestView {
+            path: "/api/v4/jobs/request",
+            headers: &headers,
+            body_prefix: None,
+        })
+    };
+    let by_header = decide(&[("RUNNER-TOKEN", &runner_token("glrt-", 2))]);
+    assert!(!rules.needs_body(&by_header));
+    let by_default = decide(&[]);
+    assert_eq!(by_default.rule.as_deref(), Some("default"));
+    assert!(rules.needs_body(&by_default));
+}
+
 #[test]
 fn explain_says_why_each_earlier_rule_passed() {
     let headers = headers(&[("cookie", "force-cell=cell-2")]);
@@ -187,7 +210,6 @@ fn explain_says_why_each_earlier_rule_passed() {
         reasons,
         [
             "session_token_header_runner_token: no `runner-token` header",
-            "job_token_header: no `job-token` header",
             "session_cookie: no such cookie",
         ]
     );
@@ -238,6 +260,19 @@ fn a_rule_files_mistakes_are_refused_with_where_they_are() {
         r#"[{"id":"a","match":{"type":"query","name":"x"},"action":"proxy"}]"#,
         &["[0].match.type", "unknown variant `query`"],
     );
+    // An older file's header rule, its name a pattern.
+    let older = Rules::parse(
+        Path::new("r.json"),
+        r#"{"id":"h","match":{"type":"header","regex_name":"private-token|runner-token","regex_value":"^(?<v>x.*)$"},"action":"classify","classify":{"type":"CELL_ID","value":"2"}}"#,
+    )
+    .unwrap();
+    let headers = headers(&[("Runner-Token", "xyz")]);
+    let decided = older.decide(&RequestView {
+        path: "/",
+        headers: &headers,
+        body_prefix: None,
+    });
+    assert_eq!(decided.rule.as_deref(), Some("h"));
     // One rule alone, not in a list, is a rule file too.
     let one = Rules::parse(Path::new("r.json"), r#"{"id":"all","action":"proxy"}"#).unwrap();
     assert_eq!(one.len(), 1);

@@ -127,7 +127,7 @@ fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.token.clone()
     };
-    let claims = match routable_token::decode(&token) {
+    let claims = match routable_token::decode(token.trim()) {
         Ok(claims) => claims,
         Err(error) => {
             eprintln!("error: the token does not decode: {error}");
@@ -238,6 +238,12 @@ fn route(args: &RouteArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    // As the router: a body is read only when it may be JSON.
+    let json = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.to_ascii_lowercase().contains("json"));
+    let body = body.filter(|_| json);
     let path = args.path.split('?').next().unwrap_or("/");
     let (decision, passed) = rules.explain(&RequestView {
         path,

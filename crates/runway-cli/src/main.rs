@@ -149,7 +149,7 @@ enum Command {
     /// Run a reverse proxy in front of cells (GitLab's HTTP router, for CI runners).
     ///
     /// Each request is placed by the rules (GitLab's HTTP router format, unchanged: a
-    /// runner's routable token in `RUNNER-TOKEN` or `JOB-TOKEN`, a session cookie, a path,
+    /// runner's routable token in `RUNNER-TOKEN`, a session cookie, a path,
     /// or an older runner's `token` in a JSON body) and the topology, and streamed to its
     /// cell: long polls held, traces and artifacts of any size passed through, never
     /// buffered. A request no rule places, or whose cell does not exist, goes to the legacy

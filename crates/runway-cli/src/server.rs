@@ -545,6 +545,17 @@ impl ServerConfig {
             .runtime
             .check()
             .map_err(|(key, message)| anyhow::anyhow!("{}: {key}: {message}", path.display()))?;
+        for (index, cells) in config.ingress.cells.iter().enumerate() {
+            let host = cells.host.to_ascii_lowercase();
+            let domain = config.control.domain.to_ascii_lowercase();
+            if host == domain || host.ends_with(&format!(".{domain}")) {
+                bail!(
+                    "{}: ingress.cells[{index}].host: {host} is under the platform's domain \
+                     {domain}, where services' names live: give a host of its own",
+                    path.display()
+                );
+            }
+        }
         if !config.ingress.cells.is_empty()
             && config
                 .api

@@ -239,7 +239,7 @@ fn requests_reach_the_cell_that_owns_them() {
             "PATCH",
             "/api/v4/jobs/9/trace",
             &[
-                ("JOB-TOKEN", &token("glcbt-", id)),
+                ("RUNNER-TOKEN", &token("glrt-", id)),
                 ("Content-Range", "0-4"),
             ],
             b"hello",
@@ -292,28 +292,40 @@ fn requests_reach_the_cell_that_owns_them() {
         "{body}"
     );
     // An older runner: its token only in the JSON body, which still arrives whole.
-    let payload = format!(
-        r#"{{"info": {{"name": "runner"}}, "token": "{}", "last_update": "{}"}}"#,
-        token("glrt-", 3),
-        "x".repeat(40_000)
-    );
-    let (_, body) = request(
-        at,
-        "POST",
-        "/api/v4/jobs/request",
-        &[("Content-Type", "application/json")],
-        payload.as_bytes(),
-    );
-    let sum = payload
-        .bytes()
-        .fold(0u64, |s, b| s.wrapping_mul(31).wrapping_add(u64::from(b)));
-    assert_eq!(
-        body.trim(),
+    let body_of = |padding: usize, tokens: &[String]| {
+        let tokens: String = tokens
+            .iter()
+            .map(|t| format!(r#""token": "{t}", "#))
+            .collect();
         format!(
-            "cell=3 action=classify type=CELL_ID spoof=- bytes={} sum={sum}",
-            payload.len()
+            r#"{{"info": {{"name": "runner"}}, {tokens}"last_update": "{}"}}"#,
+            "x".repeat(padding)
         )
-    );
+    };
+    let post = |payload: &str| {
+        let (_, body) = request(
+            at,
+            "POST",
+            "/api/v4/jobs/request",
+            &[("Content-Type", "application/json")],
+            payload.as_bytes(),
+        );
+        let sum = payload
+            .bytes()
+            .fold(0u64, |s, b| s.wrapping_mul(31).wrapping_add(u64::from(b)));
+        let whole = format!("bytes={} sum={sum}", payload.len());
+        assert!(body.trim().ends_with(&whole), "{body} is not {whole}");
+        body
+    };
+    let payload = body_of(4_000, &[token("glrt-", 3)]);
+    assert!(post(&payload).starts_with("cell=3 action=classify type=CELL_ID"));
+    // Given twice, the last token counts, as the cell reads it.
+    let twice = body_of(10, &[token("glrt-", 2), token("glrt-", 3)]);
+    assert!(post(&twice).starts_with("cell=3 "));
+    // A body whose object does not end within the first 16 KiB is not judged by its token
+    // (another may follow): the legacy cell, the body still whole.
+    let long = body_of(40_000, &[token("glrt-", 3)]);
+    assert!(post(&long).starts_with("cell=1 action=proxy"));
 
     // A long poll is held as long as the cell holds it.
     let started = Instant::now();
@@ -333,9 +345,9 @@ fn requests_reach_the_cell_that_owns_them() {
     // Metrics per rule, cell and outcome; the access log names the rule.
     let (_, metrics) = request(router.admin, "GET", "/metrics", &[], b"");
     for line in [
-        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="session_token_header_runner_token",cell="2",outcome="classified"} 2"#,
+        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="session_token_header_runner_token",cell="2",outcome="classified"} 3"#,
         r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="session_token_header_runner_token",cell="1",outcome="fell_back"} 1"#,
-        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="default",cell="1",outcome="proxied"} 1"#,
+        r#"runway_ingress_cell_decisions_total{service="router",env="cells",rule="default",cell="1",outcome="proxied"} 2"#,
     ] {
         assert!(metrics.contains(line), "no {line} in\n{metrics}");
     }
@@ -364,8 +376,8 @@ fn a_gigabyte_upload_streams_through_in_bounded_memory() {
         .set_read_timeout(Some(Duration::from_secs(120)))
         .unwrap();
     let head = format!(
-        "POST /api/v4/jobs/5/artifacts HTTP/1.1\r\nHost: gitlab.example.com\r\nJOB-TOKEN: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
-        token("glcbt-", 2)
+        "POST /api/v4/jobs/5/artifacts HTTP/1.1\r\nHost: gitlab.example.com\r\nRUNNER-TOKEN: {}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        token("glrt-", 2)
     );
     stream.write_all(head.as_bytes()).unwrap();
     const TOTAL: u64 = 1 << 30;
@@ -528,6 +540,17 @@ fn the_topology_service_places_cells_and_its_failures_are_bounded() {
     );
     // A cell the service does not know: the legacy cell.
     assert!(send(9).starts_with("cell=1 "));
+    assert_eq!(service.asked.load(Ordering::SeqCst), 2);
+    // What no cell could be (a CELL_ID past u64, from a client's path) is not asked about.
+    let (_, body) = request(
+        at,
+        "GET",
+        &format!("/-/cells/{}/x", "9".repeat(40)),
+        &[],
+        b"",
+    );
+    assert!(body.starts_with("cell=1 action=classify"), "{body}");
+    assert_eq!(service.asked.load(Ordering::SeqCst), 2);
 
     service.slow.store(true, Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(600));
@@ -549,6 +572,10 @@ fn the_topology_service_places_cells_and_its_failures_are_bounded() {
     );
     assert!(
         metrics.contains(r#"cell="1",outcome="fell_back"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"cell="3",outcome="static"} 1"#),
         "{metrics}"
     );
 }

@@ -1245,6 +1245,15 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         not_a_ca.all()
     );
 
+    let under_domain = check(
+        "ingress:\n  cells:\n    - {host: gitlab.dev.localhost, rules: r.json, topology: t.yml}\n",
+    );
+    assert!(
+        !under_domain.ok() && under_domain.stderr.contains("ingress.cells[0].host"),
+        "{}",
+        under_domain.all()
+    );
+
     let cluster = check(&format!(
         "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: {}\n",
         dir.path().join("kubeconfig").display()

@@ -1171,11 +1171,14 @@ impl<D: Driver> Controller<D> {
         let Some(table) = self.dataplane.serving() else {
             return;
         };
-        // The operator's fixed routes are not services: each table has them anew.
+        // The operator's fixed routes (cell routers, this configuration's or an earlier one's)
+        // are not services: each table has them anew.
         let fixed = |route: &RouteConfig| {
-            self.fixed_routes
-                .iter()
-                .any(|f| f.service == route.service && f.env == route.env)
+            route.cells.is_some()
+                || self
+                    .fixed_routes
+                    .iter()
+                    .any(|f| f.service == route.service && f.env == route.env)
         };
         for route in table.routes.iter().filter(|route| !fixed(route)) {
             state

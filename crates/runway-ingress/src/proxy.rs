@@ -415,38 +415,40 @@ fn resolve(
 }
 
 /// The cell a request goes to, by the route's rules: on its headers, cookies and path, and
-/// when a rule reads a JSON body, on the body's first bytes (kept, and sent on first).
+/// when that leaves a `json-body` rule to decide, on the body's first bytes too (read ahead,
+/// kept, and sent on first).
 async fn choose_cell(
     shared: &Shared,
     route: &Route,
     cells: &crate::cells::CellRouting,
     request: &mut Request<ClientBody>,
 ) -> Result<crate::cells::Chosen, ProxyError> {
+    let view = |prefix: Option<&[u8]>, request: &Request<ClientBody>| {
+        cells.decide(&runway_cells::RequestView {
+            path: request.uri().path(),
+            headers: request.headers(),
+            body_prefix: prefix,
+        })
+    };
+    let mut decision = view(None, request);
     let json = request
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_none_or(|v| v.to_ascii_lowercase().contains("json"));
-    let prefix = if cells.reads_body() && json && !request.body().is_end_stream() {
-        Some(
-            request
-                .body_mut()
-                .read_prefix(
-                    runway_cells::BODY_PREFIX_BYTES,
-                    shared.options.header_read_timeout,
-                )
-                .await,
-        )
-    } else {
-        None
-    };
-    let view = runway_cells::RequestView {
-        path: request.uri().path(),
-        headers: request.headers(),
-        body_prefix: prefix.as_deref(),
-    };
+    if cells.reads_body() && json && !request.body().is_end_stream() && cells.needs_body(&decision)
+    {
+        let prefix = request
+            .body_mut()
+            .read_prefix(
+                runway_cells::BODY_PREFIX_BYTES,
+                shared.options.header_read_timeout,
+            )
+            .await;
+        decision = view(Some(&prefix), request);
+    }
     let chosen = cells
-        .choose(&view)
+        .place(decision)
         .await
         .ok_or_else(|| ProxyError::NotServing {
             host: route.service.clone(),

@@ -524,12 +524,22 @@ impl Routes {
                 .cells
                 .as_ref()
                 .and_then(|config| {
-                    crate::cells::CellRouting::new(
-                        config,
-                        &revisions,
-                        (&rc.service, &rc.env),
-                        &self.metrics,
-                    )
+                    // The topology service's answers and the cells it named outlive tables.
+                    let previous = self.current.load();
+                    let kept = previous
+                        .routes
+                        .iter()
+                        .filter(|r| r.service == rc.service && r.env == rc.env)
+                        .find_map(|r| r.cells.as_ref())
+                        .map(|cells| Arc::clone(cells.kept()))
+                        .filter(|kept| kept.serves(config.topology_service.as_ref()))
+                        .unwrap_or_else(|| {
+                            Arc::new(crate::cells::Kept::new(
+                                (rc.service.clone(), rc.env.clone()),
+                                config.topology_service.clone(),
+                            ))
+                        });
+                    crate::cells::CellRouting::new(config, &revisions, kept, &self.metrics)
                 })
                 .map(Arc::new);
             let route = Arc::new(Route {
