@@ -90,6 +90,11 @@ impl FromRequestParts<ApiState> for Caller {
             })
             .map(str::trim)
             .ok_or_else(|| ApiError::unauthorized(UNAUTHORIZED))?;
+        if let Some(verifier) = &state.oidc
+            && crate::oidc::looks_like_jwt(text)
+        {
+            return identity_caller(verifier, text).await;
+        }
         let token =
             runway_secrets::Token::parse(text).map_err(|_| ApiError::unauthorized(UNAUTHORIZED))?;
         let hash = token.hash().as_bytes().to_vec();
@@ -108,6 +113,34 @@ impl FromRequestParts<ApiState> for Caller {
             scope: found.scope,
             expires_at: found.expires_at.map(Timestamp::unix_millis),
         })
+    }
+}
+
+/// The caller an identity token proves: a deploy scope from its binding, until its `exp`.
+/// The reason for a refusal goes to the server's log; the client learns only 401 or 403.
+async fn identity_caller(
+    verifier: &crate::oidc::Verifier,
+    token: &str,
+) -> Result<Caller, ApiError> {
+    match verifier.verify(token).await {
+        Ok(identity) => Ok(Caller {
+            id: 0,
+            name: identity.actor(),
+            scope: TokenScope::Deploy {
+                service: identity.service.clone(),
+                environments: identity.environments.clone(),
+            },
+            expires_at: Some(identity.expires_at),
+        }),
+        Err(refusal) => {
+            eprintln!("runway-api: identity token refused: {refusal}");
+            Err(match refusal {
+                crate::oidc::Refusal::Unbound { .. } => {
+                    ApiError::forbidden("this identity token may do nothing here")
+                }
+                _ => ApiError::unauthorized(UNAUTHORIZED),
+            })
+        }
     }
 }
 

@@ -39,6 +39,8 @@ pub struct ApiConfig {
     pub environments: Vec<String>,
     /// Bounds on requests and connections.
     pub limits: LimitsConfig,
+    /// Identity tokens from CI (OIDC issuers) accepted as bearer tokens.
+    pub oidc: crate::oidc::OidcConfig,
 }
 
 impl Default for ApiConfig {
@@ -49,6 +51,7 @@ impl Default for ApiConfig {
             tls: TlsConfig::default(),
             environments: ["dev", "staging", "production"].map(str::to_owned).to_vec(),
             limits: LimitsConfig::default(),
+            oidc: crate::oidc::OidcConfig::default(),
         }
     }
 }

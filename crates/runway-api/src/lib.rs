@@ -68,6 +68,7 @@ pub mod config;
 mod deploy;
 pub mod error;
 mod extract;
+pub mod oidc;
 pub mod openapi;
 mod platform;
 mod routes;

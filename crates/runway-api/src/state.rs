@@ -22,6 +22,8 @@ pub struct ApiState {
     pub(crate) allow_processes: bool,
     /// The largest code snapshot taken, uncompressed (`api.limits.source_bytes`).
     pub(crate) max_source_bytes: u64,
+    /// The OIDC issuers whose identity tokens are accepted (`api.oidc`).
+    pub(crate) oidc: Option<Arc<crate::oidc::Verifier>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -50,6 +52,7 @@ impl ApiState {
             environments: environments.into(),
             allow_processes: false,
             max_source_bytes: crate::config::DEFAULT_SOURCE_BYTES,
+            oidc: None,
         }
     }
 
@@ -65,6 +68,13 @@ impl ApiState {
     #[must_use]
     pub fn max_source_bytes(mut self, bytes: u64) -> Self {
         self.max_source_bytes = bytes;
+        self
+    }
+
+    /// Accepts the identity tokens `verifier`'s issuers sign (`api.oidc`).
+    #[must_use]
+    pub fn oidc(mut self, verifier: crate::oidc::Verifier) -> Self {
+        self.oidc = Some(Arc::new(verifier));
         self
     }
 

@@ -77,9 +77,9 @@ impl From<ScopeView> for TokenScope {
 /// `GET /v1/whoami`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct WhoAmI {
-    /// The token's id.
+    /// The token's id; 0 for an identity token (OIDC), which the server does not store.
     pub token_id: i64,
-    /// The token's name.
+    /// The token's name; for an identity token, `oidc:{issuer} {subject}` and its pipeline.
     pub name: String,
     /// What it allows.
     pub scope: ScopeView,

@@ -671,6 +671,7 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
         runway_ingress::control_tls::ClientTls::load(&remote.tls_dir, &remote.server_name)
             .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
     }
+    runway_api::oidc::Verifier::new(&config.api.oidc).map_err(anyhow::Error::msg)?;
     for (index, cells) in config.ingress.cells.iter().enumerate() {
         runway_cells::Rules::load(&cells.rules)
             .with_context(|| format!("ingress.cells[{index}].rules"))?;
@@ -953,6 +954,11 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     )
     .allow_processes(config.runtime.allow_processes)
     .max_source_bytes(config.api.limits.source_bytes);
+    let state = if config.api.oidc.issuers.is_empty() {
+        state
+    } else {
+        state.oidc(runway_api::oidc::Verifier::new(&config.api.oidc).map_err(anyhow::Error::msg)?)
+    };
     let router = runway_api::router(state, config.api.request_limits());
     let api_tls = if config.api.tls.enabled {
         Some(

@@ -67,6 +67,14 @@ const SERVER_CONFIG: &str = "  api:
       max_connections: 512
       source_bytes: 67108864
       upload_timeout_seconds: 300
+    oidc:
+      issuers:
+        - issuer: https://gitlab.example.com
+          audience: https://runway.example.com
+          bindings:
+            - claims: {project_path: group/app, ref_protected: 'true'}
+              service: app
+              environments: [production]
   ingress:
     control_timeout_ms: 5000
     stats_interval_ms: 500
@@ -1052,6 +1060,8 @@ fn server_config_schema_is_the_servers_keys() {
     strict_objects(&schema, "", &mut loose);
     let maps = [
         "/properties/global",
+        // An OIDC binding's claims: any claim name, each to its text.
+        "/properties/serverConfig/properties/api/properties/oidc/properties/issuers/items/properties/bindings/items/properties/claims",
         "/properties/namespaceLabels",
         "/properties/namespaceAnnotations",
         "/properties/serviceAccount/properties/annotations",

@@ -224,6 +224,26 @@ pub(crate) async fn replica_of(server: &Server) -> Server {
     .await
 }
 
+/// A server that accepts the identity tokens of `verifier`'s issuers.
+pub(crate) async fn start_with_oidc(verifier: runway_api::oidc::Verifier) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
+    let admin = runway_api::bootstrap_admin(store.as_ref())
+        .unwrap()
+        .unwrap();
+    let key = Arc::new(MasterKey::generate().unwrap());
+    serve_with(
+        dir,
+        store,
+        key,
+        admin.expose().to_owned(),
+        Limits::default(),
+        true,
+        Some(verifier),
+    )
+    .await
+}
+
 async fn serve_on(
     dir: TempDir,
     store: Arc<SqliteStore>,
@@ -231,6 +251,18 @@ async fn serve_on(
     admin: String,
     limits: Limits,
     allow_processes: bool,
+) -> Server {
+    serve_with(dir, store, key, admin, limits, allow_processes, None).await
+}
+
+async fn serve_with(
+    dir: TempDir,
+    store: Arc<SqliteStore>,
+    key: Arc<MasterKey>,
+    admin: String,
+    limits: Limits,
+    allow_processes: bool,
+    oidc: Option<runway_api::oidc::Verifier>,
 ) -> Server {
     let platform = Arc::new(FakePlatform::default());
     let state = ApiState::new(
@@ -241,6 +273,10 @@ async fn serve_on(
     )
     .allow_processes(allow_processes)
     .max_source_bytes(SOURCE_LIMIT);
+    let state = match oidc {
+        Some(verifier) => state.oidc(verifier),
+        None => state,
+    };
     let router = runway_api::router(state, limits);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
