@@ -21,6 +21,10 @@ pub(crate) struct Config {
     /// The API token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) token: Option<String>,
+    /// The environment variable holding a short-lived identity token (CI's OIDC token), read
+    /// at each command instead of a token kept here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) token_env: Option<String>,
     /// A PEM file of the certificate authority to trust for the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) ca: Option<PathBuf>,
@@ -31,6 +35,7 @@ impl std::fmt::Debug for Config {
         f.debug_struct("Config")
             .field("server", &self.server)
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("token_env", &self.token_env)
             .field("ca", &self.ca)
             .finish()
     }
@@ -91,7 +96,13 @@ pub(crate) fn resolve() -> anyhow::Result<Resolved> {
     let path = path()?;
     let file = load(&path)?;
     let server = env("RUNWAY_SERVER").or(file.server);
-    let token = env("RUNWAY_TOKEN").or(file.token);
+    let from_variable = match &file.token_env {
+        Some(name) => Some(env(name).with_context(|| {
+            format!("{name} is empty or not set: it holds the identity token `runway login --oidc-token-env {name}` named")
+        })?),
+        None => None,
+    };
+    let token = env("RUNWAY_TOKEN").or(file.token).or(from_variable);
     let ca = env("RUNWAY_CA").map(PathBuf::from).or(file.ca);
     match (server, token) {
         (Some(server), Some(token)) => Ok(Resolved {

@@ -103,9 +103,15 @@ pub(crate) struct LoginArgs {
     #[arg(long, value_name = "URL")]
     server: String,
     /// The API token; `-` reads it from standard input (recommended: it stays out of the shell's
-    /// history and the process list).
-    #[arg(long, value_name = "TOKEN")]
-    token: String,
+    /// history and the process list). A CI job's identity token (a JWT from an issuer the
+    /// server trusts, `api.oidc`) works too.
+    #[arg(long, value_name = "TOKEN", required_unless_present = "oidc_token_env")]
+    token: Option<String>,
+    /// Instead of --token: the environment variable that holds the job's identity token (GitLab
+    /// CI's `id_tokens`, e.g. RUNWAY_ID_TOKEN). Its name is saved, not the token, which is
+    /// short-lived: each command reads it again.
+    #[arg(long, value_name = "VAR", conflicts_with = "token")]
+    oidc_token_env: Option<String>,
     /// A PEM file of the certificate authority that signed the server's certificate (the
     /// control plane's local CA). When given, only it is trusted for this server.
     #[arg(long, value_name = "FILE")]
@@ -462,13 +468,22 @@ pub(crate) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
 // ---- login ----
 
 pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
-    let token = if args.token == "-" {
-        read_token()?
-    } else {
-        args.token.trim().to_owned()
+    let token = match (&args.token, &args.oidc_token_env) {
+        (Some(token), _) if token == "-" => read_token()?,
+        (Some(token), _) => token.trim().to_owned(),
+        (None, Some(name)) => std::env::var(name)
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default(),
+        (None, None) => bail!("give --token, or --oidc-token-env VAR"),
     };
     if token.is_empty() {
-        bail!("the token is empty");
+        match &args.oidc_token_env {
+            Some(name) => bail!(
+                "--oidc-token-env {name}: the variable is empty or not set (in GitLab CI, \
+                 `id_tokens: {name}: aud: ...` sets it)"
+            ),
+            None => bail!("the token is empty"),
+        }
     }
     let ca = args
         .ca
@@ -482,7 +497,9 @@ pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
         &path,
         &config::Config {
             server: Some(server.clone()),
-            token: Some(token),
+            // An identity token expires within the job: its variable is kept, not it.
+            token: args.oidc_token_env.is_none().then_some(token),
+            token_env: args.oidc_token_env.clone(),
             ca: ca.clone(),
         },
     )?;

@@ -305,6 +305,7 @@ fn log_in_cli(running: &Running, data_dir: &Path, token: &str) -> anyhow::Result
     let config = crate::config::Config {
         server: Some(format!("https://{}", running.api)),
         token: Some(token.to_owned()),
+        token_env: None,
         ca: Some(running.ca_path.clone()),
     };
     crate::config::save(&path, &config)?;

@@ -1549,3 +1549,151 @@ fn plain_cell(number: u64) -> std::net::SocketAddr {
     });
     address
 }
+
+/// A CI job deploys with its identity token, as GitLab CI's `id_tokens` gives one: `runway
+/// login --oidc-token-env` keeps the variable's name, not the short-lived token; the deploy
+/// goes through the real CLI and server, the audit log names the job's identity; a token of
+/// an unprotected ref is bound to nothing and refused.
+#[test]
+fn a_ci_job_deploys_with_its_identity_token() {
+    use base64::Engine as _;
+    use ring::signature::KeyPair as _;
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    // The issuer's key and its key set, served on loopback.
+    let rng = ring::rand::SystemRandom::new();
+    let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+    let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+    let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
+    let point = pair.public_key().as_ref();
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let jwks = serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256",
+        "kid": "k1", "x": b64(&point[1..33]), "y": b64(&point[33..65])}]})
+    .to_string();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let keys_at = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{jwks}",
+                jwks.len()
+            );
+        }
+    });
+    let platform = Platform::start(&Settings {
+        api: format!(
+            "  oidc:\n    issuers:\n      - issuer: https://gitlab.test\n        audience: runway\n        \
+             jwks_url: http://{keys_at}/keys\n        bindings:\n          - claims: \
+             {{project_path: group/hello, ref_protected: 'true'}}\n            service: hello\n            \
+             environments: [dev]\n"
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    set_env_file(&repo, "dev", &[("GREETING", "from ci")]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |protected: &str| {
+        let claims = serde_json::json!({"iss": "https://gitlab.test", "aud": "runway",
+            "iat": now, "exp": now + 600, "sub": "project_path:group/hello:ref_type:branch:ref:main",
+            "project_path": "group/hello", "ref": "main", "ref_protected": protected,
+            "pipeline_id": "77"});
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some("k1".to_owned());
+        jsonwebtoken::encode(
+            &header,
+            &claims,
+            &jsonwebtoken::EncodingKey::from_ec_der(pkcs8.as_ref()),
+        )
+        .unwrap()
+    };
+    let ci = tempfile::tempdir().unwrap();
+    let config = ci.path().join("cli.json");
+    let job = |protected: &str| -> Vec<(&str, std::ffi::OsString)> {
+        vec![
+            ("RUNWAY_CONFIG", config.clone().into()),
+            ("RUNWAY_ID_TOKEN", token(protected).into()),
+        ]
+    };
+    let vars = job("true");
+    let vars: Vec<(&str, &std::ffi::OsStr)> =
+        vars.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let ca = platform.ca();
+    let login = platform.runway_env(
+        &[
+            "login",
+            "--server",
+            &platform.api(),
+            "--ca",
+            ca.to_str().unwrap(),
+            "--oidc-token-env",
+            "RUNWAY_ID_TOKEN",
+        ],
+        &vars,
+    );
+    assert!(login.ok(), "{}", login.all());
+    assert!(
+        login.stdout.contains("oidc:https://gitlab.test"),
+        "{}",
+        login.all()
+    );
+    let saved = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        saved.contains("RUNWAY_ID_TOKEN") && !saved.contains("eyJ"),
+        "{saved}"
+    );
+
+    let repo_arg = repo.to_str().unwrap();
+    let deploy = platform.runway_env(
+        &[
+            "deploy",
+            "--env",
+            "dev",
+            "--wait",
+            "--timeout",
+            "90s",
+            repo_arg,
+        ],
+        &vars,
+    );
+    assert!(deploy.ok(), "{}\n{}", deploy.all(), platform.log());
+    let (status, body) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(status, 200);
+    assert!(body.starts_with("from ci"), "{body}");
+    let audit = platform.runway(&["audit", "--output", "json"]);
+    assert!(
+        audit.stdout.contains(
+            "oidc:https://gitlab.test project_path:group/hello:ref_type:branch:ref:main pipeline 77"
+        ),
+        "{}",
+        audit.all()
+    );
+
+    // An unprotected ref's token is bound to nothing.
+    let vars = job("false");
+    let vars: Vec<(&str, &std::ffi::OsStr)> =
+        vars.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let refused = platform.runway_env(&["deploy", "--env", "dev", repo_arg], &vars);
+    assert!(!refused.ok(), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("403") || refused.stderr.contains("may do nothing"),
+        "{}",
+        refused.all()
+    );
+    assert!(
+        platform
+            .log()
+            .contains("identity token refused: no binding"),
+        "{}",
+        platform.log()
+    );
+}
