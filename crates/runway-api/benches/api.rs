@@ -90,6 +90,99 @@ fn main() {
             ),
         }
     }
+    identity_tokens();
+}
+
+/// `GET /v1/whoami` with a Runway token beside a CI identity token (ES256, its issuer's key
+/// set fetched once and cached): what checking a JWT's signature and claims adds to a call.
+fn identity_tokens() {
+    use base64::Engine as _;
+    use ring::signature::KeyPair as _;
+    let rng = ring::rand::SystemRandom::new();
+    let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+    let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+    let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
+    let point = pair.public_key().as_ref();
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let jwks = json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256", "kid": "k",
+        "x": b64(&point[1..33]), "y": b64(&point[33..65])}]})
+    .to_string();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let keys_at = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.read(&mut [0u8; 4096]);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{jwks}",
+                jwks.len()
+            );
+        }
+    });
+    let verifier = runway_api::oidc::Verifier::new(&runway_api::oidc::OidcConfig {
+        issuers: vec![runway_api::oidc::IssuerConfig {
+            issuer: "https://gitlab.bench".into(),
+            audience: "runway".into(),
+            jwks_url: Some(format!("http://{keys_at}/keys")),
+            ca_file: None,
+            bindings: vec![runway_api::oidc::Binding {
+                claims: [("project_path".to_owned(), "group/app".to_owned())].into(),
+                service: service(0),
+                environments: vec!["dev".into()],
+            }],
+        }],
+    })
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some("k".into());
+    let jwt = jsonwebtoken::encode(
+        &header,
+        &json!({"iss": "https://gitlab.bench", "aud": "runway", "sub": "project_path:group/app",
+            "project_path": "group/app", "iat": now, "exp": now + 3600}),
+        &jsonwebtoken::EncodingKey::from_ec_der(pkcs8.as_ref()),
+    )
+    .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
+    let admin = runway_api::bootstrap_admin(store.as_ref())
+        .unwrap()
+        .unwrap()
+        .expose()
+        .to_owned();
+    let server = Server::start_with(Arc::clone(&store), Some(verifier));
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let whoami: &MakeRequest<'_> = &|_| (Method::GET, "/v1/whoami".into(), None);
+    let rows = [
+        client.block_on(drive(
+            server.addr,
+            &admin,
+            "GET /v1/whoami, Runway token",
+            REQUESTS,
+            StatusCode::OK,
+            whoami,
+        )),
+        client.block_on(drive(
+            server.addr,
+            &jwt,
+            "GET /v1/whoami, identity token",
+            REQUESTS,
+            StatusCode::OK,
+            whoami,
+        )),
+    ];
+    server.stop();
+    println!("Identity tokens (OIDC, ES256, the key set cached) beside a Runway token:");
+    print_rows("SQLite", 0, &rows);
 }
 
 /// Seeds `store`, serves the API over it, measures every endpoint and prints the table.
@@ -199,11 +292,20 @@ fn run(backend: &str, store: Arc<dyn Store>, services: usize) {
          {:.1} s), {CLIENTS} clients at once:",
         seeded.as_secs_f64()
     );
+    print_rows(backend, services, &rows);
+    println!(
+        "deploys through the API: {per_minute:.0} a minute ({CLIENTS} at once, the controller's \
+         transitions not counted)\n"
+    );
+}
+
+/// The table of `rows`: p50, p99, max and requests/s of each.
+fn print_rows(backend: &str, services: usize, rows: &[Run]) {
     println!(
         "{:<10} {:>8}  {:<38} {:>8} {:>8} {:>8} {:>8} {:>10}",
         "store", "services", "endpoint", "requests", "p50 ms", "p99 ms", "max ms", "requests/s"
     );
-    for row in &rows {
+    for row in rows {
         let mut took = row.took.clone();
         took.sort_by(f64::total_cmp);
         let at = |q: usize| took.get((took.len() * q / 100).min(took.len().saturating_sub(1)));
@@ -223,10 +325,6 @@ fn run(backend: &str, store: Arc<dyn Store>, services: usize) {
             println!("  FAILED, stopped: {failure}");
         }
     }
-    println!(
-        "deploys through the API: {per_minute:.0} a minute ({CLIENTS} at once, the controller's \
-         transitions not counted)\n"
-    );
 }
 
 /// What request `n` is: method, path and JSON body.
@@ -397,6 +495,10 @@ struct Server {
 
 impl Server {
     fn start(store: Arc<dyn Store>) -> Self {
+        Self::start_with(store, None)
+    }
+
+    fn start_with(store: Arc<dyn Store>, oidc: Option<runway_api::oidc::Verifier>) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -408,6 +510,10 @@ impl Server {
             Sealer::new(&key),
             vec!["dev".into()],
         );
+        let state = match oidc {
+            Some(verifier) => state.oidc(verifier),
+            None => state,
+        };
         let router = runway_api::router(state, Limits::default());
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
