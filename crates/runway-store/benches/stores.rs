@@ -36,8 +36,12 @@ fn main() {
                 client
                     .batch_execute(&format!("CREATE DATABASE {name}"))
                     .unwrap();
-                let store: Arc<dyn Store> =
-                    Arc::new(PostgresStore::open(&database_url(&admin, &name)).unwrap());
+                let store: Arc<dyn Store> = Arc::new(
+                    PostgresStore::open(&runway_store::PostgresStore::url_for_database(
+                        &admin, &name,
+                    ))
+                    .unwrap(),
+                );
                 run("PostgreSQL", &store, services);
                 drop(store);
                 client
@@ -139,17 +143,4 @@ fn deploy(store: &dyn Store, service: &str) {
     store
         .deployment_transition("ctl", id, DeploymentState::Succeeded, None)
         .unwrap();
-}
-
-/// `admin` (`postgres://…/DATABASE?options`) naming database `name` instead, its options
-/// (`sslmode`) kept.
-fn database_url(admin: &str, name: &str) -> String {
-    let (base, options) = admin.split_once('?').unwrap_or((admin, ""));
-    let (server, _) = base.rsplit_once('/').expect("a URL ending in /DATABASE");
-    let options = if options.is_empty() {
-        String::new()
-    } else {
-        format!("?{options}")
-    };
-    format!("{server}/{name}{options}")
 }

@@ -142,6 +142,18 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// `url` (`postgres://…/DATABASE?options`) naming database `name` instead, its options
+    /// (`sslmode`, …) kept: another database on the same server.
+    pub fn url_for_database(url: &str, name: &str) -> String {
+        let (base, options) = url.split_once('?').unwrap_or((url, ""));
+        let server = base.rsplit_once('/').map_or(base, |(server, _)| server);
+        if options.is_empty() {
+            format!("{server}/{name}")
+        } else {
+            format!("{server}/{name}?{options}")
+        }
+    }
+
     /// Checks that `pem` holds the certificates of authorities, reaching nothing.
     pub fn check_trust(pem: &[u8]) -> Result<()> {
         DatabaseTrust::Pem(pem.to_vec()).connector().map(drop)
@@ -423,6 +435,18 @@ fn chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_database_on_the_same_server_keeps_the_options() {
+        assert_eq!(
+            PostgresStore::url_for_database("postgres://u@h:5/postgres?sslmode=disable", "x"),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
+        assert_eq!(
+            PostgresStore::url_for_database("postgres://u@h:5/postgres", "x"),
+            "postgres://u@h:5/x"
+        );
+    }
 
     #[test]
     fn the_embedded_migrations_are_numbered_files() {

@@ -1216,18 +1216,5 @@ pub fn test_database(purpose: &str) -> Option<String> {
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .unwrap();
-    Some(database_url(&admin, &name))
-}
-
-/// `admin` (`postgres://…/DATABASE?options`) naming database `name` instead, its options
-/// (`sslmode`) kept.
-fn database_url(admin: &str, name: &str) -> String {
-    let (base, options) = admin.split_once('?').unwrap_or((admin, ""));
-    let (server, _) = base.rsplit_once('/').expect("a URL ending in /DATABASE");
-    let options = if options.is_empty() {
-        String::new()
-    } else {
-        format!("?{options}")
-    };
-    format!("{server}/{name}{options}")
+    Some(runway_store::PostgresStore::url_for_database(&admin, &name))
 }

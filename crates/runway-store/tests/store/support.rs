@@ -139,7 +139,7 @@ pub(crate) fn fixture() -> Fixture {
         .unwrap()
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .unwrap();
-    let url = database_url(&admin, &name);
+    let url = runway_store::PostgresStore::url_for_database(&admin, &name);
     let store = PostgresStore::open(&url).unwrap();
     Fixture {
         store: Box::new(store),
@@ -212,17 +212,4 @@ pub(crate) fn deploy_ok(store: &dyn Store, service: &str, env: &str, digest: &st
         )
         .unwrap();
     record
-}
-
-/// `admin` (`postgres://…/DATABASE?options`) naming database `name` instead, its options
-/// (`sslmode`) kept.
-fn database_url(admin: &str, name: &str) -> String {
-    let (base, options) = admin.split_once('?').unwrap_or((admin, ""));
-    let (server, _) = base.rsplit_once('/').expect("a URL ending in /DATABASE");
-    let options = if options.is_empty() {
-        String::new()
-    } else {
-        format!("?{options}")
-    };
-    format!("{server}/{name}{options}")
 }
