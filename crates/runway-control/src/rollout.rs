@@ -185,6 +185,19 @@ impl<D: Driver> Controller<D> {
             return Ok((Outcome::Rolling, None));
         }
         let now = now_ms();
+        // Every deploy puts its revision in the desired state: one without it was read before
+        // the deploy, while the deployment was read after. Stepping on it would settle a dry
+        // run with the revision still in the store's desired state; the next pass reads both
+        // again.
+        if !wanted.revisions.iter().any(|r| &r.revision == target) {
+            return Ok((
+                Outcome::Stepping {
+                    waiting_ready: false,
+                    wake_at_ms: Some(now),
+                },
+                None,
+            ));
+        }
         let stored = RolloutRecord::of(deployment);
         let progress = stored
             .as_ref()
