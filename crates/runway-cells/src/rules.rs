@@ -402,6 +402,14 @@ fn location(line: Option<u64>, column: Option<u64>) -> String {
     }
 }
 
+/// The text of the file at `path`.
+pub(crate) fn read(path: &Path) -> Result<String, FileError> {
+    std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// Parses `text` (JSON, or YAML) as `T`, errors naming `path`, the line and the key path.
 pub(crate) fn parse<T: serde::de::DeserializeOwned>(
     path: &Path,
@@ -434,11 +442,7 @@ pub struct Rules(pub(crate) Vec<Rule>);
 impl Rules {
     /// Reads the rule file at `path`: a list of rules, or one.
     pub fn load(path: &Path) -> Result<Self, FileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(path, &text)
+        Self::parse(path, &read(path)?)
     }
 
     /// Parses rules as read from `path`.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::rules::{ClassifyType, FileError, parse};
+use crate::rules::{ClassifyType, FileError, parse, read};
 
 /// One cell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,11 +41,7 @@ pub enum ClassifyError {
 impl StaticTopology {
     /// Reads and checks the file at `path`.
     pub fn load(path: &Path) -> Result<Self, FileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(path, &text)
+        Self::parse(path, &read(path)?)
     }
 
     /// Parses and checks a topology as read from `path`: ids and session prefixes unique, the

@@ -143,12 +143,7 @@ pub(crate) async fn cell_route(
         if CellsConfig::address(&cell.address).is_some() {
             continue;
         }
-        let name = cell
-            .address
-            .strip_prefix("http://")
-            .unwrap_or(&cell.address)
-            .trim_end_matches('/')
-            .to_owned();
+        let name = CellsConfig::host_port(&cell.address).to_owned();
         if cell.address.starts_with("https://") {
             bail!(
                 "{}: cell {}: {} is HTTPS; the router reaches cells over plain HTTP (on a \

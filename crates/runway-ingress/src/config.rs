@@ -108,14 +108,17 @@ impl CellsConfig {
         runway_cells::Rules::parse(Path::new("rules"), &self.rules.to_string())
     }
 
-    /// A cell's address as a socket address: `ip:port`, or `http://ip:port`.
-    pub fn address(address: &str) -> Option<SocketAddr> {
+    /// A cell's address without its `http://` and trailing `/`: `host:port`.
+    pub fn host_port(address: &str) -> &str {
         address
             .strip_prefix("http://")
             .unwrap_or(address)
             .trim_end_matches('/')
-            .parse()
-            .ok()
+    }
+
+    /// A cell's address as a socket address: `ip:port`, or `http://ip:port`.
+    pub fn address(address: &str) -> Option<SocketAddr> {
+        Self::host_port(address).parse().ok()
     }
 }
 

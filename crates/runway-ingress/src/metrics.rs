@@ -1,7 +1,9 @@
 //! Prometheus metrics, served on the admin port.
 //!
 //! Label sets are resolved once per revision (when it first appears in a table) and the
-//! handles kept on the revision, so a request touches only atomics.
+//! handles kept on the revision, so a request touches only atomics; a cell-routed request
+//! also finds its decision's counter by its labels (rule, cell, outcome), an allocation and a
+//! lookup each.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

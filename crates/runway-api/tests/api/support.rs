@@ -190,42 +190,21 @@ pub(crate) async fn start_without_processes() -> Server {
     start_new(Limits::default(), false).await
 }
 
-async fn start_new(limits: Limits, allow_processes: bool) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
-    let admin = runway_api::bootstrap_admin(store.as_ref())
-        .unwrap()
-        .unwrap();
-    let key = Arc::new(MasterKey::generate().unwrap());
-    serve_on(
-        dir,
-        store,
-        key,
-        admin.expose().to_owned(),
-        limits,
-        allow_processes,
-    )
-    .await
-}
-
-/// A second server over the same database file and master key, as another replica of the
-/// control plane would be: its own store handle and its own state.
-pub(crate) async fn replica_of(server: &Server) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(server.dir.path().join("runway.db")).unwrap());
-    serve_on(
-        dir,
-        store,
-        Arc::clone(&server.key),
-        server.admin.clone(),
-        Limits::default(),
-        true,
-    )
-    .await
-}
-
 /// A server that accepts the identity tokens of `verifier`'s issuers.
 pub(crate) async fn start_with_oidc(verifier: runway_api::oidc::Verifier) -> Server {
+    start_fresh(Limits::default(), true, Some(verifier)).await
+}
+
+async fn start_new(limits: Limits, allow_processes: bool) -> Server {
+    start_fresh(limits, allow_processes, None).await
+}
+
+/// A server over a new store, with a new admin token and master key.
+async fn start_fresh(
+    limits: Limits,
+    allow_processes: bool,
+    oidc: Option<runway_api::oidc::Verifier>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
     let admin = runway_api::bootstrap_admin(store.as_ref())
@@ -237,22 +216,28 @@ pub(crate) async fn start_with_oidc(verifier: runway_api::oidc::Verifier) -> Ser
         store,
         key,
         admin.expose().to_owned(),
-        Limits::default(),
-        true,
-        Some(verifier),
+        limits,
+        allow_processes,
+        oidc,
     )
     .await
 }
 
-async fn serve_on(
-    dir: TempDir,
-    store: Arc<SqliteStore>,
-    key: Arc<MasterKey>,
-    admin: String,
-    limits: Limits,
-    allow_processes: bool,
-) -> Server {
-    serve_with(dir, store, key, admin, limits, allow_processes, None).await
+/// A second server over the same database file and master key, as another replica of the
+/// control plane would be: its own store handle and its own state.
+pub(crate) async fn replica_of(server: &Server) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(server.dir.path().join("runway.db")).unwrap());
+    serve_with(
+        dir,
+        store,
+        Arc::clone(&server.key),
+        server.admin.clone(),
+        Limits::default(),
+        true,
+        None,
+    )
+    .await
 }
 
 async fn serve_with(
