@@ -17,6 +17,7 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::ApiState;
 use crate::types::{DeployRequest, PromoteRequest};
+use crate::vault::{VaultError, VaultSecret};
 
 /// The name the manifest has in diagnostics.
 const MANIFEST_FILE: &str = "manifest";
@@ -216,6 +217,7 @@ pub(crate) async fn deploy(
             json!({ "image": pinned })
         }
     };
+    let from_vault = read_vault(state, service, env, &config.secrets).await?;
     let instances = instances_for(&config);
     let max_instances = config.max_instances.max(instances);
     let dry_run = config.strategy == runway_manifest::Strategy::Dryrun;
@@ -232,9 +234,11 @@ pub(crate) async fn deploy(
         secret_versions: BTreeMap::new(),
     };
     let allow_all = state.allow_processes;
+    let sealer = std::sync::Arc::clone(&state.sealer);
     let deployment = state
         .store(move |s| {
             check_processes_allowed(s, allow_all, &service, &revision.artifact)?;
+            let mirrored = mirror(s, &sealer, &actor, [&service, &env], from_vault)?;
             let secrets = s.secret_list(&service, &env)?;
             let mut revision = revision;
             // Only what the manifest names: a secret set for the service but not used stays
@@ -301,6 +305,9 @@ pub(crate) async fn deploy(
                 }]
             };
             let record = s.record_deploy(&actor, &revision, &desired)?;
+            if let Some(event) = mirrored {
+                s.deployment_add_event(&actor, record.deployment.id, &event)?;
+            }
             if pause {
                 return Ok(s.deployment_command(
                     &actor,
@@ -510,23 +517,40 @@ pub(crate) async fn promote(
     }
     let (service, actor) = (service.to_owned(), caller.name.clone());
     let allow_all = state.allow_processes;
+    let source_of = move |s: &dyn Store, service: &str, from: &str| {
+        s.service_get(service)?;
+        serving(s, service, from)?.ok_or_else(|| {
+            ApiError::conflict(format!("nothing is deployed for {service} in {from}"))
+        })
+    };
+    // With Vault, the target environment's secrets are read there first (the names the
+    // source pins), outside the store's transaction.
+    let from_vault = match &state.vault {
+        Some(_) => {
+            let (name, from) = (service.clone(), body.from.clone());
+            let source = state.store(move |s| source_of(s, &name, &from)).await?;
+            let names: Vec<String> = source.secret_versions.into_keys().collect();
+            read_vault(state, &service, &body.to, &names).await?
+        }
+        None => Vec::new(),
+    };
+    let sealer = std::sync::Arc::clone(&state.sealer);
     let record = state
         .store(move |s| {
-            s.service_get(&service)?;
-            let source = serving(s, &service, &body.from)?.ok_or_else(|| {
-                ApiError::conflict(format!(
-                    "nothing is deployed for {service} in {}",
-                    body.from
-                ))
-            })?;
+            let source = source_of(s, &service, &body.from)?;
             check_processes_allowed(s, allow_all, &service, &source.artifact)?;
+            let mirrored = mirror(s, &sealer, &actor, [&service, &body.to], from_vault)?;
             check_promotion(s, &source, &body.to)?;
             let desired = [PlannedRevision {
                 revision: RevisionRef::New,
                 instances: instances_of(&source.manifest, &body.to),
                 weight: 100,
             }];
-            Ok(s.record_promote(&actor, &source.name, &body.to, &desired)?)
+            let record = s.record_promote(&actor, &source.name, &body.to, &desired)?;
+            if let Some(event) = mirrored {
+                s.deployment_add_event(&actor, record.deployment.id, &event)?;
+            }
+            Ok(record)
         })
         .await?;
     state.platform.wake();
@@ -546,6 +570,7 @@ pub(crate) fn set_secret(
     actor: &str,
     [service, env, name]: [&str; 3],
     value: &SecretValue,
+    origin: Option<&str>,
 ) -> ApiResult<SecretInfo> {
     let mut attempt = 1;
     loop {
@@ -567,6 +592,7 @@ pub(crate) fn set_secret(
             version,
             &sealed.nonce,
             &sealed.ciphertext,
+            origin,
         ) {
             Err(StoreError::Conflict(_)) if attempt < SECRET_SET_ATTEMPTS => attempt += 1,
             Err(StoreError::Conflict(reason)) => {
@@ -578,4 +604,71 @@ pub(crate) fn set_secret(
             other => return Ok(other?),
         }
     }
+}
+
+/// Reads `names` of `service` in `env` from Vault when the server has one (`secrets.vault`);
+/// nothing otherwise, the sealed store then being the only source.
+async fn read_vault(
+    state: &ApiState,
+    service: &str,
+    env: &str,
+    names: &[String],
+) -> ApiResult<Vec<VaultSecret>> {
+    let Some(vault) = &state.vault else {
+        return Ok(Vec::new());
+    };
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    vault
+        .read_all(service, env, names)
+        .await
+        .map_err(|e| match e {
+            VaultError::Missing { .. } | VaultError::Invalid { .. } => ApiError::invalid(format!(
+                "{e}; set it there (`bao kv put -mount={mount} <path> value=...`) and deploy \
+                 again",
+                mount = vault.config().mount
+            ))
+            .field("manifest.spec.workload.secrets"),
+            _ => ApiError::unavailable(format!("{e}; nothing was deployed")),
+        })
+}
+
+/// Mirrors each secret read from Vault into the sealed store: a new sealed version, unless
+/// the latest already came from the same place and Vault version. Gives the line the
+/// deployment's events tell it with (places and versions, never a value).
+fn mirror(
+    s: &dyn Store,
+    sealer: &Sealer,
+    actor: &str,
+    [service, env]: [&str; 2],
+    secrets: Vec<VaultSecret>,
+) -> ApiResult<Option<String>> {
+    if secrets.is_empty() {
+        return Ok(None);
+    }
+    let current = s.secret_list(service, env)?;
+    let mut told = Vec::with_capacity(secrets.len());
+    for secret in &secrets {
+        let origin = secret.origin();
+        let version = match current.iter().find(|i| i.name == secret.name) {
+            Some(latest) if latest.origin.as_deref() == Some(origin.as_str()) => latest.version,
+            _ => {
+                set_secret(
+                    s,
+                    sealer,
+                    actor,
+                    [service, env, &secret.name],
+                    &secret.value,
+                    Some(&origin),
+                )?
+                .version
+            }
+        };
+        told.push(format!(
+            "{} at Vault version {} (sealed version {version})",
+            secret.name, secret.version
+        ));
+    }
+    Ok(Some(format!("secrets from Vault: {}", told.join(", "))))
 }

@@ -119,6 +119,12 @@ impl ApiError {
         )
     }
 
+    /// 503: a service the request needs (Vault) could not answer it; the message says which
+    /// and why.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
     /// 500: says "internal error"; `cause` is logged with the request's id, never sent.
     pub fn internal(cause: impl Into<String>) -> Self {
         Self {

@@ -77,6 +77,7 @@ mod state;
 mod stream;
 mod tls;
 pub mod types;
+pub mod vault;
 
 pub use auth::{BootstrapError, Caller, bootstrap_admin, recover_admin};
 pub use config::{ApiConfig, ConfigError, LimitsConfig, TlsConfig};

@@ -823,6 +823,7 @@ async fn set_secret(
     caller.allow(Write, Some(&service), Some(&env))?;
     runway_secrets::validate_name(&name)
         .map_err(|e| ApiError::invalid(e.to_string()).field("name"))?;
+    refuse_with_vault(&state, &service, &env, &name)?;
     let value = SecretValue::from(body.value);
     value
         .check()
@@ -830,9 +831,25 @@ async fn set_secret(
     let actor = caller.name.clone();
     let sealer = std::sync::Arc::clone(&state.sealer);
     let info = state
-        .store(move |s| deploy::set_secret(s, &sealer, &actor, [&service, &env, &name], &value))
+        .store(move |s| {
+            deploy::set_secret(s, &sealer, &actor, [&service, &env, &name], &value, None)
+        })
         .await?;
     Ok(axum::Json(info.into()))
+}
+
+/// With `secrets.vault`, a secret is set in Vault, where the next deploy reads it: a value set
+/// here would be replaced by Vault's at that deploy.
+fn refuse_with_vault(state: &ApiState, service: &str, env: &str, name: &str) -> ApiResult<()> {
+    match &state.vault {
+        Some(vault) => Err(ApiError::conflict(format!(
+            "this server reads secrets from Vault (secrets.vault): set {name} at {} \
+             (`bao kv put -mount={} ... value=...`); the next deploy takes it",
+            vault.config().place(service, env, name),
+            vault.config().mount
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Deletes a secret: it leaves the listing; revisions that pinned a version keep it.
@@ -845,6 +862,7 @@ async fn delete_secret(
     Path((service, env, name)): Path<(String, String, String)>,
 ) -> ApiResult<StatusCode> {
     caller.allow(Write, Some(&service), Some(&env))?;
+    refuse_with_vault(&state, &service, &env, &name)?;
     let actor = caller.name.clone();
     state
         .store(move |s| Ok(s.secret_unset(&actor, &service, &env, &name)?))

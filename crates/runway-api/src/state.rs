@@ -24,6 +24,8 @@ pub struct ApiState {
     pub(crate) max_source_bytes: u64,
     /// The OIDC issuers whose identity tokens are accepted (`api.oidc`).
     pub(crate) oidc: Option<Arc<crate::oidc::Verifier>>,
+    /// Where deploys read secrets (`secrets.vault`); the sealed store alone without it.
+    pub(crate) vault: Option<Arc<crate::vault::Vault>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -53,6 +55,7 @@ impl ApiState {
             allow_processes: false,
             max_source_bytes: crate::config::DEFAULT_SOURCE_BYTES,
             oidc: None,
+            vault: None,
         }
     }
 
@@ -75,6 +78,14 @@ impl ApiState {
     #[must_use]
     pub fn oidc(mut self, verifier: crate::oidc::Verifier) -> Self {
         self.oidc = Some(Arc::new(verifier));
+        self
+    }
+
+    /// Reads the secrets deploys name from `vault` (`secrets.vault`), mirroring them into
+    /// the sealed store; setting one through the API is refused.
+    #[must_use]
+    pub fn vault(mut self, vault: crate::vault::Vault) -> Self {
+        self.vault = Some(Arc::new(vault));
         self
     }
 

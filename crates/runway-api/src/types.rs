@@ -777,6 +777,10 @@ pub struct SecretInfoView {
     pub created_by: String,
     /// When (RFC 3339).
     pub created_at: String,
+    /// Where that version's value came from when not set through the API: its place in Vault
+    /// and Vault's version (`vault secret/runway/env/production/service/app/API_KEY version
+    /// 3`).
+    pub origin: Option<String>,
 }
 
 impl From<SecretInfo> for SecretInfoView {
@@ -786,6 +790,7 @@ impl From<SecretInfo> for SecretInfoView {
             version: s.version,
             created_by: s.created_by,
             created_at: ts(s.created_at),
+            origin: s.origin,
         }
     }
 }

@@ -1689,6 +1689,7 @@ pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
                         "VERSION".to_owned(),
                         "CREATED".to_owned(),
                         "BY".to_owned(),
+                        "FROM".to_owned(),
                     ]];
                     for s in &list {
                         rows.push([
@@ -1696,6 +1697,9 @@ pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
                             s.version.to_string(),
                             s.created_at.clone(),
                             s.created_by.clone(),
+                            s.origin
+                                .clone()
+                                .unwrap_or_else(|| "runway secrets set".to_owned()),
                         ]);
                     }
                     print_stdout(&table(&rows));

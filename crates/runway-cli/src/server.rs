@@ -98,6 +98,9 @@ pub(crate) struct ServerConfig {
     pub(crate) store: StoreConfig,
     /// Several replicas on one store (`store.url`): who leads.
     pub(crate) leader: LeaderConfig,
+    /// Where deploys read secrets: OpenBao or Vault (`secrets.vault`), or the sealed store
+    /// alone.
+    pub(crate) secrets: runway_api::vault::SecretsConfig,
 }
 
 /// With `store.url`, several `runway server` replicas may share the store: every one serves
@@ -545,6 +548,11 @@ impl ServerConfig {
             .runtime
             .check()
             .map_err(|(key, message)| anyhow::anyhow!("{}: {key}: {message}", path.display()))?;
+        if let Some(vault) = &config.secrets.vault {
+            vault.check().map_err(|(key, message)| {
+                anyhow::anyhow!("{}: secrets.vault.{key}: {message}", path.display())
+            })?;
+        }
         for (index, cells) in config.ingress.cells.iter().enumerate() {
             let host = cells.host.to_ascii_lowercase();
             let domain = config.control.domain.to_ascii_lowercase();
@@ -672,6 +680,9 @@ fn check_config(config: &ServerConfig, path: Option<&Path>) -> anyhow::Result<()
             .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
     }
     runway_api::oidc::Verifier::new(&config.api.oidc).map_err(anyhow::Error::msg)?;
+    if let Some(vault) = &config.secrets.vault {
+        runway_api::vault::Vault::new(vault).map_err(anyhow::Error::msg)?;
+    }
     for (index, cells) in config.ingress.cells.iter().enumerate() {
         runway_cells::Rules::load(&cells.rules)
             .with_context(|| format!("ingress.cells[{index}].rules"))?;
@@ -958,6 +969,12 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         state
     } else {
         state.oidc(runway_api::oidc::Verifier::new(&config.api.oidc).map_err(anyhow::Error::msg)?)
+    };
+    let state = match &config.secrets.vault {
+        Some(vault) => {
+            state.vault(runway_api::vault::Vault::new(vault).map_err(anyhow::Error::msg)?)
+        }
+        None => state,
     };
     let router = runway_api::router(state, config.api.request_limits());
     let api_tls = if config.api.tls.enabled {

@@ -1245,6 +1245,45 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         not_a_ca.all()
     );
 
+    // Vault: the configuration in force shows the defaults; a path every service would share
+    // and an authority that cannot be read are named.
+    let vault = check(
+        "secrets:\n  vault:\n    address: https://vault.internal:8200\n    auth:\n      jwt: \
+         {role: runway, token_file: /var/run/secrets/tokens/vault}\n",
+    );
+    assert!(vault.ok(), "{}", vault.all());
+    assert_eq!(
+        vault.json()["secrets"]["vault"]["path"],
+        "runway/env/{environment}/service/{service}"
+    );
+    assert_eq!(
+        vault.json()["secrets"]["vault"]["auth"]["jwt"]["mount"],
+        "jwt"
+    );
+    let shared = check(
+        "secrets:\n  vault:\n    address: https://vault.internal:8200\n    path: runway/all\n    \
+         auth: {token: {token_file: /t}}\n",
+    );
+    assert!(
+        !shared.ok()
+            && shared.stderr.contains("secrets.vault.path")
+            && shared
+                .stderr
+                .contains("every service would read the same secrets"),
+        "{}",
+        shared.all()
+    );
+    let unreadable_ca = check(&format!(
+        "secrets:\n  vault:\n    address: https://vault.internal:8200\n    ca_file: {}\n    \
+         auth: {{token: {{token_file: /t}}}}\n",
+        dir.path().join("no-such-ca.pem").display()
+    ));
+    assert!(
+        !unreadable_ca.ok() && unreadable_ca.stderr.contains("secrets.vault.ca_file"),
+        "{}",
+        unreadable_ca.all()
+    );
+
     let under_domain = check(
         "ingress:\n  cells:\n    - {host: gitlab.dev.localhost, rules: r.json, topology: t.yml}\n",
     );

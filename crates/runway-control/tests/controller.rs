@@ -617,6 +617,7 @@ fn set_secret(harness: &Harness, service: &str, name: &str, value: &str, tamper:
             version,
             &sealed.nonce,
             &sealed.ciphertext,
+            None,
         )
         .unwrap();
     assert_eq!(info.version, version);

@@ -95,6 +95,7 @@ const TABLES: &[(&str, &[&str], bool)] = &[
             "created_by",
             "created_at",
             "deleted_at",
+            "origin",
         ],
         false,
     ),

@@ -1316,6 +1316,7 @@ impl<B: Backend> Store for B {
         expected_version: u32,
         nonce: &[u8],
         ciphertext: &[u8],
+        origin: Option<&str>,
     ) -> Result<SecretInfo> {
         check_secret_name(name)?;
         self.write(|db, now| {
@@ -1329,7 +1330,7 @@ impl<B: Backend> Store for B {
             }
             db.execute(
                 "INSERT INTO secrets (service, env, name, version, nonce, ciphertext, \
-                 created_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 created_by, created_at, origin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 args![
                     service,
                     env,
@@ -1338,16 +1339,21 @@ impl<B: Backend> Store for B {
                     nonce,
                     ciphertext,
                     actor,
-                    now.unix_millis()
+                    now.unix_millis(),
+                    origin
                 ],
             )?;
+            let mut details = json!({ "version": version });
+            if let Some(origin) = origin {
+                details["origin"] = json!(origin);
+            }
             audit(
                 db,
                 now,
                 actor,
                 "secret.set",
                 &format!("secret/{service}/{env}/{name}"),
-                &json!({ "version": version }),
+                &details,
             )?;
             Ok(SecretInfo {
                 service: service.to_owned(),
@@ -1356,6 +1362,7 @@ impl<B: Backend> Store for B {
                 version,
                 created_by: actor.to_owned(),
                 created_at: now,
+                origin: origin.map(str::to_owned),
             })
         })
     }
@@ -1395,7 +1402,7 @@ impl<B: Backend> Store for B {
             load_service_env(db, service, env)?;
             // Deliberately no nonce or ciphertext column here.
             db.query_all(
-                "SELECT s.name, s.version, s.created_by, s.created_at FROM secrets s \
+                "SELECT s.name, s.version, s.created_by, s.created_at, s.origin FROM secrets s \
                  WHERE s.service = ?1 AND s.env = ?2 AND s.deleted_at IS NULL \
                  AND s.version = (SELECT MAX(t.version) FROM secrets t \
                      WHERE t.service = s.service AND t.env = s.env AND t.name = s.name) \
@@ -1409,6 +1416,7 @@ impl<B: Backend> Store for B {
                         version: get_u32(row, 1, "secret version")?,
                         created_by: row.get(2)?,
                         created_at: get_ts(row, 3)?,
+                        origin: row.get(4)?,
                     })
                 },
             )

@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_rollout.sql"),
     include_str!("../migrations/0003_service_identity.sql"),
     include_str!("../migrations/0004_leases.sql"),
+    include_str!("../migrations/0005_secret_origin.sql"),
 ];
 
 /// The schema version this code writes.

@@ -425,6 +425,9 @@ pub struct SecretInfo {
     pub created_by: String,
     /// When.
     pub created_at: Timestamp,
+    /// Where that version's value came from, when not set through the API: its Vault path and
+    /// KV version (`vault secret/runway/env/production/service/app/API_KEY version 3`).
+    pub origin: Option<String>,
 }
 
 /// What a token allows.

@@ -29,6 +29,7 @@ use crate::sql::{Db, Dialect, Param, Row, Value};
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_initial.sql"),
     include_str!("../migrations/postgres/0002_leases.sql"),
+    include_str!("../migrations/postgres/0003_secret_origin.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.

@@ -197,7 +197,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// of that service, environment and name ([`Store::secret_next_version`] at the moment of
     /// the write): the value is sealed with its version in its associated data, so the caller
     /// seals again for the new next version and retries. Names are upper-case letters, digits
-    /// and `_`, not starting with a digit.
+    /// and `_`, not starting with a digit. `origin` says where the value came from when it was
+    /// not set through the API (a Vault path and its KV version), kept with the version.
     #[allow(
         clippy::too_many_arguments,
         reason = "a secret's place, the version it was sealed for, and the sealed value"
@@ -211,6 +212,7 @@ pub trait Store: Send + Sync + fmt::Debug {
         expected_version: u32,
         nonce: &[u8],
         ciphertext: &[u8],
+        origin: Option<&str>,
     ) -> Result<SecretInfo>;
 
     /// The version the next [`Store::secret_set`] of this secret must name: one above the

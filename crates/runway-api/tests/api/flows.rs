@@ -482,7 +482,7 @@ async fn secrets_are_versioned_listed_without_values_and_sealed_on_disk() {
         .await;
     assert_eq!(
         list.body,
-        json!([{"name": "DB_PASSWORD", "version": 2, "created_by": "admin", "created_at": second["created_at"]}])
+        json!([{"name": "DB_PASSWORD", "version": 2, "created_by": "admin", "created_at": second["created_at"], "origin": null}])
     );
     assert!(!list.text.contains("correct-horse"));
 

@@ -10,3 +10,4 @@ mod oidc;
 mod openapi_doc;
 mod secrets;
 mod support;
+mod vault;

@@ -21,14 +21,14 @@ fn b64(bytes: &[u8]) -> String {
 }
 
 /// A signing key and its JWK.
-struct SigningKey {
+pub(crate) struct SigningKey {
     kid: String,
     algorithm: Algorithm,
     encoding: EncodingKey,
-    jwk: Value,
+    pub(crate) jwk: Value,
 }
 
-fn es256(kid: &str) -> SigningKey {
+pub(crate) fn es256(kid: &str) -> SigningKey {
     let rng = ring::rand::SystemRandom::new();
     let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
     let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
@@ -62,7 +62,7 @@ fn rs256(kid: &str) -> SigningKey {
 }
 
 impl SigningKey {
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         let mut header = Header::new(self.algorithm);
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
@@ -147,7 +147,7 @@ async fn issuer() -> Issuer {
     }
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

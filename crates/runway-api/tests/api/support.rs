@@ -192,19 +192,33 @@ pub(crate) async fn start_without_processes() -> Server {
 
 /// A server that accepts the identity tokens of `verifier`'s issuers.
 pub(crate) async fn start_with_oidc(verifier: runway_api::oidc::Verifier) -> Server {
-    start_fresh(Limits::default(), true, Some(verifier)).await
+    start_fresh(
+        Limits::default(),
+        true,
+        Box::new(|state| state.oidc(verifier)),
+    )
+    .await
+}
+
+/// A server whose deploys read their secrets from `vault`.
+pub(crate) async fn start_with_vault(vault: runway_api::vault::Vault) -> Server {
+    start_fresh(
+        Limits::default(),
+        true,
+        Box::new(|state| state.vault(vault)),
+    )
+    .await
 }
 
 async fn start_new(limits: Limits, allow_processes: bool) -> Server {
-    start_fresh(limits, allow_processes, None).await
+    start_fresh(limits, allow_processes, Box::new(|state| state)).await
 }
 
+/// What a test sets on the state beyond the defaults.
+type Configure = Box<dyn FnOnce(ApiState) -> ApiState + Send>;
+
 /// A server over a new store, with a new admin token and master key.
-async fn start_fresh(
-    limits: Limits,
-    allow_processes: bool,
-    oidc: Option<runway_api::oidc::Verifier>,
-) -> Server {
+async fn start_fresh(limits: Limits, allow_processes: bool, configure: Configure) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
     let admin = runway_api::bootstrap_admin(store.as_ref())
@@ -218,7 +232,7 @@ async fn start_fresh(
         admin.expose().to_owned(),
         limits,
         allow_processes,
-        oidc,
+        configure,
     )
     .await
 }
@@ -235,7 +249,7 @@ pub(crate) async fn replica_of(server: &Server) -> Server {
         server.admin.clone(),
         Limits::default(),
         true,
-        None,
+        Box::new(|state| state),
     )
     .await
 }
@@ -247,7 +261,7 @@ async fn serve_with(
     admin: String,
     limits: Limits,
     allow_processes: bool,
-    oidc: Option<runway_api::oidc::Verifier>,
+    configure: Configure,
 ) -> Server {
     let platform = Arc::new(FakePlatform::default());
     let state = ApiState::new(
@@ -258,10 +272,7 @@ async fn serve_with(
     )
     .allow_processes(allow_processes)
     .max_source_bytes(SOURCE_LIMIT);
-    let state = match oidc {
-        Some(verifier) => state.oidc(verifier),
-        None => state,
-    };
+    let state = configure(state);
     let router = runway_api::router(state, limits);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

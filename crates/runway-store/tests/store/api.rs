@@ -596,7 +596,16 @@ fn promote_copies_a_revision_to_another_environment() {
     // Production has no DATABASE_URL (staging's version 1 is staging's): refused, by name.
     let set = |env: &str, version: u32| {
         store
-            .secret_set("alice", "hello", env, "DATABASE_URL", version, b"n", b"c")
+            .secret_set(
+                "alice",
+                "hello",
+                env,
+                "DATABASE_URL",
+                version,
+                b"n",
+                b"c",
+                None,
+            )
             .unwrap()
     };
     let missing = |store: &dyn Store| {
@@ -763,6 +772,7 @@ fn secrets_version_list_unset_and_read() {
             1,
             b"n1",
             b"sealed-1",
+            None,
         )
         .unwrap();
     assert_eq!(v1.version, 1);
@@ -775,10 +785,11 @@ fn secrets_version_list_unset_and_read() {
             2,
             b"n2",
             b"sealed-2",
+            None,
         )
         .unwrap();
     assert_eq!(v2.version, 2);
-    store
+    let mirrored = store
         .secret_set(
             "alice",
             "hello",
@@ -787,8 +798,13 @@ fn secrets_version_list_unset_and_read() {
             1,
             b"n3",
             b"sealed-3",
+            Some("vault secret/runway/env/production/service/hello/API_KEY version 7"),
         )
         .unwrap();
+    assert_eq!(
+        mirrored.origin.as_deref(),
+        Some("vault secret/runway/env/production/service/hello/API_KEY version 7")
+    );
     store
         .secret_set(
             "alice",
@@ -798,6 +814,7 @@ fn secrets_version_list_unset_and_read() {
             1,
             b"n4",
             b"sealed-4",
+            None,
         )
         .unwrap();
 
@@ -807,6 +824,10 @@ fn secrets_version_list_unset_and_read() {
         .map(|s| (s.name.as_str(), s.version))
         .collect();
     assert_eq!(summary, [("API_KEY", 1), ("DATABASE_URL", 2)]);
+    // Where each came from: Vault's place and version for a mirrored one, nothing for the
+    // API's.
+    assert_eq!(listed[0].origin, mirrored.origin);
+    assert_eq!(listed[1].origin, None);
     // Never a ciphertext in a listing, whatever form it takes.
     let json = serde_json::to_string(&listed).unwrap();
     assert!(!json.contains("sealed") && !json.contains("ciphertext") && !json.contains("nonce"));
@@ -858,6 +879,7 @@ fn secrets_version_list_unset_and_read() {
                 stale,
                 b"n",
                 b"c",
+                None,
             )
             .unwrap_err();
         assert!(matches!(refused, StoreError::Conflict(_)), "{refused}");
@@ -875,6 +897,7 @@ fn secrets_version_list_unset_and_read() {
             3,
             b"n5",
             b"sealed-5",
+            None,
         )
         .unwrap();
     assert_eq!(v3.version, 3);
@@ -885,11 +908,11 @@ fn secrets_version_list_unset_and_read() {
         Err(StoreError::NotFound { .. })
     ));
     assert!(matches!(
-        store.secret_set("alice", "hello", "production", "lower", 1, b"", b""),
+        store.secret_set("alice", "hello", "production", "lower", 1, b"", b"", None),
         Err(StoreError::Invalid(_))
     ));
     assert!(matches!(
-        store.secret_set("alice", "hello", "dev", "A", 1, b"", b""),
+        store.secret_set("alice", "hello", "dev", "A", 1, b"", b"", None),
         Err(StoreError::NotFound { .. })
     ));
     assert_eq!(
@@ -927,10 +950,10 @@ fn decommission_removes_the_service_with_its_secrets_and_deploy_tokens() {
         .deployment_add_event("x", record.deployment.id, "hi")
         .unwrap();
     store
-        .secret_set("alice", "hello", "production", "TOKEN", 1, b"n", b"c")
+        .secret_set("alice", "hello", "production", "TOKEN", 1, b"n", b"c", None)
         .unwrap();
     store
-        .secret_set("alice", "api", "production", "TOKEN", 1, b"n", b"c")
+        .secret_set("alice", "api", "production", "TOKEN", 1, b"n", b"c", None)
         .unwrap();
     let deploy_token = |service: &str, hash: &[u8]| NewToken {
         name: format!("ci-{service}"),
@@ -1153,6 +1176,7 @@ fn concurrent_writers_on_one_file_allocate_distinct_versions() {
                                 next,
                                 b"n",
                                 value.as_bytes(),
+                                None,
                             ) {
                                 Ok(info) => {
                                     assert_eq!(info.version, next);

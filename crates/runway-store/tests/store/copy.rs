@@ -69,6 +69,7 @@ fn a_sqlite_store_is_copied_whole_into_an_empty_postgres_one() {
             1,
             b"nonce",
             b"\x00sealed\xff",
+            None,
         )
         .unwrap();
     let token = sqlite

@@ -46,6 +46,7 @@ fn durability_child() {
                 i + 1,
                 b"n",
                 format!("c{i}").as_bytes(),
+                None,
             )
             .unwrap();
         writeln!(

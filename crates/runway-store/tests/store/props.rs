@@ -209,7 +209,7 @@ fn apply(store: &dyn Store, op: &Op) {
             store
                 .secret_next_version(service, env, name)
                 .and_then(|version| {
-                    store.secret_set("prop", service, env, name, version, b"n", b"c")
+                    store.secret_set("prop", service, env, name, version, b"n", b"c", None)
                 })
                 .map(drop)
         }
