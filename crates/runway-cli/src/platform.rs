@@ -208,10 +208,25 @@ pub(crate) struct DeployArgs {
     /// deploy, which go to 100 % in one step.
     #[arg(long)]
     pause: bool,
+    /// Roll out with this strategy instead of the manifest's `spec.deployment.strategy` for
+    /// the environment: legacy, expedited, regional_rollout, dryrun, runway_canary or
+    /// runway_blue_green (the CI component's `strategy` input).
+    #[arg(long, value_name = "STRATEGY", value_parser = parse_strategy)]
+    strategy: Option<runway_manifest::Strategy>,
     #[command(flatten)]
     wait: WaitArgs,
     #[command(flatten)]
     output: OutputArg,
+}
+
+/// A strategy by its name in the manifest (`runway_canary`).
+fn parse_strategy(text: &str) -> Result<runway_manifest::Strategy, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
+        format!(
+            "{text:?} is not a strategy: expected legacy, expedited, regional_rollout, dryrun, \
+             runway_canary or runway_blue_green"
+        )
+    })
 }
 
 /// What `runway rollout` asks of the rollout in progress.
@@ -774,6 +789,12 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     let env = args.env.as_str();
     let (name, mut request, code) = deploy_request(&repo, &service, env, args.image.clone())?;
     request.pause = args.pause;
+    if let Some(strategy) = args.strategy {
+        // The server validates the manifest as sent: the strategy's own settings
+        // (`spec.workload.rollout`) are checked against it there.
+        request.manifest["spec"]["deployment"]["strategy"] =
+            serde_json::to_value(strategy).context("cannot encode the strategy as JSON")?;
+    }
     let client = client()?;
     let rt = tokio()?;
     if let Some(code) = code {

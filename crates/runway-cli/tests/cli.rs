@@ -1,5 +1,7 @@
 //! The `runway` binary as a user runs it: exit codes, messages, files written.
 
+#![allow(clippy::unwrap_used, reason = "tests")]
+
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -470,5 +472,205 @@ fn cells_route_explains_without_sending() {
         stderr(&o).contains("unknown field `matc`"),
         "{}",
         stderr(&o)
+    );
+}
+
+// ---- the GitLab CI component ------------------------------------------------------------
+
+/// The component's two documents: its `spec` header, and its jobs with `inputs` put in as
+/// GitLab interpolates them (after checking each against its declared rules, as GitLab
+/// does: a value that breaks one fails the pipeline's creation).
+struct Component {
+    inputs: serde_json::Map<String, serde_json::Value>,
+    body: String,
+}
+
+impl Component {
+    fn load() -> Component {
+        let text = fs::read_to_string(repo_root().join("templates/runway.yml")).unwrap();
+        let (header, body) = text.split_once("\n---\n").expect("a spec header, then ---");
+        let header = runway_manifest::parse(&runway_manifest::SourceFile::new("spec", header))
+            .unwrap()
+            .value;
+        let keys: Vec<&String> = header.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["spec"], "the header holds the spec alone");
+        Component {
+            inputs: header["spec"]["inputs"].as_object().unwrap().clone(),
+            body: body.to_owned(),
+        }
+    }
+
+    /// The value of each input given `given`, or why GitLab would refuse them.
+    fn resolve(&self, given: &serde_json::Value) -> Result<Vec<(String, String)>, String> {
+        for name in given.as_object().unwrap().keys() {
+            if !self.inputs.contains_key(name) {
+                return Err(format!("unknown input {name}"));
+            }
+        }
+        let mut values = Vec::new();
+        for (name, rules) in &self.inputs {
+            let value = match (given.get(name), rules.get("default")) {
+                (Some(value), _) | (None, Some(value)) => value.clone(),
+                (None, None) => return Err(format!("input {name} is required")),
+            };
+            let text = match (rules["type"].as_str().unwrap_or("string"), &value) {
+                ("boolean", serde_json::Value::Bool(b)) => b.to_string(),
+                ("string", serde_json::Value::String(s)) => s.clone(),
+                (kind, other) => return Err(format!("input {name}: {other} is not a {kind}")),
+            };
+            if let Some(options) = rules.get("options").and_then(|o| o.as_array())
+                && !options.contains(&value)
+            {
+                return Err(format!("input {name}: {text:?} is not one of the options"));
+            }
+            if let Some(pattern) = rules["regex"].as_str()
+                && !regex::Regex::new(pattern).unwrap().is_match(&text)
+            {
+                return Err(format!("input {name}: {text:?} does not match {pattern}"));
+            }
+            values.push((name.clone(), text));
+        }
+        Ok(values)
+    }
+
+    /// The jobs, for `given` inputs.
+    fn jobs(&self, given: &serde_json::Value) -> serde_json::Value {
+        let mut body = self.body.clone();
+        for (name, value) in self.resolve(given).unwrap() {
+            body = body.replace(&format!("$[[ inputs.{name} ]]"), &value);
+        }
+        assert!(
+            !body.contains("$[["),
+            "an input left uninterpolated:\n{body}"
+        );
+        runway_manifest::parse(&runway_manifest::SourceFile::new("jobs", body.as_str()))
+            .unwrap()
+            .value
+    }
+}
+
+#[test]
+fn the_ci_component_lints_against_its_input_rules() {
+    let component = Component::load();
+    // Every input declared is used, and every one used is declared.
+    let used: std::collections::BTreeSet<String> =
+        regex::Regex::new(r"\$\[\[ inputs\.([a-z_]+) \]\]")
+            .unwrap()
+            .captures_iter(&component.body)
+            .map(|c| c[1].to_owned())
+            .collect();
+    let declared: std::collections::BTreeSet<String> = component.inputs.keys().cloned().collect();
+    assert_eq!(used, declared);
+    for (name, rules) in &component.inputs {
+        let keys = rules.as_object().unwrap().keys();
+        for key in keys {
+            assert!(
+                ["description", "default", "regex", "options", "type"].contains(&key.as_str()),
+                "input {name}: {key} is not an input rule"
+            );
+        }
+    }
+
+    let minimal = serde_json::json!({"service": "app", "server": "https://runway.example.com"});
+    let jobs = component.jobs(&minimal);
+    let deploy = &jobs["runway-deploy-staging"];
+    assert_eq!(deploy["id_tokens"]["RUNWAY_ID_TOKEN"]["aud"], "runway");
+    assert_eq!(deploy["environment"]["name"], "staging");
+    assert_eq!(deploy["environment"]["url"], "$RUNWAY_URL");
+    assert_eq!(deploy["needs"][0], "runway-validate-staging");
+    assert_eq!(deploy["extends"], ".runway-staging");
+    assert_eq!(
+        jobs["runway-validate-staging"]["extends"],
+        ".runway-staging"
+    );
+    let variables = &jobs[".runway-staging"]["variables"];
+    assert_eq!(variables["RUNWAY_AUTO_DEPLOY"], "false");
+    // Production waits for a person unless auto_deploy; a merge request's pipeline never
+    // deploys.
+    let rules = deploy["rules"].as_array().unwrap();
+    assert_eq!(
+        rules[0],
+        serde_json::json!({"if": "$CI_PIPELINE_SOURCE == \"merge_request_event\"", "when": "never"})
+    );
+    assert_eq!(rules[1]["when"], "manual");
+    assert!(
+        rules[1]["if"]
+            .as_str()
+            .unwrap()
+            .contains("== \"production\"")
+    );
+
+    // It pins the Runway it runs: this build's version.
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(variables["RUNWAY_COMPONENT_VERSION"], version);
+    assert!(
+        component.inputs["runway_image"]["default"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(":{version}")),
+        "the default image is Runway {version}'s"
+    );
+
+    // What GitLab would refuse when the pipeline is created.
+    for (given, why) in [
+        (
+            serde_json::json!({"server": "https://r.example.com"}),
+            "input service is required",
+        ),
+        (
+            serde_json::json!({"service": "Hello_World", "server": "https://r.example.com"}),
+            "input service",
+        ),
+        (
+            serde_json::json!({"service": "app", "server": "ftp://r.example.com"}),
+            "input server",
+        ),
+        (
+            serde_json::json!({"service": "app", "server": "https://r.example.com", "environment": "prod uction"}),
+            "input environment",
+        ),
+        (
+            serde_json::json!({"service": "app", "server": "https://r.example.com", "strategy": "yolo"}),
+            "not one of the options",
+        ),
+        (
+            serde_json::json!({"service": "app", "server": "https://r.example.com", "timeout": "ten minutes"}),
+            "input timeout",
+        ),
+        (
+            serde_json::json!({"service": "app", "server": "https://r.example.com", "wait": "yes"}),
+            "not a boolean",
+        ),
+        (
+            serde_json::json!({"service": "app", "server": "https://r.example.com", "region": "eu"}),
+            "unknown input region",
+        ),
+    ] {
+        let refused = component.resolve(&given).unwrap_err();
+        assert!(refused.contains(why), "{given}: {refused}");
+    }
+    let every = serde_json::json!({"service": "app", "server": "https://runway.example.com",
+        "environment": "production", "audience": "https://runway.example.com", "ca": "$RUNWAY_CA",
+        "image": "$CI_REGISTRY_IMAGE:$CI_COMMIT_SHA", "strategy": "runway_canary", "wait": false,
+        "timeout": "1h", "auto_deploy": true});
+    let jobs = component.jobs(&every);
+    let variables = &jobs[".runway-production"]["variables"];
+    assert_eq!(variables["RUNWAY_DEPLOY_STRATEGY"], "runway_canary");
+    assert_eq!(variables["RUNWAY_AUTO_DEPLOY"], "true");
+    assert_eq!(
+        jobs["runway-deploy-production"]["id_tokens"]["RUNWAY_ID_TOKEN"]["aud"],
+        "https://runway.example.com"
+    );
+}
+
+#[test]
+fn deploy_strategy_flag_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = runway(&["deploy", "--strategy", "yolo", "."], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("\"yolo\" is not a strategy: expected legacy"),
+        "{}",
+        stderr(&out)
     );
 }

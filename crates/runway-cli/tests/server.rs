@@ -1593,55 +1593,62 @@ fn plain_cell(number: u64) -> std::net::SocketAddr {
 /// login --oidc-token-env` keeps the variable's name, not the short-lived token; the deploy
 /// goes through the real CLI and server, the audit log names the job's identity; a token of
 /// an unprotected ref is bound to nothing and refused.
-#[test]
-fn a_ci_job_deploys_with_its_identity_token() {
-    use base64::Engine as _;
-    use ring::signature::KeyPair as _;
-    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
-    if !have_python() {
-        return;
+/// A test OIDC issuer standing in for GitLab's: its key set served on loopback (plain HTTP,
+/// `jwks_url`), and tokens it signs for a job of `group/hello` on `main`, whose ref is
+/// protected or not.
+struct TestIssuer {
+    keys_at: std::net::SocketAddr,
+    pkcs8: ring::pkcs8::Document,
+}
+
+impl TestIssuer {
+    fn start() -> TestIssuer {
+        use base64::Engine as _;
+        use ring::signature::KeyPair as _;
+        let rng = ring::rand::SystemRandom::new();
+        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
+        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
+        let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
+        let point = pair.public_key().as_ref();
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let jwks = serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256",
+            "kid": "k1", "x": b64(&point[1..33]), "y": b64(&point[33..65])}]})
+        .to_string();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let keys_at = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{jwks}",
+                    jwks.len()
+                );
+            }
+        });
+        TestIssuer { keys_at, pkcs8 }
     }
-    // The issuer's key and its key set, served on loopback.
-    let rng = ring::rand::SystemRandom::new();
-    let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
-    let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
-    let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
-    let point = pair.public_key().as_ref();
-    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-    let jwks = serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256",
-        "kid": "k1", "x": b64(&point[1..33]), "y": b64(&point[33..65])}]})
-    .to_string();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let keys_at = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut head = [0u8; 4096];
-            let _ = stream.read(&mut head);
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{jwks}",
-                jwks.len()
-            );
-        }
-    });
-    let platform = Platform::start(&Settings {
-        api: format!(
+
+    /// `api.oidc` trusting it, with `group/hello`'s protected refs bound to `hello` in `envs`.
+    fn api_config(&self, envs: &str) -> String {
+        format!(
             "  oidc:\n    issuers:\n      - issuer: https://gitlab.test\n        audience: runway\n        \
-             jwks_url: http://{keys_at}/keys\n        bindings:\n          - claims: \
+             jwks_url: http://{}/keys\n        bindings:\n          - claims: \
              {{project_path: group/hello, ref_protected: 'true'}}\n            service: hello\n            \
-             environments: [dev]\n"
-        ),
-        ..Settings::default()
-    });
-    let repo = platform.onboard("hello", &["dev"], &secret_value());
-    set_env_file(&repo, "dev", &[("GREETING", "from ci")]);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let token = |protected: &str| {
+             environments: [{envs}]\n",
+            self.keys_at
+        )
+    }
+
+    /// A job's identity token, its ref protected (`"true"`) or not.
+    fn token(&self, protected: &str) -> String {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
         let claims = serde_json::json!({"iss": "https://gitlab.test", "aud": "runway",
             "iat": now, "exp": now + 600, "sub": "project_path:group/hello:ref_type:branch:ref:main",
             "project_path": "group/hello", "ref": "main", "ref_protected": protected,
@@ -1651,10 +1658,26 @@ fn a_ci_job_deploys_with_its_identity_token() {
         jsonwebtoken::encode(
             &header,
             &claims,
-            &jsonwebtoken::EncodingKey::from_ec_der(pkcs8.as_ref()),
+            &jsonwebtoken::EncodingKey::from_ec_der(self.pkcs8.as_ref()),
         )
         .unwrap()
-    };
+    }
+}
+
+#[test]
+fn a_ci_job_deploys_with_its_identity_token() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let issuer = TestIssuer::start();
+    let platform = Platform::start(&Settings {
+        api: issuer.api_config("dev"),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    set_env_file(&repo, "dev", &[("GREETING", "from ci")]);
+    let token = |protected: &str| issuer.token(protected);
     let ci = tempfile::tempdir().unwrap();
     let config = ci.path().join("cli.json");
     let job = |protected: &str| -> Vec<(&str, std::ffi::OsString)> {
@@ -1734,5 +1757,175 @@ fn a_ci_job_deploys_with_its_identity_token() {
             .contains("identity token refused: no binding"),
         "{}",
         platform.log()
+    );
+}
+
+/// `gitlab-ci-local` (npm), which runs a pipeline's jobs on this machine; `None` (skip) when
+/// it is missing outside CI.
+fn gitlab_ci_local() -> Option<&'static str> {
+    let found = Command::new("gitlab-ci-local")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let reason = "gitlab-ci-local is not installed (scripts/test installs it from npm)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+        eprintln!("skipped: {reason}");
+        return None;
+    }
+    Some("gitlab-ci-local")
+}
+
+/// The CI component (`templates/runway.yml`) run for real: a service repository includes it
+/// for dev and production, and `gitlab-ci-local` runs the pipeline with its shell executor
+/// against a real `runway server`, the job's identity token signed by a test issuer standing
+/// in for GitLab's (gitlab-ci-local makes no `id_tokens`). The validate and deploy jobs pass,
+/// the service serves the commit, the audit log names the pipeline, production waits for a
+/// person, and an unprotected ref's job fails.
+#[test]
+fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let Some(glci) = gitlab_ci_local() else {
+        return;
+    };
+    let issuer = TestIssuer::start();
+    let platform = Platform::start(&Settings {
+        api: issuer.api_config("dev, production"),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev", "production"], &secret_value());
+    set_env_file(&repo, "dev", &[("GREETING", "from the component")]);
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    std::fs::create_dir_all(repo.join("ci")).unwrap();
+    std::fs::copy(
+        root.join("templates/runway.yml"),
+        repo.join("ci/runway.yml"),
+    )
+    .unwrap();
+    let include = |env: &str| {
+        format!(
+            "  - local: ci/runway.yml\n    inputs:\n      service: hello\n      environment: {env}\n      \
+             server: {}\n      ca: {}\n      strategy: expedited\n      timeout: 90s\n",
+            platform.api(),
+            platform.ca().display()
+        )
+    };
+    std::fs::write(
+        repo.join(".gitlab-ci.yml"),
+        format!(
+            "stages: [test, deploy]\ninclude:\n{}{}",
+            include("dev"),
+            include("production")
+        ),
+    )
+    .unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.email=ci@example.com", "-c", "user.name=ci"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "hello"]);
+    git(&[
+        "remote",
+        "add",
+        "origin",
+        "https://gitlab.example.com/group/hello.git",
+    ]);
+    git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+    git(&[
+        "symbolic-ref",
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+    ]);
+
+    let runway_dir = Path::new(support::RUNWAY).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        runway_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let ci = tempfile::tempdir().unwrap();
+    let pipeline = |args: &[&str], protected: &str| {
+        let mut command = Command::new(glci);
+        command
+            .args(["--force-shell-executor", "--home"])
+            .arg(ci.path())
+            .arg("--variable")
+            .arg(format!("RUNWAY_ID_TOKEN={}", issuer.token(protected)))
+            .arg("--variable")
+            .arg(format!(
+                "RUNWAY_CONFIG={}",
+                ci.path().join(format!("cli-{protected}.json")).display()
+            ))
+            .args(args)
+            .current_dir(&repo)
+            .env("PATH", &path)
+            .env_remove("RUNWAY_SERVER")
+            .env_remove("RUNWAY_TOKEN")
+            .env_remove("RUNWAY_CA")
+            .env_remove("CI");
+        support::run(command, None, Duration::from_secs(240))
+    };
+
+    let listed = pipeline(&["--list"], "true");
+    assert!(listed.ok(), "{}", listed.all());
+    let production = listed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("runway-deploy-production"))
+        .unwrap_or_else(|| panic!("{}", listed.all()));
+    assert!(production.contains("manual"), "{production}");
+
+    let ran = pipeline(&[], "true");
+    assert!(ran.ok(), "{}\n{}", ran.all(), platform.log());
+    for job in [
+        "runway-validate-dev",
+        "runway-validate-production",
+        "runway-deploy-dev",
+    ] {
+        assert!(
+            ran.stdout.contains(&format!("PASS  {job}")),
+            "{job}: {}",
+            ran.all()
+        );
+    }
+    assert!(
+        !ran.stdout.contains("runway-deploy-production starting"),
+        "{}",
+        ran.all()
+    );
+    assert!(
+        ran.stdout.contains("hello is served in dev at https://"),
+        "{}",
+        ran.all()
+    );
+    let (status, body) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(status, 200);
+    assert!(body.starts_with("from the component"), "{body}");
+    let audit = platform.runway(&["audit", "--output", "json"]);
+    assert!(
+        audit.stdout.contains(
+            "oidc:https://gitlab.test project_path:group/hello:ref_type:branch:ref:main pipeline 77"
+        ),
+        "{}",
+        audit.all()
+    );
+
+    // The same job on an unprotected ref: its token is bound to nothing, the job fails.
+    let refused = pipeline(&["runway-deploy-dev"], "false");
+    assert!(!refused.ok(), "{}", refused.all());
+    assert!(
+        refused.stdout.contains("FAIL  runway-deploy-dev"),
+        "{}",
+        refused.all()
     );
 }
