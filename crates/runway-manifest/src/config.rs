@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::types::{
-    Analysis, BackendProtocol, DEFAULT_CANARY_STEPS, DEFAULT_CONCURRENCY, DEFAULT_CONTAINER_PORT,
+    Analysis, BackendProtocol, DEFAULT_APDEX_TARGET, DEFAULT_APDEX_THRESHOLD_SECONDS,
+    DEFAULT_AVAILABILITY_TARGET, DEFAULT_CANARY_STEPS, DEFAULT_CONCURRENCY, DEFAULT_CONTAINER_PORT,
     DEFAULT_CPU, DEFAULT_KEEP_OLD_SECONDS, DEFAULT_LATENCY_SLO_MS, DEFAULT_MAX_ERROR_PERCENT,
     DEFAULT_MAX_ERROR_PERCENT_OVER_STABLE, DEFAULT_MAX_INCONCLUSIVE_WINDOWS, DEFAULT_MAX_INSTANCES,
     DEFAULT_MAX_P99_OVER_STABLE_RATIO, DEFAULT_MEMORY, DEFAULT_MIN_P99_INCREASE_MS,
     DEFAULT_MIN_REQUESTS, DEFAULT_REGION, DEFAULT_REQUEST_TIMEOUT_SECONDS,
     DEFAULT_ROLLOUT_PAUSE_SECONDS, DEFAULT_ROLLOUT_PERCENTAGES, DEFAULT_SERVICE_GRACE_SECONDS,
-    DEFAULT_WORKER_GRACE_SECONDS, Manifest, Percent, Probe, ReadinessProbe, Rollout, StopSignal,
-    Strategy, WorkloadKind,
+    DEFAULT_WORKER_GRACE_SECONDS, Manifest, Percent, Probe, ReadinessProbe, Rollout, Slo,
+    StopSignal, Strategy, WorkloadKind, apdex_thresholds,
 };
 
 /// Default seconds between probe checks.
@@ -102,6 +103,8 @@ pub struct ServiceConfig {
     pub metrics_path: String,
     /// `host:port` addresses to scrape.
     pub scrape_targets: Vec<String>,
+    /// The objectives the rendered recording rules, alerts and dashboard hold the service to.
+    pub slo: SloConfig,
     /// CPU allocated only while serving a request.
     pub request_based_billing: bool,
 }
@@ -214,6 +217,32 @@ impl Default for AnalysisConfig {
             max_readiness_failures: 0,
             max_restarts: 0,
             max_inconclusive_windows: DEFAULT_MAX_INCONCLUSIVE_WINDOWS,
+        }
+    }
+}
+
+/// `spec.workload.slo` with every default applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SloConfig {
+    /// Share of requests to answer without a 5xx, strictly between 0 and 1.
+    pub availability_target: f64,
+    /// Apdex score to hold, strictly between 0 and 1.
+    pub apdex_target: f64,
+    /// Seconds within which a response satisfies: one of [`crate::apdex_thresholds`].
+    pub apdex_threshold_seconds: f64,
+    /// The alerts' runbook, when the manifest names one; otherwise whoever renders the alerts
+    /// builds it from a base URL and the service's name.
+    pub runbook_url: Option<String>,
+}
+
+impl Default for SloConfig {
+    /// The objectives of a manifest that gives none: upstream's.
+    fn default() -> Self {
+        Self {
+            availability_target: DEFAULT_AVAILABILITY_TARGET,
+            apdex_target: DEFAULT_APDEX_TARGET,
+            apdex_threshold_seconds: DEFAULT_APDEX_THRESHOLD_SECONDS,
+            runbook_url: None,
         }
     }
 }
@@ -351,6 +380,7 @@ impl ServiceConfig {
                 .metrics_path
                 .unwrap_or_else(|| "/metrics".to_owned()),
             scrape_targets: observability.scrape_targets.unwrap_or_default(),
+            slo: workload.slo.as_ref().map(slo).unwrap_or_default(),
             request_based_billing: spec.request_based_billing.unwrap_or(true),
         }
     }
@@ -450,6 +480,24 @@ fn analysis(a: &Analysis) -> AnalysisConfig {
             .max_inconclusive_windows
             .filter(|&w| w >= 1)
             .unwrap_or(defaults.max_inconclusive_windows),
+    }
+}
+
+fn slo(s: &Slo) -> SloConfig {
+    let defaults = SloConfig::default();
+    let target = |value: Option<f64>, default: f64| {
+        value
+            .filter(|v| v.is_finite() && *v > 0.0 && *v < 1.0)
+            .unwrap_or(default)
+    };
+    SloConfig {
+        availability_target: target(s.availability_target, defaults.availability_target),
+        apdex_target: target(s.apdex_target, defaults.apdex_target),
+        apdex_threshold_seconds: s
+            .apdex_threshold_seconds
+            .filter(|t| apdex_thresholds().any(|b| b == *t))
+            .unwrap_or(defaults.apdex_threshold_seconds),
+        runbook_url: s.runbook_url.clone(),
     }
 }
 

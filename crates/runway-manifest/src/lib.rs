@@ -30,8 +30,8 @@ mod types;
 mod validate;
 
 pub use config::{
-    AnalysisConfig, Artifact, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig, dns_name,
-    secret_suffix,
+    AnalysisConfig, Artifact, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig, SloConfig,
+    dns_name, secret_suffix,
 };
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
 pub use quantity::{Quantity, QuantityError};

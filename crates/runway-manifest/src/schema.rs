@@ -135,7 +135,9 @@ fn reference_rows(root: &Value, node: &Value, prefix: &str, out: &mut String) {
 fn bounds(node: &Value) -> Vec<String> {
     [
         ("minimum", "≥"),
+        ("exclusiveMinimum", ">"),
         ("maximum", "≤"),
+        ("exclusiveMaximum", "<"),
         ("minLength", "length ≥"),
         ("maxLength", "length ≤"),
         ("minItems", "items ≥"),

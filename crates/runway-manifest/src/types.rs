@@ -59,6 +59,40 @@ pub const DEFAULT_SERVICE_GRACE_SECONDS: u32 = 30;
 pub const DEFAULT_WORKER_GRACE_SECONDS: u32 = 3600;
 /// Regions when the manifest names none.
 pub const DEFAULT_REGION: &str = "us-east1";
+/// Share of requests to answer without a 5xx when the manifest does not say: upstream's
+/// default SLO. The error budget is 1 minus it.
+pub const DEFAULT_AVAILABILITY_TARGET: f64 = 0.999;
+/// Apdex score to hold when the manifest does not say: upstream's default SLO.
+pub const DEFAULT_APDEX_TARGET: f64 = 0.999;
+/// Seconds within which a response satisfies when the manifest does not say: upstream's apdex
+/// "satisfied" threshold, a bound of the ingress's latency histogram.
+pub const DEFAULT_APDEX_THRESHOLD_SECONDS: f64 = 1.024;
+/// How many times the satisfied threshold a response may take and still tolerate (counted
+/// half in the apdex score).
+pub const APDEX_TOLERATING_FACTOR: u32 = 4;
+/// The first upper bound of the ingress's latency histogram
+/// (`runway_ingress_request_duration_seconds`), in seconds. Kept equal to `LATENCY_START` in
+/// `runway-ingress`'s `metrics.rs`.
+pub const LATENCY_BUCKET_START_SECONDS: f64 = 0.000_25;
+/// How many upper bounds that histogram has, each double the one before (`LATENCY_BUCKETS` in
+/// `runway-ingress`'s `metrics.rs`), besides `+Inf`.
+pub const LATENCY_BUCKETS: u32 = 20;
+
+/// The upper bounds of the ingress's latency histogram, in seconds: 0.00025, doubling, 20 of
+/// them (up to 131.072). Each is exactly `0.00025 × 2ⁱ` as a float, so it prints (and is
+/// exported in the `le` label) as its shortest decimal, `1.024`.
+pub fn latency_bucket_bounds() -> impl Iterator<Item = f64> {
+    (0..LATENCY_BUCKETS).map(|i| LATENCY_BUCKET_START_SECONDS * f64::from(1_u32 << i))
+}
+
+/// The apdex thresholds the ingress's histogram can measure: the bounds whose tolerating bound,
+/// [`APDEX_TOLERATING_FACTOR`] times it, is a bound too (0.00025 to 32.768 seconds).
+pub fn apdex_thresholds() -> impl Iterator<Item = f64> {
+    let last = latency_bucket_bounds()
+        .last()
+        .unwrap_or(LATENCY_BUCKET_START_SECONDS);
+    latency_bucket_bounds().filter(move |b| b * f64::from(APDEX_TOLERATING_FACTOR) <= last)
+}
 
 /// A Runway service manifest, `.runway/runway.yml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -187,8 +221,8 @@ pub struct Spec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_based_billing: Option<bool>,
     /// Runway's own settings for running the service on its runtime: the artifact, its
-    /// environment, secrets, stop behaviour, workload kind and progressive delivery. Not part of
-    /// upstream's schema.
+    /// environment, secrets, stop behaviour, workload kind, progressive delivery and objectives.
+    /// Not part of upstream's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workload: Option<Workload>,
 }
@@ -461,6 +495,44 @@ pub struct Workload {
     /// of this manifest uses are allowed, for a per-environment file that changes the strategy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// The service's objectives, measured at the ingress: what `runway render -t observability`
+    /// turns into Prometheus recording rules, multi-window multi-burn-rate alerts and a Grafana
+    /// dashboard. Without it, upstream's defaults: 99.9 % availability, apdex 0.999 with
+    /// responses satisfied within 1.024 s. Not part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<Slo>,
+}
+
+/// A service's objectives, measured at the ingress (`runway_ingress_requests_total` and
+/// `runway_ingress_request_duration_seconds`). Not part of upstream's schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// Share of requests to answer without a 5xx, strictly between 0 and 1. Default 0.999. The
+    /// error budget is 1 minus it; the alerts page when it burns 14.4 times as fast as it
+    /// allows over an hour (and the last 5 minutes) or 6 times over 6 hours (and 30 minutes),
+    /// and open a ticket when it burns as fast as it allows over 3 days (and 6 hours).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))]
+    pub availability_target: Option<f64>,
+    /// Apdex score to hold, strictly between 0 and 1. Default 0.999. A response within
+    /// `apdex_threshold_seconds` satisfies, one within 4 times it tolerates and counts half,
+    /// a slower one counts nothing; 1 minus the target is the apdex's budget, alerted on as the
+    /// error budget is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))]
+    pub apdex_target: Option<f64>,
+    /// Seconds within which a response satisfies. Default 1.024. One of the bounds of the
+    /// ingress's latency histogram whose 4 times is a bound too: 0.00025, 0.0005, 0.001,
+    /// 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    /// 8.192, 16.384 or 32.768.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub apdex_threshold_seconds: Option<f64>,
+    /// The alerts' runbook, an `http://` or `https://` URL. Default: the runbook base URL given
+    /// to `runway render --runbook-base` followed by `/` and the service's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runbook_url: Option<String>,
 }
 
 /// Progressive delivery: how a new revision takes the traffic under `spec.deployment.strategy`.

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::diagnostic::{Diagnostic, dotted_path};
 use crate::quantity::Quantity;
 use crate::source::SpanMap;
-use crate::types::{ApiVersion, DEFAULT_MAX_INSTANCES, Manifest, Percent, WorkloadKind};
+use crate::types::{
+    APDEX_TOLERATING_FACTOR, ApiVersion, DEFAULT_MAX_INSTANCES, Manifest, Percent, Slo,
+    WorkloadKind, apdex_thresholds,
+};
 
 /// Environment variable names the platform sets itself.
 pub const RESERVED_ENV: [&str; 4] = ["PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION"];
@@ -274,6 +277,10 @@ pub(crate) fn check(
         percentages(&mut c, "/spec/workload/rollout/steps", steps);
     }
 
+    if let Some(slo) = &workload.slo {
+        check_slo(&mut c, slo);
+    }
+
     // Environment variables and secrets share one namespace: the process's environment.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for name in workload.env.iter().flatten().map(|(k, _)| k) {
@@ -343,6 +350,42 @@ pub(crate) fn check(
         }
     }
     c.out
+}
+
+/// The objectives' rules beyond the schema's ranges: a threshold the ingress's histogram can
+/// measure, and a runbook a browser can open.
+fn check_slo(c: &mut Checker<'_>, slo: &Slo) {
+    if let Some(threshold) = slo.apdex_threshold_seconds
+        && threshold > 0.0
+        && !apdex_thresholds().any(|bound| bound == threshold)
+    {
+        let bounds: Vec<String> = apdex_thresholds().map(|b| b.to_string()).collect();
+        c.error(
+            "/spec/workload/slo/apdex_threshold_seconds",
+            format!(
+                "{threshold} seconds is not a bound of the ingress's latency histogram, so its \
+                 apdex cannot be measured"
+            ),
+        )
+        .expected(format!(
+            "one of {} (a bound whose {APDEX_TOLERATING_FACTOR} times, the tolerating bound, is \
+             one too)",
+            bounds.join(", ")
+        ));
+    }
+    if let Some(url) = &slo.runbook_url {
+        let rest = url
+            .strip_prefix("https://")
+            .or_else(|| url.strip_prefix("http://"));
+        let host_present = rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'));
+        if !host_present || url.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+            c.error(
+                "/spec/workload/slo/runbook_url",
+                format!("`{url}` is not a web address"),
+            )
+            .expected("an `http://` or `https://` URL, e.g. `https://runbooks.example.com/web`");
+        }
+    }
 }
 
 fn check_name(c: &mut Checker<'_>, name: &str) {

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use runway_manifest::{
-    AnalysisConfig, Diagnostic, RolloutConfig, ServiceConfig, ServiceFiles, SourceFile, Strategy,
-    load,
+    AnalysisConfig, Diagnostic, RolloutConfig, ServiceConfig, ServiceFiles, SloConfig, SourceFile,
+    Strategy, load,
 };
 
 fn base(name: &str, text: &str) -> ServiceFiles {
@@ -669,5 +669,128 @@ fn secrets_that_would_share_a_kubernetes_secret_are_refused() {
         messages[0].contains("spec.workload.secrets[2]")
             && messages[0].contains("would share its Kubernetes Secret with `TOKEN`"),
         "{messages:#?}"
+    );
+}
+
+const SLO: &str = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: svc
+spec:
+  workload:
+    slo:
+      availability_target: 0.995
+      apdex_target: 0.99
+      apdex_threshold_seconds: 0.256
+      runbook_url: https://runbooks.example.com/svc
+";
+
+#[test]
+fn slo_settings_and_their_overrides_reach_the_config() {
+    let none = clean_config(&base("m.yml", MINIMAL), None);
+    assert_eq!(none.slo, SloConfig::default());
+    assert_eq!(
+        (
+            none.slo.availability_target,
+            none.slo.apdex_target,
+            none.slo.apdex_threshold_seconds,
+            none.slo.runbook_url
+        ),
+        (0.999, 0.999, 1.024, None),
+        "upstream's defaults"
+    );
+
+    let mut files = base(".runway/runway.yml", SLO);
+    files.overrides.insert(
+        "production".into(),
+        SourceFile::new(
+            ".runway/runway-production.yml",
+            "spec:\n  workload:\n    slo:\n      apdex_threshold_seconds: 0.00025\n",
+        ),
+    );
+    let set = SloConfig {
+        availability_target: 0.995,
+        apdex_target: 0.99,
+        apdex_threshold_seconds: 0.256,
+        runbook_url: Some("https://runbooks.example.com/svc".into()),
+    };
+    assert_eq!(clean_config(&files, None).slo, set);
+    assert_eq!(
+        clean_config(&files, Some("production")).slo,
+        SloConfig {
+            apdex_threshold_seconds: 0.000_25,
+            ..set
+        },
+        "the override merges field by field"
+    );
+}
+
+#[test]
+fn every_apdex_threshold_is_a_bound_with_a_bound_four_times_it() {
+    let bounds: Vec<String> = runway_manifest::latency_bucket_bounds()
+        .map(|b| b.to_string())
+        .collect();
+    // As prometheus_client 0.25 prints the ingress's `le` labels.
+    assert_eq!(bounds.first().map(String::as_str), Some("0.00025"));
+    assert_eq!(bounds.last().map(String::as_str), Some("131.072"));
+    assert_eq!(bounds.len(), 20);
+    let thresholds: Vec<String> = runway_manifest::apdex_thresholds()
+        .map(|b| b.to_string())
+        .collect();
+    assert_eq!(thresholds.len(), 18);
+    assert_eq!(thresholds.last().map(String::as_str), Some("32.768"));
+    for threshold in runway_manifest::apdex_thresholds() {
+        let text = SLO.replace("0.256", &threshold.to_string());
+        assert_eq!(
+            clean_config(&base("m.yml", &text), None)
+                .slo
+                .apdex_threshold_seconds,
+            threshold
+        );
+    }
+}
+
+#[test]
+fn bad_slo_settings_name_their_field() {
+    let text = SLO
+        .replace("0.995", "1")
+        .replace("0.99\n", "0\n")
+        .replace("0.256", "1.5")
+        .replace("https://runbooks.example.com/svc", "runbooks/svc");
+    let loaded = load(&base("m.yml", &text));
+    assert!(loaded.service.is_none());
+    assert_eq!(
+        render(&loaded.diagnostics),
+        "error: m.yml:8:28: spec.workload.slo.availability_target: found `1` (expected less than 1)\n\
+         error: m.yml:9:21: spec.workload.slo.apdex_target: found `0` (expected more than 0)\n\
+         error: m.yml:10:32: spec.workload.slo.apdex_threshold_seconds: 1.5 seconds is not a bound \
+         of the ingress's latency histogram, so its apdex cannot be measured (expected one of \
+         0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, \
+         1.024, 2.048, 4.096, 8.192, 16.384, 32.768 (a bound whose 4 times, the tolerating bound, \
+         is one too))\n\
+         error: m.yml:11:20: spec.workload.slo.runbook_url: `runbooks/svc` is not a web address \
+         (expected an `http://` or `https://` URL, e.g. `https://runbooks.example.com/web`)\n"
+    );
+    // 131.072 is a bound, but 4 times it is not; a negative or infinite threshold is the
+    // schema's to refuse.
+    for (value, expected) in [
+        ("131.072", "131.072 seconds is not a bound"),
+        ("-1", "found `-1` (expected more than 0)"),
+        (".inf", "which is not a finite number"),
+        ("\"1.024\"", "(expected a number)"),
+    ] {
+        let loaded = load(&base("m.yml", &SLO.replace("0.256", value)));
+        let shown = render(&loaded.diagnostics);
+        assert!(
+            shown.contains("spec.workload.slo.apdex_threshold_seconds") && shown.contains(expected),
+            "{value}: {shown}"
+        );
+    }
+    let unknown = load(&base("m.yml", &SLO.replace("apdex_target", "apdex_goal")));
+    assert!(
+        render(&unknown.diagnostics).contains("unknown field `apdex_goal`"),
+        "{}",
+        render(&unknown.diagnostics)
     );
 }
