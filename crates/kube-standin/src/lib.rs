@@ -142,6 +142,9 @@
 //! - Validation beyond the above: the structural schema is checked after the fact by
 //!   [`StandIn::validate_received`], not at write time.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod admission;
 mod api;
 mod controllers;

@@ -26,6 +26,9 @@
 //! # Ok::<(), routable_token::TokenError>(())
 //! ```
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 

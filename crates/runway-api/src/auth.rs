@@ -133,7 +133,7 @@ async fn identity_caller(
             expires_at: Some(identity.expires_at),
         }),
         Err(refusal) => {
-            eprintln!("runway-api: identity token refused: {refusal}");
+            tracing::warn!(reason = %refusal, "identity token refused");
             Err(match refusal {
                 crate::oidc::Refusal::Unbound { .. } => {
                     ApiError::forbidden("this identity token may do nothing here")

@@ -63,6 +63,9 @@
 //! # Ok(()) }
 //! ```
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod auth;
 pub mod config;
 mod deploy;

@@ -96,12 +96,12 @@ async fn per_request(timeout: Duration, req: Request, next: Next) -> Response {
     let mut response = match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(response) => response,
         Err(_) => {
-            eprintln!("runway-api: request {id}: {method} {path}: timed out after {timeout:?}");
+            tracing::warn!(request = %id, %method, %path, ?timeout, "request timed out");
             ApiError::timeout().into_response()
         }
     };
     if let Some(InternalCause(cause)) = response.extensions_mut().remove::<InternalCause>() {
-        eprintln!("runway-api: request {id}: {method} {path}: internal error: {cause}");
+        tracing::error!(request = %id, %method, %path, error = %cause, "internal error");
     }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(X_REQUEST_ID, value);
@@ -171,7 +171,7 @@ pub async fn serve(
                     };
                     // Once per run of failures, not at every retry.
                     if pause.is_zero() {
-                        eprintln!("runway-api: accept: {e}; retrying, {next:?} apart at first");
+                        tracing::warn!(error = %e, retry_after = ?next, "accept failed; retrying");
                     }
                     pause = next;
                     tokio::select! {
@@ -219,7 +219,7 @@ pub async fn serve(
                         Ok(Ok(Some(stream))) => stream,
                         Ok(Ok(None)) => return,
                         Ok(Err(e)) => {
-                            eprintln!("runway-api: tls handshake with {peer}: {e}");
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
                             return;
                         }
                         Err(_) => return,
@@ -232,7 +232,7 @@ pub async fn serve(
             if let Err(e) = result
                 && !e.is_incomplete_message()
             {
-                eprintln!("runway-api: connection from {peer}: {e}");
+                tracing::debug!(%peer, error = %e, "connection failed");
             }
         });
     }
@@ -241,9 +241,9 @@ pub async fn serve(
         .await
         .is_err()
     {
-        eprintln!(
-            "runway-api: connections still open after {:?}; closing them",
-            options.shutdown_grace
+        tracing::warn!(
+            grace = ?options.shutdown_grace,
+            "connections still open after the shutdown grace; closing them"
         );
     }
     Ok(())

@@ -66,6 +66,9 @@
 //! `panic-window-percentage` 10, `panic-threshold-percentage` 200, `max-scale-up-rate` 1000,
 //! `max-scale-down-rate` 2, `scale-to-zero-grace-period` 30s).
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod decide;
 mod history;
 mod settings;

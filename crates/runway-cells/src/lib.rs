@@ -5,6 +5,9 @@
 //!
 //! The router (`runway router`) proxies on the ingress's core; this crate only decides.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod body;
 mod decide;
 mod rules;

@@ -209,6 +209,20 @@ fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
     let json = wants_json(&matches);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Where library code's log events go; `runway ingress` sets its own up.
+    let log_format = match &cli.command {
+        Command::Server(args) => Some(args.log_format),
+        Command::Router(args) => Some(args.log_format),
+        // They set their own up, each with its `--log-format`.
+        Command::Wrapper(_) | Command::Ingress(_) => None,
+        _ => Some(runway_log::LogFormat::Text),
+    };
+    if let Some(format) = log_format
+        && let Err(error) = runway_log::init(format)
+    {
+        eprintln!("error: {error}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let result = match cli.command {
         Command::Init(args) => init::run(&args),
         Command::Validate(args) => validate::run(&args),

@@ -23,6 +23,11 @@ pub(crate) struct Args {
     /// Refused at start, with its line, when a rule cannot work.
     #[arg(long, value_name = "FILE")]
     rules: PathBuf,
+    /// How this process's log lines are written on stderr: `text` (readable) or `json` (one
+    /// object a line, with the spans it happened in: service, environment, deployment,
+    /// revision, instance); `RUST_LOG` filters them (default `info`).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub(crate) log_format: runway_log::LogFormat,
     /// The topology file: `cells: [{id, address, session_prefix}]` and `legacy_cell: ID`;
     /// an address is `host:port` (a name is resolved at start) or `http://host:port`.
     #[arg(long, value_name = "FILE", required_unless_present = "legacy_cell")]

@@ -41,6 +41,11 @@ pub(crate) struct Args {
     /// live (overrides `api.data_dir`).
     #[arg(long, value_name = "DIR", env = "RUNWAY_DATA_DIR", global = true)]
     pub(crate) data_dir: Option<PathBuf>,
+    /// How this process's log lines are written on stderr: `text` (readable) or `json` (one
+    /// object a line, with the spans it happened in: service, environment, deployment,
+    /// revision, instance); `RUST_LOG` filters them (default `info`).
+    #[arg(long, value_name = "FORMAT", default_value = "text", global = true)]
+    pub(crate) log_format: runway_log::LogFormat,
     #[command(subcommand)]
     pub(crate) command: Option<ServerCommand>,
 }

@@ -674,3 +674,80 @@ fn deploy_strategy_flag_is_checked() {
         stderr(&out)
     );
 }
+
+// ---- log lines ---------------------------------------------------------------------------
+
+/// `runway ingress` for about a second with `args`, `RUST_LOG` set to `filter`; its stderr.
+fn ingress_log(args: &[&str], filter: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("routes.json"), "{\"routes\": []}").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_runway"))
+        .args([
+            "ingress",
+            "--routes",
+            "routes.json",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--admin", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", filter)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let out = child.wait_with_output().unwrap();
+    (out.status.code(), stderr(&out))
+}
+
+#[test]
+fn log_lines_are_text_or_json_and_filtered_as_rust_log_says() {
+    let (code, json) = ingress_log(&["--log-format", "json"], "info");
+    assert_eq!(code, Some(0), "{json}");
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let started = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("serving 0 route(s)"))
+        })
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(started["level"], "INFO");
+    assert_eq!(started["target"], "runway_ingress::daemon");
+    assert!(started["timestamp"].as_str().unwrap().ends_with('Z'));
+    let bounded = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "client connections bounded")
+        .unwrap();
+    assert!(
+        bounded["fields"]["max_connections"].as_u64().is_some(),
+        "{bounded}"
+    );
+
+    let (_, text) = ingress_log(&[], "info");
+    assert!(
+        text.lines().any(|l| l
+            .contains(" INFO runway_ingress::daemon: client connections bounded max_connections=")),
+        "{text}"
+    );
+    let (_, quiet) = ingress_log(&[], "warn");
+    assert!(!quiet.contains("INFO"), "{quiet}");
+
+    let (code, bad) = ingress_log(&["--log-format", "xml"], "info");
+    assert_eq!(code, Some(2), "{bad}");
+    assert!(bad.contains("expected text or json"), "{bad}");
+    let (code, bad_filter) = ingress_log(&[], "runway=loud");
+    assert_ne!(code, Some(0), "{bad_filter}");
+    assert!(bad_filter.contains("RUST_LOG"), "{bad_filter}");
+}

@@ -1754,7 +1754,7 @@ fn a_ci_job_deploys_with_its_identity_token() {
     assert!(
         platform
             .log()
-            .contains("identity token refused: no binding"),
+            .contains("identity token refused reason=no binding"),
         "{}",
         platform.log()
     );

@@ -192,7 +192,13 @@ impl<D: Driver> Controller<D> {
                 if let Some(scaler) = state.scalers.get_mut(revision) {
                     scaler.last_change.clone_from(&scaler.last);
                     if let Some(event) = &scaler.last {
-                        eprintln!("runway-control: {}/{}: {}", key.0, key.1, event.summary());
+                        tracing::info!(
+                            service = %key.0,
+                            env = %key.1,
+                            revision = %revision,
+                            "{}",
+                            event.summary()
+                        );
                     }
                 }
                 Ok(Some(desired.generation))

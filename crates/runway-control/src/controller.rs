@@ -17,6 +17,7 @@ use runway_secrets::Sealer;
 use runway_store::{Deployment, Desired, Store, StoreError};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::config::ControllerConfig;
 use crate::dataplane::DataPlane;
@@ -148,25 +149,28 @@ struct Printed {
 
 impl Printed {
     fn round(&mut self, errors: &[ControlError]) {
-        print_new(&mut self.round, errors);
+        for error in new_errors(&mut self.round, errors) {
+            tracing::error!(error, "reconcile round");
+        }
     }
 
     fn service(&mut self, key: &Key, errors: &[ControlError]) {
         if errors.is_empty() {
             self.services.remove(key);
-        } else {
-            print_new(self.services.entry(key.clone()).or_default(), errors);
+            return;
+        }
+        for error in new_errors(self.services.entry(key.clone()).or_default(), errors) {
+            tracing::error!(service = %key.0, env = %key.1, error, "reconcile");
         }
     }
 }
 
-/// Prints the errors not in `printed`, which becomes them.
-fn print_new(printed: &mut BTreeSet<String>, errors: &[ControlError]) {
-    let messages: BTreeSet<String> = errors.iter().map(ToString::to_string).collect();
-    for message in messages.difference(printed) {
-        eprintln!("runway-control: {message}");
-    }
+/// The errors (each its whole chain) not in `printed`, which becomes them.
+fn new_errors(printed: &mut BTreeSet<String>, errors: &[ControlError]) -> Vec<String> {
+    let messages: BTreeSet<String> = errors.iter().map(|e| runway_log::chain(e)).collect();
+    let new = messages.difference(printed).cloned().collect();
     *printed = messages;
+    new
 }
 
 impl<D: Driver> fmt::Debug for Controller<D> {
@@ -450,7 +454,7 @@ impl<D: Driver> Controller<D> {
         }
         let (changed, errors) = self.autoscale().await;
         for error in errors {
-            eprintln!("runway-control: autoscaler: {error}");
+            tracing::error!(error = runway_log::chain(&error), "autoscaler");
         }
         changed
     }
@@ -574,8 +578,10 @@ impl<D: Driver> Controller<D> {
     /// Reconciles one service in one environment, with what its round read.
     async fn reconcile_key(&self, work: Work) -> (Key, KeyOutcome) {
         let mut active = HashSet::new();
+        let span = tracing::info_span!("reconcile", service = %work.key.0, env = %work.key.1);
         let outcome = match self
             .reconcile_service(&work.key, work.wanted.as_ref(), work.instances, &mut active)
+            .instrument(span)
             .await
         {
             Ok((requeue_after_ms, errors)) => KeyOutcome {
@@ -966,6 +972,7 @@ impl<D: Driver> Controller<D> {
 
     /// Starts and stops a revision's replicas as the plan says, in one call to the driver;
     /// returns what happened, one result per change. The stops leave the table first.
+    #[tracing::instrument(level = "info", name = "revision", skip(self, key, batch, told))]
     async fn scale(
         &self,
         key: &Key,
@@ -1047,6 +1054,7 @@ impl<D: Driver> Controller<D> {
 
     /// Asks the driver for `replicas` replicas of the revision, `retire` stopped first;
     /// returns the revision's replicas. A failure is remembered for the revision's status.
+    #[tracing::instrument(level = "info", name = "revision", skip(self, key, retire))]
     async fn start(
         &self,
         key: &Key,

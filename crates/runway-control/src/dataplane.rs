@@ -79,9 +79,10 @@ impl DataPlane for RemoteIngress {
             match RemoteIngress::drain(&remote, address, grace).await {
                 Ok(idle) => idle,
                 Err(error) => {
-                    eprintln!(
-                        "runway-control: drain of {address} at the ingress: {}",
-                        error_chain(&error)
+                    tracing::warn!(
+                        %address,
+                        error = error_chain(&error),
+                        "drain at the ingress failed"
                     );
                     false
                 }

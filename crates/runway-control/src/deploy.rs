@@ -53,6 +53,8 @@ impl<D: Driver> Controller<D> {
     /// Decides whether the deployment succeeded or failed by now. A progressive rollout
     /// (`outcome`) ends it when it rolls back or finishes a dry run; while it steps, the deploy
     /// timeout applies only until its new revision is ready.
+    #[tracing::instrument(level = "info", name = "deployment", skip_all,
+        fields(id = deployment.id, revision = %deployment.to_revision))]
     pub(crate) async fn progress(
         &self,
         key: &Key,

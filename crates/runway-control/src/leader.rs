@@ -103,11 +103,14 @@ impl Election {
             Ok(Ok(Err(leader))) => Leadership::Following { leader },
             Ok(Err(error)) => {
                 let error: StoreError = error;
-                eprintln!("runway: cannot reach the store for the lease: {error}");
+                tracing::warn!(
+                    error = runway_log::chain(&error),
+                    "cannot reach the store for the lease"
+                );
                 now.clone()
             }
             Err(error) => {
-                eprintln!("runway: the lease's attempt failed: {error}");
+                tracing::warn!(%error, "the lease's attempt failed");
                 now.clone()
             }
         }
@@ -135,12 +138,12 @@ impl Election {
             if changed {
                 match &next {
                     Leadership::Leading { fence, .. } => {
-                        eprintln!("runway: this replica leads (lease token {})", fence.token);
+                        tracing::info!(token = fence.token, "this replica leads");
                     }
                     Leadership::Following {
                         leader: Some(leader),
                     } => {
-                        eprintln!("runway: {leader} leads; this replica follows");
+                        tracing::info!(%leader, "another replica leads; this replica follows");
                     }
                     Leadership::Following { leader: None } => {}
                 }
@@ -161,7 +164,7 @@ impl Election {
             })
             .await;
             if !matches!(released, Ok(Ok(()))) {
-                eprintln!("runway: could not give up the lease; it runs out by itself");
+                tracing::warn!("could not give up the lease; it runs out by itself");
             }
         }
     }

@@ -112,6 +112,9 @@
 //! reaches the driver only in the workload's `secrets`. A secret that cannot be opened
 //! fails the start with a reason naming the secret and its version, never a value.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod api;
 mod autoscale;
 mod config;

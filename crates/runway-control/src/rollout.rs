@@ -162,6 +162,8 @@ impl<D: Driver> Controller<D> {
     /// One step of the deployment's rollout: reads its progress, decides, writes the desired
     /// state and the progress, and says how the deployment stands. Returns the desired state
     /// the planner should use this pass (the one it wrote, when it wrote one).
+    #[tracing::instrument(level = "info", name = "rollout", skip_all,
+        fields(deployment = deployment.id, revision = %deployment.to_revision))]
     pub(crate) async fn roll(
         &self,
         key: &Key,

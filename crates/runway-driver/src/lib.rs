@@ -14,6 +14,9 @@
 //! (an image digest, a code snapshot), so every driver builds its own objects from the same
 //! settings, and a Kubernetes driver links neither runc nor an image store nor a supervisor.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;

@@ -305,7 +305,7 @@ pub async fn serve_control_tls(
                         let stream = match handshake.await {
                             Ok(Ok(stream)) => stream,
                             Ok(Err(error)) => {
-                                eprintln!("runway-ingress: control connection from {peer} refused: {error}");
+                                tracing::warn!(%peer, %error, "control connection refused");
                                 return;
                             }
                             Err(_) => return,
@@ -875,9 +875,9 @@ fn set_connected(shared: &Shared, now: bool) {
         *connected = now;
         let at = shared.client.endpoint();
         if now {
-            eprintln!("runway: watching the ingress at {at} again");
+            tracing::info!(ingress = %at, "watching the ingress again");
         } else {
-            eprintln!("runway: lost the watch on the ingress at {at}; retrying");
+            tracing::warn!(ingress = %at, "lost the watch on the ingress; retrying");
         }
     }
 }

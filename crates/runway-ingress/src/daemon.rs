@@ -56,6 +56,11 @@ pub struct Args {
     /// redirects to HTTPS unless --no-redirect.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// How this process's own log lines are written on stderr: `text` (readable) or `json`
+    /// (one object a line); `RUST_LOG` filters them (default `info`). The access log
+    /// (`--access-log`) is JSON on stdout either way.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub log_format: runway_log::LogFormat,
     /// Serve HTTPS here (TLS 1.2 and 1.3, HTTP/2 by ALPN).
     #[arg(long)]
     pub https: Option<SocketAddr>,
@@ -108,6 +113,7 @@ fn parse_certificate(value: &str) -> Result<CertificateFiles, String> {
 
 /// Runs the ingress until SIGTERM, SIGINT or (with `--state-dir`) a `stop` request.
 pub fn main(args: Args) -> anyhow::Result<()> {
+    runway_log::init(args.log_format)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         runtime.worker_threads(threads.max(1));
@@ -191,9 +197,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         ..Options::default()
     };
-    eprintln!(
-        "runway-ingress: {} client connections at most ({fd_limit} open files)",
-        options.max_connections
+    tracing::info!(
+        max_connections = options.max_connections,
+        open_files = fd_limit,
+        "client connections bounded"
     );
     let ingress = if args.access_log {
         Ingress::with_access_log(options, tokio::io::stdout())
@@ -267,9 +274,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     // With a control plane, it alone sets tables.
                     let Some(routes) = &routes else { continue };
                     match RouteTableConfig::load(routes).and_then(|t| reloader.set_routes(&t)) {
-                        Ok(()) => eprintln!("runway-ingress: reloaded {}", routes.display()),
+                        Ok(()) => tracing::info!(file = %routes.display(), "routes reloaded"),
                         // A bad file keeps the table in force.
-                        Err(error) => eprintln!("runway-ingress: kept the previous table: {error}"),
+                        Err(error) => tracing::warn!(
+                            file = %routes.display(),
+                            error = runway_log::chain(&error),
+                            "kept the previous table"
+                        ),
                     }
                 }
                 _ = terminate.recv() => break,
@@ -392,8 +403,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
             until(stopped),
         ));
     }
-    eprintln!(
-        "runway-ingress: pid {}, serving {} route(s) on {}{}, metrics on {}{}",
+    tracing::info!(
+        "pid {}, serving {} route(s) on {}{}, metrics on {}{}",
         std::process::id(),
         table.routes.len(),
         bound.http,
@@ -408,10 +419,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or_default(),
     );
     if let Some(address) = control_bound {
-        eprintln!("runway-ingress: control over mutual TLS on {address}");
+        tracing::info!(%address, "control over mutual TLS");
     }
     if let Some(old) = &replaced {
-        eprintln!("runway-ingress: replacing pid {}", old.pid);
+        tracing::info!(pid = old.pid, "replacing the ingress running before");
     }
 
     let mut failed = None;
@@ -428,7 +439,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(dir), Some(inode)) = (&state_dir, socket) {
         control::remove_socket_if_ours(dir, inode);
     }
-    eprintln!("runway-ingress: stopping: no new connections; in-flight requests finish");
+    tracing::info!("stopping: no new connections; in-flight requests finish");
     while let Some(ended) = tasks.join_next().await {
         if failed.is_none() && !matches!(&ended, Ok(Ok(()))) {
             failed = Some(ended);
@@ -438,7 +449,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         remove_pid_if_ours(dir);
     }
     drop(held_port);
-    eprintln!("runway-ingress: stopped");
+    tracing::info!("stopped");
     match failed {
         Some(Ok(result)) => result,
         Some(Err(panicked)) => Err(anyhow::anyhow!("a server task panicked: {panicked}")),
@@ -461,7 +472,7 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 fn write_pid(dir: &Path) {
     let path = dir.join(control::PID_FILE);
     if let Err(error) = std::fs::write(&path, format!("{}\n", std::process::id())) {
-        eprintln!("runway-ingress: cannot write {}: {error}", path.display());
+        tracing::warn!(file = %path.display(), %error, "cannot write the pid file");
     }
 }
 
@@ -532,9 +543,10 @@ pub async fn ensure(
                 let old = client.open().await?;
                 start(launch, &client, true).await?;
                 if let Err(error) = old.stop(options.timeout).await {
-                    eprintln!(
-                        "runway: the replaced ingress (pid {}) did not take its stop: {error}",
-                        hello.pid
+                    tracing::warn!(
+                        pid = hello.pid,
+                        error = runway_log::chain(&error),
+                        "the replaced ingress did not take its stop"
                     );
                 }
                 Outcome::Replaced {

@@ -75,10 +75,10 @@ impl IngressFleet {
             }
         }
         if members.is_empty() {
-            eprintln!(
-                "runway: no ingress answers at {} yet; looking again every {:?}",
-                options.addresses.join(", "),
-                options.resolve_every
+            tracing::warn!(
+                addresses = options.addresses.join(", "),
+                every = ?options.resolve_every,
+                "no ingress answers yet; looking again"
             );
         }
         let shared = Arc::new(Shared {
@@ -167,9 +167,10 @@ impl IngressFleet {
                 Ok(Ok(true)) => {}
                 Ok(Ok(false)) => idle = false,
                 Ok(Err(error)) => {
-                    eprintln!(
-                        "runway: drain of {address}: {}",
-                        crate::control::error_chain(&error)
+                    tracing::warn!(
+                        %address,
+                        error = crate::control::error_chain(&error),
+                        "drain failed"
                     );
                     idle = false;
                 }
@@ -238,14 +239,14 @@ impl Shared {
                 }
             }
         });
-        eprintln!("runway: the ingress at {address} joined the fleet");
+        tracing::info!(ingress = %address, "an ingress joined the fleet");
         self.lock_members().insert(address, remote);
     }
 
     fn leave(&self, address: SocketAddr) {
         if self.lock_members().remove(&address).is_some() {
             self.lock_counters().depart(address);
-            eprintln!("runway: the ingress at {address} left the fleet");
+            tracing::info!(ingress = %address, "an ingress left the fleet");
         }
     }
 }
@@ -276,9 +277,10 @@ async fn keep_looking(shared: Weak<Shared>) {
             if let Some(table) = latest.as_ref()
                 && let Err(error) = remote.set_routes(table).await
             {
-                eprintln!(
-                    "runway: the ingress at {new} did not take the table: {}",
-                    crate::control::error_chain(&error)
+                tracing::warn!(
+                    ingress = %new,
+                    error = crate::control::error_chain(&error),
+                    "an ingress did not take the table"
                 );
                 continue;
             }
@@ -305,7 +307,7 @@ async fn resolve(names: &[String]) -> BTreeSet<SocketAddr> {
     for name in names {
         match tokio::net::lookup_host(name.as_str()).await {
             Ok(addresses) => found.extend(addresses),
-            Err(error) => eprintln!("runway: cannot resolve the ingress address {name}: {error}"),
+            Err(error) => tracing::warn!(%name, %error, "cannot resolve an ingress address"),
         }
     }
     found
@@ -319,9 +321,10 @@ async fn hello(address: SocketAddr, options: &FleetOptions) -> Option<RemoteIngr
     match RemoteIngress::connect_to(endpoint, options.remote.clone()).await {
         Ok(remote) => Some(remote),
         Err(error) => {
-            eprintln!(
-                "runway: the ingress at {address} does not answer: {}",
-                crate::control::error_chain(&error)
+            tracing::warn!(
+                ingress = %address,
+                error = crate::control::error_chain(&error),
+                "an ingress does not answer"
             );
             None
         }

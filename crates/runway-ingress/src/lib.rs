@@ -4,6 +4,9 @@
 //! the control plane), serves clients over HTTP/1.1 and HTTP/2 (h2c) with [`Ingress::serve`],
 //! and Prometheus metrics with [`Ingress::serve_admin`]. See `proxy.rs` for one request's path.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod body;
 mod cells;
 pub mod config;

@@ -210,7 +210,7 @@ async fn watch_certificates(tls: Tls, period: Duration, metrics: Arc<crate::Metr
             Ok(false) => {}
             Err(error) => {
                 metrics.certificate_reload_errors.inc();
-                eprintln!("runway-ingress: kept the previous certificates: {error}");
+                tracing::warn!(error = %error, "kept the previous certificates");
             }
         }
     }

@@ -30,6 +30,9 @@
 //! lowered, so the ReplicaSet removes those and no other; a replica replaced by a new one is
 //! deleted, and its ReplicaSet starts the new one.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod diagnose;
 mod logs;
 
@@ -511,7 +514,7 @@ where
             match event {
                 Ok(_) => {
                     if lock(&failing).remove(&what).is_some() {
-                        eprintln!("runway-kube: watching {what} again");
+                        tracing::info!(%what, "watching again");
                     }
                     changes.send_modify(|n| *n = n.wrapping_add(1));
                 }
@@ -519,7 +522,7 @@ where
                     let message = format!("watching {what}: {error}");
                     let previous = lock(&failing).insert(what.clone(), message.clone());
                     if previous.as_ref() != Some(&message) {
-                        eprintln!("runway-kube: {message}");
+                        tracing::warn!(%what, %error, "watch failed");
                     }
                 }
             }

@@ -20,6 +20,9 @@
 //! assert_eq!(config.port, Some(8080));
 //! ```
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod config;
 mod diagnostic;
 mod quantity;

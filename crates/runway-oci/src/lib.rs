@@ -124,6 +124,9 @@
 //! `/sys/fs/cgroup/unified`; running it in a mount namespace where that is unmounted works
 //! (`unshare -m sh -c 'umount /sys/fs/cgroup/unified; crun run ...'`).
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod auth;
 mod bundle;
 mod digest;

@@ -6,6 +6,11 @@
 //! calls [`require_tools`] first: when one is missing it prints why and skips, except with
 //! `CI=true`, where it panics so the run fails.
 
+#![allow(
+    clippy::print_stderr,
+    reason = "test support: a skip is told to whoever runs the tests"
+)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -66,6 +66,9 @@
 //!    is the one case where rule 3 gives way and routes point at a revision with no ready
 //!    instance.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod instances;
 mod model;
 mod plan;

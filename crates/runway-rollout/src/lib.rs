@@ -112,6 +112,9 @@
 //! target (0.999) is not used as such: a p99 within the threshold is the measure a window of
 //! a few hundred requests can support.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod analysis;
 mod error;
 mod rollout;

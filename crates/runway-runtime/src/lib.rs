@@ -16,6 +16,9 @@
 //! - [`network`] gives a container a network of its own: a namespace joined to the host by a
 //!   veth pair on a `/30` leased from the operator's range, with no route out.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod container;
 pub mod driver;
 pub mod local;

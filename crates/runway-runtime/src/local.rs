@@ -770,7 +770,7 @@ fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
         // What a registry (or wherever it sent the client: a token realm, a redirect) said
         // stays in the server's log; the tenant learns only that the pull failed.
         other => {
-            eprintln!("runway-runtime: a pull failed: {other}");
+            tracing::warn!(error = %other, "an image pull failed");
             "could not pull it".to_owned()
         }
     }

@@ -213,10 +213,7 @@ impl Drop for SecretBundle {
         if let Err(error) = fs::remove_dir_all(&self.dir)
             && error.kind() != io::ErrorKind::NotFound
         {
-            eprintln!(
-                "runway supervise: cannot remove {}: {error}",
-                self.dir.display()
-            );
+            tracing::warn!(dir = %self.dir.display(), %error, "cannot remove the secret bundle");
         }
     }
 }
@@ -230,7 +227,7 @@ pub(crate) fn remove_stale(memory: &Path, id: &str) {
     if let Err(error) = fs::remove_dir_all(&dir)
         && error.kind() != io::ErrorKind::NotFound
     {
-        eprintln!("runway: cannot remove {}: {error}", dir.display());
+        tracing::warn!(dir = %dir.display(), %error, "cannot remove a stale secret bundle");
     }
 }
 

@@ -71,16 +71,18 @@ pub enum SupervisorError {
 /// subreaper (to reap container processes), reads the [`InstanceSpec`] as JSON from stdin and
 /// supervises the instance until it is stopped or ends for good. Returns the exit code.
 pub fn main(state_dir: &Path) -> i32 {
+    // Its stderr is the instance's supervisor log; `RUST_LOG` filters it.
+    let _ = runway_log::init(runway_log::LogFormat::Text);
     // Not in the caller's session nor process group: its terminal's signals do not reach us,
     // and the process group this makes is the instance's, which the watchdog can end whole.
     if let Err(error) = nix::unistd::setsid() {
-        eprintln!("runway supervise: cannot leave the caller's session: {error}");
+        tracing::warn!(%error, "cannot leave the caller's session");
     }
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let spec = match read_spec() {
         Ok(spec) => spec,
         Err(error) => {
-            eprintln!("runway supervise: {error}");
+            tracing::error!(error = runway_log::chain(&error), "cannot read the spec");
             return 1;
         }
     };
@@ -90,7 +92,7 @@ pub fn main(state_dir: &Path) -> i32 {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("runway supervise: cannot start: {error}");
+            tracing::error!(%error, "cannot start");
             return 1;
         }
     };
@@ -98,17 +100,26 @@ pub fn main(state_dir: &Path) -> i32 {
     let watchdog = match spawn_watchdog(state_dir) {
         Ok(watchdog) => watchdog,
         Err(error) => {
-            eprintln!("runway supervise: cannot start its watchdog: {error}");
+            tracing::error!(%error, "cannot start its watchdog");
             return 1;
         }
     };
-    let ended = runtime.block_on(supervise(state_dir, spec));
+    let span = tracing::info_span!(
+        "instance",
+        id = %spec.id,
+        service = %spec.service,
+        revision = %spec.revision
+    );
+    let ended = runtime.block_on(tracing::Instrument::instrument(
+        supervise(state_dir, spec),
+        span,
+    ));
     release_watchdog(watchdog);
     match ended {
         Ok(status) if status.phase == Phase::Failed => 1,
         Ok(_) => 0,
         Err(error) => {
-            eprintln!("runway supervise: {error}");
+            tracing::error!(error = runway_log::chain(&error), "supervision failed");
             1
         }
     }
@@ -163,7 +174,7 @@ pub fn watchdog_main(state_dir: &Path) -> i32 {
         .and_then(|pid| pid.parse::<i32>().ok())
         .filter(|&pid| pid > 1)
     else {
-        eprintln!("runway supervise --watchdog: started without {SUPERVISOR_PID_ENV}");
+        tracing::error!("the watchdog started without {SUPERVISOR_PID_ENV}");
         return 2;
     };
     let mut line = String::new();
@@ -193,13 +204,13 @@ pub fn watchdog_main(state_dir: &Path) -> i32 {
         // Its bundle with secrets, if it was killed while `create` read it.
         secret_bundle::remove_stale(secret_bundle::memory_dir(), &id);
         if let Err(error) = deleted {
-            eprintln!("runway supervise --watchdog: cannot delete container {id}: {error}");
+            tracing::error!(container = %id, %error, "the watchdog cannot delete the container");
             return 1;
         }
     }
-    eprintln!(
-        "runway supervise --watchdog: supervisor {supervisor} ended without stopping its \
-         instance; ended the instance"
+    tracing::warn!(
+        %supervisor,
+        "the supervisor ended without stopping its instance; the watchdog ended the instance"
     );
     0
 }
@@ -796,7 +807,7 @@ async fn write_logs(mut writer: LogWriter, mut events: mpsc::Receiver<LogEvent>)
         match event {
             LogEvent::Chunk(chunk) => {
                 if let Err(error) = writer.write(&chunk, SystemTime::now()) {
-                    eprintln!("runway supervise: cannot write the instance's output: {error}");
+                    tracing::warn!(%error, "cannot write the instance's output");
                 }
                 if last_lines.len() == LAST_LINES {
                     last_lines.pop_front();
@@ -814,7 +825,7 @@ async fn persist_status(path: PathBuf, mut status: watch::Receiver<InstanceStatu
     loop {
         let current = status.borrow_and_update().clone();
         if let Err(error) = write_json(&path, &current) {
-            eprintln!("runway supervise: cannot write {}: {error}", path.display());
+            tracing::warn!(file = %path.display(), %error, "cannot write the status");
         }
         if status.changed().await.is_err() {
             return;

@@ -302,7 +302,10 @@ mod tests {
         let other = nix::unistd::Gid::from_raw(nix::unistd::getegid().as_raw() ^ 1);
         if nix::unistd::chown(&path, None, Some(other)).is_err() {
             // Only root, or a member of the other group, may give the file to it.
-            eprintln!("skipped: cannot give the key file to another group");
+            #[allow(clippy::print_stderr, reason = "a test's skip")]
+            {
+                eprintln!("skipped: cannot give the key file to another group");
+            }
             return;
         }
         fs::set_permissions(&path, fs::Permissions::from_mode(0o440)).unwrap();

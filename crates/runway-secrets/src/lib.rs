@@ -54,6 +54,9 @@
 //! - **Policy as a pure function** of scope, action, time and revocation, so it is
 //!   table-tested; the store supplies the scope and the revocation flag.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 pub mod error;
 pub mod key;
 pub mod name;

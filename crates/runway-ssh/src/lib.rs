@@ -45,6 +45,9 @@
 //! SSH is [russh] with `ring` for its ciphers (no OpenSSL, no cmake): the deployer stays one
 //! static binary.
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 mod address;
 mod command;
 mod error;

@@ -2,6 +2,11 @@
 //! own host key and config, and ed25519 keys made by `ssh-keygen`. Used by this crate's tests
 //! and the deployer's.
 
+#![allow(
+    clippy::print_stderr,
+    reason = "test support: a skip is told to whoever runs the tests"
+)]
+
 use std::net::TcpListener as StdTcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

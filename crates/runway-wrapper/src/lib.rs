@@ -24,7 +24,7 @@
 //!   `InitGracefulShutdown` sends. By name (`SIGQUIT`, `QUIT`) or number (`3`).
 //! - `COMMAND [ARGS...]`: the child. It runs in its own process group with stdin on
 //!   `/dev/null` and stdout and stderr inherited, as upstream. The wrapper's own log lines go
-//!   to stderr, marked `[runway wrapper]`.
+//!   to stderr, marked by their target, `runway_wrapper`.
 //!
 //! # Compatibility with upstream
 //!
@@ -67,6 +67,9 @@
 //!   number when a signal ended it), where upstream exits 0.
 //! - A command that cannot be started is an error and a non-zero exit (upstream keeps serving
 //!   `stopped` with the error as the failure reason); the socket file is removed.
+
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
 
 use std::time::Duration;
 #[cfg(feature = "server")]
@@ -168,6 +171,12 @@ pub struct WrapperArgs {
     #[arg(long, value_name = "URL", default_value = DEFAULT_LISTEN)]
     pub grpc_listen: ListenAddress,
 
+    /// How this process's log lines are written on stderr: `text` (readable) or `json` (one
+    /// object a line, with the spans it happened in: service, environment, deployment,
+    /// revision, instance); `RUST_LOG` filters them (default `info`).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub log_format: runway_log::LogFormat,
+
     /// How long a forceful shutdown waits after SIGTERM before SIGKILL
     ///
     /// A Go duration: a number and a unit, repeated (ns, us, ms, s, m, h).
@@ -206,8 +215,10 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<i32> {
 }
 
 #[cfg(feature = "server")]
-/// [`run`] on a runtime of its own, for a caller that has none.
+/// [`run`] on a runtime of its own, for a caller that has none: the wrapper's entry point,
+/// which sets up its log lines (`--log-format`) unless the process already has.
 pub fn run_blocking(args: WrapperArgs) -> anyhow::Result<i32> {
+    runway_log::init(args.log_format)?;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -1,16 +1,17 @@
-//! The wrapper's own log lines, on stderr, marked apart from the child's output (which shares
-//! the same stderr), as upstream marks its own with `[WRAPPER]`.
+//! The wrapper's own log lines, through `tracing`: on stderr, where the child's output goes
+//! too, marked apart from it by their target (`runway_wrapper`), as upstream marks its own
+//! with `[WRAPPER]`.
 
 use std::fmt;
 
 pub(crate) fn info(message: fmt::Arguments<'_>) {
-    eprintln!("[runway wrapper] {message}");
+    tracing::info!("{message}");
 }
 
 pub(crate) fn warn(message: fmt::Arguments<'_>) {
-    eprintln!("[runway wrapper] warning: {message}");
+    tracing::warn!("{message}");
 }
 
 pub(crate) fn error(message: fmt::Arguments<'_>) {
-    eprintln!("[runway wrapper] error: {message}");
+    tracing::error!("{message}");
 }
