@@ -1,6 +1,8 @@
 //! Renders a Runway service to Kubernetes objects, a Knative `serving.knative.dev/v1` Service as
-//! Cloud Run accepts it, and a Helm chart. Pure: it returns files and writes nothing. Output is
-//! deterministic: stable key order, no timestamps, the same bytes for the same input.
+//! Cloud Run accepts it, and a Helm chart; and its monitoring ([`observability`]): Prometheus
+//! recording rules and alerts, and a Grafana dashboard. Pure: it returns files and writes
+//! nothing. Output is deterministic: stable key order, no timestamps, the same bytes for the
+//! same input.
 //!
 //! ```
 //! use runway_manifest::{ServiceFiles, SourceFile, load};
@@ -14,6 +16,9 @@
 //! assert!(rendered[0].contents.contains("image: \"hello:1.0\""));
 //! ```
 
+// Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
+#![deny(clippy::print_stderr)]
+
 use std::fmt;
 
 use runway_manifest::ServiceConfig;
@@ -22,6 +27,7 @@ mod common;
 mod helm;
 mod knative;
 mod kubernetes;
+pub mod observability;
 mod yaml;
 
 pub use kubernetes::{REVISION_LABEL, Revision, SERVICE_LABEL, revision_objects};
@@ -37,6 +43,11 @@ pub enum Target {
     /// A chart directory: Chart.yaml, values.yaml, templates/. The image is a value, which
     /// the manifest need not name.
     Helm,
+    /// `<service>.rules.yml`, Prometheus recording rules and multi-window, multi-burn-rate
+    /// alerts over the ingress's metrics, and `<service>.dashboard.json`, a Grafana dashboard
+    /// ([`observability`]). Through [`render`] the alerts have no runbook unless the manifest
+    /// names one; [`observability::files`] takes a base URL for it.
+    Observability,
 }
 
 impl fmt::Display for Target {
@@ -45,6 +56,7 @@ impl fmt::Display for Target {
             Self::Kubernetes => "kubernetes",
             Self::Knative => "knative",
             Self::Helm => "helm",
+            Self::Observability => "observability",
         })
     }
 }
@@ -102,6 +114,15 @@ pub enum RenderError {
         /// The target asked for.
         target: Target,
     },
+    /// One service's objectives were given twice for one environment (or twice for every
+    /// environment): their rules would record the same series twice.
+    #[error("service `{service}` has two sets of objectives for {}", env.as_ref().map_or_else(|| "every environment".to_owned(), |env| format!("environment `{env}`")))]
+    DuplicateSlo {
+        /// The service's name.
+        service: String,
+        /// The environment, `None` for every environment.
+        env: Option<String>,
+    },
 }
 
 /// Renders `config` to `target`.
@@ -114,6 +135,9 @@ pub fn render(
         Target::Kubernetes => kubernetes::render(config, options),
         Target::Knative => knative::render(config, options),
         Target::Helm => helm::render(config, options),
+        Target::Observability => {
+            observability::files(&[observability::ServiceSlo::new(config, None)?])
+        }
     }
 }
 
