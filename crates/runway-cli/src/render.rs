@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use runway_manifest::{Service, ServiceConfig};
-use runway_render::{RenderOptions, Target};
+use runway_render::observability::{self, ServiceSlo};
+use runway_render::{RenderOptions, RenderedFile, Target};
 
 use crate::repo::{Repository, discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, RepoArg, print_stdout};
@@ -20,6 +21,9 @@ pub(crate) struct Args {
     #[arg(long, short = 't', value_enum)]
     target: TargetArg,
     /// Environment whose overrides (`runway-<env>.yml`) and variables (`env-<env>.yml`) apply.
+    /// For `observability`, without it the rules cover every environment: each one with a
+    /// `runway-<env>.yml` or `env-<env>.yml` by its own objectives, any other by the base
+    /// manifest's.
     #[arg(long, short = 'e')]
     env: Option<String>,
     /// Render only this service (its `metadata.name` or its directory under `.runway/`).
@@ -34,6 +38,10 @@ pub(crate) struct Args {
     /// Kubernetes namespace for the objects.
     #[arg(long, short = 'n')]
     namespace: Option<String>,
+    /// For `observability`: where the alerts' runbooks live. A service's alerts link to
+    /// `<URL>/<service>` unless its manifest names a runbook (`spec.workload.slo.runbook_url`).
+    #[arg(long, value_name = "URL")]
+    runbook_base: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -44,6 +52,11 @@ enum TargetArg {
     Knative,
     /// A Helm chart directory.
     Helm,
+    /// Monitoring from the ingress's metrics and `spec.workload.slo`: `<service>.rules.yml`,
+    /// Prometheus recording rules (request rate, error ratio and apdex over 5m to 3d) and
+    /// multi-window, multi-burn-rate alerts (page at 14.4x over 1h and 6x over 6h, ticket at
+    /// 1x over 3d), and `<service>.dashboard.json`, a Grafana dashboard.
+    Observability,
 }
 
 impl From<TargetArg> for Target {
@@ -52,6 +65,7 @@ impl From<TargetArg> for Target {
             TargetArg::Kubernetes => Self::Kubernetes,
             TargetArg::Knative => Self::Knative,
             TargetArg::Helm => Self::Helm,
+            TargetArg::Observability => Self::Observability,
         }
     }
 }
@@ -63,6 +77,14 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
         namespace: args.namespace.clone(),
     };
     let target = Target::from(args.target);
+    if let Some(base) = &args.runbook_base {
+        if target != Target::Observability {
+            bail!("--runbook-base is for `-t observability`, not {target}");
+        }
+        if !is_web_address(base) {
+            bail!("--runbook-base `{base}` is not an `http://` or `https://` URL");
+        }
+    }
     let wanted = |service: &Service| is_named(service, args.service.as_deref());
     let Some(services) = valid_services(&repo, &args.repo.path, wanted) else {
         return Ok(ExitCode::from(EXIT_INVALID));
@@ -76,6 +98,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let mut files = Vec::new();
     for service in &services {
+        if target == Target::Observability {
+            files.extend(monitoring(&repo, service, args)?);
+            continue;
+        }
         let config = service.config(args.env.as_deref())?;
         let rendered = runway_render::render(&config, target, &options).with_context(|| {
             format!(
@@ -117,6 +143,58 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A service's rules and dashboard: for `--env`, that environment's objectives; without it,
+/// each environment with files of its own by its own, and every other by the base manifest's.
+fn monitoring(
+    repo: &Repository,
+    service: &Service,
+    args: &Args,
+) -> anyhow::Result<Vec<RenderedFile>> {
+    let mut configs = Vec::new();
+    match &args.env {
+        Some(env) => configs.push(service.config(Some(env))?),
+        None => {
+            // A service with only per-environment manifests has no objectives for the rest.
+            configs.extend(service.config(None).ok());
+            for env in service.environments() {
+                configs.push(service.config(Some(env))?);
+            }
+        }
+    }
+    let files = configs
+        .iter()
+        .map(|config| ServiceSlo::new(config, args.runbook_base.as_deref()))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|slos| {
+            if slos.iter().any(|slo| slo.runbook_url.is_none()) {
+                eprintln!(
+                    "note: the alerts of {} link to no runbook: pass --runbook-base or set \
+                     spec.workload.slo.runbook_url",
+                    service.name()
+                );
+            }
+            observability::files(&slos)
+        })
+        .with_context(|| {
+            format!(
+                "cannot render {} to {}",
+                sources(repo, service, args.env.as_deref()),
+                Target::Observability
+            )
+        })?;
+    Ok(files)
+}
+
+/// Whether `url` is an `http://` or `https://` address with a host, as the manifest's
+/// `runbook_url` must be.
+fn is_web_address(url: &str) -> bool {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
+        && !url.chars().any(|ch| ch.is_whitespace() || ch.is_control())
+}
+
 /// Where the service's secrets must be set for what was rendered to run: Runway renders their
 /// names, never their values. `None` for a service without secrets.
 fn secrets_note(config: &ServiceConfig, target: Target) -> Option<String> {
@@ -151,6 +229,8 @@ fn secrets_note(config: &ServiceConfig, target: Target) -> Option<String> {
             list(|v| format!("key {v}")),
             chart = config.dns_name,
         ),
+        // Rules and a dashboard read no secret.
+        Target::Observability => return None,
     })
 }
 
