@@ -583,7 +583,7 @@ pub fn dashboard(slo: &ServiceSlo) -> Value {
             "How many times as fast as the objectives allow the error and apdex budgets are \
              spent, from the recording rules (every revision). The alerts page at 14.4 over 1h \
              and 6 over 6h, and open a ticket at 1 over 3d.",
-            "x",
+            "none",
             vec![
                 target(
                     format!(
