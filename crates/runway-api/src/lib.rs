@@ -71,6 +71,7 @@ pub mod config;
 mod deploy;
 pub mod error;
 mod extract;
+pub mod metrics;
 pub mod oidc;
 pub mod openapi;
 mod platform;

@@ -12,7 +12,7 @@ use crate::error::{ErrorBody, ErrorDetail};
 use crate::types::LABEL_PATTERN;
 
 /// The routes that need no token.
-pub const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/openapi.json"];
+pub const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/openapi.json", "/metrics"];
 
 #[derive(OpenApi)]
 #[openapi(

@@ -83,6 +83,12 @@ pub trait Platform: Send + Sync + 'static {
 
     /// The desired state changed: the reconciler should look again now.
     fn wake(&self);
+
+    /// The platform's own metrics endpoints, for Prometheus's discovery (the ingresses'
+    /// admin ports, the API's `/metrics`); none by default.
+    fn metrics_endpoints(&self) -> Vec<crate::metrics::TargetGroup> {
+        Vec::new()
+    }
 }
 
 /// Why a code snapshot was not taken.

@@ -29,6 +29,8 @@ type JsonResponse<T> = ApiResult<axum::Json<T>>;
 pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<ApiState> {
     OpenApiRouter::with_openapi(doc)
         .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .routes(routes!(prometheus_targets))
         .routes(routes!(openapi_json))
         .routes(routes!(whoami))
         .routes(routes!(create_service, list_services))
@@ -144,6 +146,66 @@ async fn healthz() -> axum::Json<Health> {
     axum::Json(Health {
         status: "ok".to_owned(),
     })
+}
+
+/// The control plane's own metrics, in Prometheus's text format: its requests by method and
+/// status code, and their durations. No token: figures only.
+#[utoipa::path(get, path = "/metrics", security(()),
+    responses((status = 200, description = "Prometheus's text exposition format", body = String)))]
+async fn metrics(state: axum::extract::State<ApiState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+/// Prometheus's HTTP service discovery (admin): every instance's scrape targets (the
+/// manifest's `observability.scrape_targets`, each port at the instance's address, with
+/// `metrics_path`) labelled with its service, environment, revision and instance; and the
+/// platform's own metrics endpoints (the ingresses', the API's). Point `http_sd_configs` at
+/// it with an admin token.
+#[utoipa::path(get, path = "/v1/prometheus/targets",
+    responses((status = 200, body = Vec<crate::metrics::TargetGroup>)))]
+async fn prometheus_targets(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+) -> JsonResponse<Vec<crate::metrics::TargetGroup>> {
+    caller.allow(Admin, None, None)?;
+    let desired = state.store(|s| Ok(s.desired_list()?)).await?;
+    let mut groups = state.platform.metrics_endpoints();
+    for wanted in desired {
+        let parts = state.platform.status(&wanted.service, &wanted.env).await;
+        let revisions: std::collections::BTreeSet<String> =
+            parts.instances.iter().map(|i| i.revision.clone()).collect();
+        let manifests = state
+            .store(move |s| {
+                let mut manifests = std::collections::BTreeMap::new();
+                for name in revisions {
+                    if let Ok(revision) = s.revision_get(&name) {
+                        manifests.insert(name, revision.manifest);
+                    }
+                }
+                Ok(manifests)
+            })
+            .await?;
+        groups.extend(parts.instances.iter().filter_map(|instance| {
+            crate::metrics::instance_targets(
+                [
+                    &wanted.service,
+                    &wanted.env,
+                    &instance.revision,
+                    &instance.id,
+                ],
+                instance.address.as_deref(),
+                manifests.get(&instance.revision)?,
+            )
+        }));
+    }
+    Ok(axum::Json(groups))
 }
 
 /// This document.

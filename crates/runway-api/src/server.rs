@@ -48,6 +48,7 @@ impl Default for Limits {
 
 /// The API's router over `state`, every route of the contract with its layers.
 pub fn router(state: ApiState, limits: Limits) -> Router {
+    let metrics = Arc::clone(&state.metrics);
     let (router, _) = crate::routes::api_router_with(crate::openapi::base()).split_for_parts();
     router
         .fallback(|| async { ApiError::not_found("no such route") })
@@ -61,7 +62,7 @@ pub fn router(state: ApiState, limits: Limits) -> Router {
                 } else {
                     limits.request_timeout
                 };
-                per_request(timeout, req, next)
+                per_request(Arc::clone(&metrics), timeout, req, next)
             },
         ))
 }
@@ -89,7 +90,13 @@ fn next_request_id() -> String {
 }
 
 /// Gives the request an id, bounds it in time, and logs the cause of a 500 with that id.
-async fn per_request(timeout: Duration, req: Request, next: Next) -> Response {
+async fn per_request(
+    metrics: Arc<crate::metrics::ApiMetrics>,
+    timeout: Duration,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = std::time::Instant::now();
     let id = next_request_id();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -106,6 +113,11 @@ async fn per_request(timeout: Duration, req: Request, next: Next) -> Response {
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(X_REQUEST_ID, value);
     }
+    metrics.observe(
+        method.as_str(),
+        response.status().as_u16(),
+        started.elapsed(),
+    );
     response
 }
 

@@ -26,6 +26,8 @@ pub struct ApiState {
     pub(crate) oidc: Option<Arc<crate::oidc::Verifier>>,
     /// Where deploys read secrets (`secrets.vault`); the sealed store alone without it.
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
+    /// The API's own request figures (`GET /metrics`).
+    pub(crate) metrics: Arc<crate::metrics::ApiMetrics>,
 }
 
 impl fmt::Debug for ApiState {
@@ -56,6 +58,7 @@ impl ApiState {
             max_source_bytes: crate::config::DEFAULT_SOURCE_BYTES,
             oidc: None,
             vault: None,
+            metrics: Arc::default(),
         }
     }
 

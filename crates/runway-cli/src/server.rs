@@ -957,10 +957,35 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         sources.clone(),
         stopped.clone(),
     )));
+    // What Prometheus scrapes of the platform itself: this API's `/metrics` and the ingress
+    // this server runs (remote ingresses are their operator's to scrape).
+    let mut metrics = vec![runway_api::metrics::TargetGroup {
+        targets: vec![api_address.to_string()],
+        labels: [
+            ("job", "runway-api"),
+            (
+                "__scheme__",
+                if config.api.tls.enabled {
+                    "https"
+                } else {
+                    "http"
+                },
+            ),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into(),
+    }];
+    if let Some(ingress) = &ingress {
+        metrics.push(runway_api::metrics::TargetGroup {
+            targets: vec![ingress.bound.admin.to_string()],
+            labels: [("job".to_owned(), "runway-ingress".to_owned())].into(),
+        });
+    }
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
         sources,
         leadership: replicated.then_some((replica, following)),
+        metrics,
     });
     let state = ApiState::new(
         Arc::clone(&store),
@@ -1332,6 +1357,8 @@ struct ServerPlatform {
     sources: SourceStore,
     /// This replica's name and whether it leads, when it is one of several.
     leadership: Option<(String, watch::Receiver<Leadership>)>,
+    /// The platform's own metrics endpoints, for Prometheus's discovery.
+    metrics: Vec<runway_api::metrics::TargetGroup>,
 }
 
 fn api_log_line(line: runway_driver::LogLine) -> runway_api::types::LogLine {
@@ -1411,6 +1438,10 @@ impl std::io::Read for Chunks {
 }
 
 impl Platform for ServerPlatform {
+    fn metrics_endpoints(&self) -> Vec<runway_api::metrics::TargetGroup> {
+        self.metrics.clone()
+    }
+
     fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>> {
         let digest = runway_oci::Digest::parse(digest);
         Box::pin(async move {

@@ -1929,3 +1929,142 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
         refused.all()
     );
 }
+
+/// A real Prometheus (Debian's) discovers the platform through `GET /v1/prometheus/targets`
+/// (`http_sd_configs`, the admin token, the platform's CA) and scrapes every instance at the
+/// manifest's `observability.scrape_targets` and `metrics_path`, labelled with its service,
+/// environment and revision; and the ingress's and the API's own metrics. (`type: Bearer` is
+/// spelt out: Debian's Prometheus 2.42 sends the credentials of an `http_sd_configs` without a
+/// type otherwise.)
+#[test]
+fn prometheus_discovers_every_instance_through_the_api() {
+    const PROMETHEUS: &str = "/usr/bin/prometheus";
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    if !Path::new(PROMETHEUS).exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{PROMETHEUS} is missing (apt-get install prometheus)"
+        );
+        eprintln!("skipped: {PROMETHEUS} is missing (apt-get install prometheus)");
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    support::set_manifest(&repo, "legacy", "", 2, 2, 100);
+    let manifest = repo.join(".runway/runway.yml");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str(
+        "  observability:\n    scrape_targets: ['localhost:8080']\n    metrics_path: /metrics\n",
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let deployed = platform.deploy(&repo, "dev");
+    assert!(deployed.ok(), "{}\n{}", deployed.all(), platform.log());
+    let revision = "hello-dev-00001";
+
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("token"), &platform.token).unwrap();
+    let ca = platform.ca();
+    let config = root.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: runway\n    \
+             authorization: {{type: Bearer, credentials_file: {token}}}\n    tls_config: {{ca_file: {ca}}}\n    \
+             http_sd_configs:\n      - url: {api}/v1/prometheus/targets\n        \
+             refresh_interval: 1s\n        authorization: {{type: Bearer, credentials_file: {token}}}\n        \
+             tls_config: {{ca_file: {ca}}}\n",
+            token = root.path().join("token").display(),
+            ca = ca.display(),
+            api = platform.api(),
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _prometheus = Killed(
+        Command::new(PROMETHEUS)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                root.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(root.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let targets = || -> Option<Vec<Value>> {
+        use std::io::{Read as _, Write as _};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            stream,
+            "GET /api/v1/targets HTTP/1.0\r\nHost: localhost\r\n\r\n"
+        )
+        .ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let body: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1)?).ok()?;
+        body["data"]["activeTargets"].as_array().cloned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let found = loop {
+        let found = targets().unwrap_or_default();
+        let instances = found
+            .iter()
+            .filter(|t| {
+                t["labels"]["service"] == "hello"
+                    && t["labels"]["env"] == "dev"
+                    && t["labels"]["revision"] == revision
+                    && t["health"] == "up"
+            })
+            .count();
+        let own_up = ["runway-ingress", "runway-api"].iter().all(|job| {
+            found
+                .iter()
+                .any(|t| t["discoveredLabels"]["job"] == *job && t["health"] == "up")
+        });
+        if instances == 2 && own_up {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus found {found:#?}\n{}\n{}",
+            platform.log(),
+            std::fs::read_to_string(root.path().join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let instance = found
+        .iter()
+        .find(|t| t["labels"]["service"] == "hello")
+        .unwrap();
+    assert!(
+        instance["scrapeUrl"]
+            .as_str()
+            .unwrap()
+            .ends_with(":8080/metrics"),
+        "{instance}"
+    );
+    assert!(
+        instance["labels"]["runway_instance"]
+            .as_str()
+            .unwrap()
+            .starts_with(revision)
+    );
+}

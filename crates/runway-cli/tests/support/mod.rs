@@ -44,7 +44,8 @@ pub fn have_python() -> bool {
     false
 }
 
-/// The test service: `/` greets with its revision, `/secret` says whether `API_KEY` is set
+/// The test service: `/` greets with its revision, `/metrics` is Prometheus's `app_up 1`,
+/// `/secret` says whether `API_KEY` is set
 /// with its length and byte sum (never the value), `/healthz` is ok. As a hostile tenant's
 /// probe: `/env` lists its environment's names, `/id` its user and group, `/read?path=P`
 /// whether it can read a file (`read N bytes` or the error's name), `/connect?to=HOST:PORT`
@@ -92,6 +93,8 @@ class Handler(BaseHTTPRequestHandler):
                 return
         if url.path == "/healthz":
             body = b"ok\n"
+        elif url.path == "/metrics":
+            body = b"app_up 1\n"
         elif url.path == "/":
             greeting = os.environ.get("GREETING", "hello")
             body = f"{greeting} from {os.environ.get('K_REVISION', '?')} pid {os.getpid()}\n".encode()
