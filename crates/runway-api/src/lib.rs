@@ -72,6 +72,7 @@ mod deploy;
 pub mod error;
 mod extract;
 pub mod metrics;
+pub mod observability;
 pub mod oidc;
 pub mod openapi;
 mod platform;

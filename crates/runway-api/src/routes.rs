@@ -31,6 +31,8 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(healthz))
         .routes(routes!(metrics))
         .routes(routes!(prometheus_targets))
+        .routes(routes!(observability_rules))
+        .routes(routes!(service_dashboard))
         .routes(routes!(openapi_json))
         .routes(routes!(whoami))
         .routes(routes!(create_service, list_services))
@@ -206,6 +208,60 @@ async fn prometheus_targets(
         }));
     }
     Ok(axum::Json(groups))
+}
+
+/// The Prometheus rule file of every service serving (admin): recording rules (request rate,
+/// 5xx ratio, apdex over 5m to 3d) and multi-window, multi-burn-rate alerts, a group per
+/// service and environment, from each serving revision's manifest (`spec.workload.slo`).
+#[utoipa::path(get, path = "/v1/observability/rules",
+    responses((status = 200, description = "A Prometheus rule file (YAML)", body = String)))]
+async fn observability_rules(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+) -> ApiResult<Response> {
+    caller.allow(Admin, None, None)?;
+    let base = state.runbook_base.clone();
+    let generated = state
+        .store(move |s| {
+            crate::observability::generate(&crate::observability::slos(s, base.as_deref(), None)?)
+        })
+        .await?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/yaml")],
+        generated.rules,
+    )
+        .into_response())
+}
+
+/// A service's Grafana dashboard (JSON model): traffic, errors, latency, apdex, concurrency,
+/// saturation, deployments as annotations; its `uid` stable. 404 until it serves somewhere.
+#[utoipa::path(get, path = "/v1/services/{service}/dashboard",
+    params(("service" = String, Path)),
+    responses((status = 200, description = "A Grafana dashboard", body = Object)))]
+async fn service_dashboard(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+    Path(service): Path<String>,
+) -> JsonResponse<serde_json::Value> {
+    caller.allow(Read, Some(&service), None)?;
+    let base = state.runbook_base.clone();
+    let name = service.clone();
+    let slos = state
+        .store(move |s| {
+            s.service_get(&name)?;
+            crate::observability::slos(s, base.as_deref(), Some(&name))
+        })
+        .await?;
+    let mut generated = crate::observability::generate(&slos)?;
+    generated
+        .dashboards
+        .remove(&service)
+        .map(axum::Json)
+        .ok_or_else(|| {
+            ApiError::not_found(format!(
+                "{service} serves nowhere yet: its dashboard comes with its first deploy"
+            ))
+        })
 }
 
 /// This document.

@@ -28,6 +28,8 @@ pub struct ApiState {
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     /// The API's own request figures (`GET /metrics`).
     pub(crate) metrics: Arc<crate::metrics::ApiMetrics>,
+    /// Where the generated alerts' runbooks are (`observability.runbook_base`).
+    pub(crate) runbook_base: Option<Arc<str>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -59,6 +61,7 @@ impl ApiState {
             oidc: None,
             vault: None,
             metrics: Arc::default(),
+            runbook_base: None,
         }
     }
 
@@ -89,6 +92,13 @@ impl ApiState {
     #[must_use]
     pub fn vault(mut self, vault: crate::vault::Vault) -> Self {
         self.vault = Some(Arc::new(vault));
+        self
+    }
+
+    /// The generated alerts' runbooks are at `{base}/{service}` unless a manifest names one.
+    #[must_use]
+    pub fn runbook_base(mut self, base: Option<String>) -> Self {
+        self.runbook_base = base.map(Into::into);
         self
     }
 

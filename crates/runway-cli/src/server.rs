@@ -106,6 +106,35 @@ pub(crate) struct ServerConfig {
     /// Where deploys read secrets: OpenBao or Vault (`secrets.vault`), or the sealed store
     /// alone.
     pub(crate) secrets: runway_api::vault::SecretsConfig,
+    /// The monitoring generated for every service: where to write it, the runbooks' base.
+    pub(crate) observability: ObservabilityConfig,
+}
+
+/// `observability`: the rule file and dashboards generated from the serving revisions'
+/// manifests, also served by the API (`GET /v1/observability/rules`, `GET
+/// /v1/services/{service}/dashboard`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct ObservabilityConfig {
+    /// Write `runway.rules.yml` (for Prometheus's `rule_files`) and `dashboards/<service>.json`
+    /// (for Grafana's file provisioning) here, again whenever they change; nothing written
+    /// without it.
+    pub(crate) dir: Option<PathBuf>,
+    /// The alerts' runbooks are at `{runbook_base}/{service}` unless a manifest names one
+    /// (`spec.workload.slo.runbook_url`).
+    pub(crate) runbook_base: Option<String>,
+    /// How often the files are made again and compared with those written.
+    pub(crate) interval_ms: u64,
+}
+
+impl Default for ObservabilityConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            runbook_base: None,
+            interval_ms: 10_000,
+        }
+    }
 }
 
 /// With `store.url`, several `runway server` replicas may share the store: every one serves
@@ -957,6 +986,14 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         sources.clone(),
         stopped.clone(),
     )));
+    if let Some(dir) = &config.observability.dir {
+        tasks.push(tokio::spawn(write_observability(
+            Arc::clone(&store),
+            dir.clone(),
+            config.observability.clone(),
+            stopped.clone(),
+        )));
+    }
     // What Prometheus scrapes of the platform itself: this API's `/metrics` and the ingress
     // this server runs (remote ingresses are their operator's to scrape).
     let mut metrics = vec![runway_api::metrics::TargetGroup {
@@ -994,7 +1031,8 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         config.api.environments.clone(),
     )
     .allow_processes(config.runtime.allow_processes)
-    .max_source_bytes(config.api.limits.source_bytes);
+    .max_source_bytes(config.api.limits.source_bytes)
+    .runbook_base(config.observability.runbook_base.clone());
     let state = if config.api.oidc.issuers.is_empty() {
         state
     } else {
@@ -1414,6 +1452,75 @@ async fn collect_sources(
             Err(e) => eprintln!("runway server: warning: cannot collect code snapshots: {e}"),
         }
     }
+}
+
+/// Writes the generated rule file and dashboards to `dir` every `interval_ms` when they
+/// changed (each file replaced whole, by a rename), and removes the dashboards of services
+/// that serve no more. A failure is logged and tried again at the next pass.
+async fn write_observability(
+    store: Arc<dyn Store>,
+    dir: PathBuf,
+    config: ObservabilityConfig,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let every = Duration::from_millis(config.interval_ms.max(100));
+    loop {
+        let (store, into, base) = (Arc::clone(&store), dir.clone(), config.runbook_base.clone());
+        let pass = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
+            let dir = into;
+            let slos = runway_api::observability::slos(store.as_ref(), base.as_deref(), None)
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            let generated = runway_api::observability::generate(&slos)
+                .map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+            let dashboards = dir.join("dashboards");
+            std::fs::create_dir_all(&dashboards)
+                .with_context(|| format!("cannot make {}", dashboards.display()))?;
+            let mut changed = replace_if_changed(&dir.join("runway.rules.yml"), &generated.rules)?;
+            for (service, dashboard) in &generated.dashboards {
+                let text = format!("{:#}\n", dashboard);
+                changed |= replace_if_changed(&dashboards.join(format!("{service}.json")), &text)?;
+            }
+            for entry in std::fs::read_dir(&dashboards)? {
+                let path = entry?.path();
+                let stale = path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .is_some_and(|s| !generated.dashboards.contains_key(s));
+                if stale && path.extension().is_some_and(|e| e == "json") {
+                    std::fs::remove_file(&path)?;
+                    changed = true;
+                }
+            }
+            Ok(changed)
+        })
+        .await;
+        match pass {
+            Ok(Ok(true)) => tracing::info!(dir = %dir.display(), "observability files written"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                error = format!("{e:#}"),
+                "cannot write the observability files"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot write the observability files"),
+        }
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Replaces `path` with `text` (written beside it, then renamed) unless it holds it already.
+fn replace_if_changed(path: &Path, text: &str) -> anyhow::Result<bool> {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(false);
+    }
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, text)
+        .with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path)
+        .with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(true)
 }
 
 /// Reads what the API forwards of an upload, on a blocking thread.

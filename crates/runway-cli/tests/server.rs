@@ -1933,7 +1933,9 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
 /// A real Prometheus (Debian's) discovers the platform through `GET /v1/prometheus/targets`
 /// (`http_sd_configs`, the admin token, the platform's CA) and scrapes every instance at the
 /// manifest's `observability.scrape_targets` and `metrics_path`, labelled with its service,
-/// environment and revision; and the ingress's and the API's own metrics. (`type: Bearer` is
+/// environment and revision; and the ingress's and the API's own metrics. The rule file
+/// `runway server` writes (`observability.dir`) loads in it, and its recorded series come out
+/// of the ingress's real ones. (`type: Bearer` is
 /// spelt out: Debian's Prometheus 2.42 sends the credentials of an `http_sd_configs` without a
 /// type otherwise.)
 #[test]
@@ -1951,7 +1953,14 @@ fn prometheus_discovers_every_instance_through_the_api() {
         eprintln!("skipped: {PROMETHEUS} is missing (apt-get install prometheus)");
         return;
     }
-    let platform = Platform::start(&Settings::default());
+    let generated = tempfile::tempdir().unwrap();
+    let platform = Platform::start(&Settings {
+        sections: format!(
+            "observability:\n  dir: {}\n  runbook_base: https://runbooks.example.com\n  interval_ms: 300\n",
+            generated.path().display()
+        ),
+        ..Settings::default()
+    });
     let repo = platform.onboard("hello", &["dev"], &secret_value());
     support::set_manifest(&repo, "legacy", "", 2, 2, 100);
     let manifest = repo.join(".runway/runway.yml");
@@ -1971,12 +1980,13 @@ fn prometheus_discovers_every_instance_through_the_api() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: runway\n    \
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: ['{rules}']\nscrape_configs:\n  - job_name: runway\n    \
              authorization: {{type: Bearer, credentials_file: {token}}}\n    tls_config: {{ca_file: {ca}}}\n    \
              http_sd_configs:\n      - url: {api}/v1/prometheus/targets\n        \
              refresh_interval: 1s\n        authorization: {{type: Bearer, credentials_file: {token}}}\n        \
              tls_config: {{ca_file: {ca}}}\n",
             token = root.path().join("token").display(),
+            rules = generated.path().join("runway.rules.yml").display(),
             ca = ca.display(),
             api = platform.api(),
         ),
@@ -1994,6 +2004,30 @@ fn prometheus_discovers_every_instance_through_the_api() {
             let _ = self.0.wait();
         }
     }
+    // The server writes the rules of what it serves, and a dashboard per service.
+    let rules_file = generated.path().join("runway.rules.yml");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&rules_file).is_ok_and(|t| t.contains("runway:hello:dev")) {
+        assert!(
+            Instant::now() < deadline,
+            "no rules written\n{}",
+            platform.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(generated.path().join("dashboards/hello.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        dashboard["uid"],
+        runway_render::observability::dashboard_uid("hello")
+    );
+    assert!(
+        std::fs::read_to_string(&rules_file)
+            .unwrap()
+            .contains("https://runbooks.example.com/hello")
+    );
     let _prometheus = Killed(
         Command::new(PROMETHEUS)
             .arg(format!("--config.file={}", config.display()))
@@ -2008,19 +2042,19 @@ fn prometheus_discovers_every_instance_through_the_api() {
             .spawn()
             .unwrap(),
     );
-    let targets = || -> Option<Vec<Value>> {
+    let api = |path: &str| -> Option<Value> {
         use std::io::{Read as _, Write as _};
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(
-            stream,
-            "GET /api/v1/targets HTTP/1.0\r\nHost: localhost\r\n\r\n"
-        )
-        .ok()?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
-        let body: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1)?).ok()?;
-        body["data"]["activeTargets"].as_array().cloned()
+        serde_json::from_str(response.split("\r\n\r\n").nth(1)?).ok()
+    };
+    let targets = || -> Option<Vec<Value>> {
+        api("/api/v1/targets")?["data"]["activeTargets"]
+            .as_array()
+            .cloned()
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     let found = loop {
@@ -2066,5 +2100,44 @@ fn prometheus_discovers_every_instance_through_the_api() {
             .as_str()
             .unwrap()
             .starts_with(revision)
+    );
+
+    // The generated rules loaded, and recording from the ingress's series as requests come.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _) = platform.get(HOST, "/", Duration::from_secs(10));
+        assert_eq!(status, 200);
+        let recorded = api(
+            "/api/v1/query?query=service_env:runway_requests:rate5m%7Bservice%3D%22hello%22%2Cenv%3D%22dev%22%7D",
+        );
+        let value = recorded.as_ref().and_then(|r| {
+            r["data"]["result"][0]["value"][1]
+                .as_str()
+                .and_then(|v| v.parse::<f64>().ok())
+        });
+        if value.is_some_and(|v| v > 0.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no recorded request rate: {recorded:?}\n{:?}",
+            api("/api/v1/rules")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let rules = api("/api/v1/rules").unwrap();
+    let group = rules["data"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "runway:hello:dev")
+        .unwrap_or_else(|| panic!("{rules}"));
+    assert!(
+        group["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["health"] != "err"),
+        "{group}"
     );
 }

@@ -6,6 +6,7 @@
 mod auth;
 mod config;
 mod flows;
+mod observability;
 mod oidc;
 mod openapi_doc;
 mod secrets;
