@@ -89,6 +89,12 @@ pub trait Platform: Send + Sync + 'static {
     fn metrics_endpoints(&self) -> Vec<crate::metrics::TargetGroup> {
         Vec::new()
     }
+
+    /// Every routed revision's traffic over the last minutes (`GET /v1/traffic`); none by
+    /// default.
+    fn traffic(&self) -> Vec<crate::types::TrafficView> {
+        Vec::new()
+    }
 }
 
 /// Why a code snapshot was not taken.

@@ -32,6 +32,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(metrics))
         .routes(routes!(prometheus_targets))
         .routes(routes!(observability_rules))
+        .routes(routes!(traffic))
         .routes(routes!(service_dashboard))
         .routes(routes!(openapi_json))
         .routes(routes!(whoami))
@@ -262,6 +263,21 @@ async fn service_dashboard(
                 "{service} serves nowhere yet: its dashboard comes with its first deploy"
             ))
         })
+}
+
+/// Every routed revision's traffic over the last minutes (request rate, 5xx ratio, p99), of
+/// the services the token may read: what `runway top` shows.
+#[utoipa::path(get, path = "/v1/traffic", responses((status = 200, body = Vec<TrafficView>)))]
+async fn traffic(
+    caller: Caller,
+    state: axum::extract::State<ApiState>,
+) -> JsonResponse<Vec<TrafficView>> {
+    let all = state.platform.traffic();
+    Ok(axum::Json(
+        all.into_iter()
+            .filter(|t| caller.allow(Read, Some(&t.service), Some(&t.env)).is_ok())
+            .collect(),
+    ))
 }
 
 /// This document.

@@ -562,6 +562,28 @@ pub struct RevisionStatus {
     pub condition: Condition,
     /// Why, when it is not ready.
     pub reason: Option<String>,
+    /// Its traffic over the last minutes, when it has been routed long enough to tell.
+    #[serde(default)]
+    pub traffic: Option<TrafficView>,
+}
+
+/// A revision's traffic over the last minutes, from the ingress's counters read every 10 s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TrafficView {
+    /// The service.
+    pub service: String,
+    /// The environment.
+    pub env: String,
+    /// The revision.
+    pub revision: String,
+    /// The span the figures cover (up to 300 s; less for a revision routed since).
+    pub window_seconds: f64,
+    /// Requests answered per second.
+    pub requests_per_second: f64,
+    /// The share answered with a 5xx, from 0 to 1.
+    pub error_ratio: f64,
+    /// The 99th percentile of latency; none with no request.
+    pub p99_seconds: Option<f64>,
 }
 
 /// One instance as the runtime sees it.

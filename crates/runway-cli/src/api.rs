@@ -516,6 +516,11 @@ impl Client {
         self.get(self.url(&["v1", "audit"], &query)).await
     }
 
+    /// `GET /v1/traffic`.
+    pub(crate) async fn traffic(&self) -> Result<Vec<runway_api::types::TrafficView>, ApiError> {
+        self.get(self.url(&["v1", "traffic"], &[])).await
+    }
+
     /// `GET /v1/services/{service}/environments/{env}/status`.
     pub(crate) async fn status(&self, service: &str, env: &str) -> Result<StatusView, ApiError> {
         self.get(self.env_url(service, env, &["status"], &[])).await

@@ -100,6 +100,77 @@ pub(crate) struct AuditArgs {
     output: OutputArg,
 }
 
+#[derive(Debug, clap::Args)]
+pub(crate) struct TopArgs {
+    /// Print once and exit, rather than refreshing until Ctrl-C.
+    #[arg(long)]
+    once: bool,
+    /// How often to refresh (e.g. 2s, 10s).
+    #[arg(long, default_value = "2s", value_parser = crate::platform::parse_duration)]
+    interval: std::time::Duration,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+/// `runway top`: every routed revision the token may read, busiest first.
+pub(crate) fn top(args: &TopArgs) -> anyhow::Result<ExitCode> {
+    let client = client()?;
+    let rt = tokio()?;
+    loop {
+        let mut traffic = rt.block_on(client.traffic())?;
+        traffic.sort_by(|a, b| {
+            b.requests_per_second
+                .total_cmp(&a.requests_per_second)
+                .then_with(|| {
+                    (&a.service, &a.env, &a.revision).cmp(&(&b.service, &b.env, &b.revision))
+                })
+        });
+        if args.output.output == Output::Json {
+            print_json(&traffic)?;
+        } else {
+            let mut rows = vec![[
+                "SERVICE".to_owned(),
+                "ENV".to_owned(),
+                "REVISION".to_owned(),
+                "REQ/S".to_owned(),
+                "5XX".to_owned(),
+                "P99".to_owned(),
+            ]];
+            for t in &traffic {
+                let [rate, errors, p99] = crate::platform::traffic_cells(Some(t));
+                rows.push([
+                    t.service.clone(),
+                    t.env.clone(),
+                    t.revision.clone(),
+                    rate,
+                    errors,
+                    p99,
+                ]);
+            }
+            let mut screen = String::new();
+            if !args.once {
+                // Clear the terminal and go home, as top does.
+                screen.push_str("\x1b[2J\x1b[H");
+            }
+            screen.push_str(&table(&rows));
+            screen.push_str(&match traffic.first() {
+                Some(t) => format!(
+                    "{} revisions routed; figures over the last {:.0} s (the control plane reads \
+                     the ingress every 10 s)\n",
+                    traffic.len(),
+                    t.window_seconds
+                ),
+                None => "nothing routed yet, or not watched long enough (10 s)\n".to_owned(),
+            });
+            print_stdout(&screen);
+        }
+        if args.once {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(args.interval);
+    }
+}
+
 /// `KEY=VALUE`, split at the first `=`.
 fn parse_assignment(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

@@ -142,6 +142,9 @@ enum Command {
     Tokens(platform::TokensCommand),
     /// The audit log (admin only): who changed what, when; the last 50 entries by default.
     Audit(everyday::AuditArgs),
+    /// Every routed revision's traffic over the last minutes (requests per second, 5xx
+    /// share, p99), busiest first, refreshed until Ctrl-C; `--once` prints it once.
+    Top(everyday::TopArgs),
     /// Cell routing for CI runners: routable tokens, and where the router would send a
     /// request.
     #[command(subcommand)]
@@ -238,6 +241,7 @@ fn main() -> ExitCode {
         Command::Open(args) => everyday::open(&args),
         Command::Env(command) => everyday::env(&command),
         Command::Audit(args) => everyday::audit(&args),
+        Command::Top(args) => everyday::top(&args),
         Command::Cells(command) => cells::run(&command),
         Command::Router(args) => router::run(&args),
         Command::Completion { shell } => {

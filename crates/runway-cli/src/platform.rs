@@ -93,7 +93,7 @@ pub(crate) struct WaitArgs {
     timeout: Duration,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     runway_wrapper::duration::parse(text).map_err(|e| e.to_string())
 }
 
@@ -1248,9 +1248,13 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             "READY".to_owned(),
             "STARTING".to_owned(),
             "FAILED".to_owned(),
+            "REQ/S".to_owned(),
+            "5XX".to_owned(),
+            "P99".to_owned(),
             "REASON".to_owned(),
         ]];
         for r in &status.revisions {
+            let [rate, errors, p99] = traffic_cells(r.traffic.as_ref());
             // No instance wanted: its own words, rather than a "ready" with nothing running.
             let condition = match (r.condition.as_str(), r.desired_instances) {
                 ("progressing", 0) => "draining",
@@ -1263,10 +1267,19 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
                 format!("{}/{}", r.ready, r.desired_instances),
                 r.starting.to_string(),
                 r.failed.to_string(),
+                rate,
+                errors,
+                p99,
                 r.reason.clone().unwrap_or_default(),
             ]);
         }
         out.push_str(&table(&rows));
+        if let Some(t) = status.revisions.iter().find_map(|r| r.traffic.as_ref()) {
+            out.push_str(&format!(
+                "(traffic over the last {:.0} s, as the ingress counted it)\n",
+                t.window_seconds
+            ));
+        }
     }
     if let Some(rollout) = &status.rollout {
         let step = match (rollout.step, rollout.steps) {
@@ -1789,6 +1802,28 @@ pub(crate) fn exit_code(error: &anyhow::Error) -> Option<u8> {
         ApiError::Config { .. } => crate::EXIT_USAGE,
         _ => EXIT_FAILED,
     })
+}
+
+/// A revision's traffic as three cells: requests per second, 5xx share, p99; `-` when the
+/// control plane has not watched it long enough.
+pub(crate) fn traffic_cells(traffic: Option<&runway_api::types::TrafficView>) -> [String; 3] {
+    let Some(t) = traffic else {
+        return ["-".to_owned(), "-".to_owned(), "-".to_owned()];
+    };
+    [
+        format!("{:.1}", t.requests_per_second),
+        format!("{:.2} %", t.error_ratio * 100.0),
+        t.p99_seconds.map_or_else(
+            || "-".to_owned(),
+            |p99| {
+                if p99 < 1.0 {
+                    format!("{:.0} ms", p99 * 1000.0)
+                } else {
+                    format!("{p99:.2} s")
+                }
+            },
+        ),
+    ]
 }
 
 #[cfg(test)]

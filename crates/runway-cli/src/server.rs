@@ -1523,6 +1523,22 @@ fn replace_if_changed(path: &Path, text: &str) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+fn traffic_view(
+    service: &str,
+    env: &str,
+    t: &runway_control::RevisionTraffic,
+) -> runway_api::types::TrafficView {
+    runway_api::types::TrafficView {
+        service: service.to_owned(),
+        env: env.to_owned(),
+        revision: t.revision.clone(),
+        window_seconds: t.window_seconds,
+        requests_per_second: t.requests_per_second,
+        error_ratio: t.error_ratio,
+        p99_seconds: t.p99_seconds,
+    }
+}
+
 /// Reads what the API forwards of an upload, on a blocking thread.
 struct Chunks {
     rx: mpsc::Receiver<Result<bytes::Bytes, String>>,
@@ -1547,6 +1563,14 @@ impl std::io::Read for Chunks {
 impl Platform for ServerPlatform {
     fn metrics_endpoints(&self) -> Vec<runway_api::metrics::TargetGroup> {
         self.metrics.clone()
+    }
+
+    fn traffic(&self) -> Vec<runway_api::types::TrafficView> {
+        self.controller
+            .all_traffic()
+            .iter()
+            .map(|(service, env, t)| traffic_view(service, env, t))
+            .collect()
     }
 
     fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>> {
@@ -1640,6 +1664,7 @@ impl Platform for ServerPlatform {
                     message: i.message,
                 })
                 .collect();
+            let traffic = controller.traffic(&service, &env);
             StatusParts {
                 url: controller.url(&service, &env),
                 routes: controller
@@ -1661,6 +1686,10 @@ impl Platform for ServerPlatform {
                             Planned::TimedOut { reason } => (Condition::TimedOut, Some(reason)),
                         };
                         RevisionStatus {
+                            traffic: traffic
+                                .iter()
+                                .find(|t| t.revision == r.revision)
+                                .map(|t| traffic_view(&service, &env, t)),
                             revision: r.revision,
                             desired_instances: r.desired_instances,
                             ready: r.ready,

@@ -743,9 +743,10 @@ fn ingresses_of_their_own_are_fed_over_the_network() {
         }
     }
     assert!(
-        platform
-            .log()
-            .contains(&format!("the ingress at {} joined the fleet", b.control)),
+        platform.log().contains(&format!(
+            "an ingress joined the fleet ingress={}",
+            b.control
+        )),
         "{}",
         platform.log()
     );

@@ -2140,4 +2140,39 @@ fn prometheus_discovers_every_instance_through_the_api() {
             .all(|r| r["health"] != "err"),
         "{group}"
     );
+    // `runway top` and `runway status` show the last minutes' traffic per revision, from the
+    // ingress's counters the control plane reads every 10 s.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let top =
+        loop {
+            let _ = platform.get(HOST, "/", Duration::from_secs(10));
+            let top = platform.runway(&["top", "--once", "--output", "json"]);
+            assert!(top.ok(), "{}", top.all());
+            let rows = top.json();
+            if let Some(row) = rows.as_array().unwrap().iter().find(|r| {
+                r["revision"] == revision && r["requests_per_second"].as_f64() > Some(0.0)
+            }) {
+                break row.clone();
+            }
+            assert!(Instant::now() < deadline, "runway top: {}", top.all());
+            std::thread::sleep(Duration::from_millis(500));
+        };
+    assert_eq!(top["error_ratio"], 0.0, "{top}");
+    assert!(
+        top["p99_seconds"].as_f64().is_some_and(|p| p > 0.0),
+        "{top}"
+    );
+    let status = platform.runway(&["status", "--env", "dev", "--service", "hello"]);
+    assert!(status.ok(), "{}", status.all());
+    assert!(
+        status.stdout.contains("REQ/S") && status.stdout.contains("0.00 %"),
+        "{}",
+        status.all()
+    );
+    let text = platform.runway(&["top", "--once"]);
+    assert!(
+        text.stdout.contains(revision) && text.stdout.contains("P99"),
+        "{}",
+        text.all()
+    );
 }

@@ -65,6 +65,8 @@ pub struct Controller<D: Driver> {
     fixed_routes: Vec<RouteConfig>,
     /// Whether this replica leads, when it is one of several (see [`Controller::leadership`]).
     leadership: Option<watch::Receiver<Leadership>>,
+    /// The last minutes of each routed revision's counters (`traffic.rs`).
+    traffic: Mutex<crate::traffic::Samples>,
 }
 
 /// What a round read for all services.
@@ -208,7 +210,12 @@ impl<D: Driver> Controller<D> {
             environments: Vec::new(),
             fixed_routes: Vec::new(),
             leadership: None,
+            traffic: Mutex::default(),
         }
+    }
+
+    pub(crate) fn traffic_samples(&self) -> MutexGuard<'_, crate::traffic::Samples> {
+        self.traffic.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Acts only while `leadership` says this replica leads and its deadline has not passed
@@ -452,6 +459,7 @@ impl<D: Driver> Controller<D> {
         if !self.may_act() {
             return false;
         }
+        self.sample_traffic();
         let (changed, errors) = self.autoscale().await;
         for error in errors {
             tracing::error!(error = runway_log::chain(&error), "autoscaler");

@@ -128,6 +128,7 @@ mod revision;
 mod rollout;
 mod state;
 mod table;
+mod traffic;
 mod workload;
 
 pub use api::InstanceSummary;
@@ -137,3 +138,4 @@ pub use controller::Controller;
 pub use dataplane::{BoxFuture, DataPlane};
 pub use error::{ControlError, Result};
 pub use rollout::RolloutSummary;
+pub use traffic::RevisionTraffic;

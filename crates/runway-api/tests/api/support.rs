@@ -80,6 +80,7 @@ impl Platform for FakePlatform {
                     failed: 0,
                     condition: Condition::Ready,
                     reason: None,
+                    traffic: None,
                 }],
                 instances: vec![InstanceView {
                     id: format!("{service}-{env}-00001-3f9a1c"),
