@@ -113,7 +113,7 @@ const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// The handles one revision updates.
 #[derive(Debug, Clone)]
-pub(crate) struct RevisionMetrics {
+pub struct RevisionMetrics {
     requests: [Counter; 5],
     latency: Histogram,
     /// The histogram's counts per bucket (not cumulative; the last one is `+Inf`), which
@@ -131,7 +131,7 @@ pub(crate) struct RevisionMetrics {
 
 impl RevisionMetrics {
     /// One response: its status class and the time to its head.
-    pub(crate) fn record(&self, status: u16, seconds: f64) {
+    pub fn record(&self, status: u16, seconds: f64) {
         let class = usize::from((status / 100).clamp(1, 5)) - 1;
         // The bucket before the class: [`RevisionMetrics::stats`] reads them the other way
         // round, so a response counted in a class is always in a bucket too.
@@ -382,7 +382,9 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn revision(&self, service: &str, env: &str, revision: &str) -> RevisionMetrics {
+    /// One revision's handles (made, and its series registered, on first use): what a
+    /// request of it updates, also what `benches/metrics.rs` measures.
+    pub fn revision(&self, service: &str, env: &str, revision: &str) -> RevisionMetrics {
         let labels = RevisionLabels {
             service: service.to_owned(),
             env: env.to_owned(),
