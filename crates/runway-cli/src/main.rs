@@ -272,7 +272,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // Each cause once, even where a message already ends with its source's text.
+            eprintln!("error: {}", runway_log::chain(error.as_ref()));
             if json {
                 print_stdout(&format!("{:#}\n", platform::error_json(&error)));
             }

@@ -1284,6 +1284,18 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         unreadable_ca.all()
     );
 
+    // A cause is said once, though the message carrying it names it too.
+    let unreadable_rules = check(
+        "ingress:\n  cells:\n    - {host: gitlab.example.com, rules: /no-such-rules.json, topology: t.yml}\n",
+    );
+    assert!(!unreadable_rules.ok());
+    assert_eq!(
+        unreadable_rules.stderr.matches("No such file").count(),
+        1,
+        "{}",
+        unreadable_rules.all()
+    );
+
     let under_domain = check(
         "ingress:\n  cells:\n    - {host: gitlab.dev.localhost, rules: r.json, topology: t.yml}\n",
     );
