@@ -881,7 +881,7 @@ fn tokens_are_scoped_and_revocable() {
             let Ok(method) = Method::from_bytes(method.to_uppercase().as_bytes()) else {
                 continue;
             };
-            if matches!(path.as_str(), "/healthz" | "/openapi.json") {
+            if runway_api::openapi::PUBLIC_PATHS.contains(&path.as_str()) {
                 continue;
             }
             let body = matches!(method, Method::POST | Method::PUT).then(|| json!({}));
