@@ -112,7 +112,8 @@ impl VaultConfig {
                 format!("{:?} is not an http:// or https:// URL", self.address),
             );
         };
-        if rest.is_empty() || rest.contains(['/', '?', '#']) && !rest.ends_with('/') {
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
             return invalid(
                 "address",
                 format!(
@@ -576,8 +577,17 @@ mod tests {
         let mut c = config(DEFAULT_PATH);
         c.address = "vault.example.com".into();
         assert_eq!(c.check().unwrap_err().0, "address");
-        c.address = "https://vault.example.com/v1/secret".into();
-        assert_eq!(c.check().unwrap_err().0, "address");
+        for refused in [
+            "https://vault.example.com/v1/secret",
+            "https://vault.example.com/v1/",
+            "https://user:pass@vault.example.com",
+            "https://",
+        ] {
+            c.address = refused.into();
+            assert_eq!(c.check().unwrap_err().0, "address", "{refused}");
+        }
+        c.address = "https://vault.example.com:8200/".into();
+        assert!(c.check().is_ok());
     }
 
     #[test]
