@@ -23,6 +23,9 @@ use runway_secrets::SecretValue;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
+/// Secrets read from Vault at once for one deploy (the sign-in is one, shared).
+pub const READS_AT_ONCE: usize = 8;
+
 /// The path template upstream uses.
 pub const DEFAULT_PATH: &str = "runway/env/{environment}/service/{service}";
 
@@ -297,7 +300,8 @@ impl Vault {
         &self.config
     }
 
-    /// Reads `names` of `service` in `env`, all within `timeout_ms`.
+    /// Reads `names` of `service` in `env`, up to [`READS_AT_ONCE`] at a time, all within
+    /// `timeout_ms`; a failure ends the reads under way and is the answer.
     pub async fn read_all(
         &self,
         service: &str,
@@ -307,8 +311,12 @@ impl Vault {
         let bound = Duration::from_millis(self.config.timeout_ms);
         tokio::time::timeout(bound, async {
             let mut secrets = Vec::with_capacity(names.len());
-            for name in names {
-                secrets.push(self.read(service, env, name).await?);
+            for chunk in names.chunks(READS_AT_ONCE) {
+                let reads: Vec<_> = chunk
+                    .iter()
+                    .map(|name| self.read(service, env, name))
+                    .collect();
+                secrets.extend(futures_util::future::try_join_all(reads).await?);
             }
             Ok(secrets)
         })
