@@ -105,6 +105,16 @@ const SERVER_CONFIG: &str = "  api:
   runtime:
     insecure_registries: [registry.internal:5000]
     allowed_registries: [registry.example.com, '*.example.org']
+  secrets:
+    vault:
+      address: https://vault.example.com:8200
+      ca_file: /etc/ssl/certs/ca-certificates.crt
+      namespace: platform
+      auth:
+        jwt: {role: runway, token_file: /var/run/secrets/kubernetes.io/serviceaccount/token, mount: kubernetes}
+      mount: kv
+      path: runway/env/{environment}/service/{service}
+      timeout_ms: 3000
 ";
 
 /// Values other than the defaults in every part: three environments, another pattern, an
