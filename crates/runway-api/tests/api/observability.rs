@@ -72,3 +72,27 @@ async fn rules_and_dashboards_follow_what_serves() {
         .await;
     assert_eq!(theirs.status, StatusCode::FORBIDDEN, "{}", theirs.text);
 }
+
+#[tokio::test]
+async fn traffic_shows_only_what_the_token_may_read() {
+    let server = start().await;
+    server.onboard("hello").await;
+    server.onboard("other").await;
+    let all = server
+        .call("GET", "/v1/traffic", Some(&server.admin), None)
+        .await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.text);
+    assert_eq!(all.body.as_array().unwrap().len(), 2, "{}", all.text);
+    let token = server.deploy_token("hello", &["dev"], None).await;
+    let own = server.call("GET", "/v1/traffic", Some(&token), None).await;
+    let services: Vec<&str> = own
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["service"].as_str().unwrap())
+        .collect();
+    assert_eq!(services, ["hello"], "{}", own.text);
+    let none = server.call("GET", "/v1/traffic", None, None).await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+}

@@ -155,6 +155,21 @@ impl Platform for FakePlatform {
     fn wake(&self) {
         self.wakes.fetch_add(1, Ordering::SeqCst);
     }
+
+    /// One revision of `hello` and one of `other` in dev, each serving.
+    fn traffic(&self) -> Vec<runway_api::types::TrafficView> {
+        ["hello", "other"]
+            .map(|service| runway_api::types::TrafficView {
+                service: service.to_owned(),
+                env: "dev".to_owned(),
+                revision: format!("{service}-dev-00001"),
+                window_seconds: 60.0,
+                requests_per_second: 12.5,
+                error_ratio: 0.01,
+                p99_seconds: Some(0.02),
+            })
+            .to_vec()
+    }
 }
 
 /// A running server.
