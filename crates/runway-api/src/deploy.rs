@@ -238,6 +238,21 @@ pub(crate) async fn deploy(
     let deployment = state
         .store(move |s| {
             check_processes_allowed(s, allow_all, &service, &revision.artifact)?;
+            let current = s
+                .desired_get(&service, &env)?
+                .map(|d| d.revisions)
+                .unwrap_or_default();
+            // Nothing serving yet (none, or only a dry run's revision): a first deploy.
+            if pause && current.iter().all(|r| r.weight == 0) {
+                return Err(ApiError::invalid(format!(
+                    "`pause`: this is the first deploy of {service} to {env}, which goes \
+                     straight to 100 % (there is no revision to step from)"
+                ))
+                .field("pause"));
+            }
+            // Only once the request's own checks pass: what Vault holds becomes the sealed
+            // store's latest version (a refusal below, a clash or a missing secret, leaves
+            // that mirror, Vault's current values, in place).
             let mirrored = mirror(s, &sealer, &actor, [&service, &env], from_vault)?;
             let secrets = s.secret_list(&service, &env)?;
             let mut revision = revision;
@@ -265,18 +280,6 @@ pub(crate) async fn deploy(
                     "the manifest uses secret {missing} but it is not set for {service} in {env}"
                 ))
                 .field("manifest.spec.workload.secrets"));
-            }
-            let current = s
-                .desired_get(&service, &env)?
-                .map(|d| d.revisions)
-                .unwrap_or_default();
-            // Nothing serving yet (none, or only a dry run's revision): a first deploy.
-            if pause && current.iter().all(|r| r.weight == 0) {
-                return Err(ApiError::invalid(format!(
-                    "`pause`: this is the first deploy of {service} to {env}, which goes \
-                     straight to 100 % (there is no revision to step from)"
-                ))
-                .field("pause"));
             }
             let desired = if dry_run {
                 // A dry run records the revision and its plan and changes nothing: the desired

@@ -154,12 +154,13 @@ async fn healthz() -> axum::Json<Health> {
 /// The control plane's own metrics, in Prometheus's text format: its requests by method and
 /// status code, and their durations. No token: figures only.
 #[utoipa::path(get, path = "/metrics", security(()),
-    responses((status = 200, description = "Prometheus's text exposition format", body = String)))]
+    responses((status = 200, description = "OpenMetrics text, as Prometheus scrapes it", body = String,
+        content_type = "application/openmetrics-text")))]
 async fn metrics(state: axum::extract::State<ApiState>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         state.metrics.encode(),
     )

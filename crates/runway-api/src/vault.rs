@@ -116,6 +116,21 @@ impl VaultConfig {
             );
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
+        // The token (or the service account's JWT) goes with every request: in clear text
+        // only to this machine.
+        let host = rest.rsplit_once(':').map_or(rest, |(host, _)| host);
+        if self.address.starts_with("http://")
+            && !matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+        {
+            return invalid(
+                "address",
+                format!(
+                    "{:?}: plain http:// sends Vault's token in clear text; use https:// (http:// \
+                     is for a Vault on this machine only)",
+                    self.address
+                ),
+            );
+        }
         if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
             return invalid(
                 "address",
@@ -199,6 +214,9 @@ pub struct VaultSecret {
     pub value: SecretValue,
     /// Vault's version of it.
     pub version: u64,
+    /// When Vault made that version (`data.metadata.created_time`): a secret whose metadata
+    /// was deleted starts again at version 1, so the version alone does not tell it apart.
+    pub created: String,
     /// Where it is (`secret/runway/env/…/NAME`).
     pub place: String,
 }
@@ -206,7 +224,10 @@ pub struct VaultSecret {
 impl VaultSecret {
     /// What the sealed version mirrored from it records.
     pub fn origin(&self) -> String {
-        format!("vault {} version {}", self.place, self.version)
+        format!(
+            "vault {} version {} of {}",
+            self.place, self.version, self.created
+        )
     }
 }
 
@@ -533,10 +554,15 @@ fn parse_secret(
     value
         .check()
         .map_err(|e| invalid(format!("version {version}: {e}")))?;
+    let created = data["metadata"]["created_time"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     Ok(VaultSecret {
         name: name.to_owned(),
         value,
         version,
+        created,
         place: place.to_owned(),
     })
 }
@@ -596,16 +622,23 @@ mod tests {
         }
         c.address = "https://vault.example.com:8200/".into();
         assert!(c.check().is_ok());
+        c.address = "http://vault.example.com:8200".into();
+        assert!(c.check().unwrap_err().1.contains("clear text"));
+        c.address = "http://127.0.0.1:8200".into();
+        assert!(c.check().is_ok());
     }
 
     #[test]
     fn answers_without_a_usable_value_are_refused_without_showing_it() {
         let place = "secret/x/A";
-        let mut ok =
-            serde_json::json!({"data": {"data": {"value": "s3cret"}, "metadata": {"version": 4}}});
+        let mut ok = serde_json::json!({"data": {"data": {"value": "s3cret"},
+            "metadata": {"version": 4, "created_time": "2026-11-24T14:20:12.48Z"}}});
         let secret = parse_secret("A", place, &mut ok).unwrap();
         assert_eq!((secret.version, secret.value.expose()), (4, &b"s3cret"[..]));
-        assert_eq!(secret.origin(), "vault secret/x/A version 4");
+        assert_eq!(
+            secret.origin(),
+            "vault secret/x/A version 4 of 2026-11-24T14:20:12.48Z"
+        );
         assert!(!format!("{secret:?}").contains("s3cret"));
         for (mut body, why) in [
             (

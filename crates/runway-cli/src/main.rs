@@ -220,11 +220,8 @@ fn main() -> ExitCode {
         Command::Wrapper(_) | Command::Ingress(_) => None,
         _ => Some(runway_log::LogFormat::Text),
     };
-    if let Some(format) = log_format
-        && let Err(error) = runway_log::init(format)
-    {
-        eprintln!("error: {error}");
-        return ExitCode::from(EXIT_USAGE);
+    if let Some(format) = log_format {
+        runway_log::init(format);
     }
     let result = match cli.command {
         Command::Init(args) => init::run(&args),

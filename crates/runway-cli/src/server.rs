@@ -1480,13 +1480,23 @@ async fn write_observability(
                 let text = format!("{:#}\n", dashboard);
                 changed |= replace_if_changed(&dashboards.join(format!("{service}.json")), &text)?;
             }
+            // Only dashboards Runway wrote (their uid is the service's) are removed: the
+            // directory may be Grafana's, holding others'.
             for entry in std::fs::read_dir(&dashboards)? {
                 let path = entry?.path();
-                let stale = path
-                    .file_stem()
-                    .and_then(|s| s.to_str())
-                    .is_some_and(|s| !generated.dashboards.contains_key(s));
-                if stale && path.extension().is_some_and(|e| e == "json") {
+                let Some(service) = path.file_stem().and_then(|s| s.to_str()) else {
+                    continue;
+                };
+                let ours = || {
+                    std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+                        .is_some_and(|d| {
+                            d["uid"] == runway_render::observability::dashboard_uid(service)
+                        })
+                };
+                let stale = !generated.dashboards.contains_key(service);
+                if stale && path.extension().is_some_and(|e| e == "json") && ours() {
                     std::fs::remove_file(&path)?;
                     changed = true;
                 }
@@ -1515,7 +1525,9 @@ fn replace_if_changed(path: &Path, text: &str) -> anyhow::Result<bool> {
     if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
         return Ok(false);
     }
-    let temporary = path.with_extension("tmp");
+    // A name of this process's own: replicas sharing the directory never rename each
+    // other's half-written file into place.
+    let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
     std::fs::write(&temporary, text)
         .with_context(|| format!("cannot write {}", temporary.display()))?;
     std::fs::rename(&temporary, path)

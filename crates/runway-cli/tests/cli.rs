@@ -577,7 +577,10 @@ fn the_ci_component_lints_against_its_input_rules() {
     assert_eq!(deploy["id_tokens"]["RUNWAY_ID_TOKEN"]["aud"], "runway");
     assert_eq!(deploy["environment"]["name"], "staging");
     assert_eq!(deploy["environment"]["url"], "$RUNWAY_URL");
-    assert_eq!(deploy["needs"][0], "runway-validate-staging");
+    assert_eq!(
+        deploy["needs"][0],
+        serde_json::json!({"job": "runway-validate-staging", "optional": true})
+    );
     assert_eq!(deploy["extends"], ".runway-staging");
     assert_eq!(
         jobs["runway-validate-staging"]["extends"],
@@ -592,9 +595,14 @@ fn the_ci_component_lints_against_its_input_rules() {
         rules[0],
         serde_json::json!({"if": "$CI_PIPELINE_SOURCE == \"merge_request_event\"", "when": "never"})
     );
-    assert_eq!(rules[1]["when"], "manual");
+    // Only protected refs deploy.
+    assert_eq!(
+        rules[1],
+        serde_json::json!({"if": "$CI_COMMIT_REF_PROTECTED != \"true\"", "when": "never"})
+    );
+    assert_eq!(rules[2]["when"], "manual");
     assert!(
-        rules[1]["if"]
+        rules[2]["if"]
             .as_str()
             .unwrap()
             .contains("== \"production\"")
@@ -747,7 +755,15 @@ fn log_lines_are_text_or_json_and_filtered_as_rust_log_says() {
     let (code, bad) = ingress_log(&["--log-format", "xml"], "info");
     assert_eq!(code, Some(2), "{bad}");
     assert!(bad.contains("expected text or json"), "{bad}");
+    // A filter that does not parse stops nothing: it is told, and `info` used.
     let (code, bad_filter) = ingress_log(&[], "runway=loud");
-    assert_ne!(code, Some(0), "{bad_filter}");
-    assert!(bad_filter.contains("RUST_LOG"), "{bad_filter}");
+    assert_eq!(code, Some(0), "{bad_filter}");
+    assert!(
+        bad_filter.contains("RUST_LOG=\"runway=loud\" is not a log filter"),
+        "{bad_filter}"
+    );
+    assert!(
+        bad_filter.contains("client connections bounded"),
+        "{bad_filter}"
+    );
 }

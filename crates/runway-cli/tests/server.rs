@@ -1873,6 +1873,10 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
             .arg(ci.path())
             .arg("--variable")
             .arg(format!("RUNWAY_ID_TOKEN={}", issuer.token(protected)))
+            // A protected branch's pipeline, as GitLab marks it (the component deploys only
+            // from one); the token's own claim is what the server judges.
+            .arg("--variable")
+            .arg("CI_COMMIT_REF_PROTECTED=true")
             .arg("--variable")
             .arg(format!(
                 "RUNWAY_CONFIG={}",
@@ -1993,7 +1997,7 @@ fn prometheus_discovers_every_instance_through_the_api() {
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: ['{rules}']\nscrape_configs:\n  - job_name: runway\n    \
-             authorization: {{type: Bearer, credentials_file: {token}}}\n    tls_config: {{ca_file: {ca}}}\n    \
+             tls_config: {{ca_file: {ca}}}\n    \
              http_sd_configs:\n      - url: {api}/v1/prometheus/targets\n        \
              refresh_interval: 1s\n        authorization: {{type: Bearer, credentials_file: {token}}}\n        \
              tls_config: {{ca_file: {ca}}}\n",

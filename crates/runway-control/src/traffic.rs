@@ -75,7 +75,7 @@ impl<D: Driver> Controller<D> {
                     ..Window::default()
                 },
             ));
-            while readings.len() > 2 && now - readings[1].0 >= KEPT {
+            while readings.len() > 2 && now - readings[1].0 > KEPT {
                 readings.pop_front();
             }
         }
@@ -104,7 +104,24 @@ impl<D: Driver> Controller<D> {
                 if seconds <= 0.0 {
                     return None;
                 }
-                let window = Window::delta(&last.1, &first.1);
+                // Each pair of readings on its own, a counter that went down taken as reset
+                // (an ingress restarted), as Prometheus's increase() does; summed.
+                let mut window = Window::default();
+                for (earlier, later) in readings.iter().zip(readings.iter().skip(1)) {
+                    let step = Window::delta(&later.1, &earlier.1);
+                    window.requests += step.requests;
+                    window.errors_5xx += step.errors_5xx;
+                    for (bound, count) in step.latency_buckets {
+                        match window
+                            .latency_buckets
+                            .iter_mut()
+                            .find(|(b, _)| b.total_cmp(&bound).is_eq())
+                        {
+                            Some((_, total)) => *total += count,
+                            None => window.latency_buckets.push((bound, count)),
+                        }
+                    }
+                }
                 #[allow(clippy::cast_precision_loss, reason = "a request count")]
                 let requests_per_second = window.requests as f64 / seconds;
                 Some((

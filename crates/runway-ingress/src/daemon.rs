@@ -113,7 +113,7 @@ fn parse_certificate(value: &str) -> Result<CertificateFiles, String> {
 
 /// Runs the ingress until SIGTERM, SIGINT or (with `--state-dir`) a `stop` request.
 pub fn main(args: Args) -> anyhow::Result<()> {
-    runway_log::init(args.log_format)?;
+    runway_log::init(args.log_format);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         runtime.worker_threads(threads.max(1));

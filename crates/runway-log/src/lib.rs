@@ -8,8 +8,11 @@
 //! - `json`: one JSON object a line, with `timestamp`, `level`, `target`, `fields` (the
 //!   message among them) and `spans`, the spans it happened in, outermost first.
 //!
-//! Either goes to stderr, filtered as `RUST_LOG` says (`info` when unset; the syntax is
-//! `tracing-subscriber`'s `EnvFilter`: `runway_control=debug,info`).
+//! Either goes to stderr, filtered as `RUNWAY_LOG` says, else `RUST_LOG` (`info` when neither
+//! is set; the syntax is `tracing-subscriber`'s `EnvFilter`: `runway_control=debug,info`).
+//! `RUNWAY_LOG` comes first because `RUST_LOG` often belongs to another program (the
+//! wrapper's child inherits it). A filter that does not parse is reported and `info` used:
+//! a log setting never stops a command.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
@@ -53,26 +56,23 @@ impl fmt::Display for LogFormat {
     }
 }
 
-/// Why [`init`] could not set the subscriber up.
-#[derive(Debug, thiserror::Error)]
-pub enum InitError {
-    /// `RUST_LOG` is not a filter.
-    #[error("RUST_LOG: {0}")]
-    Filter(String),
-}
-
-/// Sends this process's events to stderr in `format`, filtered by `RUST_LOG` (default
-/// `info`). A second call (another subscriber already set, as in tests) changes nothing.
-///
-/// # Errors
-/// [`InitError::Filter`] when `RUST_LOG` is set but not a filter.
-pub fn init(format: LogFormat) -> Result<(), InitError> {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(text) if !text.trim().is_empty() => {
-            EnvFilter::try_new(&text).map_err(|e| InitError::Filter(e.to_string()))?
-        }
-        _ => EnvFilter::new("info"),
-    };
+/// Sends this process's events to stderr in `format`, filtered by `RUNWAY_LOG`, else
+/// `RUST_LOG` (default `info`; one that does not parse is warned about, and `info` used). A
+/// second call (another subscriber already set, as in tests) changes nothing.
+pub fn init(format: LogFormat) {
+    let mut refused = None;
+    let filter = ["RUNWAY_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|name| {
+            let text = std::env::var(name).ok().filter(|t| !t.trim().is_empty())?;
+            Some(EnvFilter::try_new(&text).unwrap_or_else(|e| {
+                refused = Some(format!(
+                    "{name}={text:?} is not a log filter ({e}); using info"
+                ));
+                EnvFilter::new("info")
+            }))
+        })
+        .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -87,7 +87,9 @@ pub fn init(format: LogFormat) -> Result<(), InitError> {
             .with_span_list(true)
             .try_init(),
     };
-    Ok(())
+    if let Some(refused) = refused {
+        tracing::warn!("{refused}");
+    }
 }
 
 /// `error` and its sources, `: `-joined, each said once: a message that already ends with

@@ -72,7 +72,7 @@ pub enum SupervisorError {
 /// supervises the instance until it is stopped or ends for good. Returns the exit code.
 pub fn main(state_dir: &Path) -> i32 {
     // Its stderr is the instance's supervisor log; `RUST_LOG` filters it.
-    let _ = runway_log::init(runway_log::LogFormat::Text);
+    runway_log::init(runway_log::LogFormat::Text);
     // Not in the caller's session nor process group: its terminal's signals do not reach us,
     // and the process group this makes is the instance's, which the watchdog can end whole.
     if let Err(error) = nix::unistd::setsid() {

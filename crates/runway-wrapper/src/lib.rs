@@ -218,7 +218,7 @@ pub async fn run(args: WrapperArgs) -> anyhow::Result<i32> {
 /// [`run`] on a runtime of its own, for a caller that has none: the wrapper's entry point,
 /// which sets up its log lines (`--log-format`) unless the process already has.
 pub fn run_blocking(args: WrapperArgs) -> anyhow::Result<i32> {
-    runway_log::init(args.log_format)?;
+    runway_log::init(args.log_format);
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -257,8 +257,11 @@ async fn deploys_pin_the_kv_versions_they_read_and_a_rotation_reaches_only_the_n
             None,
         )
         .await;
-    assert_eq!(
-        listed.body[0]["origin"], "vault secret/runway/env/dev/service/hello/API_KEY version 1",
+    assert!(
+        listed.body[0]["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with("vault secret/runway/env/dev/service/hello/API_KEY version 1 of 20"),
         "{}",
         listed.text
     );
@@ -291,6 +294,25 @@ async fn deploys_pin_the_kv_versions_they_read_and_a_rotation_reaches_only_the_n
         told.contains("API_KEY at Vault version 2 (sealed version 2)"),
         "{told}"
     );
+
+    // Its metadata deleted and the secret made again, Vault counts from 1 again: still a new
+    // value, which the next deploy takes.
+    bao.cli(&[
+        "kv",
+        "metadata",
+        "delete",
+        "-mount=secret",
+        &format!("{place}/API_KEY"),
+    ]);
+    bao.put(&format!("{place}/API_KEY"), "vault-value-three");
+    let remade = deploy(&server, "dev", &["API_KEY", "DB_URL"]).await;
+    assert_eq!(remade.status, 202, "{}", remade.text);
+    let remade_revision = remade.body["to_revision"].as_str().unwrap().to_owned();
+    assert_eq!(
+        pinned(&server, &remade_revision),
+        json!({"API_KEY": 3, "DB_URL": 1})
+    );
+    assert_eq!(open(&server, "dev", "API_KEY", 3), "vault-value-three");
 
     // A rollback gets the versions its revision pinned: nothing is read from Vault.
     let back = server
