@@ -633,7 +633,11 @@ async fn read_vault(
                 mount = vault.config().mount
             ))
             .field("manifest.spec.workload.secrets"),
-            _ => ApiError::unavailable(format!("{e}; nothing was deployed")),
+            _ => {
+                // The operator's to fix (a token, a policy, Vault itself): in the log too.
+                tracing::warn!(%service, %env, error = %e, "cannot read secrets from Vault");
+                ApiError::unavailable(format!("{e}; nothing was deployed"))
+            }
         })
 }
 

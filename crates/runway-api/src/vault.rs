@@ -179,6 +179,14 @@ impl VaultConfig {
         if self.timeout_ms == 0 {
             return invalid("timeout_ms", "must be above 0".into());
         }
+        if let Some(namespace) = &self.namespace
+            && (namespace.is_empty() || !namespace.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return invalid(
+                "namespace",
+                format!("{namespace:?}: expected printable ASCII without spaces"),
+            );
+        }
         if let VaultAuth::Jwt { role, mount, .. } = &self.auth {
             if role.is_empty() {
                 return invalid("auth.jwt.role", "must not be empty".into());
@@ -305,6 +313,12 @@ impl Vault {
                 .map_err(|e| format!("secrets.vault.ca_file: cannot read {}: {e}", ca.display()))?;
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| format!("secrets.vault.ca_file: {}: {e}", ca.display()))?;
+            if certs.is_empty() {
+                return Err(format!(
+                    "secrets.vault.ca_file: {} holds no PEM certificate",
+                    ca.display()
+                ));
+            }
             builder = builder.tls_certs_only(certs);
         }
         Ok(Self {

@@ -1283,6 +1283,27 @@ fn check_config_names_the_problem_and_prints_what_is_in_force() {
         "{}",
         unreadable_ca.all()
     );
+    let not_pem = dir.path().join("not-a-ca.pem");
+    std::fs::write(&not_pem, "not a certificate\n").unwrap();
+    let empty_ca = check(&format!(
+        "secrets:\n  vault:\n    address: https://vault.internal:8200\n    ca_file: {}\n    \
+         auth: {{token: {{token_file: /t}}}}\n",
+        not_pem.display()
+    ));
+    assert!(
+        !empty_ca.ok() && empty_ca.stderr.contains("holds no PEM certificate"),
+        "{}",
+        empty_ca.all()
+    );
+    let bad_namespace = check(
+        "secrets:\n  vault:\n    address: https://vault.internal:8200\n    namespace: 'a b'\n    \
+         auth: {token: {token_file: /t}}\n",
+    );
+    assert!(
+        !bad_namespace.ok() && bad_namespace.stderr.contains("secrets.vault.namespace"),
+        "{}",
+        bad_namespace.all()
+    );
 
     // A cause is said once, though the message carrying it names it too.
     let unreadable_rules = check(
