@@ -8,8 +8,8 @@ use serde_json::json;
 
 use crate::support::{Server, deploy_body_with_secrets, manifest, replica_of, start};
 
-/// Opens version `version` of a secret with the server's key and its own context.
-fn open(server: &Server, env: &str, name: &str, version: u32) -> String {
+/// Opens version `version` of a secret of `hello` with the server's key and its own context.
+pub(crate) fn open(server: &Server, env: &str, name: &str, version: u32) -> String {
     let stored = server
         .store
         .secret_read("hello", env, name, version)

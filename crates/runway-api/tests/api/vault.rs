@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use runway_api::vault::{DEFAULT_PATH, Vault, VaultAuth, VaultConfig};
-use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::Store;
 use serde_json::{Value, json};
 
 use crate::oidc::{es256, now};
+use crate::secrets::open;
 use crate::support::{Server, deploy_body_with_secrets, start_with_vault};
 
 /// A throwaway OpenBao: `bao server -dev` with TLS from its own authority, killed on drop.
@@ -157,26 +157,6 @@ fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// Opens sealed version `version` of `hello`'s secret with the server's key.
-fn open(server: &Server, env: &str, name: &str, version: u32) -> String {
-    let stored = server
-        .store
-        .secret_read("hello", env, name, version)
-        .unwrap();
-    let sealed = Sealed {
-        nonce: stored.nonce,
-        ciphertext: stored.ciphertext,
-    };
-    let context = Context {
-        service: "hello",
-        env,
-        name,
-        version: u64::from(version),
-    };
-    let value = Sealer::new(&server.key).open(&sealed, &context).unwrap();
-    String::from_utf8(value.expose().to_vec()).unwrap()
 }
 
 /// Deploys `hello` to `env` using `secrets`; the answer. A deployment it starts is marked
