@@ -173,6 +173,7 @@ pub fn bootstrap_admin(store: &dyn Store) -> Result<Option<PlaintextToken>, Boot
                 hash: hash.as_bytes().to_vec(),
                 scope: TokenScope::Admin,
                 expires_at: None,
+                parent: None,
             },
         )
         .map_err(BootstrapError::Store)?;
@@ -209,6 +210,7 @@ pub fn recover_admin(store: &dyn Store) -> Result<(PlaintextToken, usize), Boots
                 hash: hash.as_bytes().to_vec(),
                 scope: TokenScope::Admin,
                 expires_at: None,
+                parent: None,
             },
         )
         .map_err(BootstrapError::Store)?;

@@ -1081,6 +1081,7 @@ async fn create_token(
                 hash: hash.as_bytes().to_vec(),
                 scope,
                 expires_at,
+                parent: None,
             };
             Ok(s.token_create(&actor, &new)?)
         })

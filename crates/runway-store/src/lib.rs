@@ -76,9 +76,10 @@ pub use copy::{Copied, copy_sqlite_to_postgres};
 pub use error::{Result, StoreError};
 pub use model::{
     AuditEntry, Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired,
-    DesiredRevision, Fence, FenceCell, Lease, NewRevision, NewService, NewToken, PlannedRevision,
-    Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
-    Token, TokenScope, artifact_image, artifact_is_process, artifact_source, revision_name,
+    DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell, IssuedCertificate,
+    Lease, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
+    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
+    artifact_image, artifact_is_process, artifact_source, revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

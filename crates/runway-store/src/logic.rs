@@ -14,9 +14,10 @@ use crate::error::{Result, StoreError, not_found};
 use crate::sql::{Db, DbExt, Row, args};
 use crate::{
     AuditEntry, DeployRecord, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
-    Desired, DesiredRevision, FenceCell, Lease, NewRevision, NewService, NewToken, PlannedRevision,
-    Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
-    Store, Timestamp, Token, TokenScope, revision_name,
+    Desired, DesiredRevision, Domain, DomainCertificate, DomainState, FenceCell, IssuedCertificate,
+    Lease, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
+    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Timestamp, Token,
+    TokenScope, revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -150,7 +151,8 @@ fn event_from_row(row: &Row) -> Result<DeploymentEvent> {
     })
 }
 
-const TOKEN_COLUMNS: &str = "id, name, hash, scope, expires_at, revoked_at, created_at, created_by";
+const TOKEN_COLUMNS: &str =
+    "id, name, hash, scope, expires_at, revoked_at, created_at, created_by, parent_id";
 
 fn token_from_row(row: &Row) -> Result<Token> {
     Ok(Token {
@@ -162,7 +164,40 @@ fn token_from_row(row: &Row) -> Result<Token> {
         revoked_at: get_opt_ts(row, 5)?,
         created_at: get_ts(row, 6)?,
         created_by: row.get(7)?,
+        parent: row.get(8)?,
     })
+}
+
+const DOMAIN_COLUMNS: &str = "name, service, env, state, detail, attempts, next_attempt_at, \
+     cert_pem, not_after, generation, created_at, created_by, updated_at";
+
+fn domain_from_row(row: &Row) -> Result<Domain> {
+    let state: String = row.get(3)?;
+    Ok(Domain {
+        name: row.get(0)?,
+        service: row.get(1)?,
+        env: row.get(2)?,
+        state: DomainState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("domain state {state:?}")))?,
+        detail: row.get(4)?,
+        attempts: get_u32(row, 5, "domain attempts")?,
+        next_attempt_at: get_opt_ts(row, 6)?,
+        cert_pem: row.get(7)?,
+        not_after: get_opt_ts(row, 8)?,
+        generation: get_u32(row, 9, "domain generation")?,
+        created_at: get_ts(row, 10)?,
+        created_by: row.get(11)?,
+        updated_at: get_ts(row, 12)?,
+    })
+}
+
+fn load_domain(db: &dyn Db, name: &str) -> Result<Domain> {
+    db.query_one(
+        &format!("SELECT {DOMAIN_COLUMNS} FROM domains WHERE name = ?1"),
+        args![name],
+        domain_from_row,
+    )?
+    .ok_or_else(|| not_found("domain", name))
 }
 
 fn audit_from_row(row: &Row) -> Result<AuditEntry> {
@@ -739,6 +774,17 @@ impl<B: Backend> Store for B {
                              cannot be removed"
                         )));
                     }
+                    let domains: Vec<String> = db.query_all(
+                        "SELECT name FROM domains WHERE service = ?1 AND env = ?2 ORDER BY name",
+                        args![name, removed],
+                        |row| row.get(0),
+                    )?;
+                    if !domains.is_empty() {
+                        return Err(StoreError::Conflict(format!(
+                            "environment {removed:?} of {name} has domains ({}): remove them first",
+                            domains.join(", ")
+                        )));
+                    }
                 }
             }
             let owners = update.owners.as_ref().unwrap_or(&current.owners);
@@ -780,10 +826,15 @@ impl<B: Backend> Store for B {
                 "SELECT COUNT(*) FROM revisions WHERE service = ?1",
                 args![name],
             )?;
+            let domains: i64 = db.query_value(
+                "SELECT COUNT(*) FROM domains WHERE service = ?1",
+                args![name],
+            )?;
             db.execute("DELETE FROM services WHERE name = ?1", args![name])?;
             // What the service had dies with it: a service onboarded again under this name is
             // another service, for another team, that must not get these.
             let secrets = db.execute("DELETE FROM secrets WHERE service = ?1", args![name])?;
+
             let dialect = db.dialect();
             let tokens = db.execute(
                 &format!(
@@ -805,6 +856,7 @@ impl<B: Backend> Store for B {
                     "revisions_removed": revisions,
                     "secret_versions_removed": secrets,
                     "deploy_tokens_revoked": tokens,
+                    "domains_removed": domains,
                 }),
             )
         })
@@ -1487,10 +1539,19 @@ impl<B: Backend> Store for B {
                     "another token has the same hash".to_owned(),
                 ));
             }
+            if let Some(parent) = token.parent {
+                let parent = load_token(db, parent)?;
+                if !parent.is_active_at(now) {
+                    return Err(StoreError::Invalid(format!(
+                        "token {} is revoked or expired: no session can be made from it",
+                        parent.id
+                    )));
+                }
+            }
             let id = db.insert_returning_id(
                 "INSERT INTO tokens (name, hash, scope, expires_at, revoked_at, created_at, \
-                 created_by) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6) RETURNING id",
-                args![&token.name, &token.hash, &to_json(&token.scope)?, token.expires_at.map(Timestamp::unix_millis), now.unix_millis(), actor],
+                 created_by, parent_id) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6, ?7) RETURNING id",
+                args![&token.name, &token.hash, &to_json(&token.scope)?, token.expires_at.map(Timestamp::unix_millis), now.unix_millis(), actor, token.parent],
             )?;
             audit(
                 db,
@@ -1498,7 +1559,7 @@ impl<B: Backend> Store for B {
                 actor,
                 "token.create",
                 &format!("token/{id}"),
-                &json!({ "name": token.name, "scope": token.scope, "expires_at": token.expires_at }),
+                &json!({ "name": token.name, "scope": token.scope, "expires_at": token.expires_at, "parent": token.parent }),
             )?;
             load_token(db, id)
         })
@@ -1531,13 +1592,19 @@ impl<B: Backend> Store for B {
                 "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
                 args![id, now.unix_millis()],
             )?;
+            // Its console sessions end with it (sessions are made from no session, so one
+            // level is all there is).
+            let sessions = db.execute(
+                "UPDATE tokens SET revoked_at = ?2 WHERE parent_id = ?1 AND revoked_at IS NULL",
+                args![id, now.unix_millis()],
+            )?;
             audit(
                 db,
                 now,
                 actor,
                 "token.revoke",
                 &format!("token/{id}"),
-                &json!({}),
+                &json!({ "sessions_revoked": sessions }),
             )?;
             load_token(db, id)
         })
@@ -1631,6 +1698,200 @@ impl<B: Backend> Store for B {
 
     fn lease_get(&self, name: &str) -> Result<Option<Lease>> {
         self.read(|db| load_lease(db, name))
+    }
+
+    fn domain_add(&self, actor: &str, name: &str, service: &str, env: &str) -> Result<Domain> {
+        if name.is_empty() || name != name.to_ascii_lowercase() {
+            return Err(StoreError::Invalid(format!(
+                "domain {name:?} must be a lower-case name"
+            )));
+        }
+        self.write(|db, now| {
+            let found = load_service(db, service)?;
+            if !found.environments.iter().any(|e| e == env) {
+                return Err(not_found("environment", format!("{service}/{env}")));
+            }
+            if let Some(taken) = db.query_one(
+                &format!("SELECT {DOMAIN_COLUMNS} FROM domains WHERE name = ?1"),
+                args![name],
+                domain_from_row,
+            )? {
+                return Err(StoreError::AlreadyExists {
+                    kind: "domain",
+                    name: format!("{name} (routed to {} in {})", taken.service, taken.env),
+                });
+            }
+            db.execute(
+                "INSERT INTO domains (name, service, env, state, attempts, next_attempt_at, \
+                 generation, created_at, created_by, updated_at) \
+                 VALUES (?1, ?2, ?3, 'pending', 0, ?4, 0, ?4, ?5, ?4)",
+                args![name, service, env, now.unix_millis(), actor],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "domain.add",
+                &format!("domain/{name}"),
+                &json!({ "service": service, "env": env }),
+            )?;
+            load_domain(db, name)
+        })
+    }
+
+    fn domain_remove(&self, actor: &str, name: &str) -> Result<()> {
+        self.write(|db, now| {
+            let domain = load_domain(db, name)?;
+            db.execute("DELETE FROM domains WHERE name = ?1", args![name])?;
+            audit(
+                db,
+                now,
+                actor,
+                "domain.remove",
+                &format!("domain/{name}"),
+                &json!({ "service": domain.service, "env": domain.env }),
+            )
+        })
+    }
+
+    fn domain_list(&self) -> Result<Vec<Domain>> {
+        self.read(|db| {
+            db.query_all(
+                &format!("SELECT {DOMAIN_COLUMNS} FROM domains ORDER BY name"),
+                args![],
+                domain_from_row,
+            )
+        })
+    }
+
+    fn domain_certificates(&self) -> Result<Vec<DomainCertificate>> {
+        self.read(|db| {
+            db.query_all(
+                "SELECT name, cert_pem, generation, key_nonce, key_ciphertext FROM domains \
+                 WHERE cert_pem IS NOT NULL AND key_ciphertext IS NOT NULL ORDER BY name",
+                args![],
+                |row| {
+                    Ok(DomainCertificate {
+                        name: row.get(0)?,
+                        cert_pem: row.get(1)?,
+                        generation: get_u32(row, 2, "domain generation")?,
+                        nonce: row.get(3)?,
+                        ciphertext: row.get(4)?,
+                    })
+                },
+            )
+        })
+    }
+
+    fn domain_issued(
+        &self,
+        actor: &str,
+        name: &str,
+        certificate: &IssuedCertificate,
+    ) -> Result<Domain> {
+        self.write(|db, now| {
+            let domain = load_domain(db, name)?;
+            if certificate.generation != domain.generation.saturating_add(1) {
+                return Err(StoreError::Conflict(format!(
+                    "domain {name} is at certificate {}, not {}",
+                    domain.generation,
+                    certificate.generation.saturating_sub(1)
+                )));
+            }
+            db.execute(
+                "UPDATE domains SET state = 'issued', detail = NULL, attempts = 0, \
+                 next_attempt_at = ?2, cert_pem = ?3, not_after = ?4, key_nonce = ?5, \
+                 key_ciphertext = ?6, generation = ?7, updated_at = ?8 WHERE name = ?1",
+                args![
+                    name,
+                    certificate.renew_at.unix_millis(),
+                    &certificate.cert_pem,
+                    certificate.not_after.unix_millis(),
+                    &certificate.nonce,
+                    &certificate.ciphertext,
+                    i64::from(certificate.generation),
+                    now.unix_millis()
+                ],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "domain.issued",
+                &format!("domain/{name}"),
+                &json!({ "not_after": certificate.not_after, "generation": certificate.generation }),
+            )?;
+            load_domain(db, name)
+        })
+    }
+
+    fn domain_failed(
+        &self,
+        actor: &str,
+        name: &str,
+        detail: &str,
+        retry_at: Timestamp,
+    ) -> Result<Domain> {
+        self.write(|db, now| {
+            load_domain(db, name)?;
+            db.execute(
+                "UPDATE domains SET state = 'failed', detail = ?2, attempts = attempts + 1, \
+                 next_attempt_at = ?3, updated_at = ?4 WHERE name = ?1",
+                args![name, detail, retry_at.unix_millis(), now.unix_millis()],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "domain.failed",
+                &format!("domain/{name}"),
+                &json!({ "detail": detail, "retry_at": retry_at }),
+            )?;
+            load_domain(db, name)
+        })
+    }
+
+    fn acme_account_get(&self, directory: &str) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        self.read(|db| {
+            db.query_one(
+                "SELECT nonce, ciphertext FROM acme_accounts WHERE directory = ?1",
+                args![directory],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+        })
+    }
+
+    fn acme_account_put(
+        &self,
+        actor: &str,
+        directory: &str,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        self.write(|db, now| {
+            let kept: Option<(Vec<u8>, Vec<u8>)> = db.query_one(
+                "SELECT nonce, ciphertext FROM acme_accounts WHERE directory = ?1",
+                args![directory],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
+            if let Some(kept) = kept {
+                return Ok(kept);
+            }
+            db.execute(
+                "INSERT INTO acme_accounts (directory, nonce, ciphertext, created_at) \
+                 VALUES (?1, ?2, ?3, ?4)",
+                args![directory, nonce, ciphertext, now.unix_millis()],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "acme.account",
+                &format!("acme/{directory}"),
+                &json!({}),
+            )?;
+            Ok((nonce.to_vec(), ciphertext.to_vec()))
+        })
     }
 
     fn fenced(self: Arc<Self>, fence: FenceCell) -> Arc<dyn Store> {

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_service_identity.sql"),
     include_str!("../migrations/0004_leases.sql"),
     include_str!("../migrations/0005_secret_origin.sql"),
+    include_str!("../migrations/0006_sessions_domains.sql"),
 ];
 
 /// The schema version this code writes.

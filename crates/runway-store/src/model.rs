@@ -464,6 +464,8 @@ pub struct Token {
     pub created_at: Timestamp,
     /// Who created it.
     pub created_by: String,
+    /// The token a console session was made from: revoking that one revokes this.
+    pub parent: Option<i64>,
 }
 
 impl Token {
@@ -484,6 +486,108 @@ pub struct NewToken {
     pub scope: TokenScope,
     /// When it stops working, if ever.
     pub expires_at: Option<Timestamp>,
+    /// The token a console session is made from (`None` for any other token): revoking the
+    /// parent revokes it too.
+    pub parent: Option<i64>,
+}
+
+/// Where a custom domain's certificate stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DomainState {
+    /// No certificate yet: one is being obtained.
+    Pending,
+    /// A certificate is stored and served.
+    Issued,
+    /// The last attempt failed ([`Domain::detail`] says why); a certificate issued before, if
+    /// any, is still served until it expires.
+    Failed,
+}
+
+impl DomainState {
+    /// The name the store keeps.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Issued => "issued",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "pending" => Some(Self::Pending),
+            "issued" => Some(Self::Issued),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// A custom domain routed to a service's environment, with its certificate's public part.
+/// Never the key: [`Store::domain_certificates`](crate::Store::domain_certificates) alone
+/// returns it, sealed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Domain {
+    /// The name, lower-case (`www.example.com`).
+    pub name: String,
+    /// The service it reaches.
+    pub service: String,
+    /// In this environment.
+    pub env: String,
+    /// Where its certificate stands.
+    pub state: DomainState,
+    /// Why the last attempt failed, in the ACME server's words.
+    pub detail: Option<String>,
+    /// Failed attempts in a row (0 after a success), for the retry's back-off.
+    pub attempts: u32,
+    /// When the issuer next orders a certificate: a retry, or the renewal.
+    pub next_attempt_at: Option<Timestamp>,
+    /// The certificate chain served (leaf first), PEM.
+    pub cert_pem: Option<String>,
+    /// When that certificate expires.
+    pub not_after: Option<Timestamp>,
+    /// How many certificates were stored for it; the sealed key's version.
+    pub generation: u32,
+    /// When it was added.
+    pub created_at: Timestamp,
+    /// Who added it.
+    pub created_by: String,
+    /// When its state last changed.
+    pub updated_at: Timestamp,
+}
+
+/// A stored certificate with its sealed key, for the data plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainCertificate {
+    /// The domain.
+    pub name: String,
+    /// The chain, leaf first, PEM.
+    pub cert_pem: String,
+    /// The key's version: sealed for `('', 'domain', name, generation)`.
+    pub generation: u32,
+    /// The sealed key's nonce.
+    pub nonce: Vec<u8>,
+    /// The sealed key.
+    pub ciphertext: Vec<u8>,
+}
+
+/// A certificate just obtained, as [`Store::domain_issued`](crate::Store::domain_issued)
+/// stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedCertificate {
+    /// The chain, leaf first, PEM.
+    pub cert_pem: String,
+    /// When it expires.
+    pub not_after: Timestamp,
+    /// The generation its key was sealed for: exactly one above the stored one.
+    pub generation: u32,
+    /// The sealed key's nonce.
+    pub nonce: Vec<u8>,
+    /// The sealed key.
+    pub ciphertext: Vec<u8>,
+    /// When to renew it.
+    pub renew_at: Timestamp,
 }
 
 /// One line of the audit log, written in the same transaction as the change it records.

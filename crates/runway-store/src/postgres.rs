@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_initial.sql"),
     include_str!("../migrations/postgres/0002_leases.sql"),
     include_str!("../migrations/postgres/0003_secret_origin.sql"),
+    include_str!("../migrations/postgres/0004_sessions_domains.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.

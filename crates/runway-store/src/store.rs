@@ -7,9 +7,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision, FenceCell,
-    Lease, NewRevision, NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand,
-    SecretInfo, SecretVersion, Service, ServiceUpdate, Token,
+    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision, Domain,
+    DomainCertificate, FenceCell, IssuedCertificate, Lease, NewRevision, NewService, NewToken,
+    PlannedRevision, Result, Revision, RolloutCommand, SecretInfo, SecretVersion, Service,
+    ServiceUpdate, Timestamp, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -251,8 +252,60 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Every token, oldest first.
     fn token_list(&self) -> Result<Vec<Token>>;
 
-    /// Revokes a token; revoking it again keeps the first date.
+    /// Revokes a token, and the console sessions made from it; revoking it again keeps the
+    /// first date.
     fn token_revoke(&self, actor: &str, id: i64) -> Result<Token>;
+
+    // --- custom domains -------------------------------------------------------------------
+
+    /// Routes `name` (lower-case) to `service` in `env`, with no certificate yet
+    /// ([`DomainState::Pending`](crate::DomainState::Pending), due now). `AlreadyExists` when
+    /// the name is taken (by any service); `NotFound` for an unknown service or environment.
+    fn domain_add(&self, actor: &str, name: &str, service: &str, env: &str) -> Result<Domain>;
+
+    /// Removes a domain and its certificate. `NotFound` when there is none.
+    fn domain_remove(&self, actor: &str, name: &str) -> Result<()>;
+
+    /// Every domain, by name. Never a key.
+    fn domain_list(&self) -> Result<Vec<Domain>>;
+
+    /// Every stored certificate with its sealed key, by name: what the data plane serves.
+    fn domain_certificates(&self) -> Result<Vec<DomainCertificate>>;
+
+    /// Stores the certificate just obtained for `name`: issued, no failures. `Conflict` unless
+    /// `certificate.generation` is exactly one above the stored one (the key is sealed for its
+    /// generation, as a secret for its version); `NotFound` when the domain was removed
+    /// meanwhile.
+    fn domain_issued(
+        &self,
+        actor: &str,
+        name: &str,
+        certificate: &IssuedCertificate,
+    ) -> Result<Domain>;
+
+    /// Records a failed attempt for `name`: failed with `detail`, one more failure in a row,
+    /// tried again at `retry_at`. A certificate it had stays. `NotFound` when it was removed.
+    fn domain_failed(
+        &self,
+        actor: &str,
+        name: &str,
+        detail: &str,
+        retry_at: Timestamp,
+    ) -> Result<Domain>;
+
+    /// The sealed credentials of the ACME account at `directory`, if one was made.
+    fn acme_account_get(&self, directory: &str) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+
+    /// Keeps an ACME account's sealed credentials (`nonce`, `ciphertext`) for `directory`,
+    /// unless one is kept already: returns whichever is kept, so two writers racing end up
+    /// using the same account.
+    fn acme_account_put(
+        &self,
+        actor: &str,
+        directory: &str,
+        nonce: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<(Vec<u8>, Vec<u8>)>;
 
     // --- audit ----------------------------------------------------------------------------
 

@@ -963,6 +963,7 @@ fn decommission_removes_the_service_with_its_secrets_and_deploy_tokens() {
             environments: vec!["production".to_owned()],
         },
         expires_at: None,
+        parent: None,
     };
     let hello_token = store
         .token_create("alice", &deploy_token("hello", b"h1"))
@@ -1037,6 +1038,7 @@ fn tokens_by_hash_revoke_and_expiry() {
                 hash: vec![1; 32],
                 scope: TokenScope::Admin,
                 expires_at: None,
+                parent: None,
             },
         )
         .unwrap();
@@ -1051,6 +1053,7 @@ fn tokens_by_hash_revoke_and_expiry() {
                     environments: vec!["staging".into()],
                 },
                 expires_at: Some(soon),
+                parent: None,
             },
         )
         .unwrap();
@@ -1070,6 +1073,7 @@ fn tokens_by_hash_revoke_and_expiry() {
                 hash: vec![1; 32],
                 scope: TokenScope::Admin,
                 expires_at: None,
+                parent: None,
             },
         )
         .unwrap_err();

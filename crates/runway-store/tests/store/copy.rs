@@ -83,6 +83,7 @@ fn a_sqlite_store_is_copied_whole_into_an_empty_postgres_one() {
                     environments: vec!["production".into()],
                 },
                 expires_at: None,
+                parent: None,
             },
         )
         .unwrap();

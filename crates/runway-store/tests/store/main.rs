@@ -3,6 +3,7 @@
 
 mod api;
 mod copy;
+mod domains;
 mod durability;
 mod lease;
 mod migrations;
