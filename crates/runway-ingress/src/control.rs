@@ -7,7 +7,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `{"request":"hello"}` | `{"reply":"hello", ...}`: protocol, version, build, pid, listen addresses (as asked and as bound), the table in force |
-//! | `{"request":"set_routes","table":{...}}` | `done` once the table is validated, in force and saved to `DIR/table.json`; `error` when refused (the old table stays) |
+//! | `{"request":"set_routes","table":{...}}` | `done` once the table is validated, in force and saved to `DIR/table.json` (`0600`: it holds its certificates' keys); `error` when refused (the old table stays) |
 //! | `{"request":"drain","address":"127.0.0.1:PORT","grace_ms":N}` | `drained` with `idle`, once the instance has no request in flight or the grace is over |
 //! | `{"request":"watch","interval_ms":N}` | a stream: `stats` (every revision's figures) every interval, `scale_up` the moment a revision at zero holds a request |
 //! | `{"request":"stop"}` | `done`, then the ingress stops accepting, lets in-flight requests finish and exits |
@@ -243,13 +243,22 @@ pub fn load_table(dir: &Path) -> Result<Option<RouteTableConfig>, crate::ConfigE
 }
 
 /// Writes the table beside its place and renames it there: a crash leaves the old or the new.
+/// Both are `0600`: a table holds its certificates' private keys.
 async fn save_table(dir: &Path, table: &RouteTableConfig) -> std::io::Result<()> {
     let text = serde_json::to_vec(table).map_err(std::io::Error::other)?;
     let temporary = dir.join(format!("{TABLE_FILE}.tmp"));
     let path = dir.join(TABLE_FILE);
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
-        let mut file = std::fs::File::create(&temporary)?;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        // One left behind by an older build may be wider: narrowed before a key is written.
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
         file.write_all(&text)?;
         file.sync_all()?;
         std::fs::rename(&temporary, &path)
