@@ -216,6 +216,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
             }],
             cells: None,
         }],
+        ..RouteTableConfig::default()
     })?;
     let options = ingress.options().clone();
     println!(

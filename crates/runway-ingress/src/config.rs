@@ -2,6 +2,7 @@
 //! validated before they reach the data plane.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 
@@ -24,6 +25,13 @@ pub struct RouteTableConfig {
     pub environments: Vec<String>,
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Certificates the control plane obtained for custom domains (ACME): served by SNI for the
+    /// names they cover; an operator's certificate (`--cert`) for the same name takes precedence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<TableCertificate>,
+    /// The ACME challenges being answered now.
+    #[serde(default, skip_serializing_if = "AcmeChallenges::is_empty")]
+    pub acme: AcmeChallenges,
 }
 
 impl Default for RouteTableConfig {
@@ -32,7 +40,238 @@ impl Default for RouteTableConfig {
             domain: default_domain(),
             environments: Vec::new(),
             routes: Vec::new(),
+            certificates: Vec::new(),
+            acme: AcmeChallenges::default(),
         }
+    }
+}
+
+/// A certificate for some names, served by SNI (see [`RouteTableConfig::certificates`]). Its
+/// names are lower-case DNS names (`*.example.com` for a wildcard), each covered by the
+/// certificate's subjectAltName; its key is its leaf's. `Debug` leaves the key out.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableCertificate {
+    pub domains: Vec<String>,
+    /// PEM: the leaf, then the chain.
+    pub cert_pem: String,
+    /// PEM: PKCS#8, SEC1 or PKCS#1.
+    pub key_pem: String,
+}
+
+impl fmt::Debug for TableCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableCertificate")
+            .field("domains", &self.domains)
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &REDACTED)
+            .finish()
+    }
+}
+
+/// What `Debug` shows for a private key.
+const REDACTED: &str = "<redacted>";
+
+/// The ACME challenges an ingress answers (RFC 8555 HTTP-01, RFC 8737 TLS-ALPN-01).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeChallenges {
+    /// HTTP-01: token → key authorization, answered on the HTTP listener at
+    /// `/.well-known/acme-challenge/{token}`. A token is 22 to 256 base64url characters
+    /// (RFC 8555 wants 128 bits at least); a key authorization is `{token}.{thumbprint}`, the
+    /// thumbprint base64url, at most 128 characters.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub http01: BTreeMap<String, String>,
+    /// TLS-ALPN-01: domain → the challenge certificate (self-signed, with the acmeIdentifier
+    /// extension) and its key, PEM. Served only to a handshake offering `acme-tls/1` alone,
+    /// for that name; such a connection is closed once the handshake is done.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tls_alpn01: BTreeMap<String, ChallengeCertificate>,
+}
+
+impl AcmeChallenges {
+    pub fn is_empty(&self) -> bool {
+        self.http01.is_empty() && self.tls_alpn01.is_empty()
+    }
+}
+
+/// A TLS-ALPN-01 challenge certificate and its key, PEM. `Debug` leaves the key out.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChallengeCertificate {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl fmt::Debug for ChallengeCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChallengeCertificate")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &REDACTED)
+            .finish()
+    }
+}
+
+/// The shortest and longest HTTP-01 token taken: 128 bits in base64url is 22 characters.
+pub const HTTP01_TOKEN_LENGTH: (usize, usize) = (22, 256);
+/// The longest thumbprint in an HTTP-01 key authorization (SHA-256's is 43 characters).
+pub const HTTP01_THUMBPRINT_MAX: usize = 128;
+
+impl TableCertificate {
+    /// Parses the certificate and its key and checks them as a table's validation does: the
+    /// names, the PEM, the key against the leaf, the names against the leaf's. A control plane
+    /// checks a certificate once this way, when it gets it, rather than every table.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.check_names()?;
+        let pair = self.parse()?;
+        self.check_parsed(&pair)
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::Certificate {
+            domains: if self.domains.is_empty() {
+                "no domain".to_owned()
+            } else {
+                self.domains.join(", ")
+            },
+            message: message.into(),
+        }
+    }
+
+    fn check_names(&self) -> Result<(), ConfigError> {
+        if self.domains.is_empty() {
+            return Err(self.invalid("it names no domain"));
+        }
+        for domain in &self.domains {
+            let host = domain.strip_prefix("*.").unwrap_or(domain);
+            if !is_host(host) || !host.contains('.') {
+                return Err(self.invalid(format!(
+                    "domain {domain:?} is not a lower-case DNS name (or `*.` and one)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn parse(&self) -> Result<crate::tls::PemPair, ConfigError> {
+        crate::tls::parse_pem_pair(&self.cert_pem, &self.key_pem).map_err(|m| self.invalid(m))
+    }
+
+    /// The parsed certificate covers every domain.
+    pub(crate) fn check_parsed(&self, pair: &crate::tls::PemPair) -> Result<(), ConfigError> {
+        for domain in &self.domains {
+            if !pair.covers(domain) {
+                return Err(self.invalid(format!(
+                    "the certificate does not cover {domain} (its names: {})",
+                    if pair.names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        pair.names.join(", ")
+                    }
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ChallengeCertificate {
+    /// Parses the certificate and its key and checks them as a table's validation does: the
+    /// PEM, the key against the certificate, `domain` among its names, the acmeIdentifier
+    /// extension there.
+    pub fn check(&self, domain: &str) -> Result<(), ConfigError> {
+        check_challenge_name(domain)?;
+        let pair = self.parse(domain)?;
+        self.check_parsed(domain, &pair)
+    }
+
+    pub(crate) fn parse(&self, domain: &str) -> Result<crate::tls::PemPair, ConfigError> {
+        crate::tls::parse_pem_pair(&self.cert_pem, &self.key_pem)
+            .map_err(|message| challenge("tls-alpn-01", domain, message))
+    }
+
+    pub(crate) fn check_parsed(
+        &self,
+        domain: &str,
+        pair: &crate::tls::PemPair,
+    ) -> Result<(), ConfigError> {
+        if !pair.names.iter().any(|name| name == domain) {
+            return Err(challenge(
+                "tls-alpn-01",
+                domain,
+                "the certificate does not name it",
+            ));
+        }
+        if !pair.acme_identifier {
+            return Err(challenge(
+                "tls-alpn-01",
+                domain,
+                "the certificate has no acmeIdentifier extension (RFC 8737)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn challenge(kind: &'static str, name: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Challenge {
+        kind,
+        name: name.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn check_challenge_name(domain: &str) -> Result<(), ConfigError> {
+    if !is_host(domain) || !domain.contains('.') {
+        return Err(challenge(
+            "tls-alpn-01",
+            domain,
+            "not a lower-case DNS name (a wildcard is validated by DNS-01, not here)",
+        ));
+    }
+    Ok(())
+}
+
+fn is_base64url(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl AcmeChallenges {
+    /// Everything but parsing the TLS-ALPN-01 certificates.
+    fn check_shape(&self) -> Result<(), ConfigError> {
+        let (shortest, longest) = HTTP01_TOKEN_LENGTH;
+        for (token, authorization) in &self.http01 {
+            // Bounded before it is quoted in an error.
+            let shown: String = token.chars().take(longest).collect();
+            if !(shortest..=longest).contains(&token.len()) || !is_base64url(token) {
+                return Err(challenge(
+                    "http-01",
+                    &shown,
+                    format!("a token is {shortest} to {longest} base64url characters"),
+                ));
+            }
+            let thumbprint = authorization
+                .strip_prefix(token.as_str())
+                .and_then(|rest| rest.strip_prefix('.'));
+            let well_formed = thumbprint.is_some_and(|t| {
+                !t.is_empty() && t.len() <= HTTP01_THUMBPRINT_MAX && is_base64url(t)
+            });
+            if !well_formed {
+                return Err(challenge(
+                    "http-01",
+                    &shown,
+                    format!(
+                        "the key authorization is not `{{token}}.{{thumbprint}}` with a \
+                         base64url thumbprint of at most {HTTP01_THUMBPRINT_MAX} characters"
+                    ),
+                ));
+            }
+        }
+        for domain in self.tls_alpn01.keys() {
+            check_challenge_name(domain)?;
+        }
+        Ok(())
     }
 }
 
@@ -227,8 +466,42 @@ impl RouteTableConfig {
         Ok(table)
     }
 
-    /// Checks what serde cannot: names, weights, tags and hosts unique across the table.
+    /// Checks what serde cannot: names, weights, tags and hosts unique across the table; each
+    /// certificate's names, PEM and key (its leaf's), each ACME challenge's form. One bad
+    /// certificate or challenge refuses the whole table, as a bad route does: the table in
+    /// force stays, and the error names the certificate's domains (or the challenge's token or
+    /// domain) and what is wrong, never the key. The keys are parsed on every call; an ingress
+    /// setting a table parses only those it has not seen (see [`crate::Ingress::set_routes`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_without_keys()?;
+        for certificate in &self.certificates {
+            certificate.check_parsed(&certificate.parse()?)?;
+        }
+        for (domain, certificate) in &self.acme.tls_alpn01 {
+            certificate.check_parsed(domain, &certificate.parse(domain)?)?;
+        }
+        Ok(())
+    }
+
+    /// [`RouteTableConfig::validate`] but for parsing the certificates and keys, which the
+    /// live table does with a cache ([`crate::table::Routes`]).
+    pub(crate) fn validate_without_keys(&self) -> Result<(), ConfigError> {
+        self.validate_routes()?;
+        let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
+        for (index, certificate) in self.certificates.iter().enumerate() {
+            certificate.check_names()?;
+            for domain in &certificate.domains {
+                if covered.insert(domain, index).is_some() {
+                    return Err(certificate.invalid(format!(
+                        "{domain} is also named by another certificate of the table"
+                    )));
+                }
+            }
+        }
+        self.acme.check_shape()
+    }
+
+    fn validate_routes(&self) -> Result<(), ConfigError> {
         let invalid = |route: &str, message: String| ConfigError::Invalid {
             route: route.to_owned(),
             message,
@@ -438,7 +711,191 @@ mod tests {
                     .collect(),
                 cells: None,
             }],
+            ..RouteTableConfig::default()
         }
+    }
+
+    fn certificate(domains: &[&str], (cert_pem, key_pem): (String, String)) -> TableCertificate {
+        TableCertificate {
+            domains: domains.iter().map(|d| (*d).to_owned()).collect(),
+            cert_pem,
+            key_pem,
+        }
+    }
+
+    /// A certificate's names are lower-case DNS names (or wildcards) that its leaf covers, its
+    /// key is the leaf's, and a name is one certificate's; the error names the certificate's
+    /// domains and what is wrong, and refuses the whole table.
+    #[test]
+    fn table_certificates_are_checked() {
+        use crate::tls::testing::self_signed;
+        let pem = self_signed(&["shop.example.test", "*.shop.example.test"]);
+        let good = certificate(
+            &[
+                "shop.example.test",
+                "www.shop.example.test",
+                "*.shop.example.test",
+            ],
+            pem.clone(),
+        );
+        good.check().unwrap();
+        let mut t = table(&[100]);
+        t.certificates = vec![good.clone()];
+        t.validate().unwrap();
+
+        let error = |certificate: TableCertificate| {
+            let mut t = table(&[100]);
+            t.certificates = vec![certificate];
+            let message = t.validate().unwrap_err().to_string();
+            // Names are checked without parsing; the rest needs the PEM.
+            let names = message.contains("DNS name") || message.contains("no domain");
+            assert_eq!(t.validate_without_keys().is_err(), names, "{message}");
+            message
+        };
+        let (_, other_key) = self_signed(&["shop.example.test"]);
+        assert_eq!(
+            error(certificate(
+                &["shop.example.test"],
+                (pem.0.clone(), other_key)
+            )),
+            "certificate for shop.example.test: the key does not match the certificate (its \
+             first in cert_pem)"
+        );
+        assert_eq!(
+            error(certificate(
+                &["api.example.test", "shop.example.test"],
+                pem.clone()
+            )),
+            "certificate for api.example.test, shop.example.test: the certificate does not \
+             cover api.example.test (its names: shop.example.test, *.shop.example.test)"
+        );
+        for bad in [
+            "Shop.example.test",
+            "*.*.example.test",
+            "shop",
+            "shop..example.test",
+        ] {
+            let message = error(certificate(&[bad], pem.clone()));
+            assert!(
+                message.contains("is not a lower-case DNS name"),
+                "{message}"
+            );
+        }
+        assert!(error(certificate(&[], pem.clone())).contains("names no domain"));
+        assert!(
+            error(certificate(
+                &["shop.example.test"],
+                ("x".into(), pem.1.clone())
+            ))
+            .contains("cert_pem holds no certificate")
+        );
+        let mut twice = table(&[100]);
+        twice.certificates = vec![good.clone(), certificate(&["shop.example.test"], pem)];
+        assert!(
+            twice
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .ends_with("shop.example.test is also named by another certificate of the table"),
+        );
+    }
+
+    /// HTTP-01 tokens are bounded base64url and their answers `{token}.{thumbprint}`;
+    /// TLS-ALPN-01 certificates name their domain and carry the acmeIdentifier extension.
+    #[test]
+    fn acme_challenges_are_checked() {
+        use crate::tls::testing::{challenge, self_signed};
+        let token = "evaGxfADs6pSRb2LAv9IZf17Dt3juxGJ-PCt92wr-oA";
+        let answer = format!("{token}.9jg46WB3rR_AHD-EBXdN7cBkH1WOu0tA3M9fm21mqTI");
+        let mut t = table(&[100]);
+        t.acme.http01.insert(token.to_owned(), answer.clone());
+        t.acme.tls_alpn01.insert("shop.example.test".to_owned(), {
+            let (cert_pem, key_pem) = challenge("shop.example.test");
+            ChallengeCertificate { cert_pem, key_pem }
+        });
+        t.validate().unwrap();
+
+        let http01 = |token: &str, answer: &str| {
+            let mut t = table(&[100]);
+            t.acme.http01.insert(token.to_owned(), answer.to_owned());
+            t.validate().map_err(|e| e.to_string())
+        };
+        assert!(
+            http01("short", "short.abc")
+                .unwrap_err()
+                .contains("22 to 256")
+        );
+        let long = "a".repeat(257);
+        assert!(http01(&long, &format!("{long}.abc")).is_err());
+        let slash = format!("{}/x", &token[..30]);
+        assert!(http01(&slash, &format!("{slash}.abc")).is_err());
+        assert!(
+            http01(token, "another.thumbprint")
+                .unwrap_err()
+                .starts_with(&format!(
+                    "acme http-01 challenge for {token}: the key authorization"
+                ))
+        );
+        assert!(http01(token, &format!("{token}.")).is_err());
+        assert!(http01(token, &format!("{token}.a b")).is_err());
+        assert!(http01(token, &format!("{token}.{}", "a".repeat(129))).is_err());
+
+        let tls_alpn01 = |domain: &str, (cert_pem, key_pem): (String, String)| {
+            let mut t = table(&[100]);
+            t.acme.tls_alpn01.insert(
+                domain.to_owned(),
+                ChallengeCertificate { cert_pem, key_pem },
+            );
+            t.validate().unwrap_err().to_string()
+        };
+        assert_eq!(
+            tls_alpn01("shop.example.test", self_signed(&["shop.example.test"])),
+            "acme tls-alpn-01 challenge for shop.example.test: the certificate has no \
+             acmeIdentifier extension (RFC 8737)"
+        );
+        assert!(
+            tls_alpn01("api.example.test", challenge("shop.example.test"))
+                .ends_with("the certificate does not name it")
+        );
+        assert!(tls_alpn01("*.example.test", challenge("*.example.test")).contains("wildcard"));
+        let (cert, _) = challenge("shop.example.test");
+        let (_, key) = challenge("shop.example.test");
+        assert!(tls_alpn01("shop.example.test", (cert, key)).contains("does not match"));
+    }
+
+    /// A table's `Debug` (and so any log of it or of a control request holding it) shows no
+    /// private key; one without certificates or challenges is written as before them.
+    #[test]
+    fn keys_stay_out_of_debug_and_old_tables_read_the_same() {
+        let (cert_pem, key_pem) = crate::tls::testing::self_signed(&["shop.example.test"]);
+        let (challenge_cert, challenge_key) = crate::tls::testing::challenge("shop.example.test");
+        let mut t = table(&[100]);
+        t.certificates = vec![certificate(
+            &["shop.example.test"],
+            (cert_pem.clone(), key_pem.clone()),
+        )];
+        t.acme.tls_alpn01.insert(
+            "shop.example.test".to_owned(),
+            ChallengeCertificate {
+                cert_pem: challenge_cert,
+                key_pem: challenge_key.clone(),
+            },
+        );
+        let debug = format!("{t:?} {t:#?}");
+        assert!(!debug.contains("PRIVATE KEY"), "{debug}");
+        let key_body = key_pem.lines().nth(1).unwrap();
+        let challenge_body = challenge_key.lines().nth(1).unwrap();
+        assert!(!debug.contains(key_body) && !debug.contains(challenge_body));
+        assert!(debug.contains("shop.example.test") && debug.contains("<redacted>"));
+        // The keys do reach the saved table.
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(RouteTableConfig::from_json(&json).unwrap(), t);
+
+        let plain = table(&[100]);
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("certificates").is_none() && json.get("acme").is_none());
+        let bad = r#"{"routes": [], "acme": {"http-01": {}}}"#;
+        assert!(RouteTableConfig::from_json(bad).is_err());
     }
 
     #[test]

@@ -23,6 +23,17 @@ pub enum ConfigError {
     },
     #[error("route {route}: {message}")]
     Invalid { route: String, message: String },
+    /// A certificate of the table, named by its domains; the message never holds key material.
+    #[error("certificate for {domains}: {message}")]
+    Certificate { domains: String, message: String },
+    /// An ACME challenge: `kind` is `http-01` (named by its token) or `tls-alpn-01` (by its
+    /// domain).
+    #[error("acme {kind} challenge for {name}: {message}")]
+    Challenge {
+        kind: &'static str,
+        name: String,
+        message: String,
+    },
 }
 
 /// Why a request was not proxied, or not completely.

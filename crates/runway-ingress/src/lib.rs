@@ -2,7 +2,13 @@
 //!
 //! An [`Ingress`] holds the route table (set whole with [`Ingress::set_routes`], from a file or
 //! the control plane), serves clients over HTTP/1.1 and HTTP/2 (h2c) with [`Ingress::serve`],
-//! and Prometheus metrics with [`Ingress::serve_admin`]. See `proxy.rs` for one request's path.
+//! over TLS with [`Ingress::serve_tls`], and Prometheus metrics with [`Ingress::serve_admin`].
+//! See `proxy.rs` for one request's path.
+//!
+//! Besides routes, a table carries what custom domains need from ACME
+//! ([`RouteTableConfig::certificates`], served by SNI; [`RouteTableConfig::acme`], the HTTP-01
+//! and TLS-ALPN-01 challenges answered now), so an ingress restarted from its saved table
+//! serves them without its control plane.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
@@ -35,7 +41,8 @@ use tokio::sync::broadcast;
 pub use body::ProxyBody;
 pub use cells::CellRouting;
 pub use config::{
-    CellsConfig, InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig,
+    AcmeChallenges, CellsConfig, ChallengeCertificate, InstanceConfig, Protocol, RevisionConfig,
+    RouteConfig, RouteTableConfig, TableCertificate,
 };
 pub use connection::ClientIo;
 pub use error::{ConfigError, ProxyError};
@@ -157,9 +164,13 @@ impl Ingress {
 
     /// Validates a table and swaps it in whole. Requests in flight keep their instance; held
     /// and queued requests re-check; instances and revisions no longer listed start draining.
+    ///
+    /// The table's certificates are parsed here, each distinct PEM once: one the table before
+    /// held is taken from it. A bad certificate refuses the whole table, as any invalid table is
+    /// refused ([`RouteTableConfig::validate`]).
     pub fn set_routes(&self, config: &RouteTableConfig) -> Result<(), ConfigError> {
-        config.validate()?;
-        self.shared.routes.set(config);
+        config.validate_without_keys()?;
+        self.shared.routes.set(config)?;
         self.shared
             .ready
             .store(true, std::sync::atomic::Ordering::Release);

@@ -1,4 +1,10 @@
 //! The client-facing server (HTTP/1.1 and h2c on one port) and the admin server (metrics).
+//!
+//! ACME challenges are answered here, on the listeners an ACME server reaches: HTTP-01
+//! (`GET /.well-known/acme-challenge/{token}`) on plain HTTP, before the redirect to HTTPS (a
+//! token the table does not hold gets a 404 there; where plain HTTP is proxied, it goes on to
+//! the service); a TLS-ALPN-01 handshake (`acme-tls/1`, see `tls.rs`) is closed once done,
+//! with no HTTP read. Neither adds anything to the HTTPS path's requests.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -8,21 +14,23 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use tokio_rustls::TlsAcceptor;
 
-use crate::Ingress;
+use crate::body::ProxyBody;
 use crate::connection::{Admission, ClientIo, accept_until};
 use crate::proxy::{Peer, handle};
 use crate::tls::{self, TlsError, TlsOptions};
+use crate::{Ingress, Shared};
 
 /// A TLS set-up made by [`Ingress::tls`].
 #[derive(Clone)]
@@ -94,7 +102,9 @@ impl Ingress {
     }
 
     /// Answers every plain-HTTP request with a permanent redirect to HTTPS (same host and
-    /// path; `https_port` when it is not 443).
+    /// path; `https_port` when it is not 443), but for ACME's HTTP-01 challenges
+    /// (`GET /.well-known/acme-challenge/{token}`, any host): the key authorization of a token
+    /// the table holds, a 404 for any other.
     pub async fn serve_redirect(
         &self,
         listener: TcpListener,
@@ -105,8 +115,19 @@ impl Ingress {
         let shared = &self.shared;
         let limits = (&shared.admission, &*shared.metrics);
         serve_http1(listener, shutdown, timeout, limits, move || {
-            service_fn(move |request: Request<Incoming>| async move {
-                Ok::<_, Infallible>(redirect(&request, https_port))
+            let shared = Arc::clone(shared);
+            service_fn(move |request: Request<Incoming>| {
+                let response = match http01_token(&request) {
+                    Some(token) => match http01_answer(&shared, token) {
+                        Some(answer) => plain_text(StatusCode::OK, Full::new(answer)),
+                        None => plain_text(
+                            StatusCode::NOT_FOUND,
+                            Full::new(Bytes::from_static(b"no such ACME challenge\n")),
+                        ),
+                    },
+                    None => redirect(&request, https_port),
+                };
+                async move { Ok::<_, Infallible>(response) }
             })
         })
         .await
@@ -274,14 +295,38 @@ impl Ingress {
                 match tls {
                     None => {
                         let peer = Peer::new(address, false, None, linger);
+                        // Plain HTTP answers the HTTP-01 challenges the table holds; anything
+                        // else (another token too) is the service's.
+                        let service = service_fn(move |request: Request<Incoming>| {
+                            let answer = http01_token(&request)
+                                .and_then(|token| http01_answer(&shared, token));
+                            let (shared, peer) = (Arc::clone(&shared), peer.clone());
+                            async move {
+                                match answer {
+                                    Some(answer) => {
+                                        Ok(plain_text(StatusCode::OK, ProxyBody::full(answer)))
+                                    }
+                                    None => handle(shared, peer, request).await,
+                                }
+                            }
+                        });
                         let connection = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service(peer))
+                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
                             .into_owned();
                         let _ = watcher.watch(connection).await;
                     }
                     Some(acceptor) => {
                         match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
                         {
+                            Ok(Ok(mut stream))
+                                if stream.get_ref().1.alpn_protocol()
+                                    == Some(tls::ACME_TLS_ALPN) =>
+                            {
+                                // A TLS-ALPN-01 validation: the handshake was the answer
+                                // (RFC 8737); nothing is read from it.
+                                let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown())
+                                    .await;
+                            }
                             Ok(Ok(stream)) => {
                                 let sni = stream.get_ref().1.server_name();
                                 let peer = Peer::new(address, true, sni, linger);
@@ -359,6 +404,38 @@ impl Ingress {
         }
         response
     }
+}
+
+/// Where HTTP-01 challenges are fetched (RFC 8555 section 8.3).
+const ACME_CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
+
+/// How long a TLS-ALPN-01 connection's close may take (its close_notify sent).
+const ACME_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The token of an HTTP-01 challenge request (`GET` or `HEAD` of
+/// `/.well-known/acme-challenge/{token}`), if it is one.
+fn http01_token(request: &Request<Incoming>) -> Option<&str> {
+    if !matches!(*request.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    request.uri().path().strip_prefix(ACME_CHALLENGE_PATH)
+}
+
+/// The key authorization the table holds for an HTTP-01 token.
+fn http01_answer(shared: &Shared, token: &str) -> Option<Bytes> {
+    shared.routes.load_guard().http01(token).cloned()
+}
+
+/// `body` as plain text: a key authorization, which is no secret (the token, which travels in
+/// the URL, and the account key's thumbprint).
+fn plain_text<B>(status: StatusCode, body: B) -> Response<B> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain"),
+    );
+    response
 }
 
 /// Connections the admin port (metrics, health) takes at once.

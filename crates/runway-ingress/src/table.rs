@@ -4,6 +4,11 @@
 //! outlives a table: a new table reuses the state of every revision and instance it keeps, so a
 //! swap drops no request and resets no counter. Requests hold `Arc`s to what they use, so an
 //! instance removed from the table still finishes what it was given.
+//!
+//! A table also holds what TLS and ACME need of it: its certificates by name, its TLS-ALPN-01
+//! challenge certificates, its HTTP-01 answers. Certificates are parsed when a table is set,
+//! once per distinct PEM: tables are swapped often, and an unchanged certificate is taken
+//! from the one before.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -12,10 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
+use rustls::sign::CertifiedKey;
 use tokio::sync::{Notify, broadcast};
 
 use crate::config::{Protocol, RouteTableConfig};
+use crate::error::ConfigError;
 use crate::metrics::{Metrics, RevisionMetrics};
+use crate::tls::PemPair;
 use crate::upstream::Pool;
 
 /// The shortest hold by default, Cloud Run's rule: a request waits for a ready instance the
@@ -364,6 +373,12 @@ pub struct Table {
     routes: Vec<Arc<Route>>,
     /// `{env}.{domain}` of every route: the platform's own names live under these.
     parents: HashSet<String>,
+    /// The table's certificates by name (`*.example.com` for a wildcard).
+    certificates: HashMap<String, Arc<CertifiedKey>>,
+    /// TLS-ALPN-01 challenge certificates by name.
+    challenges: HashMap<String, Arc<CertifiedKey>>,
+    /// HTTP-01: token → key authorization.
+    http01: HashMap<String, Bytes>,
 }
 
 impl Table {
@@ -396,6 +411,61 @@ impl Table {
     pub fn routes(&self) -> &[Arc<Route>] {
         &self.routes
     }
+
+    /// The table's certificate for `name` (lower case): its own, else its parent's wildcard.
+    pub(crate) fn certificate(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        if self.certificates.is_empty() {
+            return None;
+        }
+        if let Some(key) = self.certificates.get(name) {
+            return Some(Arc::clone(key));
+        }
+        let (_, parent) = name.split_once('.')?;
+        self.certificates.get(&format!("*.{parent}")).cloned()
+    }
+
+    /// The TLS-ALPN-01 challenge certificate for `name` (lower case).
+    pub(crate) fn challenge(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        self.challenges.get(name).cloned()
+    }
+
+    /// The HTTP-01 key authorization for `token`.
+    pub(crate) fn http01(&self, token: &str) -> Option<&Bytes> {
+        self.http01.get(token)
+    }
+}
+
+/// Parsed certificates by their PEM, kept from one table to the next: the certificate's PEM
+/// leads to its key's PEM and what the two gave.
+type Parsed = HashMap<String, (String, Arc<PemPair>)>;
+
+/// What a table gives TLS and ACME, parsed.
+struct Secured {
+    certificates: HashMap<String, Arc<CertifiedKey>>,
+    challenges: HashMap<String, Arc<CertifiedKey>>,
+    http01: HashMap<String, Bytes>,
+}
+
+/// A certificate of the new table: the one parsed for the last table if its PEM is the same,
+/// else parsed now; kept in `fresh` for the next.
+fn parsed(
+    old: &mut Parsed,
+    fresh: &mut Parsed,
+    cert_pem: &str,
+    key_pem: &str,
+    parse: impl FnOnce() -> Result<PemPair, ConfigError>,
+) -> Result<Arc<PemPair>, ConfigError> {
+    if let Some((key, pair)) = fresh.get(cert_pem)
+        && key == key_pem
+    {
+        return Ok(Arc::clone(pair));
+    }
+    let pair = match old.remove(cert_pem) {
+        Some((key, pair)) if key == key_pem => pair,
+        _ => Arc::new(parse()?),
+    };
+    fresh.insert(cert_pem.to_owned(), (key_pem.to_owned(), Arc::clone(&pair)));
+    Ok(pair)
 }
 
 type RevisionKey = (String, String, String);
@@ -404,6 +474,8 @@ type RevisionKey = (String, String, String);
 #[derive(Debug)]
 pub struct Routes {
     current: ArcSwap<Table>,
+    /// The current table's certificates, parsed (see [`parsed`]).
+    parsed: Mutex<Parsed>,
     revisions: Mutex<HashMap<RevisionKey, Arc<Revision>>>,
     metrics: Arc<Metrics>,
     scale_up: broadcast::Sender<ScaleUp>,
@@ -414,6 +486,7 @@ impl Routes {
     pub(crate) fn new(metrics: Arc<Metrics>, min_hold: Duration) -> Self {
         Self {
             current: ArcSwap::from_pointee(Table::default()),
+            parsed: Mutex::new(HashMap::new()),
             revisions: Mutex::new(HashMap::new()),
             metrics,
             scale_up: broadcast::channel(1024).0,
@@ -442,9 +515,72 @@ impl Routes {
         });
     }
 
-    /// Replaces the whole table. The config must be valid ([`RouteTableConfig::validate`]).
-    /// Instances and revisions that leave the table start draining.
-    pub(crate) fn set(&self, config: &RouteTableConfig) {
+    /// The table's certificates and challenges, parsed (those seen in the last table are not
+    /// parsed again) and checked; on an error nothing changes.
+    fn secure(&self, config: &RouteTableConfig) -> Result<Secured, ConfigError> {
+        let mut old = self
+            .parsed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut fresh = Parsed::new();
+        let mut parse_all = || -> Result<Secured, ConfigError> {
+            let mut certificates = HashMap::new();
+            for certificate in &config.certificates {
+                let pair = parsed(
+                    &mut old,
+                    &mut fresh,
+                    &certificate.cert_pem,
+                    &certificate.key_pem,
+                    || certificate.parse(),
+                )?;
+                certificate.check_parsed(&pair)?;
+                for domain in &certificate.domains {
+                    certificates.insert(domain.clone(), Arc::clone(&pair.key));
+                }
+            }
+            let mut challenges = HashMap::new();
+            for (domain, certificate) in &config.acme.tls_alpn01 {
+                let pair = parsed(
+                    &mut old,
+                    &mut fresh,
+                    &certificate.cert_pem,
+                    &certificate.key_pem,
+                    || certificate.parse(domain),
+                )?;
+                certificate.check_parsed(domain, &pair)?;
+                challenges.insert(domain.clone(), Arc::clone(&pair.key));
+            }
+            let http01 = config
+                .acme
+                .http01
+                .iter()
+                .map(|(token, answer)| (token.clone(), Bytes::from(answer.clone())))
+                .collect();
+            Ok(Secured {
+                certificates,
+                challenges,
+                http01,
+            })
+        };
+        let secured = parse_all();
+        match &secured {
+            Ok(_) => *old = fresh,
+            // The table is refused; what was parsed for the one in force is kept.
+            Err(_) => old.extend(fresh),
+        }
+        secured
+    }
+
+    /// Replaces the whole table. The config must be valid but for its keys
+    /// ([`RouteTableConfig::validate_without_keys`]): its certificates are parsed and checked
+    /// here, and a bad one refuses the table, which then changes nothing. Instances and
+    /// revisions that leave the table start draining.
+    pub(crate) fn set(&self, config: &RouteTableConfig) -> Result<(), ConfigError> {
+        let Secured {
+            certificates,
+            challenges,
+            http01,
+        } = self.secure(config)?;
         let mut registry = self
             .revisions
             .lock()
@@ -595,6 +731,9 @@ impl Routes {
             fallback,
             routes,
             parents,
+            certificates,
+            challenges,
+            http01,
         }));
         drop(registry);
         // Held and queued requests re-check against the new table.
@@ -606,6 +745,7 @@ impl Routes {
                 rev.changed.notify_waiters();
             }
         }
+        Ok(())
     }
 
     /// The live state of an instance in the current table (draining or not).
@@ -654,13 +794,107 @@ mod tests {
                 }],
                 cells: None,
             }],
+            ..RouteTableConfig::default()
         }
+    }
+
+    /// A table's certificates are served by name (a wildcard for one label below it) and
+    /// parsed once: the next table with the same PEM reuses them; a refused table changes
+    /// nothing; a renewal is served from the table that brings it.
+    #[test]
+    fn certificates_are_parsed_once_and_swapped_with_the_table() {
+        use crate::config::{ChallengeCertificate, TableCertificate};
+        use crate::tls::testing::{challenge, self_signed};
+        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
+        let (cert_pem, key_pem) = self_signed(&["shop.example.test", "*.shop.example.test"]);
+        let mut table = config(&["127.0.0.1:1"], 0);
+        table.certificates = vec![TableCertificate {
+            domains: vec!["shop.example.test".into(), "*.shop.example.test".into()],
+            cert_pem,
+            key_pem: key_pem.clone(),
+        }];
+        let (challenge_pem, challenge_key) = challenge("acme.example.test");
+        table.acme.tls_alpn01.insert(
+            "acme.example.test".into(),
+            ChallengeCertificate {
+                cert_pem: challenge_pem,
+                key_pem: challenge_key,
+            },
+        );
+        table
+            .acme
+            .http01
+            .insert("token".into(), "token.thumbprint".into());
+        routes.set(&table).unwrap();
+        let live = routes.load();
+        let first = live.certificate("shop.example.test").unwrap();
+        let wildcard = live.certificate("www.shop.example.test").unwrap();
+        assert!(Arc::ptr_eq(&first, &wildcard));
+        assert!(live.certificate("a.www.shop.example.test").is_none());
+        assert!(live.certificate("example.test").is_none());
+        assert!(live.challenge("acme.example.test").is_some());
+        assert!(live.challenge("shop.example.test").is_none());
+        assert_eq!(live.http01("token").unwrap(), "token.thumbprint");
+        assert!(live.http01("other").is_none());
+        let challenge_key = live.challenge("acme.example.test").unwrap();
+
+        // The next table, routes changed and the certificates not: nothing is parsed again.
+        table.routes[0].revisions[0].instances.clear();
+        routes.set(&table).unwrap();
+        let live = routes.load();
+        assert!(Arc::ptr_eq(
+            &first,
+            &live.certificate("shop.example.test").unwrap()
+        ));
+        assert!(Arc::ptr_eq(
+            &challenge_key,
+            &live.challenge("acme.example.test").unwrap()
+        ));
+
+        // Another certificate with a key not its own: refused, the table in force stays, and
+        // its parsed certificates are kept for the next.
+        let mut refused = table.clone();
+        refused.certificates.push(TableCertificate {
+            domains: vec!["api.example.test".into()],
+            cert_pem: self_signed(&["api.example.test"]).0,
+            key_pem,
+        });
+        let error = routes.set(&refused).unwrap_err().to_string();
+        assert!(
+            error.starts_with("certificate for api.example.test: "),
+            "{error}"
+        );
+        assert!(routes.load().certificate("api.example.test").is_none());
+        routes.set(&table).unwrap();
+        assert!(Arc::ptr_eq(
+            &first,
+            &routes.load().certificate("shop.example.test").unwrap()
+        ));
+
+        // A renewal is a new certificate; the old one is let go.
+        let (cert_pem, key_pem) = self_signed(&["shop.example.test"]);
+        table.certificates[0] = TableCertificate {
+            domains: vec!["shop.example.test".into()],
+            cert_pem,
+            key_pem,
+        };
+        routes.set(&table).unwrap();
+        let renewed = routes.load().certificate("shop.example.test").unwrap();
+        assert!(!Arc::ptr_eq(&first, &renewed));
+        assert!(routes.load().certificate("www.shop.example.test").is_none());
+        assert_eq!(routes.parsed.lock().unwrap().len(), 2);
+        table.certificates.clear();
+        table.acme = Default::default();
+        routes.set(&table).unwrap();
+        assert!(routes.parsed.lock().unwrap().is_empty());
     }
 
     #[test]
     fn a_swap_keeps_live_state_and_drains_what_left() {
         let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
-        routes.set(&config(&["127.0.0.1:1", "127.0.0.1:2"], 1));
+        routes
+            .set(&config(&["127.0.0.1:1", "127.0.0.1:2"], 1))
+            .unwrap();
         let table = routes.load();
         for host in [
             "hello.dev.localhost",
@@ -681,7 +915,9 @@ mod tests {
         assert!(matches!(rev.try_pick(), Pick::Busy));
 
         // Keep only the first instance: same state, the second drains.
-        routes.set(&config(&[&first.address.to_string()], 1));
+        routes
+            .set(&config(&[&first.address.to_string()], 1))
+            .unwrap();
         let table = routes.load();
         let kept = &table.routes()[0].revisions[0].1;
         assert!(Arc::ptr_eq(kept, &rev));
@@ -734,6 +970,7 @@ mod tests {
                         cells: None,
                     })
                     .collect(),
+                ..RouteTableConfig::default()
             }
         }
 
@@ -745,7 +982,7 @@ mod tests {
                 let config = table(&routes);
                 prop_assert!(config.validate().is_ok());
                 let live = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
-                live.set(&config);
+                prop_assert!(live.set(&config).is_ok());
                 let table = live.load();
                 for (service, env, _) in &routes {
                     for host in [format!("{service}.{env}.example.test"), format!("{service}.custom.test")] {

@@ -1,7 +1,16 @@
 //! TLS: rustls (ring, TLS 1.2 and 1.3 only) with the certificate chosen by SNI: an operator's
-//! certificate for its domains, else one issued on the fly by the local certificate authority
-//! for a host the route table serves. Any other name is refused during the handshake.
-//! Operator certificates are read again when their files change (a renewal needs no restart).
+//! certificate for its domains (exact name, then wildcard), else a certificate of the route
+//! table's (the control plane's, from ACME, for custom domains; exact, then wildcard), else one
+//! issued on the fly by the local certificate authority for a host the route table serves. Any
+//! other name is refused during the handshake. Operator certificates are read again when their
+//! files change (a renewal needs no restart); the table's are parsed when a table is set (once
+//! per distinct PEM, see [`crate::table::Routes`]), never per handshake.
+//!
+//! TLS-ALPN-01 (RFC 8737): `acme-tls/1` is offered after `h2` and `http/1.1`, so no ordinary
+//! client gets it. A ClientHello offering it (an ACME server's validation, which offers it
+//! alone) gets the table's challenge certificate for its server name and nothing else: no
+//! challenge for that name, or other protocols offered beside it, and the handshake is refused.
+//! The connection is closed once such a handshake is done (`server.rs`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,7 +28,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::table::Routes;
+use crate::table::Table;
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -228,6 +237,92 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.write_all(bytes)
 }
 
+/// The ALPN protocol of TLS-ALPN-01 validation (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// The acmeIdentifier extension's OID (1.3.6.1.5.5.7.1.31), as its DER content.
+const ACME_IDENTIFIER_OID: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x01, 0x1f];
+
+/// A certificate chain and its key from PEM, ready for the handshake, with what a table's
+/// checks need of the leaf. `Debug` shows no key material (rustls's signing keys show their
+/// algorithm only).
+#[derive(Debug)]
+pub(crate) struct PemPair {
+    pub(crate) key: Arc<CertifiedKey>,
+    /// The leaf's DNS names (its subjectAltName), lower case.
+    pub(crate) names: Vec<String>,
+    /// The leaf carries RFC 8737's acmeIdentifier extension.
+    pub(crate) acme_identifier: bool,
+}
+
+impl PemPair {
+    /// Whether the leaf is valid for `domain` (lower case): a name of its own, or, for a name
+    /// that is no wildcard, a wildcard of its parent (one label, as clients match).
+    pub(crate) fn covers(&self, domain: &str) -> bool {
+        if self.names.iter().any(|name| name == domain) {
+            return true;
+        }
+        match domain.split_once('.') {
+            Some((label, parent)) if label != "*" => self
+                .names
+                .iter()
+                .any(|name| name.strip_prefix("*.") == Some(parent)),
+            _ => false,
+        }
+    }
+}
+
+/// Parses a chain (leaf first) and its key (PKCS#8, SEC1 or PKCS#1), and checks that the key
+/// is the leaf's. The messages say what is wrong without quoting the key.
+pub(crate) fn parse_pem_pair(cert_pem: &str, key_pem: &str) -> Result<PemPair, String> {
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cert_pem is not PEM certificates: {e}"))?;
+    let Some(leaf) = chain.first() else {
+        return Err("cert_pem holds no certificate".to_owned());
+    };
+    let (_, x509) = x509_parser::parse_x509_certificate(leaf)
+        .map_err(|e| format!("cert_pem: its first certificate cannot be read: {e}"))?;
+    let names = match x509.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                x509_parser::extensions::GeneralName::DNSName(dns) => {
+                    Some(dns.to_ascii_lowercase())
+                }
+                _ => None,
+            })
+            .collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => return Err(format!("cert_pem: its subjectAltName cannot be read: {e}")),
+    };
+    let acme_identifier = x509
+        .extensions()
+        .iter()
+        .any(|extension| extension.oid.as_bytes() == ACME_IDENTIFIER_OID);
+    // The PEM parser's own errors are not passed on: they may quote a line of the key.
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .map_err(|_| "key_pem holds no private key in PEM (PKCS#8, SEC1 or PKCS#1)".to_owned())?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|_| "key_pem is not an RSA, ECDSA or Ed25519 key that can sign".to_owned())?;
+    // As rustls's `keys_match`, which would refuse a challenge certificate's critical
+    // acmeIdentifier extension before comparing anything.
+    if signing
+        .public_key()
+        .is_some_and(|public| public.as_ref() != x509.public_key().raw)
+    {
+        return Err("the key does not match the certificate (its first in cert_pem)".to_owned());
+    }
+    drop(x509);
+    Ok(PemPair {
+        key: Arc::new(CertifiedKey::new(chain, signing)),
+        names,
+        acme_identifier,
+    })
+}
+
 /// An operator's certificate and key (PEM) for some domains (`*.example.com` allowed).
 #[derive(Debug, Clone)]
 pub struct CertificateFiles {
@@ -268,8 +363,7 @@ impl Resolver {
     /// wildcard of its parent when that is the platform's (`*.dev.localhost` for an unknown
     /// `typo.dev.localhost`, answered with a 404 rather than a handshake alert); none for any
     /// other name, so a client cannot have certificates minted for names of its choosing.
-    fn certified_name(routes: &Routes, name: &str) -> Option<String> {
-        let table = routes.load_guard();
+    fn certified_name(table: &Table, name: &str) -> Option<String> {
         if table.names(name) {
             return Some(name.to_owned());
         }
@@ -282,6 +376,24 @@ impl Resolver {
 impl ResolvesServerCert for Resolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let name = hello.server_name()?.to_ascii_lowercase();
+        if let Some(protocols) = hello.alpn() {
+            let (mut acme, mut other) = (false, false);
+            for protocol in protocols {
+                if protocol == ACME_TLS_ALPN {
+                    acme = true;
+                } else {
+                    other = true;
+                }
+            }
+            // TLS-ALPN-01 validation offers `acme-tls/1` alone: it gets the challenge
+            // certificate for its name, and nothing else ever does.
+            if acme {
+                if other {
+                    return None;
+                }
+                return self.routes.routes.load_guard().challenge(&name);
+            }
+        }
         let operator = self.operator.load();
         if let Some(key) = operator.get(&name) {
             return Some(Arc::clone(key));
@@ -291,10 +403,15 @@ impl ResolvesServerCert for Resolver {
         {
             return Some(Arc::clone(key));
         }
+        let table = self.routes.routes.load_guard();
+        if let Some(key) = table.certificate(&name) {
+            return Some(key);
+        }
         // Only names the table serves (or the platform's wildcards) get a certificate from the
         // local authority.
         let ca = self.ca.as_ref()?;
-        let name = Self::certified_name(&self.routes.routes, &name)?;
+        let name = Self::certified_name(&table, &name)?;
+        drop(table);
         let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(key) = issued.get(&name) {
             return Some(Arc::clone(key));
@@ -391,7 +508,8 @@ impl Resolver {
     }
 }
 
-/// The rustls configuration: TLS 1.2 and 1.3, ALPN h2 then http/1.1, SNI resolution.
+/// The rustls configuration: TLS 1.2 and 1.3, ALPN h2, http/1.1 then acme-tls/1, SNI
+/// resolution.
 pub(crate) fn server_config(
     options: &TlsOptions,
     shared: Arc<crate::Shared>,
@@ -419,8 +537,37 @@ pub(crate) fn server_config(
         .map_err(TlsError::Rustls)?
         .with_no_client_auth()
         .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn ResolvesServerCert>);
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // The server's order decides: `acme-tls/1` is chosen only by a client offering nothing else.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec(), ACME_TLS_ALPN.to_vec()];
     Ok((config, resolver, ca_pem))
+}
+
+/// Certificates for unit tests.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+pub(crate) mod testing {
+    /// A self-signed certificate for `names` and its key (PKCS#8), PEM.
+    pub(crate) fn self_signed(names: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|name| (*name).to_owned()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A TLS-ALPN-01 challenge certificate for `name` (RFC 8737: its acmeIdentifier extension
+    /// holds the key authorization's SHA-256, here any 32 bytes) and its key, PEM.
+    pub(crate) fn challenge(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        params
+            .custom_extensions
+            .push(rcgen::CustomExtension::new_acme_identifier(&[7; 32]));
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
 }
 
 #[cfg(test)]
@@ -428,6 +575,46 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    /// A chain and its key in PKCS#8, SEC1 (`openssl ecparam -genkey`) or PKCS#1 (`openssl
+    /// genrsa -traditional`) form; the names and the acmeIdentifier extension are read off the
+    /// leaf; another's key is refused.
+    #[test]
+    fn pem_pairs_are_parsed_in_every_key_form() {
+        let (cert, key) = testing::self_signed(&["Shop.example.test", "*.shop.example.test"]);
+        let pair = parse_pem_pair(&cert, &key).unwrap();
+        assert_eq!(pair.names, ["shop.example.test", "*.shop.example.test"]);
+        assert!(!pair.acme_identifier);
+        assert!(pair.covers("shop.example.test"));
+        assert!(pair.covers("www.shop.example.test"));
+        assert!(pair.covers("*.shop.example.test"));
+        assert!(!pair.covers("a.b.shop.example.test"));
+        assert!(!pair.covers("example.test"));
+
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let read = |path: &str| std::fs::read_to_string(fixtures.join(path)).unwrap();
+        let sec1 = parse_pem_pair(&read("sec1-key/cert.pem"), &read("sec1-key/key.pem")).unwrap();
+        assert!(sec1.covers("sec1.example.test"));
+        parse_pem_pair(&read("pkcs1-ca/ca.pem"), &read("pkcs1-ca/ca-key.pem")).unwrap();
+
+        let (challenge, challenge_key) = testing::challenge("shop.example.test");
+        let pair = parse_pem_pair(&challenge, &challenge_key).unwrap();
+        assert!(pair.acme_identifier);
+        assert_eq!(pair.names, ["shop.example.test"]);
+
+        let error = parse_pem_pair(&cert, &challenge_key).unwrap_err();
+        assert!(error.contains("the key does not match"), "{error}");
+        let error = parse_pem_pair(&cert, &read("sec1-key/key.pem")).unwrap_err();
+        assert!(error.contains("the key does not match"), "{error}");
+        assert_eq!(
+            parse_pem_pair("", &key).unwrap_err(),
+            "cert_pem holds no certificate"
+        );
+        // A broken key is not quoted.
+        let broken = "-----BEGIN PRIVATE KEY-----\nSECRETSECRETSECRET\n-----END PRIVATE KEY-----\n";
+        let error = parse_pem_pair(&cert, broken).unwrap_err();
+        assert!(!error.contains("SECRET"), "{error}");
+    }
 
     /// A route for every host (`*`, a cell router) does not make the local authority sign
     /// whatever name a client sends: only names a route names, and the platform's wildcards.
@@ -442,12 +629,13 @@ mod tests {
         }))
         .unwrap();
         config.validate().unwrap();
-        routes.set(&config);
+        routes.set(&config).unwrap();
+        let table = routes.load();
         assert_eq!(
-            Resolver::certified_name(&routes, "gitlab.example.com").as_deref(),
+            Resolver::certified_name(&table, "gitlab.example.com").as_deref(),
             Some("gitlab.example.com")
         );
-        assert_eq!(Resolver::certified_name(&routes, "www.bank.example"), None);
+        assert_eq!(Resolver::certified_name(&table, "www.bank.example"), None);
         assert!(routes.load().resolve_any("www.bank.example"));
     }
 

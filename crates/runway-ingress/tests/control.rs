@@ -97,6 +97,7 @@ fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> Rout
             }],
             cells: None,
         }],
+        ..RouteTableConfig::default()
     }
 }
 

@@ -70,6 +70,7 @@ fn routes(instance: SocketAddr) -> RouteTableConfig {
             }],
             cells: None,
         }],
+        ..RouteTableConfig::default()
     }
 }
 

@@ -91,6 +91,7 @@ fn table(revision: &str, instance: SocketAddr) -> RouteTableConfig {
             }],
             cells: None,
         }],
+        ..RouteTableConfig::default()
     }
 }
 

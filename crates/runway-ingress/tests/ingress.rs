@@ -249,6 +249,7 @@ fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
             revisions,
             cells: None,
         }],
+        ..RouteTableConfig::default()
     }
 }
 
