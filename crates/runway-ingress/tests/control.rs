@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -282,6 +283,176 @@ async fn tables_stats_scale_up_and_drain_over_the_control_socket() {
         // Stop.
         ControlClient::new(dir.path()).stop().await.unwrap();
         stopped.wait_for(|stop| *stop).await.unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A `runway-ingress` process on `state` serving HTTPS (plain HTTP redirects to it), fed on
+/// its control socket; killed when dropped.
+struct Process {
+    child: tokio::process::Child,
+    http: SocketAddr,
+    https: SocketAddr,
+}
+
+impl Process {
+    async fn start(state: &Path, ca: &Path) -> Self {
+        let (http, https, admin) = (free_port(), free_port(), free_port());
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runway-ingress"))
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--ca-dir")
+            .arg(ca)
+            .args(["--listen", &http.to_string(), "--admin", &admin.to_string()])
+            .args(["--https", &https.to_string()])
+            .args(["--event-loops", "0", "--threads", "1"])
+            .args(["--shutdown-grace-seconds", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let answered = async || ControlClient::new(state).hello().await.ok().map(|h| h.pid);
+        while answered().await != child.id() {
+            assert!(Instant::now() < deadline, "the ingress never answered");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Self { child, http, https }
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+/// `GET /` over HTTPS to `name`, trusting only `ca_pem`: the response, or the handshake's
+/// error.
+async fn get_https(address: SocketAddr, ca_pem: &str, name: &str) -> std::io::Result<String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let server_name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    let mut stream = connector
+        .connect(server_name, TcpStream::connect(address).await?)
+        .await?;
+    let request = format!("GET / HTTP/1.1\r\nhost: {name}\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    Ok(response)
+}
+
+/// An authority of its own (as an ACME directory's) and a certificate it issued for `name`,
+/// as a table carries it.
+fn issued(name: &str) -> (String, runway_ingress::TableCertificate) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::default();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let certificate = runway_ingress::TableCertificate {
+        domains: vec![name.to_owned()],
+        cert_pem: format!("{}{}", cert.pem(), ca_cert.pem()),
+        key_pem: key.serialize_pem(),
+    };
+    (ca_cert.pem(), certificate)
+}
+
+/// A table with a certificate and an HTTP-01 challenge, set on the control socket: in force
+/// (the certificate served by SNI, the challenge answered where plain HTTP redirects), saved
+/// `0600` since it holds the key, and served again, certificate and all, by the ingress
+/// started anew on that state directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_and_challenges_are_saved_privately_and_served_after_a_restart() {
+    tokio::time::timeout(BOUND, async {
+        let dir = tempfile::tempdir().unwrap();
+        let (state, ca) = (dir.path().join("state"), dir.path().join("ca"));
+        let instance = upstream().await;
+        let mut routes = table("hello-1", 100, instance, true);
+        routes.routes[0].domains = vec!["shop.example.test".to_owned()];
+        let (authority, certificate) = issued("shop.example.test");
+        routes.certificates = vec![certificate.clone()];
+        let token = "jwQ5qsXx0v4RW0wKz4YQ2MaNwxmB1T6c4LvkM9b0q2k";
+        let authorization = format!("{token}.9jg46WB3rR_AHD-EBXdN7cBkH1WOu0tA3M9fm21mqTI");
+        routes
+            .acme
+            .http01
+            .insert(token.to_owned(), authorization.clone());
+
+        let first = Process::start(&state, &ca).await;
+        ControlClient::new(&state)
+            .set_routes(&routes)
+            .await
+            .unwrap();
+        let response = get_https(first.https, &authority, "shop.example.test")
+            .await
+            .unwrap();
+        assert!(
+            response.starts_with("HTTP/1.1 200") && response.ends_with("ok"),
+            "{response}"
+        );
+        let mut plain = TcpStream::connect(first.http).await.unwrap();
+        let challenge = format!(
+            "GET /.well-known/acme-challenge/{token} HTTP/1.1\r\nhost: shop.example.test\r\n\
+             connection: close\r\n\r\n"
+        );
+        plain.write_all(challenge.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        plain.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.ends_with(&format!("\r\n\r\n{authorization}")),
+            "{answer}"
+        );
+
+        // Saved for the owner alone, keys and all.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let saved = state.join(control::TABLE_FILE);
+            let mode = std::fs::metadata(&saved).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+            let text = std::fs::read_to_string(&saved).unwrap();
+            assert!(text.contains("PRIVATE KEY"));
+            assert_eq!(control::load_table(&state).unwrap(), Some(routes.clone()));
+        }
+
+        // Killed (no time to say anything) and started again: the saved table is served,
+        // its certificate too, with no control plane.
+        first.kill().await;
+        let again = Process::start(&state, &ca).await;
+        let response = get_https(again.https, &authority, "shop.example.test")
+            .await
+            .unwrap();
+        assert!(
+            response.starts_with("HTTP/1.1 200") && response.ends_with("ok"),
+            "{response}"
+        );
+        let hello = ControlClient::new(&state).hello().await.unwrap();
+        assert_eq!(hello.table.certificates, vec![certificate]);
+        again.kill().await;
     })
     .await
     .unwrap();

@@ -1522,6 +1522,355 @@ async fn an_operator_certificate_serves_its_domains() {
     .unwrap();
 }
 
+/// A certificate for the route table: `name`'s, issued by an authority of its own (as ACME's
+/// would be), with that authority's certificate for a client's trust store.
+fn table_certificate(name: &str) -> (runway_ingress::TableCertificate, String) {
+    let (ca_cert, cert, key) = operator_certificate(name);
+    let certificate = runway_ingress::TableCertificate {
+        domains: vec![name.to_owned()],
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    };
+    (certificate, ca_cert.pem())
+}
+
+/// `GET /` over a TLS stream, HTTP/1.1, naming `host`: the body.
+async fn get_over(stream: tokio_rustls::client::TlsStream<TcpStream>, host: &str) -> String {
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let response = sender
+        .send_request(
+            Request::get("/")
+                .header("host", host)
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// A table's certificate is served for its name ahead of the local authority's, and a client
+/// trusting only its issuer gets the route's page; a new table's certificate is served at the
+/// next handshake; an operator's certificate for the same name wins over the table's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_certificate_is_served_by_name_and_an_operators_wins() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("custom").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = one_revision(up.address);
+        let (certificate, table_ca) = table_certificate("hello.example.test");
+        config.certificates = vec![certificate];
+        running.ingress.set_routes(&config).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let tls = running
+            .ingress
+            .tls(&runway_ingress::TlsOptions {
+                ca_dir: Some(dir.path().join("ca")),
+                certificates: vec![],
+            })
+            .unwrap();
+        let local_ca = tls.ca_pem().unwrap().to_owned();
+        let (address, stop, server) = serve_tls(&running.ingress, tls).await;
+
+        let stream = tls_connect(address, &table_ca, "hello.example.test")
+            .await
+            .unwrap();
+        assert_eq!(get_over(stream, "hello.example.test").await, "custom");
+        // The platform's own names still get the local authority's.
+        let stream = tls_connect(address, &local_ca, HOST).await.unwrap();
+        assert_eq!(get_over(stream, HOST).await, "custom");
+        assert!(
+            tls_connect(address, &local_ca, "hello.example.test")
+                .await
+                .is_err()
+        );
+
+        // A renewal, from another authority, in the next table: served at the next handshake.
+        let (renewed, renewed_ca) = table_certificate("hello.example.test");
+        config.certificates = vec![renewed];
+        running.ingress.set_routes(&config).unwrap();
+        let stream = tls_connect(address, &renewed_ca, "hello.example.test")
+            .await
+            .unwrap();
+        assert_eq!(get_over(stream, "hello.example.test").await, "custom");
+        assert!(
+            tls_connect(address, &table_ca, "hello.example.test")
+                .await
+                .is_err()
+        );
+        // A table with a certificate whose key is another's is refused whole, naming it; the
+        // one in force stays.
+        let mut mismatched = config.clone();
+        let (other, _) = table_certificate("hello.example.test");
+        mismatched.certificates[0].key_pem = other.key_pem;
+        let error = running
+            .ingress
+            .set_routes(&mismatched)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "certificate for hello.example.test: the key does not match the certificate (its \
+             first in cert_pem)"
+        );
+        assert!(
+            tls_connect(address, &renewed_ca, "hello.example.test")
+                .await
+                .is_ok()
+        );
+
+        // An operator's certificate for the same name takes precedence.
+        let (operator_ca, cert, key) = operator_certificate("hello.example.test");
+        let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        let operator = running
+            .ingress
+            .tls(&runway_ingress::TlsOptions {
+                ca_dir: Some(dir.path().join("ca")),
+                certificates: vec![runway_ingress::CertificateFiles {
+                    domains: vec!["hello.example.test".to_owned()],
+                    cert: cert_path,
+                    key: key_path,
+                }],
+            })
+            .unwrap();
+        let (operator_address, operator_stop, operator_server) =
+            serve_tls(&running.ingress, operator).await;
+        let stream = tls_connect(operator_address, &operator_ca.pem(), "hello.example.test")
+            .await
+            .unwrap();
+        assert_eq!(get_over(stream, "hello.example.test").await, "custom");
+        assert!(
+            tls_connect(operator_address, &renewed_ca, "hello.example.test")
+                .await
+                .is_err()
+        );
+        for (stop, server) in [(stop, server), (operator_stop, operator_server)] {
+            let _ = stop.send(());
+            server.await.unwrap().unwrap();
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// Accepts any server certificate: an ACME server checks a TLS-ALPN-01 certificate by its
+/// acmeIdentifier, not by a chain; the test compares it with the one the table holds. The
+/// handshake's signature is checked with the certificate's key, read without refusing the
+/// critical acmeIdentifier extension (which webpki would).
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        // The ingress speaks TLS 1.3 to a client that does.
+        Err(rustls::Error::General("TLS 1.2 is not expected".to_owned()))
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let (_, parsed) = x509_parser::parse_x509_certificate(cert)
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
+        let spki = rustls::pki_types::SubjectPublicKeyInfoDer::from(parsed.public_key().raw);
+        rustls::crypto::verify_tls13_signature_with_raw_key(
+            message,
+            &spki,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A handshake as an ACME server's TLS-ALPN-01 validation makes it, offering `alpn`.
+async fn acme_connect(
+    address: SocketAddr,
+    name: &str,
+    alpn: &[&[u8]],
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = TcpStream::connect(address).await?;
+    let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    connector.connect(name, stream).await
+}
+
+/// The leaf certificate a TLS stream's server presented.
+fn presented(stream: &tokio_rustls::client::TlsStream<TcpStream>) -> Vec<u8> {
+    stream.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+/// HTTP-01: plain HTTP answers a token of the table with its key authorization (whatever the
+/// host), a token it does not hold with a 404 where it redirects (and the service where it
+/// proxies), and redirects everything else as before. TLS-ALPN-01: a handshake offering
+/// `acme-tls/1` alone gets exactly the challenge certificate for its name, and is then closed;
+/// a name without one, or `acme-tls/1` beside other protocols, is refused; ordinary clients
+/// never get a challenge certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acme_challenges_are_answered_on_their_listeners() {
+    use rustls::pki_types::pem::PemObject;
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("service").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = one_revision(up.address);
+        let token = "LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0";
+        let authorization = format!("{token}.9jg46WB3rR_AHD-EBXdN7cBkH1WOu0tA3M9fm21mqTI");
+        config
+            .acme
+            .http01
+            .insert(token.to_owned(), authorization.clone());
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["hello.example.test".to_owned()]).unwrap();
+        params
+            .custom_extensions
+            .push(rcgen::CustomExtension::new_acme_identifier(&[42; 32]));
+        let challenge = params.self_signed(&key).unwrap();
+        config.acme.tls_alpn01.insert(
+            "hello.example.test".to_owned(),
+            runway_ingress::ChallengeCertificate {
+                cert_pem: challenge.pem(),
+                key_pem: key.serialize_pem(),
+            },
+        );
+        running.ingress.set_routes(&config).unwrap();
+
+        // HTTP-01 where plain HTTP redirects.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let plain = listener.local_addr().unwrap();
+        let ingress = running.ingress.clone();
+        let redirect = tokio::spawn(async move {
+            ingress
+                .serve_redirect(listener, 443, std::future::pending())
+                .await
+        });
+        let path = format!("/.well-known/acme-challenge/{token}");
+        for host in ["hello.example.test", "anything.example"] {
+            let (status, headers, body) = get(plain, host, &path).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(headers["content-type"], "text/plain");
+            assert_eq!(body, authorization);
+        }
+        let unknown = "/.well-known/acme-challenge/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        let (status, _, _) = get(plain, "hello.example.test", unknown).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, headers, _) = get(plain, "hello.example.test", "/.well-known/other").await;
+        assert_eq!(status, StatusCode::PERMANENT_REDIRECT);
+        assert_eq!(
+            headers["location"],
+            "https://hello.example.test/.well-known/other"
+        );
+        // Where plain HTTP is proxied, a token the table holds is answered and any other is
+        // the service's.
+        let (status, _, body) = get(running.address, HOST, &path).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, authorization.as_str())
+        );
+        let (_, _, body) = get(running.address, HOST, unknown).await;
+        assert_eq!(body, "service");
+        // Once the table no longer holds it, the token is not answered.
+        let mut later = config.clone();
+        later.acme.http01.clear();
+        running.ingress.set_routes(&later).unwrap();
+        let (status, _, _) = get(plain, "hello.example.test", &path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        running.ingress.set_routes(&config).unwrap();
+        redirect.abort();
+
+        // TLS-ALPN-01.
+        let dir = tempfile::tempdir().unwrap();
+        let tls = running
+            .ingress
+            .tls(&runway_ingress::TlsOptions {
+                ca_dir: Some(dir.path().join("ca")),
+                certificates: vec![],
+            })
+            .unwrap();
+        let local_ca = tls.ca_pem().unwrap().to_owned();
+        let (address, stop, server) = serve_tls(&running.ingress, tls).await;
+        let mut stream = acme_connect(address, "hello.example.test", &[b"acme-tls/1"])
+            .await
+            .unwrap();
+        assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"acme-tls/1"[..]));
+        let expected =
+            rustls::pki_types::CertificateDer::from_pem_slice(challenge.pem().as_bytes()).unwrap();
+        assert_eq!(presented(&stream), expected.to_vec());
+        assert_eq!(stream.get_ref().1.peer_certificates().unwrap().len(), 1);
+        // Then closed, with nothing read from it.
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest))
+            .await
+            .unwrap();
+        assert!(read.is_ok_and(|n| n == 0) || rest.is_empty(), "{rest:?}");
+
+        // No challenge for the name: refused, though the local authority would serve it.
+        assert!(acme_connect(address, HOST, &[b"acme-tls/1"]).await.is_err());
+        assert!(
+            acme_connect(address, "nothing.example", &[b"acme-tls/1"])
+                .await
+                .is_err()
+        );
+        // `acme-tls/1` beside other protocols is no validation: refused.
+        assert!(
+            acme_connect(address, "hello.example.test", &[b"h2", b"acme-tls/1"])
+                .await
+                .is_err()
+        );
+        // Ordinary clients, with ALPN or without, never get the challenge certificate.
+        for alpn in [&[&b"h2"[..], &b"http/1.1"[..]][..], &[]] {
+            let stream = acme_connect(address, "hello.example.test", alpn)
+                .await
+                .unwrap();
+            assert_ne!(presented(&stream), expected.to_vec());
+        }
+        let stream = tls_connect(address, &local_ca, "hello.example.test")
+            .await
+            .unwrap();
+        assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        assert_ne!(presented(&stream), expected.to_vec());
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_lets_in_flight_requests_finish() {
     tokio::time::timeout(BOUND, async {
