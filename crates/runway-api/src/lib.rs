@@ -4,7 +4,7 @@
 //!
 //! | route | needs |
 //! | --- | --- |
-//! | `GET /healthz`, `GET /openapi.json` | nothing |
+//! | `GET /healthz`, `GET /openapi.json`, the console (`GET /` → `/ui/`, `/ui/…`) | nothing |
 //! | `GET /v1/whoami`, `GET /v1/services` (a deploy token sees its own) | any token |
 //! | `POST /v1/services`, `DELETE /v1/services/{service}?confirm=`, `/v1/tokens…`, `GET /v1/audit` | admin |
 //! | `GET /v1/services/{service}` | read on the service |
@@ -68,6 +68,7 @@
 
 mod auth;
 pub mod config;
+pub mod console;
 mod deploy;
 pub mod error;
 mod extract;

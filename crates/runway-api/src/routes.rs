@@ -54,6 +54,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
         .routes(routes!(audit))
+        .merge(crate::console::routes(OpenApiRouter::new()))
 }
 
 /// Whether `name` is a DNS label: 1 to 63 of `a-z`, `0-9`, `-`, not starting or ending

@@ -1,0 +1,174 @@
+// What every page shares: building elements (text only, never HTML from data), the confirm
+// dialog, the outcome line, and how figures and times are written.
+
+/**
+ * An element: `h('a', {href: '/ui/'}, 'Services')`. Attributes are set as attributes except
+ * `on*` functions (listeners) and `dataset`; children are nodes or text (null is skipped).
+ */
+export function h(tag, attributes, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith('on') && typeof value === 'function') {
+      element.addEventListener(name.slice(2), value);
+    } else if (name === 'dataset') {
+      Object.assign(element.dataset, value);
+    } else {
+      element.setAttribute(name, value === true ? '' : String(value));
+    }
+  }
+  append(element, children);
+  return element;
+}
+
+function append(element, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+/** Replaces an element's children. */
+export function fill(element, ...children) {
+  element.replaceChildren();
+  append(element, children);
+  return element;
+}
+
+/**
+ * A table whose rows turn into cards on a phone: `columns` are `[label, className?]`, each
+ * row an array of cells (text or nodes).
+ */
+export function table(caption, columns, rows, empty) {
+  if (rows.length === 0 && empty) return h('p', { class: 'muted' }, empty);
+  const head = h('tr', null, columns.map(([label, cls]) => h('th', { scope: 'col', class: cls }, label)));
+  const body = rows.map((cells) =>
+    h('tr', null, cells.map((cell, i) =>
+      h('td', { 'data-label': columns[i][0], class: columns[i][1] }, cell))));
+  return h('div', { class: 'table-wrap' },
+    h('table', { class: 'cards' }, caption ? h('caption', null, caption) : null,
+      h('thead', null, head), h('tbody', null, body)));
+}
+
+/** A state in words, coloured by how it stands. */
+export function badge(text, tone) {
+  return h('span', { class: `state ${tone || toneOf(text)}` }, text.replaceAll('_', ' '));
+}
+
+function toneOf(state) {
+  if (['ready', 'succeeded', 'running', 'issued', 'serving', 'completed'].includes(state)) return 'ok';
+  if (['failing', 'failed', 'timed_out', 'rolled_back', 'crash_loop', 'revoked'].includes(state)) return 'bad';
+  if (['not deployed', 'none', 'expired'].includes(state)) return 'none';
+  if (['paused', 'pending', 'progressing', 'starting', 'rolling out'].includes(state)) return 'warn';
+  return '';
+}
+
+/** The line saying what an action did (or why it failed), announced to screen readers. */
+export function announce(message, tone) {
+  const outcome = document.getElementById('outcome');
+  fill(outcome, h('div', { class: `note ${tone || ''}` }, h('p', null, message)));
+}
+
+export function clearAnnouncement() {
+  document.getElementById('outcome').replaceChildren();
+}
+
+/** A message in the page: the error's words, with what a 403 or 404 means here. */
+export function problem(error, what) {
+  if (error.status === 403) {
+    return h('div', { class: 'note bad', role: 'alert' },
+      h('p', null, h('strong', null, 'Not allowed. '),
+        `Your token may not see ${what || 'this'}: ${error.message}.`));
+  }
+  if (error.status === 404) {
+    return h('div', { class: 'note warn', role: 'alert' },
+      h('p', null, h('strong', null, 'Not found. '), error.message));
+  }
+  return h('div', { class: 'note bad', role: 'alert' },
+    h('p', null, h('strong', null, 'Could not load. '), error.message));
+}
+
+/**
+ * Asks before an action, in the page's one <dialog>. With `typed`, the action is allowed only
+ * once that text is typed. Resolves true when confirmed.
+ */
+export function confirmAction({ title, body, action, danger, typed }) {
+  const dialog = document.getElementById('confirm');
+  const ok = document.getElementById('confirm-ok');
+  const cancel = document.getElementById('confirm-cancel');
+  const input = document.getElementById('confirm-input');
+  const typedRow = document.getElementById('confirm-typed');
+  fill(document.getElementById('confirm-title'), title);
+  fill(document.getElementById('confirm-body'), ...[body].flat().map((p) => h('p', null, p)));
+  ok.textContent = action;
+  ok.className = danger ? 'danger' : '';
+  typedRow.hidden = !typed;
+  input.value = '';
+  ok.disabled = Boolean(typed);
+  if (typed) {
+    fill(typedRow.querySelector('label'), 'Type ', h('code', null, typed), ' to confirm');
+  }
+  return new Promise((resolve) => {
+    const onInput = () => { ok.disabled = input.value !== typed; };
+    const onOk = () => dialog.close('confirm');
+    const onCancel = () => dialog.close('cancel');
+    const onClose = () => {
+      input.removeEventListener('input', onInput);
+      ok.removeEventListener('click', onOk);
+      cancel.removeEventListener('click', onCancel);
+      dialog.removeEventListener('close', onClose);
+      resolve(dialog.returnValue === 'confirm');
+    };
+    input.addEventListener('input', onInput);
+    ok.addEventListener('click', onOk);
+    cancel.addEventListener('click', onCancel);
+    dialog.addEventListener('close', onClose);
+    dialog.returnValue = '';
+    dialog.showModal();
+    (typed ? input : cancel).focus();
+  });
+}
+
+/** `2026-11-24T10:00:00Z` as a <time>, in the reader's locale, the exact time on hover. */
+export function when(iso) {
+  if (!iso) return '—';
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return iso;
+  return h('time', { datetime: iso, title: iso }, ago(date));
+}
+
+function ago(date) {
+  const seconds = Math.round((Date.now() - date.getTime()) / 1000);
+  if (seconds < 0) return `in ${span(-seconds)}`;
+  if (seconds < 5) return 'just now';
+  if (seconds > 7 * 86400) return date.toLocaleString();
+  return `${span(seconds)} ago`;
+}
+
+function span(seconds) {
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 86400) return `${Math.round(seconds / 3600)} h`;
+  return `${Math.round(seconds / 86400)} d`;
+}
+
+export const percent = (ratio) => `${(ratio * 100).toFixed(ratio < 0.01 && ratio > 0 ? 2 : 1)} %`;
+export const rate = (perSecond) => `${perSecond < 10 ? perSecond.toFixed(2) : perSecond.toFixed(1)}/s`;
+export const millis = (seconds) => (seconds === null || seconds === undefined ? '—' : `${(seconds * 1000).toFixed(seconds < 0.01 ? 1 : 0)} ms`);
+
+/** A digest or image reference, shortened to what a person compares. */
+export function shortDigest(text) {
+  if (!text) return '—';
+  const at = text.indexOf('sha256:');
+  if (at < 0) return text;
+  return h('span', { class: 'mono wrap-any', title: text }, `${text.slice(0, at)}sha256:${text.slice(at + 7, at + 19)}`);
+}
+
+/** Whether the signed-in token may write in `service`/`env` (the API decides; this hides buttons). */
+export function mayWrite(who, service, env) {
+  if (who.scope.admin) return true;
+  const deploy = who.scope.deploy;
+  return Boolean(deploy && deploy.service === service && deploy.environments.includes(env));
+}
+
+export const isAdmin = (who) => Boolean(who.scope.admin);
