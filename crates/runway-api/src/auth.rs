@@ -6,12 +6,21 @@
 //! malformed token from one the server does not know. Each handler then asks
 //! [`Caller::allow`] for its route's action, with the service and environment from the
 //! path; a refusal is a 403 from [`runway_secrets::authorize`].
+//!
+//! Without an `Authorization` header, the token is the console's session cookie
+//! (`runway_session`, see [`crate::session`]). A browser sends that cookie with whatever
+//! request a page makes to this origin, so a cookie-carrying request that changes something
+//! (any method but GET and HEAD) must also carry `X-Runway-Console: 1`, a header a page on
+//! another site cannot add without a CORS preflight (which this API never grants), and, when
+//! the browser says where it comes from (`Origin`), come from the API's own origin; it is
+//! refused with a 403 otherwise ([`from_console`]).
 
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, COOKIE, HOST, ORIGIN};
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method};
 use runway_secrets::{Action, ActionKind, Denied, PlaintextToken, Scope, TokenKind};
 use runway_store::{NewToken, Store, Timestamp, TokenScope};
 
@@ -19,7 +28,14 @@ use crate::error::ApiError;
 use crate::state::ApiState;
 
 /// The one message for a missing, malformed or unknown token.
-const UNAUTHORIZED: &str = "missing or invalid token: send `Authorization: Bearer <token>`";
+pub(crate) const UNAUTHORIZED: &str =
+    "missing or invalid token: send `Authorization: Bearer <token>`";
+
+/// The cookie that carries a console session's token.
+pub(crate) const SESSION_COOKIE: &str = "runway_session";
+
+/// The header only the console sends, which a cross-site page cannot.
+pub(crate) const CONSOLE_HEADER: &str = "x-runway-console";
 
 /// The authenticated token behind a request.
 #[derive(Debug, Clone)]
@@ -30,7 +46,13 @@ pub struct Caller {
     pub name: String,
     /// What it allows, as the store keeps it.
     pub scope: TokenScope,
-    expires_at: Option<i64>,
+    /// When it stops working (Unix milliseconds).
+    pub(crate) expires_at: Option<i64>,
+    /// The token's hash (empty for an identity token, which the store does not hold): how a
+    /// long-lived answer (the watch stream) looks again whether it was revoked.
+    pub(crate) hash: Vec<u8>,
+    /// For a console session, the token it was made from.
+    pub(crate) parent: Option<i64>,
 }
 
 impl Caller {
@@ -80,6 +102,14 @@ impl FromRequestParts<ApiState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
+        if parts.headers.get(AUTHORIZATION).is_none()
+            && let Some(text) = session_cookie(&parts.headers)
+        {
+            if parts.method != Method::GET && parts.method != Method::HEAD {
+                from_console(&parts.headers)?;
+            }
+            return token_caller(state, text).await;
+        }
         let text = parts
             .headers
             .get(AUTHORIZATION)
@@ -95,25 +125,79 @@ impl FromRequestParts<ApiState> for Caller {
         {
             return identity_caller(verifier, text).await;
         }
-        let token =
-            runway_secrets::Token::parse(text).map_err(|_| ApiError::unauthorized(UNAUTHORIZED))?;
-        let hash = token.hash().as_bytes().to_vec();
-        let store = Arc::clone(&state.store);
-        let found = tokio::task::spawn_blocking(move || store.token_by_hash(&hash)).await??;
-        let found = found.ok_or_else(|| ApiError::unauthorized(UNAUTHORIZED))?;
-        if found.revoked_at.is_some() {
-            return Err(ApiError::unauthorized(Denied::Revoked.to_string()));
-        }
-        if !found.is_active_at(Timestamp::now()) {
-            return Err(ApiError::unauthorized(Denied::Expired.to_string()));
-        }
-        Ok(Caller {
-            id: found.id,
-            name: found.name,
-            scope: found.scope,
-            expires_at: found.expires_at.map(Timestamp::unix_millis),
-        })
+        token_caller(state, text).await
     }
+}
+
+/// The caller a Runway token's text proves: well formed, known by its hash, neither revoked
+/// nor expired. A malformed and an unknown token get the same 401.
+pub(crate) async fn token_caller(state: &ApiState, text: &str) -> Result<Caller, ApiError> {
+    let token =
+        runway_secrets::Token::parse(text).map_err(|_| ApiError::unauthorized(UNAUTHORIZED))?;
+    let hash = token.hash().as_bytes().to_vec();
+    let store = Arc::clone(&state.store);
+    let key = hash.clone();
+    let found = tokio::task::spawn_blocking(move || store.token_by_hash(&key)).await??;
+    let found = found.ok_or_else(|| ApiError::unauthorized(UNAUTHORIZED))?;
+    if found.revoked_at.is_some() {
+        return Err(ApiError::unauthorized(Denied::Revoked.to_string()));
+    }
+    if !found.is_active_at(Timestamp::now()) {
+        return Err(ApiError::unauthorized(Denied::Expired.to_string()));
+    }
+    Ok(Caller {
+        id: found.id,
+        name: found.name,
+        scope: found.scope,
+        expires_at: found.expires_at.map(Timestamp::unix_millis),
+        hash,
+        parent: found.parent,
+    })
+}
+
+/// The console session's token, from the `Cookie` headers; none when absent or empty.
+pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value.trim().trim_matches('"'))
+        .filter(|value| !value.is_empty())
+}
+
+/// A request a browser sends with the console's cookie is the console's own: it carries
+/// `X-Runway-Console: 1`, and its `Origin`, when given, is this API's (`https://` and the
+/// request's `Host`). Anything else is a page on another site riding on the cookie: 403.
+pub(crate) fn from_console(headers: &HeaderMap) -> Result<(), ApiError> {
+    let marked = headers
+        .get(CONSOLE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() == "1");
+    if !marked {
+        return Err(ApiError::forbidden(
+            "refused: a change made with the console's session cookie must carry the header \
+             `X-Runway-Console: 1`, which only the console sends (a page on another site \
+             cannot); a script or the CLI sends `Authorization: Bearer <token>` instead",
+        ));
+    }
+    if let Some(origin) = headers.get(ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        let own = headers
+            .get(HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(|host| format!("https://{host}"));
+        if own.as_deref() != Some(origin) {
+            return Err(ApiError::forbidden(format!(
+                "refused: a change made with the console's session cookie must come from the \
+                 console's own origin ({}), not from {origin:?}",
+                own.as_deref().unwrap_or("https://<this host>")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The caller an identity token proves: a deploy scope from its binding, until its `exp`.
@@ -131,6 +215,8 @@ async fn identity_caller(
                 environments: identity.environments.clone(),
             },
             expires_at: Some(identity.expires_at),
+            hash: Vec::new(),
+            parent: None,
         }),
         Err(refusal) => {
             tracing::warn!(reason = %refusal, "identity token refused");

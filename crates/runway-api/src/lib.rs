@@ -5,11 +5,13 @@
 //! | route | needs |
 //! | --- | --- |
 //! | `GET /healthz`, `GET /openapi.json`, the console (`GET /` → `/ui/`, `/ui/…`) | nothing |
+//! | `POST /v1/session` (a token in the body, or the bearer token) | that token |
+//! | `DELETE /v1/session` | the session's own token |
 //! | `GET /v1/whoami`, `GET /v1/services` (a deploy token sees its own) | any token |
 //! | `POST /v1/services`, `DELETE /v1/services/{service}?confirm=`, `/v1/tokens…`, `GET /v1/audit` | admin |
 //! | `GET /v1/services/{service}` | read on the service |
 //! | `…/environments/{env}/deployments` (POST deploys), `…/rollback`, `…/secrets/{name}` (PUT, DELETE) | write in the environment |
-//! | `…/deployments` (GET), `…/revisions`, `…/status`, `…/logs`, `…/secrets` (GET), `/v1/deployments/{id}…` | read in the environment |
+//! | `…/deployments` (GET), `…/revisions`, `…/status`, `…/watch`, `…/logs`, `…/secrets` (GET), `/v1/deployments/{id}…` | read in the environment |
 //! | `POST /v1/services/{service}/promote` | read in `from`, write in `to` |
 //!
 //! The OpenAPI 3.1 document ([`openapi::openapi_json`], checked in as `openapi.json`) is
@@ -25,6 +27,11 @@
 //! [`runway_secrets::authorize`], the service and environment taken from the path: a refusal
 //! is a 403. The token's name is the actor of every audit entry the store writes.
 //! [`bootstrap_admin`] makes the first admin token.
+//!
+//! The web console ([`console`], under `/ui/`) signs in with `POST /v1/session`, which makes
+//! a session token of the one given and sets it in an `HttpOnly`, `Secure`,
+//! `SameSite=Strict` cookie; without an `Authorization` header that cookie is the token, and
+//! a change made with it needs `X-Runway-Console: 1` and the API's own `Origin` (403 if not).
 //!
 //! # Errors
 //!
@@ -79,11 +86,13 @@ pub mod openapi;
 mod platform;
 mod routes;
 mod server;
+mod session;
 mod state;
 mod stream;
 mod tls;
 pub mod types;
 pub mod vault;
+mod watch;
 
 pub use auth::{BootstrapError, Caller, bootstrap_admin, recover_admin};
 pub use config::{ApiConfig, ConfigError, LimitsConfig, TlsConfig};

@@ -19,10 +19,12 @@ pub const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/openapi.json", "/metrics"];
     info(
         title = "Runway control-plane API",
         description = "Services, deployments, revisions, secrets, tokens and the audit log. \
-            Every route but /healthz and /openapi.json needs `Authorization: Bearer <token>`. \
-            Errors are `{\"error\": {\"code\", \"message\", \"field\"}}`."
+            Every route but /healthz, /metrics and /openapi.json needs `Authorization: Bearer \
+            <token>` (or the web console's session cookie, `POST /v1/session`). Errors are \
+            `{\"error\": {\"code\", \"message\", \"field\"}}`."
     ),
-    components(schemas(ErrorBody, ErrorDetail))
+    // The watch stream's events (a text/event-stream body the handler cannot type).
+    components(schemas(ErrorBody, ErrorDetail, crate::types::WatchEvents))
 )]
 struct ApiDoc;
 
@@ -64,7 +66,7 @@ fn complete(doc: &mut Value) {
     let Some(root) = doc.as_object_mut() else {
         return;
     };
-    root.insert("security".into(), json!([{"bearer": []}]));
+    root.insert("security".into(), json!([{"bearer": []}, {"console": []}]));
     let components = root
         .entry("components")
         .or_insert_with(|| Value::Object(Map::new()));
@@ -75,6 +77,14 @@ fn complete(doc: &mut Value) {
                 "type": "http",
                 "scheme": "bearer",
                 "description": "A Runway token: `runway_admin_…` or `runway_deploy_…`."
+            }, "console": {
+                "type": "apiKey",
+                "in": "cookie",
+                "name": "runway_session",
+                "description": "The web console's session (`POST /v1/session`), used when \
+                    there is no `Authorization` header. A request that changes something \
+                    with it also needs `X-Runway-Console: 1` and, when `Origin` is sent, the \
+                    API's own origin: 403 otherwise."
             }}),
         );
     }

@@ -54,6 +54,11 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
         .routes(routes!(audit))
+        .routes(routes!(
+            crate::session::create_session,
+            crate::session::end_session
+        ))
+        .routes(routes!(crate::watch::watch))
         .merge(crate::console::routes(OpenApiRouter::new()))
 }
 
@@ -120,7 +125,7 @@ fn since_time(text: &str) -> ApiResult<runway_store::Timestamp> {
 }
 
 /// The service exists and has `env`; 404 if not.
-fn service_env(s: &dyn runway_store::Store, service: &str, env: &str) -> ApiResult<()> {
+pub(crate) fn service_env(s: &dyn runway_store::Store, service: &str, env: &str) -> ApiResult<()> {
     let environments = s.service_get(service)?.environments;
     if environments.iter().any(|e| e == env) {
         Ok(())
@@ -878,6 +883,16 @@ async fn status(
     Path((service, env)): Path<(String, String)>,
 ) -> JsonResponse<StatusView> {
     caller.allow(Read, Some(&service), Some(&env))?;
+    Ok(axum::Json(status_view(&state, service, env).await?))
+}
+
+/// The status document of `service` in `env` (for `GET …/status` and the watch stream); 404
+/// when the service or its environment is not there.
+pub(crate) async fn status_view(
+    state: &ApiState,
+    service: String,
+    env: String,
+) -> ApiResult<StatusView> {
     let (s2, e2) = (service.clone(), env.clone());
     let desired = state
         .store(move |s| {
@@ -886,7 +901,7 @@ async fn status(
         })
         .await?;
     let parts = state.platform.status(&service, &env).await;
-    Ok(axum::Json(StatusView {
+    Ok(StatusView {
         desired: desired
             .map(|d| d.revisions.into_iter().map(Into::into).collect())
             .unwrap_or_default(),
@@ -900,7 +915,7 @@ async fn status(
         rollout: parts.rollout,
         control_plane: parts.control_plane,
         warnings: parts.warnings,
-    }))
+    })
 }
 
 /// The last lines the service's instances wrote; with `follow=true`, NDJSON until the client

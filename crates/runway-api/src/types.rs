@@ -386,6 +386,18 @@ impl From<DeploymentEvent> for DeploymentEventView {
     }
 }
 
+/// A `deployment_events` event of the watch stream: deployment `deployment`'s events after
+/// the first `after` (those a client already has).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WatchEvents {
+    /// The deployment.
+    pub deployment: i64,
+    /// How many of its events came before these.
+    pub after: u32,
+    /// The new events, oldest first.
+    pub events: Vec<DeploymentEventView>,
+}
+
 /// A service's code snapshot.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SourceView {
@@ -881,6 +893,38 @@ impl fmt::Debug for CreatedToken {
             .field("info", &self.info)
             .finish()
     }
+}
+
+/// `POST /v1/session`: the token a console session is made from.
+#[derive(Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// `runway_admin_…` or `runway_deploy_…` (not an identity token); without it, the
+    /// request's bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for CreateSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CreateSession(<redacted>)")
+    }
+}
+
+/// A console session: a token of its own, made from the one signed in with, whose text is
+/// only in the `runway_session` cookie.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionView {
+    /// The session's token id.
+    pub token_id: i64,
+    /// `console: <the token's name>`: the audit log's actor for what the console does.
+    pub name: String,
+    /// What it allows: the same as the token it was made from.
+    pub scope: ScopeView,
+    /// The token it was made from; revoking that one ends the session.
+    pub parent: i64,
+    /// When it ends (RFC 3339): 12 hours after sign-in at most, never after its parent.
+    pub expires_at: String,
 }
 
 /// `?after=&limit=` of the audit log.

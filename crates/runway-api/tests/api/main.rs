@@ -10,5 +10,6 @@ mod observability;
 mod oidc;
 mod openapi_doc;
 mod secrets;
+mod session;
 mod support;
 mod vault;
