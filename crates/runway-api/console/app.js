@@ -120,7 +120,12 @@ function signIn(message) {
       await boot();
       main.focus();
     } catch (e) {
-      fill(error, h('div', { class: 'note bad' }, h('p', null, e.message)));
+      // The API's one message for a malformed or unknown token speaks of a header the
+      // console sends for you; say what it means here.
+      const text = e.status === 401 && e.message.startsWith('missing or invalid token')
+        ? 'This is not a token this server knows: paste the whole of it (runway_admin_… or runway_deploy_…).'
+        : e.message;
+      fill(error, h('div', { class: 'note bad' }, h('p', null, text)));
       input.focus();
     } finally {
       button.disabled = false;

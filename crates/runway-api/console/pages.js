@@ -361,7 +361,9 @@ function renderDeployments(page) {
 async function loadEvents(page, id) {
   if (page.events.has(id)) return;
   try {
-    page.events.set(id, await get(`/v1/deployments/${id}/events`, page.signal));
+    const events = await get(`/v1/deployments/${id}/events`, page.signal);
+    // The watch stream may have brought them meanwhile, and newer.
+    if (!page.events.has(id)) page.events.set(id, events);
   } catch (e) {
     if (e.name !== 'AbortError') page.events.set(id, [{ at: null, message: `Could not read its events: ${e.message}` }]);
   }
