@@ -21,7 +21,8 @@ function envState(status, last) {
   if (status.desired.length === 0 && status.routes.length === 0) return 'not deployed';
   if (status.rollout) return status.rollout.paused ? 'paused' : 'rolling out';
   if (last && (last.state === 'pending' || last.state === 'progressing')) return last.state;
-  const conditions = status.revisions.map((r) => r.condition);
+  // A revision wanted at no instance (one draining away) says nothing of how this stands.
+  const conditions = status.revisions.filter((r) => r.desired_instances > 0).map((r) => r.condition);
   for (const condition of ['failing', 'timed_out', 'progressing']) {
     if (conditions.includes(condition)) return condition;
   }

@@ -1,0 +1,298 @@
+// The web console in a real headless Chromium (Debian's), driven by playwright-core, against
+// a real `runway server` that crates/runway-cli/tests/console.rs started. It signs in, sees the
+// deployed service, asks that test to deploy (a line `deploy-now` on stdout) and watches the
+// new revision roll out without a reload, rolls back from the page, checks what a deploy
+// token sees, that a cross-site change with the cookie is refused, and that signing out ends
+// the session. It measures the first page's weight and time, writes screenshots, and exits 0
+// only when every check held.
+//
+// Environment: RUNWAY_API (https://127.0.0.1:PORT), RUNWAY_ADMIN_TOKEN, RUNWAY_DEPLOY_TOKEN
+// (a deploy token of service `other`), RUNWAY_SCREENSHOTS (a directory), RUNWAY_CHROMIUM
+// (default /usr/bin/chromium); playwright-core found through NODE_PATH.
+
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+import https from 'node:https';
+import { createInterface } from 'node:readline';
+
+const require = createRequire(import.meta.url);
+const { chromium } = require('playwright-core');
+
+const API = process.env.RUNWAY_API;
+const ADMIN = process.env.RUNWAY_ADMIN_TOKEN;
+const DEPLOY = process.env.RUNWAY_DEPLOY_TOKEN;
+const SHOTS = process.env.RUNWAY_SCREENSHOTS;
+const CHROMIUM = process.env.RUNWAY_CHROMIUM || '/usr/bin/chromium';
+for (const [name, value] of Object.entries({ RUNWAY_API: API, RUNWAY_ADMIN_TOKEN: ADMIN, RUNWAY_DEPLOY_TOKEN: DEPLOY, RUNWAY_SCREENSHOTS: SHOTS })) {
+  if (!value) {
+    console.error(`${name} is not set`);
+    process.exit(2);
+  }
+}
+mkdirSync(SHOTS, { recursive: true });
+
+// The whole run is bounded, whatever hangs.
+const bound = setTimeout(() => {
+  console.error('console.mjs: over its 200 s bound');
+  process.exit(3);
+}, 200_000);
+
+const step = (text) => console.log(`step: ${text}`);
+function check(condition, message) {
+  if (!condition) throw new Error(`check failed: ${message}`);
+}
+const shot = (page, name) => page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+
+// Lines from the Rust side (`deployed`), read as they come.
+const stdinLines = [];
+let stdinWaiter = null;
+createInterface({ input: process.stdin }).on('line', (line) => {
+  stdinLines.push(line.trim());
+  if (stdinWaiter) stdinWaiter();
+});
+async function waitForLine(wanted, ms) {
+  const deadline = Date.now() + ms;
+  while (!stdinLines.includes(wanted)) {
+    check(Date.now() < deadline, `no "${wanted}" from the test within ${ms} ms`);
+    await new Promise((resolve) => { stdinWaiter = resolve; setTimeout(resolve, 500); });
+  }
+}
+
+/** The admin's view through the API, as the CLI would see it. */
+async function apiAs(request, token, method, path, body) {
+  const response = await request.fetch(`${API}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${token}` },
+    data: body,
+  });
+  return { status: response.status(), body: await response.json().catch(() => null) };
+}
+
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+const origin = new URL(API).origin;
+const foreign = [];
+const consoleErrors = [];
+function watchRequests(page) {
+  page.on('request', (request) => {
+    const url = request.url();
+    if (!url.startsWith(origin) && !url.startsWith('data:') && !url.startsWith('about:')) foreign.push(url);
+  });
+  page.on('console', (message) => {
+    if (message.type() === 'error') consoleErrors.push(message.text());
+  });
+  page.on('pageerror', (error) => consoleErrors.push(String(error)));
+}
+
+let failed = null;
+try {
+  const context = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  watchRequests(page);
+
+  // ---- sign in ------------------------------------------------------------------------
+  step('sign in');
+  const root = await page.goto(`${API}/`);
+  check(page.url() === `${API}/ui/`, `GET / lands on /ui/, not ${page.url()}`);
+  const headers = root.headers();
+  check(headers['content-security-policy'] === "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    `the page's CSP: ${headers['content-security-policy']}`);
+  await page.getByLabel('Runway token').waitFor();
+  // Keyboard: the skip link comes first in the tab order, and the token field has the focus.
+  check(await page.evaluate(() => document.querySelector('a[href], button, input, select, textarea, [tabindex]').classList.contains('skip')),
+    'the skip link is the first thing the keyboard reaches');
+  check(await page.evaluate(() => document.activeElement.id === 'token'), 'the token field has the focus');
+  await shot(page, '01-sign-in');
+  await page.getByLabel('Runway token').fill('runway_admin_not-a-real-token');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('alert').filter({ hasText: 'not a token this server knows' }).waitFor();
+  await page.getByLabel('Runway token').fill(ADMIN);
+  await page.getByLabel('Runway token').press('Enter');
+
+  // ---- the services at a glance ---------------------------------------------------------
+  step('see the deployed service');
+  await page.locator('main[data-ready="true"] h1', { hasText: 'Services' }).waitFor();
+  const helloCard = page.locator('section.card', { has: page.getByRole('heading', { name: 'hello' }) });
+  await helloCard.getByText('hello-dev-00001').first().waitFor();
+  check(await helloCard.getByText('1 of 1 ready').count() > 0, 'hello in dev shows 1 of 1 ready');
+  check(await page.getByText('Signed in as').textContent().then((t) => t.includes('console: admin')), 'the header names the session');
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === 'runway_session');
+  check(session && session.httpOnly && session.secure && session.sameSite === 'Strict', `the session cookie: ${JSON.stringify(session && { ...session, value: '…' })}`);
+  check(await page.evaluate(() => document.cookie.includes('runway_session')) === false, 'scripts cannot read the session cookie');
+  await shot(page, '02-services');
+
+  // ---- first load: bytes and time, in a fresh context (nothing cached) ---------------------
+  step('measure the first load');
+  const cold = await browser.newContext({ ignoreHTTPSErrors: true });
+  await cold.addCookies([{ ...session }]);
+  const coldPage = await cold.newPage();
+  watchRequests(coldPage);
+  await coldPage.goto(`${API}/ui/`);
+  await coldPage.locator('main[data-ready="true"]').waitFor();
+  const load = await coldPage.evaluate(() => {
+    const navigation = performance.getEntriesByType('navigation')[0];
+    const resources = performance.getEntriesByType('resource');
+    const files = resources.filter((r) => new URL(r.name).pathname.startsWith('/ui/'));
+    const sum = (entries) => entries.reduce((total, r) => total + r.transferSize, 0);
+    const rendered = performance.getEntriesByName('runway:rendered')[0];
+    return {
+      bytes: navigation.transferSize + sum(resources),
+      console_bytes: navigation.transferSize + sum(files),
+      api_bytes: sum(resources) - sum(files),
+      requests: 1 + resources.length,
+      dom_content_loaded_ms: Math.round(navigation.domContentLoadedEventEnd),
+      rendered_ms: Math.round(rendered.startTime),
+    };
+  });
+  console.log(`metric: ${JSON.stringify(load)}`);
+  check(load.bytes < 100_000, `the first page weighs ${load.bytes} bytes, over 100 KB`);
+  await cold.close();
+
+  // ---- one service, live -------------------------------------------------------------
+  step('open hello in dev and watch a deploy roll out');
+  await helloCard.getByRole('link', { name: 'dev', exact: true }).click();
+  await page.getByRole('heading', { name: 'hello in dev' }).waitFor();
+  await page.locator('.live.on').first().waitFor();
+  await page.locator('.logs').getByText('listening on').first().waitFor({ timeout: 20_000 });
+  check(await page.locator('#serving').textContent() === 'hello-dev-00001', 'hello-dev-00001 serves');
+  await page.evaluate(() => { window.runwayNoReload = true; });
+  let navigations = 0;
+  page.on('framenavigated', (frame) => { if (frame === page.mainFrame()) navigations += 1; });
+  console.log('deploy-now');
+  await page.waitForFunction(() => document.querySelector('#serving')?.textContent === 'hello-dev-00002', null, { timeout: 120_000 });
+  await page.locator('#routes').getByText('hello-dev-00002').waitFor();
+  await page.locator('section[aria-labelledby="instances-h"]').getByText('hello-dev-00002', { exact: false }).first().waitFor();
+  await page.locator('details.deployment', { hasText: 'to hello-dev-00002' }).first().waitFor();
+  await page.locator('section[aria-labelledby="revisions-h"]').getByText('hello-dev-00002').first().waitFor();
+  check(await page.evaluate(() => window.runwayNoReload === true) && navigations === 0, 'the page was not reloaded');
+  await waitForLine('deployed', 120_000);
+  // The deployment's events arrived live.
+  const newest = page.locator('details.deployment').first();
+  if (!(await newest.evaluate((d) => d.open))) await newest.locator('summary').click();
+  await newest.locator('li').first().waitFor();
+  await shot(page, '03-service-dev');
+
+  // ---- roll back from the page -------------------------------------------------------
+  step('roll back to hello-dev-00001');
+  await page.locator('[data-key="rollback-hello-dev-00001"]').click();
+  const dialog = page.locator('dialog#confirm');
+  await dialog.waitFor();
+  check(await dialog.evaluate((d) => d.open && d.contains(document.activeElement)), 'the dialog holds the focus');
+  await page.keyboard.press('Escape');
+  await dialog.waitFor({ state: 'hidden' });
+  const before = await apiAs(page.request, ADMIN, 'GET', '/v1/services/hello/environments/dev/status');
+  check(before.body.desired.some((d) => d.revision === 'hello-dev-00002'), 'a cancelled dialog changes nothing');
+  await page.locator('[data-key="rollback-hello-dev-00001"]').click();
+  await shot(page, '04-confirm-rollback');
+  await dialog.getByRole('button', { name: 'Roll back to hello-dev-00001' }).click();
+  await page.locator('#outcome').getByText(/Rollback #\d+ started/).waitFor();
+  const deadline = Date.now() + 30_000;
+  let desired;
+  for (;;) {
+    desired = (await apiAs(page.request, ADMIN, 'GET', '/v1/services/hello/environments/dev/status')).body.desired;
+    if (desired.length === 1 && desired[0].revision === 'hello-dev-00001' && desired[0].weight === 100) break;
+    check(Date.now() < deadline, `the desired state after the rollback: ${JSON.stringify(desired)}`);
+    await page.waitForTimeout(250);
+  }
+  await page.waitForFunction(() => document.querySelector('#serving')?.textContent === 'hello-dev-00001', null, { timeout: 60_000 });
+
+  // ---- a phone's width -----------------------------------------------------------------
+  step('a phone at 360 px');
+  await page.setViewportSize({ width: 360, height: 780 });
+  await page.waitForTimeout(200);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth);
+  check(overflow <= 360, `the service page is ${overflow} px wide at 360 px`);
+  await shot(page, '05-service-phone');
+  await page.goto(`${API}/ui/`);
+  await page.locator('main[data-ready="true"]').waitFor();
+  const overviewWidth = await page.evaluate(() => document.documentElement.scrollWidth);
+  check(overviewWidth <= 360, `the services page is ${overviewWidth} px wide at 360 px`);
+  await shot(page, '06-services-phone');
+  await page.setViewportSize({ width: 1280, height: 900 });
+
+  // ---- the admin's pages ---------------------------------------------------------------
+  step('tokens, audit log, domains');
+  await page.getByRole('link', { name: 'Tokens' }).click();
+  await page.getByRole('cell', { name: 'console: admin' }).first().waitFor();
+  await shot(page, '07-tokens');
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  await page.getByRole('cell', { name: 'rollback' }).first().waitFor();
+  await shot(page, '08-audit');
+  await page.getByRole('link', { name: 'Domains' }).click();
+  await page.locator('main[data-ready="true"] h1', { hasText: 'Custom domains' }).waitFor();
+  await shot(page, '09-domains');
+  // Every form control has a label; every button a name.
+  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select')]
+    .filter((e) => e.offsetParent && e.labels.length === 0).map((e) => e.outerHTML)
+    .concat([...document.querySelectorAll('button')].filter((b) => b.offsetParent && !b.textContent.trim()).map((b) => b.outerHTML)));
+  check(unlabelled.length === 0, `unlabelled controls: ${unlabelled}`);
+
+  // ---- a cross-site change with the cookie --------------------------------------------
+  step('a cross-site POST with the cookie is refused');
+  for (const extra of [{}, { 'X-Runway-Console': '1', Origin: 'https://evil.example' }]) {
+    const forged = await page.request.post(`${API}/v1/services`, {
+      headers: { 'Content-Type': 'application/json', Origin: 'https://evil.example', ...extra },
+      data: { name: 'forged', owners: ['mallory'] },
+    });
+    check(forged.status() === 403, `a cross-site POST answered ${forged.status()}`);
+  }
+  // And from a page of another site, as a form would post: the cookie is not even sent.
+  const evil = await context.newPage();
+  watchRequests(evil);
+  await evil.setContent(`<form method="post" action="${API}/v1/services" enctype="text/plain"><input name='{"name":"forged2","owners":["x"],"a":"' value='"}'></form>`);
+  await Promise.all([evil.waitForLoadState(), evil.evaluate(() => document.forms[0].submit())]);
+  await evil.waitForTimeout(500);
+  await evil.close();
+  const services = await apiAs(page.request, ADMIN, 'GET', '/v1/services');
+  check(!services.body.some((s) => s.name.startsWith('forged')), 'a forged service was created');
+
+  // ---- what a deploy token sees ----------------------------------------------------------
+  step('a deploy token sees its own service only');
+  const tenant = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+  const tenantPage = await tenant.newPage();
+  watchRequests(tenantPage);
+  await tenantPage.goto(`${API}/ui/`);
+  await tenantPage.getByLabel('Runway token').fill(DEPLOY);
+  await tenantPage.getByRole('button', { name: 'Sign in' }).click();
+  await tenantPage.locator('main[data-ready="true"] h1', { hasText: 'Services' }).waitFor();
+  const headings = await tenantPage.locator('main section.card h2').allTextContents();
+  check(headings.length === 1 && headings[0] === 'other', `a deploy token's services: ${headings}`);
+  check(await tenantPage.getByRole('link', { name: 'Tokens' }).isHidden(), 'no Tokens link for a deploy token');
+  await tenantPage.goto(`${API}/ui/services/hello/dev`);
+  const refusal = tenantPage.getByRole('alert').filter({ hasText: 'Not allowed' });
+  await refusal.waitFor();
+  await shot(tenantPage, '10-deploy-token-403');
+  await tenant.close();
+
+  // ---- sign out ------------------------------------------------------------------------
+  step('sign out');
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByLabel('Runway token').waitFor();
+  await page.getByText('Signed out.').waitFor();
+  const after = await context.cookies();
+  check(!after.some((c) => c.name === 'runway_session'), 'the cookie was cleared');
+  const whoami = await new Promise((resolve, reject) => {
+    const options = { rejectUnauthorized: false, headers: { Cookie: `runway_session=${session.value}` } };
+    const req = https.request(`${API}/v1/whoami`, options, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+  check(whoami === 401, `the old cookie after signing out: ${whoami}`);
+
+  check(foreign.length === 0, `requests to elsewhere: ${foreign}`);
+  check(consoleErrors.filter((e) => !/status of (401|403|404)/.test(e)).length === 0, `console errors: ${consoleErrors}`);
+  await context.close();
+} catch (error) {
+  failed = error;
+}
+await browser.close();
+clearTimeout(bound);
+if (failed) {
+  console.error(failed.stack || String(failed));
+  process.exit(1);
+}
+console.log('console.mjs: every check held');
+process.exit(0);
