@@ -493,6 +493,21 @@ async fn a_deploy_tokens_session_sees_its_service_and_ends_with_its_token() {
 }
 
 #[tokio::test]
+async fn a_decommissioned_services_sessions_end_with_its_deploy_tokens() {
+    let server = start().await;
+    server.onboard("alpha").await;
+    let token = server.deploy_token("alpha", &["dev"], None).await;
+    let (_, cookie) = sign_in(&server, &token).await;
+    let who = send(&server, "GET", "/v1/whoami", &[("cookie", &cookie)], None).await;
+    assert_eq!(who.status, StatusCode::OK, "{}", who.text);
+    server
+        .admin("DELETE", "/v1/services/alpha?confirm=alpha", None, 200)
+        .await;
+    let after = send(&server, "GET", "/v1/whoami", &[("cookie", &cookie)], None).await;
+    assert_eq!(after.status, StatusCode::UNAUTHORIZED, "{}", after.text);
+}
+
+#[tokio::test]
 async fn signing_out_revokes_the_session_and_clears_the_cookie() {
     let server = start().await;
     let (_, cookie) = sign_in(&server, &server.admin).await;
