@@ -666,3 +666,50 @@ async fn the_watch_stream_sends_changes_and_ends_with_the_session() {
     .await;
     assert!(closed.is_ok(), "the stream did not close after its end");
 }
+
+#[tokio::test]
+async fn the_console_routes_refuse_as_every_route_does() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let routes = [
+        ("POST", "/v1/session"),
+        ("DELETE", "/v1/session"),
+        ("GET", "/v1/services/hello/environments/dev/watch"),
+    ];
+    let (unknown, _) = runway_secrets::Token::generate(runway_secrets::TokenKind::Admin).unwrap();
+    let bearer = |token: &str| format!("Bearer {token}");
+    for (method, path) in routes {
+        let mut messages = Vec::new();
+        for token in [
+            None,
+            Some("runway_admin_not-a-token"),
+            Some("garbage"),
+            Some(unknown.expose()),
+        ] {
+            let auth = token.map(bearer);
+            let headers: Vec<(&str, &str)> =
+                auth.iter().map(|a| ("authorization", a.as_str())).collect();
+            let body = (method == "POST").then(|| json!({}));
+            let reply = send(&server, method, path, &headers, body).await;
+            assert_eq!(
+                reply.status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} {token:?}: {}",
+                reply.text
+            );
+            messages.push(reply.message().to_owned());
+        }
+        messages.dedup();
+        assert_eq!(messages.len(), 1, "{method} {path}: {messages:?}");
+        // The admin's token is no failure inside: a session, "not a session", or "not a stream".
+        let admin = bearer(&server.admin);
+        let reply = send(&server, method, path, &[("authorization", &admin)], None).await;
+        assert!(
+            matches!(reply.status.as_u16(), 201 | 400),
+            "{method} {path}: {}",
+            reply.text
+        );
+    }
+    // The admin's token still works: signing out with it revoked nothing.
+    server.admin("GET", "/v1/whoami", None, 200).await;
+}
