@@ -77,6 +77,7 @@ mod auth;
 pub mod config;
 pub mod console;
 mod deploy;
+pub mod domains;
 pub mod error;
 mod extract;
 pub mod metrics;

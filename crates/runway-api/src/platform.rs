@@ -95,6 +95,17 @@ pub trait Platform: Send + Sync + 'static {
     fn traffic(&self) -> Vec<crate::types::TrafficView> {
         Vec::new()
     }
+
+    /// How custom domains are served here: the ACME directory, the names reserved, the port.
+    fn domains(&self) -> crate::domains::DomainSettings {
+        crate::domains::DomainSettings {
+            reserved: vec!["localhost".to_owned()],
+            ..crate::domains::DomainSettings::default()
+        }
+    }
+
+    /// A custom domain was added or removed: its route and certificate should follow now.
+    fn domains_changed(&self) {}
 }
 
 /// Why a code snapshot was not taken.

@@ -55,6 +55,11 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(revoke_token))
         .routes(routes!(audit))
         .routes(routes!(
+            crate::domains::list_domains,
+            crate::domains::add_domain
+        ))
+        .routes(routes!(crate::domains::remove_domain))
+        .routes(routes!(
             crate::session::create_session,
             crate::session::end_session
         ))

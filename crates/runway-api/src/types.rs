@@ -972,3 +972,63 @@ impl From<AuditEntry> for AuditEntryView {
         }
     }
 }
+
+/// What adding a custom domain takes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddDomain {
+    /// The name (`www.example.com`): a DNS name of at least two labels, no wildcard, not one
+    /// of the platform's own.
+    pub domain: String,
+    /// The service it reaches.
+    pub service: String,
+    /// In this environment.
+    pub env: String,
+}
+
+/// A custom domain and where its certificate stands.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DomainView {
+    /// The name.
+    pub domain: String,
+    /// The service it reaches.
+    pub service: String,
+    /// In this environment.
+    pub env: String,
+    /// `pending` (no certificate yet), `issued`, or `failed` (see `detail`; a certificate
+    /// issued before, if any, is still served).
+    pub state: String,
+    /// Why the last attempt failed, in the ACME server's words; or why none is made.
+    pub detail: Option<String>,
+    /// When the served certificate expires (RFC 3339).
+    pub not_after: Option<String>,
+    /// When the next attempt is due: a retry, or the renewal (RFC 3339).
+    pub next_attempt_at: Option<String>,
+    /// Failed attempts in a row.
+    pub attempts: u32,
+    /// Where it is served: `https://{domain}/` (with the ingress's port when not 443).
+    pub url: String,
+    /// When it was added (RFC 3339).
+    pub created_at: String,
+    /// Who added it.
+    pub created_by: String,
+}
+
+impl DomainView {
+    /// The view of `domain`, served at `url`.
+    pub fn new(domain: runway_store::Domain, url: String) -> Self {
+        Self {
+            state: domain.state.as_str().to_owned(),
+            detail: domain.detail,
+            not_after: domain.not_after.map(ts),
+            next_attempt_at: domain.next_attempt_at.map(ts),
+            attempts: domain.attempts,
+            url,
+            created_at: ts(domain.created_at),
+            created_by: domain.created_by,
+            domain: domain.name,
+            service: domain.service,
+            env: domain.env,
+        }
+    }
+}

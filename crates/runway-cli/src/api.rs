@@ -23,10 +23,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 use runway_api::ErrorBody;
 pub(crate) use runway_api::types::{
-    AuditEntryView, CreateService, CreateToken, CreatedToken, Decommissioned, DeployRequest,
-    DeploymentEventView, DeploymentStateView, DeploymentView, LogLine, PromoteRequest,
-    RevisionView, RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, SecretInfoView,
-    ServiceView, SetSecret, SetVariables, StatusView, TokenInfo, UpdateService, WhoAmI,
+    AddDomain, AuditEntryView, CreateService, CreateToken, CreatedToken, Decommissioned,
+    DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView, DomainView, LogLine,
+    PromoteRequest, RevisionView, RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView,
+    SecretInfoView, ServiceView, SetSecret, SetVariables, StatusView, TokenInfo, UpdateService,
+    WhoAmI,
 };
 
 /// Everything that can go wrong talking to the server.
@@ -316,6 +317,25 @@ impl Client {
             None::<&()>,
         )
         .await
+    }
+
+    /// `GET /v1/domains`.
+    pub(crate) async fn domains(&self) -> Result<Vec<DomainView>, ApiError> {
+        self.get(self.url(&["v1", "domains"], &[])).await
+    }
+
+    /// `POST /v1/domains`: routes a domain to a service's environment.
+    pub(crate) async fn add_domain(&self, request: &AddDomain) -> Result<DomainView, ApiError> {
+        let url = self.url(&["v1", "domains"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `DELETE /v1/domains/{domain}`.
+    pub(crate) async fn remove_domain(&self, domain: &str) -> Result<(), ApiError> {
+        let url = self.url(&["v1", "domains", domain], &[]);
+        self.send(Method::DELETE, url, None, Some(REQUEST_TIMEOUT))
+            .await
+            .map(drop)
     }
 
     /// `GET /v1/whoami`.

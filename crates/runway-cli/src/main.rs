@@ -9,6 +9,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 mod api;
 mod cells;
 mod config;
+mod domains;
 mod driver;
 mod everyday;
 mod init;
@@ -140,6 +141,10 @@ enum Command {
     /// API tokens (admin only): create admin or per-service deploy tokens, list, revoke.
     #[command(subcommand)]
     Tokens(platform::TokensCommand),
+    /// Custom domains: route a domain to a service's environment, with a certificate from
+    /// the server's ACME directory; list them with their certificates' state; remove them.
+    #[command(subcommand)]
+    Domains(domains::DomainsCommand),
     /// The audit log (admin only): who changed what, when; the last 50 entries by default.
     Audit(everyday::AuditArgs),
     /// Every routed revision's traffic over the last minutes (requests per second, 5xx
@@ -255,6 +260,7 @@ fn main() -> ExitCode {
         Command::Logs(args) => platform::logs(&args),
         Command::Secrets(command) => platform::secrets(&command),
         Command::Tokens(command) => platform::tokens(&command),
+        Command::Domains(command) => domains::domains(&command),
         Command::Server(args) => server::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Quickstart(args) => quickstart::run(&args),
         Command::Supervise(args) => return local::supervise(&args),

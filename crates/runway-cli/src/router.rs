@@ -105,6 +105,7 @@ async fn table(
             )
             .await?,
         ],
+        ..RouteTableConfig::default()
     })
 }
 

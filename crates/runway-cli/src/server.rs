@@ -28,7 +28,7 @@ use runway_secrets::{MasterKey, Sealer};
 use runway_store::{DatabaseTrust, PostgresStore, SqliteStore, Store};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 /// `runway server`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -108,6 +108,30 @@ pub(crate) struct ServerConfig {
     pub(crate) secrets: runway_api::vault::SecretsConfig,
     /// The monitoring generated for every service: where to write it, the runbooks' base.
     pub(crate) observability: ObservabilityConfig,
+    /// Custom domains (`runway domains add`): where their certificates come from.
+    pub(crate) domains: DomainsConfig,
+}
+
+/// `domains`: custom domains' certificates. Without `acme`, a domain is routed and served
+/// with an operator's certificate for it (`ingress.certificates`) or the local authority's.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct DomainsConfig {
+    /// The ACME directory (Let's Encrypt, or any RFC 8555 server) that certificates are
+    /// ordered from and renewed with.
+    pub(crate) acme: Option<runway_control::acme::AcmeConfig>,
+    /// How often the store's domains and certificates are read again: a change made through
+    /// another replica's API is routed within this (one through this server's, at once).
+    pub(crate) interval_ms: u64,
+}
+
+impl Default for DomainsConfig {
+    fn default() -> Self {
+        Self {
+            acme: None,
+            interval_ms: 5_000,
+        }
+    }
 }
 
 /// `observability`: the rule file and dashboards generated from the serving revisions'
@@ -587,6 +611,14 @@ impl ServerConfig {
                 anyhow::anyhow!("{}: secrets.vault.{key}: {message}", path.display())
             })?;
         }
+        if let Some(acme) = &config.domains.acme {
+            acme.check().map_err(|(key, message)| {
+                anyhow::anyhow!("{}: domains.acme.{key}: {message}", path.display())
+            })?;
+        }
+        if config.domains.interval_ms == 0 {
+            bail!("{}: domains.interval_ms: must be above 0", path.display());
+        }
         for (index, cells) in config.ingress.cells.iter().enumerate() {
             let host = cells.host.to_ascii_lowercase();
             let domain = config.control.domain.to_ascii_lowercase();
@@ -940,7 +972,7 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
     };
     let mut controller = Controller::new(
         config.control.clone(),
-        controller_store,
+        Arc::clone(&controller_store),
         Arc::new(driver),
         dataplane,
         Sealer::new(&key),
@@ -986,6 +1018,46 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         sources.clone(),
         stopped.clone(),
     )));
+    // Custom domains: the store's domains and certificates kept in every table, and (with
+    // `domains.acme`) certificates ordered and renewed while this replica leads.
+    let domains_read = Arc::new(Notify::new());
+    let domains_added = Arc::new(Notify::new());
+    tasks.push(tokio::spawn({
+        let sync = runway_control::edge::sync_domains(
+            Arc::clone(&store),
+            Arc::new(Sealer::new(&key)),
+            controller.edge(),
+            Arc::clone(&domains_read),
+            Duration::from_millis(config.domains.interval_ms.max(1)),
+            until(stopped.clone()),
+        );
+        async move {
+            sync.await;
+            Ok(())
+        }
+    }));
+    if let Some(acme) = &config.domains.acme {
+        let mut issuer = runway_control::acme::Issuer::new(
+            acme.clone(),
+            Arc::clone(&controller_store),
+            Arc::new(Sealer::new(&key)),
+            controller.edge(),
+            Arc::clone(&domains_read),
+        )
+        .map_err(anyhow::Error::msg)?;
+        if replicated {
+            issuer = issuer.leadership(following.clone());
+        }
+        let (issuer, wake, stopped) = (
+            Arc::new(issuer),
+            Arc::clone(&domains_added),
+            stopped.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            issuer.run(wake, until(stopped)).await;
+            Ok(())
+        }));
+    }
     if let Some(dir) = &config.observability.dir {
         tasks.push(tokio::spawn(write_observability(
             Arc::clone(&store),
@@ -1023,6 +1095,14 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         sources,
         leadership: replicated.then_some((replica, following)),
         metrics,
+        domains: runway_api::domains::DomainSettings {
+            acme_directory: config.domains.acme.as_ref().map(|a| a.directory.clone()),
+            reserved: std::iter::once(config.control.domain.clone())
+                .chain(config.api.tls.hostnames.iter().cloned())
+                .collect(),
+            https_port: config.control.https_port,
+        },
+        domains_changed: [domains_read, domains_added],
     });
     let state = ApiState::new(
         Arc::clone(&store),
@@ -1397,6 +1477,10 @@ struct ServerPlatform {
     leadership: Option<(String, watch::Receiver<Leadership>)>,
     /// The platform's own metrics endpoints, for Prometheus's discovery.
     metrics: Vec<runway_api::metrics::TargetGroup>,
+    /// How custom domains are served.
+    domains: runway_api::domains::DomainSettings,
+    /// Told when a domain is added or removed: the edge view's reader and the ACME issuer.
+    domains_changed: [Arc<Notify>; 2],
 }
 
 fn api_log_line(line: runway_driver::LogLine) -> runway_api::types::LogLine {
@@ -1575,6 +1659,16 @@ impl std::io::Read for Chunks {
 impl Platform for ServerPlatform {
     fn metrics_endpoints(&self) -> Vec<runway_api::metrics::TargetGroup> {
         self.metrics.clone()
+    }
+
+    fn domains(&self) -> runway_api::domains::DomainSettings {
+        self.domains.clone()
+    }
+
+    fn domains_changed(&self) {
+        for notify in &self.domains_changed {
+            notify.notify_one();
+        }
     }
 
     fn traffic(&self) -> Vec<runway_api::types::TrafficView> {

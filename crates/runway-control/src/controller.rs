@@ -67,6 +67,8 @@ pub struct Controller<D: Driver> {
     leadership: Option<watch::Receiver<Leadership>>,
     /// The last minutes of each routed revision's counters (`traffic.rs`).
     traffic: Mutex<crate::traffic::Samples>,
+    /// Custom domains, their certificates and ACME challenges, in every table.
+    edge: Arc<crate::edge::Edge>,
 }
 
 /// What a round read for all services.
@@ -194,13 +196,15 @@ impl<D: Driver> Controller<D> {
         dataplane: Arc<dyn DataPlane>,
         sealer: Sealer,
     ) -> Self {
+        let wake = Arc::new(Notify::new());
         Self {
             config,
             store,
             driver,
             dataplane,
             sealer: Arc::new(sealer),
-            wake: Arc::new(Notify::new()),
+            edge: Arc::new(crate::edge::Edge::new(Arc::clone(&wake))),
+            wake,
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(()),
             table: tokio::sync::Mutex::new(()),
@@ -270,6 +274,12 @@ impl<D: Driver> Controller<D> {
     /// The settings it runs with.
     pub fn config(&self) -> &ControllerConfig {
         &self.config
+    }
+
+    /// The custom domains, certificates and ACME challenges every table carries: what
+    /// [`crate::edge::sync_domains`] and the ACME issuer keep up to date.
+    pub fn edge(&self) -> Arc<crate::edge::Edge> {
+        Arc::clone(&self.edge)
     }
 
     /// Reconciles now rather than at the next interval (after a deploy, say).
@@ -1223,15 +1233,20 @@ impl<D: Driver> Controller<D> {
         if !self.may_act() {
             return Err(Self::not_leading());
         }
+        let (generation, edge) = self.edge.snapshot();
         let table = {
-            let state = self.lock();
-            let table = build_table(
+            let mut state = self.lock();
+            state.domains = edge.domains;
+            let mut table = build_table(
                 &state,
                 &self.config.domain,
                 &self.environments,
                 &self.fixed_routes,
             );
+            table.certificates = edge.certificates;
+            table.acme = edge.acme;
             if state.applied_table.as_ref() == Some(&table) {
+                self.edge.mark_applied(generation);
                 return Ok(());
             }
             table
@@ -1241,6 +1256,7 @@ impl<D: Driver> Controller<D> {
             .await
             .map_err(ControlError::Ingress)?;
         self.lock().applied_table = Some(table);
+        self.edge.mark_applied(generation);
         Ok(())
     }
 

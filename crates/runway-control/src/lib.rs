@@ -115,12 +115,14 @@
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
 
+pub mod acme;
 mod api;
 mod autoscale;
 mod config;
 mod controller;
 mod dataplane;
 mod deploy;
+pub mod edge;
 mod error;
 pub mod leader;
 mod observe;

@@ -38,6 +38,7 @@ pub(crate) fn build_table(
         domain: domain.to_owned(),
         environments: environments.to_vec(),
         routes,
+        ..RouteTableConfig::default()
     }
 }
 
@@ -103,7 +104,7 @@ fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig
     Some(RouteConfig {
         service: key.0.clone(),
         env: key.1.clone(),
-        domains: Vec::new(),
+        domains: state.domains.get(key).cloned().unwrap_or_default(),
         request_timeout_seconds: heaviest.map_or(300.0, |info| info.request_timeout_seconds()),
         sticky: false,
         revisions,

@@ -17,6 +17,7 @@ fn documented_routes() -> Vec<(String, String, bool)> {
                 .replace("{env}", "dev")
                 .replace("{name}", "API_KEY")
                 .replace("{id}", "1")
+                .replace("{domain}", "www.example.com")
                 .replace(
                     "{digest}",
                     "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",

@@ -5,6 +5,7 @@
 
 mod auth;
 mod config;
+mod domains;
 mod flows;
 mod observability;
 mod oidc;
