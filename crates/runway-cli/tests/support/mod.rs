@@ -368,6 +368,8 @@ pub struct Server {
     pub child: Child,
     pub api: String,
     pub https: SocketAddr,
+    /// The ingress's plain-HTTP listener (redirects, ACME's HTTP-01), when it runs here.
+    pub http: Option<SocketAddr>,
     pub ca: PathBuf,
     pub token: Option<String>,
     /// The ingress process's pid, and what this start did with it: `started`, `adopted`, or
@@ -509,6 +511,7 @@ impl Platform {
         });
         let deadline = Instant::now() + Duration::from_secs(30);
         let (mut api, mut https, mut ca, mut token) = (None, None, None, None);
+        let mut http = None;
         let mut remote = false;
         let mut ingress = None;
         let mut token_next = false;
@@ -538,6 +541,10 @@ impl Platform {
                     .and_then(|p| p.parse().ok())
                     .unwrap();
                 https = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+                http = rest
+                    .split("(HTTP on ")
+                    .nth(1)
+                    .and_then(|r| r.trim_end_matches(')').parse().ok());
             } else if let Some(rest) =
                 line.strip_prefix("runway server: clients trust the certificate authority in ")
             {
@@ -568,6 +575,7 @@ impl Platform {
             child,
             api,
             https,
+            http,
             ca,
             token,
             ingress,
@@ -588,6 +596,11 @@ impl Platform {
 
     pub fn https(&self) -> SocketAddr {
         self.server().https
+    }
+
+    /// The ingress's plain-HTTP listener, when this server runs the ingress.
+    pub fn http(&self) -> Option<SocketAddr> {
+        self.server().http
     }
 
     pub fn ca(&self) -> PathBuf {
