@@ -447,6 +447,11 @@ pub(crate) struct IngressConfig {
     /// instead of the ingress process this server starts: then `https`, `http`, `admin`,
     /// `start_timeout_ms` and `shutdown_grace_ms` are theirs to set, not this file's.
     pub(crate) remote: Option<RemoteIngressConfig>,
+    /// The operator's own certificates, served by SNI for their domains before any obtained
+    /// through ACME (and read again when their files change): for custom domains whose
+    /// certificates come from elsewhere, or a wildcard. With `remote`, the ingresses' own
+    /// arguments carry them instead.
+    pub(crate) certificates: Vec<OperatorCertificate>,
     /// Hosts the ingress routes to cells rather than to services, as `runway router` does
     /// (GitLab's HTTP router rules and a topology): runners reach the platform's ingress.
     pub(crate) cells: Vec<CellRouterConfig>,
@@ -544,8 +549,21 @@ impl Default for IngressConfig {
             stats_interval_ms: 200,
             remote: None,
             cells: Vec::new(),
+            certificates: Vec::new(),
         }
     }
+}
+
+/// `ingress.certificates[]`: a certificate chain and its key (PEM files) for some domains.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OperatorCertificate {
+    /// The names it serves (`www.example.com`, `*.example.com`).
+    pub(crate) domains: Vec<String>,
+    /// The chain, leaf first.
+    pub(crate) cert: PathBuf,
+    /// Its key.
+    pub(crate) key: PathBuf,
 }
 
 impl IngressConfig {
@@ -555,6 +573,18 @@ impl IngressConfig {
             https: Some(self.https),
             admin: self.admin,
             redirect: self.redirect,
+            certificates: self
+                .certificates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}:{}:{}",
+                        c.domains.join(","),
+                        c.cert.display(),
+                        c.key.display()
+                    )
+                })
+                .collect(),
         }
     }
 
@@ -615,6 +645,24 @@ impl ServerConfig {
             acme.check().map_err(|(key, message)| {
                 anyhow::anyhow!("{}: domains.acme.{key}: {message}", path.display())
             })?;
+        }
+        for (index, certificate) in config.ingress.certificates.iter().enumerate() {
+            let at = format!("{}: ingress.certificates[{index}]", path.display());
+            if certificate.domains.is_empty() {
+                bail!("{at}.domains: name at least one domain the certificate serves");
+            }
+            for (key, file) in [("cert", &certificate.cert), ("key", &certificate.key)] {
+                if file.to_string_lossy().contains(':') {
+                    bail!(
+                        "{at}.{key}: {} has a `:` in its path, which the ingress's \
+                           --certificate cannot take",
+                        file.display()
+                    );
+                }
+                if let Err(error) = std::fs::metadata(file) {
+                    bail!("{at}.{key}: cannot read {}: {error}", file.display());
+                }
+            }
         }
         if config.domains.interval_ms == 0 {
             bail!("{}: domains.interval_ms: must be above 0", path.display());

@@ -115,6 +115,16 @@ const SERVER_CONFIG: &str = "  api:
       mount: kv
       path: runway/env/{environment}/service/{service}
       timeout_ms: 3000
+  domains:
+    interval_ms: 2000
+    acme:
+      directory: https://acme-v02.api.letsencrypt.org/directory
+      contact: [mailto:ops@example.com]
+      accept_terms: true
+      ca_file: /etc/ssl/certs/ca-certificates.crt
+      challenge: tls-alpn-01
+      order_timeout_ms: 60000
+      retry_ms: 30000
 ";
 
 /// Values other than the defaults in every part: three environments, another pattern, an

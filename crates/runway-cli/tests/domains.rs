@@ -218,7 +218,11 @@ impl Pebble {
 
 /// A platform whose `domains.acme` is a Pebble started on the ingress's ports, with `hello`
 /// deployed to dev.
-fn platform_with_pebble(challenge: &str, validity: u64) -> Option<(Platform, Pebble)> {
+fn platform_with_pebble(
+    challenge: &str,
+    validity: u64,
+    ingress: &str,
+) -> Option<(Platform, Pebble)> {
     if !have_python() || !have_pebble() {
         return None;
     }
@@ -232,6 +236,7 @@ fn platform_with_pebble(challenge: &str, validity: u64) -> Option<(Platform, Peb
             plan.directory(),
             plan.ca_file.display()
         ),
+        ingress: ingress.to_owned(),
         ..Settings::default()
     };
     let platform = Platform::start(&settings);
@@ -299,7 +304,7 @@ fn listed(platform: &Platform, domain: &str) -> Value {
 
 #[test]
 fn a_domain_gets_a_certificate_over_http_01_renewed_before_it_expires() {
-    let Some((platform, pebble)) = platform_with_pebble("http-01", 30) else {
+    let Some((platform, pebble)) = platform_with_pebble("http-01", 30, "") else {
         return;
     };
     let root = pebble.root(&platform.rt);
@@ -376,7 +381,30 @@ fn a_domain_gets_a_certificate_over_http_01_renewed_before_it_expires() {
 
 #[test]
 fn a_domain_whose_challenge_fails_says_why_and_tls_alpn_01_issues() {
-    let Some((platform, pebble)) = platform_with_pebble("tls-alpn-01", 3600) else {
+    // The operator's own certificate for one name, from an authority of the test's.
+    let operator = tempfile::tempdir().unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::default();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["own.example.test".into()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let (cert_file, key_file) = (
+        operator.path().join("own.pem"),
+        operator.path().join("own-key.pem"),
+    );
+    std::fs::write(&cert_file, leaf.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+    let operator_ca = reqwest::Certificate::from_pem(ca.as_ref().pem().as_bytes()).unwrap();
+    let ingress = format!(
+        "  certificates:\n    - domains: [own.example.test]\n      cert: {}\n      key: {}\n",
+        cert_file.display(),
+        key_file.display()
+    );
+    let Some((platform, pebble)) = platform_with_pebble("tls-alpn-01", 3600, &ingress) else {
         return;
     };
     let root = pebble.root(&platform.rt);
@@ -405,4 +433,13 @@ fn a_domain_whose_challenge_fails_says_why_and_tls_alpn_01_issues() {
     assert!(text.stdout.contains("failed: "), "{}", text.all());
     // The other domain is not held up by it.
     assert!(page(&platform, &root, "alpn.example.test").is_ok());
+
+    // A name the operator has a certificate for: ACME issues one too (its challenge is
+    // answered whatever is served for the name), but the operator's is what clients get.
+    let (ran, own) = add(&platform, "own.example.test");
+    assert!(ran.ok(), "domains add: {}", ran.all());
+    assert_eq!(own["state"], "issued", "{own}");
+    let served = page(&platform, &operator_ca, "own.example.test").unwrap();
+    assert!(served.contains("hello"), "{served}");
+    assert!(page(&platform, &root, "own.example.test").is_err());
 }

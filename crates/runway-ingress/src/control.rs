@@ -103,6 +103,10 @@ pub struct Listen {
     pub admin: SocketAddr,
     /// With `https`, plain HTTP redirects to it.
     pub redirect: bool,
+    /// The operator's certificates, as `--certificate` takes them
+    /// (`DOMAIN[,DOMAIN...]:CERT.pem:KEY.pem`): served before any the table carries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<String>,
 }
 
 /// What went wrong talking to an ingress.

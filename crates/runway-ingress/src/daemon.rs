@@ -213,11 +213,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let redirect = args.https.is_some() && !args.no_redirect;
+    let certificates: Vec<String> = args
+        .certificates
+        .iter()
+        .map(|c| {
+            format!(
+                "{}:{}:{}",
+                c.domains.join(","),
+                c.cert.display(),
+                c.key.display()
+            )
+        })
+        .collect();
     let listen = Listen {
         http: args.listen,
         https: args.https,
         admin: args.admin,
         redirect,
+        certificates: certificates.clone(),
     };
     let old = |pick: fn(&Listen) -> Option<SocketAddr>| {
         replaced
@@ -258,6 +271,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         https: https_bound,
         admin: admin.local_addr()?,
         redirect,
+        certificates,
     };
 
     let (stop, stopped) = watch::channel(false);
@@ -602,7 +616,11 @@ fn describe(listen: &Listen) -> String {
             .unwrap_or_default(),
         if listen.redirect { " (redirect)" } else { "" },
         listen.admin
-    )
+    ) + &if listen.certificates.is_empty() {
+        String::new()
+    } else {
+        format!(", certificates {}", listen.certificates.join(" "))
+    }
 }
 
 /// Starts an ingress in a session of its own and waits until it answers on its socket.
@@ -640,6 +658,9 @@ async fn start(
     }
     if !launch.listen.redirect {
         command.arg("--no-redirect");
+    }
+    for certificate in &launch.listen.certificates {
+        command.arg("--certificate").arg(certificate);
     }
     if replacing {
         command.arg("--replacing");

@@ -118,6 +118,7 @@ async fn serve(dir: &Path) -> (SocketAddr, watch::Receiver<bool>) {
         https: None,
         admin: address,
         redirect: false,
+        certificates: Vec::new(),
     };
     let (stop, stopped) = watch::channel(false);
     let state = Arc::new(ControlState::new(
