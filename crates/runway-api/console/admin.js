@@ -66,67 +66,150 @@ export async function audit({ main, signal }) {
 /** `/ui/domains`: custom domains, their certificates' state; an admin adds and removes them. */
 export async function domains(context) {
   const { main, who, signal } = context;
+  const admin = isAdmin(who);
   const heading = h('h1', null, 'Custom domains');
   let list;
   try {
     list = await get('/v1/domains', signal);
   } catch (e) {
     if (e.name === 'AbortError' || e.status === 401) throw e;
-    if (e.status === 404 && e.message === 'no such route') {
-      fill(main, heading, h('div', { class: 'note' },
-        h('p', null, 'This control plane does not serve custom domains yet: its API has no ', h('code', null, '/v1/domains'), '.')));
-    } else {
-      fill(main, heading, problem(e, 'the domains'));
-    }
+    fill(main, heading, problem(e, 'the domains'));
     done(main);
     return;
   }
-  const rows = list.map((d) => [
-    h('strong', { class: 'wrap-any' }, d.domain),
-    `${d.service} in ${d.env}`,
-    badge(d.state),
-    d.not_after ? when(d.not_after) : '—',
-    [d.source ? `${d.source}. ` : '', d.detail || ''].join('') || '—',
-    isAdmin(who) ? h('button', {
-      type: 'button', class: 'quiet danger', 'data-key': `domain-${d.domain}`,
-      onclick: () => removeDomain(context, d),
-    }, 'Remove') : '',
-  ]);
+  const columns = [['Domain'], ['Routes to'], ['Certificate'], ['Valid until'], ['Detail'], ['Added']];
+  if (admin) columns.push(['Action']);
+  const rows = list.map((d) => {
+    const cells = [
+      h('a', { href: d.url, title: d.url }, h('strong', null, breakable(d.domain))),
+      `${d.service} in ${d.env}`,
+      badge(d.state),
+      d.not_after ? when(d.not_after) : '—',
+      domainDetail(d),
+      h('span', null, when(d.created_at), ` by ${d.created_by}`),
+    ];
+    if (admin) {
+      cells.push(h('button', {
+        type: 'button', class: 'quiet danger', 'data-key': `domain-${d.domain}`,
+        'aria-label': `Remove ${d.domain}`,
+        onclick: () => removeDomain(context, d),
+      }, 'Remove'));
+    }
+    return cells;
+  });
+  const form = admin ? await addForm(context) : null;
   fill(main, heading,
     h('p', { class: 'muted' }, 'A domain routes to a service in an environment once its DNS points at the ingress; ',
       'its certificate is issued by ACME and renewed before it expires.'),
-    table(null, [['Domain'], ['Routes to'], ['Certificate'], ['Valid until'], ['Detail'], ['Action']], rows,
-      'No custom domains.'),
-    isAdmin(who) ? await addForm(context) : null);
+    table(null, columns, rows, admin ? 'No custom domains.' : 'No custom domains route to your service.'),
+    form,
+    admin ? null : h('p', { class: 'muted' }, 'Only an admin adds or removes a domain (',
+      h('code', null, 'runway domains add'), '); your token sees its own service\u2019s.'));
   done(main);
 }
 
+/** A domain name that may wrap after its dots, never inside a label. */
+function breakable(name) {
+  return name.split('.').flatMap((label, i) => (i === 0 ? [label] : ['.', h('wbr'), label]));
+}
+
+/** What stands in the way of a certificate, or when it is next renewed. */
+function domainDetail(d) {
+  const parts = [];
+  if (d.detail) parts.push(h('span', { class: 'wrap-any' }, d.detail));
+  if (d.state === 'failed' && d.attempts > 0) {
+    parts.push(h('span', null, ` ${d.attempts} failed ${d.attempts === 1 ? 'attempt' : 'attempts in a row'}`,
+      d.next_attempt_at ? ['; tried again ', when(d.next_attempt_at)] : null, '.'));
+  } else if (d.state === 'issued' && d.next_attempt_at) {
+    parts.push(h('span', null, ' Renewal due ', when(d.next_attempt_at), '.'));
+  }
+  return parts.length ? h('span', null, parts) : '—';
+}
+
+/** The admin's form: a domain, the service and environment it routes to. */
 async function addForm(context) {
   const services = await get('/v1/services', context.signal);
-  if (services.length === 0) return null;
-  const domain = h('input', { id: 'domain', name: 'domain', required: true, placeholder: 'www.example.com', autocomplete: 'off' });
+  if (services.length === 0) {
+    return h('p', { class: 'muted' }, 'Onboard a service before routing a domain to it.');
+  }
+  const domain = h('input', {
+    id: 'domain', name: 'domain', required: true, placeholder: 'www.example.com', autocomplete: 'off',
+    autocapitalize: 'off', spellcheck: 'false', 'aria-describedby': 'domain-hint',
+  });
   const service = h('select', { id: 'domain-service', name: 'service' }, services.map((s) => h('option', { value: s.name }, s.name)));
   const env = h('select', { id: 'domain-env', name: 'env' });
   const envs = () => fill(env, (services.find((s) => s.name === service.value)?.environments || []).map((e) => h('option', { value: e }, e)));
   service.addEventListener('change', envs);
   envs();
+  const fields = { domain, service, env };
+  const labels = { domain: 'Domain', service: 'Service', env: 'Environment' };
+  const error = h('p', { id: 'domain-form-error', class: 'field-error', hidden: true });
+  const button = h('button', { type: 'submit' }, 'Add domain');
+  const clearError = () => {
+    error.hidden = true;
+    error.replaceChildren();
+    for (const field of [service, env]) field.removeAttribute('aria-describedby');
+    for (const field of Object.values(fields)) field.removeAttribute('aria-invalid');
+    domain.setAttribute('aria-describedby', 'domain-hint');
+  };
+  // The API's refusal, said under the form and tied to the field it names (the domain's when
+  // it names none: a name taken is the domain's fault), which takes the focus.
+  const showError = (e) => {
+    const name = e.field in fields ? e.field : 'domain';
+    const field = fields[name];
+    fill(error, h('strong', null, `${labels[name]}: `), e.message);
+    error.hidden = false;
+    field.setAttribute('aria-invalid', 'true');
+    field.setAttribute('aria-describedby', field === domain ? 'domain-form-error domain-hint' : 'domain-form-error');
+    field.focus();
+  };
   const form = h('form', { class: 'inline', 'aria-labelledby': 'add-domain-h' },
     h('p', null, h('label', { for: 'domain' }, 'Domain'), domain),
     h('p', null, h('label', { for: 'domain-service' }, 'Service'), service),
     h('p', null, h('label', { for: 'domain-env' }, 'Environment'), env),
-    h('p', null, h('button', { type: 'submit' }, 'Add domain')));
+    h('p', null, button),
+    error);
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
+    clearError();
+    button.disabled = true;
+    let added;
     try {
-      const added = await api('POST', '/v1/domains', { domain: domain.value.trim(), service: service.value, env: env.value });
-      await domains(context);
-      announce(`${added.domain} routes to ${added.service} in ${added.env}; its certificate is ${added.state}.`, 'ok');
+      added = await api('POST', '/v1/domains', { domain: domain.value.trim(), service: service.value, env: env.value });
     } catch (e) {
-      announce(`Adding the domain failed: ${e.message}`, 'bad');
-      domain.focus();
+      button.disabled = false;
+      if (e.status === 401) {
+        context.signedOut('Your session ended: sign in again.');
+      } else if ([400, 404, 409, 422].includes(e.status)) {
+        showError(e);
+      } else {
+        announce(`Adding the domain failed: ${e.message}`, 'bad');
+        domain.focus();
+      }
+      return;
     }
+    await refresh(context);
+    announce(`${added.domain} routes to ${added.service} in ${added.env}; its certificate is ${added.state}.`, 'ok');
+    document.getElementById('domain')?.focus();
   });
-  return h('section', { class: 'card' }, h('h2', { id: 'add-domain-h' }, 'Add a domain'), form);
+  return h('section', { class: 'card' }, h('h2', { id: 'add-domain-h' }, 'Add a domain'), form,
+    h('p', { id: 'domain-hint', class: 'muted' },
+      'A name of its own whose DNS points at the ingress, such as www.example.com: not a wildcard, ',
+      'an address or one of the platform\u2019s own names.'));
+}
+
+/** Draws the page again after a change; a page left meanwhile stays left. */
+async function refresh(context) {
+  try {
+    await domains(context);
+  } catch (e) {
+    if (e.name === 'AbortError') return;
+    if (e.status === 401) {
+      context.signedOut('Your session ended: sign in again.');
+      return;
+    }
+    announce(`Could not reload the domains: ${e.message}`, 'bad');
+  }
 }
 
 async function removeDomain(context, d) {
@@ -138,10 +221,17 @@ async function removeDomain(context, d) {
   });
   if (!ok) return;
   try {
+    // 204: no body.
     await api('DELETE', `/v1/domains/${enc(d.domain)}`);
-    await domains(context);
-    announce(`${d.domain} was removed.`, 'ok');
   } catch (e) {
+    if (e.status === 401) {
+      context.signedOut('Your session ended: sign in again.');
+      return;
+    }
     announce(`Removing ${d.domain} failed: ${e.message}`, 'bad');
+    return;
   }
+  await refresh(context);
+  announce(`${d.domain} was removed.`, 'ok');
+  context.main.focus();
 }

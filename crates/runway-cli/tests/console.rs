@@ -1,7 +1,9 @@
 //! The web console in a real browser: a real `runway server` (`support::Platform`) with a
 //! deployed service, and `tests/console/console.mjs` driving Debian's headless Chromium
 //! through `playwright-core` against it (sign in, the services, a deploy followed live, a
-//! rollback from the page, a deploy token's view, a cross-site POST refused, sign out).
+//! rollback from the page, a custom domain added and removed through its page with bad names
+//! refused at the field, a deploy token's view, a cross-site POST refused, sign out). The
+//! server has no `domains.acme`: a domain added stays pending, saying why.
 //! The script asks for the deploy (`deploy-now` on its stdout) so that it happens while the
 //! page is open; this test runs it with the CLI and says `deployed` on the script's stdin.
 //!
@@ -198,5 +200,9 @@ fn the_console_in_chromium() {
         now["desired"],
         json!([{"revision": "hello-dev-00001", "instances": 1, "weight": 100}])
     );
+    // Every domain the script added, it removed (through the page, or the API's DELETE).
+    let (status, domains) = platform.call(Method::GET, "/v1/domains", Some(&platform.token), None);
+    assert_eq!(status, 200, "{domains}");
+    assert_eq!(domains, json!([]));
     println!("screenshots in {}", shots.display());
 }

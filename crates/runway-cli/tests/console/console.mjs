@@ -1,9 +1,10 @@
 // The web console in a real headless Chromium (Debian's), driven by playwright-core, against
 // a real `runway server` that crates/runway-cli/tests/console.rs started. It signs in, sees the
 // deployed service, asks that test to deploy (a line `deploy-now` on stdout) and watches the
-// new revision roll out without a reload, rolls back from the page, checks what a deploy
-// token sees, that a cross-site change with the cookie is refused, and that signing out ends
-// the session. It measures the first page's weight and time, writes screenshots, and exits 0
+// new revision roll out without a reload, rolls back from the page, adds a custom domain
+// through the domains page (bad names refused at the field) and removes it, checks what a
+// deploy token sees (its own service's domains, no form), that a cross-site change with the
+// cookie is refused, and that signing out ends the session. It measures the first page's weight and time, writes screenshots, and exits 0
 // only when every check held.
 //
 // Environment: RUNWAY_API (https://127.0.0.1:PORT), RUNWAY_ADMIN_TOKEN, RUNWAY_DEPLOY_TOKEN
@@ -220,12 +221,74 @@ try {
   await shot(page, '08-audit');
   await page.getByRole('link', { name: 'Domains' }).click();
   await page.locator('main[data-ready="true"] h1', { hasText: 'Custom domains' }).waitFor();
+  await page.getByText('No custom domains.').waitFor();
+
+  // ---- custom domains: add one through the form, a bad name refused, remove it ----------
+  step('domains: a bad name is refused at its field');
+  const errorsBeforeDomains = consoleErrors.length;
+  const domainField = page.getByLabel('Domain', { exact: true });
+  const addDomain = page.getByRole('button', { name: 'Add domain' });
+  const fieldError = page.locator('#domain-form-error');
+  await page.getByLabel('Service').selectOption('hello');
+  await page.getByLabel('Environment').selectOption('dev');
+  /** The refusal of `name`: said under the form, tied to the domain field, which has the focus. */
+  async function refused(name, words) {
+    await domainField.fill(name);
+    await addDomain.click();
+    await fieldError.filter({ hasText: words }).waitFor();
+    const state = await page.evaluate(() => {
+      const field = document.getElementById('domain');
+      const described = (field.getAttribute('aria-describedby') || '').split(' ')
+        .map((id) => document.getElementById(id)?.textContent || '').join(' ');
+      return { focused: document.activeElement === field, invalid: field.getAttribute('aria-invalid'), described };
+    });
+    check(state.focused, `the domain field has the focus after ${name} is refused`);
+    check(state.invalid === 'true', `the domain field is marked invalid after ${name}: ${state.invalid}`);
+    check(state.described.includes(words), `the domain field is described by its error (${words}): ${state.described}`);
+    check((await fieldError.textContent()).startsWith('Domain: '), `the error names the field: ${await fieldError.textContent()}`);
+  }
+  await refused('*.example.test', 'is a wildcard');
+  await shot(page, '09-domains-refused');
+  await refused('hello.dev.localhost', "is the platform's own");
+  check((await apiAs(page.request, ADMIN, 'GET', '/v1/domains')).body.length === 0, 'a refused name was added');
+
+  step('domains: add www.example.test for hello in dev');
+  await domainField.fill('www.example.test');
+  await addDomain.click();
+  await page.locator('#outcome').getByText('www.example.test routes to hello in dev; its certificate is pending.').waitFor();
+  const domainRow = page.getByRole('row').filter({ hasText: 'www.example.test' });
+  await domainRow.waitFor();
+  check(await domainRow.getByRole('cell').nth(1).textContent() === 'hello in dev', 'the row says where it routes');
+  check(await domainRow.locator('.state').textContent() === 'pending', `the certificate's state: ${await domainRow.locator('.state').textContent()}`);
+  check(await domainRow.getByText('no ACME directory').count() === 1, `the row gives the detail: ${await domainRow.textContent()}`);
+  check(await fieldError.isHidden(), 'the last refusal is gone after a success');
+  check(await page.evaluate(() => document.activeElement?.id === 'domain' && !document.activeElement.hasAttribute('aria-invalid')),
+    'the focus is back in a fresh domain field');
+  const listed = (await apiAs(page.request, ADMIN, 'GET', '/v1/domains')).body;
+  check(listed.length === 1 && listed[0].domain === 'www.example.test' && listed[0].service === 'hello'
+    && listed[0].env === 'dev' && listed[0].state === 'pending', `the API's domains: ${JSON.stringify(listed)}`);
   await shot(page, '09-domains');
+  // A name already routed: 409, said at the field too.
+  await refused('www.example.test', 'already exists');
   // Every form control has a label; every button a name.
   const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select')]
     .filter((e) => e.offsetParent && e.labels.length === 0).map((e) => e.outerHTML)
     .concat([...document.querySelectorAll('button')].filter((b) => b.offsetParent && !b.textContent.trim()).map((b) => b.outerHTML)));
   check(unlabelled.length === 0, `unlabelled controls: ${unlabelled}`);
+
+  step('domains: remove www.example.test');
+  await domainRow.getByRole('button', { name: 'Remove www.example.test' }).click();
+  const domainDialog = page.locator('dialog#confirm');
+  await domainDialog.getByRole('heading', { name: 'Remove www.example.test?' }).waitFor();
+  check(await domainDialog.evaluate((d) => d.open && d.contains(document.activeElement)), 'the dialog holds the focus');
+  await domainDialog.getByRole('button', { name: 'Remove domain' }).click();
+  await page.locator('#outcome').getByText('www.example.test was removed.').waitFor();
+  await page.getByText('No custom domains.').waitFor();
+  check(await page.getByRole('row').filter({ hasText: 'www.example.test' }).count() === 0, 'the removed domain is still listed');
+  check((await apiAs(page.request, ADMIN, 'GET', '/v1/domains')).body.length === 0, 'the API still has the removed domain');
+  // The refusals above were the API's expected answers (400, 409); the browser logs them.
+  const domainErrors = consoleErrors.splice(errorsBeforeDomains);
+  consoleErrors.push(...domainErrors.filter((e) => !/status of (400|409)/.test(e)));
 
   // ---- a cross-site change with the cookie --------------------------------------------
   step('a cross-site POST with the cookie is refused');
@@ -248,6 +311,11 @@ try {
 
   // ---- what a deploy token sees ----------------------------------------------------------
   step('a deploy token sees its own service only');
+  // A domain of each service, for the deploy token of `other` to see its own only.
+  for (const [domain, service] of [['hello.example.test', 'hello'], ['other.example.test', 'other']]) {
+    const added = await apiAs(page.request, ADMIN, 'POST', '/v1/domains', { domain, service, env: 'dev' });
+    check(added.status === 201, `adding ${domain}: ${added.status} ${JSON.stringify(added.body)}`);
+  }
   const tenant = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
   const tenantPage = await tenant.newPage();
   watchRequests(tenantPage);
@@ -262,7 +330,29 @@ try {
   const refusal = tenantPage.getByRole('alert').filter({ hasText: 'Not allowed' });
   await refusal.waitFor();
   await shot(tenantPage, '10-deploy-token-403');
+  step('a deploy token sees its own service\'s domains, and cannot add one');
+  await tenantPage.getByRole('link', { name: 'Domains' }).click();
+  await tenantPage.locator('main[data-ready="true"] h1', { hasText: 'Custom domains' }).waitFor();
+  const tenantDomains = await tenantPage.locator('main tbody tr td:first-child').allTextContents();
+  check(tenantDomains.length === 1 && tenantDomains[0] === 'other.example.test', `a deploy token's domains: ${tenantDomains}`);
+  check(await tenantPage.locator('#domain, form').count() === 0, 'a deploy token is offered the add form');
+  check(await tenantPage.getByRole('button', { name: /Remove/ }).count() === 0, 'a deploy token is offered a Remove button');
+  await tenantPage.getByText('Only an admin adds or removes a domain').waitFor();
+  const tenantPost = await tenantPage.evaluate(async () => {
+    const response = await fetch('/v1/domains', {
+      method: 'POST',
+      headers: { 'X-Runway-Console': '1', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ domain: 'mine.example.test', service: 'other', env: 'dev' }),
+    });
+    return response.status;
+  });
+  check(tenantPost === 403, `a deploy token's session adding a domain: ${tenantPost}`);
+  await shot(tenantPage, '11-deploy-token-domains');
   await tenant.close();
+  for (const domain of ['hello.example.test', 'other.example.test']) {
+    const removed = await apiAs(page.request, ADMIN, 'DELETE', `/v1/domains/${domain}`);
+    check(removed.status === 204, `removing ${domain}: ${removed.status}`);
+  }
 
   // ---- sign out ------------------------------------------------------------------------
   step('sign out');
