@@ -1033,6 +1033,12 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         controller = controller.leadership(following.clone());
     }
     let controller = Arc::new(controller);
+    // The domains and their certificates before the first table: one sent without them would
+    // take the certificates from the ingress until the next read.
+    let (domains, certificates) =
+        runway_control::edge::read_domains(store.as_ref(), &Sealer::new(&key))
+            .context("cannot read the custom domains")?;
+    controller.edge().set_domains(domains, certificates);
 
     let mut tasks = Vec::new();
     if let Some(election) = election {

@@ -404,7 +404,7 @@ fn a_domain_whose_challenge_fails_says_why_and_tls_alpn_01_issues() {
         cert_file.display(),
         key_file.display()
     );
-    let Some((platform, pebble)) = platform_with_pebble("tls-alpn-01", 3600, &ingress) else {
+    let Some((mut platform, pebble)) = platform_with_pebble("tls-alpn-01", 3600, &ingress) else {
         return;
     };
     let root = pebble.root(&platform.rt);
@@ -442,4 +442,13 @@ fn a_domain_whose_challenge_fails_says_why_and_tls_alpn_01_issues() {
     let served = page(&platform, &operator_ca, "own.example.test").unwrap();
     assert!(served.contains("hello"), "{served}");
     assert!(page(&platform, &root, "own.example.test").is_err());
+
+    // A restarted control plane's tables keep the certificates from its first one on.
+    platform.kill9();
+    platform.restart();
+    for _ in 0..20 {
+        let served = page(&platform, &root, "alpn.example.test");
+        assert!(served.is_ok(), "after a restart: {served:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
