@@ -23,15 +23,14 @@ fn main() {
     let metrics = Metrics::new();
     let revision = metrics.revision("web", "production", "web-production-00042");
     for _ in 0..1000 {
-        revision.record(200, 0.003);
+        revision.record(200, std::time::Duration::from_millis(3));
     }
     let started = Instant::now();
     for n in 0..CALLS {
         // Statuses and latencies that move over classes and buckets, as real ones do.
         let status = if n % 100 == 0 { 503 } else { 200 };
-        #[allow(clippy::cast_precision_loss, reason = "a bench's spread of latencies")]
-        let seconds = 0.000_3 * ((n % 64) as f64 + 1.0);
-        black_box(&revision).record(black_box(status), black_box(seconds));
+        let elapsed = std::time::Duration::from_micros(300 * (n % 64 + 1));
+        black_box(&revision).record(black_box(status), black_box(elapsed));
     }
     let alone = started.elapsed().as_nanos() as f64 / CALLS as f64;
 
@@ -42,9 +41,8 @@ fn main() {
             let revision = revision.clone();
             scope.spawn(move || {
                 for n in 0..CALLS / threads as u64 {
-                    #[allow(clippy::cast_precision_loss, reason = "a bench's spread")]
-                    let seconds = 0.000_3 * ((n % 64) as f64 + 1.0);
-                    black_box(&revision).record(200, black_box(seconds));
+                    let elapsed = std::time::Duration::from_micros(300 * (n % 64 + 1));
+                    black_box(&revision).record(200, black_box(elapsed));
                 }
             });
         }

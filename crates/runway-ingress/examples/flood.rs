@@ -245,7 +245,14 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
         let stopped = stopped.clone();
         tokio::spawn(async move {
             ingress
-                .serve_event_loops(address, loops, tls_setup.as_ref(), stopped)
+                .serve_event_loops(
+                    &[runway_ingress::server::LoopListener {
+                        address,
+                        tls: tls_setup,
+                    }],
+                    loops,
+                    stopped,
+                )
                 .await
         })
     };

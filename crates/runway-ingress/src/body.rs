@@ -33,7 +33,7 @@ enum Inner {
     Full(Option<Bytes>),
     Upstream {
         body: Incoming,
-        finish: Option<Box<Finish>>,
+        finish: Option<Finish>,
     },
 }
 
@@ -52,7 +52,7 @@ impl ProxyBody {
         Self {
             inner: Inner::Upstream {
                 body,
-                finish: Some(Box::new(finish)),
+                finish: Some(finish),
             },
         }
     }
@@ -61,13 +61,22 @@ impl ProxyBody {
 /// What remains to do when a proxied response ends.
 #[derive(Debug)]
 pub(crate) struct Finish {
-    pub(crate) record: AccessRecord,
+    /// The access log and the request's record, when there is a log.
+    pub(crate) log: Option<(AccessLog, Box<AccessRecord>)>,
     pub(crate) start: Instant,
     pub(crate) instance: Arc<Instance>,
     pub(crate) revision: Arc<Revision>,
     pub(crate) sender: Option<Sender>,
-    pub(crate) log: Option<AccessLog>,
     pub(crate) complete: bool,
+}
+
+impl Finish {
+    /// Response body bytes sent, for the access log.
+    pub(crate) fn add_bytes(&mut self, bytes: u64) {
+        if let Some((_, record)) = &mut self.log {
+            record.bytes += bytes;
+        }
+    }
 }
 
 impl Drop for Finish {
@@ -79,13 +88,12 @@ impl Drop for Finish {
         }
         self.revision.release(&self.instance);
         self.revision.metrics.in_flight.dec();
-        if let Some(log) = &self.log {
-            let mut record = std::mem::take(&mut self.record);
+        if let Some((log, mut record)) = self.log.take() {
             record.duration_ms = millis(self.start.elapsed());
             if !self.complete {
                 record.error = Some("response body not completed".to_owned());
             }
-            log.send(record);
+            log.send(*record);
         }
     }
 }
@@ -105,7 +113,7 @@ impl Body for ProxyBody {
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let (Some(data), Some(f)) = (frame.data_ref(), finish.as_mut()) {
-                            f.record.bytes += data.len() as u64;
+                            f.add_bytes(data.len() as u64);
                         }
                         // A server stops polling once the body says it ended.
                         if body.is_end_stream()

@@ -24,6 +24,7 @@ use crate::control::{
     self, ControlClient, ControlError, ControlState, Hello, Listen, PROTOCOL_VERSION,
     RemoteIngress, RemoteOptions,
 };
+use crate::server::LoopListener;
 use crate::{CertificateFiles, Ingress, Options, RouteTableConfig, TlsOptions};
 
 /// Runway's ingress: routes requests by host to the instances of a route table.
@@ -249,8 +250,21 @@ async fn run(args: Args) -> anyhow::Result<()> {
             check_free(https, "HTTPS")?;
         }
     }
-    let listener = reuse_port_listener(http_at)
-        .with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
+    // Proxied plain HTTP is served from the event loops, like HTTPS; this socket then holds
+    // the port (bound, not listening: it takes no connection) while the loops bind theirs.
+    // The redirect to HTTPS is served from the shared runtime.
+    let http_socket =
+        reuse_port_socket(http_at).with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
+    let http_bound = http_socket.local_addr()?;
+    let http_loops = !redirect && event_loops > 0;
+    let (listener, http_placeholder) = if http_loops {
+        (None, Some(http_socket))
+    } else {
+        let listener = http_socket
+            .listen(1024)
+            .with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
+        (Some(listener), None)
+    };
     let admin = reuse_port_listener(admin_at)
         .with_context(|| format!("cannot listen on {admin_at} (metrics)"))?;
     // Port 0: the kernel picks one on a socket bound but not listening (so it takes no
@@ -267,7 +281,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => None,
     };
     let bound = Listen {
-        http: listener.local_addr()?,
+        http: http_bound,
         https: https_bound,
         admin: admin.local_addr()?,
         redirect,
@@ -318,7 +332,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .context("the metrics server stopped")
         }
     });
-    let mut held_port = None;
+    let mut held_ports = vec![http_placeholder];
+    // What the event loops serve: proxied plain HTTP and HTTPS, both from the same loops.
+    let mut loop_listeners = Vec::new();
+    if http_loops {
+        loop_listeners.push(LoopListener {
+            address: http_bound,
+            tls: None,
+        });
+    }
     if let (Some(address), Some(placeholder)) = (https_bound, https_placeholder) {
         let tls = ingress
             .tls(&TlsOptions {
@@ -329,15 +351,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let https_ingress = ingress.clone();
         let stopped = stopped.clone();
         if event_loops > 0 {
-            tasks.spawn(async move {
-                https_ingress
-                    .serve_event_loops(address, event_loops, Some(&tls), stopped)
-                    .await
-                    .context("the HTTPS server stopped")
+            loop_listeners.push(LoopListener {
+                address,
+                tls: Some(tls),
             });
             // Bound but not listening, it takes no connection; held to the end, it keeps a
             // port the kernel picked ours while the loops bind theirs.
-            held_port = Some(placeholder);
+            held_ports.push(Some(placeholder));
         } else {
             let listener = placeholder
                 .listen(1024)
@@ -350,12 +370,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
             });
         }
     }
-    let http_ingress = ingress.clone();
-    let redirect_port = args.redirect_port;
-    tasks.spawn({
+    if !loop_listeners.is_empty() {
+        let loops_ingress = ingress.clone();
         let stopped = stopped.clone();
-        async move {
-            match bound.https.filter(|_| redirect) {
+        tasks.spawn(async move {
+            loops_ingress
+                .serve_event_loops(&loop_listeners, event_loops, stopped)
+                .await
+                .context("the event loops stopped")
+        });
+    }
+    if let Some(listener) = listener {
+        let http_ingress = ingress.clone();
+        let redirect_port = args.redirect_port;
+        let stopped = stopped.clone();
+        let redirect_to = bound.https.filter(|_| redirect);
+        tasks.spawn(async move {
+            match redirect_to {
                 Some(https) => {
                     let port = redirect_port.unwrap_or(https.port());
                     http_ingress
@@ -365,8 +396,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 None => http_ingress.serve(listener, until(stopped)).await,
             }
             .context("the HTTP server stopped")
-        }
-    });
+        });
+    }
 
     // Read before anything is served, so bad files stop the start with their name.
     let control_network = match (args.control_listen, &args.control_tls) {
@@ -462,7 +493,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(dir) = &state_dir {
         remove_pid_if_ours(dir);
     }
-    drop(held_port);
+    drop(held_ports);
     tracing::info!("stopped");
     match failed {
         Some(Ok(result)) => result,

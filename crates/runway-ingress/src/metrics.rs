@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -61,15 +62,55 @@ const CLIENT_FAULTS: [&str; 3] = ["body_too_large", "body_broken", "body_timeout
 
 /// The latency histogram's first upper bound, in seconds: 0.25 ms.
 const LATENCY_START: f64 = 0.000_25;
+/// The same in nanoseconds.
+const LATENCY_START_NANOS: u64 = 250_000;
 /// Its bounds, doubling from [`LATENCY_START`]: up to about 4 min.
 const LATENCY_BUCKETS: usize = 20;
 
-fn latency_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(
-        LATENCY_START,
-        2.0,
-        LATENCY_BUCKETS as u16,
-    ))
+/// A revision's latency histogram, kept only in atomics: a count per bucket (not cumulative;
+/// the last is `+Inf`) and the sum, one add each per response, no lock. Prometheus reads it
+/// through [`EncodeMetric`], the canary analysis and the autoscaler through
+/// [`RevisionMetrics::stats`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Latency(Arc<LatencyCounts>);
+
+#[derive(Debug, Default)]
+struct LatencyCounts {
+    buckets: [AtomicU64; LATENCY_BUCKETS + 1],
+    sum_nanos: AtomicU64,
+}
+
+impl Latency {
+    fn observe(&self, elapsed: Duration) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.0.buckets[bucket_index(nanos)].fetch_add(1, Ordering::SeqCst);
+        self.0.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The count in each bucket, `+Inf` last.
+    fn counts(&self) -> [u64; LATENCY_BUCKETS + 1] {
+        std::array::from_fn(|i| self.0.buckets[i].load(Ordering::SeqCst))
+    }
+}
+
+impl TypedMetric for Latency {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Latency {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let counts = self.counts();
+        let buckets: Vec<(f64, u64)> = latency_bounds()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(counts)
+            .collect();
+        let sum = self.0.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, counts.iter().sum(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
 }
 
 /// The histogram's upper bounds, in seconds.
@@ -87,7 +128,7 @@ pub const RETIRED_SERIES_KEPT: Duration = Duration::from_secs(600);
 pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
-    latency: Family<RevisionLabels, Histogram, fn() -> Histogram>,
+    latency: Family<RevisionLabels, Latency>,
     in_flight: Family<RevisionLabels, Gauge>,
     queued: Family<RevisionLabels, Gauge>,
     held: Family<RevisionLabels, Gauge>,
@@ -115,10 +156,7 @@ const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 #[derive(Debug, Clone)]
 pub struct RevisionMetrics {
     requests: [Counter; 5],
-    latency: Histogram,
-    /// The histogram's counts per bucket (not cumulative; the last one is `+Inf`), which
-    /// `prometheus_client` does not let us read back: the canary analysis needs them.
-    buckets: Arc<[AtomicU64; LATENCY_BUCKETS + 1]>,
+    latency: Latency,
     pub(crate) in_flight: Gauge,
     pub(crate) queued: Gauge,
     pub(crate) held: Gauge,
@@ -131,13 +169,12 @@ pub struct RevisionMetrics {
 
 impl RevisionMetrics {
     /// One response: its status class and the time to its head.
-    pub fn record(&self, status: u16, seconds: f64) {
+    pub fn record(&self, status: u16, elapsed: Duration) {
         let class = usize::from((status / 100).clamp(1, 5)) - 1;
         // The bucket before the class: [`RevisionMetrics::stats`] reads them the other way
         // round, so a response counted in a class is always in a bucket too.
-        self.buckets[bucket_index(seconds)].fetch_add(1, Ordering::SeqCst);
+        self.latency.observe(elapsed);
         self.requests[class].inc();
-        self.latency.observe(seconds);
     }
 
     /// A request refused for the client's fault (`reason`, one of [`CLIENT_FAULTS`]).
@@ -154,11 +191,7 @@ impl RevisionMetrics {
     /// first, so it is never more than `requests`.
     fn stats(&self) -> RevisionStats {
         let errors_5xx = self.requests[4].get();
-        let counts: Vec<u64> = self
-            .buckets
-            .iter()
-            .map(|count| count.load(Ordering::SeqCst))
-            .collect();
+        let counts = self.latency.counts();
         let mut cumulative = 0;
         let latency_buckets = latency_bounds()
             .zip(&counts)
@@ -179,19 +212,17 @@ impl RevisionMetrics {
     }
 }
 
-/// The bucket a latency falls in: the first whose upper bound is at least `seconds`, as
-/// Prometheus's `le` (give or take a rounding at a bound exactly); the last is `+Inf`.
-fn bucket_index(seconds: f64) -> usize {
-    if seconds <= LATENCY_START || seconds.is_nan() {
+/// The bucket a latency (in nanoseconds) falls in: the first whose upper bound is at least
+/// it, as Prometheus's `le`; the last is `+Inf`. Integer arithmetic only: bound `i` is
+/// [`LATENCY_START_NANOS`] × 2^i, so the index is the bit length of
+/// `(nanos - 1) / LATENCY_START_NANOS`.
+fn bucket_index(nanos: u64) -> usize {
+    if nanos <= LATENCY_START_NANOS {
         return 0;
     }
-    let index = (seconds / LATENCY_START).log2().ceil();
-    if index >= LATENCY_BUCKETS as f64 {
-        LATENCY_BUCKETS
-    } else {
-        // In 1..LATENCY_BUCKETS by the checks above.
-        index as usize
-    }
+    let quotient = (nanos - 1) / LATENCY_START_NANOS;
+    let index = (u64::BITS - quotient.leading_zeros()) as usize;
+    index.min(LATENCY_BUCKETS)
 }
 
 fn gauge_value(gauge: &Gauge) -> u64 {
@@ -248,8 +279,7 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("runway_ingress");
         let requests = Family::<RequestLabels, Counter>::default();
-        let latency: Family<RevisionLabels, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(latency_histogram);
+        let latency = Family::<RevisionLabels, Latency>::default();
         let in_flight = Family::<RevisionLabels, Gauge>::default();
         let queued = Family::<RevisionLabels, Gauge>::default();
         let held = Family::<RevisionLabels, Gauge>::default();
@@ -420,7 +450,6 @@ impl Metrics {
         let metrics = RevisionMetrics {
             requests,
             latency: self.latency.get_or_create(&labels).clone(),
-            buckets: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
             in_flight: self.in_flight.get_or_create(&labels).clone(),
             queued: self.queued.get_or_create(&labels).clone(),
             held: self.held.get_or_create(&labels).clone(),
@@ -596,7 +625,8 @@ mod tests {
         let writer = std::thread::spawn(move || {
             let mut n = 0u64;
             while !stopping.load(Ordering::Relaxed) {
-                recording.record(if n.is_multiple_of(3) { 503 } else { 200 }, 0.001);
+                let status = if n.is_multiple_of(3) { 503 } else { 200 };
+                recording.record(status, Duration::from_millis(1));
                 n += 1;
             }
         });
@@ -612,16 +642,19 @@ mod tests {
 
     #[test]
     fn a_latency_falls_in_the_first_bucket_whose_bound_holds_it() {
-        assert_eq!(bucket_index(0.0), 0);
-        assert_eq!(bucket_index(0.000_2), 0);
-        assert_eq!(bucket_index(0.000_3), 1);
-        assert_eq!(bucket_index(0.001), 2);
-        assert_eq!(bucket_index(0.0011), 3);
-        assert_eq!(bucket_index(1e9), LATENCY_BUCKETS);
-        assert_eq!(bucket_index(f64::NAN), 0);
+        assert_eq!(bucket_index(0), 0);
+        assert_eq!(bucket_index(200_000), 0);
+        assert_eq!(bucket_index(250_000), 0);
+        assert_eq!(bucket_index(250_001), 1);
+        assert_eq!(bucket_index(300_000), 1);
+        assert_eq!(bucket_index(1_000_000), 2);
+        assert_eq!(bucket_index(1_100_000), 3);
+        assert_eq!(bucket_index(u64::MAX), LATENCY_BUCKETS);
         for (index, bound) in latency_bounds().enumerate() {
-            assert_eq!(bucket_index(bound * 0.99), index, "{bound}");
-            assert_eq!(bucket_index(bound * 1.01), index + 1, "{bound}");
+            let nanos = (bound * 1e9).round() as u64;
+            assert_eq!(bucket_index(nanos), index, "{bound}");
+            assert_eq!(bucket_index(nanos + 1), index + 1, "{bound}");
+            assert_eq!(bucket_index(nanos * 99 / 100), index, "{bound}");
         }
     }
 
@@ -633,10 +666,10 @@ mod tests {
             None
         );
         let revision = metrics.revision("hello", "dev", "hello-dev-00001");
-        revision.record(200, 0.000_1);
-        revision.record(503, 0.003);
-        revision.record(204, 0.003);
-        revision.record(500, 600.0);
+        revision.record(200, Duration::from_micros(100));
+        revision.record(503, Duration::from_millis(3));
+        revision.record(204, Duration::from_millis(3));
+        revision.record(500, Duration::from_secs(600));
         revision.in_flight.inc();
         revision.held.set(2);
         // The same revision asked for again shares the counters.
@@ -661,8 +694,12 @@ mod tests {
     #[test]
     fn a_revision_out_of_the_table_keeps_its_series_for_a_while_then_loses_them() {
         let metrics = Metrics::new();
-        metrics.revision("hello", "dev", "old").record(200, 0.001);
-        metrics.revision("hello", "dev", "new").record(200, 0.001);
+        metrics
+            .revision("hello", "dev", "old")
+            .record(200, Duration::from_millis(1));
+        metrics
+            .revision("hello", "dev", "new")
+            .record(200, Duration::from_millis(1));
         let routed = |labels: &RevisionLabels| labels.revision == "new";
         let start = Instant::now();
         metrics.prune(routed, start);

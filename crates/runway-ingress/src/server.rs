@@ -134,37 +134,51 @@ impl Ingress {
     }
 }
 
+/// A listener the event loops serve: its address, over TLS when a set-up is given.
+#[derive(Debug, Clone)]
+pub struct LoopListener {
+    pub address: SocketAddr,
+    pub tls: Option<Tls>,
+}
+
 impl Ingress {
-    /// Serves clients on `address` from `loops` threads, each a single-threaded event loop
-    /// with its own listening socket (`SO_REUSEPORT`: the kernel spreads connections), as
-    /// nginx's workers do. A connection, its requests and the instance connections they use
-    /// stay on one thread. Over TLS when `tls` is given. Returns once `shutdown` turns true
-    /// and every loop has let its in-flight requests finish.
+    /// Serves clients on every listener from `loops` threads, each a single-threaded event
+    /// loop with its own socket per listener (`SO_REUSEPORT`: the kernel spreads
+    /// connections), as nginx's workers do. A connection, its requests and the instance
+    /// connections they use stay on one thread. Returns once `shutdown` turns true and every
+    /// loop has let its in-flight requests finish.
     pub async fn serve_event_loops(
         &self,
-        address: SocketAddr,
+        listeners: &[LoopListener],
         loops: usize,
-        tls: Option<&Tls>,
         shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> std::io::Result<()> {
-        let watcher = tls.map(|tls| {
-            tokio::spawn(watch_certificates(
-                tls.clone(),
-                self.shared.options.certificate_poll,
-                Arc::clone(&self.shared.metrics),
-            ))
-        });
+        let watchers: Vec<_> = listeners
+            .iter()
+            .filter_map(|l| l.tls.clone())
+            .map(|tls| {
+                tokio::spawn(watch_certificates(
+                    tls,
+                    self.shared.options.certificate_poll,
+                    Arc::clone(&self.shared.metrics),
+                ))
+            })
+            .collect();
         // Bind every socket first, so that an address in use fails here, not in a thread.
-        let listeners = (0..loops.max(1))
-            .map(|_| reuse_port_listener(address))
+        let sockets = (0..loops.max(1))
+            .map(|_| {
+                listeners
+                    .iter()
+                    .map(|l| Ok((reuse_port_listener(l.address)?, l.tls.clone())))
+                    .collect::<std::io::Result<Vec<_>>>()
+            })
             .collect::<std::io::Result<Vec<_>>>()?;
-        let threads: Vec<_> = listeners
+        let threads: Vec<_> = sockets
             .into_iter()
             .enumerate()
-            .map(|(index, listener)| {
+            .map(|(index, sockets)| {
                 let ingress = self.clone();
-                let acceptor = tls.map(|tls| tls.acceptor.clone());
-                let mut shutdown = shutdown.clone();
+                let shutdown = shutdown.clone();
                 std::thread::Builder::new()
                     .name(format!("ingress-loop-{}", index + 1))
                     .spawn(move || -> std::io::Result<()> {
@@ -172,13 +186,7 @@ impl Ingress {
                         let runtime = tokio::runtime::Builder::new_current_thread()
                             .enable_all()
                             .build()?;
-                        runtime.block_on(async move {
-                            let listener = TcpListener::from_std(listener)?;
-                            let stop = async move {
-                                let _ = shutdown.wait_for(|stop| *stop).await;
-                            };
-                            ingress.accept_loop(listener, acceptor, stop).await
-                        })
+                        runtime.block_on(ingress.event_loop(sockets, shutdown))
                     })
             })
             .collect::<std::io::Result<_>>()?;
@@ -192,10 +200,35 @@ impl Ingress {
         })
         .await
         .map_err(std::io::Error::other)?;
-        if let Some(watcher) = watcher {
+        for watcher in watchers {
             watcher.abort();
         }
         joined
+    }
+
+    /// One event loop: its sockets served until `shutdown` turns true.
+    async fn event_loop(
+        &self,
+        sockets: Vec<(std::net::TcpListener, Option<Tls>)>,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> std::io::Result<()> {
+        let mut served = tokio::task::JoinSet::new();
+        for (socket, tls) in sockets {
+            let listener = TcpListener::from_std(socket)?;
+            let ingress = self.clone();
+            let mut shutdown = shutdown.clone();
+            served.spawn(async move {
+                let stop = async move {
+                    let _ = shutdown.wait_for(|stop| *stop).await;
+                };
+                let acceptor = tls.map(|tls| tls.acceptor);
+                ingress.accept_loop(listener, acceptor, stop).await
+            });
+        }
+        while let Some(ended) = served.join_next().await {
+            ended.map_err(std::io::Error::other)??;
+        }
+        Ok(())
     }
 }
 
@@ -326,6 +359,20 @@ impl Ingress {
                                 // (RFC 8737); nothing is read from it.
                                 let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown())
                                     .await;
+                            }
+                            Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                                let sni = stream.get_ref().1.server_name();
+                                let peer = Peer::new(address, true, sni, linger);
+                                // HTTP/2 spawns a task per stream with the service's future
+                                // in it: boxed, the task stays small and the future is not
+                                // copied into it.
+                                let service = service_fn(move |request: Request<Incoming>| {
+                                    Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
+                                });
+                                let connection = builder
+                                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                                    .into_owned();
+                                let _ = watcher.watch(connection).await;
                             }
                             Ok(Ok(stream)) => {
                                 let sni = stream.get_ref().1.server_name();

@@ -132,6 +132,11 @@ impl Instance {
     /// Takes one slot under the concurrency limit.
     fn try_acquire(&self) -> bool {
         let limit = self.limit.load(Ordering::Relaxed) as usize;
+        if limit == 0 {
+            // No limit: one add, no compare-and-swap loop.
+            self.in_flight.fetch_add(1, Ordering::AcqRel);
+            return true;
+        }
         let mut current = self.in_flight.load(Ordering::Relaxed);
         loop {
             if limit != 0 && current >= limit {

@@ -19,8 +19,12 @@ use tokio::net::TcpStream;
 pub(crate) type UpstreamBody = crate::body::ClientBody;
 pub(crate) type Sender = SendRequest<UpstreamBody>;
 
-/// Idle connections kept per instance.
+/// Idle connections kept per instance and event loop.
 const MAX_IDLE: usize = 256;
+
+/// Event loops with a pool of their own per instance; loops past this share
+/// (`index % LOOP_POOLS`), and the shared runtime has its own.
+const LOOP_POOLS: usize = 16;
 
 thread_local! {
     /// The event loop this thread runs (see [`crate::Ingress::serve_event_loops`]); 0 on the
@@ -39,12 +43,29 @@ fn event_loop() -> usize {
 
 /// Idle keep-alive connections to one instance (HTTP/1.1), or its one shared HTTP/2
 /// connection (h2c). An HTTP/1.1 connection is driven by a task on the event loop that made
-/// it, so each loop takes only its own: a request never hops to another thread's loop.
-#[derive(Debug, Default)]
+/// it, so each loop has a pool of its own, on a cache line of its own: a request never hops
+/// to another thread's loop, and loops share no lock.
+#[derive(Debug)]
 pub(crate) struct Pool {
-    idle: Mutex<Vec<(usize, Sender)>>,
+    /// Index 0: the shared runtime's; 1 + (loop - 1) % [`LOOP_POOLS`]: an event loop's.
+    idle: Box<[LoopPool; LOOP_POOLS + 1]>,
     h2: Mutex<Option<H2Sender>>,
     closed: AtomicBool,
+}
+
+/// One event loop's idle connections to an instance.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct LoopPool(Mutex<Vec<Sender>>);
+
+impl Default for Pool {
+    fn default() -> Self {
+        Self {
+            idle: Box::new(std::array::from_fn(|_| LoopPool::default())),
+            h2: Mutex::default(),
+            closed: AtomicBool::new(false),
+        }
+    }
 }
 
 pub(crate) type H2Sender = hyper::client::conn::http2::SendRequest<UpstreamBody>;
@@ -76,7 +97,16 @@ pub(crate) async fn send_http1(
             },
         }
     }
-    match connect(instance.address, connect_timeout).await {
+    // Boxed: a new connection's state is carried only by the requests that make one.
+    Box::pin(connect_and_send(instance.address, request, connect_timeout)).await
+}
+
+async fn connect_and_send(
+    address: SocketAddr,
+    request: Request<UpstreamBody>,
+    connect_timeout: Duration,
+) -> Attempt {
+    match connect(address, connect_timeout).await {
         Ok(mut sender) => match sender.send_request(request).await {
             Ok(response) => Attempt::Done(response, Some(sender)),
             Err(error) => Attempt::Failed(error),
@@ -156,15 +186,23 @@ async fn connect_h2(address: SocketAddr, timeout: Duration) -> std::io::Result<H
 }
 
 impl Pool {
+    /// This thread's idle connections.
+    fn here(&self) -> &Mutex<Vec<Sender>> {
+        let index = match event_loop() {
+            0 => 0,
+            n => 1 + (n - 1) % LOOP_POOLS,
+        };
+        &self.idle[index].0
+    }
+
     /// An idle connection ready for a request, if there is one.
     pub(crate) async fn take(&self) -> Option<Sender> {
         loop {
-            let mut sender = {
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                let here = event_loop();
-                let index = idle.iter().rposition(|(l, _)| *l == here)?;
-                idle.swap_remove(index).1
-            };
+            let mut sender = self
+                .here()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop()?;
             // A connection goes back to the pool once its response body ended, so it is ready
             // at once or very soon; one that closed meanwhile is dropped.
             if sender.ready().await.is_ok() {
@@ -178,17 +216,19 @@ impl Pool {
         if self.closed.load(Ordering::Acquire) || sender.is_closed() {
             return;
         }
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.here().lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push((event_loop(), sender));
+            idle.push(sender);
         }
     }
 
     /// Closes the idle connections and keeps no more (the instance is draining).
     pub(crate) fn close_idle(&self) {
         self.closed.store(true, Ordering::Release);
-        let drained = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
-        drop(drained);
+        for pool in self.idle.iter() {
+            let drained = std::mem::take(&mut *pool.0.lock().unwrap_or_else(|e| e.into_inner()));
+            drop(drained);
+        }
         // Requests in flight on the HTTP/2 connection keep it open until they end.
         let h2 = self.h2.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(h2);

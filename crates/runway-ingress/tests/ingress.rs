@@ -783,8 +783,10 @@ async fn event_loops_share_one_port_and_stop_on_shutdown() {
             .unwrap();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let served = ingress.clone();
-        let server =
-            tokio::spawn(async move { served.serve_event_loops(address, 2, None, stopped).await });
+        let server = tokio::spawn(async move {
+            let listener = runway_ingress::server::LoopListener { address, tls: None };
+            served.serve_event_loops(&[listener], 2, stopped).await
+        });
         let mut ready = false;
         for _ in 0..100 {
             if TcpStream::connect(address).await.is_ok() {
