@@ -28,6 +28,7 @@ pub mod metrics;
 mod proxy;
 pub mod server;
 pub mod table;
+mod timer;
 pub mod tls;
 mod upstream;
 

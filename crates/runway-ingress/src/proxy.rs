@@ -359,8 +359,8 @@ async fn proxy(
     }
     let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
     let body = context.body;
-    let sent = tokio::time::timeout_at(
-        deadline.into(),
+    let sent = crate::timer::timeout_at(
+        deadline,
         send(shared, &revision, slot, upstream_request, body),
     )
     .await

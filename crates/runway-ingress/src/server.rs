@@ -186,7 +186,10 @@ impl Ingress {
                         let runtime = tokio::runtime::Builder::new_current_thread()
                             .enable_all()
                             .build()?;
-                        runtime.block_on(ingress.event_loop(sockets, shutdown))
+                        runtime.block_on(async move {
+                            crate::timer::install();
+                            ingress.event_loop(sockets, shutdown).await
+                        })
                     })
             })
             .collect::<std::io::Result<_>>()?;
@@ -281,7 +284,8 @@ impl Ingress {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
-            .timer(TokioTimer::new())
+            // On an event loop, a request head's read timeout costs no timer registration.
+            .timer(crate::timer::HyperTimer)
             .header_read_timeout(options.header_read_timeout)
             .max_buf_size(options.max_header_bytes.max(8192))
             .keep_alive(true);

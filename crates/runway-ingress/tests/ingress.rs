@@ -151,6 +151,20 @@ impl Drop for Running {
 }
 
 async fn start(ingress: Ingress) -> Running {
+    start_with(ingress, Serving::SharedRuntime).await
+}
+
+/// Where a test's ingress serves clients from.
+#[derive(Debug, Clone, Copy)]
+enum Serving {
+    /// The test's own (multi-threaded) runtime, as `--event-loops 0` does.
+    SharedRuntime,
+    /// One event loop of its own, as the daemon does by default: the ingress keeps its
+    /// deadlines (request and head-read timeouts) itself there.
+    EventLoop,
+}
+
+async fn start_with(ingress: Ingress, serving: Serving) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
@@ -167,13 +181,37 @@ async fn start(ingress: Ingress) -> Running {
                 })
                 .await;
         });
-        let _ = served
-            .serve(listener, async {
+        match serving {
+            Serving::SharedRuntime => {
+                let _ = served
+                    .serve(listener, async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            }
+            Serving::EventLoop => {
+                // The loop binds its own socket on the port (SO_REUSEPORT).
+                drop(listener);
+                let (loop_stop, loop_stopped) = tokio::sync::watch::channel(false);
+                let listeners = [runway_ingress::server::LoopListener { address, tls: None }];
+                let serving = tokio::spawn(async move {
+                    served.serve_event_loops(&listeners, 1, loop_stopped).await
+                });
                 let _ = stopped.await;
-            })
-            .await;
+                let _ = loop_stop.send(true);
+                let _ = serving.await;
+            }
+        }
         let _ = admin_stop.send(());
     });
+    if let Serving::EventLoop = serving {
+        for _ in 0..100 {
+            if TcpStream::connect(address).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     Running {
         ingress,
         address,
@@ -492,9 +530,18 @@ async fn a_failing_revision_and_a_service_with_none_serving_get_a_503_at_once() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_instance_gets_504_after_the_request_timeout() {
+    slow_instance_gets_504(Serving::SharedRuntime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_instance_gets_504_after_the_request_timeout_on_an_event_loop() {
+    slow_instance_gets_504(Serving::EventLoop).await;
+}
+
+async fn slow_instance_gets_504(serving: Serving) {
     tokio::time::timeout(BOUND, async {
         let up = upstream("slow").await;
-        let running = start(Ingress::new(Options::default())).await;
+        let running = start_with(Ingress::new(Options::default()), serving).await;
         let config = table(
             0.3,
             vec![revision(
@@ -1906,13 +1953,22 @@ async fn shutdown_lets_in_flight_requests_finish() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_idle_clients_are_cut_off() {
+    slow_and_idle_cut_off(Serving::SharedRuntime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_clients_are_cut_off_on_an_event_loop() {
+    slow_and_idle_cut_off(Serving::EventLoop).await;
+}
+
+async fn slow_and_idle_cut_off(serving: Serving) {
     tokio::time::timeout(BOUND, async {
         let up = upstream("quick").await;
         let options = Options {
             header_read_timeout: Duration::from_millis(300),
             ..Options::default()
         };
-        let running = start(Ingress::new(options)).await;
+        let running = start_with(Ingress::new(options), serving).await;
         let config = one_revision(up.address);
         running.ingress.set_routes(&config).unwrap();
 

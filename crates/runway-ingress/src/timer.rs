@@ -1,0 +1,400 @@
+//! Deadlines for every request (its head's read timeout, its timeout), cheap on an event loop.
+//!
+//! A tokio `Sleep` registers in the runtime's timer wheel when first polled and takes itself
+//! out when dropped, each under the time driver's lock; hyper also allocates a new one for
+//! every request head it reads. Nearly every request ends long before its deadlines, so that
+//! work is almost always wasted. On an event loop ([`install`]), a deadline is instead a slot
+//! in the loop's own list: a push and a waker clone when first polled, a pop when dropped, no
+//! lock and no clock read. One task per loop sleeps until the earliest deadline and wakes what
+//! is due; a deadline fires at most [`GRAIN`] late. Anywhere else (the shared runtime) a
+//! deadline is a tokio `Sleep`.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+/// How late a deadline on an event loop may fire: its loop's task wakes at most this often
+/// while deadlines are due, never while none is.
+pub(crate) const GRAIN: Duration = Duration::from_millis(10);
+
+thread_local! {
+    static LOOP: RefCell<Option<Deadlines>> = const { RefCell::new(None) };
+}
+
+/// Tells event loops apart, so that a deadline dropped on another thread leaves them alone.
+static NEXT_LOOP: AtomicU64 = AtomicU64::new(1);
+
+/// One event loop's deadlines.
+struct Deadlines {
+    id: u64,
+    slots: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    /// When the loop's task next looks (`None`: it waits for a first deadline).
+    next_look: Option<Instant>,
+    /// Wakes the loop's task for a deadline earlier than its next look.
+    rearm: Arc<Notify>,
+}
+
+struct Entry {
+    at: Instant,
+    waker: Waker,
+    fired: bool,
+}
+
+impl Deadlines {
+    fn insert(&mut self, at: Instant, waker: Waker) -> usize {
+        if self.next_look.is_none_or(|next| at < next) {
+            self.next_look = Some(at);
+            self.rearm.notify_one();
+        }
+        let entry = Some(Entry {
+            at,
+            waker,
+            fired: false,
+        });
+        match self.free.pop() {
+            Some(index) => {
+                self.slots[index] = entry;
+                index
+            }
+            None => {
+                self.slots.push(entry);
+                self.slots.len() - 1
+            }
+        }
+    }
+
+    fn remove(&mut self, index: usize) {
+        if let Some(slot) = self.slots.get_mut(index)
+            && slot.take().is_some()
+        {
+            self.free.push(index);
+        }
+    }
+
+    /// Marks what is due at `now` fired and returns its wakers; the next look is set to the
+    /// earliest deadline still pending.
+    fn fire_due(&mut self, now: Instant) -> Vec<Waker> {
+        let mut wakers = Vec::new();
+        let mut earliest: Option<Instant> = None;
+        for entry in self.slots.iter_mut().flatten().filter(|e| !e.fired) {
+            if entry.at <= now {
+                entry.fired = true;
+                wakers.push(entry.waker.clone());
+            } else if earliest.is_none_or(|at| entry.at < at) {
+                earliest = Some(entry.at);
+            }
+        }
+        self.next_look = earliest;
+        wakers
+    }
+}
+
+/// Makes this thread an event loop with its own deadlines, and spawns the task that fires
+/// them on the current (single-threaded) runtime.
+pub(crate) fn install() {
+    let rearm = Arc::new(Notify::new());
+    let id = NEXT_LOOP.fetch_add(1, Ordering::Relaxed);
+    LOOP.with(|deadlines| {
+        *deadlines.borrow_mut() = Some(Deadlines {
+            id,
+            slots: Vec::new(),
+            free: Vec::new(),
+            next_look: None,
+            rearm: Arc::clone(&rearm),
+        });
+    });
+    tokio::spawn(fire(rearm));
+}
+
+/// The loop's task: wakes what is due, then sleeps until the next deadline (on a
+/// [`GRAIN`] boundary) or until an earlier one is set.
+async fn fire(rearm: Arc<Notify>) {
+    loop {
+        let (wakers, next) = LOOP.with(|deadlines| {
+            let mut deadlines = deadlines.borrow_mut();
+            match deadlines.as_mut() {
+                Some(deadlines) => {
+                    let wakers = deadlines.fire_due(Instant::now());
+                    (wakers, deadlines.next_look)
+                }
+                None => (Vec::new(), None),
+            }
+        });
+        // Woken outside the borrow: a wake only schedules a task, but need not be trusted to.
+        for waker in wakers {
+            waker.wake();
+        }
+        match next {
+            Some(at) => {
+                let at = at.max(Instant::now()) + GRAIN;
+                tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {}
+                    () = rearm.notified() => {}
+                }
+            }
+            None => rearm.notified().await,
+        }
+    }
+}
+
+/// A point in time to wait for.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    at: Instant,
+    state: State,
+}
+
+#[derive(Debug)]
+enum State {
+    /// On an event loop, not polled yet.
+    Unregistered,
+    /// In loop `loop_id`'s list at `index`.
+    Registered {
+        loop_id: u64,
+        index: usize,
+    },
+    /// Not on an event loop.
+    Tokio(Pin<Box<tokio::time::Sleep>>),
+    Done,
+}
+
+impl Deadline {
+    pub(crate) fn new(at: Instant) -> Self {
+        let on_loop = LOOP.with(|deadlines| deadlines.borrow().is_some());
+        let state = if on_loop {
+            State::Unregistered
+        } else {
+            State::Tokio(Box::pin(tokio::time::sleep_until(at.into())))
+        };
+        Self { at, state }
+    }
+}
+
+impl Future for Deadline {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let at = self.at;
+        match &mut self.state {
+            State::Done => Poll::Ready(()),
+            State::Tokio(sleep) => sleep.as_mut().poll(cx),
+            State::Unregistered => {
+                let registered = LOOP.with(|deadlines| {
+                    let mut deadlines = deadlines.borrow_mut();
+                    let deadlines = deadlines.as_mut()?;
+                    Some((deadlines.id, deadlines.insert(at, cx.waker().clone())))
+                });
+                self.state = match registered {
+                    Some((loop_id, index)) => State::Registered { loop_id, index },
+                    // Polled off its loop (never, by how the ingress runs): tokio's timer.
+                    None => State::Tokio(Box::pin(tokio::time::sleep_until(at.into()))),
+                };
+                if let State::Tokio(sleep) = &mut self.state {
+                    return sleep.as_mut().poll(cx);
+                }
+                Poll::Pending
+            }
+            State::Registered { loop_id, index } => {
+                let (loop_id, index) = (*loop_id, *index);
+                let fired = LOOP.with(|deadlines| {
+                    let mut deadlines = deadlines.borrow_mut();
+                    let deadlines = deadlines.as_mut().filter(|d| d.id == loop_id)?;
+                    let entry = deadlines.slots.get_mut(index)?.as_mut()?;
+                    if !entry.waker.will_wake(cx.waker()) {
+                        entry.waker.clone_from(cx.waker());
+                    }
+                    Some(entry.fired)
+                });
+                match fired {
+                    Some(false) => Poll::Pending,
+                    Some(true) => {
+                        self.state = State::Done;
+                        remove(loop_id, index);
+                        Poll::Ready(())
+                    }
+                    // Moved off its loop: the time itself tells.
+                    None if Instant::now() >= at => Poll::Ready(()),
+                    None => {
+                        let mut sleep = Box::pin(tokio::time::sleep_until(at.into()));
+                        let polled = sleep.as_mut().poll(cx);
+                        self.state = State::Tokio(sleep);
+                        polled
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        if let State::Registered { loop_id, index } = self.state {
+            remove(loop_id, index);
+        }
+    }
+}
+
+/// Takes entry `index` out of this thread's list, if the thread is loop `loop_id` (elsewhere
+/// the entry stays until it fires, and then only wakes a task that no longer waits).
+fn remove(loop_id: u64, index: usize) {
+    // `try_with`: a deadline may be dropped while the thread's locals are torn down.
+    let _ = LOOP.try_with(|deadlines| {
+        if let Ok(mut deadlines) = deadlines.try_borrow_mut()
+            && let Some(deadlines) = deadlines.as_mut().filter(|d| d.id == loop_id)
+        {
+            deadlines.remove(index);
+        }
+    });
+}
+
+/// `future`'s output, or `Err(Elapsed)` if `at` comes first.
+pub(crate) async fn timeout_at<F: Future>(at: Instant, future: F) -> Result<F::Output, Elapsed> {
+    let mut future = std::pin::pin!(future);
+    let mut deadline = Deadline::new(at);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = future.as_mut().poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        Pin::new(&mut deadline).poll(cx).map(|()| Err(Elapsed))
+    })
+    .await
+}
+
+/// A deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Elapsed;
+
+/// hyper's timer (a request head's read timeout) on [`Deadline`]s.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HyperTimer;
+
+impl hyper::rt::Timer for HyperTimer {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep_until(Instant::now() + duration)
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(HyperSleep(Deadline::new(deadline)))
+    }
+}
+
+struct HyperSleep(Deadline);
+
+impl Future for HyperSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl hyper::rt::Sleep for HyperSleep {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event_loop() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    fn waiting() -> usize {
+        LOOP.with(|d| {
+            d.borrow()
+                .as_ref()
+                .map_or(0, |d| d.slots.iter().flatten().count())
+        })
+    }
+
+    #[test]
+    fn a_deadline_fires_on_time_and_a_finished_future_takes_its_out() {
+        event_loop().block_on(async {
+            install();
+            let start = Instant::now();
+            let late = timeout_at(
+                start + Duration::from_millis(50),
+                std::future::pending::<()>(),
+            );
+            assert_eq!(late.await, Err(Elapsed));
+            let waited = start.elapsed();
+            assert!(waited >= Duration::from_millis(50), "{waited:?}");
+            assert!(
+                waited < Duration::from_millis(50) + GRAIN * 20,
+                "{waited:?}"
+            );
+            assert_eq!(waiting(), 0);
+
+            let quick = timeout_at(start + Duration::from_secs(30), async {
+                tokio::task::yield_now().await;
+                7
+            });
+            assert_eq!(quick.await, Ok(7));
+            assert_eq!(waiting(), 0, "a finished request left its deadline behind");
+        });
+    }
+
+    #[test]
+    fn an_earlier_deadline_wakes_the_loop_sooner() {
+        event_loop().block_on(async {
+            install();
+            let start = Instant::now();
+            let far = tokio::spawn(timeout_at(
+                start + Duration::from_secs(60),
+                std::future::pending::<()>(),
+            ));
+            tokio::task::yield_now().await;
+            let near = timeout_at(
+                start + Duration::from_millis(30),
+                std::future::pending::<()>(),
+            )
+            .await;
+            assert_eq!(near, Err(Elapsed));
+            assert!(start.elapsed() < Duration::from_secs(5));
+            far.abort();
+            let _ = far.await;
+            assert_eq!(waiting(), 0);
+        });
+    }
+
+    #[test]
+    fn many_deadlines_reuse_their_slots() {
+        event_loop().block_on(async {
+            install();
+            for _ in 0..3 {
+                let futures: Vec<_> = (0..100)
+                    .map(|_| {
+                        timeout_at(Instant::now() + Duration::from_secs(30), async {
+                            tokio::task::yield_now().await;
+                        })
+                    })
+                    .collect();
+                for future in futures {
+                    assert_eq!(future.await, Ok(()));
+                }
+            }
+            let slots = LOOP.with(|d| d.borrow().as_ref().map_or(0, |d| d.slots.len()));
+            assert!(slots <= 100, "{slots} slots for 100 deadlines at a time");
+        });
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn off_an_event_loop_tokio_keeps_time() {
+        let start = Instant::now();
+        let late = timeout_at(
+            start + Duration::from_millis(20),
+            std::future::pending::<()>(),
+        );
+        assert_eq!(late.await, Err(Elapsed));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+}
