@@ -347,6 +347,16 @@ impl Bench {
             Shape::Threads(workers) => format!("worker_processes {workers};"),
             Shape::Single => "master_process off;\nworker_processes 1;".to_owned(),
         };
+        let ingress_work = if minimal_peers() {
+            ""
+        } else {
+            "            # What the ingress adds: the forwarding headers and a request id both ways.
+            proxy_set_header X-Forwarded-Proto $scheme;
+            proxy_set_header X-Forwarded-Host $http_host;
+            proxy_set_header X-Request-Id $request_id;
+            add_header X-Request-Id $request_id always;
+"
+        };
         format!(
             "{processes}
 daemon off;
@@ -368,15 +378,16 @@ http {{
     ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3;
     server {{
-        listen {plain};
-        listen {tls} ssl http2;
+        # reuseport: a socket per worker, as the ingress has one per event loop.
+        listen {plain} reuseport;
+        listen {tls} ssl http2 reuseport;
         location / {{
             proxy_pass http://app;
             proxy_http_version 1.1;
             proxy_set_header Connection \"\";
-            proxy_set_header Host $host;
+            proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-        }}
+{ingress_work}        }}
     }}
 }}
 "
@@ -436,7 +447,8 @@ http {{
 }
 
 /// HAProxy as the other proxies are set up: keep-alive to the upstream (`http-reuse always`),
-/// `Host` passed on, `X-Forwarded-For` added, no log (no `log` line anywhere).
+/// `Host` passed on, the ingress's headers added (`X-Forwarded-For`, `-Proto`, `-Host`, an
+/// `X-Request-Id` made and sent both ways), no log (no `log` line anywhere).
 fn haproxy_config(
     plain: SocketAddr,
     tls: SocketAddr,
@@ -445,6 +457,19 @@ fn haproxy_config(
     threads: u64,
 ) -> String {
     let pem = pem.display();
+    let ingress_work = if minimal_peers() {
+        ""
+    } else {
+        "    # What the ingress adds: the forwarding headers and a request id (128 random bits as 32
+    # hex digits) both ways.
+    unique-id-format %[rand(4294967295),hex]%[rand(4294967295),hex]%[rand(4294967295),hex]%[rand(4294967295),hex]
+    http-request set-header X-Forwarded-Proto https if { ssl_fc }
+    http-request set-header X-Forwarded-Proto http unless { ssl_fc }
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    http-request set-header X-Request-Id %[unique-id]
+    http-response set-header X-Request-Id %[unique-id]
+"
+    };
     format!(
         "global
     nbthread {threads}
@@ -463,7 +488,7 @@ defaults
 frontend bench
     bind {plain}
     bind {tls} ssl crt {pem} alpn h2,http/1.1
-    default_backend app
+{ingress_work}    default_backend app
 
 backend app
     server app {upstream}
@@ -482,6 +507,12 @@ fn write_certificate(
     std::fs::write(&cert_path, cert.pem()).context("cannot write cert.pem")?;
     std::fs::write(&key_path, key.serialize_pem()).context("cannot write key.pem")?;
     Ok((cert_path, key_path, cert.der().clone()))
+}
+
+/// `BENCH_PEERS=minimal`: nginx and HAProxy only pass `Host` on and add `X-Forwarded-For`
+/// (the least a reverse proxy does), not the rest of the ingress's per-request work.
+fn minimal_peers() -> bool {
+    std::env::var("BENCH_PEERS").is_ok_and(|peers| peers == "minimal")
 }
 
 fn free_port() -> anyhow::Result<SocketAddr> {
