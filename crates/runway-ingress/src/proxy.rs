@@ -332,12 +332,9 @@ async fn proxy(
 
     // A slot is tried at once; only when none is free does the request wait (boxed: the
     // waiting's state is not carried by the requests that never wait).
-    let picked = match revision.is_removed() {
-        false => match revision.try_pick() {
-            Pick::Got(instance) => Some(instance),
-            Pick::Busy | Pick::NoneReady => None,
-        },
-        true => None,
+    let picked = match (!revision.is_removed()).then(|| revision.try_pick()) {
+        Some(Pick::Got(instance)) => Some(instance),
+        _ => None,
     };
     let (instance, revision, deadline) = match picked {
         Some(instance) => (instance, revision, start + route.request_timeout),

@@ -322,12 +322,6 @@ impl Ingress {
             let tls = tls.clone();
             let handshake_timeout = options.header_read_timeout;
             tokio::spawn(async move {
-                let service = |peer: Peer| {
-                    let shared = Arc::clone(&shared);
-                    service_fn(move |request: Request<Incoming>| {
-                        handle(Arc::clone(&shared), peer.clone(), request)
-                    })
-                };
                 // A client's protocol error ends its own connection only.
                 match tls {
                     None => {
@@ -364,30 +358,29 @@ impl Ingress {
                                 let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown())
                                     .await;
                             }
-                            Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
-                                let sni = stream.get_ref().1.server_name();
-                                let peer = Peer::new(address, true, sni, linger);
-                                // HTTP/2 spawns a task per stream with the service's future
-                                // in it: boxed, the task stays small and the future is not
-                                // copied into it.
-                                let service = service_fn(move |request: Request<Incoming>| {
-                                    Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
-                                });
-                                let connection = builder
-                                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                                    .into_owned();
-                                let _ = watcher.watch(connection).await;
-                            }
                             Ok(Ok(stream)) => {
-                                let sni = stream.get_ref().1.server_name();
-                                let peer = Peer::new(address, true, sni, linger);
-                                let connection = builder
-                                    .serve_connection_with_upgrades(
-                                        TokioIo::new(stream),
-                                        service(peer),
-                                    )
-                                    .into_owned();
-                                let _ = watcher.watch(connection).await;
+                                let session = stream.get_ref().1;
+                                let h2 = session.alpn_protocol() == Some(b"h2");
+                                let peer = Peer::new(address, true, session.server_name(), linger);
+                                let io = TokioIo::new(stream);
+                                if h2 {
+                                    // HTTP/2 spawns a task per stream with the service's
+                                    // future in it: boxed, the task stays small and the
+                                    // future is not copied into it.
+                                    let service = service_fn(move |request| {
+                                        Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
+                                    });
+                                    let connection =
+                                        builder.serve_connection_with_upgrades(io, service);
+                                    let _ = watcher.watch(connection.into_owned()).await;
+                                } else {
+                                    let service = service_fn(move |request| {
+                                        handle(Arc::clone(&shared), peer.clone(), request)
+                                    });
+                                    let connection =
+                                        builder.serve_connection_with_upgrades(io, service);
+                                    let _ = watcher.watch(connection.into_owned()).await;
+                                }
                             }
                             Ok(Err(_)) | Err(_) => {
                                 shared.metrics.tls_handshake_errors.inc();
