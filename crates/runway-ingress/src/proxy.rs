@@ -772,6 +772,8 @@ fn upgrade_protocol<B>(request: &Request<B>) -> Option<HeaderValue> {
 struct Stripped {
     /// A `TE` header asked for trailers.
     te_trailers: bool,
+    /// `Connection` named headers of its own, which went too.
+    named_by_connection: bool,
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) -> Stripped {
@@ -793,6 +795,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) -> Stripped {
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case("trailers"));
     // Headers named in `Connection` are hop-by-hop too.
+    let hop_by_hop = present.len();
     if present.contains(&header::CONNECTION) {
         present.extend(
             headers
@@ -806,7 +809,10 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) -> Stripped {
     for name in &present {
         headers.remove(name);
     }
-    Stripped { te_trailers }
+    Stripped {
+        te_trailers,
+        named_by_connection: present.len() > hop_by_hop,
+    }
 }
 
 /// The request as the instance gets it: origin-form, HTTP/1.1 (HTTP/2 for h2c instances,
@@ -832,6 +838,9 @@ fn upstream_request(
             .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
     }
     parts.version = Version::HTTP_11;
+    // Read before stripping: `Connection` may name `Host`, which goes on all the same.
+    let from_uri = authority.is_some();
+    let forwarded_host = authority.or_else(|| parts.headers.get(header::HOST).cloned());
     let stripped = strip_hop_by_hop(&mut parts.headers);
     let headers = &mut parts.headers;
     // `TE: trailers` is the one TE value that passes (gRPC servers look for it).
@@ -842,13 +851,12 @@ fn upstream_request(
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, protocol.clone());
     }
-    let forwarded_host = match authority {
-        Some(authority) => {
-            headers.insert(header::HOST, authority.clone());
-            Some(authority)
-        }
-        None => headers.get(header::HOST).cloned(),
-    };
+    // The client's `Host` stays as sent, unless it came as the URI's or `Connection` named it.
+    if let Some(value) = &forwarded_host
+        && (from_uri || stripped.named_by_connection)
+    {
+        headers.insert(header::HOST, value.clone());
+    }
     if let Some(value) = forwarded_host.or_else(|| HeaderValue::from_str(host).ok()) {
         headers.insert(X_FORWARDED_HOST, value);
     }
@@ -867,8 +875,8 @@ fn upstream_request(
         X_FORWARDED_PROTO,
         HeaderValue::from_static(if peer.tls { "https" } else { "http" }),
     );
-    // The client's own id is there already.
-    if id.fresh {
+    // The client's own id is there already, unless `Connection` named it.
+    if id.fresh || stripped.named_by_connection {
         headers.insert(X_REQUEST_ID, id.value.clone());
     }
     Request::from_parts(parts, body)

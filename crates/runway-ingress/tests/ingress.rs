@@ -87,11 +87,15 @@ async fn upstream(name: &'static str) -> Upstream {
                         m.fetch_max(now, Ordering::SeqCst);
                         let sleep = query_number(&request, "sleep_ms=");
                         let gather = query_number(&request, "gather=");
-                        let forwarded = request
-                            .headers()
-                            .get("x-forwarded-for")
-                            .map(|v| v.to_str().unwrap().to_owned())
-                            .unwrap_or_default();
+                        let saw = |name: &str| {
+                            request
+                                .headers()
+                                .get(name)
+                                .map(|v| v.to_str().unwrap().to_owned())
+                                .unwrap_or_default()
+                        };
+                        let (forwarded, host, id) =
+                            (saw("x-forwarded-for"), saw("host"), saw("x-request-id"));
                         // Read the whole body first, as an application does.
                         let received = request
                             .into_body()
@@ -112,6 +116,8 @@ async fn upstream(name: &'static str) -> Upstream {
                         let mut response = Response::new(Full::new(Bytes::from(name)));
                         let headers = response.headers_mut();
                         headers.insert("x-saw-forwarded-for", forwarded.parse().unwrap());
+                        headers.insert("x-saw-host", host.parse().unwrap());
+                        headers.insert("x-saw-request-id", id.parse().unwrap());
                         headers.insert("x-saw-body-bytes", received.into());
                         Ok::<_, Infallible>(response)
                     }
@@ -378,6 +384,22 @@ async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
             .await
             .unwrap();
         assert_eq!(response.headers()["x-request-id"], "abc-123");
+        assert_eq!(response.headers()["x-saw-request-id"], "abc-123");
+        drop(response);
+        // `Connection` naming them does not keep `Host` or the id from the instance.
+        let response = sender
+            .send_request(
+                Request::get("/")
+                    .header("host", HOST)
+                    .header("x-request-id", "abc-456")
+                    .header("connection", "host, x-request-id")
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.headers()["x-saw-host"], HOST);
+        assert_eq!(response.headers()["x-saw-request-id"], "abc-456");
         drop(response);
 
         // No route: 404 with a short body naming nothing internal.
@@ -401,12 +423,12 @@ async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
         for _ in 0..100 {
             let text = tokio::fs::read_to_string(&log_path).await.unwrap();
             lines = text.lines().map(str::to_owned).collect();
-            if lines.len() >= n + 23 {
+            if lines.len() >= n + 24 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(lines.len(), n + 23);
+        assert_eq!(lines.len(), n + 24);
         let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
         assert_eq!(first["service"], "hello");
         assert_eq!(first["status"], 200);
