@@ -171,9 +171,18 @@ enum Serving {
 }
 
 async fn start_with(ingress: Ingress, serving: Serving) -> Running {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // The port is bound with SO_REUSEPORT. The event loop binds its own socket on it: until
+    // that one listens, this one holds the port bound but not listening (so it gets no
+    // connections), and no other test's bind can take the port in between.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseport(true).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let address = socket.local_addr().unwrap();
+    let (listener, reserved) = match serving {
+        Serving::SharedRuntime => (Some(socket.listen(1024).unwrap()), None),
+        Serving::EventLoop => (None, Some(socket)),
+    };
     let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
     let admin = admin_listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let served = ingress.clone();
@@ -187,17 +196,15 @@ async fn start_with(ingress: Ingress, serving: Serving) -> Running {
                 })
                 .await;
         });
-        match serving {
-            Serving::SharedRuntime => {
+        match listener {
+            Some(listener) => {
                 let _ = served
                     .serve(listener, async {
                         let _ = stopped.await;
                     })
                     .await;
             }
-            Serving::EventLoop => {
-                // The loop binds its own socket on the port (SO_REUSEPORT).
-                drop(listener);
+            None => {
                 let (loop_stop, loop_stopped) = tokio::sync::watch::channel(false);
                 let listeners = [runway_ingress::server::LoopListener { address, tls: None }];
                 let serving = tokio::spawn(async move {
@@ -210,13 +217,16 @@ async fn start_with(ingress: Ingress, serving: Serving) -> Running {
         }
         let _ = admin_stop.send(());
     });
-    if let Serving::EventLoop = serving {
-        for _ in 0..100 {
-            if TcpStream::connect(address).await.is_ok() {
-                break;
+    if let Some(reserved) = reserved {
+        let listening = async {
+            while TcpStream::connect(address).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        };
+        tokio::time::timeout(Duration::from_secs(10), listening)
+            .await
+            .expect("the event loop listens within 10 s");
+        drop(reserved);
     }
     Running {
         ingress,
@@ -386,7 +396,14 @@ async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
         assert_eq!(response.headers()["x-request-id"], "abc-123");
         assert_eq!(response.headers()["x-saw-request-id"], "abc-123");
         drop(response);
-        // `Connection` naming them does not keep `Host` or the id from the instance.
+        // `Connection` naming them does not keep `Host` or the id from the instance (on a new
+        // connection: the first, its answer dropped unread, may not be ready for another).
+        let stream = TcpStream::connect(running.address).await.unwrap();
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(connection);
         let response = sender
             .send_request(
                 Request::get("/")
