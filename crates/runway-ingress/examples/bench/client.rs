@@ -39,6 +39,15 @@ impl Protocol {
             Self::Http2 => "HTTP/2 over TLS",
         }
     }
+
+    /// The protocol in a file name.
+    pub(crate) fn slug(self) -> &'static str {
+        match self {
+            Self::Http1 => "http1",
+            Self::Https1 => "https1",
+            Self::Http2 => "http2",
+        }
+    }
 }
 
 /// Opens connections to targets.

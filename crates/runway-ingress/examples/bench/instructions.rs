@@ -27,6 +27,14 @@ pub(crate) struct Settings {
     /// Times the whole measurement runs (min / median / max per cell when more than one).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Measure only these targets (runway-ingress, nginx, haproxy, pingora-spike), comma
+    /// separated; all by default.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Keep each counted dump in this directory, as `TARGET-PROTOCOL-ROUND.callgrind`, for
+    /// callgrind_annotate or KCachegrind: where the instructions go.
+    #[arg(long, value_name = "DIR")]
+    keep_dumps: Option<PathBuf>,
 }
 
 /// HTTP/2 requests at once on each connection: the proxy sees concurrent streams, and each
@@ -46,7 +54,25 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
         bail!("--requests, --connections and --rounds must be at least 1");
     }
     let bench = Bench::start()?;
-    let targets = bench.targets(false)?;
+    let mut targets = bench.targets(false)?;
+    if !settings.only.is_empty() {
+        if let Some(unknown) = settings
+            .only
+            .iter()
+            .find(|name| !targets.iter().any(|target| target.name == name.as_str()))
+        {
+            let known: Vec<&str> = targets.iter().map(|target| target.name).collect();
+            bail!(
+                "--only: no target {unknown:?} (the targets: {})",
+                known.join(", ")
+            );
+        }
+        targets.retain(|target| settings.only.iter().any(|name| name == target.name));
+    }
+    if let Some(dir) = &settings.keep_dumps {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--keep-dumps: cannot create {}", dir.display()))?;
+    }
     let mut counts = Vec::new();
     for round in 0..settings.rounds {
         for target in &targets {
@@ -66,10 +92,21 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
             for protocol in Protocol::ALL {
                 eprintln!("bench: {}: {}", target.name, protocol.label());
                 let measured = count(&bench.client, &running, &callgrind, protocol, settings);
-                let instructions = bench
+                let (instructions, dump) = bench
                     .runtime
                     .block_on(measured)
                     .with_context(|| format!("{} over {}", target.name, protocol.label()))?;
+                if let Some(dir) = &settings.keep_dumps {
+                    let kept = dir.join(format!(
+                        "{}-{}-{}.callgrind",
+                        target.name,
+                        protocol.slug(),
+                        round + 1
+                    ));
+                    std::fs::copy(&dump, &kept).with_context(|| {
+                        format!("cannot copy {} to {}", dump.display(), kept.display())
+                    })?;
+                }
                 counts.push(Count {
                     target: target.name,
                     protocol,
@@ -83,14 +120,15 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
 }
 
 /// The instructions `running` spends on exactly `settings.requests` requests over `protocol`,
-/// on connections opened and warmed before the counters are zeroed.
+/// on connections opened and warmed before the counters are zeroed, and the dump they were
+/// read from.
 async fn count(
     client: &Client,
     running: &Running,
     callgrind: &Callgrind,
     protocol: Protocol,
     settings: &Settings,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(u64, PathBuf)> {
     let mut senders = Vec::new();
     for _ in 0..settings.connections {
         senders.extend(client.connect(running.at, protocol, HTTP2_STREAMS).await?);
@@ -100,9 +138,9 @@ async fn count(
         .context("during the warm-up")?;
     callgrind.control("zero").await?;
     let senders = client::send(senders, settings.requests).await?;
-    let instructions = callgrind.dump().await?;
+    let counted = callgrind.dump().await?;
     drop(senders);
-    Ok(instructions)
+    Ok(counted)
 }
 
 /// A process under callgrind, reached with `callgrind_control` (through vgdb).
@@ -142,9 +180,9 @@ impl Callgrind {
         Ok(())
     }
 
-    /// Has the counters dumped and reads the instructions (Ir) in that dump: the cost since
-    /// the last zero.
-    async fn dump(&self) -> anyhow::Result<u64> {
+    /// Has the counters dumped and reads the instructions (Ir) in that dump (the cost since
+    /// the last zero); the dump's file with them.
+    async fn dump(&self) -> anyhow::Result<(u64, PathBuf)> {
         let before = self.parts()?;
         self.control("dump").await?;
         let start = Instant::now();
@@ -153,7 +191,7 @@ impl Callgrind {
             if let [file] = new.as_slice()
                 && let Some(instructions) = instructions_in(file)?
             {
-                return Ok(instructions);
+                return Ok((instructions, file.clone()));
             }
             if new.len() > 1 {
                 bail!("more than one new callgrind dump: {new:?}");
@@ -211,6 +249,7 @@ fn report(settings: &Settings, targets: &[Target], counts: &[Count]) {
         warmup,
         connections,
         rounds,
+        ..
     } = *settings;
     let shapes: Vec<String> = targets
         .iter()
@@ -261,9 +300,10 @@ fn report(settings: &Settings, targets: &[Target], counts: &[Count]) {
         .iter()
         .map(|&name| (name, Protocol::ALL.map(|p| cell(name, p)).to_vec()))
         .collect();
+    // Ratios only when nginx was measured (not with `--only` leaving it out).
     let ratios: Vec<(&str, Vec<String>)> = names
         .iter()
-        .filter(|&&name| name != "nginx")
+        .filter(|&&name| name != "nginx" && names.contains(&"nginx"))
         .map(|&name| (name, Protocol::ALL.map(|p| ratio(name, p)).to_vec()))
         .collect();
     let header = Protocol::ALL.map(|p| p.label().to_owned()).to_vec();
@@ -272,7 +312,12 @@ fn report(settings: &Settings, targets: &[Target], counts: &[Count]) {
         &[("", header)]
             .into_iter()
             .chain(counted)
-            .chain([("", Vec::new()), ("ratio to nginx (medians)", Vec::new())])
+            .chain(
+                (!ratios.is_empty())
+                    .then(|| [("", Vec::new()), ("ratio to nginx (medians)", Vec::new())])
+                    .into_iter()
+                    .flatten(),
+            )
             .chain(ratios)
             .collect::<Vec<_>>(),
     );

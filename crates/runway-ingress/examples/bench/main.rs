@@ -38,6 +38,8 @@
 //! cargo build --release -p runway-ingress --bin runway-ingress --example bench
 //! target/release/examples/bench [--rounds 5] [--seconds 10] [--connections 50] [--threads 2]
 //! target/release/examples/bench instructions [--requests 5000] [--warmup 500] [--connections 4] [--rounds 1]
+//! target/release/examples/bench instructions --only runway-ingress --keep-dumps /tmp/dumps
+//! callgrind_annotate --inclusive=yes /tmp/dumps/runway-ingress-http1-1.callgrind | head -60
 //! ```
 //!
 //! `--threads` is both the load generators' threads and each proxy's: the ingress's

@@ -52,7 +52,10 @@ impl Launcher<'_> {
             Self::Callgrind(dir) => {
                 let mut valgrind = Command::new("valgrind");
                 valgrind
+                    // Names written out in every dump, not as references to an earlier one, so that
+                    // each dump kept (`--keep-dumps`) reads on its own.
                     .args(["--tool=callgrind", "--instr-atstart=yes", "--vgdb=yes"])
+                    .arg("--compress-strings=no")
                     .arg(format!("--callgrind-out-file={}/cg.%p", dir.display()))
                     .arg(command.get_program())
                     .args(command.get_args());
