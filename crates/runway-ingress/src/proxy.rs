@@ -1056,13 +1056,14 @@ mod hot_path {
 
     /// Every request's future is moved (into hyper's dispatcher, into a task for HTTP/2): the
     /// paths few requests take (waiting for a slot, cell rules, new connections, h2c) are
-    /// boxed so that it stays small. Sizes depend on the dependencies' features (a workspace
-    /// build unifies more of them), so the check is relative: sending a request carries less
-    /// than the h2c path alone would, and less than a new connection and a pooled send
-    /// together.
+    /// boxed so that it stays small, and the deadline wraps the send without a second copy of
+    /// it. Sizes depend on the dependencies' features (a workspace build unifies more of them)
+    /// and the profile, so the checks are relative: sending a request carries less than the
+    /// h2c path alone would, a pooled send less than a new connection's send, and the deadline
+    /// less than half a send more.
     #[test]
     fn a_requests_future_carries_no_cold_path() {
-        let send = future_size(
+        let send_alone = future_size(
             |(shared, revision, slot, request, body): (
                 &Shared,
                 &Arc<Revision>,
@@ -1071,26 +1072,46 @@ mod hot_path {
                 &BodyWatch,
             )| send(shared, revision, slot, request, body),
         );
+        let with_deadline = future_size(
+            |(shared, revision, slot, request, body): (
+                &Shared,
+                &Arc<Revision>,
+                Slot,
+                Request<UpstreamBody>,
+                &BodyWatch,
+            )| {
+                crate::timer::timeout_at(
+                    Instant::now(),
+                    send(shared, revision, slot, request, body),
+                )
+            },
+        );
         let h2c = future_size(
             |(instance, request, timeout): (&Instance, Request<UpstreamBody>, Duration)| {
                 upstream::send_h2c(instance, request, timeout)
             },
         );
-        let http1 = future_size(
+        let pooled = future_size(
             |(instance, request, timeout): (&Instance, Request<UpstreamBody>, Duration)| {
                 upstream::send_http1(instance, request, timeout)
             },
         );
-        let connect = future_size(|(address, timeout): (SocketAddr, Duration)| {
-            upstream::connect(address, timeout)
-        });
-        assert!(
-            send < h2c,
-            "send's future ({send} bytes) holds the h2c path ({h2c})"
+        let connecting = future_size(
+            |(address, request, timeout): (SocketAddr, Request<UpstreamBody>, Duration)| {
+                upstream::connect_and_send(address, request, timeout)
+            },
         );
         assert!(
-            http1 < connect + 480,
-            "a pooled send ({http1} bytes) holds a new connection's state ({connect})"
+            send_alone < h2c,
+            "send's future ({send_alone} bytes) holds the h2c path ({h2c})"
+        );
+        assert!(
+            pooled < connecting,
+            "a pooled send ({pooled} bytes) holds a new connection's send ({connecting})"
+        );
+        assert!(
+            with_deadline < send_alone + send_alone / 2,
+            "the deadline ({with_deadline} bytes) holds its send ({send_alone}) twice"
         );
     }
 

@@ -255,16 +255,33 @@ fn remove(loop_id: u64, index: usize) {
 }
 
 /// `future`'s output, or `Err(Elapsed)` if `at` comes first.
-pub(crate) async fn timeout_at<F: Future>(at: Instant, future: F) -> Result<F::Output, Elapsed> {
-    let mut future = std::pin::pin!(future);
-    let mut deadline = Deadline::new(at);
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(output) = future.as_mut().poll(cx) {
+pub(crate) fn timeout_at<F: Future>(at: Instant, future: F) -> Timeout<F> {
+    Timeout {
+        future,
+        deadline: Deadline::new(at),
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`timeout_at`]'s future: a struct, not an `async fn`, whose state would hold the
+    /// future twice (the argument and its pinned copy), and every request's future with it.
+    pub(crate) struct Timeout<F> {
+        #[pin]
+        future: F,
+        deadline: Deadline,
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
             return Poll::Ready(Ok(output));
         }
-        Pin::new(&mut deadline).poll(cx).map(|()| Err(Elapsed))
-    })
-    .await
+        Pin::new(this.deadline).poll(cx).map(|()| Err(Elapsed))
+    }
 }
 
 /// A deadline passed.

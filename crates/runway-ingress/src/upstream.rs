@@ -101,7 +101,7 @@ pub(crate) async fn send_http1(
     Box::pin(connect_and_send(instance.address, request, connect_timeout)).await
 }
 
-async fn connect_and_send(
+pub(crate) async fn connect_and_send(
     address: SocketAddr,
     request: Request<UpstreamBody>,
     connect_timeout: Duration,
