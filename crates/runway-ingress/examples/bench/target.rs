@@ -92,6 +92,15 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// The program it needs on the PATH, when it is not one the bench built or was given.
+    pub(crate) fn program(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Nginx => Some("nginx"),
+            Kind::Haproxy => Some("haproxy"),
+            Kind::Direct | Kind::Ingress | Kind::Pingora(_) => None,
+        }
+    }
+
     /// How the target runs as one process with one event loop ([`Shape::Single`]).
     pub(crate) fn single(&self) -> &'static str {
         match self.kind {
@@ -510,6 +519,23 @@ fn write_certificate(
     std::fs::write(&cert_path, cert.pem()).context("cannot write cert.pem")?;
     std::fs::write(&key_path, key.serialize_pem()).context("cannot write key.pem")?;
     Ok((cert_path, key_path, cert.der().clone()))
+}
+
+/// Fails, before anything is measured, naming every one of `programs` not on the PATH.
+pub(crate) fn require<'a>(programs: impl IntoIterator<Item = &'a str>) -> anyhow::Result<()> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let missing: Vec<&str> = programs
+        .into_iter()
+        .filter(|program| !std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "not on the PATH: {} (Debian: nginx-light, haproxy, wrk, nghttp2-client for h2load, \
+             valgrind for callgrind)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// `BENCH_PEERS=minimal`: nginx and HAProxy only pass `Host` on and add `X-Forwarded-For`

@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 
 use crate::memory::{self, Memory};
 use crate::stats::{Spread, median};
-use crate::target::{Bench, HOST, Launcher, Running, Shape};
+use crate::target::{Bench, HOST, Launcher, Running, Shape, Target};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Settings {
@@ -85,8 +85,13 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
         bail!("--rounds must be at least 1");
     }
     let bench = Bench::start()?;
-    let running = bench
-        .targets(true)?
+    let targets = bench.targets(true)?;
+    crate::target::require(
+        ["wrk", "h2load"]
+            .into_iter()
+            .chain(targets.iter().filter_map(Target::program)),
+    )?;
+    let running = targets
         .iter()
         .map(|target| bench.launch(target, Shape::Threads(settings.threads), Launcher::Native))
         .collect::<anyhow::Result<Vec<Running>>>()?;
