@@ -1063,39 +1063,33 @@ mod hot_path {
     /// less than half a send more.
     #[test]
     fn a_requests_future_carries_no_cold_path() {
+        type SendArguments<'a> = (
+            &'a Shared,
+            &'a Arc<Revision>,
+            Slot,
+            Request<UpstreamBody>,
+            &'a BodyWatch,
+        );
+        type InstanceArguments<'a> = (&'a Instance, Request<UpstreamBody>, Duration);
         let send_alone = future_size(
-            |(shared, revision, slot, request, body): (
-                &Shared,
-                &Arc<Revision>,
-                Slot,
-                Request<UpstreamBody>,
-                &BodyWatch,
-            )| send(shared, revision, slot, request, body),
+            |(shared, revision, slot, request, body): SendArguments<'_>| {
+                send(shared, revision, slot, request, body)
+            },
         );
         let with_deadline = future_size(
-            |(shared, revision, slot, request, body): (
-                &Shared,
-                &Arc<Revision>,
-                Slot,
-                Request<UpstreamBody>,
-                &BodyWatch,
-            )| {
+            |(shared, revision, slot, request, body): SendArguments<'_>| {
                 crate::timer::timeout_at(
                     Instant::now(),
                     send(shared, revision, slot, request, body),
                 )
             },
         );
-        let h2c = future_size(
-            |(instance, request, timeout): (&Instance, Request<UpstreamBody>, Duration)| {
-                upstream::send_h2c(instance, request, timeout)
-            },
-        );
-        let pooled = future_size(
-            |(instance, request, timeout): (&Instance, Request<UpstreamBody>, Duration)| {
-                upstream::send_http1(instance, request, timeout)
-            },
-        );
+        let h2c = future_size(|(instance, request, timeout): InstanceArguments<'_>| {
+            upstream::send_h2c(instance, request, timeout)
+        });
+        let pooled = future_size(|(instance, request, timeout): InstanceArguments<'_>| {
+            upstream::send_http1(instance, request, timeout)
+        });
         let connecting = future_size(
             |(address, request, timeout): (SocketAddr, Request<UpstreamBody>, Duration)| {
                 upstream::connect_and_send(address, request, timeout)

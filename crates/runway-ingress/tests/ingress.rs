@@ -311,15 +311,20 @@ const HOST: &str = "hello.dev.localhost";
 
 /// One GET over a new HTTP/1.1 connection: status, headers and body.
 async fn get(address: SocketAddr, host: &str, path: &str) -> (StatusCode, http::HeaderMap, String) {
+    send_one(address, Request::get(path).header("host", host)).await
+}
+
+/// One request, without a body, on a new HTTP/1.1 connection: its status, headers and body.
+async fn send_one(
+    address: SocketAddr,
+    request: http::request::Builder,
+) -> (StatusCode, http::HeaderMap, String) {
     let stream = TcpStream::connect(address).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .unwrap();
     tokio::spawn(connection);
-    let request = Request::get(path)
-        .header("host", host)
-        .body(Empty::<Bytes>::new())
-        .unwrap();
+    let request = request.body(Empty::<Bytes>::new()).unwrap();
     let response = sender.send_request(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
@@ -377,47 +382,20 @@ async fn routes_by_host_and_weight_with_request_ids_and_metrics() {
         }
         let (status, _, _) = get(running.address, "HELLO.example.test", "/").await;
         assert_eq!(status, StatusCode::OK);
-        let stream = TcpStream::connect(running.address).await.unwrap();
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        let response = sender
-            .send_request(
-                Request::get("/")
-                    .header("host", HOST)
-                    .header("x-request-id", "abc-123")
-                    .body(Empty::<Bytes>::new())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(response.headers()["x-request-id"], "abc-123");
-        assert_eq!(response.headers()["x-saw-request-id"], "abc-123");
-        drop(response);
-        // `Connection` naming them does not keep `Host` or the id from the instance (on a new
-        // connection: the first, its answer dropped unread, may not be ready for another).
-        let stream = TcpStream::connect(running.address).await.unwrap();
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(connection);
-        let response = sender
-            .send_request(
-                Request::get("/")
-                    .header("host", HOST)
-                    .header("x-request-id", "abc-456")
-                    .header("connection", "host, x-request-id")
-                    .body(Empty::<Bytes>::new())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(response.headers()["x-saw-host"], HOST);
-        assert_eq!(response.headers()["x-saw-request-id"], "abc-456");
-        drop(response);
+        let given_id = Request::get("/")
+            .header("host", HOST)
+            .header("x-request-id", "abc-123");
+        let (_, headers, _) = send_one(running.address, given_id).await;
+        assert_eq!(headers["x-request-id"], "abc-123");
+        assert_eq!(headers["x-saw-request-id"], "abc-123");
+        // `Connection` naming them does not keep `Host` or the id from the instance.
+        let naming_them = Request::get("/")
+            .header("host", HOST)
+            .header("x-request-id", "abc-456")
+            .header("connection", "host, x-request-id");
+        let (_, headers, _) = send_one(running.address, naming_them).await;
+        assert_eq!(headers["x-saw-host"], HOST);
+        assert_eq!(headers["x-saw-request-id"], "abc-456");
 
         // No route: 404 with a short body naming nothing internal.
         let (status, headers, body) = get(running.address, "nope.dev.localhost", "/").await;
@@ -1440,40 +1418,23 @@ async fn a_sticky_cookie_keeps_a_client_on_its_revision() {
         let pair = cookie.split(';').next().unwrap().to_owned();
         assert!(pair.starts_with("runway-revision=hello-"), "{cookie}");
         for _ in 0..30 {
-            let stream = TcpStream::connect(running.address).await.unwrap();
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            let request = Request::get("/")
+            let with_cookie = Request::get("/")
                 .header("host", HOST)
-                .header("cookie", format!("a=b; {pair}"))
-                .body(Empty::<Bytes>::new())
-                .unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            assert!(!response.headers().contains_key("set-cookie"));
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            assert_eq!(body, first.as_bytes());
+                .header("cookie", format!("a=b; {pair}"));
+            let (_, headers, body) = send_one(running.address, with_cookie).await;
+            assert!(!headers.contains_key("set-cookie"));
+            assert_eq!(body, first);
         }
         // A revision that no longer gets traffic is not kept.
         config.routes[0].revisions[0].weight = if first == "blue" { 0 } else { 100 };
         config.routes[0].revisions[1].weight = 100 - config.routes[0].revisions[0].weight;
         running.ingress.set_routes(&config).unwrap();
-        let stream = TcpStream::connect(running.address).await.unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        let request = Request::get("/")
+        let with_cookie = Request::get("/")
             .header("host", HOST)
-            .header("cookie", pair)
-            .body(Empty::<Bytes>::new())
-            .unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        assert!(response.headers().contains_key("set-cookie"));
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        assert_ne!(body, first.as_bytes());
+            .header("cookie", pair);
+        let (_, headers, body) = send_one(running.address, with_cookie).await;
+        assert!(headers.contains_key("set-cookie"));
+        assert_ne!(body, first);
     })
     .await
     .unwrap();
