@@ -576,14 +576,7 @@ impl IngressConfig {
             certificates: self
                 .certificates
                 .iter()
-                .map(|c| {
-                    format!(
-                        "{}:{}:{}",
-                        c.domains.join(","),
-                        c.cert.display(),
-                        c.key.display()
-                    )
-                })
+                .map(|c| runway_ingress::tls::certificate_argument(&c.domains, &c.cert, &c.key))
                 .collect(),
         }
     }

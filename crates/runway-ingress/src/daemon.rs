@@ -217,14 +217,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let certificates: Vec<String> = args
         .certificates
         .iter()
-        .map(|c| {
-            format!(
-                "{}:{}:{}",
-                c.domains.join(","),
-                c.cert.display(),
-                c.key.display()
-            )
-        })
+        .map(CertificateFiles::to_string)
         .collect();
     let listen = Listen {
         http: args.listen,
@@ -746,5 +739,33 @@ fn log_tail(path: &Path) -> String {
         format!("nothing in {}", path.display())
     } else {
         tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `runway server` and a restarted ingress pass as `--certificate` reads back as the
+    /// same files.
+    #[test]
+    fn a_certificate_argument_reads_back_as_its_files() {
+        let files = CertificateFiles {
+            domains: vec!["www.example.com".to_owned(), "*.example.com".to_owned()],
+            cert: "/etc/certs/chain.pem".into(),
+            key: "/etc/certs/key.pem".into(),
+        };
+        let argument = files.to_string();
+        assert_eq!(
+            argument,
+            "www.example.com,*.example.com:/etc/certs/chain.pem:/etc/certs/key.pem"
+        );
+        let read = parse_certificate(&argument).unwrap();
+        assert_eq!(
+            (read.domains, read.cert, read.key),
+            (files.domains, files.cert, files.key)
+        );
+        assert!(parse_certificate("/etc/certs/chain.pem").is_err());
+        assert!(parse_certificate(":/a.pem:/b.pem").is_err());
     }
 }

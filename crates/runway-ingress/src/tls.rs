@@ -331,6 +331,18 @@ pub struct CertificateFiles {
     pub key: PathBuf,
 }
 
+/// Operator certificate files as `--certificate` takes them:
+/// `DOMAIN[,DOMAIN...]:CERT.pem:KEY.pem`.
+pub fn certificate_argument(domains: &[String], cert: &Path, key: &Path) -> String {
+    format!("{}:{}:{}", domains.join(","), cert.display(), key.display())
+}
+
+impl fmt::Display for CertificateFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&certificate_argument(&self.domains, &self.cert, &self.key))
+    }
+}
+
 /// Operator certificates by lower-case domain (`*.example.com` for a wildcard).
 type ByDomain = HashMap<String, Arc<CertifiedKey>>;
 
