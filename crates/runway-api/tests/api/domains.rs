@@ -125,32 +125,15 @@ async fn an_admin_maps_a_domain_and_a_tenant_sees_only_its_own() {
 async fn a_domain_that_is_not_a_name_of_its_own_is_refused_with_its_field() {
     let server = start().await;
     server.onboard("hello").await;
-    for (body, field) in [
-        (
-            json!({"domain": "*.example.com", "service": "hello", "env": "dev"}),
-            "domain",
-        ),
-        (
-            json!({"domain": "hello.dev.localhost", "service": "hello", "env": "dev"}),
-            "domain",
-        ),
-        (
-            json!({"domain": "10.0.0.1", "service": "hello", "env": "dev"}),
-            "domain",
-        ),
-        (
-            json!({"domain": "bad_name.example", "service": "hello", "env": "dev"}),
-            "domain",
-        ),
-        (
-            json!({"domain": "a.example.com", "service": "nope", "env": "dev"}),
-            "service",
-        ),
-        (
-            json!({"domain": "a.example.com", "service": "hello", "env": "qa"}),
-            "env",
-        ),
+    for (domain, service, env, field) in [
+        ("*.example.com", "hello", "dev", "domain"),
+        ("hello.dev.localhost", "hello", "dev", "domain"),
+        ("10.0.0.1", "hello", "dev", "domain"),
+        ("bad_name.example", "hello", "dev", "domain"),
+        ("a.example.com", "nope", "dev", "service"),
+        ("a.example.com", "hello", "qa", "env"),
     ] {
+        let body = json!({"domain": domain, "service": service, "env": env});
         let answer = server
             .call(
                 "POST",
