@@ -301,9 +301,10 @@ fn report(settings: &Settings, targets: &[Target], counts: &[Count]) {
         .map(|&name| (name, Protocol::ALL.map(|p| cell(name, p)).to_vec()))
         .collect();
     // Ratios only when nginx was measured (not with `--only` leaving it out).
+    let nginx_measured = names.contains(&"nginx");
     let ratios: Vec<(&str, Vec<String>)> = names
         .iter()
-        .filter(|&&name| name != "nginx" && names.contains(&"nginx"))
+        .filter(|&&name| nginx_measured && name != "nginx")
         .map(|&name| (name, Protocol::ALL.map(|p| ratio(name, p)).to_vec()))
         .collect();
     let header = Protocol::ALL.map(|p| p.label().to_owned()).to_vec();
