@@ -292,6 +292,7 @@ fn runtime_image_ready_ms(
                 inherit_env: false,
                 sandbox: None,
                 network: None,
+                egress: Default::default(),
             };
             let started = Instant::now();
             runtime.instance_ensure(spec).await.unwrap();

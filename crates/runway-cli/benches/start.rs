@@ -229,6 +229,7 @@ fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceS
         inherit_env: false,
         sandbox: None,
         network: None,
+        egress: Default::default(),
     }
 }
 

@@ -166,13 +166,25 @@ pub(crate) fn runtime_with(
     oci_runtime: &Path,
     instance_network: Option<AddressPool>,
 ) -> anyhow::Result<LocalRuntime> {
-    if instance_network.is_some() {
+    if let Some(pool) = &instance_network {
         AddressPool::check_tools().map_err(|missing| {
             anyhow::anyhow!(
                 "{missing}: runtime.instance_network gives every instance a network of its own, \
                  which needs them (install iproute2, or set instance_network: host)"
             )
         })?;
+        if let Some(firewall) = pool.firewall() {
+            runway_runtime::firewall::Firewall::check_tools().map_err(|missing| {
+                anyhow::anyhow!(
+                    "{missing}: instances on their own networks reach the world through the \
+                     platform's firewall, which needs it (install nftables, or set \
+                     runtime.instance_network: host)"
+                )
+            })?;
+            firewall.install().map_err(|why| {
+                anyhow::anyhow!("cannot set up the instances' firewall (runtime.egress): {why}")
+            })?;
+        }
     }
     let mut config = config_in(root)?;
     config.pull.insecure_registries = insecure_registries.to_vec();

@@ -111,6 +111,7 @@ impl Fixture {
             inherit_env: false,
             sandbox: None,
             network: None,
+            egress: Default::default(),
         }
     }
 

@@ -81,8 +81,14 @@ pub struct ServiceConfig {
     pub backend_protocol: BackendProtocol,
     /// Whether the service is reachable from outside the platform.
     pub external: bool,
-    /// Whether the service is reachable by other services on the platform.
+    /// Whether the service is reachable by other services on the platform, at its private
+    /// name: `internal_load_balancer.enabled`, or `spec.workload.callers` given.
     pub internal: bool,
+    /// The services that may call it at its private name (`service` or `service/env`); empty
+    /// admits every service of the platform.
+    pub callers: Vec<String>,
+    /// What its instances may reach outside the platform, before the operator's bounds.
+    pub egress: EgressConfig,
     /// Rollout strategy.
     pub strategy: Strategy,
     /// Traffic steps of a regional rollout, each held for `rollout.pause_seconds`.
@@ -357,7 +363,22 @@ impl ServiceConfig {
                 .or(internal.backend_protocol)
                 .unwrap_or(BackendProtocol::Rest),
             external: !is_worker && external.enabled.unwrap_or(true),
-            internal: !is_worker && internal.enabled.unwrap_or(false),
+            internal: !is_worker
+                && (internal.enabled.unwrap_or(false) || workload.callers.is_some()),
+            callers: workload.callers.clone().unwrap_or_default(),
+            egress: EgressConfig {
+                internet: workload
+                    .egress
+                    .as_ref()
+                    .and_then(|e| e.internet)
+                    .unwrap_or(true),
+                vpc: spec
+                    .vpc_access
+                    .as_ref()
+                    .is_some_and(|v| v.enabled == Some(true)),
+                allow: rules(workload.egress.as_ref().and_then(|e| e.allow.as_ref())),
+                deny: rules(workload.egress.as_ref().and_then(|e| e.deny.as_ref())),
+            },
             strategy: deployment.strategy.unwrap_or_default(),
             rollout_percentages: deployment
                 .rollout_traffic_percentages
@@ -392,6 +413,39 @@ impl ServiceConfig {
             Artifact::Process { .. } => None,
         }
     }
+}
+
+/// What a service's instances may reach outside the platform, as its manifest asks; the
+/// operator's `runtime.egress` bounds it when an instance starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct EgressConfig {
+    /// The internet (what is not private) beyond `allow`.
+    pub internet: bool,
+    /// `spec.vpc_access.enabled`: the private ranges the operator gives such services.
+    pub vpc: bool,
+    pub allow: Vec<crate::egress::Rule>,
+    pub deny: Vec<crate::egress::Rule>,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            internet: true,
+            vpc: false,
+            allow: Vec::new(),
+            deny: Vec::new(),
+        }
+    }
+}
+
+/// Rules as written, those validation would have refused left out.
+fn rules(written: Option<&Vec<String>>) -> Vec<crate::egress::Rule> {
+    written
+        .into_iter()
+        .flatten()
+        .filter_map(|rule| rule.parse().ok())
+        .collect()
 }
 
 /// The name as a DNS label: upstream admits `_` in names, host names do not.

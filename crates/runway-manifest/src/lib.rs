@@ -25,6 +25,7 @@
 
 mod config;
 mod diagnostic;
+pub mod egress;
 mod quantity;
 mod schema;
 mod service;
@@ -33,7 +34,8 @@ mod types;
 mod validate;
 
 pub use config::{
-    AnalysisConfig, Artifact, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig, SloConfig,
+    AnalysisConfig, Artifact, EgressConfig, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig,
+    SloConfig,
     dns_name, secret_suffix,
 };
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};

@@ -501,6 +501,39 @@ pub struct Workload {
     /// responses satisfied within 1.024 s. Not part of upstream's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slo: Option<Slo>,
+    /// What the service's instances may reach outside the platform, within what the operator
+    /// allows (`runtime.egress`). Without it: the internet, and none of the private ranges
+    /// unless `spec.vpc_access.enabled`. Enforced on packets, so no DNS answer widens it. Not
+    /// part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
+    /// Which services may call this one at its private name, `<service>.<env>.internal`: a
+    /// service's name (any of its environments) or `service/env`. Giving it turns the private
+    /// name on, as `load_balancing.internal_load_balancer.enabled: true` does; without it, that
+    /// name takes any service of the platform. Each request carries its caller, stamped by the
+    /// platform, in `Runway-Caller: service/env`. Not part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callers: Option<Vec<String>>,
+}
+
+/// What a service's instances may reach outside the platform. Each entry of `allow` and `deny`
+/// is an IPv4 range, optionally with a port or a port range: `203.0.113.0/24`,
+/// `10.20.0.5/32:5432`, `198.51.100.0/24:8000-8099`. `deny` is checked first. Not part of
+/// upstream's schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Egress {
+    /// Whether instances reach the internet (addresses outside the private ranges) beyond the
+    /// `allow` list. Default true; false locks the service down to `allow`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internet: Option<bool>,
+    /// Ranges (and ports) instances may reach even when `internet` is false. A private range
+    /// must lie within the operator's `runtime.egress.private_ranges`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow: Option<Vec<String>>,
+    /// Ranges (and ports) instances never reach, whatever else allows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Vec<String>>,
 }
 
 /// A service's objectives, measured at the ingress (`runway_ingress_requests_total` and

@@ -7,8 +7,8 @@ use crate::diagnostic::{Diagnostic, dotted_path};
 use crate::quantity::Quantity;
 use crate::source::SpanMap;
 use crate::types::{
-    APDEX_TOLERATING_FACTOR, ApiVersion, DEFAULT_MAX_INSTANCES, Manifest, Percent, Slo,
-    WorkloadKind, apdex_thresholds,
+    APDEX_TOLERATING_FACTOR, ApiVersion, BackendProtocol, DEFAULT_MAX_INSTANCES, LoadBalancer,
+    Manifest, Percent, Slo, Spec, WorkloadKind, apdex_thresholds,
 };
 
 /// Environment variable names the platform sets itself.
@@ -102,6 +102,8 @@ pub(crate) fn check(
             }
         }
     }
+
+    runtime_support(&mut c, spec);
 
     if let Some(limits) = spec.resources.as_ref().and_then(|r| r.limits.as_ref()) {
         if let Some(cpu) = &limits.cpu {
@@ -281,6 +283,66 @@ pub(crate) fn check(
         check_slo(&mut c, slo);
     }
 
+    if let Some(egress) = &workload.egress {
+        for (list, rules) in [("allow", &egress.allow), ("deny", &egress.deny)] {
+            for (i, rule) in rules.iter().flatten().enumerate() {
+                let pointer = format!("/spec/workload/egress/{list}/{i}");
+                match rule.parse::<crate::egress::Rule>() {
+                    Err(why) => {
+                        c.error(&pointer, format!("`{rule}` is not an egress rule: {why}"))
+                            .expected("an IPv4 range with an optional port or port range, e.g. `10.20.0.0/16:5432`");
+                    }
+                    Ok(parsed) if list == "allow" => {
+                        if let Some(never) = crate::egress::never_reached(parsed.range) {
+                            c.error(
+                                &pointer,
+                                format!("`{rule}` overlaps {never}, which no instance may reach"),
+                            )
+                            .expected(
+                                "a range outside loopback, link-local, multicast and 0.0.0.0/8",
+                            );
+                        }
+                    }
+                    Ok(_) => {}
+                }
+            }
+            let parsed: Vec<crate::egress::Rule> = rules
+                .iter()
+                .flatten()
+                .filter_map(|r| r.parse().ok())
+                .collect();
+            if let Some((a, b)) = crate::egress::overlapping(&parsed) {
+                c.error(
+                    &format!("/spec/workload/egress/{list}"),
+                    format!("`{a}` and `{b}` share addresses and ports"),
+                )
+                .expected("rules that do not overlap: write them as one");
+            }
+        }
+    }
+    if let Some(callers) = &workload.callers {
+        for (i, caller) in callers.iter().enumerate() {
+            let (service, env) = match caller.split_once('/') {
+                Some((service, env)) => (service, Some(env)),
+                None => (caller.as_str(), None),
+            };
+            let label = |s: &str| {
+                !s.is_empty()
+                    && s.len() <= 63
+                    && s.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                    })
+            };
+            if !label(service) || !env.is_none_or(label) {
+                c.error(
+                    &format!("/spec/workload/callers/{i}"),
+                    format!("`{caller}` is not a service's name"),
+                )
+                .expected("a service's name, or `service/environment`, in lower case");
+            }
+        }
+    }
+
     // Environment variables and secrets share one namespace: the process's environment.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for name in workload.env.iter().flatten().map(|(k, _)| k) {
@@ -350,6 +412,157 @@ pub(crate) fn check(
         }
     }
     c.out
+}
+
+/// Upstream's fields that Runway's runtimes accept but do not do (`docs/upstream-fields.md`):
+/// each is a warning at the field, never an error, so upstream's files stay valid. What they
+/// say holds for the local runtime and, unless it names `runway render -t knative`, for
+/// Kubernetes too.
+fn runtime_support(c: &mut Checker<'_>, spec: &Spec) {
+    let mut regions: Vec<&String> = Vec::new();
+    for region in spec.regions.iter().flatten() {
+        if !regions.contains(&region) {
+            regions.push(region);
+        }
+    }
+    if let [_, second, rest @ ..] = regions.as_slice()
+        && let Some(i) = spec.regions.iter().flatten().position(|r| r == *second)
+    {
+        let more = match rest.len() {
+            0 => String::new(),
+            n => format!(" (and {n} more)"),
+        };
+        c.warning(
+            &format!("/spec/regions/{i}"),
+            format!(
+                "the platform runs the service once, not once per region: `{second}`{more} gets \
+                 no instances of its own"
+            ),
+        )
+        .expected("one region");
+    }
+
+    if let Some(resources) = &spec.resources
+        && resources.startup_cpu_boost == Some(true)
+    {
+        c.warning(
+            "/spec/resources/startup_cpu_boost",
+            "instances have `resources.limits.cpu` from their start, with no boost; only \
+             `runway render -t knative` carries it, for Cloud Run",
+        );
+    }
+
+    if spec.request_based_billing == Some(true) {
+        c.warning(
+            "/spec/request_based_billing",
+            "instances keep their CPU between requests: it is not throttled as on Cloud Run; \
+             only `runway render -t knative` carries it",
+        );
+    }
+
+    match spec.execution_environment.as_deref() {
+        None | Some("EXECUTION_ENVIRONMENT_GEN2") => {}
+        Some("EXECUTION_ENVIRONMENT_GEN1") => {
+            c.warning(
+                "/spec/execution_environment",
+                "instances run as full Linux containers or processes, as the second generation \
+                 does, not in the first generation's sandbox; only `runway render -t knative` \
+                 carries it",
+            );
+        }
+        Some(other) => {
+            c.warning(
+                "/spec/execution_environment",
+                format!("`{other}` is not an execution environment, and is not used"),
+            )
+            .expected("`EXECUTION_ENVIRONMENT_GEN1` or `EXECUTION_ENVIRONMENT_GEN2`");
+        }
+    }
+
+    if let Some(vpc) = &spec.vpc_access
+        && let Some(egress) = &vpc.egress
+    {
+        let pointer = "/spec/vpc_access/egress";
+        let expected = "`PRIVATE_RANGES_ONLY` or `ALL_TRAFFIC`";
+        match egress.to_ascii_lowercase().replace('_', "-").as_str() {
+            _ if vpc.enabled != Some(true) => {
+                c.warning(
+                    pointer,
+                    "`vpc_access.enabled` is not true, so `egress` has no effect",
+                );
+            }
+            "private-ranges-only" => {}
+            "all-traffic" => {
+                c.warning(
+                    pointer,
+                    "instances reach the operator's private ranges, as with \
+                     `PRIVATE_RANGES_ONLY`, but their internet traffic leaves through the host's \
+                     NAT, not through the private network",
+                );
+            }
+            _ => {
+                c.warning(
+                    pointer,
+                    format!("`{egress}` is not an egress setting; read as `PRIVATE_RANGES_ONLY`"),
+                )
+                .expected(expected);
+            }
+        }
+    }
+
+    let protocol = |lb: Option<&LoadBalancer>| lb.and_then(|lb| lb.backend_protocol);
+    let lb = spec.load_balancing.as_ref();
+    if let (Some(external), Some(internal)) = (
+        protocol(lb.and_then(|lb| lb.external_load_balancer.as_ref())),
+        protocol(lb.and_then(|lb| lb.internal_load_balancer.as_ref())),
+    ) && external.is_http2() != internal.is_http2()
+    {
+        let name = |p: BackendProtocol| {
+            serde_json::to_value(p)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        c.warning(
+            "/spec/load_balancing/internal_load_balancer/backend_protocol",
+            format!(
+                "a service has one protocol, the external load balancer's (`{}`), so `{}` is \
+                 not used",
+                name(external),
+                name(internal)
+            ),
+        )
+        .expected(format!(
+            "the external load balancer's protocol, `{}`",
+            name(external)
+        ));
+    }
+
+    let targets = spec
+        .observability
+        .as_ref()
+        .and_then(|o| o.scrape_targets.as_ref());
+    for (i, target) in targets.into_iter().flatten().enumerate() {
+        let Some((host, port)) = target.rsplit_once(':') else {
+            continue; // not an address: an error above
+        };
+        let own = host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified());
+        if !own && !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) {
+            c.warning(
+                &format!("/spec/observability/scrape_targets/{i}"),
+                format!(
+                    "scraped at the instance's own address on port {port}; the host `{host}` is \
+                     not used"
+                ),
+            )
+            .expected(format!("`localhost:{port}`"));
+        }
+    }
 }
 
 /// The objectives' rules beyond the schema's ranges: a threshold the ingress's histogram can

@@ -110,6 +110,9 @@ pub struct BundleOptions {
     /// inside)`, after the standard mounts: what a sandboxed process on an empty rootfs sees of
     /// the host.
     pub read_only_binds: Vec<(PathBuf, PathBuf)>,
+    /// A file bound read-only at `/etc/resolv.conf`, over the host's or the image's: the
+    /// resolver of a container on a network of its own.
+    pub resolv_conf: Option<PathBuf>,
 }
 
 impl Default for BundleOptions {
@@ -131,6 +134,7 @@ impl Default for BundleOptions {
             network_namespace: false,
             cgroup: CgroupVersion::detect(),
             read_only_binds: Vec::new(),
+            resolv_conf: None,
         }
     }
 }
@@ -586,8 +590,19 @@ fn mounts(opts: &BundleOptions) -> Vec<Mount> {
             &["bind", "nosuid", "nodev", "ro"],
         ));
     }
+    if let Some(resolv_conf) = &opts.resolv_conf {
+        mounts.push(mount(
+            "/etc/resolv.conf",
+            "none",
+            &resolv_conf.to_string_lossy(),
+            &["bind", "nosuid", "noexec", "nodev", "ro"],
+        ));
+    }
     if opts.host_dns {
         for file in ["/etc/resolv.conf", "/etc/hosts"] {
+            if file == "/etc/resolv.conf" && opts.resolv_conf.is_some() {
+                continue;
+            }
             if Path::new(file).is_file() {
                 mounts.push(mount(
                     file,

@@ -21,6 +21,7 @@
 
 mod container;
 pub mod driver;
+pub mod firewall;
 pub mod local;
 pub mod logs;
 pub mod network;

@@ -160,7 +160,7 @@ impl LocalRuntime {
             args: args.clone(),
             working_dir: working_dir.as_ref().map(|d| d.display().to_string()),
             user_namespace,
-            ..instance_bundle(spec)
+            ..instance_bundle(spec, dir)?
         };
         let bundle = dir.join("bundle");
         build_bundle(&bundle, &image.config, &image.rootfs, &options)
@@ -265,7 +265,7 @@ impl LocalRuntime {
             host_dns: !layout.has_etc,
             read_only_binds: layout.binds,
             pids_limit: Some(SANDBOX_PIDS_LIMIT),
-            ..instance_bundle(spec)
+            ..instance_bundle(spec, dir)?
         };
         let root = runway_oci::Rootfs {
             path: rootfs,
@@ -290,8 +290,18 @@ impl LocalRuntime {
         if !(matches!(spec.artifact, Artifact::Image { .. }) || spec.sandbox.is_some()) {
             return Ok(());
         }
+        let policy =
+            match pool.firewall() {
+                Some(firewall) => Some(firewall.policy(&spec.egress).map_err(|message| {
+                    RuntimeError::Artifact {
+                        id: spec.id.clone(),
+                        message,
+                    }
+                })?),
+                None => None,
+            };
         let owner = dir.to_owned();
-        let leased = tokio::task::spawn_blocking(move || pool.lease(&owner))
+        let leased = tokio::task::spawn_blocking(move || pool.lease(&owner, policy.as_ref()))
             .await
             .map_err(io::Error::other)
             .flatten();
@@ -729,9 +739,20 @@ fn find_program(
 }
 
 /// What every bundle of an instance has, image or sandboxed process: its environment (secrets
-/// only in the copy `create` reads, in memory), hostname, limits and cgroup.
-fn instance_bundle(spec: &InstanceSpec) -> BundleOptions {
-    BundleOptions {
+/// only in the copy `create` reads, in memory), hostname, limits and cgroup, and on a network
+/// with a way out, the platform's resolver (`resolv.conf` in its state directory `dir`).
+fn instance_bundle(spec: &InstanceSpec, dir: &Path) -> Result<BundleOptions, RuntimeError> {
+    let resolv_conf = match spec.network.as_ref().and_then(|n| n.platform) {
+        Some(platform) => {
+            let path = dir.join("resolv.conf");
+            fs::write(&path, format!("nameserver {platform}\noptions ndots:1\n"))
+                .map_err(|e| RuntimeError::io(&path, e))?;
+            Some(path)
+        }
+        None => None,
+    };
+    Ok(BundleOptions {
+        resolv_conf,
         env: spec
             .env
             .iter()
@@ -743,7 +764,7 @@ fn instance_bundle(spec: &InstanceSpec) -> BundleOptions {
         cgroups_path: Some(format!("/runway/{}", spec.id)),
         network_namespace: spec.network.is_some(),
         ..BundleOptions::default()
-    }
+    })
 }
 
 /// Processes and threads a sandboxed process may have at once: a fork bomb stays inside its
@@ -844,6 +865,7 @@ mod tests {
             inherit_env: false,
             sandbox: None,
             network: None,
+            egress: Default::default(),
         }
     }
 

@@ -29,6 +29,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+use crate::firewall::{EgressLimits, Firewall, Policy};
+use runway_manifest::egress::Range;
+
 /// An instance's addresses and the host's end of its veth pair.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceNetwork {
@@ -38,6 +41,11 @@ pub struct InstanceNetwork {
     pub host: Ipv4Addr,
     /// The instance's address, where it is reached.
     pub address: Ipv4Addr,
+    /// With a firewall ([`crate::firewall`]): the platform address, the instance's resolver
+    /// and private listener; the instance's default route then leads through the host.
+    /// Without one the instance reaches nothing beyond its link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Ipv4Addr>,
 }
 
 /// Every instance's network is a `/30`: the host's end, the instance's end.
@@ -55,17 +63,18 @@ pub struct AddressPool {
     base: u32,
     prefix_len: u8,
     leases: PathBuf,
+    firewall: Option<Firewall>,
 }
 
 /// Where leases are kept unless told: shared by every runtime on the machine, gone at boot
 /// with the interfaces they describe.
 pub const DEFAULT_LEASES_DIR: &str = "/run/runway/network";
 
-/// The default range: 16,384 instances.
+/// The default range: 16,383 instances.
 pub const DEFAULT_RANGE: &str = "10.213.0.0/16";
 
 impl AddressPool {
-    /// A pool over `range` (`a.b.c.d/n`, `n` from 8 to 30, no host bits set), leased in
+    /// A pool over `range` (`a.b.c.d/n`, `n` from 8 to 29, no host bits set), leased in
     /// `leases`.
     pub fn new(range: &str, leases: impl Into<PathBuf>) -> Result<Self, String> {
         let invalid =
@@ -79,8 +88,12 @@ impl AddressPool {
         let prefix_len: u8 = prefix_len
             .parse()
             .ok()
-            .filter(|n| (8..=PREFIX_LEN).contains(n))
-            .ok_or_else(|| invalid("the prefix length must be 8 to 30"))?;
+            .filter(|n| (8..PREFIX_LEN).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    "the prefix length must be 8 to 29 (the platform's address and an instance)",
+                )
+            })?;
         let base = u32::from(address);
         let host_bits = u32::MAX >> prefix_len;
         if base & host_bits != 0 {
@@ -98,7 +111,32 @@ impl AddressPool {
             base,
             prefix_len,
             leases: leases.into(),
+            firewall: None,
         })
+    }
+
+    /// Lets instances out through the host, under the platform's firewall and the operator's
+    /// `limits` ([`crate::firewall`]): each gets a default route, a resolver and its service's
+    /// egress policy.
+    pub fn with_firewall(mut self, limits: EgressLimits) -> Self {
+        self.firewall = Some(Firewall::new(
+            Range::new(Ipv4Addr::from(self.base), self.prefix_len),
+            self.platform_address(),
+            limits,
+            self.leases.clone(),
+        ));
+        self
+    }
+
+    /// The firewall, when instances are let out.
+    pub fn firewall(&self) -> Option<&Firewall> {
+        self.firewall.as_ref()
+    }
+
+    /// The range's first address, which no instance is given: the platform's own, where
+    /// instances reach the private listener and the resolver.
+    pub fn platform_address(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.base + 1)
     }
 
     /// Whether this machine has what joins instances to the host: iproute2's `ip` and
@@ -115,25 +153,43 @@ impl AddressPool {
         }
     }
 
-    /// How many instances the range has room for.
+    /// How many instances the range has room for: one `/30` each, the first kept for the
+    /// platform address.
     pub fn capacity(&self) -> u32 {
-        1 << (PREFIX_LEN - self.prefix_len)
+        (1 << (PREFIX_LEN - self.prefix_len)) - 1
     }
 
-    /// The network of the `slot`th `/30` of the range.
+    /// The network of the `slot`th instance: the range's `slot + 1`th `/30`.
     fn network(&self, slot: u32) -> InstanceNetwork {
-        let first = self.base + slot * 4;
+        let first = self.base + (slot + 1) * 4;
         let address = Ipv4Addr::from(first + 2);
         InstanceNetwork {
             link: format!("rw{:08x}", first + 2),
             host: Ipv4Addr::from(first + 1),
             address,
+            platform: self.firewall.as_ref().map(Firewall::platform_address),
         }
     }
 
     /// Leases a network to the instance whose state directory is `owner` (the one it has
-    /// already, if it has one). Blocks on the pool's lock while another runtime leases.
-    pub(crate) fn lease(&self, owner: &Path) -> io::Result<InstanceNetwork> {
+    /// already, if it has one), with its egress `policy` in the firewall when there is one.
+    /// Blocks on the pool's lock while another runtime leases.
+    pub(crate) fn lease(
+        &self,
+        owner: &Path,
+        policy: Option<&Policy>,
+    ) -> io::Result<InstanceNetwork> {
+        let network = self.lease_address(owner)?;
+        if let (Some(firewall), Some(policy)) = (&self.firewall, policy)
+            && let Err(error) = firewall.apply(network.address, policy)
+        {
+            self.release(&network, owner);
+            return Err(error);
+        }
+        Ok(network)
+    }
+
+    fn lease_address(&self, owner: &Path) -> io::Result<InstanceNetwork> {
         let _lock = self.lock()?;
         let mut taken = std::collections::BTreeSet::new();
         for entry in fs::read_dir(&self.leases)? {
@@ -175,12 +231,17 @@ impl AddressPool {
         Ok(network)
     }
 
-    /// Gives back `owner`'s lease on `network`'s address.
+    /// Gives back `owner`'s lease on `network`'s address, and its place in the firewall.
     pub(crate) fn release(&self, network: &InstanceNetwork, owner: &Path) {
         let path = self.leases.join(network.address.to_string());
         if let Ok(_lock) = self.lock()
             && fs::read_to_string(&path).is_ok_and(|holder| Path::new(holder.trim_end()) == owner)
         {
+            if let Some(firewall) = &self.firewall
+                && let Err(error) = firewall.remove(network.address)
+            {
+                tracing::warn!(address = %network.address, "cannot remove the instance's egress policy: {error}");
+            }
             let _ = fs::remove_file(&path);
         }
     }
@@ -195,7 +256,7 @@ impl AddressPool {
 
     fn slot_of(&self, address: Ipv4Addr) -> Option<u32> {
         let offset = u32::from(address).checked_sub(self.base)?;
-        let slot = offset / 4;
+        let slot = (offset / 4).checked_sub(1)?;
         (offset % 4 == 2 && slot < self.capacity()).then_some(slot)
     }
 }
@@ -231,10 +292,14 @@ pub(crate) async fn attach(network: &InstanceNetwork, pid: u32) -> Result<(), St
         network.host
     );
     ip(None, &["-batch", "-"], &host).await?;
-    let inside = format!(
+    let mut inside = format!(
         "addr add {}/{PREFIX_LEN} dev {INSIDE_LINK}\nlink set {INSIDE_LINK} up\nlink set lo up\n",
         network.address
     );
+    if network.platform.is_some() {
+        // Out through the host, where the firewall decides.
+        inside.push_str(&format!("route add default via {}\n", network.host));
+    }
     ip(Some(&namespace), &["-batch", "-"], &inside).await
 }
 
@@ -491,25 +556,28 @@ mod tests {
     fn a_range_is_checked_and_cut_into_slash_30s() {
         let dir = tempfile::tempdir().unwrap();
         let pool = AddressPool::new("10.213.0.0/16", dir.path()).unwrap();
-        assert_eq!(pool.capacity(), 16_384);
+        assert_eq!(pool.capacity(), 16_383, "the first /30 is the platform's");
         let second = pool.network(1);
-        assert_eq!(second.host, Ipv4Addr::new(10, 213, 0, 5));
-        assert_eq!(second.address, Ipv4Addr::new(10, 213, 0, 6));
-        assert_eq!(second.link, "rw0ad50006");
+        assert_eq!(second.host, Ipv4Addr::new(10, 213, 0, 9));
+        assert_eq!(second.address, Ipv4Addr::new(10, 213, 0, 10));
+        assert_eq!(second.link, "rw0ad5000a");
         assert!(
             second.link.len() <= 15,
             "an interface name has 15 bytes at most"
         );
         assert_eq!(pool.slot_of(second.address), Some(1));
         assert_eq!(pool.slot_of(second.host), None);
+        assert_eq!(pool.slot_of(Ipv4Addr::new(10, 213, 0, 2)), None);
+        let last = pool.network(pool.capacity() - 1);
+        assert_eq!(last.address, Ipv4Addr::new(10, 213, 255, 254));
         for (range, why) in [
             (
                 "10.213.0.1/16",
                 "host bits set; the range starts at 10.213.0.0/16",
             ),
             ("10.213.0.0", "no /prefix"),
-            ("10.213.0.0/31", "8 to 30"),
-            ("10.213.0.0/x", "8 to 30"),
+            ("10.213.0.0/30", "8 to 29"),
+            ("10.213.0.0/x", "8 to 29"),
             ("fd00::/64", "not dotted IPv4"),
             ("127.0.0.0/8", "loopback"),
         ] {
@@ -522,38 +590,45 @@ mod tests {
     fn leases_are_one_per_instance_kept_and_taken_back_when_the_instance_is_gone() {
         let leases = tempfile::tempdir().unwrap();
         let instances = tempfile::tempdir().unwrap();
-        let pool = AddressPool::new("10.213.7.0/29", leases.path()).unwrap();
-        assert_eq!(pool.capacity(), 2);
-        let a = instances.path().join("a");
-        let b = instances.path().join("b");
-        let c = instances.path().join("c");
-        for dir in [&a, &b, &c] {
+        let pool = AddressPool::new("10.213.7.0/28", leases.path()).unwrap();
+        assert_eq!(pool.capacity(), 3);
+        assert_eq!(pool.platform_address(), Ipv4Addr::new(10, 213, 7, 1));
+        let [a, b, c, d, e] = ["a", "b", "c", "d", "e"].map(|n| instances.path().join(n));
+        for dir in [&a, &b, &c, &d, &e] {
             fs::create_dir(dir).unwrap();
         }
-        let first = pool.lease(&a).unwrap();
-        assert_eq!(first.address, Ipv4Addr::new(10, 213, 7, 2));
+        let first = pool.lease(&a, None).unwrap();
         assert_eq!(
-            pool.lease(&a).unwrap(),
+            first.address,
+            Ipv4Addr::new(10, 213, 7, 6),
+            "the first /30 is the platform's"
+        );
+        assert_eq!(first.platform, None, "no firewall: no way out");
+        assert_eq!(
+            pool.lease(&a, None).unwrap(),
             first,
             "an instance keeps its lease"
         );
-        let second = pool.lease(&b).unwrap();
-        assert_eq!(second.address, Ipv4Addr::new(10, 213, 7, 6));
-        let full = pool.lease(&c).unwrap_err().to_string();
-        assert!(full.contains("all 2 instance addresses"), "{full}");
+        let second = pool.lease(&b, None).unwrap();
+        assert_eq!(second.address, Ipv4Addr::new(10, 213, 7, 10));
+        let third = pool.lease(&c, None).unwrap();
+        assert_eq!(third.address, Ipv4Addr::new(10, 213, 7, 14));
+        let full = pool.lease(&d, None).unwrap_err().to_string();
+        assert!(full.contains("all 3 instance addresses"), "{full}");
 
         // Another runtime's pool over the same leases: the same addresses are taken.
-        let other = AddressPool::new("10.213.7.0/30", leases.path()).unwrap();
-        assert!(other.lease(&c).is_err());
+        let other = AddressPool::new("10.213.7.0/29", leases.path()).unwrap();
+        assert!(other.lease(&d, None).is_err());
 
         // Released, or its instance gone: the address is free again.
         pool.release(&second, &a);
-        assert!(pool.lease(&c).is_err(), "only its holder releases a lease");
+        assert!(
+            pool.lease(&d, None).is_err(),
+            "only its holder releases a lease"
+        );
         pool.release(&second, &b);
-        assert_eq!(pool.lease(&c).unwrap(), second);
+        assert_eq!(pool.lease(&d, None).unwrap(), second);
         fs::remove_dir(&a).unwrap();
-        let d = instances.path().join("d");
-        fs::create_dir(&d).unwrap();
-        assert_eq!(pool.lease(&d).unwrap(), first);
+        assert_eq!(pool.lease(&e, None).unwrap(), first);
     }
 }

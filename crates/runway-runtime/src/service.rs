@@ -120,6 +120,7 @@ pub fn instance_spec(
         inherit_env: false,
         sandbox: None,
         network: None,
+        egress: config.egress.clone(),
     })
 }
 

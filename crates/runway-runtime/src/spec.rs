@@ -59,6 +59,10 @@ pub struct InstanceSpec {
     /// its configuration has an address pool; `None` shares the host's network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<InstanceNetwork>,
+    /// What it may reach outside the platform, when it has a network of its own behind the
+    /// platform's firewall ([`crate::firewall`]).
+    #[serde(default)]
+    pub egress: runway_manifest::EgressConfig,
 }
 
 /// The variable that marked the control plane's instances in their environment before

@@ -272,6 +272,7 @@ async fn a_secret_reaches_the_container_and_never_a_disk_backed_file(oci_runtime
         inherit_env: false,
         sandbox: None,
         network: None,
+        egress: Default::default(),
     };
     let _delete = Delete {
         oci_runtime,
