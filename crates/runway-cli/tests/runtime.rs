@@ -1046,7 +1046,7 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     let fixture = Fixture::new();
     let leases = tempfile::tempdir().unwrap();
     // A range of this test's own, leased in a directory of its own.
-    let pool = runway_runtime::network::AddressPool::new("10.214.9.0/29", leases.path()).unwrap();
+    let pool = runway_runtime::network::AddressPool::new("10.214.9.0/28", leases.path()).unwrap();
     let mut config = LocalConfig::new(fixture._state.path(), fixture.supervisor.clone());
     config.instance_network = Some(pool);
     let runtime = LocalRuntime::new(config);
@@ -1088,7 +1088,7 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     let mut status = runtime.watch("netted").await.unwrap();
     let running = wait_for(&mut status, "running", |s| s.phase == Phase::Running).await;
     let address = running.address.unwrap();
-    assert_eq!(address, "10.214.9.2:80".parse().unwrap());
+    assert_eq!(address, "10.214.9.6:80".parse().unwrap(), "the first /30 is the platform's");
     let get = |address: std::net::SocketAddr| {
         let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).unwrap();
         stream
@@ -1101,7 +1101,7 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     };
     assert!(get(address).ends_with("on its own network\n"));
     let link = Command::new("ip")
-        .args(["link", "show", "rw0ad60902"])
+        .args(["link", "show", "rw0ad60906"])
         .output()
         .unwrap();
     assert!(link.status.success(), "no host end: {link:?}");
@@ -1139,7 +1139,7 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     let mut status = runtime.watch("lonely").await.unwrap();
     let failed = wait_for(&mut status, "the end", |s| s.phase.is_final()).await;
     let reason = failed.last_exit.map(|e| e.reason).unwrap_or_default();
-    assert_eq!(failed.address, Some("10.214.9.6:80".parse().unwrap()));
+    assert_eq!(failed.address, Some("10.214.9.10:80".parse().unwrap()));
     assert!(
         reason.contains("the app listens on 127.0.0.1:80, where") && reason.contains("0.0.0.0:80 "),
         "{reason}"
