@@ -74,7 +74,16 @@ fn overrides_deep_merge_and_env_files_add_variables() {
         SourceFile::new(".runway/env-production.yml", "B: prod\nC: 3\nD: true\n"),
     );
     let loaded = load(&files);
-    assert_eq!(loaded.diagnostics, vec![]);
+    let warnings: Vec<String> = loaded.diagnostics.iter().map(|d| d.to_string()).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: .runway/runway-production.yml:4:23: spec.regions[1]: the platform runs \
+             the service once, not once per region: `europe-west1` gets no instances of its \
+             own (expected one region)"
+        ],
+        "only the second region, in the file that adds it"
+    );
     let service = loaded.service.unwrap();
     assert_eq!(service.environments().collect::<Vec<_>>(), ["production"]);
 
