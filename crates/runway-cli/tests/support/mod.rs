@@ -49,13 +49,16 @@ pub fn have_python() -> bool {
 /// with its length and byte sum (never the value), `/healthz` is ok. As a hostile tenant's
 /// probe: `/env` lists its environment's names, `/id` its user and group, `/read?path=P`
 /// whether it can read a file (`read N bytes` or the error's name), `/connect?to=HOST:PORT`
-/// whether it can open a TCP connection there (`connected` or the error's name). `CRASH=1`
+/// whether it can open a TCP connection there (`connected` or the error's name),
+/// `/resolve?name=N` the IPv4 address it resolves to (or the error's name), `/fetch?url=U`
+/// (with `&header=Name:Value`s) what a GET of it answered (`STATUS BODY`, or the error's name),
+/// `/whoami` the `Runway-Caller` it was called with. `CRASH=1`
 /// exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
 /// `LISTEN_PORT` is the port it listens on instead of `PORT` (an app that ignores it);
 /// `FAIL_EVERY=N` answers every Nth `/` with a 500; `?sleep=S` waits S seconds before
 /// answering.
-pub const APP: &str = r#"import os, signal, socket, sys, threading, time
+pub const APP: &str = r#"import os, signal, socket, sys, threading, time, urllib.error, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -116,6 +119,25 @@ class Handler(BaseHTTPRequestHandler):
                 body = b"connected\n"
             except (OSError, ValueError) as e:
                 body = f"{type(e).__name__}\n".encode()
+        elif url.path == "/resolve":
+            try:
+                body = socket.gethostbyname(parse_qs(url.query)["name"][0]).encode() + b"\n"
+            except (OSError, KeyError) as e:
+                body = f"{type(e).__name__}\n".encode()
+        elif url.path == "/fetch":
+            query = parse_qs(url.query)
+            headers = dict(h.split(":", 1) for h in query.get("header", []))
+            request = urllib.request.Request(query.get("url", [""])[0], headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=3) as answer:
+                    body = f"{answer.status} {answer.read().decode()}".encode()
+            except urllib.error.HTTPError as e:
+                body = f"{e.code} {e.read().decode()}".encode()
+            except Exception as e:
+                reason = getattr(e, "reason", None)
+                body = f"{type(reason or e).__name__}\n".encode()
+        elif url.path == "/whoami":
+            body = f"caller={self.headers.get('Runway-Caller')}\n".encode()
         elif url.path == "/secret":
             value = os.environ.get("API_KEY")
             if value is None:
@@ -332,6 +354,10 @@ pub struct Settings {
     /// More of the `ingress` section, as YAML lines indented by two spaces (`remote:` for
     /// ingresses the test runs itself).
     pub ingress: String,
+    /// A network namespace (of `ip netns`) the server and the CLI run in, joined with
+    /// `nsenter --net` (which, unlike `ip netns exec`, keeps the host's `/sys` and so its
+    /// cgroups).
+    pub netns: Option<String>,
 }
 
 impl Settings {
@@ -358,6 +384,7 @@ impl Default for Settings {
             allow_processes: true,
             api: String::new(),
             ingress: String::new(),
+            netns: None,
         }
     }
 }
@@ -391,6 +418,8 @@ pub struct Platform {
     /// Every ingress pid a start of the server printed, for the drop to kill.
     pub ingress_pids: Vec<u32>,
     pub rt: tokio::runtime::Runtime,
+    /// The network namespace the server and the CLI run in ([`Settings::netns`]).
+    pub netns: Option<String>,
 }
 
 impl Platform {
@@ -431,6 +460,7 @@ impl Platform {
             log: Arc::new(Mutex::new(String::new())),
             ingress_pids: Vec::new(),
             rt,
+            netns: settings.netns.clone(),
         };
         let server = platform.spawn_server();
         platform
@@ -473,6 +503,7 @@ impl Platform {
             log: Arc::new(Mutex::new(String::new())),
             ingress_pids: Vec::new(),
             rt,
+            netns: self.netns.clone(),
         };
         let server = replica.spawn_server();
         replica.server = Some(server);
@@ -486,8 +517,24 @@ impl Platform {
         replica
     }
 
+    /// `runway`, in the platform's network namespace when it has one.
+    fn runway_command(&self) -> Command {
+        match &self.netns {
+            Some(netns) => {
+                let mut command = Command::new("nsenter");
+                command
+                    .arg(format!("--net=/run/netns/{netns}"))
+                    .arg("--")
+                    .arg(RUNWAY);
+                command
+            }
+            None => Command::new(RUNWAY),
+        }
+    }
+
     fn spawn_server(&self) -> Server {
-        let mut child = Command::new(RUNWAY)
+        let mut child = self
+            .runway_command()
             .arg("server")
             .arg("--config")
             .arg(&self.config)
@@ -700,7 +747,7 @@ impl Platform {
     }
 
     fn command(&self) -> Command {
-        let mut command = Command::new(RUNWAY);
+        let mut command = self.runway_command();
         command
             .env("RUNWAY_CONFIG", &self.cli_config)
             .env_remove("RUNWAY_SERVER")
