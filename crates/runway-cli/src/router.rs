@@ -184,6 +184,7 @@ pub(crate) async fn cell_route(
             topology,
             topology_service,
         }),
+        ..RouteConfig::new(service, CELLS_ENV)
     })
 }
 

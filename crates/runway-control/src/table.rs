@@ -1,13 +1,14 @@
 //! The whole ingress table, built from every service's routes and instances.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use runway_driver::Phase;
 use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
 use runway_reconciler::Condition;
 
 use crate::observe::revision_of;
+use crate::revision::RevisionInfo;
 use crate::state::{Key, ServiceState, State};
 
 /// The table for every service with routes: each routed revision (and each other revision
@@ -38,8 +39,72 @@ pub(crate) fn build_table(
         domain: domain.to_owned(),
         environments: environments.to_vec(),
         routes,
+        callers: callers(state),
         ..RouteTableConfig::default()
     }
+}
+
+/// Who each instance of the platform is, by its address (`service/env`): every instance
+/// with an address that has not ended, workers too, so the private listener knows its
+/// callers. A service not reached by a round yet (adopted) keeps the entries the table in
+/// force gave it. An address claimed by two services is left out: its caller is refused,
+/// never taken for the wrong one.
+pub(crate) fn callers(state: &State) -> BTreeMap<IpAddr, String> {
+    let mut found: BTreeMap<IpAddr, Option<String>> = BTreeMap::new();
+    let mut claim = |address: IpAddr, name: String| {
+        found
+            .entry(address.to_canonical())
+            .and_modify(|held| {
+                if held.as_ref() != Some(&name) {
+                    *held = None;
+                }
+            })
+            .or_insert(Some(name));
+    };
+    for (key, service) in &state.services {
+        let name = format!("{}/{}", key.0, key.1);
+        let live = service.instances.iter().filter(|status| {
+            !matches!(status.phase, Phase::Stopped | Phase::Exited | Phase::Failed)
+        });
+        for address in live.filter_map(|status| status.address) {
+            claim(address.ip(), name.clone());
+        }
+    }
+    if let Some(applied) = &state.applied_table {
+        for (address, name) in &applied.callers {
+            let adopted = name.split_once('/').is_some_and(|(service, env)| {
+                let key = (service.to_owned(), env.to_owned());
+                state.adopted.contains_key(&key) && !state.services.contains_key(&key)
+            });
+            if adopted {
+                claim(*address, name.clone());
+            }
+        }
+    }
+    found
+        .into_iter()
+        .filter_map(|(address, name)| Some((address, name?)))
+        .collect()
+}
+
+/// Who reaches a route, from its heaviest revision's manifest: the public listeners unless
+/// `external_load_balancer.enabled` is false; the private name when it is internal, to its
+/// callers; only Cloudflare's addresses when `network_policies.cloudflare` is true. A revision
+/// whose manifest cannot be read leaves the route public only, as before these fields.
+fn access(route: &mut RouteConfig, info: Option<&RevisionInfo>) {
+    let Some(Ok(config)) = info.map(|info| &info.config) else {
+        return;
+    };
+    route.public = config.external;
+    route.private = config.internal;
+    route.callers = config.callers.clone();
+    route.cloudflare = config
+        .manifest
+        .spec
+        .network_policies
+        .as_ref()
+        .and_then(|policies| policies.cloudflare)
+        .unwrap_or(false);
 }
 
 /// One service's route in one environment, as [`build_table`] puts it in the table: from its
@@ -101,15 +166,14 @@ fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig
         .iter()
         .max_by_key(|(_, weight)| **weight)
         .and_then(|(name, _)| state.revisions.get(*name));
-    Some(RouteConfig {
-        service: key.0.clone(),
-        env: key.1.clone(),
+    let mut route = RouteConfig {
         domains: state.domains.get(key).cloned().unwrap_or_default(),
         request_timeout_seconds: heaviest.map_or(300.0, |info| info.request_timeout_seconds()),
-        sticky: false,
         revisions,
-        cells: None,
-    })
+        ..RouteConfig::new(key.0.clone(), key.1.clone())
+    };
+    access(&mut route, heaviest.map(|info| &**info));
+    Some(route)
 }
 
 fn revision(
@@ -161,5 +225,184 @@ fn revision(
         protocol: info.map_or(Protocol::Http1, |info| info.protocol()),
         failing,
         instances,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use runway_driver::Replica;
+    use runway_reconciler::RouteWeight;
+
+    use super::*;
+
+    /// A revision of `service` in `env` whose manifest's spec has `spec` besides a port.
+    fn info(service: &str, env: &str, spec: serde_json::Value) -> Arc<RevisionInfo> {
+        let mut manifest = serde_json::json!({
+            "apiVersion": "runway/v1",
+            "kind": "RunwayService",
+            "metadata": {"name": service},
+            "spec": {"container_port": 8080},
+        });
+        if let (Some(base), Some(extra)) = (manifest["spec"].as_object_mut(), spec.as_object()) {
+            base.extend(extra.clone());
+        }
+        Arc::new(RevisionInfo::new(runway_store::Revision {
+            id: 1,
+            service: service.to_owned(),
+            env: env.to_owned(),
+            number: 1,
+            name: format!("{service}-{env}-00001"),
+            manifest,
+            artifact: serde_json::json!({"image": "example.test/app@sha256:00"}),
+            env_vars: BTreeMap::new(),
+            secret_versions: BTreeMap::new(),
+            created_by: "test".to_owned(),
+            created_at: runway_store::Timestamp::now(),
+        }))
+    }
+
+    fn replica(revision: &str, suffix: &str, phase: Phase, address: &str) -> Replica {
+        Replica {
+            id: format!("{revision}-{suffix}"),
+            service: None,
+            revision: Some(revision.to_owned()),
+            managed: true,
+            phase,
+            ready: phase == Phase::Running,
+            address: Some(address.parse().unwrap()),
+            restarts: 0,
+            consecutive_failures: 0,
+            started_at_ms: None,
+            next_start_at_ms: None,
+            message: String::new(),
+            warning: None,
+            last_exit: None,
+        }
+    }
+
+    /// A state with one service per `(service, env, spec, instances)`, each served whole by
+    /// its one revision.
+    fn state(services: &[(&str, &str, serde_json::Value, Vec<(&str, Phase, &str)>)]) -> State {
+        let mut state = State::default();
+        for (service, env, spec, instances) in services {
+            let info = info(service, env, spec.clone());
+            let name = info.record.name.clone();
+            let key: Key = ((*service).to_owned(), (*env).to_owned());
+            state.known.insert(key.clone());
+            state.services.insert(
+                key,
+                ServiceState {
+                    routes: vec![RouteWeight::new(name.clone(), 100)],
+                    instances: instances
+                        .iter()
+                        .map(|(suffix, phase, address)| replica(&name, suffix, *phase, address))
+                        .collect(),
+                    ..ServiceState::default()
+                },
+            );
+            state.revisions.insert(name, info);
+        }
+        state
+    }
+
+    /// A route's listeners and callers come from its serving revision's manifest; one without
+    /// those fields is public only, as before them.
+    #[test]
+    fn routes_carry_who_reaches_them() {
+        let state = state(&[
+            (
+                "api",
+                "prod",
+                serde_json::json!({
+                    "load_balancing": {
+                        "external_load_balancer": {"enabled": false},
+                        "internal_load_balancer": {"enabled": true},
+                    },
+                }),
+                vec![],
+            ),
+            (
+                "billing",
+                "prod",
+                serde_json::json!({"workload": {"callers": ["api", "web/prod"]}}),
+                vec![],
+            ),
+            (
+                "web",
+                "prod",
+                serde_json::json!({"network_policies": {"cloudflare": true}}),
+                vec![],
+            ),
+            ("plain", "prod", serde_json::json!({}), vec![]),
+        ]);
+        let table = build_table(&state, "example.test", &[], &[]);
+        let route = |service: &str| {
+            let route = table
+                .routes
+                .iter()
+                .find(|route| route.service == service)
+                .unwrap();
+            (
+                route.public,
+                route.private,
+                route.callers.clone(),
+                route.cloudflare,
+            )
+        };
+        assert_eq!(route("api"), (false, true, vec![], false));
+        assert_eq!(
+            route("billing"),
+            (
+                true,
+                true,
+                vec!["api".to_owned(), "web/prod".to_owned()],
+                false
+            )
+        );
+        assert_eq!(route("web"), (true, false, vec![], true));
+        assert_eq!(route("plain"), (true, false, vec![], false));
+        runway_ingress::Ingress::new(runway_ingress::Options::default())
+            .set_routes(&table)
+            .unwrap();
+    }
+
+    /// Every live instance with an address is a caller, by its address; an ended one is not,
+    /// and an address two services claim is nobody's.
+    #[test]
+    fn the_table_names_every_instance_by_address() {
+        let state = state(&[
+            (
+                "api",
+                "prod",
+                serde_json::json!({}),
+                vec![
+                    ("aaaaaa", Phase::Running, "10.213.0.6:8080"),
+                    ("bbbbbb", Phase::Starting, "10.213.0.10:8080"),
+                    ("cccccc", Phase::Stopped, "10.213.0.14:8080"),
+                    ("dddddd", Phase::Running, "10.213.0.18:8080"),
+                ],
+            ),
+            (
+                "worker",
+                "dev",
+                serde_json::json!({}),
+                vec![
+                    ("eeeeee", Phase::Running, "10.213.0.22:8080"),
+                    ("ffffff", Phase::Running, "10.213.0.18:9090"),
+                ],
+            ),
+        ]);
+        let table = build_table(&state, "example.test", &[], &[]);
+        let expected: BTreeMap<IpAddr, String> = [
+            ("10.213.0.6", "api/prod"),
+            ("10.213.0.10", "api/prod"),
+            ("10.213.0.22", "worker/dev"),
+        ]
+        .into_iter()
+        .map(|(address, name)| (address.parse().unwrap(), name.to_owned()))
+        .collect();
+        assert_eq!(table.callers, expected);
     }
 }

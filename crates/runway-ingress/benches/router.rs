@@ -84,6 +84,10 @@ fn main() {
             }],
         }],
         cells: None,
+        public: true,
+        private: false,
+        callers: Vec::new(),
+        cloudflare: false,
     }));
     let topology = StaticTopology::parse(
         Path::new("topology"),
@@ -102,6 +106,7 @@ fn main() {
             topology,
             topology_service: None,
         }),
+        ..RouteConfig::new("router", "cells")
     }));
 
     let client = tokio::runtime::Builder::new_multi_thread()

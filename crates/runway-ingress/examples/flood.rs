@@ -215,6 +215,10 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
                 }],
             }],
             cells: None,
+            public: true,
+            private: false,
+            callers: Vec::new(),
+            cloudflare: false,
         }],
         ..RouteTableConfig::default()
     })?;

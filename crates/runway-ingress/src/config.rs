@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +32,12 @@ pub struct RouteTableConfig {
     /// The ACME challenges being answered now.
     #[serde(default, skip_serializing_if = "AcmeChallenges::is_empty")]
     pub acme: AcmeChallenges,
+    /// Who each instance of the platform is, by its address: `service/env` for every instance
+    /// that has an address of its own, workers too. On the private listener a request from
+    /// an address not here is refused, and one from an address here is stamped
+    /// `Runway-Caller: service/env`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub callers: BTreeMap<IpAddr, String>,
 }
 
 impl Default for RouteTableConfig {
@@ -42,9 +48,14 @@ impl Default for RouteTableConfig {
             routes: Vec::new(),
             certificates: Vec::new(),
             acme: AcmeChallenges::default(),
+            callers: BTreeMap::new(),
         }
     }
 }
+
+/// The domain of private names: `<service>.<env>.internal`, served on the private listener
+/// alone.
+pub const PRIVATE_DOMAIN: &str = "internal";
 
 /// A certificate for some names, served by SNI (see [`RouteTableConfig::certificates`]). Its
 /// names are lower-case DNS names (`*.example.com` for a wildcard), each covered by the
@@ -304,6 +315,62 @@ pub struct RouteConfig {
     /// and the topology place it in (`runway router`). A route with cells has no revisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cells: Option<CellsConfig>,
+    /// Served on the public listeners (upstream's `external_load_balancer.enabled`): when
+    /// false, its public name, tag hosts and custom domains answer 404.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub public: bool,
+    /// Served on the private listener as `<service>.<env>.internal` (and its tags'
+    /// `<tag>---<service>.<env>.internal`), to the platform's own instances.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
+    /// Who may call the private name: `service` (any of its environments) or `service/env`;
+    /// empty, any instance of the platform.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<String>,
+    /// Public clients only from the operator's Cloudflare ranges (upstream's
+    /// `network_policies.cloudflare`): any other peer gets 403.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cloudflare: bool,
+}
+
+impl RouteConfig {
+    /// A route for `service` in `env` with no revision, public only, as most are.
+    pub fn new(service: impl Into<String>, env: impl Into<String>) -> Self {
+        Self {
+            service: service.into(),
+            env: env.into(),
+            domains: Vec::new(),
+            request_timeout_seconds: default_request_timeout_seconds(),
+            sticky: false,
+            revisions: Vec::new(),
+            cells: None,
+            public: true,
+            private: false,
+            callers: Vec::new(),
+            cloudflare: false,
+        }
+    }
+
+    /// Whether `caller` (`service/env`) may call this route's private name.
+    pub fn admits(&self, caller: &str) -> bool {
+        admits(&self.callers, caller)
+    }
+}
+
+/// Whether an entry of `callers` (`service` or `service/env`; none: everyone) names `caller`
+/// (`service/env`).
+pub(crate) fn admits(callers: &[String], caller: &str) -> bool {
+    callers.is_empty()
+        || callers.iter().any(|entry| {
+            entry == caller
+                || caller
+                    .split_once('/')
+                    .is_some_and(|(service, _)| service == entry)
+        })
+}
+
+fn is_true(value: &bool) -> bool {
+    *value
 }
 
 /// A cell-routed route: GitLab's HTTP router rules (as its rule file holds them) and the
@@ -512,9 +579,41 @@ impl RouteTableConfig {
                 format!("domain {:?} is not a host name", self.domain),
             ));
         }
+        if self.domain == PRIVATE_DOMAIN || self.domain.ends_with(".internal") {
+            return Err(invalid(
+                "",
+                format!(
+                    "domain {:?}: `.{PRIVATE_DOMAIN}` names are the private listener's",
+                    self.domain
+                ),
+            ));
+        }
+        for (address, caller) in &self.callers {
+            let well_formed = caller
+                .split_once('/')
+                .is_some_and(|(service, env)| is_label(service) && is_label(env));
+            if !well_formed {
+                return Err(invalid(
+                    "",
+                    format!("callers: {address} is {caller:?}, not `service/env`"),
+                ));
+            }
+        }
         let mut hosts: BTreeMap<String, String> = BTreeMap::new();
         for route in &self.routes {
             let id = format!("{}.{}", route.service, route.env);
+            for entry in &route.callers {
+                let well_formed = match entry.split_once('/') {
+                    Some((service, env)) => is_label(service) && is_label(env),
+                    None => is_label(entry),
+                };
+                if !well_formed {
+                    return Err(invalid(
+                        &id,
+                        format!("callers: {entry:?} is not `service` or `service/env`"),
+                    ));
+                }
+            }
             for (what, label) in [("service", &route.service), ("env", &route.env)] {
                 if !is_label(label) || label.contains("---") {
                     return Err(invalid(
@@ -644,6 +743,15 @@ impl RouteTableConfig {
                         format!("custom domain {domain:?} is not a host name"),
                     ));
                 }
+                if host.ends_with(".internal") {
+                    return Err(invalid(
+                        &id,
+                        format!(
+                            "custom domain {domain:?}: `.{PRIVATE_DOMAIN}` names are the \
+                             private listener's"
+                        ),
+                    ));
+                }
                 claim(host)?;
             }
             for rev in &route.revisions {
@@ -696,6 +804,10 @@ mod tests {
                 domains: vec![],
                 request_timeout_seconds: 30.0,
                 sticky: false,
+                public: true,
+                private: false,
+                callers: Vec::new(),
+                cloudflare: false,
                 revisions: weights
                     .iter()
                     .enumerate()

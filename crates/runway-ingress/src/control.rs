@@ -107,6 +107,19 @@ pub struct Listen {
     /// (`DOMAIN[,DOMAIN...]:CERT.pem:KEY.pem`): served before any the table carries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub certificates: Vec<String>,
+    /// The private listener, which only instances reach (`--private-listen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<SocketAddr>,
+    /// The instances' resolver, UDP and TCP (`--dns-listen`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<SocketAddr>,
+    /// Where it forwards what is not the platform's (`--dns-upstream`); empty,
+    /// `/etc/resolv.conf`'s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dns_upstreams: Vec<SocketAddr>,
+    /// The operator's Cloudflare ranges file (`--cloudflare-ranges`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloudflare_ranges: Option<std::path::PathBuf>,
 }
 
 /// What went wrong talking to an ingress.

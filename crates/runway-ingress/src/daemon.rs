@@ -8,7 +8,7 @@
 //! ports before the ingress it replaces stops accepting.
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -98,7 +98,28 @@ pub struct Args {
     /// Seconds in-flight requests get to finish on SIGTERM, SIGINT or a `stop` request.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
+    /// Serve the platform's own instances here (plain HTTP/1.1 and h2c): routes that are
+    /// private, at `<service>.<env>.internal`, to the callers each admits, with
+    /// `Runway-Caller` set. Bound with IP_FREEBIND: the address need not exist yet.
+    #[arg(long, value_name = "ADDRESS")]
+    pub private_listen: Option<SocketAddr>,
+    /// Answer instances' DNS here (UDP and TCP): private names with --private-listen's
+    /// address, other `.internal` names NXDOMAIN, the rest forwarded to --dns-upstream.
+    #[arg(long, value_name = "ADDRESS", requires = "private_listen")]
+    pub dns_listen: Option<SocketAddr>,
+    /// A resolver to forward other queries to (repeatable; tried in order). Default: the
+    /// `nameserver` lines of /etc/resolv.conf, port 53.
+    #[arg(long = "dns-upstream", value_name = "ADDRESS", requires = "dns_listen")]
+    pub dns_upstreams: Vec<SocketAddr>,
+    /// The operator's Cloudflare ranges (one CIDR a line, `#` comments), which routes that
+    /// admit only Cloudflare admit; read again when it changes. Without it, such routes
+    /// refuse every client.
+    #[arg(long, value_name = "FILE")]
+    pub cloudflare_ranges: Option<PathBuf>,
 }
+
+/// How often the Cloudflare ranges file is checked for a change.
+const CLOUDFLARE_POLL: Duration = Duration::from_secs(5);
 
 fn parse_certificate(value: &str) -> Result<CertificateFiles, String> {
     let mut parts = value.splitn(3, ':');
@@ -130,6 +151,124 @@ pub fn main(args: Args) -> anyhow::Result<()> {
 fn reuse_port_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = reuse_port_socket(address)?;
     socket.listen(1024)
+}
+
+/// A socket for an address that may not exist yet (the platform address, made by the
+/// runtime): IP_FREEBIND, and `SO_REUSEPORT` so a replacement shares it.
+fn freebind_socket(address: SocketAddr, kind: socket2::Type) -> std::io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(address), kind, None)?;
+    if address.is_ipv4() {
+        socket.set_freebind_v4(true)?;
+    } else {
+        socket.set_freebind_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    Ok(socket)
+}
+
+fn freebind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = freebind_socket(address, socket2::Type::STREAM)?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
+}
+
+fn freebind_udp(address: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
+    let socket = freebind_socket(address, socket2::Type::DGRAM)?;
+    tokio::net::UdpSocket::from_std(socket.into())
+}
+
+/// The instances' listeners, each logged and left out when it cannot be had: they never stop
+/// the public ones. Returns the addresses bound.
+fn serve_instances(
+    ingress: &Ingress,
+    args: &Args,
+    stopped: &watch::Receiver<bool>,
+) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let Some(private) = args.private_listen else {
+        return (None, None);
+    };
+    let until = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let private_bound = match freebind_listener(private) {
+        Ok(listener) => {
+            let bound = listener.local_addr().ok();
+            let (ingress, stopped) = (ingress.clone(), stopped.clone());
+            tokio::spawn(async move {
+                if let Err(error) = ingress.serve_private(listener, until(stopped)).await {
+                    tracing::error!(%error, "the private listener (--private-listen) stopped");
+                }
+            });
+            bound
+        }
+        Err(error) => {
+            tracing::error!(
+                address = %private,
+                %error,
+                "cannot listen on --private-listen; instances cannot call private names"
+            );
+            return (None, None);
+        }
+    };
+    let Some(dns) = args.dns_listen else {
+        return (private_bound, None);
+    };
+    let IpAddr::V4(answer) = private_bound.unwrap_or(private).ip() else {
+        tracing::error!(
+            "--dns-listen answers private names with --private-listen's address, which must be \
+             IPv4; no DNS served"
+        );
+        return (private_bound, None);
+    };
+    let mut upstreams = if args.dns_upstreams.is_empty() {
+        crate::dns::system_upstreams()
+    } else {
+        args.dns_upstreams.clone()
+    };
+    // Never itself: a query would go round.
+    upstreams.retain(|upstream| *upstream != dns);
+    if upstreams.is_empty() {
+        tracing::warn!(
+            "no DNS upstream (--dns-upstream, or nameserver lines in /etc/resolv.conf): \
+             names other than the platform's get SERVFAIL"
+        );
+    }
+    let resolver = crate::dns::Dns::new(
+        ingress.clone(),
+        crate::dns::DnsOptions::new(answer, upstreams),
+    );
+    let sockets = freebind_udp(dns).and_then(|udp| Ok((udp, freebind_listener(dns)?)));
+    match sockets {
+        Ok((udp, tcp)) => {
+            let bound = udp.local_addr().ok();
+            for serve in [
+                tokio::spawn(Arc::clone(&resolver).serve_udp(udp)),
+                tokio::spawn(resolver.serve_tcp(tcp)),
+            ] {
+                let stopped = stopped.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        ended = serve => if let Ok(Err(error)) = ended {
+                            tracing::error!(%error, "the DNS server (--dns-listen) stopped");
+                        },
+                        () = until(stopped) => {}
+                    }
+                });
+            }
+            (private_bound, bound)
+        }
+        Err(error) => {
+            tracing::error!(
+                address = %dns,
+                %error,
+                "cannot listen on --dns-listen; instances have no resolver"
+            );
+            (private_bound, None)
+        }
+    }
 }
 
 fn reuse_port_socket(address: SocketAddr) -> std::io::Result<TcpSocket> {
@@ -212,6 +351,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if waiting {
         ingress.set_waiting();
     }
+    if let Some(path) = &args.cloudflare_ranges {
+        // Read now, so the first requests have them; a bad file is logged and refuses every
+        // Cloudflare route's client until it is fixed.
+        match crate::cloudflare::load(path) {
+            Ok(ranges) => ingress.set_cloudflare_ranges(ranges),
+            Err(error) => tracing::error!(
+                error = runway_log::chain(&error),
+                "--cloudflare-ranges: Cloudflare routes refuse every client until the file \
+                 can be used"
+            ),
+        }
+    }
 
     let redirect = args.https.is_some() && !args.no_redirect;
     let certificates: Vec<String> = args
@@ -225,6 +376,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         admin: args.admin,
         redirect,
         certificates: certificates.clone(),
+        private: args.private_listen,
+        dns: args.dns_listen,
+        dns_upstreams: args.dns_upstreams.clone(),
+        cloudflare_ranges: args.cloudflare_ranges.clone(),
     };
     let old = |pick: fn(&Listen) -> Option<SocketAddr>| {
         replaced
@@ -273,15 +428,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(socket) => Some(socket.local_addr()?),
         None => None,
     };
+    let (stop, stopped) = watch::channel(false);
+    let (private_bound, dns_bound) = serve_instances(&ingress, &args, &stopped);
+    let cloudflare_watch = args
+        .cloudflare_ranges
+        .clone()
+        .map(|path| ingress.watch_cloudflare_ranges(path, CLOUDFLARE_POLL));
     let bound = Listen {
         http: http_bound,
         https: https_bound,
         admin: admin.local_addr()?,
         redirect,
         certificates,
+        private: private_bound,
+        dns: dns_bound,
+        dns_upstreams: args.dns_upstreams.clone(),
+        cloudflare_ranges: args.cloudflare_ranges.clone(),
     };
 
-    let (stop, stopped) = watch::channel(false);
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
@@ -486,6 +650,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(dir) = &state_dir {
         remove_pid_if_ours(dir);
     }
+    if let Some(watch) = cloudflare_watch {
+        watch.abort();
+    }
     drop(held_ports);
     tracing::info!("stopped");
     match failed {
@@ -644,7 +811,29 @@ fn describe(listen: &Listen) -> String {
         String::new()
     } else {
         format!(", certificates {}", listen.certificates.join(" "))
-    }
+    } + &listen
+        .private
+        .map(|private| format!(", private {private}"))
+        .unwrap_or_default()
+        + &listen
+            .dns
+            .map(|dns| format!(", dns {dns}"))
+            .unwrap_or_default()
+        + &if listen.dns_upstreams.is_empty() {
+            String::new()
+        } else {
+            let upstreams: Vec<String> = listen
+                .dns_upstreams
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            format!(" (upstreams {})", upstreams.join(" "))
+        }
+        + &listen
+            .cloudflare_ranges
+            .as_ref()
+            .map(|path| format!(", cloudflare ranges {}", path.display()))
+            .unwrap_or_default()
 }
 
 /// Starts an ingress in a session of its own and waits until it answers on its socket.
@@ -685,6 +874,18 @@ async fn start(
     }
     for certificate in &launch.listen.certificates {
         command.arg("--certificate").arg(certificate);
+    }
+    if let Some(private) = launch.listen.private {
+        command.arg("--private-listen").arg(private.to_string());
+    }
+    if let Some(dns) = launch.listen.dns {
+        command.arg("--dns-listen").arg(dns.to_string());
+    }
+    for upstream in &launch.listen.dns_upstreams {
+        command.arg("--dns-upstream").arg(upstream.to_string());
+    }
+    if let Some(path) = &launch.listen.cloudflare_ranges {
+        command.arg("--cloudflare-ranges").arg(path);
     }
     if replacing {
         command.arg("--replacing");

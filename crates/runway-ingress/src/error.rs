@@ -1,5 +1,6 @@
 //! The crate's errors, and the one place a proxy error becomes an HTTP response.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use bytes::Bytes;
@@ -56,6 +57,17 @@ pub enum ProxyError {
     BodyTimeout { timeout_ms: u64 },
     #[error("no route for host {host}")]
     NoRoute { host: String },
+    #[error("{address} is no instance of the platform")]
+    UnknownCaller { address: std::net::IpAddr },
+    #[error("caller {caller} is not among {host}'s callers")]
+    CallerRefused { caller: String, host: String },
+    #[error("{address} is not in the Cloudflare ranges, and {host} admits only those")]
+    NotCloudflare {
+        address: std::net::IpAddr,
+        host: String,
+    },
+    #[error("{host} admits only Cloudflare's addresses, and the platform has no Cloudflare ranges")]
+    NoCloudflareRanges { host: String },
     #[error("service at {host} has no revision serving")]
     NotServing { host: String },
     #[error("revision {revision} fails to start")]
@@ -93,6 +105,10 @@ impl ProxyError {
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::NoRoute { .. } => StatusCode::NOT_FOUND,
+            Self::UnknownCaller { .. }
+            | Self::CallerRefused { .. }
+            | Self::NotCloudflare { .. }
+            | Self::NoCloudflareRanges { .. } => StatusCode::FORBIDDEN,
             Self::NotServing { .. }
             | Self::RevisionFailing { .. }
             | Self::NoReadyInstance { .. }
@@ -113,6 +129,10 @@ impl ProxyError {
             Self::BodyTooLarge => Some("body_too_large"),
             Self::BodyBroken { .. } => Some("body_broken"),
             Self::BodyTimeout { .. } => Some("body_timeout"),
+            Self::UnknownCaller { .. } => Some("unknown_caller"),
+            Self::CallerRefused { .. } => Some("caller_refused"),
+            Self::NotCloudflare { .. } => Some("not_cloudflare"),
+            Self::NoCloudflareRanges { .. } => Some("no_cloudflare_ranges"),
             Self::NoRoute { .. }
             | Self::NotServing { .. }
             | Self::RevisionFailing { .. }
@@ -125,9 +145,31 @@ impl ProxyError {
         }
     }
 
-    /// A short body for the client, which names no instance, address or internal cause.
-    pub fn public_message(&self) -> &'static str {
-        match self {
+    /// A short body for the client, which names no instance or internal cause (a refused
+    /// caller is told who it was taken for, and a peer its own address).
+    pub fn public_message(&self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Self::UnknownCaller { address } => {
+                return Cow::Owned(format!(
+                    "{address} is no instance of this platform: the private listener serves \
+                     the platform's own instances only\n"
+                ));
+            }
+            Self::CallerRefused { caller, .. } => {
+                return Cow::Owned(format!(
+                    "caller {caller} may not call this service: it is not among its callers\n"
+                ));
+            }
+            Self::NotCloudflare { address, .. } => {
+                return Cow::Owned(format!(
+                    "this service admits only clients coming through Cloudflare, and {address} \
+                     is not in Cloudflare's ranges\n"
+                ));
+            }
+            Self::NoCloudflareRanges { .. } => {
+                "this service admits only clients coming through Cloudflare, and the platform \
+                 has no Cloudflare ranges configured (ingress.cloudflare_ranges_file)\n"
+            }
             Self::MissingHost => "request has no host\n",
             Self::AmbiguousHost => "request names more than one host\n",
             Self::Misdirected { .. } => "this connection is for another host\n",
@@ -147,15 +189,17 @@ impl ProxyError {
             }
             Self::Timeout { .. } => "service did not answer in time\n",
             Self::Connect { .. } | Self::Upstream { .. } => "service failed to answer\n",
-        }
+        })
     }
 }
 
 /// The one function that turns a [`ProxyError`] into the client's response.
 pub fn error_response(error: &ProxyError, request_id: &HeaderValue) -> Response<ProxyBody> {
-    let mut response = Response::new(ProxyBody::full(Bytes::from_static(
-        error.public_message().as_bytes(),
-    )));
+    let body = match error.public_message() {
+        Cow::Borrowed(text) => Bytes::from_static(text.as_bytes()),
+        Cow::Owned(text) => Bytes::from(text),
+    };
+    let mut response = Response::new(ProxyBody::full(body));
     *response.status_mut() = error.status();
     let headers = response.headers_mut();
     headers.insert(

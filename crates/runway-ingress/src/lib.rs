@@ -15,11 +15,13 @@
 
 mod body;
 mod cells;
+pub mod cloudflare;
 pub mod config;
 mod connection;
 pub mod control;
 pub mod control_tls;
 pub mod daemon;
+pub mod dns;
 pub mod error;
 pub mod fleet;
 pub mod limits;
@@ -50,7 +52,7 @@ pub use error::{ConfigError, ProxyError};
 pub use limits::raise_fd_limit;
 pub use log::AccessRecord;
 pub use metrics::{Metrics, RevisionSnapshot, RevisionStats};
-pub use proxy::X_REQUEST_ID;
+pub use proxy::{CF_CONNECTING_IP, RUNWAY_CALLER, X_REQUEST_ID};
 pub use server::Tls;
 pub use table::{Instance, Revision, Route, ScaleUp, Table};
 pub use tls::{CertificateFiles, LocalCa, TlsError, TlsOptions};
@@ -121,6 +123,8 @@ pub(crate) struct Shared {
     /// What `/readyz` answers: false while an ingress fed over the network waits for its
     /// first table (see [`Ingress::set_waiting`]).
     pub(crate) ready: std::sync::atomic::AtomicBool,
+    /// The operator's Cloudflare ranges, for routes that admit only Cloudflare.
+    pub(crate) cloudflare: Arc<cloudflare::Cloudflare>,
 }
 
 /// The ingress: a route table, its live state, and the servers that use it.
@@ -159,6 +163,7 @@ impl Ingress {
                 options,
                 access_log,
                 ready: std::sync::atomic::AtomicBool::new(true),
+                cloudflare: Arc::default(),
             }),
         }
     }
@@ -184,6 +189,37 @@ impl Ingress {
         self.shared
             .ready
             .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Sets the Cloudflare ranges that routes with `cloudflare: true` admit (until this is
+    /// called or [`Ingress::watch_cloudflare_ranges`] reads a file, such routes refuse every
+    /// client: the platform has none).
+    pub fn set_cloudflare_ranges(&self, ranges: cloudflare::Ranges) {
+        self.shared.cloudflare.set(ranges);
+    }
+
+    /// Reads the Cloudflare ranges from `path` now and whenever it changes (checked every
+    /// `period`), until the returned task is aborted; a bad file keeps the last good list and
+    /// is logged with its line. Must be called inside a tokio runtime.
+    pub fn watch_cloudflare_ranges(
+        &self,
+        path: std::path::PathBuf,
+        period: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        // Configured: fail closed (an empty list) until the file gives one.
+        if self.shared.cloudflare.ranges().is_none() {
+            self.shared.cloudflare.set(cloudflare::Ranges::default());
+        }
+        tokio::spawn(cloudflare::watch(
+            Arc::clone(&self.shared.cloudflare),
+            path,
+            period,
+        ))
+    }
+
+    /// The Cloudflare ranges in force; none when no file is configured.
+    pub fn cloudflare_ranges(&self) -> Option<Arc<cloudflare::Ranges>> {
+        self.shared.cloudflare.ranges()
     }
 
     /// The current table.

@@ -3,7 +3,7 @@
 //! [`crate::error::error_response`].
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,6 +27,11 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+/// Who called, on the private listener: `service/env`, set by the ingress alone.
+pub const RUNWAY_CALLER: HeaderName = HeaderName::from_static("runway-caller");
+/// The client's address as Cloudflare saw it: passed on only for a Cloudflare route, whose
+/// peers are all Cloudflare's.
+pub const CF_CONNECTING_IP: HeaderName = HeaderName::from_static("cf-connecting-ip");
 
 /// Headers that describe one connection, never forwarded (RFC 9110 section 7.6.1).
 const HOP_BY_HOP: [HeaderName; 8] = [
@@ -44,6 +49,10 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
     pub(crate) tls: bool,
+    /// The client's address (the TCP peer).
+    pub(crate) address: IpAddr,
+    /// On the private listener: the client is an instance, and `.internal` names are served.
+    pub(crate) private: bool,
     /// The client's address as a header value, made once per connection.
     pub(crate) ip: HeaderValue,
     /// The TLS server name the client asked for (lower case), if any.
@@ -63,10 +72,18 @@ impl Peer {
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         Self {
             tls,
+            address: address.ip().to_canonical(),
+            private: false,
             ip,
             sni: sni.map(|name| Arc::from(name.to_ascii_lowercase())),
             linger,
         }
+    }
+
+    /// The same peer, on the private listener.
+    pub(crate) fn private(mut self) -> Self {
+        self.private = true;
+        self
     }
 }
 
@@ -296,7 +313,11 @@ async fn proxy(
     // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
     let upgrade = upgrade_protocol(&request);
     let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
-    let (route, weighed) = resolve(shared, &host, request.headers())?;
+    let Resolved {
+        route,
+        revision: weighed,
+        caller,
+    } = resolve(shared, peer, &host, request.headers())?;
     let (revision, cell) = match (&route.cells, weighed) {
         (Some(cells), _) => {
             // Cell routing reads rules (and perhaps the body's first bytes): off the usual
@@ -321,6 +342,7 @@ async fn proxy(
     if request.body().size_hint().lower() > shared.options.max_body_bytes as u64 {
         return Err(ProxyError::BodyTooLarge);
     }
+    let cloudflare = route.cloudflare && !peer.private;
     let set_cookie = route
         .sticky
         .then(|| sticky_set_cookie(request.headers(), &revision.name))
@@ -338,7 +360,7 @@ async fn proxy(
     };
     let (instance, revision, deadline) = match picked {
         Some(instance) => (instance, revision, start + route.request_timeout),
-        None => Box::pin(acquire(shared, &host, route, revision, start, chosen)).await?,
+        None => Box::pin(acquire(shared, peer, &host, route, revision, start, chosen)).await?,
     };
     revision.metrics.in_flight.inc();
     if let Some(record) = record {
@@ -349,7 +371,9 @@ async fn proxy(
         revision: Arc::clone(&revision),
         instance: Some(instance),
     };
-    let mut upstream_request = upstream_request(request, peer, &host, context.id, upgrade.as_ref());
+    let stamp = Stamp { caller, cloudflare };
+    let mut upstream_request =
+        upstream_request(request, peer, &host, context.id, upgrade.as_ref(), stamp);
     drop(host);
     if let Some(cell) = &cell {
         mark_cell_request(upstream_request.headers_mut(), cell);
@@ -462,21 +486,59 @@ fn misdirected(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyErro
     Ok(())
 }
 
-/// The route for `host`, and its revision: the tag's, else the sticky cookie's (when the
-/// route has sticky sessions and that revision still gets traffic), else one chosen by
-/// weight; none for a cell-routed route, whose rules choose.
+/// What [`resolve`] found: the route, its revision (none for a cell-routed route, whose rules
+/// choose), and on the private listener the caller's `Runway-Caller`.
+struct Resolved {
+    route: Arc<Route>,
+    revision: Option<Arc<Revision>>,
+    caller: Option<HeaderValue>,
+}
+
+/// The route for `host` on the peer's listener, and its revision: the tag's, else the sticky
+/// cookie's (when the route has sticky sessions and that revision still gets traffic), else
+/// one chosen by weight; none for a cell-routed route, whose rules choose.
+///
+/// On the private listener, the peer must be an instance of the platform that the route's
+/// callers admit; on the public ones, a Cloudflare route's peer must be in Cloudflare's
+/// ranges. Neither costs a public request of any other route more than a field's read.
 fn resolve(
     shared: &Shared,
+    peer: &Peer,
     host: &str,
     headers: &HeaderMap,
-) -> Result<(Arc<Route>, Option<Arc<Revision>>), ProxyError> {
+) -> Result<Resolved, ProxyError> {
     let table = shared.routes.load_guard();
-    let target = table.resolve(host).ok_or_else(|| ProxyError::NoRoute {
+    let no_route = || ProxyError::NoRoute {
         host: host.to_owned(),
-    })?;
+    };
+    let (target, caller) = if peer.private {
+        let caller = table
+            .caller(peer.address)
+            .ok_or(ProxyError::UnknownCaller {
+                address: peer.address,
+            })?;
+        let target = table.resolve_private(host).ok_or_else(no_route)?;
+        if !crate::config::admits(&target.route.callers, &caller.name) {
+            return Err(ProxyError::CallerRefused {
+                caller: caller.name.clone(),
+                host: host.to_owned(),
+            });
+        }
+        (target, Some(caller.header.clone()))
+    } else {
+        let target = table.resolve(host).ok_or_else(no_route)?;
+        if target.route.cloudflare {
+            cloudflare_admits(shared, peer, host)?;
+        }
+        (target, None)
+    };
     let route = &target.route;
     if route.cells.is_some() {
-        return Ok((Arc::clone(route), None));
+        return Ok(Resolved {
+            route: Arc::clone(route),
+            revision: None,
+            caller,
+        });
     }
     // The cookie is read only for a route with sticky sessions.
     let sticky = || {
@@ -496,7 +558,26 @@ fn resolve(
             })?),
         },
     };
-    Ok((Arc::clone(route), Some(revision)))
+    Ok(Resolved {
+        route: Arc::clone(route),
+        revision: Some(revision),
+        caller,
+    })
+}
+
+/// A Cloudflare route's peer is in the operator's Cloudflare ranges; with no ranges
+/// configured, no peer is (fail closed).
+fn cloudflare_admits(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyError> {
+    match shared.cloudflare.ranges() {
+        None => Err(ProxyError::NoCloudflareRanges {
+            host: host.to_owned(),
+        }),
+        Some(ranges) if !ranges.contains(peer.address) => Err(ProxyError::NotCloudflare {
+            address: peer.address,
+            host: host.to_owned(),
+        }),
+        Some(_) => Ok(()),
+    }
 }
 
 /// The cell a request goes to, by the route's rules: on its headers, cookies and path, and
@@ -638,6 +719,7 @@ impl Drop for Waiting<'_> {
 /// table dropped the first meanwhile) and the request's deadline.
 async fn acquire(
     shared: &Shared,
+    peer: &Peer,
     host: &str,
     route: Arc<Route>,
     revision: Arc<Revision>,
@@ -729,7 +811,11 @@ async fn acquire(
             None if !rerouted => {
                 // The table dropped this revision while we waited: choose again, once.
                 rerouted = true;
-                let (new_route, new_revision) = resolve(shared, host, &HeaderMap::new())?;
+                let Resolved {
+                    route: new_route,
+                    revision: new_revision,
+                    ..
+                } = resolve(shared, peer, host, &HeaderMap::new())?;
                 // A cell's revision is not chosen again: its cell left the topology.
                 let new_revision = new_revision.ok_or_else(|| ProxyError::NotServing {
                     host: host.to_owned(),
@@ -777,11 +863,21 @@ struct Stripped {
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) -> Stripped {
+    strip_headers(headers, false)
+}
+
+/// [`strip_hop_by_hop`], and for a request also what only the ingress may say
+/// (`Runway-Caller`, `CF-Connecting-IP`), in the same walk.
+fn strip_headers(headers: &mut HeaderMap, request: bool) -> Stripped {
     // Most messages carry none of them: find them by walking the few names there are, since
     // every lookup or removal by name hashes it. This runs twice per request.
     let mut present: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| *name == header::UPGRADE || HOP_BY_HOP.contains(name))
+        .filter(|name| {
+            *name == header::UPGRADE
+                || HOP_BY_HOP.contains(name)
+                || request && (*name == RUNWAY_CALLER || *name == CF_CONNECTING_IP)
+        })
         .cloned()
         .collect();
     if present.is_empty() {
@@ -815,15 +911,29 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) -> Stripped {
     }
 }
 
+/// What the ingress vouches for on a request, beyond what every request gets.
+struct Stamp {
+    /// On the private listener: `Runway-Caller`.
+    caller: Option<HeaderValue>,
+    /// A Cloudflare route's request, whose peer is Cloudflare's: its `CF-Connecting-IP` is
+    /// passed on.
+    cloudflare: bool,
+}
+
 /// The request as the instance gets it: origin-form, HTTP/1.1 (HTTP/2 for h2c instances,
 /// in `send_h2c`), hop-by-hop headers stripped, and what the proxy knows added. The client's
 /// `Host` is kept as it came; each header added or replaced is one hashed insert.
+///
+/// `Runway-Caller` and `CF-Connecting-IP` are the ingress's to say: a client's are dropped
+/// in the walk that finds hop-by-hop headers, so a public request pays no lookup for them.
+/// The caller's is set on the private listener; Cloudflare's is kept for a Cloudflare route.
 fn upstream_request(
     request: Request<ClientBody>,
     peer: &Peer,
     host: &Host,
     id: RequestId<'_>,
     upgrade: Option<&HeaderValue>,
+    stamp: Stamp,
 ) -> Request<UpstreamBody> {
     let (mut parts, body) = request.into_parts();
     // HTTP/2's `:authority` (or an absolute-form URI's) becomes `Host`.
@@ -841,8 +951,24 @@ fn upstream_request(
     // Read before stripping: `Connection` may name `Host`, which goes on all the same.
     let from_uri = authority.is_some();
     let forwarded_host = authority.or_else(|| parts.headers.get(header::HOST).cloned());
-    let stripped = strip_hop_by_hop(&mut parts.headers);
+    let connecting_ip = if stamp.cloudflare {
+        parts.headers.get(CF_CONNECTING_IP).cloned()
+    } else {
+        None
+    };
+    let stripped = strip_headers(&mut parts.headers, true);
     let headers = &mut parts.headers;
+    if let Some(caller) = stamp.caller {
+        headers.insert(RUNWAY_CALLER, caller);
+    }
+    if let Some(client) = connecting_ip {
+        // Cloudflare names the client in X-Forwarded-For too; when it did not, the client it
+        // names comes first, as a proxy before Cloudflare would have put it.
+        if !headers.contains_key(X_FORWARDED_FOR) {
+            headers.insert(X_FORWARDED_FOR, client.clone());
+        }
+        headers.insert(CF_CONNECTING_IP, client);
+    }
     // `TE: trailers` is the one TE value that passes (gRPC servers look for it).
     if stripped.te_trailers {
         headers.insert(header::TE, HeaderValue::from_static("trailers"));

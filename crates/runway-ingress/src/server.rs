@@ -68,7 +68,18 @@ impl Ingress {
         listener: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
-        self.accept_loop(listener, None, shutdown).await
+        self.accept_loop(listener, None, false, shutdown).await
+    }
+
+    /// Serves the platform's own instances on `listener` (plain HTTP/1.1 and h2c), the
+    /// private listener: only `<service>.<env>.internal` names, each to the callers its route
+    /// admits, with `Runway-Caller` set; a peer that is no instance of the table is refused.
+    pub async fn serve_private(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        self.accept_loop(listener, None, true, shutdown).await
     }
 
     /// Builds the TLS set-up: operator certificates and the local certificate authority (made
@@ -95,7 +106,7 @@ impl Ingress {
             Arc::clone(&self.shared.metrics),
         ));
         let served = self
-            .accept_loop(listener, Some(tls.acceptor.clone()), shutdown)
+            .accept_loop(listener, Some(tls.acceptor.clone()), false, shutdown)
             .await;
         watcher.abort();
         served
@@ -225,7 +236,7 @@ impl Ingress {
                     let _ = shutdown.wait_for(|stop| *stop).await;
                 };
                 let acceptor = tls.map(|tls| tls.acceptor);
-                ingress.accept_loop(listener, acceptor, stop).await
+                ingress.accept_loop(listener, acceptor, false, stop).await
             });
         }
         while let Some(ended) = served.join_next().await {
@@ -278,6 +289,7 @@ impl Ingress {
         &self,
         listener: TcpListener,
         tls: Option<TlsAcceptor>,
+        private: bool,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let options = &self.shared.options;
@@ -326,10 +338,13 @@ impl Ingress {
                 match tls {
                     None => {
                         let peer = Peer::new(address, false, None, linger);
+                        let peer = if private { peer.private() } else { peer };
                         // Plain HTTP answers the HTTP-01 challenges the table holds; anything
-                        // else (another token too) is the service's.
+                        // else (another token too) is the service's. Not on the private
+                        // listener: no ACME server reaches it.
                         let service = service_fn(move |request: Request<Incoming>| {
                             let answer = http01_token(&request)
+                                .filter(|_| !private)
                                 .and_then(|token| http01_answer(&shared, token));
                             let (shared, peer) = (Arc::clone(&shared), peer.clone());
                             async move {

@@ -11,7 +11,7 @@
 //! from the one before.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -344,6 +344,10 @@ pub struct Route {
     pub revisions: Vec<(u32, Arc<Revision>)>,
     /// Cell routing: the rules and topology that choose among `revisions`.
     pub cells: Option<Arc<crate::cells::CellRouting>>,
+    /// Public clients only from the operator's Cloudflare ranges.
+    pub cloudflare: bool,
+    /// Who may call its private name (`service` or `service/env`); empty, any instance.
+    pub callers: Vec<String>,
 }
 
 impl Route {
@@ -369,10 +373,24 @@ pub(crate) struct Target {
     pub(crate) revision: Option<Arc<Revision>>,
 }
 
+/// An instance of the platform calling on the private listener.
+#[derive(Debug)]
+pub(crate) struct Caller {
+    /// `service/env`.
+    pub(crate) name: String,
+    /// The same, as `Runway-Caller`'s value.
+    pub(crate) header: http::HeaderValue,
+}
+
 /// One immutable route table.
 #[derive(Debug, Default)]
 pub struct Table {
+    /// The public listeners' hosts.
     hosts: HashMap<String, Target>,
+    /// The private listener's: `<service>.<env>.internal` and its tags'.
+    private_hosts: HashMap<String, Target>,
+    /// The platform's instances by address.
+    callers: HashMap<IpAddr, Caller>,
     /// Where a host no route names goes: a route whose domains hold `*`.
     fallback: Option<Target>,
     routes: Vec<Arc<Route>>,
@@ -387,9 +405,29 @@ pub struct Table {
 }
 
 impl Table {
-    /// The route for a host (lower case, without port).
+    /// The route for a host (lower case, without port) on the public listeners. A `.internal`
+    /// name never reaches a route there, not even through `*`.
     pub(crate) fn resolve(&self, host: &str) -> Option<&Target> {
-        self.hosts.get(host).or(self.fallback.as_ref())
+        match self.hosts.get(host) {
+            Some(target) => Some(target),
+            None if host.ends_with(".internal") => None,
+            None => self.fallback.as_ref(),
+        }
+    }
+
+    /// The route for a host on the private listener.
+    pub(crate) fn resolve_private(&self, host: &str) -> Option<&Target> {
+        self.private_hosts.get(host)
+    }
+
+    /// Whether the private listener serves `host` (lower case, no trailing dot).
+    pub fn serves_privately(&self, host: &str) -> bool {
+        self.private_hosts.contains_key(host)
+    }
+
+    /// The instance at `address`, if it is one of the platform's.
+    pub(crate) fn caller(&self, address: IpAddr) -> Option<&Caller> {
+        self.callers.get(&address.to_canonical())
     }
 
     /// Whether some route takes `host`, by name or through `*`.
@@ -592,6 +630,7 @@ impl Routes {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut kept: HashMap<RevisionKey, Arc<Revision>> = HashMap::new();
         let mut hosts = HashMap::new();
+        let mut private_hosts = HashMap::new();
         let mut parents: HashSet<String> = config
             .environments
             .iter()
@@ -653,10 +692,7 @@ impl Routes {
                 }
                 state.instances.store(Arc::new(list));
                 if let Some(tag) = &rev.tag {
-                    tagged.push((
-                        format!("{tag}---{}.{}.{}", rc.service, rc.env, config.domain),
-                        Arc::clone(&state),
-                    ));
+                    tagged.push((tag.clone(), Arc::clone(&state)));
                 }
                 revisions.push((rev.weight, Arc::clone(&state)));
                 kept.insert(key, state);
@@ -690,25 +726,44 @@ impl Routes {
                 sticky: rc.sticky,
                 revisions,
                 cells,
+                cloudflare: rc.cloudflare,
+                callers: rc.callers.clone(),
             });
             let target = |revision| Target {
                 route: Arc::clone(&route),
                 revision,
             };
-            hosts.insert(
-                format!("{}.{}.{}", rc.service, rc.env, config.domain),
-                target(None),
-            );
-            parents.insert(format!("{}.{}", rc.env, config.domain).to_ascii_lowercase());
-            for domain in &rc.domains {
-                if domain == crate::config::ANY_HOST {
-                    fallback = Some(target(None));
-                } else {
-                    hosts.insert(domain.to_ascii_lowercase(), target(None));
+            let private = crate::config::PRIVATE_DOMAIN;
+            if rc.private {
+                private_hosts.insert(format!("{}.{}.{private}", rc.service, rc.env), target(None));
+                for (tag, revision) in &tagged {
+                    private_hosts.insert(
+                        format!("{tag}---{}.{}.{private}", rc.service, rc.env),
+                        target(Some(Arc::clone(revision))),
+                    );
                 }
             }
-            for (host, revision) in tagged {
-                hosts.insert(host, target(Some(revision)));
+            // An environment's parent stays the platform's whether or not this route is
+            // public: its names are answered with a 404, not refused at the handshake.
+            parents.insert(format!("{}.{}", rc.env, config.domain).to_ascii_lowercase());
+            if rc.public {
+                hosts.insert(
+                    format!("{}.{}.{}", rc.service, rc.env, config.domain),
+                    target(None),
+                );
+                for domain in &rc.domains {
+                    if domain == crate::config::ANY_HOST {
+                        fallback = Some(target(None));
+                    } else {
+                        hosts.insert(domain.to_ascii_lowercase(), target(None));
+                    }
+                }
+                for (tag, revision) in tagged {
+                    hosts.insert(
+                        format!("{tag}---{}.{}.{}", rc.service, rc.env, config.domain),
+                        target(Some(revision)),
+                    );
+                }
             }
             routes.push(route);
         }
@@ -731,8 +786,24 @@ impl Routes {
             std::time::Instant::now(),
         );
         let old = std::mem::replace(&mut *registry, kept);
+        let callers = config
+            .callers
+            .iter()
+            .filter_map(|(address, name)| {
+                let header = http::HeaderValue::from_str(name).ok()?;
+                Some((
+                    address.to_canonical(),
+                    Caller {
+                        name: name.clone(),
+                        header,
+                    },
+                ))
+            })
+            .collect();
         self.current.store(Arc::new(Table {
             hosts,
+            private_hosts,
+            callers,
             fallback,
             routes,
             parents,
@@ -798,6 +869,10 @@ mod tests {
                         .collect(),
                 }],
                 cells: None,
+                public: true,
+                private: false,
+                callers: Vec::new(),
+                cloudflare: false,
             }],
             ..RouteTableConfig::default()
         }
@@ -973,6 +1048,10 @@ mod tests {
                             })
                             .collect(),
                         cells: None,
+                        public: true,
+                        private: false,
+                        callers: Vec::new(),
+                        cloudflare: false,
                     })
                     .collect(),
                 ..RouteTableConfig::default()

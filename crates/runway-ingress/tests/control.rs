@@ -97,6 +97,10 @@ fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> Rout
                 }],
             }],
             cells: None,
+            public: true,
+            private: false,
+            callers: Vec::new(),
+            cloudflare: false,
         }],
         ..RouteTableConfig::default()
     }
@@ -119,6 +123,10 @@ async fn serve(dir: &Path) -> (SocketAddr, watch::Receiver<bool>) {
         admin: address,
         redirect: false,
         certificates: Vec::new(),
+        private: None,
+        dns: None,
+        dns_upstreams: Vec::new(),
+        cloudflare_ranges: None,
     };
     let (stop, stopped) = watch::channel(false);
     let state = Arc::new(ControlState::new(

@@ -69,6 +69,10 @@ fn routes(instance: SocketAddr) -> RouteTableConfig {
                 }],
             }],
             cells: None,
+            public: true,
+            private: false,
+            callers: Vec::new(),
+            cloudflare: false,
         }],
         ..RouteTableConfig::default()
     }

@@ -90,6 +90,10 @@ fn table(revision: &str, instance: SocketAddr) -> RouteTableConfig {
                 }],
             }],
             cells: None,
+            public: true,
+            private: false,
+            callers: Vec::new(),
+            cloudflare: false,
         }],
         ..RouteTableConfig::default()
     }

@@ -302,6 +302,10 @@ fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
             sticky: false,
             revisions,
             cells: None,
+            public: true,
+            private: false,
+            callers: Vec::new(),
+            cloudflare: false,
         }],
         ..RouteTableConfig::default()
     }
