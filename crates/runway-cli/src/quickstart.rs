@@ -136,11 +136,14 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     // An isolated example gets a network of its own, when this machine has what makes one.
     if !config.runtime.isolate_processes {
         config.runtime.instance_network = "host".to_owned();
-    } else if let Err(missing) = runway_runtime::network::AddressPool::check_tools() {
+    } else if let Err(missing) = runway_runtime::network::AddressPool::check_tools()
+        .and_then(|()| runway_runtime::firewall::Firewall::check_tools())
+    {
         config.runtime.instance_network = "host".to_owned();
         eprintln!(
             "note: {missing}, so the example shares this machine's network instead of having \
-             its own as on `runway server` (apt-get install iproute2)"
+             its own behind the platform's firewall as on `runway server` (apt-get install \
+             iproute2 nftables)"
         );
     }
     // The platform's own log lines (its servers', its ingress's) go to a file, so the
