@@ -455,6 +455,12 @@ pub(crate) struct IngressConfig {
     /// Hosts the ingress routes to cells rather than to services, as `runway router` does
     /// (GitLab's HTTP router rules and a topology): runners reach the platform's ingress.
     pub(crate) cells: Vec<CellRouterConfig>,
+    /// Cloudflare's address ranges (one CIDR a line, IPv4 or IPv6, `#` comments): services
+    /// with `network_policies.cloudflare: true` admit only clients from these, and trust their
+    /// `CF-Connecting-IP` and `X-Forwarded-For`. The ingress reads the file again when it
+    /// changes (a bad one keeps the last good list). Without it, such services refuse every
+    /// client.
+    pub(crate) cloudflare_ranges_file: Option<PathBuf>,
 }
 
 /// A host routed to cells.
@@ -550,6 +556,7 @@ impl Default for IngressConfig {
             remote: None,
             cells: Vec::new(),
             certificates: Vec::new(),
+            cloudflare_ranges_file: None,
         }
     }
 }
@@ -567,8 +574,14 @@ pub(crate) struct OperatorCertificate {
 }
 
 impl IngressConfig {
-    fn listen(&self) -> Listen {
+    /// Where the ingress this server starts listens. With `platform` (the instance network's
+    /// platform address), instances' private listener on port 80 and resolver on port 53.
+    fn listen(&self, platform: Option<std::net::Ipv4Addr>) -> Listen {
         Listen {
+            private: platform.map(|address| SocketAddr::from((address, 80))),
+            dns: platform.map(|address| SocketAddr::from((address, 53))),
+            dns_upstreams: Vec::new(),
+            cloudflare_ranges: self.cloudflare_ranges_file.clone(),
             http: self.http,
             https: Some(self.https),
             admin: self.admin,
@@ -684,6 +697,17 @@ impl ServerConfig {
                 path.display(),
                 crate::router::CELLS_ENV
             );
+        }
+        if let Some(file) = &config.ingress.cloudflare_ranges_file {
+            let at = format!("{}: ingress.cloudflare_ranges_file", path.display());
+            if config.ingress.remote.is_some() {
+                bail!(
+                    "{at}: the ingresses of ingress.remote take their ranges with their own \
+                     --cloudflare-ranges argument"
+                );
+            }
+            runway_ingress::cloudflare::load(file)
+                .map_err(|error| anyhow::anyhow!("{at}: {}", runway_log::chain(&error)))?;
         }
         if let Some(remote) = &config.ingress.remote
             && remote.addresses.is_empty()
@@ -1251,6 +1275,16 @@ const INGRESS_STOP_MARGIN: Duration = Duration::from_secs(5);
 /// The ingress of this data directory (`<data>/ingress/`), running as configured: adopted
 /// when one runs there already with the same addresses and build, else started (replacing
 /// the one there, if any).
+/// The address instances reach the platform at (the private listener, the resolver): the
+/// first of `runtime.instance_network`'s range; none in the host's network or on a cluster.
+fn platform_address(config: &ServerConfig) -> Option<std::net::Ipv4Addr> {
+    if config.runtime.kind != RuntimeKind::Local {
+        return None;
+    }
+    let pool = config.runtime.address_pool().ok().flatten()?;
+    Some(pool.platform_address())
+}
+
 async fn ingress_ensure(
     config: &ServerConfig,
     data_dir: &Path,
@@ -1261,7 +1295,7 @@ async fn ingress_ensure(
     let launch = Launch {
         command: ingress_command()?,
         state_dir: state_dir.clone(),
-        listen: config.ingress.listen(),
+        listen: config.ingress.listen(platform_address(config)),
         ca_dir: ca_dir.to_owned(),
         shutdown_grace,
         start_timeout: Duration::from_millis(config.ingress.start_timeout_ms.max(1)),
@@ -2039,5 +2073,38 @@ mod tests {
             ..defaults
         };
         assert_eq!(host.address_pool(), Ok(None));
+    }
+
+    /// `ingress.cloudflare_ranges_file` is read at load, a bad line named; the ingress this
+    /// server starts gets it, and instances' private listener and resolver on the platform
+    /// address, unless instances run in the host's network.
+    #[test]
+    fn the_ingress_gets_the_platform_address_and_the_cloudflare_ranges() {
+        let dir = tempfile::tempdir().unwrap();
+        let ranges = dir.path().join("cloudflare.txt");
+        let path = dir.path().join("server.yml");
+        std::fs::write(&ranges, "# Cloudflare\n173.245.48.0/20\n2400:cb00::/32\n").unwrap();
+        let text = format!("ingress:\n  cloudflare_ranges_file: {}\n", ranges.display());
+        std::fs::write(&path, &text).unwrap();
+        let config = ServerConfig::load(Some(&path)).unwrap();
+        let listen = config.ingress.listen(platform_address(&config));
+        assert_eq!(listen.cloudflare_ranges.as_deref(), Some(ranges.as_path()));
+        assert_eq!(listen.private, Some("10.213.0.1:80".parse().unwrap()));
+        assert_eq!(listen.dns, Some("10.213.0.1:53".parse().unwrap()));
+
+        let host = format!("{text}runtime:\n  instance_network: host\n");
+        std::fs::write(&path, host).unwrap();
+        let config = ServerConfig::load(Some(&path)).unwrap();
+        let listen = config.ingress.listen(platform_address(&config));
+        assert_eq!((listen.private, listen.dns), (None, None));
+
+        std::fs::write(&ranges, "173.245.48.0/20\n173.245.48.1/20\n").unwrap();
+        std::fs::write(&path, &text).unwrap();
+        let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+        assert!(error.contains("ingress.cloudflare_ranges_file"), "{error}");
+        assert!(error.contains("cloudflare.txt:2: "), "{error}");
+        std::fs::remove_file(&ranges).unwrap();
+        let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+        assert!(error.contains("cannot read the Cloudflare ranges file"), "{error}");
     }
 }
