@@ -773,13 +773,16 @@ fn repository_root(runway_dir: &Path) -> PathBuf {
 pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     let path = &args.path;
     let repo = discover(path)?;
-    if let Some(errors) = crate::validate::errors_text(&repo) {
-        eprint!("{errors}");
-        eprintln!(
-            "error: the manifest is invalid, so nothing was deployed; `runway validate {}` checks it again",
-            display(path)
-        );
-        return Ok(ExitCode::from(EXIT_INVALID));
+    match crate::validate::before_deploy(&repo) {
+        Ok(warnings) => eprint!("{warnings}"),
+        Err(errors) => {
+            eprint!("{errors}");
+            eprintln!(
+                "error: the manifest is invalid, so nothing was deployed; `runway validate {}` checks it again",
+                display(path)
+            );
+            return Ok(ExitCode::from(EXIT_INVALID));
+        }
     }
     let wanted = args.service.as_deref();
     let Some(services) = valid_services(&repo, path, |s| is_named(s, wanted)) else {

@@ -51,11 +51,16 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The findings for `repo` as `runway validate` prints them, when one is an error; `None` when
-/// every manifest is valid. (`runway deploy` checks before it sends anything.)
-pub(crate) fn errors_text(repo: &Repository) -> Option<String> {
+/// What `runway deploy` checks before it sends anything: `Err` with the findings as
+/// `runway validate` prints them when one is an error; otherwise `Ok` with the warnings alone,
+/// as validate prints them (empty when there are none), for deploy to show before it goes on.
+pub(crate) fn before_deploy(repo: &Repository) -> Result<String, String> {
     let report = check(repo);
-    (!report.valid).then(|| text(&report, repo))
+    if report.valid {
+        Ok(findings(&report, repo))
+    } else {
+        Err(text(&report, repo))
+    }
 }
 
 fn check(repo: &Repository) -> Report {
@@ -100,7 +105,8 @@ fn check(repo: &Repository) -> Report {
     }
 }
 
-fn text(report: &Report, repo: &Repository) -> String {
+/// Each finding with its location and the line it points at, a caret under the column.
+fn findings(report: &Report, repo: &Repository) -> String {
     let mut out = String::new();
     let lines: BTreeMap<&str, Vec<&str>> = repo
         .texts
@@ -139,6 +145,11 @@ fn text(report: &Report, repo: &Repository) -> String {
         }
         out.push('\n');
     }
+    out
+}
+
+fn text(report: &Report, repo: &Repository) -> String {
+    let mut out = findings(report, repo);
     for service in &report.services {
         let label = service.name.clone().unwrap_or_else(|| {
             if service.id.is_empty() {

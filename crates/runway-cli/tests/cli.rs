@@ -135,6 +135,134 @@ fn five_mistakes_five_located_errors_in_text_and_json() {
     assert_eq!(report["diagnostics"][2]["suggestion"], "request_timeout");
 }
 
+/// Upstream's fields that a runtime accepts but does not do (docs/upstream-fields.md): each
+/// is a warning at its field, and the manifest stays valid.
+const UNSUPPORTED_UPSTREAM_FIELDS: &str = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: gateway
+spec:
+  image: registry.example.com/gateway:1.0
+  regions: [us-east1, europe-west1]
+  resources:
+    startup_cpu_boost: true
+  vpc_access:
+    enabled: true
+    egress: ALL_TRAFFIC
+  execution_environment: EXECUTION_ENVIRONMENT_GEN1
+";
+
+/// The warnings of [`UNSUPPORTED_UPSTREAM_FIELDS`]: where each points, and the field.
+const UNSUPPORTED_AT: [(&str, &str); 4] = [
+    (".runway/runway.yml:7:23", "spec.regions[1]"),
+    (
+        ".runway/runway.yml:9:24",
+        "spec.resources.startup_cpu_boost",
+    ),
+    (".runway/runway.yml:12:13", "spec.vpc_access.egress"),
+    (".runway/runway.yml:13:26", "spec.execution_environment"),
+];
+
+#[test]
+fn upstream_fields_a_runtime_does_not_do_are_warned_where_they_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join(".runway")).unwrap();
+    fs::write(
+        dir.path().join(".runway/runway.yml"),
+        UNSUPPORTED_UPSTREAM_FIELDS,
+    )
+    .unwrap();
+
+    let o = runway(&["validate"], dir.path());
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "warnings pass:\n{text}");
+    for (at, field) in UNSUPPORTED_AT {
+        assert!(
+            text.contains(&format!("  --> {at} at {field}\n")),
+            "{at} {field} missing from:\n{text}"
+        );
+    }
+    assert!(
+        text.contains(
+            "warning: the platform runs the service once, not once per region: \
+             `europe-west1` gets no instances of its own (expected one region)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("7 |   regions: [us-east1, europe-west1]\n  |                       ^"),
+        "the line is shown with a caret under the second region:\n{text}"
+    );
+    assert!(
+        text.contains("but their internet traffic leaves through the host's NAT"),
+        "{text}"
+    );
+    assert!(text.contains("0 errors, 4 warnings in 1 service"), "{text}");
+
+    let o = runway(&["validate", "--output", "json"], dir.path());
+    assert_eq!(o.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (&report["valid"], &report["warnings"]),
+        (&true.into(), &4.into())
+    );
+    let found: Vec<(String, String)> = report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            assert_eq!(d["severity"], "warning", "{d}");
+            let at = format!(
+                "{}:{}:{}",
+                d["file"].as_str().unwrap(),
+                d["line"],
+                d["column"]
+            );
+            (at, d["path"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let expected: Vec<(String, String)> = UNSUPPORTED_AT
+        .iter()
+        .map(|(at, field)| (at.to_string(), field.to_string()))
+        .collect();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn deploy_shows_the_warnings_and_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join(".runway")).unwrap();
+    fs::write(
+        dir.path().join(".runway/runway.yml"),
+        UNSUPPORTED_UPSTREAM_FIELDS,
+    )
+    .unwrap();
+    // No server to deploy to: the deploy gets past the manifest's check and stops at the login.
+    let o = Command::new(env!("CARGO_BIN_EXE_runway"))
+        .args(["deploy", "--env", "production", "."])
+        .current_dir(dir.path())
+        .env("RUNWAY_CONFIG", dir.path().join("no-config.json"))
+        .env_remove("RUNWAY_SERVER")
+        .env_remove("RUNWAY_TOKEN")
+        .env_remove("RUNWAY_CA")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    for (at, field) in UNSUPPORTED_AT {
+        assert!(
+            err.contains(&format!("  --> {at} at {field}\n")),
+            "{at} {field} missing from:\n{err}"
+        );
+    }
+    assert!(!err.contains("the manifest is invalid"), "{err}");
+    assert!(
+        err.contains("not logged in"),
+        "went on to the server:\n{err}"
+    );
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();
