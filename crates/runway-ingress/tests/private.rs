@@ -532,3 +532,53 @@ async fn a_silent_upstream_or_garbage_leaves_the_resolver_answering() {
     let answered = ask_udp(server, &query("api.prod.internal.", RecordType::A)).await;
     assert_eq!(addresses(&answered), vec![PLATFORM]);
 }
+
+/// The process binds the private listener and the resolver with IP_FREEBIND: an address no
+/// interface has yet (the runtime makes the platform address later) neither fails the start
+/// nor stops the public listener.
+#[tokio::test]
+async fn the_instances_listeners_bind_before_their_address_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runway-ingress"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args([
+            "--private-listen",
+            "192.0.2.1:0",
+            "--dns-listen",
+            "192.0.2.1:0",
+        ])
+        .args(["--dns-upstream", "127.0.0.1:9", "--event-loops", "1"])
+        .arg("--ca-dir")
+        .arg(dir.path().join("ca"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let client = runway_ingress::control::ControlClient::new(&state);
+    let deadline = tokio::time::Instant::now() + BOUND;
+    let hello = loop {
+        if let Ok(hello) = client.hello().await {
+            break hello;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the ingress did not answer"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let private = hello.bound.private.expect("a private listener");
+    let dns = hello.bound.dns.expect("a resolver");
+    assert_eq!((private.ip(), dns.ip()), (ip("192.0.2.1"), ip("192.0.2.1")));
+    assert_eq!(
+        hello.listen.dns_upstreams,
+        vec!["127.0.0.1:9".parse::<SocketAddr>().unwrap()]
+    );
+    let (status, _, _) = get_from("127.0.0.1", hello.bound.http, "nobody.localhost", &[]).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let _ = client.stop().await;
+    let _ = tokio::time::timeout(BOUND, child.wait()).await;
+}
