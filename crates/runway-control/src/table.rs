@@ -282,9 +282,12 @@ mod tests {
         }
     }
 
+    /// An instance: its id's suffix, its phase, its address.
+    type Instance<'a> = (&'a str, Phase, &'a str);
+
     /// A state with one service per `(service, env, spec, instances)`, each served whole by
     /// its one revision.
-    fn state(services: &[(&str, &str, serde_json::Value, Vec<(&str, Phase, &str)>)]) -> State {
+    fn state(services: &[(&str, &str, serde_json::Value, Vec<Instance<'_>>)]) -> State {
         let mut state = State::default();
         for (service, env, spec, instances) in services {
             let info = info(service, env, spec.clone());
