@@ -38,15 +38,43 @@ pub(crate) struct Args {
     /// Kubernetes namespace for the objects.
     #[arg(long, short = 'n')]
     namespace: Option<String>,
+    /// For `kubernetes` and `helm`: a private range of the cluster's network (within
+    /// 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12 or 192.168.0.0/16) that a service with
+    /// `spec.vpc_access.enabled: true` reaches; repeat for several. Such a service is refused
+    /// without one.
+    #[arg(long = "vpc-range", value_name = "CIDR", value_parser = parse_range)]
+    vpc_ranges: Vec<runway_manifest::egress::Range>,
+    /// For `kubernetes` and `helm`: the namespace of the cluster's ingress controller, whose
+    /// pods (those with every `--ingress-label`, else all) a public service's NetworkPolicy
+    /// admits; then a service's pods admit only it, their callers and metrics scrapes. Without
+    /// it (and without `--ingress-label`), a public service's pods admit anyone.
+    #[arg(long, value_name = "NAMESPACE")]
+    ingress_namespace: Option<String>,
+    /// For `kubernetes` and `helm`: a label of the ingress controller's pods, `KEY=VALUE`;
+    /// repeat for several. Without `--ingress-namespace`, those pods in any namespace.
+    #[arg(long = "ingress-label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    ingress_labels: Vec<(String, String)>,
     /// For `observability`: where the alerts' runbooks live. A service's alerts link to
     /// `<URL>/<service>` unless its manifest names a runbook (`spec.workload.slo.runbook_url`).
     #[arg(long, value_name = "URL")]
     runbook_base: Option<String>,
 }
 
+fn parse_range(text: &str) -> Result<runway_manifest::egress::Range, String> {
+    text.parse()
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("`{text}` is not KEY=VALUE")),
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum TargetArg {
-    /// Deployment, Service, HorizontalPodAutoscaler and PodDisruptionBudget.
+    /// Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, NetworkPolicy, and
+    /// for a service with a private name its internal Service (`<name>-internal`).
     Kubernetes,
     /// A `serving.knative.dev/v1` Service, as `gcloud run services replace` takes it.
     Knative,
@@ -72,9 +100,20 @@ impl From<TargetArg> for Target {
 
 pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let repo = discover(&args.repo.path)?;
+    let ingress =
+        (args.ingress_namespace.is_some() || !args.ingress_labels.is_empty()).then(|| {
+            runway_render::Peer {
+                namespace: args.ingress_namespace.clone(),
+                labels: args.ingress_labels.iter().cloned().collect(),
+            }
+        });
     let options = RenderOptions {
         image: args.image.clone(),
         namespace: args.namespace.clone(),
+        network: runway_render::NetworkOptions {
+            vpc_ranges: args.vpc_ranges.clone(),
+            ingress,
+        },
     };
     let target = Target::from(args.target);
     if let Some(base) = &args.runbook_base {

@@ -118,7 +118,7 @@ pub(crate) fn stage(config: &ServiceConfig) -> &str {
 }
 
 /// `s` as a Kubernetes label value: at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends.
-fn label_value(s: &str) -> String {
+pub(crate) fn label_value(s: &str) -> String {
     let cleaned: String = s
         .chars()
         .map(|c| {

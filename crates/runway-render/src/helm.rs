@@ -7,6 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::common;
 use crate::kubernetes::{self, SERVICE_PORT, TARGET_CPU_UTILIZATION};
+use crate::network::{self, Scope};
 use crate::{RenderError, RenderOptions, RenderedFile, yaml};
 
 /// Renders the chart.
@@ -15,6 +16,7 @@ pub(crate) fn render(
     options: &RenderOptions,
 ) -> Result<Vec<RenderedFile>, RenderError> {
     let image = common::image(config, options);
+    let rules = network::rules(config, &options.network, Scope::Namespace)?;
     let mut chart = json!({
         "apiVersion": "v2",
         "name": config.dns_name,
@@ -51,7 +53,12 @@ pub(crate) fn render(
              # which the chart creates empty (createSecrets: false when they are made elsewhere).\n",
         );
     }
-    values_yaml.push_str(&yaml::document(&values(config, options, image)));
+    values_yaml.push_str(
+        "# networkPolicy holds the pods' NetworkPolicy as Runway rendered it from the manifest\n\
+         # (egress: DNS, other Runway pods, then what spec.workload.egress and vpc_access allow;\n\
+         # ingress, when set: who may reach the pods); enabled: false leaves them unrestricted.\n",
+    );
+    values_yaml.push_str(&yaml::document(&values(config, options, image, &rules)));
 
     let file = |name: &str, contents: String| RenderedFile {
         path: format!("{}/{name}", config.dns_name),
@@ -64,13 +71,23 @@ pub(crate) fn render(
         file("templates/_helpers.tpl", template(HELPERS)),
         file("templates/deployment.yaml", template(DEPLOYMENT)),
         file("templates/service.yaml", template(SERVICE)),
+        file(
+            "templates/service-internal.yaml",
+            template(INTERNAL_SERVICE),
+        ),
         file("templates/hpa.yaml", template(HPA)),
         file("templates/pdb.yaml", template(PDB)),
+        file("templates/networkpolicy.yaml", template(NETWORK_POLICY)),
         file("templates/secrets.yaml", template(SECRETS)),
     ])
 }
 
-fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) -> Value {
+fn values(
+    config: &ServiceConfig,
+    options: &RenderOptions,
+    image: Option<&str>,
+    rules: &network::Rules,
+) -> Value {
     let parts = image.map(common::split_image);
     let replicas = config.min_instances.max(1);
     let (min, max) = kubernetes::autoscaling(config).unwrap_or((replicas, replicas));
@@ -113,6 +130,18 @@ fn values(config: &ServiceConfig, options: &RenderOptions, image: Option<&str>) 
         service.insert("appProtocol".into(), json!("kubernetes.io/h2c"));
     }
     v.insert("service".into(), Value::Object(service));
+    v.insert(
+        "internalService".into(),
+        json!({"enabled": config.kind == WorkloadKind::Service && config.internal && config.port.is_some()}),
+    );
+    let mut policy = Map::new();
+    policy.insert("enabled".into(), json!(true));
+    policy.insert("policyTypes".into(), json!(rules.policy_types()));
+    if let Some(ingress) = &rules.ingress {
+        policy.insert("ingress".into(), json!(ingress));
+    }
+    policy.insert("egress".into(), json!(rules.egress));
+    v.insert("networkPolicy".into(), Value::Object(policy));
     v.insert(
         "probes".into(),
         Value::Object(common::probes(
@@ -300,6 +329,51 @@ spec:
       {{- with .Values.service.appProtocol }}
       appProtocol: {{ . | quote }}
       {{- end }}
+{{- end }}
+"#;
+
+const INTERNAL_SERVICE: &str = r#"{{- if and .Values.service.enabled .Values.internalService.enabled }}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ printf "%s-internal" (include "@chart@.fullname" . | trunc 54 | trimSuffix "-") | quote }}
+  {{- with .Values.namespace }}
+  namespace: {{ . | quote }}
+  {{- end }}
+  labels:
+    {{- include "@chart@.labels" . | nindent 4 }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "@chart@.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: {{ .Values.portName | quote }}
+      port: {{ .Values.service.port }}
+      targetPort: {{ .Values.portName | quote }}
+      protocol: TCP
+      {{- with .Values.service.appProtocol }}
+      appProtocol: {{ . | quote }}
+      {{- end }}
+{{- end }}
+"#;
+
+const NETWORK_POLICY: &str = r#"{{- if .Values.networkPolicy.enabled }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  {{- include "@chart@.metadata" . | nindent 2 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "@chart@.selectorLabels" . | nindent 6 }}
+  policyTypes:
+    {{- toYaml .Values.networkPolicy.policyTypes | nindent 4 }}
+  {{- with .Values.networkPolicy.ingress }}
+  ingress:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  egress:
+    {{- toYaml .Values.networkPolicy.egress | nindent 4 }}
 {{- end }}
 "#;
 

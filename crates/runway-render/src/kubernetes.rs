@@ -1,14 +1,16 @@
-//! Plain Kubernetes objects: a Deployment, a Service for services, a HorizontalPodAutoscaler when
-//! the service scales, a PodDisruptionBudget, and a Secret, without its value, for each of the
-//! service's secrets; one file each under `<dns_name>/`.
+//! Plain Kubernetes objects: a Deployment, a Service for services (and an internal one,
+//! `<dns_name>-internal`, for a service with a private name), a HorizontalPodAutoscaler when
+//! the service scales, a PodDisruptionBudget, a NetworkPolicy ([`crate::network`]), and a
+//! Secret, without its value, for each of the service's secrets; one file each under
+//! `<dns_name>/`.
 
 use std::collections::BTreeMap;
 
 use runway_manifest::{ServiceConfig, WorkloadKind};
 use serde_json::{Map, Value, json};
 
-use crate::common;
-use crate::{RenderError, RenderOptions, RenderedFile, Target, yaml};
+use crate::network::{self, NetworkOptions, Scope};
+use crate::{RenderError, RenderOptions, RenderedFile, Target, common, yaml};
 
 /// The CPU utilisation the autoscaler keeps pods at, in percent.
 pub(crate) const TARGET_CPU_UTILIZATION: u32 = 70;
@@ -21,6 +23,7 @@ pub(crate) fn render(
     options: &RenderOptions,
 ) -> Result<Vec<RenderedFile>, RenderError> {
     let image = common::required_image(config, options, Target::Kubernetes)?;
+    let rules = network::rules(config, &options.network, Scope::Namespace)?;
     let namespace = options.namespace.as_deref();
     let meta = |name: &str, annotations: Map<String, Value>| {
         metadata(config, name, namespace, Some(&image), annotations)
@@ -42,10 +45,21 @@ pub(crate) fn render(
             service(config, meta(name, Map::new()), &shape),
         ));
     }
+    if has_internal_service(config) {
+        let internal = network::internal_name(name);
+        objects.push((
+            "service-internal".into(),
+            service(config, meta(&internal, Map::new()), &Shape::Internal),
+        ));
+    }
     if let Some(range) = autoscaling(config) {
         objects.push(("hpa".into(), hpa(config, range, meta(name, Map::new()))));
     }
     objects.push(("pdb".into(), pdb(config, meta(name, Map::new()))));
+    objects.push((
+        "networkpolicy".into(),
+        network_policy(meta(name, Map::new()), &rules, shape.selector(config)),
+    ));
     let mut files: Vec<RenderedFile> = objects
         .into_iter()
         .map(|(file, object)| RenderedFile {
@@ -81,43 +95,102 @@ pub struct Revision<'a> {
     /// The key of each secret variable's value in its Secret ([`crate::secret_name`]): the
     /// version the revision pins, so a new version reaches pods only through a new revision.
     pub secret_keys: &'a BTreeMap<String, String>,
+    /// The cluster's network: the private ranges and Runway's ingress pods.
+    pub network: &'a NetworkOptions,
+    /// Every environment the driver runs and its namespace, where callers' pods are.
+    pub environments: &'a [(String, String)],
 }
 
-/// A revision's Deployment and (for a service, not a worker) its Service: the objects
-/// [`crate::render`] renders for the service, made by the same code, and then one revision's:
-/// named after it, its pods selected by [`REVISION_LABEL`] too, its replica count set, its
-/// secrets referenced at the keys of their versions. Secrets are the caller's to write (with
-/// their values, which Runway never renders).
-pub fn revision_objects(config: &ServiceConfig, revision: &Revision<'_>) -> (Value, Option<Value>) {
+/// What the driver applies for one revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RevisionObjects {
+    /// The revision's Deployment.
+    pub deployment: Value,
+    /// Its Service (for a service, not a worker), named after the revision.
+    pub service: Option<Value>,
+    /// The service's internal Service (`<dns_name>-internal`), for a service with a private
+    /// name: every revision's pods, so every revision applies it as one of its owners.
+    pub internal_service: Option<Value>,
+    /// The NetworkPolicy of the revision's pods, named after it.
+    pub network_policy: Value,
+}
+
+/// A revision's Deployment, its Service (for a service, not a worker), its NetworkPolicy and
+/// the service's internal Service: the objects [`crate::render`] renders for the service, made
+/// by the same code, and then one revision's: named after it, its pods selected by
+/// [`REVISION_LABEL`] too, its replica count set, its secrets referenced at the keys of their
+/// versions, callers found in their environments' namespaces. Secrets are the caller's to
+/// write (with their values, which Runway never renders). Refused as `runway render` refuses:
+/// `vpc_access` without private ranges, an `allow` rule no pod reaches.
+pub fn revision_objects(
+    config: &ServiceConfig,
+    revision: &Revision<'_>,
+) -> Result<RevisionObjects, RenderError> {
+    let rules = network::rules(
+        config,
+        revision.network,
+        Scope::Environments(revision.environments),
+    )?;
     let shape = Shape::Revision(revision);
-    let meta = |annotations: Map<String, Value>| {
-        let mut meta = metadata(
-            config,
-            revision.name,
-            Some(revision.namespace),
-            Some(revision.image),
-            annotations,
-        );
+    let meta = |name: &str, image: Option<&str>, annotations: Map<String, Value>| {
+        let mut meta = metadata(config, name, Some(revision.namespace), image, annotations);
         if let Some(labels) = meta["labels"].as_object_mut() {
             labels.extend(shape.labels(config));
         }
         meta
     };
+    let own = |annotations| meta(revision.name, Some(revision.image), annotations);
     let deployment = deployment(
         config,
         revision.image,
-        meta(common::annotations(config)),
+        own(common::annotations(config)),
         &shape,
     );
-    let service =
-        (config.kind == WorkloadKind::Service).then(|| service(config, meta(Map::new()), &shape));
-    (deployment, service)
+    let revision_service =
+        (config.kind == WorkloadKind::Service).then(|| service(config, own(Map::new()), &shape));
+    let internal_service = has_internal_service(config).then(|| {
+        // No revision's label or image: every revision applies the same object.
+        let mut meta = metadata(
+            config,
+            &network::internal_name(&config.dns_name),
+            Some(revision.namespace),
+            None,
+            Map::new(),
+        );
+        if let Some(labels) = meta["labels"].as_object_mut() {
+            labels.insert(SERVICE_LABEL.into(), json!(config.name));
+        }
+        service(config, meta, &Shape::Internal)
+    });
+    let network_policy = network_policy(own(Map::new()), &rules, shape.selector(config));
+    Ok(RevisionObjects {
+        deployment,
+        service: revision_service,
+        internal_service,
+        network_policy,
+    })
 }
 
-/// What the objects are for: the service as a user renders it, or one revision of it.
+/// Whether the service has an internal Service: it serves on a port and has a private name.
+fn has_internal_service(config: &ServiceConfig) -> bool {
+    config.kind == WorkloadKind::Service && config.internal && config.port.is_some()
+}
+
+fn network_policy(metadata: Value, rules: &network::Rules, pods: Map<String, Value>) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": rules.spec(pods),
+    })
+}
+
+/// What the objects are for: the service as a user renders it, one revision of it, or the
+/// service's internal Service, which selects every revision's pods.
 enum Shape<'a> {
     Service,
     Revision(&'a Revision<'a>),
+    Internal,
 }
 
 impl Shape<'_> {
@@ -144,7 +217,7 @@ impl Shape<'_> {
                 .secret_keys
                 .get(variable)
                 .map_or(variable, String::as_str),
-            Shape::Service => variable,
+            Shape::Service | Shape::Internal => variable,
         }
     }
 }
@@ -212,7 +285,7 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
         Shape::Service if autoscaling(config).is_none() => {
             spec.insert("replicas".into(), json!(config.min_instances.max(1)));
         }
-        Shape::Service => {}
+        Shape::Service | Shape::Internal => {}
     }
     spec.insert(
         "selector".into(),

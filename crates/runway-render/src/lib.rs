@@ -27,16 +27,19 @@ mod common;
 mod helm;
 mod knative;
 mod kubernetes;
+mod network;
 pub mod observability;
 mod yaml;
 
-pub use kubernetes::{REVISION_LABEL, Revision, SERVICE_LABEL, revision_objects};
+pub use kubernetes::{REVISION_LABEL, Revision, RevisionObjects, SERVICE_LABEL, revision_objects};
+pub use network::{NetworkOptions, Peer};
 
 /// What to render to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, and a Secret without
-    /// its value for each of the service's secrets.
+    /// Deployment, Service, HorizontalPodAutoscaler, PodDisruptionBudget, NetworkPolicy, the
+    /// internal Service of a service with a private name, and a Secret without its value for
+    /// each of the service's secrets.
     Kubernetes,
     /// A Knative Service as `gcloud run services replace` takes it.
     Knative,
@@ -68,6 +71,8 @@ pub struct RenderOptions {
     pub image: Option<String>,
     /// Kubernetes namespace to put the objects in; none leaves it to the client.
     pub namespace: Option<String>,
+    /// The cluster's network, for the NetworkPolicy (Kubernetes and Helm).
+    pub network: NetworkOptions,
 }
 
 /// One rendered file, its path relative to the output directory.
@@ -122,6 +127,40 @@ pub enum RenderError {
         service: String,
         /// The environment, `None` for every environment.
         env: Option<String>,
+    },
+    /// The service asks for the private network (`spec.vpc_access.enabled: true`) and the
+    /// cluster's private ranges were not given.
+    #[error(
+        "service `{service}` asks for the private network (`spec.vpc_access.enabled: true`) and the cluster's private ranges are not known: pass `--vpc-range CIDR` (one for each range its pods may reach), or turn `vpc_access` off"
+    )]
+    VpcWithoutRanges {
+        /// The service's name.
+        service: String,
+    },
+    /// A private range given for `vpc_access` is not private.
+    #[error(
+        "the private range {range} given for `vpc_access` is not within 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12 or 192.168.0.0/16"
+    )]
+    VpcRangeNotPrivate {
+        /// Its place among those given, from 0.
+        index: usize,
+        /// The range.
+        range: runway_manifest::egress::Range,
+    },
+    /// An `allow` rule lies wholly within a range no pod reaches through it: a never-reached
+    /// range, or a private one (which comes whole with `vpc_access`).
+    #[error(
+        "service `{service}`: spec.workload.egress.allow[{index}] ({rule}) lies within {within}, which {}", if runway_manifest::egress::NEVER.contains(within) { "no pod reaches" } else { "is private: private ranges come with `spec.vpc_access.enabled: true`, all of those given with `--vpc-range`, narrowed by spec.workload.egress.deny" }
+    )]
+    EgressAllowUnreachable {
+        /// The service's name.
+        service: String,
+        /// The rule's place in the list, from 0.
+        index: usize,
+        /// The rule.
+        rule: runway_manifest::egress::Rule,
+        /// The range it lies within.
+        within: runway_manifest::egress::Range,
     },
 }
 

@@ -133,21 +133,28 @@ fn config(text: &str, environment: Option<&str>) -> ServiceConfig {
     loaded.service.unwrap().config(environment).unwrap()
 }
 
+/// WEB's options: its `vpc_access` reaches the cluster's private ranges, which must be given.
+fn web_options() -> RenderOptions {
+    RenderOptions {
+        network: runway_render::NetworkOptions {
+            vpc_ranges: vec!["10.20.0.0/16".parse().unwrap()],
+            ingress: None,
+        },
+        ..RenderOptions::default()
+    }
+}
+
 /// The three services the snapshots cover, with the options each is rendered with.
 fn services() -> Vec<(&'static str, ServiceConfig, RenderOptions)> {
     vec![
-        (
-            "web",
-            config(WEB, Some("production")),
-            RenderOptions::default(),
-        ),
+        ("web", config(WEB, Some("production")), web_options()),
         ("grpc", config(GRPC, None), RenderOptions::default()),
         (
             "worker",
             config(WORKER, Some("staging")),
             RenderOptions {
-                image: None,
                 namespace: Some("ci".into()),
+                ..RenderOptions::default()
             },
         ),
     ]
@@ -196,12 +203,13 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
     };
     let default = RenderOptions::default();
     assert_eq!(
-        paths(WEB, None, &default),
+        paths(WEB, None, &web_options()),
         [
             "web-app/deployment.yaml",
             "web-app/service.yaml",
             "web-app/hpa.yaml",
             "web-app/pdb.yaml",
+            "web-app/networkpolicy.yaml",
             "web-app/secret-database-url.yaml",
             "web-app/secret-stripe-key.yaml"
         ]
@@ -211,7 +219,9 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
         [
             "users-api/deployment.yaml",
             "users-api/service.yaml",
-            "users-api/pdb.yaml"
+            "users-api/service-internal.yaml",
+            "users-api/pdb.yaml",
+            "users-api/networkpolicy.yaml"
         ]
     );
     assert_eq!(
@@ -220,6 +230,7 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
             "ci-runner/deployment.yaml",
             "ci-runner/hpa.yaml",
             "ci-runner/pdb.yaml",
+            "ci-runner/networkpolicy.yaml",
             "ci-runner/secret-runner-token.yaml"
         ]
     );
@@ -241,7 +252,7 @@ fn rendering_twice_gives_the_same_bytes() {
 fn image_option_overrides_the_manifest() {
     let options = RenderOptions {
         image: Some("registry.example.com/team/web:2.0.0".into()),
-        namespace: None,
+        ..web_options()
     };
     let files = render(&config(WEB, None), Target::Kubernetes, &options).unwrap();
     assert!(
@@ -298,7 +309,7 @@ fn the_version_label_is_the_image_tag_when_there_is_one() {
             .collect()
     };
     let default = RenderOptions::default();
-    let web = version_labels(WEB, &default);
+    let web = version_labels(WEB, &web_options());
     assert!(!web.is_empty());
     assert!(
         web.iter()
@@ -309,7 +320,7 @@ fn the_version_label_is_the_image_tag_when_there_is_one() {
     assert_eq!(version_labels(GRPC, &default), Vec::<String>::new());
     let untagged = RenderOptions {
         image: Some("registry.example.com/team/web".into()),
-        namespace: None,
+        ..web_options()
     };
     assert_eq!(version_labels(WEB, &untagged), Vec::<String>::new());
 }
@@ -340,7 +351,7 @@ fn plain_processes_need_an_image_except_in_a_chart() {
 
     let options = RenderOptions {
         image: Some("registry.example.com/local-dev:1".into()),
-        namespace: None,
+        ..RenderOptions::default()
     };
     let files = render(&process, Target::Kubernetes, &options).unwrap();
     assert!(!files[0].contents.contains("./bin/server"));
@@ -366,12 +377,7 @@ fn knative_refuses_workers() {
 
 #[test]
 fn stream_joins_documents() {
-    let files = render(
-        &config(WEB, None),
-        Target::Kubernetes,
-        &RenderOptions::default(),
-    )
-    .unwrap();
+    let files = render(&config(WEB, None), Target::Kubernetes, &web_options()).unwrap();
     let text = stream(&files);
     assert_eq!(text.matches("\n---\n").count(), files.len() - 1);
     assert_eq!(Yaml::load_from_str(&text).unwrap().len(), files.len());
@@ -427,8 +433,13 @@ fn kubernetes_output_passes_strict_schema_validation() {
             paths.push(path);
         }
     }
-    assert_eq!(paths.len(), 13, "the Secrets are checked too");
+    assert_eq!(paths.len(), 17, "the Secrets are checked too");
     // And each service's objects as the Kubernetes driver runs one revision of it.
+    let network = runway_render::NetworkOptions {
+        vpc_ranges: vec!["10.20.0.0/16".parse().unwrap()],
+        ingress: Some(runway_render::Peer::runway_ingress()),
+    };
+    let environments = [("dev".to_owned(), "runway-dev".to_owned())];
     let keys = std::collections::BTreeMap::from([("API_KEY".to_owned(), "v3".to_owned())]);
     for (name, config, _) in services() {
         let revision = runway_render::Revision {
@@ -437,9 +448,16 @@ fn kubernetes_output_passes_strict_schema_validation() {
             namespace: "runway-dev",
             replicas: 0,
             secret_keys: &keys,
+            network: &network,
+            environments: &environments,
         };
-        let (deployment, service) = runway_render::revision_objects(&config, &revision);
-        for (kind, object) in [("deployment", Some(deployment)), ("service", service)] {
+        let objects = runway_render::revision_objects(&config, &revision).unwrap();
+        for (kind, object) in [
+            ("deployment", Some(objects.deployment)),
+            ("service", objects.service),
+            ("service-internal", objects.internal_service),
+            ("networkpolicy", Some(objects.network_policy)),
+        ] {
             let Some(object) = object else { continue };
             let path = dir.0.join(format!("revision-{name}-{kind}.json"));
             std::fs::write(&path, object.to_string()).unwrap();
@@ -554,12 +572,7 @@ fn referenced_secrets_are_rendered_and_named_alike() {
         assert_eq!(names(&knative_refs), names(&refs), "{name}");
         assert!(knative_refs.iter().all(|(_, key)| key == "latest"));
     }
-    let web = render(
-        &config(WEB, None),
-        Target::Kubernetes,
-        &RenderOptions::default(),
-    )
-    .unwrap();
+    let web = render(&config(WEB, None), Target::Kubernetes, &web_options()).unwrap();
     let stub = web
         .iter()
         .find(|f| f.path == "web-app/secret-stripe-key.yaml")
@@ -656,7 +669,7 @@ fn helm_version_label_follows_the_image_tag_value() {
     }
     let dir = TempDir::new("helm-version");
     let web = config(WEB, None);
-    let chart = write_chart(&dir, &web, &RenderOptions::default());
+    let chart = write_chart(&dir, &web, &web_options());
     let version = |tag: &str| {
         let output = Command::new("helm")
             .arg("template")
@@ -699,7 +712,7 @@ fn helm_releases_of_one_chart_do_not_collide() {
     }
     let dir = TempDir::new("helm-releases");
     let web = config(WEB, Some("production"));
-    let chart = write_chart(&dir, &web, &RenderOptions::default());
+    let chart = write_chart(&dir, &web, &web_options());
     let release = |name: &str| {
         let output = helm_template(name, &chart);
         assert!(
@@ -766,8 +779,11 @@ fn a_revision_is_the_rendered_service_made_one_revisions() {
         namespace: "runway-dev",
         replicas: 4,
         secret_keys: &keys,
+        network: &options.network,
+        environments: &[("dev".to_owned(), "runway-dev".to_owned())],
     };
-    let (deployment, service) = runway_render::revision_objects(&config, &revision);
+    let objects = runway_render::revision_objects(&config, &revision).unwrap();
+    let (deployment, service) = (objects.deployment, objects.service);
     assert_eq!(deployment["metadata"]["name"], "web-dev-00007");
     assert_eq!(deployment["metadata"]["namespace"], "runway-dev");
     assert_eq!(deployment["spec"]["replicas"], 4);
