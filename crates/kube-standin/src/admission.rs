@@ -6,7 +6,8 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 use crate::resources::{
-    CONFIGMAPS, DEPLOYMENTS, ENDPOINTSLICES, EVENTS, NAMESPACES, PODS, ResId, SECRETS, SERVICES,
+    CONFIGMAPS, DEPLOYMENTS, ENDPOINTSLICES, EVENTS, NAMESPACES, NETWORKPOLICIES, PODS, ResId,
+    SECRETS, SERVICES,
 };
 use crate::selector::LabelSelector;
 use crate::util;
@@ -121,6 +122,33 @@ pub(crate) fn default(res: ResId, obj: &mut Value) {
         }
         SECRETS => {
             set_default(util::object_mut(obj), "type", json!("Opaque"));
+        }
+        NETWORKPOLICIES => {
+            let spec = obj_mut(obj, "spec");
+            if spec.get("policyTypes").is_none_or(Value::is_null) {
+                let mut types = vec![json!("Ingress")];
+                if spec.get("egress").is_some_and(|e| !e.is_null()) {
+                    types.push(json!("Egress"));
+                }
+                spec.insert("policyTypes".into(), Value::Array(types));
+            }
+            for direction in ["ingress", "egress"] {
+                for rule in spec
+                    .get_mut(direction)
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    for port in rule
+                        .get_mut("ports")
+                        .and_then(Value::as_array_mut)
+                        .into_iter()
+                        .flatten()
+                    {
+                        set_default(util::object_mut(port), "protocol", json!("TCP"));
+                    }
+                }
+            }
         }
         NAMESPACES => {
             let name = crate::store::name_of(obj).to_owned();

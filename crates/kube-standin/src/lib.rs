@@ -25,7 +25,9 @@
 //! # What it serves
 //!
 //! - Core `v1` namespaces, pods (with `log`), services, secrets, configmaps and events;
-//!   `apps/v1` deployments (with `scale`); `discovery.k8s.io/v1` endpointslices; discovery
+//!   `apps/v1` deployments (with `scale`); `discovery.k8s.io/v1` endpointslices;
+//!   `networking.k8s.io/v1` networkpolicies (stored, defaulted and validated, not enforced:
+//!   no traffic is filtered); discovery
 //!   (`/api`, `/apis`, `/api/v1`, `/apis/{group}/{version}`), `/version`, `/healthz`.
 //! - Verbs get, list, watch, create, update, patch (JSON merge, strategic merge, server-side
 //!   apply), delete and deletecollection, with `dryRun=All`; namespaced and all-namespaces

@@ -30,6 +30,7 @@ pub(crate) const CONFIGMAPS: ResId = 4;
 pub(crate) const EVENTS: ResId = 5;
 pub(crate) const DEPLOYMENTS: ResId = 6;
 pub(crate) const ENDPOINTSLICES: ResId = 7;
+pub(crate) const NETWORKPOLICIES: ResId = 8;
 
 pub(crate) const RESOURCES: &[Resource] = &[
     Resource {
@@ -119,6 +120,17 @@ pub(crate) const RESOURCES: &[Resource] = &[
         status: false,
         subresources: &[],
         short_names: &[],
+    },
+    Resource {
+        group: "networking.k8s.io",
+        version: "v1",
+        plural: "networkpolicies",
+        singular: "networkpolicy",
+        kind: "NetworkPolicy",
+        namespaced: true,
+        status: false,
+        subresources: &[],
+        short_names: &["netpol"],
     },
 ];
 
@@ -432,5 +444,10 @@ mod tests {
             Some(ENDPOINTSLICES)
         );
         assert_eq!(lookup("pods"), Some(PODS));
+        assert_eq!(
+            parse_path("/apis/networking.k8s.io/v1/namespaces/x/networkpolicies/p"),
+            res(NETWORKPOLICIES, Some("x"), Some("p"), None)
+        );
+        assert_eq!(lookup("netpol"), Some(NETWORKPOLICIES));
     }
 }

@@ -1,12 +1,20 @@
 //! Runway's Kubernetes driver: revision workloads on a cluster.
 //!
-//! Each revision is a Deployment and (for a service) a Service, named after the revision, in
-//! its environment's namespace (`runway-{env}` by default), built by the same code as
-//! `runway render -t kubernetes` ([`runway_render::revision_objects`]) and written by
+//! Each revision is a Deployment, a NetworkPolicy and (for a service) a Service, named after
+//! the revision, in its environment's namespace (`runway-{env}` by default), built by the same
+//! code as `runway render -t kubernetes` ([`runway_render::revision_objects`]) and written by
 //! server-side apply under the field manager `runway`. Runway's autoscaler sets the replica
 //! count (there is no HorizontalPodAutoscaler in this mode); zero replicas is a revision
-//! scaled to zero, whose requests the ingress holds. The Service belongs to its Deployment,
-//! so deleting a revision's Deployment garbage-collects the rest.
+//! scaled to zero, whose requests the ingress holds. The Service and the NetworkPolicy belong
+//! to their Deployment, so deleting a revision's Deployment garbage-collects the rest. The
+//! NetworkPolicy ([`NetworkOptions`]: Runway's ingress pods, the cluster's private ranges) is
+//! written before a new Deployment, so no pod runs unrestricted.
+//!
+//! A service with a private name also has its internal Service, `<dns_name>-internal`,
+//! selecting every revision's pods: each revision applies it under a field manager of its own
+//! (`runway-{revision}`) with itself among its owners (`ownerReferences` merge by uid), so the
+//! garbage collector drops a revision's reference when its Deployment goes and the Service
+//! with the last one.
 //!
 //! The driver keeps a reflector (a list, then a watch, re-listed on `410 Gone`) of the pods,
 //! EndpointSlices, Deployments and events of each environment's namespace, and reads every
@@ -48,6 +56,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -55,7 +64,9 @@ use kube::{Api, Client, ResourceExt};
 use runway_driver::{
     Driver, DriverError, Kept, LogLine, LogQuery, Replica, Scale, Workload, revision_of,
 };
-use runway_render::{REVISION_LABEL, Revision};
+use runway_render::{REVISION_LABEL, RenderError, Revision};
+
+pub use runway_render::{NetworkOptions, Peer};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -120,11 +131,14 @@ struct Namespace {
 #[derive(Clone)]
 pub struct KubeDriver {
     inner: Arc<Inner>,
+    network: Arc<NetworkOptions>,
 }
 
 struct Inner {
     client: Client,
     options: KubeOptions,
+    /// Each environment and its namespace, where callers' pods are.
+    environments: Vec<(String, String)>,
     namespaces: Vec<Namespace>,
     changes: watch::Sender<u64>,
     resolver: Option<Resolver>,
@@ -180,10 +194,20 @@ impl KubeDriver {
                 events,
             });
         }
+        let environments = options
+            .environments
+            .iter()
+            .map(|env| (env.clone(), options.namespace(env)))
+            .collect();
         Self {
+            network: Arc::new(NetworkOptions {
+                vpc_ranges: Vec::new(),
+                ingress: Some(Peer::runway_ingress()),
+            }),
             inner: Arc::new(Inner {
                 client,
                 options,
+                environments,
                 namespaces,
                 changes,
                 resolver,
@@ -191,6 +215,16 @@ impl KubeDriver {
                 failing,
             }),
         }
+    }
+
+    /// The cluster's network as the NetworkPolicies name it: the private ranges a service with
+    /// `spec.vpc_access.enabled` reaches (none by default: such a service is refused), and
+    /// the pods of Runway's ingress, admitted to every service's pods (by default
+    /// [`Peer::runway_ingress`], the chart's ingress pods in any namespace).
+    #[must_use]
+    pub fn with_network(mut self, network: NetworkOptions) -> Self {
+        self.network = Arc::new(network);
+        self
     }
 
     /// Waits until every namespace's objects were listed once (a restart adopts what runs
@@ -350,43 +384,84 @@ impl KubeDriver {
         Ok(())
     }
 
-    /// Applies the revision's Deployment at `replicas`, then its Service, owned by it.
+    /// Applies the revision's NetworkPolicy, its Deployment at `replicas`, then its Service
+    /// (both owned by the Deployment) and the service's internal Service (the Deployment one
+    /// of its owners). A new Deployment's policy is written first, without its owner, so no
+    /// pod starts unrestricted, and again with it.
     async fn apply_revision(
         &self,
-        namespace: &str,
+        namespace: &Namespace,
         workload: &Workload,
         image: &str,
         replicas: u32,
         secret_keys: &BTreeMap<String, String>,
     ) -> Result<(), DriverError> {
+        let ns = namespace.name.as_str();
         let revision = Revision {
             name: &workload.revision,
             image,
-            namespace,
+            namespace: ns,
             replicas,
             secret_keys,
+            network: &self.network,
+            environments: &self.inner.environments,
         };
-        let (deployment, service) = runway_render::revision_objects(&workload.config, &revision);
+        let objects = runway_render::revision_objects(&workload.config, &revision)
+            .map_err(|e| refused_render(&workload.service, &e))?;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let name = &workload.revision;
-        let deployments: Api<Deployment> = Api::namespaced(self.inner.client.clone(), namespace);
+        let client = &self.inner.client;
+        let known = namespace
+            .deployments
+            .state()
+            .iter()
+            .find(|d| d.name_any() == *name)
+            .and_then(|d| d.metadata.uid.clone());
+        let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
+        let apply_policy = |owner: Option<&str>| {
+            let mut policy = objects.network_policy.clone();
+            if let Some(uid) = owner {
+                policy["metadata"]["ownerReferences"] = owned_by(name, uid);
+            }
+            let policies = policies.clone();
+            let params = params.clone();
+            async move {
+                policies
+                    .patch(name, &params, &Patch::Apply(&policy))
+                    .await
+                    .map_err(|e| api_error(&format!("apply NetworkPolicy {ns}/{name}"), e))
+            }
+        };
+        apply_policy(known.as_deref()).await?;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
         let applied = deployments
-            .patch(name, &params, &Patch::Apply(&deployment))
+            .patch(name, &params, &Patch::Apply(&objects.deployment))
             .await
-            .map_err(|e| api_error(&format!("apply Deployment {namespace}/{name}"), e))?;
-        if let Some(mut service) = service {
-            let uid = applied.metadata.uid.unwrap_or_default();
-            service["metadata"]["ownerReferences"] = json!([{
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": name,
-                "uid": uid,
-            }]);
-            let services: Api<Service> = Api::namespaced(self.inner.client.clone(), namespace);
+            .map_err(|e| api_error(&format!("apply Deployment {ns}/{name}"), e))?;
+        let uid = applied.metadata.uid.unwrap_or_default();
+        if known.as_deref() != Some(uid.as_str()) {
+            apply_policy(Some(&uid)).await?;
+        }
+        let services: Api<Service> = Api::namespaced(client.clone(), ns);
+        if let Some(mut service) = objects.service {
+            service["metadata"]["ownerReferences"] = owned_by(name, &uid);
             services
                 .patch(name, &params, &Patch::Apply(&service))
                 .await
-                .map_err(|e| api_error(&format!("apply Service {namespace}/{name}"), e))?;
+                .map_err(|e| api_error(&format!("apply Service {ns}/{name}"), e))?;
+        }
+        if let Some(mut internal) = objects.internal_service {
+            let internal_name = internal["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            internal["metadata"]["ownerReferences"] = owned_by(name, &uid);
+            // The revision's own manager: its owner reference stays beside the others'.
+            let params = PatchParams::apply(&format!("{FIELD_MANAGER}-{name}")).force();
+            services
+                .patch(&internal_name, &params, &Patch::Apply(&internal))
+                .await
+                .map_err(|e| api_error(&format!("apply Service {ns}/{internal_name}"), e))?;
         }
         Ok(())
     }
@@ -531,6 +606,22 @@ where
     (store, task)
 }
 
+/// `ownerReferences` naming the revision's Deployment.
+fn owned_by(revision: &str, uid: &str) -> serde_json::Value {
+    json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": revision, "uid": uid}])
+}
+
+/// Why a revision's objects cannot be made, as the driver's refusal.
+fn refused_render(service: &str, error: &RenderError) -> DriverError {
+    DriverError::Refused(match error {
+        RenderError::VpcWithoutRanges { .. } => format!(
+            "{service} asks for the private network (spec.vpc_access.enabled: true), and this \
+             platform gives services on Kubernetes no private range"
+        ),
+        other => other.to_string(),
+    })
+}
+
 /// Whether the pod was marked to go first by [`KubeDriver::mark_for_deletion`].
 fn marked(pod: &Pod) -> bool {
     pod.annotations()
@@ -588,7 +679,7 @@ impl Driver for KubeDriver {
         let deleted: Vec<&Pod> = deleted.iter().map(|(_, pod)| pod.as_ref()).collect();
         self.mark_for_deletion(ns, &marked).await?;
         let secret_keys = self.apply_secrets(ns, workload).await?;
-        self.apply_revision(ns, workload, image, scale.replicas, &secret_keys)
+        self.apply_revision(namespace, workload, image, scale.replicas, &secret_keys)
             .await?;
         self.delete_pods(ns, &deleted).await?;
         self.settle(namespace, revision, wanted).await;

@@ -1,0 +1,225 @@
+//! A revision's network objects on the stand-in API server: its NetworkPolicy applied with
+//! (and owned by) its Deployment, the service's internal Service shared by its revisions and
+//! pruned with the last, `vpc_access` refused without private ranges, and every object the
+//! driver wrote through `kubernetes-validate --strict`.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test code, where a failing unwrap is a failing test, as clippy.toml allows in tests"
+)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use runway_driver::{Driver, DriverError, Scale, Workload};
+use runway_kube::{KubeDriver, KubeOptions, NetworkOptions, Peer};
+use runway_manifest::{ServiceFiles, SourceFile, load};
+use serde_json::Value;
+
+const DIGEST: &str = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+
+const USERS: &str = "apiVersion: runway/v1
+kind: RunwayService
+metadata: {name: users}
+spec:
+  container_port: 8080
+  load_balancing:
+    external_load_balancer: {enabled: false}
+  workload:
+    callers: [web]
+";
+
+fn workload(manifest: &str, revision: &str) -> Workload {
+    let loaded = load(&ServiceFiles {
+        base: Some(SourceFile::new(".runway/runway.yml", manifest)),
+        ..ServiceFiles::default()
+    });
+    let config = loaded.service.unwrap().config(Some("dev")).unwrap();
+    Workload {
+        service: config.name.clone(),
+        service_id: 1,
+        env: "dev".to_owned(),
+        revision: revision.to_owned(),
+        config,
+        image: Some(format!("registry.example/users@{DIGEST}")),
+        source: None,
+        secrets: BTreeMap::new(),
+        secret_versions: BTreeMap::new(),
+    }
+}
+
+/// Waits, at most 30 s, until `check` holds of the stand-in's object (None when it is gone).
+async fn until(
+    standin: &kube_standin::StandIn,
+    resource: &str,
+    name: &str,
+    check: impl Fn(Option<&Value>) -> bool,
+) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let object = standin.object(resource, "runway-dev", name);
+        if check(object.as_ref()) {
+            return object;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{resource}/{name}: {object:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the driver's watch has seen the revision's Deployment: it removes only those.
+async fn seen(driver: &KubeDriver, revision: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !driver
+        .revisions()
+        .await
+        .unwrap()
+        .iter()
+        .any(|k| k.revision == revision)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{revision} never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The names of the object's owners, sorted.
+fn owners(object: &Value) -> Vec<String> {
+    let mut names: Vec<String> = object["metadata"]["ownerReferences"]
+        .as_array()
+        .map(|refs| {
+            refs.iter()
+                .map(|r| r["name"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
+    let standin = kube_standin::StandIn::start().await.unwrap();
+    standin.create_namespace("runway-dev").await.unwrap();
+    let client = standin.client().await.unwrap();
+    let options = KubeOptions {
+        namespace_pattern: "runway-{env}".to_owned(),
+        environments: vec!["dev".to_owned()],
+    };
+    let driver = KubeDriver::new(client, options, None);
+    driver.ready(Duration::from_secs(30)).await.unwrap();
+    let one = Scale {
+        replicas: 1,
+        retire: Vec::new(),
+    };
+
+    let first = workload(USERS, "users-dev-00001");
+    driver.scale(&first, &one).await.unwrap();
+    let policy = standin
+        .object("networkpolicies", "runway-dev", "users-dev-00001")
+        .expect("the revision's NetworkPolicy");
+    assert_eq!(owners(&policy), ["users-dev-00001"]);
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["runway.dev/revision"],
+        "users-dev-00001"
+    );
+    // Off the public ingress, but Runway's ingress carries calls to private names too.
+    let from = &policy["spec"]["ingress"][0]["from"];
+    assert_eq!(
+        from[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "ingress"
+    );
+    assert_eq!(
+        from[1]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "runway-dev"
+    );
+    assert_eq!(
+        from[1]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "web"
+    );
+    let internal = standin
+        .object("services", "runway-dev", "users-internal")
+        .expect("the internal Service");
+    assert_eq!(owners(&internal), ["users-dev-00001"]);
+
+    // A second revision shares the internal Service, as one more of its owners.
+    let second = workload(USERS, "users-dev-00002");
+    driver.scale(&second, &one).await.unwrap();
+    let internal = standin
+        .object("services", "runway-dev", "users-internal")
+        .unwrap();
+    assert_eq!(owners(&internal), ["users-dev-00001", "users-dev-00002"]);
+
+    // The first removed: its policy goes, the internal Service stays with the second.
+    seen(&driver, "users-dev-00001").await;
+    driver
+        .remove("users", "dev", "users-dev-00001")
+        .await
+        .unwrap();
+    until(&standin, "networkpolicies", "users-dev-00001", |o| {
+        o.is_none()
+    })
+    .await;
+    until(&standin, "services", "users-internal", |o| {
+        o.is_some_and(|o| owners(o) == ["users-dev-00002"])
+    })
+    .await;
+    assert!(
+        standin
+            .object("networkpolicies", "runway-dev", "users-dev-00002")
+            .is_some()
+    );
+
+    // The last removed: nothing is left.
+    seen(&driver, "users-dev-00002").await;
+    driver
+        .remove("users", "dev", "users-dev-00002")
+        .await
+        .unwrap();
+    for (resource, name) in [
+        ("networkpolicies", "users-dev-00002"),
+        ("services", "users-dev-00002"),
+        ("services", "users-internal"),
+    ] {
+        until(&standin, resource, name, |o| o.is_none()).await;
+    }
+
+    // vpc_access without private ranges is refused before anything is written; with them, the
+    // policy reaches them.
+    let vpc = USERS.replace("spec:\n", "spec:\n  vpc_access: {enabled: true}\n");
+    let third = workload(&vpc, "users-dev-00003");
+    let error = driver.scale(&third, &one).await.unwrap_err();
+    assert!(
+        matches!(&error, DriverError::Refused(why) if why.contains("vpc_access")),
+        "{error:?}"
+    );
+    assert!(
+        standin
+            .object("deployments", "runway-dev", "users-dev-00003")
+            .is_none()
+    );
+    let driver = driver.with_network(NetworkOptions {
+        vpc_ranges: vec!["10.20.0.0/16".parse().unwrap()],
+        ingress: Some(Peer::runway_ingress()),
+    });
+    driver.scale(&third, &one).await.unwrap();
+    let policy = standin
+        .object("networkpolicies", "runway-dev", "users-dev-00003")
+        .unwrap();
+    assert!(
+        policy["spec"]["egress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| rule["to"][0]["ipBlock"]["cidr"] == "10.20.0.0/16"),
+        "{policy:#}"
+    );
+
+    standin.validate_received().unwrap();
+    standin.stop().await;
+}
