@@ -38,7 +38,7 @@ const KUBERNETES_VERSION: &str = "1.33.0";
 
 /// What the driver may do in each environment's namespace, and all of it: (API group,
 /// resource, verbs).
-const RULES: [(&str, &str, &[&str]); 8] = [
+const RULES: [(&str, &str, &[&str]); 9] = [
     ("apps", "deployments", &["list", "watch", "patch", "delete"]),
     ("apps", "deployments/scale", &["get", "patch"]),
     ("", "services", &["patch"]),
@@ -47,6 +47,7 @@ const RULES: [(&str, &str, &[&str]); 8] = [
     ("", "pods/log", &["get"]),
     ("", "events", &["list", "watch"]),
     ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
+    ("networking.k8s.io", "networkpolicies", &["patch"]),
 ];
 
 /// A digest the custom values pin the image to.
