@@ -4,7 +4,7 @@
 //! its own supervisor, so stopping or killing the server stops no instance and fails no
 //! request; the next start adopts them and feeds the ingress again.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -357,6 +357,82 @@ pub(crate) struct RuntimeConfig {
     /// but its link to the host (not other instances, not the host's loopback, not the
     /// internet). `host` runs them in the host's network instead, as a plain process is.
     pub(crate) instance_network: String,
+    /// What instances on their own networks may reach outside the platform, for every
+    /// service: the ceiling each service's `spec.vpc_access` and `spec.workload.egress` live
+    /// under.
+    pub(crate) egress: EgressSettings,
+}
+
+/// The operator's bounds on instances' egress (`runtime.egress`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct EgressSettings {
+    /// Whether instances may reach the internet (every address outside the private ranges,
+    /// through the host's NAT). Default true.
+    pub(crate) internet: bool,
+    /// The private ranges (within 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16) a
+    /// service with `spec.vpc_access.enabled: true` reaches, e.g. `[10.20.0.0/16]`. Default
+    /// none: no instance reaches a private address.
+    pub(crate) private_ranges: Vec<String>,
+    /// The DNS servers the platform's resolver (at the platform address, what instances'
+    /// `/etc/resolv.conf` names) forwards instances' queries to: `address` or
+    /// `address:port`. Default: the host's own, the `nameserver` lines of `/etc/resolv.conf`.
+    pub(crate) resolvers: Vec<String>,
+}
+
+impl Default for EgressSettings {
+    fn default() -> Self {
+        Self {
+            internet: true,
+            private_ranges: Vec::new(),
+            resolvers: Vec::new(),
+        }
+    }
+}
+
+impl EgressSettings {
+    /// Where the platform's resolver forwards queries: `resolvers`, port 53 unless given.
+    /// Empty means the host's `/etc/resolv.conf`, which the ingress reads itself.
+    pub(crate) fn dns_upstreams(&self) -> Result<Vec<SocketAddr>, String> {
+        self.resolvers
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                text.parse::<SocketAddr>()
+                    .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+                    .map_err(|_| {
+                        format!(
+                            "runtime.egress.resolvers[{i}]: {text:?} is not an address, e.g. \
+                             192.0.2.53 or 192.0.2.53:5353"
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    fn limits(&self) -> Result<runway_runtime::firewall::EgressLimits, String> {
+        let mut private_ranges = Vec::new();
+        for (i, text) in self.private_ranges.iter().enumerate() {
+            let range: runway_manifest::egress::Range = text
+                .parse()
+                .map_err(|why| format!("runtime.egress.private_ranges[{i}]: {why}"))?;
+            if !runway_manifest::egress::PRIVATE
+                .iter()
+                .any(|p| p.contains(range))
+            {
+                return Err(format!(
+                    "runtime.egress.private_ranges[{i}]: {range} is not within a private range \
+                     (10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16)"
+                ));
+            }
+            private_ranges.push(range);
+        }
+        self.dns_upstreams()?;
+        Ok(runway_runtime::firewall::EgressLimits {
+            internet: self.internet,
+            private_ranges,
+        })
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -373,6 +449,7 @@ impl Default for RuntimeConfig {
             process_uid_base: policy.uid_base,
             process_host_paths: policy.host_paths,
             instance_network: runway_runtime::network::DEFAULT_RANGE.to_owned(),
+            egress: EgressSettings::default(),
         }
     }
 }
@@ -401,17 +478,24 @@ impl RuntimeConfig {
                 format!("{} is not an absolute path", path.display()),
             ));
         }
-        self.address_pool()
-            .map_err(|message| ("runtime.instance_network", format!("{message}, or host")))?;
+        if self.instance_network != "host" {
+            AddressPool::new(&self.instance_network, DEFAULT_LEASES_DIR)
+                .map_err(|message| ("runtime.instance_network", format!("{message}, or host")))?;
+        }
+        self.egress
+            .limits()
+            .map_err(|message| ("runtime.egress", message))?;
         Ok(())
     }
 
-    /// Where instances' own networks come from; `None` for the host's network.
+    /// Where instances' own networks come from, behind the platform's firewall; `None` for
+    /// the host's network.
     pub(crate) fn address_pool(&self) -> Result<Option<AddressPool>, String> {
         if self.instance_network == "host" {
             return Ok(None);
         }
-        AddressPool::new(&self.instance_network, DEFAULT_LEASES_DIR).map(Some)
+        let pool = AddressPool::new(&self.instance_network, DEFAULT_LEASES_DIR)?;
+        Ok(Some(pool.with_firewall(self.egress.limits()?)))
     }
 
     /// How processes are isolated, when they are.
@@ -1295,7 +1379,14 @@ async fn ingress_ensure(
     let launch = Launch {
         command: ingress_command()?,
         state_dir: state_dir.clone(),
-        listen: config.ingress.listen(platform_address(config)),
+        listen: Listen {
+            dns_upstreams: config
+                .runtime
+                .egress
+                .dns_upstreams()
+                .map_err(|message| anyhow::anyhow!(message))?,
+            ..config.ingress.listen(platform_address(config))
+        },
         ca_dir: ca_dir.to_owned(),
         shutdown_grace,
         start_timeout: Duration::from_millis(config.ingress.start_timeout_ms.max(1)),
@@ -2105,6 +2196,9 @@ mod tests {
         assert!(error.contains("cloudflare.txt:2: "), "{error}");
         std::fs::remove_file(&ranges).unwrap();
         let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
-        assert!(error.contains("cannot read the Cloudflare ranges file"), "{error}");
+        assert!(
+            error.contains("cannot read the Cloudflare ranges file"),
+            "{error}"
+        );
     }
 }
