@@ -1088,7 +1088,11 @@ async fn an_instance_on_its_own_network_is_reached_there_and_told_where_it_liste
     let mut status = runtime.watch("netted").await.unwrap();
     let running = wait_for(&mut status, "running", |s| s.phase == Phase::Running).await;
     let address = running.address.unwrap();
-    assert_eq!(address, "10.214.9.6:80".parse().unwrap(), "the first /30 is the platform's");
+    assert_eq!(
+        address,
+        "10.214.9.6:80".parse().unwrap(),
+        "the first /30 is the platform's"
+    );
     let get = |address: std::net::SocketAddr| {
         let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2)).unwrap();
         stream
