@@ -358,10 +358,14 @@ impl ServiceConfig {
                 .map_or(DEFAULT_STARTUP_PROBE, probe),
             liveness_probe: spec.liveness_probe.as_ref().map(probe),
             readiness_probe: spec.readiness_probe.as_ref().map(readiness),
-            backend_protocol: external
-                .backend_protocol
-                .or(internal.backend_protocol)
-                .unwrap_or(BackendProtocol::Rest),
+            // The protocol of the entry point that exists: upstream's own example turns the
+            // external one off and speaks gRPC on the internal one.
+            backend_protocol: if external.enabled == Some(false) {
+                internal.backend_protocol.or(external.backend_protocol)
+            } else {
+                external.backend_protocol.or(internal.backend_protocol)
+            }
+            .unwrap_or(BackendProtocol::Rest),
             external: !is_worker && external.enabled.unwrap_or(true),
             internal: !is_worker
                 && (internal.enabled.unwrap_or(false) || workload.callers.is_some()),

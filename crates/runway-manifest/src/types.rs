@@ -362,7 +362,7 @@ pub enum BackendProtocol {
     /// gRPC: HTTP/2 in clear text (h2c) to the instance.
     #[serde(rename = "grpc")]
     Grpc,
-    /// HTTP/1.1 over TLS to the instance.
+    /// HTTP/1.1 to the instance, as Cloud Run speaks it behind its TLS.
     #[serde(rename = "HTTPS")]
     Https,
     /// HTTP/2 in clear text (h2c) to the instance.
@@ -527,8 +527,9 @@ pub struct Egress {
     /// `allow` list. Default true; false locks the service down to `allow`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub internet: Option<bool>,
-    /// Ranges (and ports) instances may reach even when `internet` is false. A private range
-    /// must lie within the operator's `runtime.egress.private_ranges`.
+    /// Ranges (and ports) on the internet instances may reach even when `internet` is false.
+    /// Private ranges are not written here: `spec.vpc_access.enabled` gives all of those the
+    /// operator gives services (`runtime.egress.private_ranges`), and `deny` narrows them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow: Option<Vec<String>>,
     /// Ranges (and ports) instances never reach, whatever else allows them.

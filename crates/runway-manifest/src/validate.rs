@@ -512,7 +512,12 @@ fn runtime_support(c: &mut Checker<'_>, spec: &Spec) {
 
     let protocol = |lb: Option<&LoadBalancer>| lb.and_then(|lb| lb.backend_protocol);
     let lb = spec.load_balancing.as_ref();
-    if let (Some(external), Some(internal)) = (
+    let external_off = lb
+        .and_then(|lb| lb.external_load_balancer.as_ref())
+        .is_some_and(|lb| lb.enabled == Some(false));
+    // With the external entry point off, the internal one's protocol is the service's.
+    if let (false, Some(external), Some(internal)) = (
+        external_off,
         protocol(lb.and_then(|lb| lb.external_load_balancer.as_ref())),
         protocol(lb.and_then(|lb| lb.internal_load_balancer.as_ref())),
     ) && external.is_http2() != internal.is_http2()

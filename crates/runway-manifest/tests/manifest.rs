@@ -803,3 +803,19 @@ fn bad_slo_settings_name_their_field() {
         render(&unknown.diagnostics)
     );
 }
+
+/// With the external entry point off, the internal one's protocol is the service's (upstream's
+/// own example: external off and `rest`, internal `grpc`), and nothing is warned.
+#[test]
+fn the_internal_protocol_is_the_services_when_the_external_entry_point_is_off() {
+    let text = "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: api\nspec:\n  \
+                load_balancing:\n    external_load_balancer:\n      enabled: false\n      \
+                backend_protocol: rest\n    internal_load_balancer:\n      enabled: true\n      \
+                backend_protocol: grpc\n";
+    let config = clean_config(&base("runway.yml", text), None);
+    assert_eq!(
+        config.backend_protocol,
+        runway_manifest::BackendProtocol::Grpc
+    );
+    assert!(!config.external && config.internal);
+}
