@@ -298,6 +298,9 @@ fn what_is_honoured_draws_no_warning() {
         "  load_balancing:\n    external_load_balancer: {backend_protocol: grpc}\n    \
          internal_load_balancer: {enabled: true, backend_protocol: HTTP2}\n",
         "  load_balancing:\n    internal_load_balancer: {enabled: true, backend_protocol: grpc}\n",
+        // Upstream's own example: the external entry point off, the internal one's protocol.
+        "  load_balancing:\n    external_load_balancer: {enabled: false, backend_protocol: rest}\n    \
+         internal_load_balancer: {enabled: true, backend_protocol: grpc}\n",
         "  observability:\n    scrape_targets: [localhost:1, 127.0.0.1:2, '[::1]:3', 0.0.0.0:4]\n",
     ] {
         let found = diagnostics(yaml);
@@ -332,7 +335,7 @@ fn warnings_say_what_the_platform_does_instead() {
         "{environment}"
     );
     let protocol = text(
-        "  load_balancing:\n    external_load_balancer: {enabled: false, backend_protocol: rest}\n    \
+        "  load_balancing:\n    external_load_balancer: {backend_protocol: rest}\n    \
          internal_load_balancer: {enabled: true, backend_protocol: grpc}\n",
     );
     assert!(
