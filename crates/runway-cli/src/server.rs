@@ -357,9 +357,10 @@ pub(crate) struct RuntimeConfig {
     /// but its link to the host (not other instances, not the host's loopback, not the
     /// internet). `host` runs them in the host's network instead, as a plain process is.
     pub(crate) instance_network: String,
-    /// What instances on their own networks may reach outside the platform, for every
-    /// service: the ceiling each service's `spec.vpc_access` and `spec.workload.egress` live
-    /// under.
+    /// What instances may reach outside the platform, for every service: the ceiling each
+    /// service's `spec.vpc_access` and `spec.workload.egress` live under, enforced by the
+    /// platform's firewall on this machine and by NetworkPolicies on Kubernetes
+    /// (`private_ranges` there too; `internet` and `resolvers` are this machine's).
     pub(crate) egress: EgressSettings,
 }
 
@@ -1070,12 +1071,24 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
                         .map_err(|e| e.to_string())
                 })
             });
+            // The same operator bounds as on this machine: the private ranges `vpc_access`
+            // gives, and Runway's own ingress pods admitted to every service's.
+            let network = runway_kube::NetworkOptions {
+                vpc_ranges: config
+                    .runtime
+                    .egress
+                    .limits()
+                    .map_err(|e| anyhow::anyhow!(e))?
+                    .private_ranges,
+                ingress: Some(runway_kube::Peer::runway_ingress()),
+            };
             ServerDriver::Kubernetes(
                 config
                     .runtime
                     .kubernetes
                     .driver(&config.api.environments, resolver)
-                    .await?,
+                    .await?
+                    .with_network(network),
             )
         }
     };
