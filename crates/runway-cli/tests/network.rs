@@ -8,6 +8,8 @@
 //! `private.test`), and a "private" host (`<p>p`, 10.99.0.2) on a link of its own. All routes
 //! are added before anything is sent.
 
+#![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests")]
+
 mod support;
 
 use std::path::Path;
@@ -256,18 +258,6 @@ fn deploy(platform: &Platform, repo: &Path) {
     assert!(ran.ok(), "deploy: {}\n{}", ran.all(), platform.log());
 }
 
-fn address_of(platform: &Platform, service: &str) -> String {
-    let status = platform
-        .runway(&["status", "--service", service, "--output", "json"])
-        .json();
-    status["instances"]
-        .as_array()
-        .and_then(|all| all.iter().find(|i| i["phase"] == "running"))
-        .and_then(|i| i["address"].as_str())
-        .unwrap_or_else(|| panic!("no address for {service}: {status}"))
-        .to_owned()
-}
-
 #[test]
 fn services_reach_the_internet_and_private_names_under_the_platforms_policy() {
     if !have_tools() {
@@ -323,7 +313,7 @@ fn services_reach_the_internet_and_private_names_under_the_platforms_policy() {
     );
     // Never to the host (what listens on all its addresses), another instance, link-local or
     // a private range it was not given.
-    let other = address_of(&platform, "vpc");
+    let other = platform.address_of("vpc");
     for target in [
         "198.18.0.2:2222".to_owned(),
         "10.99.0.1:2222".to_owned(),

@@ -152,18 +152,8 @@ fn a_tenants_process_needs_leave_and_then_reaches_nothing_outside_its_service() 
     // Its network is its own, on the port its manifest names: the ingress reaches it at its
     // own address; it reaches neither the other service's instance nor what listens on the
     // host's loopback (the API, the ingress), on the host's end of its link or not.
-    let address_of = |service: &str| -> String {
-        let status = platform.runway(&["status", "--service", service, "--output", "json"]);
-        let status = status.json();
-        status["instances"]
-            .as_array()
-            .and_then(|all| all.iter().find(|i| i["phase"] == "running"))
-            .and_then(|i| i["address"].as_str())
-            .unwrap_or_else(|| panic!("no address for {service}: {status}"))
-            .to_owned()
-    };
-    let own = address_of("tenant");
-    let theirs = address_of("other");
+    let own = platform.address_of("tenant");
+    let theirs = platform.address_of("other");
     assert!(
         own.starts_with("10.213.") && own.ends_with(":8080"),
         "{own}"

@@ -8,12 +8,12 @@
 //! - never loopback, link-local (cloud metadata), multicast, `0.0.0.0/8`, or the instance
 //!   range (other instances), whatever a policy says ([`runway_manifest::egress::NEVER`]);
 //! - never what its service denies (`spec.workload.egress.deny`);
-//! - never a private range outside the operator's `runtime.egress.private_ranges`;
-//! - what its service allows (`spec.workload.egress.allow`, and the operator's private ranges
-//!   when `spec.vpc_access.enabled`);
-//! - no other private range;
-//! - the internet, unless the operator (`runtime.egress.internet: false`) or the service
-//!   (`spec.workload.egress.internet: false`) turned it off.
+//! - a private range only with `spec.vpc_access.enabled`, and only within the operator's
+//!   `runtime.egress.private_ranges`;
+//! - nothing more when the operator turned the internet off (`runtime.egress.internet: false`);
+//! - what its service allows on the internet (`spec.workload.egress.allow`);
+//! - the rest of the internet, unless the service turned it off
+//!   (`spec.workload.egress.internet: false`).
 //!
 //! Replies to what the host starts (the ingress, the probes) pass as established traffic;
 //! nothing from outside starts a connection to an instance. What leaves the host is
@@ -123,17 +123,19 @@ impl Firewall {
             run("ip", &["addr", "add", &platform, "dev", "lo"], "")?;
         }
         // Forwarding is what lets instances out. When the platform turned it on, the table
-        // forwards nothing else, so the host does not become a router for its other links.
-        let marker = self.records.join(".forwarding");
+        // forwards nothing else, so the host does not become a router for its other links;
+        // the table itself remembers that (its forward chain ends in `drop`), in this network
+        // namespace, for the next start.
         let forwarding = "/proc/sys/net/ipv4/ip_forward";
         let on = std::fs::read_to_string(forwarding).map_err(|e| format!("{forwarding}: {e}"))?;
-        if on.trim() == "0" {
-            std::fs::create_dir_all(&self.records)
-                .and_then(|()| std::fs::write(&marker, "1\n"))
-                .map_err(|e| format!("{}: {e}", marker.display()))?;
+        let turned_on_here = if on.trim() == "0" {
             std::fs::write(forwarding, "1\n").map_err(|e| format!("{forwarding}: {e}"))?;
-        }
-        run("nft", &["-f", "-"], &self.ruleset(marker.exists()))?;
+            true
+        } else {
+            run("nft", &["list", "chain", "inet", TABLE, "forward"], "")
+                .is_ok_and(|chain| chain.lines().any(|line| line.trim() == "drop"))
+        };
+        run("nft", &["-f", "-"], &self.ruleset(turned_on_here))?;
         Ok(())
     }
 
@@ -315,7 +317,7 @@ impl Firewall {
 
     /// Gives `address` the elements of `policy`, removing first whatever an earlier holder of
     /// the address left; one transaction.
-    pub(crate) fn apply(&self, address: Ipv4Addr, policy: &Policy) -> io::Result<()> {
+    pub fn apply(&self, address: Ipv4Addr, policy: &Policy) -> io::Result<()> {
         let record = self.record(address);
         let mut text = self.removal(address);
         text.push_str(&elements("add", address, policy));
@@ -327,7 +329,7 @@ impl Firewall {
     }
 
     /// Removes what `address` was given, if anything.
-    pub(crate) fn remove(&self, address: Ipv4Addr) -> io::Result<()> {
+    pub fn remove(&self, address: Ipv4Addr) -> io::Result<()> {
         let text = self.removal(address);
         if !text.is_empty() {
             run("nft", &["-f", "-"], &text).map_err(io::Error::other)?;

@@ -867,6 +867,20 @@ impl Platform {
     }
 
     /// `runway status --output json` of `service` in `env`.
+    /// The address of a running instance of `service` (its only environment), as
+    /// `runway status` shows it.
+    pub fn address_of(&self, service: &str) -> String {
+        let status = self
+            .runway(&["status", "--service", service, "--output", "json"])
+            .json();
+        status["instances"]
+            .as_array()
+            .and_then(|all| all.iter().find(|i| i["phase"] == "running"))
+            .and_then(|i| i["address"].as_str())
+            .unwrap_or_else(|| panic!("no address for {service}: {status}"))
+            .to_owned()
+    }
+
     pub fn status(&self, service: &str, env: &str) -> Value {
         let ran = self.runway(&[
             "status",
