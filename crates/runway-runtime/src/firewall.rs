@@ -318,14 +318,22 @@ impl Firewall {
     /// Gives `address` the elements of `policy`, removing first whatever an earlier holder of
     /// the address left; one transaction.
     pub fn apply(&self, address: Ipv4Addr, policy: &Policy) -> io::Result<()> {
+        // The record is written aside first: on a full disk nothing reaches the table, and
+        // once the table has the elements the rename (which needs no room) records them, so
+        // no element is ever left without a record for the address's next holder to remove.
         let record = self.record(address);
+        let pending = record.with_extension("egress.new");
+        std::fs::write(
+            &pending,
+            serde_json::to_vec(policy).map_err(io::Error::other)?,
+        )?;
         let mut text = self.removal(address);
         text.push_str(&elements("add", address, policy));
-        run("nft", &["-f", "-"], &text).map_err(io::Error::other)?;
-        std::fs::write(
-            &record,
-            serde_json::to_vec(policy).map_err(io::Error::other)?,
-        )
+        if let Err(error) = run("nft", &["-f", "-"], &text) {
+            let _ = std::fs::remove_file(&pending);
+            return Err(io::Error::other(error));
+        }
+        std::fs::rename(&pending, &record)
     }
 
     /// Removes what `address` was given, if anything.
