@@ -2170,7 +2170,7 @@ mod tests {
         assert_eq!(defaults.allowed_registries, ["*"]);
         assert_eq!(
             defaults.address_pool().unwrap().map(|pool| pool.capacity()),
-            Some(16_384)
+            Some(16_383)
         );
         let host = RuntimeConfig {
             instance_network: "host".to_owned(),
