@@ -193,6 +193,18 @@ pub(crate) fn annotations(config: &ServiceConfig) -> Map<String, Value> {
     annotations
 }
 
+/// The pod's `securityContext` under the `restricted` Pod Security Standard: not as root,
+/// the runtime's default seccomp profile.
+pub(crate) fn pod_security_context() -> Value {
+    json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+/// The container's `securityContext` under the `restricted` Pod Security Standard: no
+/// privilege escalation, no capability.
+pub(crate) fn container_security_context() -> Value {
+    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
+}
+
 /// The container's `lifecycle`: a preStop hook that sends the stop signal, when it is not the
 /// SIGTERM that Kubernetes sends.
 pub(crate) fn lifecycle(config: &ServiceConfig) -> Option<Value> {

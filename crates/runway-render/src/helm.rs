@@ -169,6 +169,10 @@ fn values(
         "terminationGracePeriodSeconds".into(),
         json!(config.stop_grace_period_seconds),
     );
+    // The `restricted` Pod Security Standard, and no API token: a values file may loosen them.
+    v.insert("automountServiceAccountToken".into(), json!(false));
+    v.insert("podSecurityContext".into(), common::pod_security_context());
+    v.insert("securityContext".into(), common::container_security_context());
     if let Some(lifecycle) = common::lifecycle(config) {
         v.insert("lifecycle".into(), lifecycle);
     }
@@ -266,6 +270,11 @@ spec:
       labels:
         {{- include "@chart@.labels" . | nindent 8 }}
     spec:
+      automountServiceAccountToken: {{ .Values.automountServiceAccountToken }}
+      {{- with .Values.podSecurityContext }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       terminationGracePeriodSeconds: {{ .Values.terminationGracePeriodSeconds }}
       containers:
         - name: {{ include "@chart@.name" . | quote }}
@@ -303,6 +312,10 @@ spec:
           {{- end }}
           resources:
             {{- toYaml .Values.resources | nindent 12 }}
+          {{- with .Values.securityContext }}
+          securityContext:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
           {{- with .Values.probes }}
           {{- toYaml . | nindent 10 }}
           {{- end }}

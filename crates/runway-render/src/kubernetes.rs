@@ -302,6 +302,9 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
         json!({
             "metadata": {"labels": pod_labels},
             "spec": {
+                // A service never calls the Kubernetes API: no token in its pods.
+                "automountServiceAccountToken": false,
+                "securityContext": common::pod_security_context(),
                 "terminationGracePeriodSeconds": config.stop_grace_period_seconds,
                 "containers": [container(config, image, shape)],
             },
@@ -329,6 +332,10 @@ fn container(config: &ServiceConfig, image: &str, shape: &Shape<'_>) -> Value {
         c.insert("env".into(), Value::Array(env));
     }
     c.insert("resources".into(), common::resources(config, true));
+    c.insert(
+        "securityContext".into(),
+        common::container_security_context(),
+    );
     c.extend(common::probes(config, &json!(port_name(config))));
     if let Some(lifecycle) = common::lifecycle(config) {
         c.insert("lifecycle".into(), lifecycle);
