@@ -172,7 +172,10 @@ fn values(
     // The `restricted` Pod Security Standard, and no API token: a values file may loosen them.
     v.insert("automountServiceAccountToken".into(), json!(false));
     v.insert("podSecurityContext".into(), common::pod_security_context());
-    v.insert("securityContext".into(), common::container_security_context());
+    v.insert(
+        "securityContext".into(),
+        common::container_security_context(),
+    );
     if let Some(lifecycle) = common::lifecycle(config) {
         v.insert("lifecycle".into(), lifecycle);
     }
@@ -269,6 +272,8 @@ spec:
     metadata:
       labels:
         {{- include "@chart@.labels" . | nindent 8 }}
+      annotations:
+        kubectl.kubernetes.io/default-container: {{ include "@chart@.name" . | quote }}
     spec:
       automountServiceAccountToken: {{ .Values.automountServiceAccountToken }}
       {{- with .Values.podSecurityContext }}

@@ -77,6 +77,9 @@ pub(crate) fn render(
     Ok(files)
 }
 
+/// The pod annotation naming its main container, as kubectl reads it.
+pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+
 /// The label naming the revision a Kubernetes driver's objects and pods belong to.
 pub const REVISION_LABEL: &str = "runway.dev/revision";
 /// The label naming the service a Kubernetes driver's objects and pods belong to.
@@ -300,7 +303,12 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
     spec.insert(
         "template".into(),
         json!({
-            "metadata": {"labels": pod_labels},
+            "metadata": {
+                "labels": pod_labels,
+                // The service's container, for `kubectl logs` and Runway's driver when a
+                // mesh adds its own beside it.
+                "annotations": {DEFAULT_CONTAINER: config.dns_name},
+            },
             "spec": {
                 // A service never calls the Kubernetes API: no token in its pods.
                 "automountServiceAccountToken": false,

@@ -31,7 +31,9 @@ mod network;
 pub mod observability;
 mod yaml;
 
-pub use kubernetes::{REVISION_LABEL, Revision, RevisionObjects, SERVICE_LABEL, revision_objects};
+pub use kubernetes::{
+    DEFAULT_CONTAINER, REVISION_LABEL, Revision, RevisionObjects, SERVICE_LABEL, revision_objects,
+};
 pub use network::{NetworkOptions, Peer};
 
 /// What to render to.
