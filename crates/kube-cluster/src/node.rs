@@ -165,8 +165,9 @@ impl Node {
             .create(&PostParams::default(), &object)
             .await
             .map_err(|e| Error::Setup(format!("creating the Node: {e}")))?;
+        // Room for every test sharing the cluster: pods request what their manifests ask.
         let resources =
-            json!({"cpu": "8", "memory": "16Gi", "pods": "1000", "ephemeral-storage": "100Gi"});
+            json!({"cpu": "512", "memory": "2Ti", "pods": "4000", "ephemeral-storage": "10Ti"});
         let heartbeat = now();
         let condition = |kind: &str, status: &str, reason: &str| {
             json!({"type": kind, "status": status, "reason": reason, "message": reason,

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Even
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use runway_driver::{ExitRecord, Phase, Replica};
-use runway_render::{REVISION_LABEL, SERVICE_LABEL};
+use runway_render::{DEFAULT_CONTAINER, REVISION_LABEL, SERVICE_LABEL};
 
 /// What the EndpointSlices say of one pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,19 @@ pub(crate) fn endpoints<'a>(
     found
 }
 
+/// The name of the pod's service container: the one its annotation names, else the first.
+pub(crate) fn main_container(pod: &Pod) -> Option<String> {
+    if let Some(name) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DEFAULT_CONTAINER))
+    {
+        return Some(name.clone());
+    }
+    Some(pod.spec.as_ref()?.containers.first()?.name.clone())
+}
+
 /// The replica id of a pod of `revision`: `{revision}-{the first 6 hex digits of its uid}`,
 /// the seam's shape, stable for the pod's life and unique among the revision's pods.
 pub(crate) fn replica_id(revision: &str, pod: &Pod) -> Option<String> {
@@ -88,15 +101,23 @@ pub(crate) fn replica(
     let id = replica_id(&revision, pod)?;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let status = pod.status.as_ref();
+    let main = main_container(pod);
     let container = status
         .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|c| c.first());
+        .and_then(|c| c.iter().find(|c| Some(&c.name) == main.as_ref()));
     let diagnosis = diagnose(pod, container);
     let restarts = container.map_or(0, |c| u32::try_from(c.restart_count).unwrap_or(0));
     let address = endpoint
         .map(|e| e.address)
         .or_else(|| pod_address(pod, status.and_then(|s| s.pod_ip.as_deref())));
-    let ready = diagnosis.phase == Phase::Running && endpoint.is_some_and(|e| e.ready);
+    // A worker has no port, so no Service and no endpoint: its pod's readiness is its own.
+    let serves = pod_address(pod, Some("0.0.0.0")).is_some();
+    let ready = diagnosis.phase == Phase::Running
+        && if serves {
+            endpoint.is_some_and(|e| e.ready)
+        } else {
+            pod_ready(pod)
+        };
     let warning = diagnosis
         .warning
         .or_else(|| (!ready).then(|| warnings.get(&name).cloned()).flatten());
@@ -131,6 +152,18 @@ pub(crate) fn replica(
             .and_then(|s| s.terminated.as_ref())
             .map(exit_record),
     })
+}
+
+/// Whether the pod's `Ready` condition is true.
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
 }
 
 /// The pod's IP and its first container's first port: where it takes traffic before an

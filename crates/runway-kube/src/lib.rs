@@ -272,13 +272,18 @@ impl KubeDriver {
             })
     }
 
-    /// The pods of a revision that are not being deleted, with their replica ids.
+    /// The pods of a revision that are not being deleted nor finished (a Failed or evicted
+    /// pod is no replica: its ReplicaSet has made another), with their replica ids.
     fn live_pods(namespace: &Namespace, revision: &str) -> Vec<(String, Arc<Pod>)> {
         namespace
             .pods
             .state()
             .into_iter()
             .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            .filter(|pod| {
+                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                !matches!(phase, Some("Failed" | "Succeeded"))
+            })
             .filter(|pod| pod.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision))
             .filter_map(|pod| Some((diagnose::replica_id(revision, &pod)?, pod)))
             .collect()
@@ -314,7 +319,10 @@ impl KubeDriver {
         // Not forced: a key or label another manager set with another value is a conflict,
         // never taken over. Two services' Secret names can collide (`a-b` with `C`, `a` with
         // `B_C`: both `a-b-c`), and one must never write into, nor read from, the other's.
-        let params = PatchParams::apply(&format!("{FIELD_MANAGER}-{}", workload.revision));
+        let params = strict(PatchParams::apply(&format!(
+            "{FIELD_MANAGER}-{}",
+            workload.revision
+        )));
         let mut keys = BTreeMap::new();
         for (variable, value) in &workload.secrets {
             let version = workload.secret_versions.get(variable).copied().unwrap_or(0);
@@ -384,10 +392,14 @@ impl KubeDriver {
         Ok(())
     }
 
-    /// Applies the revision's NetworkPolicy, its Deployment at `replicas`, then its Service
-    /// (both owned by the Deployment) and the service's internal Service (the Deployment one
-    /// of its owners). A new Deployment's policy is written first, without its owner, so no
-    /// pod starts unrestricted, and again with it.
+    /// Makes the revision's objects, or sets the count of those made already.
+    ///
+    /// A new revision: its NetworkPolicy (without its owner, so no pod starts unrestricted),
+    /// its Deployment at `replicas`, the policy again with the Deployment as owner, its
+    /// Service (for a service) and the service's internal Service (the Deployment one of its
+    /// owners). A revision made already keeps its pods as they were made, whatever this build
+    /// of Runway would render (an upgrade rolls no live revision): only its count is set, and
+    /// an object of its that is missing (a first attempt that failed half-way) is made.
     async fn apply_revision(
         &self,
         namespace: &Namespace,
@@ -408,62 +420,137 @@ impl KubeDriver {
         };
         let objects = runway_render::revision_objects(&workload.config, &revision)
             .map_err(|e| refused_render(&workload.service, &e))?;
-        let params = PatchParams::apply(FIELD_MANAGER).force();
         let name = &workload.revision;
-        let client = &self.inner.client;
-        let known = namespace
+        let internal_manager = format!("{FIELD_MANAGER}-{name}");
+        let existing = namespace
             .deployments
             .state()
             .iter()
             .find(|d| d.name_any() == *name)
-            .and_then(|d| d.metadata.uid.clone());
-        let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-        let apply_policy = |owner: Option<&str>| {
-            let mut policy = objects.network_policy.clone();
-            if let Some(uid) = owner {
-                policy["metadata"]["ownerReferences"] = owned_by(name, uid);
+            .cloned();
+        let uid = match existing {
+            Some(deployment) => {
+                let count = deployment.spec.as_ref().and_then(|s| s.replicas);
+                if count != Some(i32::try_from(replicas).unwrap_or(i32::MAX)) {
+                    self.scale_to(ns, name, replicas).await?;
+                }
+                deployment.metadata.uid.clone().unwrap_or_default()
             }
-            let policies = policies.clone();
-            let params = params.clone();
-            async move {
-                policies
-                    .patch(name, &params, &Patch::Apply(&policy))
-                    .await
-                    .map_err(|e| api_error(&format!("apply NetworkPolicy {ns}/{name}"), e))
+            None => {
+                self.apply::<NetworkPolicy>(ns, &objects.network_policy, None, FIELD_MANAGER)
+                    .await?;
+                let applied: Deployment = self
+                    .apply(ns, &objects.deployment, None, FIELD_MANAGER)
+                    .await?;
+                let uid = applied.metadata.uid.unwrap_or_default();
+                self.apply::<NetworkPolicy>(
+                    ns,
+                    &objects.network_policy,
+                    Some((name, &uid)),
+                    FIELD_MANAGER,
+                )
+                .await?;
+                if let Some(service) = &objects.service {
+                    self.apply::<Service>(ns, service, Some((name, &uid)), FIELD_MANAGER)
+                        .await?;
+                }
+                if let Some(internal) = &objects.internal_service {
+                    // The revision's own manager: its owner reference stays beside the others'.
+                    self.apply::<Service>(ns, internal, Some((name, &uid)), &internal_manager)
+                        .await?;
+                }
+                return Ok(());
             }
         };
-        apply_policy(known.as_deref()).await?;
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        let applied = deployments
-            .patch(name, &params, &Patch::Apply(&objects.deployment))
-            .await
-            .map_err(|e| api_error(&format!("apply Deployment {ns}/{name}"), e))?;
-        let uid = applied.metadata.uid.unwrap_or_default();
-        if known.as_deref() != Some(uid.as_str()) {
-            apply_policy(Some(&uid)).await?;
+        // Made already: what is missing of its objects, or lacks it as an owner.
+        let owner = Some((name.as_str(), uid.as_str()));
+        if !self.owned_by::<NetworkPolicy>(ns, name, &uid).await? {
+            self.apply::<NetworkPolicy>(ns, &objects.network_policy, owner, FIELD_MANAGER)
+                .await?;
         }
-        let services: Api<Service> = Api::namespaced(client.clone(), ns);
-        if let Some(mut service) = objects.service {
-            service["metadata"]["ownerReferences"] = owned_by(name, &uid);
-            services
-                .patch(name, &params, &Patch::Apply(&service))
-                .await
-                .map_err(|e| api_error(&format!("apply Service {ns}/{name}"), e))?;
+        if let Some(service) = &objects.service
+            && !self.owned_by::<Service>(ns, name, &uid).await?
+        {
+            self.apply::<Service>(ns, service, owner, FIELD_MANAGER)
+                .await?;
         }
-        if let Some(mut internal) = objects.internal_service {
-            let internal_name = internal["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            internal["metadata"]["ownerReferences"] = owned_by(name, &uid);
-            // The revision's own manager: its owner reference stays beside the others'.
-            let params = PatchParams::apply(&format!("{FIELD_MANAGER}-{name}")).force();
-            services
-                .patch(&internal_name, &params, &Patch::Apply(&internal))
-                .await
-                .map_err(|e| api_error(&format!("apply Service {ns}/{internal_name}"), e))?;
+        if let Some(internal) = &objects.internal_service {
+            let internal_name = internal["metadata"]["name"].as_str().unwrap_or_default();
+            if !self.owned_by::<Service>(ns, internal_name, &uid).await? {
+                self.apply::<Service>(ns, internal, owner, &internal_manager)
+                    .await?;
+            }
         }
         Ok(())
+    }
+
+    /// Server-side applies `object` (owned by the Deployment `owner`, when given) under
+    /// `manager`, forced: these objects are Runway's alone.
+    async fn apply<K>(
+        &self,
+        ns: &str,
+        object: &serde_json::Value,
+        owner: Option<(&str, &str)>,
+        manager: &str,
+    ) -> Result<K, DriverError>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let mut object = object.clone();
+        if let Some((revision, uid)) = owner {
+            object["metadata"]["ownerReferences"] = owned_by(revision, uid);
+        }
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let api: Api<K> = Api::namespaced(self.inner.client.clone(), ns);
+        api.patch(
+            &name,
+            &strict(PatchParams::apply(manager).force()),
+            &Patch::Apply(&object),
+        )
+        .await
+        .map_err(|e| api_error(&format!("apply {} {ns}/{name}", K::kind(&())), e))
+    }
+
+    /// Whether the object exists with the Deployment `uid` among its owners.
+    async fn owned_by<K>(&self, ns: &str, name: &str, uid: &str) -> Result<bool, DriverError>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let api: Api<K> = Api::namespaced(self.inner.client.clone(), ns);
+        match api.get_opt(name).await {
+            Ok(found) => Ok(found.is_some_and(|object| {
+                object
+                    .meta()
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|owner| owner.uid == uid)
+            })),
+            Err(e) => Err(api_error(&format!("read {} {ns}/{name}", K::kind(&())), e)),
+        }
+    }
+
+    /// Sets the Deployment's replica count through its scale subresource.
+    async fn scale_to(&self, ns: &str, name: &str, replicas: u32) -> Result<(), DriverError> {
+        let api: Api<Deployment> = Api::namespaced(self.inner.client.clone(), ns);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patch = json!({"spec": {"replicas": replicas}});
+        api.patch_scale(name, &params, &Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(|e| api_error(&format!("scale {ns}/{name}"), e))
     }
 
     /// Lowers the Deployment's replica count to `staying` through its scale subresource,
@@ -512,12 +599,36 @@ impl KubeDriver {
         )))
     }
 
-    /// Waits until the revision has `replicas` pods not being deleted in the cache, or
-    /// [`SCALE_SETTLE`] passes.
+    /// Why the revision's pods cannot be created, as the API server refused them (Pod
+    /// Security, a ResourceQuota, a LimitRange, a webhook): the `ReplicaFailure` condition the
+    /// ReplicaSet controller sets and the Deployment controller copies.
+    fn replica_failure(namespace: &Namespace, revision: &str) -> Option<String> {
+        let deployments = namespace.deployments.state();
+        let deployment = deployments.iter().find(|d| d.name_any() == revision)?;
+        let condition = deployment
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
+        Some(
+            condition
+                .message
+                .clone()
+                .or_else(|| condition.reason.clone())
+                .unwrap_or_else(|| "its ReplicaSet cannot create them".to_owned()),
+        )
+    }
+
+    /// Waits until the revision has `replicas` pods not being deleted in the cache, its pods
+    /// are refused, or [`SCALE_SETTLE`] passes.
     async fn settle(&self, namespace: &Namespace, revision: &str, replicas: usize) {
         let mut changes = self.inner.changes.subscribe();
         let wait = async {
-            while Self::live_pods(namespace, revision).len() != replicas {
+            while Self::live_pods(namespace, revision).len() != replicas
+                && Self::replica_failure(namespace, revision).is_none()
+            {
                 if changes.changed().await.is_err() {
                     return;
                 }
@@ -529,20 +640,28 @@ impl KubeDriver {
         let _ = tokio::time::timeout(SCALE_SETTLE, wait).await;
     }
 
-    /// The pods a query names, by replica id: one, or every one of its service in its
-    /// environment.
-    fn queried(&self, query: &LogQuery) -> Result<(String, Vec<(String, String)>), DriverError> {
+    /// The pods a query names: one, or every one of its service in its environment.
+    fn queried(&self, query: &LogQuery) -> Result<(String, Vec<logs::Source>), DriverError> {
         let namespace = self.namespace(&query.env)?;
-        let pods: Vec<(String, String)> = namespace
+        let pods: Vec<logs::Source> = namespace
             .pods
             .state()
             .iter()
             .filter(|pod| pod.labels().get(runway_render::SERVICE_LABEL) == Some(&query.service))
             .filter_map(|pod| {
                 let revision = pod.labels().get(REVISION_LABEL)?;
-                Some((diagnose::replica_id(revision, pod)?, pod.name_any()))
+                Some(logs::Source {
+                    id: diagnose::replica_id(revision, pod)?,
+                    pod: pod.name_any(),
+                    container: diagnose::main_container(pod)?,
+                })
             })
-            .filter(|(id, _)| query.replica.as_ref().is_none_or(|wanted| wanted == id))
+            .filter(|source| {
+                query
+                    .replica
+                    .as_ref()
+                    .is_none_or(|wanted| *wanted == source.id)
+            })
             .collect();
         if let Some(id) = &query.replica
             && pods.is_empty()
@@ -604,6 +723,15 @@ where
         }
     });
     (store, task)
+}
+
+/// An apply the API server checks strictly: a field it does not know is refused, never
+/// dropped unseen.
+fn strict(params: PatchParams) -> PatchParams {
+    PatchParams {
+        field_validation: Some(kube::api::ValidationDirective::Strict),
+        ..params
+    }
 }
 
 /// `ownerReferences` naming the revision's Deployment.
@@ -683,6 +811,13 @@ impl Driver for KubeDriver {
             .await?;
         self.delete_pods(ns, &deleted).await?;
         self.settle(namespace, revision, wanted).await;
+        if Self::live_pods(namespace, revision).len() < wanted
+            && let Some(why) = Self::replica_failure(namespace, revision)
+        {
+            return Err(DriverError::Refused(format!(
+                "the cluster refuses {revision}'s pods: {why}"
+            )));
+        }
         Ok(Self::replicas_in(namespace)
             .into_iter()
             .filter(|replica| revision_of(&replica.id) == Some(revision))
@@ -789,8 +924,8 @@ impl Driver for KubeDriver {
                 }
             }
             let mut followed = logs::Followed::new(api, sender);
-            for (id, pod) in &pods {
-                followed.follow(id, pod, false);
+            for source in &pods {
+                followed.follow(source, false);
             }
             let mut changes = driver.changes();
             while !followed.closed() {
@@ -802,8 +937,8 @@ impl Driver for KubeDriver {
                     continue;
                 }
                 if let Ok((_, now)) = driver.queried(&query) {
-                    for (id, pod) in &now {
-                        followed.follow(id, pod, true);
+                    for source in &now {
+                        followed.follow(source, true);
                     }
                 }
             }

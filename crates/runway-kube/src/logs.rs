@@ -9,27 +9,38 @@ use kube::api::LogParams;
 use runway_driver::{DriverError, LogLine, Stream};
 use tokio::sync::mpsc;
 
+/// A pod whose log is read: its replica id, the pod's name and its service's container (named,
+/// so a pod with sidecars is read too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub(crate) id: String,
+    pub(crate) pod: String,
+    pub(crate) container: String,
+}
+
 /// The last `n` lines of these pods' output together, oldest first. Kubernetes keeps a
 /// container's stdout and stderr as one log, so every line is reported as stdout.
 pub(crate) async fn tail(
     api: &Api<Pod>,
-    pods: &[(String, String)],
+    pods: &[Source],
     n: usize,
 ) -> Result<Vec<LogLine>, DriverError> {
     let mut all = Vec::new();
-    let params = LogParams {
-        tail_lines: Some(i64::try_from(n).unwrap_or(i64::MAX)),
-        timestamps: true,
-        ..LogParams::default()
-    };
-    for (id, pod) in pods {
-        match api.logs(pod, &params).await {
-            Ok(text) => all.extend(text.lines().filter_map(|line| parse(id, line))),
+    for source in pods {
+        let params = LogParams {
+            container: Some(source.container.clone()),
+            tail_lines: Some(i64::try_from(n).unwrap_or(i64::MAX)),
+            timestamps: true,
+            ..LogParams::default()
+        };
+        match api.logs(&source.pod, &params).await {
+            Ok(text) => all.extend(text.lines().filter_map(|line| parse(&source.id, line))),
             // Gone meanwhile, or not started yet (a pending pod has no log): nothing to show.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 400 => {}
             Err(error) => {
                 return Err(DriverError::Failed(format!(
-                    "the output of {id} (pod {pod}): {error}"
+                    "the output of {} (pod {}): {error}",
+                    source.id, source.pod
                 )));
             }
         }
@@ -82,43 +93,62 @@ impl Followed {
     }
 
     /// Follows the pod's log unless it is followed already: from its start for a pod that
-    /// appeared since the first lines were read (a rollout), else from now.
-    pub(crate) fn follow(&mut self, id: &str, pod: &str, from_start: bool) {
-        if !self.pods.insert(pod.to_owned()) {
+    /// appeared since the first lines were read (a rollout), else from now. A followed log ends
+    /// when its container does; the next run's is followed on, until the pod is gone.
+    pub(crate) fn follow(&mut self, source: &Source, from_start: bool) {
+        if !self.pods.insert(source.pod.clone()) {
             return;
         }
-        let (api, sender, id, pod) = (
-            self.api.clone(),
-            self.sender.clone(),
-            id.to_owned(),
-            pod.to_owned(),
-        );
+        let (api, sender, source) = (self.api.clone(), self.sender.clone(), source.clone());
         tokio::spawn(async move {
-            let params = LogParams {
-                follow: true,
-                timestamps: true,
-                tail_lines: (!from_start).then_some(0),
-                ..LogParams::default()
-            };
-            // A pod not started yet has no log: tried again while it starts.
-            for _ in 0..60 {
-                match api.log_stream(&pod, &params).await {
+            let mut last: Option<String> = None;
+            let mut failures = 0;
+            loop {
+                let params = LogParams {
+                    container: Some(source.container.clone()),
+                    follow: true,
+                    timestamps: true,
+                    tail_lines: (!from_start && last.is_none()).then_some(0),
+                    // A run after the first: from the last line seen (the API's bound is
+                    // inclusive, so that line is skipped below).
+                    since_time: last
+                        .as_deref()
+                        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()),
+                    ..LogParams::default()
+                };
+                match api.log_stream(&source.pod, &params).await {
                     Ok(stream) => {
+                        failures = 0;
                         let mut lines = std::pin::pin!(stream.lines());
                         while let Some(Ok(line)) = lines.next().await {
-                            let Some(line) = parse(&id, &line) else {
+                            let Some(line) = parse(&source.id, &line) else {
                                 continue;
                             };
+                            if last.as_ref().is_some_and(|seen| line.time <= *seen) {
+                                continue;
+                            }
+                            last = Some(line.time.clone());
                             if sender.send(line).await.is_err() {
                                 return;
                             }
                         }
-                        return;
+                        if last.is_none() {
+                            last = Some(format!("{:.9}", k8s_openapi::jiff::Timestamp::now()));
+                        }
                     }
                     Err(kube::Error::Api(status)) if status.code == 404 => return,
-                    Err(_) if sender.is_closed() => return,
-                    Err(_) => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                    // A pod not started yet has no log: tried again while it starts.
+                    Err(_) => {
+                        failures += 1;
+                        if failures > 60 {
+                            return;
+                        }
+                    }
                 }
+                if sender.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             }
         });
     }

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod kube;
+
 pub const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
 
 /// Bound on one CLI command that does not wait for a deployment.
