@@ -2,12 +2,12 @@
 //! real consumers: `helm lint --strict`; `helm template`, whose schema refuses what it should;
 //! `kubernetes-validate --strict` against the 1.33 schemas; `runway server`'s own parser for
 //! the configuration it writes; the certificates it makes, kept across upgrades (`lookup`
-//! against the stand-in cluster) and used for real by `runway server check-config` and by an
+//! against a real API server, `kube-cluster`) and used for real by `runway server check-config` and by an
 //! ingress run with the Deployment's arguments and fed by a control plane's fleet over mutual
 //! TLS; the server's replicas on a PostgreSQL database (a Deployment, its Secrets mounted as
 //! `runway server check-config` takes them, the master key made once and kept); and the
-//! Kubernetes driver on the stand-in cluster, whose requests are exactly what the chart's Role
-//! grants in each environment's namespace.
+//! Kubernetes driver on the real API server with the chart's ServiceAccount, whose requests
+//! are exactly what the chart's Role grants in each environment's namespace.
 //!
 //! helm comes from `scripts/test` (in `target/tools`), kubernetes-validate from pip: without
 //! them a test is skipped with its reason, and fails under `CI=true`.
@@ -39,15 +39,23 @@ const KUBERNETES_VERSION: &str = "1.33.0";
 /// What the driver may do in each environment's namespace, and all of it: (API group,
 /// resource, verbs).
 const RULES: [(&str, &str, &[&str]); 9] = [
-    ("apps", "deployments", &["list", "watch", "patch", "delete"]),
+    (
+        "apps",
+        "deployments",
+        &["list", "watch", "create", "patch", "delete"],
+    ),
     ("apps", "deployments/scale", &["get", "patch"]),
-    ("", "services", &["patch"]),
-    ("", "secrets", &["patch"]),
+    ("", "services", &["get", "create", "patch"]),
+    ("", "secrets", &["create", "patch"]),
     ("", "pods", &["list", "watch", "patch", "delete"]),
     ("", "pods/log", &["get"]),
     ("", "events", &["list", "watch"]),
     ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
-    ("networking.k8s.io", "networkpolicies", &["patch"]),
+    (
+        "networking.k8s.io",
+        "networkpolicies",
+        &["get", "create", "patch"],
+    ),
 ];
 
 /// A digest the custom values pin the image to.
@@ -1547,11 +1555,11 @@ fn template_of(helm: &Path, args: &[&str]) -> Ran {
     template(helm, "runway", "runway-system", None, args)
 }
 
-/// Creates `secrets` (rendered objects) in the stand-in's `namespace`.
-async fn create_secrets(standin: &kube_standin::StandIn, namespace: &str, secrets: &[&Value]) {
+/// Creates `secrets` (rendered objects) in the cluster's `namespace`, made for them.
+async fn create_secrets(cluster: &kube_cluster::Cluster, namespace: &str, secrets: &[&Value]) {
     use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-    standin.create_namespace(namespace).await.unwrap();
-    let client = standin.client().await.unwrap();
+    cluster.create_namespace(namespace, &[]).await.unwrap();
+    let client = cluster.client();
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret"));
     let api: Api<DynamicObject> = Api::namespaced_with(client, namespace, &resource);
     for secret in secrets {
@@ -1563,8 +1571,7 @@ async fn create_secrets(standin: &kube_standin::StandIn, namespace: &str, secret
 }
 
 /// The certificates: made on the first install; on an upgrade, found in the cluster by
-/// `lookup` and kept (checked with `--dry-run=server` against the stand-in, which answers
-/// Helm's requests as a cluster would); the control channel's two made again together when
+/// `lookup` and kept (checked with `--dry-run=server` against a real API server); the control channel's two made again together when
 /// one is missing; and none made for a Secret the values name. With a database the master
 /// key likewise.
 #[test]
@@ -1625,18 +1632,16 @@ fn certificates_are_made_once_and_kept_across_upgrades() {
     // Without a cluster, lookup finds nothing: each render makes new ones.
     assert_ne!(secret_data(&objects(&template_of(&helm, &[]))), data);
 
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let Some(cluster) = kube_cluster::shared("certificates_are_made_once_and_kept") else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let standin = rt.block_on(kube_standin::StandIn::start()).unwrap();
-    let dir = TempDir::new("upgrade");
-    let kubeconfig = dir.write("kubeconfig", &standin.kubeconfig());
-    let kubeconfig = kubeconfig.to_str().unwrap();
+    let kubeconfig = cluster.admin_kubeconfig().to_str().unwrap();
     let all: Vec<&Value> = secrets.values().copied().collect();
-    rt.block_on(create_secrets(&standin, "runway-system", &all));
+    rt.block_on(create_secrets(cluster, "runway-system", &all));
 
     // An upgrade: every certificate kept, so neither pod restarts for them.
     let upgrade = objects(&template_of(
@@ -1653,7 +1658,7 @@ fn certificates_are_made_once_and_kept_across_upgrades() {
     // Half the control channel: both sides made again, from a new authority; the serving
     // authority kept.
     rt.block_on(create_secrets(
-        &standin,
+        cluster,
         "elsewhere",
         &[secrets["runway-ca"], secrets["runway-ingress-control-tls"]],
     ));
@@ -1700,7 +1705,7 @@ fn certificates_are_made_once_and_kept_across_upgrades() {
     )));
     assert_ne!(&again["runway-master-key"]["master.key"], key);
     rt.block_on(create_secrets(
-        &standin,
+        cluster,
         "replicated",
         &[named(&made, "Secret", "runway-master-key")],
     ));
@@ -1721,7 +1726,6 @@ fn certificates_are_made_once_and_kept_across_upgrades() {
         &upgrade["runway-master-key"]["master.key"], key,
         "the master key kept across an upgrade"
     );
-    rt.block_on(standin.stop());
 
     // The operator's authority: no CA Secret, both pods mount theirs.
     let brought = objects(&template_of(
@@ -2466,18 +2470,30 @@ async fn until_replicas(
     }
 }
 
-/// Every call of the driver on the stand-in cluster: each request is one the chart's Role
-/// grants in the environment's namespace, and each right the Role grants is used.
+/// Every call of the driver on a real API server, as the chart's ServiceAccount: each request is
+/// one the chart's Role grants in the environment's namespace (the API server refuses any
+/// other), and each right the Role grants is used. A server-side apply that creates is
+/// authorized as `create` too: the audit log records it as a `patch` answered 201.
 #[test]
 fn the_driver_uses_exactly_the_roles_rights() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let Some(helm) = helm() else { return };
+    let Some(cluster) = kube_cluster::shared("the_driver_uses_exactly_the_roles_rights") else {
+        return;
+    };
+    let installed =
+        support::kube::install(cluster, &helm, &support::kube::release("rights"), &["dev"]);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let made = rt.block_on(async { tokio::time::timeout(Duration::from_secs(120), drive()).await });
-    let (standin, seen) = made.expect("the driver's calls within 120 s");
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(120), drive(&installed))
+            .await
+            .expect("the driver's calls within 120 s");
+    });
+    drop(rt);
 
     let granted: BTreeSet<(String, String, String)> = RULES
         .iter()
@@ -2491,43 +2507,55 @@ fn the_driver_uses_exactly_the_roles_rights() {
             })
         })
         .collect();
+    // The driver's watches are recorded when they end, which its drop did.
+    let namespace = installed.namespace("dev");
     let mut used = BTreeSet::new();
-    for request in &standin.requests()[seen..] {
-        if request.verb.is_empty() {
-            // Discovery: every authenticated client may (system:discovery).
-            continue;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        used.clear();
+        for request in installed.requests() {
+            assert_eq!(
+                request.namespace.as_deref(),
+                Some(namespace.as_str()),
+                "only in the environment's namespace: {request:?}"
+            );
+            assert!(
+                request.code < 400 || request.code == 404,
+                "refused: {request:?}"
+            );
+            let resource = match &request.subresource {
+                Some(sub) => format!("{}/{sub}", request.resource),
+                None => request.resource.clone(),
+            };
+            let right = (request.group.clone(), resource, request.verb.clone());
+            assert!(
+                granted.contains(&right),
+                "not granted by the Role: {right:?} ({request:?})"
+            );
+            if request.verb == "patch" && request.code == 201 {
+                used.insert((right.0.clone(), right.1.clone(), "create".to_owned()));
+            }
+            used.insert(right);
         }
-        assert_eq!(
-            request.namespace.as_deref(),
-            Some("runway-dev"),
-            "only in the environment's namespace: {request:?}"
-        );
-        let resource = match &request.subresource {
-            Some(sub) => format!("{}/{sub}", request.resource),
-            None => request.resource.clone(),
-        };
-        let right = (request.group.clone(), resource, request.verb.clone());
-        assert!(
-            granted.contains(&right),
-            "not granted by the Role: {right:?} ({request:?})"
-        );
-        used.insert(right);
+        if used == granted || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
     let unused: Vec<_> = granted.difference(&used).collect();
     assert!(unused.is_empty(), "granted but never used: {unused:?}");
-    rt.block_on(standin.stop());
 }
 
-/// The stand-in, and how many of its requests came before the driver's.
-async fn drive() -> (kube_standin::StandIn, usize) {
-    let standin = kube_standin::StandIn::start().await.unwrap();
-    // The chart's part: the environment's namespace.
-    standin.create_namespace("runway-dev").await.unwrap();
-    let client = standin.client().await.unwrap();
-    let seen = standin.requests().len();
-
+/// The driver's calls, as the chart's ServiceAccount on its environment's namespace.
+async fn drive(installed: &support::kube::Installed) {
+    let config = kube::config::Kubeconfig::read_from(&installed.kubeconfig).unwrap();
+    let config =
+        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
+            .await
+            .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
     let options = runway_kube::KubeOptions {
-        namespace_pattern: "runway-{env}".to_owned(),
+        namespace_pattern: installed.pattern.clone(),
         environments: vec!["dev".to_owned()],
     };
     let driver = runway_kube::KubeDriver::new(client, options, None);
@@ -2553,7 +2581,7 @@ async fn drive() -> (kube_standin::StandIn, usize) {
     let bound = Duration::from_secs(30);
     let scale = |replicas: u32, retire: Vec<String>| Scale { replicas, retire };
 
-    // Applied: the Secret, the Deployment and its Service.
+    // Made: the Secret, the NetworkPolicy, the Deployment and its Service.
     driver.scale(&workload, &scale(2, vec![])).await.unwrap();
     let two = until_replicas(&driver, revision, bound, |r| {
         r.len() == 2 && r.iter().all(|r| r.ready)
@@ -2570,7 +2598,8 @@ async fn drive() -> (kube_standin::StandIn, usize) {
     let mut lines = driver.follow(&query).await.unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(1), lines.recv()).await;
     drop(lines);
-    // One drained: marked with its deletion cost, the count lowered.
+    // One drained: marked with its deletion cost, the count lowered (the revision made already:
+    // its Service and NetworkPolicy read, not applied again).
     driver
         .scale(&workload, &scale(1, vec![two[0].id.clone()]))
         .await
@@ -2592,5 +2621,4 @@ async fn drive() -> (kube_standin::StandIn, usize) {
         .await
         .unwrap();
     driver.remove("hello", "dev", revision).await.unwrap();
-    (standin, seen)
 }
