@@ -1,7 +1,7 @@
-//! A revision's network objects on the stand-in API server: its NetworkPolicy applied with
-//! (and owned by) its Deployment, the service's internal Service shared by its revisions and
-//! pruned with the last, `vpc_access` refused without private ranges, and every object the
-//! driver wrote through `kubernetes-validate --strict`.
+//! A revision's network objects on a real API server (`kube-cluster`): its NetworkPolicy applied
+//! with (and owned by) its Deployment, the service's internal Service shared by its revisions
+//! and pruned with the last by the garbage collector, `vpc_access` refused without private
+//! ranges. The API server validates every object the driver applies, strictly.
 
 #![allow(
     clippy::unwrap_used,
@@ -49,16 +49,43 @@ fn workload(manifest: &str, revision: &str) -> Workload {
     }
 }
 
-/// Waits, at most 30 s, until `check` holds of the stand-in's object (None when it is gone).
+/// The object, as JSON, if it exists.
+async fn object(client: &kube::Client, resource: &str, name: &str) -> Option<Value> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let namespace = "runway-dev";
+    let found = match resource {
+        "networkpolicies" => kube::Api::<NetworkPolicy>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|o| serde_json::to_value(o).unwrap()),
+        "services" => kube::Api::<Service>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|o| serde_json::to_value(o).unwrap()),
+        "deployments" => kube::Api::<Deployment>::namespaced(client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|o| serde_json::to_value(o).unwrap()),
+        other => panic!("no such resource here: {other}"),
+    };
+    found
+}
+
+/// Waits, at most 30 s, until `check` holds of the object (None when it is gone).
 async fn until(
-    standin: &kube_standin::StandIn,
+    client: &kube::Client,
     resource: &str,
     name: &str,
     check: impl Fn(Option<&Value>) -> bool,
 ) -> Option<Value> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let object = standin.object(resource, "runway-dev", name);
+        let object = object(client, resource, name).await;
         if check(object.as_ref()) {
             return object;
         }
@@ -104,14 +131,18 @@ fn owners(object: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
-    let standin = kube_standin::StandIn::start().await.unwrap();
-    standin.create_namespace("runway-dev").await.unwrap();
-    let client = standin.client().await.unwrap();
+    let Some(cluster) =
+        kube_cluster::start_or_skip("a_revisions_policy_and_internal_service").await
+    else {
+        return;
+    };
+    cluster.create_namespace("runway-dev", &[]).await.unwrap();
+    let client = cluster.client();
     let options = KubeOptions {
         namespace_pattern: "runway-{env}".to_owned(),
         environments: vec!["dev".to_owned()],
     };
-    let driver = KubeDriver::new(client, options, None);
+    let driver = KubeDriver::new(client.clone(), options, None);
     driver.ready(Duration::from_secs(30)).await.unwrap();
     let one = Scale {
         replicas: 1,
@@ -120,8 +151,8 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
 
     let first = workload(USERS, "users-dev-00001");
     driver.scale(&first, &one).await.unwrap();
-    let policy = standin
-        .object("networkpolicies", "runway-dev", "users-dev-00001")
+    let policy = object(&client, "networkpolicies", "users-dev-00001")
+        .await
         .expect("the revision's NetworkPolicy");
     assert_eq!(owners(&policy), ["users-dev-00001"]);
     assert_eq!(
@@ -142,17 +173,15 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
         from[1]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
         "web"
     );
-    let internal = standin
-        .object("services", "runway-dev", "users-internal")
+    let internal = object(&client, "services", "users-internal")
+        .await
         .expect("the internal Service");
     assert_eq!(owners(&internal), ["users-dev-00001"]);
 
     // A second revision shares the internal Service, as one more of its owners.
     let second = workload(USERS, "users-dev-00002");
     driver.scale(&second, &one).await.unwrap();
-    let internal = standin
-        .object("services", "runway-dev", "users-internal")
-        .unwrap();
+    let internal = object(&client, "services", "users-internal").await.unwrap();
     assert_eq!(owners(&internal), ["users-dev-00001", "users-dev-00002"]);
 
     // The first removed: its policy goes, the internal Service stays with the second.
@@ -161,17 +190,17 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
         .remove("users", "dev", "users-dev-00001")
         .await
         .unwrap();
-    until(&standin, "networkpolicies", "users-dev-00001", |o| {
+    until(&client, "networkpolicies", "users-dev-00001", |o| {
         o.is_none()
     })
     .await;
-    until(&standin, "services", "users-internal", |o| {
+    until(&client, "services", "users-internal", |o| {
         o.is_some_and(|o| owners(o) == ["users-dev-00002"])
     })
     .await;
     assert!(
-        standin
-            .object("networkpolicies", "runway-dev", "users-dev-00002")
+        object(&client, "networkpolicies", "users-dev-00002")
+            .await
             .is_some()
     );
 
@@ -186,7 +215,7 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
         ("services", "users-dev-00002"),
         ("services", "users-internal"),
     ] {
-        until(&standin, resource, name, |o| o.is_none()).await;
+        until(&client, resource, name, |o| o.is_none()).await;
     }
 
     // vpc_access without private ranges is refused before anything is written; with them, the
@@ -199,8 +228,8 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
         "{error:?}"
     );
     assert!(
-        standin
-            .object("deployments", "runway-dev", "users-dev-00003")
+        object(&client, "deployments", "users-dev-00003")
+            .await
             .is_none()
     );
     let driver = driver.with_network(NetworkOptions {
@@ -208,8 +237,8 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
         ingress: Some(Peer::runway_ingress()),
     });
     driver.scale(&third, &one).await.unwrap();
-    let policy = standin
-        .object("networkpolicies", "runway-dev", "users-dev-00003")
+    let policy = object(&client, "networkpolicies", "users-dev-00003")
+        .await
         .unwrap();
     assert!(
         policy["spec"]["egress"]
@@ -220,6 +249,5 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
         "{policy:#}"
     );
 
-    standin.validate_received().unwrap();
-    standin.stop().await;
+    cluster.stop();
 }
