@@ -733,3 +733,72 @@ fn ingresses_of_their_own_are_fed_over_the_network() {
         platform.log()
     );
 }
+
+/// A worker has no port, so no Service and no EndpointSlice: it is ready when its pod is, and
+/// its deploy goes through. Pods the API server refuses (here a ResourceQuota that admits
+/// none) fail the deploy at once with the API server's own message, instead of a wait for
+/// pods that never come.
+#[test]
+fn a_worker_is_ready_from_its_pod_and_refused_pods_fail_the_deploy() {
+    let Some((kube, platform)) = cluster("a_worker_and_refused_pods") else {
+        return;
+    };
+    let repo = platform.onboard("jobs", &["dev", "staging"], "s3cr3t");
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let base = text
+        .split("  scalability:")
+        .next()
+        .unwrap()
+        .replace("  container_port: 8080\n", "");
+    std::fs::write(
+        &path,
+        format!(
+            "{base}  scalability:\n    min_instances: 2\n    max_instances: 2\n  \
+             deployment:\n    strategy: legacy\n  workload:\n    kind: worker\n    \
+             secrets: [API_KEY]\n"
+        ),
+    )
+    .unwrap();
+    let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(
+        deploy.ok(),
+        "worker deploy: {}\n{}",
+        deploy.all(),
+        platform.log()
+    );
+    let instances = platform.status("jobs", "dev")["instances"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(instances.len(), 2, "{instances:?}");
+    assert!(
+        instances.iter().all(|i| i["ready"] == true),
+        "{instances:?}"
+    );
+    assert!(kube.objects("services", "dev").is_empty());
+
+    // Staging's namespace admits no pod.
+    let quota = format!(
+        "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: none\n  namespace: {}\nspec:\n  hard:\n    pods: \"0\"\n",
+        kube.namespace("staging")
+    );
+    let mut apply = kube.cluster.kubectl();
+    apply.args(["apply", "-f", "-"]);
+    let applied = support::run(apply, Some(quota.as_bytes()), support::COMMAND);
+    assert!(applied.ok(), "{}", applied.all());
+    let started = std::time::Instant::now();
+    let deploy = platform.deploy_image(&repo, "staging", IMAGE);
+    assert!(
+        !deploy.ok(),
+        "deployed with no pod admitted: {}",
+        deploy.all()
+    );
+    let said = deploy.all();
+    assert!(said.contains("exceeded quota"), "{said}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the refusal took {:?}: {said}",
+        started.elapsed()
+    );
+}
