@@ -34,6 +34,9 @@ pub(crate) struct KubernetesConfig {
     /// Each environment's namespace, `{env}` standing for its name. The namespaces are the
     /// installation's to create (Runway's chart does), with the driver's role in each.
     pub(crate) namespace_pattern: String,
+    /// Secrets in each environment's namespace (of type `kubernetes.io/dockerconfigjson`) the
+    /// kubelet pulls services' images with, from a registry that wants credentials.
+    pub(crate) image_pull_secrets: Vec<String>,
 }
 
 impl Default for KubernetesConfig {
@@ -42,6 +45,7 @@ impl Default for KubernetesConfig {
             kubeconfig: None,
             context: None,
             namespace_pattern: KubeOptions::default().namespace_pattern,
+            image_pull_secrets: Vec::new(),
         }
     }
 }
@@ -74,6 +78,7 @@ impl KubernetesConfig {
         let options = KubeOptions {
             namespace_pattern: self.namespace_pattern.clone(),
             environments: environments.to_vec(),
+            image_pull_secrets: self.image_pull_secrets.clone(),
         };
         let driver = KubeDriver::new(client, options, Some(resolver));
         driver

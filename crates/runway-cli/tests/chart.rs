@@ -38,7 +38,7 @@ const KUBERNETES_VERSION: &str = "1.33.0";
 
 /// What the driver may do in each environment's namespace, and all of it: (API group,
 /// resource, verbs).
-const RULES: [(&str, &str, &[&str]); 9] = [
+const RULES: [(&str, &str, &[&str]); 10] = [
     (
         "apps",
         "deployments",
@@ -54,6 +54,11 @@ const RULES: [(&str, &str, &[&str]); 9] = [
     (
         "networking.k8s.io",
         "networkpolicies",
+        &["get", "create", "patch"],
+    ),
+    (
+        "policy",
+        "poddisruptionbudgets",
         &["get", "create", "patch"],
     ),
 ];
@@ -735,7 +740,10 @@ fn rendered_server_config_is_read_by_runway_server() {
                 "https_port": 443,
             }},
             "control": {"domain": "localhost"},
-            "runtime": {"kind": "kubernetes", "kubernetes": {"namespace_pattern": "runway-{env}"}},
+            "runtime": {"kind": "kubernetes", "kubernetes": {
+                "namespace_pattern": "runway-{env}",
+                "image_pull_secrets": [],
+            }},
         })
     );
     let custom = parse(&custom);
@@ -2557,6 +2565,7 @@ async fn drive(installed: &support::kube::Installed) {
     let options = runway_kube::KubeOptions {
         namespace_pattern: installed.pattern.clone(),
         environments: vec!["dev".to_owned()],
+        ..runway_kube::KubeOptions::default()
     };
     let driver = runway_kube::KubeDriver::new(client, options, None);
     driver.ready(Duration::from_secs(30)).await.unwrap();

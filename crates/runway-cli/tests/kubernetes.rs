@@ -802,3 +802,58 @@ fn a_worker_is_ready_from_its_pod_and_refused_pods_fail_the_deploy() {
         started.elapsed()
     );
 }
+
+/// A service whose revision names Kubernetes would refuse as a Service's name or a label's
+/// value (longer than 63 characters) runs under object names of its own, and is still known by
+/// its revisions' names; its pods pull with the platform's image pull Secret.
+#[test]
+fn long_revision_names_run_under_names_kubernetes_takes() {
+    let Some(helm) = support::kube::helm() else {
+        return;
+    };
+    let Some(cluster) = kube_cluster::shared("long_revision_names") else {
+        return;
+    };
+    let installed = support::kube::install(
+        cluster,
+        &helm,
+        &support::kube::release("n"),
+        &["dev", "staging", "production"],
+    );
+    let settings = Settings {
+        sections: installed.runtime_section() + "    image_pull_secrets: [registry-credentials]\n",
+        allow_processes: false,
+        ..Settings::default()
+    };
+    let platform = Platform::start(&settings);
+    let name = format!("long{}", "a".repeat(56));
+    let repo = platform.onboard(&name, &["dev"], "s3cr3t");
+    set_image_manifest(&repo, 1, 1);
+    let deploy = platform.deploy_image(&repo, "dev", IMAGE);
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    let revision = format!("{name}-dev-00001");
+    let host = format!("{name}.dev.localhost");
+    platform.get_until(&host, "/", BOUND, |s, b| s == 200 && !b.trim().is_empty());
+    let deployments = installed.objects("deployments", "dev");
+    assert_eq!(deployments.len(), 1);
+    let deployment = &deployments[0];
+    let object = deployment["metadata"]["name"].as_str().unwrap();
+    assert!(object.len() <= 63 && object.starts_with('r'), "{object}");
+    assert_eq!(
+        deployment["metadata"]["annotations"]["runway.dev/revision"],
+        revision.as_str()
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["imagePullSecrets"],
+        serde_json::json!([{"name": "registry-credentials"}])
+    );
+    let instances = platform.status(&name, "dev")["instances"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    assert!(
+        instances[0]["id"].as_str().unwrap().starts_with(&revision),
+        "{instances:?}"
+    );
+}

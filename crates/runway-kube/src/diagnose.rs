@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Even
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use runway_driver::{ExitRecord, Phase, Replica};
-use runway_render::{DEFAULT_CONTAINER, REVISION_LABEL, SERVICE_LABEL};
+use runway_render::{DEFAULT_CONTAINER, REVISION_ANNOTATION, REVISION_LABEL, SERVICE_LABEL};
 
 /// What the EndpointSlices say of one pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,17 @@ pub(crate) fn main_container(pod: &Pod) -> Option<String> {
     Some(pod.spec.as_ref()?.containers.first()?.name.clone())
 }
 
+/// The revision a pod belongs to: its full name, from the annotation (its label holds the
+/// name of the revision's objects, which is shorter when the revision's name is long).
+pub(crate) fn revision(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REVISION_ANNOTATION))
+        .or_else(|| pod.metadata.labels.as_ref()?.get(REVISION_LABEL))
+        .map(String::as_str)
+}
+
 /// The replica id of a pod of `revision`: `{revision}-{the first 6 hex digits of its uid}`,
 /// the seam's shape, stable for the pod's life and unique among the revision's pods.
 pub(crate) fn replica_id(revision: &str, pod: &Pod) -> Option<String> {
@@ -97,7 +108,7 @@ pub(crate) fn replica(
     warnings: &HashMap<String, String>,
 ) -> Option<Replica> {
     let labels = pod.metadata.labels.as_ref()?;
-    let revision = labels.get(REVISION_LABEL)?.clone();
+    let revision = revision(pod)?.to_owned();
     let id = replica_id(&revision, pod)?;
     let name = pod.metadata.name.clone().unwrap_or_default();
     let status = pod.status.as_ref();

@@ -57,6 +57,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -64,7 +65,7 @@ use kube::{Api, Client, ResourceExt};
 use runway_driver::{
     Driver, DriverError, Kept, LogLine, LogQuery, Replica, Scale, Workload, revision_of,
 };
-use runway_render::{REVISION_LABEL, RenderError, Revision};
+use runway_render::{REVISION_LABEL, RenderError, Revision, object_name};
 
 pub use runway_render::{NetworkOptions, Peer};
 use serde_json::json;
@@ -99,6 +100,8 @@ pub struct KubeOptions {
     pub namespace_pattern: String,
     /// The environments whose namespaces it watches and runs workloads in.
     pub environments: Vec<String>,
+    /// Secrets in each namespace the kubelet pulls images with (`imagePullSecrets`).
+    pub image_pull_secrets: Vec<String>,
 }
 
 impl Default for KubeOptions {
@@ -106,6 +109,7 @@ impl Default for KubeOptions {
         Self {
             namespace_pattern: "runway-{env}".to_owned(),
             environments: Vec::new(),
+            image_pull_secrets: Vec::new(),
         }
     }
 }
@@ -284,7 +288,7 @@ impl KubeDriver {
                 let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Failed" | "Succeeded"))
             })
-            .filter(|pod| pod.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision))
+            .filter(|pod| pod.labels().get(REVISION_LABEL) == Some(&object_name(revision)))
             .filter_map(|pod| Some((diagnose::replica_id(revision, &pod)?, pod)))
             .collect()
     }
@@ -321,7 +325,7 @@ impl KubeDriver {
         // `B_C`: both `a-b-c`), and one must never write into, nor read from, the other's.
         let params = strict(PatchParams::apply(&format!(
             "{FIELD_MANAGER}-{}",
-            workload.revision
+            object_name(&workload.revision)
         )));
         let mut keys = BTreeMap::new();
         for (variable, value) in &workload.secrets {
@@ -417,10 +421,11 @@ impl KubeDriver {
             secret_keys,
             network: &self.network,
             environments: &self.inner.environments,
+            image_pull_secrets: &self.inner.options.image_pull_secrets,
         };
         let objects = runway_render::revision_objects(&workload.config, &revision)
             .map_err(|e| refused_render(&workload.service, &e))?;
-        let name = &workload.revision;
+        let name = &object_name(&workload.revision);
         let internal_manager = format!("{FIELD_MANAGER}-{name}");
         let existing = namespace
             .deployments
@@ -459,6 +464,13 @@ impl KubeDriver {
                     self.apply::<Service>(ns, internal, Some((name, &uid)), &internal_manager)
                         .await?;
                 }
+                self.apply::<PodDisruptionBudget>(
+                    ns,
+                    &objects.disruption_budget,
+                    Some((name, &uid)),
+                    FIELD_MANAGER,
+                )
+                .await?;
                 return Ok(());
             }
         };
@@ -480,6 +492,10 @@ impl KubeDriver {
                 self.apply::<Service>(ns, internal, owner, &internal_manager)
                     .await?;
             }
+        }
+        if !self.owned_by::<PodDisruptionBudget>(ns, name, &uid).await? {
+            self.apply::<PodDisruptionBudget>(ns, &objects.disruption_budget, owner, FIELD_MANAGER)
+                .await?;
         }
         Ok(())
     }
@@ -604,7 +620,8 @@ impl KubeDriver {
     /// ReplicaSet controller sets and the Deployment controller copies.
     fn replica_failure(namespace: &Namespace, revision: &str) -> Option<String> {
         let deployments = namespace.deployments.state();
-        let deployment = deployments.iter().find(|d| d.name_any() == revision)?;
+        let name = object_name(revision);
+        let deployment = deployments.iter().find(|d| d.name_any() == name)?;
         let condition = deployment
             .status
             .as_ref()?
@@ -649,7 +666,7 @@ impl KubeDriver {
             .iter()
             .filter(|pod| pod.labels().get(runway_render::SERVICE_LABEL) == Some(&query.service))
             .filter_map(|pod| {
-                let revision = pod.labels().get(REVISION_LABEL)?;
+                let revision = diagnose::revision(pod)?;
                 Some(logs::Source {
                     id: diagnose::replica_id(revision, pod)?,
                     pod: pod.name_any(),
@@ -849,25 +866,27 @@ impl Driver for KubeDriver {
             .iter()
             .filter(|(id, pod)| !replicas.contains(id) && !marked(pod))
             .count();
-        self.scale_down_to(&namespace.name, revision, staying).await
+        self.scale_down_to(&namespace.name, &object_name(revision), staying)
+            .await
     }
 
     async fn remove(&self, _service: &str, env: &str, revision: &str) -> Result<(), DriverError> {
         let namespace = self.namespace(env)?;
+        let name = object_name(revision);
         let known = namespace
             .deployments
             .state()
             .iter()
-            .any(|d| d.name_any() == revision);
+            .any(|d| d.name_any() == name);
         if !known {
             return Ok(());
         }
         let api: Api<Deployment> = Api::namespaced(self.inner.client.clone(), &namespace.name);
-        match api.delete(revision, &DeleteParams::background()).await {
+        match api.delete(&name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             Err(e) => Err(api_error(
-                &format!("delete Deployment {}/{revision}", namespace.name),
+                &format!("delete Deployment {}/{name}", namespace.name),
                 e,
             )),
         }
@@ -884,7 +903,11 @@ impl Driver for KubeDriver {
                     Some(Kept {
                         service: d.labels().get(runway_render::SERVICE_LABEL)?.clone(),
                         env: namespace.env.clone(),
-                        revision: d.labels().get(REVISION_LABEL)?.clone(),
+                        revision: d
+                            .annotations()
+                            .get(runway_render::REVISION_ANNOTATION)
+                            .or_else(|| d.labels().get(REVISION_LABEL))?
+                            .clone(),
                     })
                 })
             })
@@ -976,6 +999,7 @@ mod tests {
         let options = KubeOptions {
             namespace_pattern: "apps-{env}".to_owned(),
             environments: vec!["dev".to_owned()],
+            ..KubeOptions::default()
         };
         assert_eq!(options.namespace("dev"), "apps-dev");
         assert_eq!(KubeOptions::default().namespace("prod"), "runway-prod");

@@ -141,6 +141,7 @@ async fn a_revisions_policy_and_internal_service_are_applied_and_pruned() {
     let options = KubeOptions {
         namespace_pattern: "runway-{env}".to_owned(),
         environments: vec!["dev".to_owned()],
+        ..KubeOptions::default()
     };
     let driver = KubeDriver::new(client.clone(), options, None);
     driver.ready(Duration::from_secs(30)).await.unwrap();

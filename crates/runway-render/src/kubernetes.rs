@@ -55,7 +55,10 @@ pub(crate) fn render(
     if let Some(range) = autoscaling(config) {
         objects.push(("hpa".into(), hpa(config, range, meta(name, Map::new()))));
     }
-    objects.push(("pdb".into(), pdb(config, meta(name, Map::new()))));
+    objects.push((
+        "pdb".into(),
+        pdb(meta(name, Map::new()), common::selector_labels(config)),
+    ));
     objects.push((
         "networkpolicy".into(),
         network_policy(meta(name, Map::new()), &rules, shape.selector(config)),
@@ -102,6 +105,28 @@ pub struct Revision<'a> {
     pub network: &'a NetworkOptions,
     /// Every environment the driver runs and its namespace, where callers' pods are.
     pub environments: &'a [(String, String)],
+    /// Secrets (of type `kubernetes.io/dockerconfigjson`) the kubelet pulls the image with.
+    pub image_pull_secrets: &'a [String],
+}
+
+/// The annotation holding a revision's full name on its Deployment and pods, whatever its
+/// objects are named ([`object_name`]).
+pub const REVISION_ANNOTATION: &str = "runway.dev/revision";
+
+/// The name of a revision's objects and the value of its [`REVISION_LABEL`]: the revision's
+/// own name when Kubernetes takes it as a Service's name and a label's value (at most 63
+/// characters, a letter first), else `r`, as much of it as fits and a hash of all of it, so
+/// two revisions never share one.
+pub fn object_name(revision: &str) -> String {
+    if revision.len() <= 63 && revision.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return revision.to_owned();
+    }
+    // FNV-1a: stable across builds and machines, which a name must be.
+    let hash = revision.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let cut: String = revision.chars().take(53).collect();
+    format!("r{}-{:08x}", cut.trim_end_matches('-'), hash as u32)
 }
 
 /// What the driver applies for one revision.
@@ -116,6 +141,8 @@ pub struct RevisionObjects {
     pub internal_service: Option<Value>,
     /// The NetworkPolicy of the revision's pods, named after it.
     pub network_policy: Value,
+    /// Its PodDisruptionBudget: one pod of the revision down at a time in a drain.
+    pub disruption_budget: Value,
 }
 
 /// A revision's Deployment, its Service (for a service, not a worker), its NetworkPolicy and
@@ -142,13 +169,11 @@ pub fn revision_objects(
         }
         meta
     };
-    let own = |annotations| meta(revision.name, Some(revision.image), annotations);
-    let deployment = deployment(
-        config,
-        revision.image,
-        own(common::annotations(config)),
-        &shape,
-    );
+    let name = object_name(revision.name);
+    let own = |annotations| meta(&name, Some(revision.image), annotations);
+    let mut annotations = common::annotations(config);
+    annotations.insert(REVISION_ANNOTATION.into(), json!(revision.name));
+    let deployment = deployment(config, revision.image, own(annotations), &shape);
     let revision_service =
         (config.kind == WorkloadKind::Service).then(|| service(config, own(Map::new()), &shape));
     let internal_service = has_internal_service(config).then(|| {
@@ -166,11 +191,13 @@ pub fn revision_objects(
         service(config, meta, &Shape::Internal)
     });
     let network_policy = network_policy(own(Map::new()), &rules, shape.selector(config));
+    let disruption_budget = pdb(own(Map::new()), shape.selector(config));
     Ok(RevisionObjects {
         deployment,
         service: revision_service,
         internal_service,
         network_policy,
+        disruption_budget,
     })
 }
 
@@ -202,7 +229,7 @@ impl Shape<'_> {
         let mut labels = Map::new();
         if let Shape::Revision(revision) = self {
             labels.insert(SERVICE_LABEL.into(), json!(config.name));
-            labels.insert(REVISION_LABEL.into(), json!(revision.name));
+            labels.insert(REVISION_LABEL.into(), json!(object_name(revision.name)));
         }
         labels
     }
@@ -300,23 +327,36 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
     );
     let mut pod_labels = common::labels(config, Some(image));
     pod_labels.extend(shape.labels(config));
+    // The service's container, for `kubectl logs` and Runway's driver when a mesh adds its own
+    // beside it; a revision's pods also carry its full name.
+    let mut pod_annotations = Map::new();
+    pod_annotations.insert(DEFAULT_CONTAINER.into(), json!(config.dns_name));
+    let mut pod = Map::new();
+    // A service never calls the Kubernetes API: no token in its pods.
+    pod.insert("automountServiceAccountToken".into(), json!(false));
+    pod.insert("securityContext".into(), common::pod_security_context());
+    pod.insert(
+        "terminationGracePeriodSeconds".into(),
+        json!(config.stop_grace_period_seconds),
+    );
+    pod.insert(
+        "containers".into(),
+        json!([container(config, image, shape)]),
+    );
+    if let Shape::Revision(revision) = shape {
+        pod_annotations.insert(REVISION_ANNOTATION.into(), json!(revision.name));
+        if !revision.image_pull_secrets.is_empty() {
+            let secrets: Vec<Value> = revision
+                .image_pull_secrets
+                .iter()
+                .map(|name| json!({"name": name}))
+                .collect();
+            pod.insert("imagePullSecrets".into(), Value::Array(secrets));
+        }
+    }
     spec.insert(
         "template".into(),
-        json!({
-            "metadata": {
-                "labels": pod_labels,
-                // The service's container, for `kubectl logs` and Runway's driver when a
-                // mesh adds its own beside it.
-                "annotations": {DEFAULT_CONTAINER: config.dns_name},
-            },
-            "spec": {
-                // A service never calls the Kubernetes API: no token in its pods.
-                "automountServiceAccountToken": false,
-                "securityContext": common::pod_security_context(),
-                "terminationGracePeriodSeconds": config.stop_grace_period_seconds,
-                "containers": [container(config, image, shape)],
-            },
-        }),
+        json!({"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod}),
     );
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec})
 }
@@ -360,16 +400,15 @@ fn service(config: &ServiceConfig, metadata: Value, shape: &Shape<'_>) -> Value 
     if config.backend_protocol.is_http2() {
         port.insert("appProtocol".into(), json!("kubernetes.io/h2c"));
     }
-    json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "type": "ClusterIP",
-            "selector": shape.selector(config),
-            "ports": [port],
-        },
-    })
+    let mut spec = Map::new();
+    spec.insert("type".into(), json!("ClusterIP"));
+    if matches!(shape, Shape::Revision(_)) {
+        // Runway's ingress reads a revision's EndpointSlices: no cluster IP is held for it.
+        spec.insert("clusterIP".into(), json!("None"));
+    }
+    spec.insert("selector".into(), json!(shape.selector(config)));
+    spec.insert("ports".into(), json!([port]));
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec})
 }
 
 fn hpa(config: &ServiceConfig, (min, max): (u32, u32), metadata: Value) -> Value {
@@ -392,14 +431,14 @@ fn hpa(config: &ServiceConfig, (min, max): (u32, u32), metadata: Value) -> Value
     })
 }
 
-fn pdb(config: &ServiceConfig, metadata: Value) -> Value {
+fn pdb(metadata: Value, pods: Map<String, Value>) -> Value {
     json!({
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata,
         "spec": {
             "maxUnavailable": 1,
-            "selector": {"matchLabels": common::selector_labels(config)},
+            "selector": {"matchLabels": pods},
         },
     })
 }

@@ -32,7 +32,8 @@ pub mod observability;
 mod yaml;
 
 pub use kubernetes::{
-    DEFAULT_CONTAINER, REVISION_LABEL, Revision, RevisionObjects, SERVICE_LABEL, revision_objects,
+    DEFAULT_CONTAINER, REVISION_ANNOTATION, REVISION_LABEL, Revision, RevisionObjects,
+    SERVICE_LABEL, object_name, revision_objects,
 };
 pub use network::{NetworkOptions, Peer};
 

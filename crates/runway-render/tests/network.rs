@@ -449,6 +449,7 @@ fn a_revisions_policy_names_namespaces_and_runways_ingress() {
         secret_keys: &keys,
         network: &network,
         environments: &environments,
+        image_pull_secrets: &[],
     };
     let objects = revision_objects(&config, &revision).unwrap();
     let policy = &objects.network_policy;
@@ -554,6 +555,7 @@ fn every_object_passes_strict_schema_validation() {
                 ingress: Some(Peer::runway_ingress()),
             },
             environments: &environments,
+            image_pull_secrets: &[],
         };
         let objects = revision_objects(&config, &revision).unwrap();
         for (kind, object) in [

@@ -450,6 +450,7 @@ fn kubernetes_output_passes_strict_schema_validation() {
             secret_keys: &keys,
             network: &network,
             environments: &environments,
+            image_pull_secrets: &["registry-credentials".to_owned()],
         };
         let objects = runway_render::revision_objects(&config, &revision).unwrap();
         for (kind, object) in [
@@ -457,6 +458,7 @@ fn kubernetes_output_passes_strict_schema_validation() {
             ("service", objects.service),
             ("service-internal", objects.internal_service),
             ("networkpolicy", Some(objects.network_policy)),
+            ("pdb", Some(objects.disruption_budget)),
         ] {
             let Some(object) = object else { continue };
             let path = dir.0.join(format!("revision-{name}-{kind}.json"));
@@ -781,8 +783,20 @@ fn a_revision_is_the_rendered_service_made_one_revisions() {
         secret_keys: &keys,
         network: &options.network,
         environments: &[("dev".to_owned(), "runway-dev".to_owned())],
+        image_pull_secrets: &[],
     };
     let objects = runway_render::revision_objects(&config, &revision).unwrap();
+    // A revision's Service holds no cluster IP (the ingress reads its EndpointSlices), and a
+    // PodDisruptionBudget lets a drain take one of its pods at a time.
+    assert_eq!(
+        objects.service.as_ref().unwrap()["spec"]["clusterIP"],
+        "None"
+    );
+    assert_eq!(
+        objects.disruption_budget["spec"]["selector"]["matchLabels"]["runway.dev/revision"],
+        "web-dev-00007"
+    );
+    assert!(objects.deployment["spec"]["template"]["spec"]["imagePullSecrets"].is_null());
     let (deployment, service) = (objects.deployment, objects.service);
     assert_eq!(deployment["metadata"]["name"], "web-dev-00007");
     assert_eq!(deployment["metadata"]["namespace"], "runway-dev");
@@ -820,4 +834,22 @@ fn a_revision_is_the_rendered_service_made_one_revisions() {
         service["spec"]["selector"]["runway.dev/revision"],
         "web-dev-00007"
     );
+}
+
+/// A revision's objects take its name when Kubernetes would, and a short one of their own
+/// otherwise: a label's value and a Service's name are at most 63 characters, a letter first.
+#[test]
+fn long_revision_names_get_object_names_kubernetes_takes() {
+    assert_eq!(runway_render::object_name("web-dev-00007"), "web-dev-00007");
+    let long = format!("{}-production-00001", "a".repeat(60));
+    let named = runway_render::object_name(&long);
+    assert!(named.len() <= 63, "{named}");
+    assert!(named.starts_with('r'), "{named}");
+    assert_ne!(
+        named,
+        runway_render::object_name(&format!("{}-production-00002", "a".repeat(60)))
+    );
+    let digit = runway_render::object_name("1password-dev-00001");
+    assert!(digit.starts_with("r1password-dev-00001-"), "{digit}");
+    assert!(digit.len() <= 63);
 }

@@ -268,7 +268,9 @@ database, `store` names the files the pods mount and `leader` the lease's length
   "control" (dict "domain" .Values.domain)
   "runtime" (dict
     "kind" "kubernetes"
-    "kubernetes" (dict "namespace_pattern" .Values.namespacePattern)) }}
+    "kubernetes" (dict
+      "namespace_pattern" .Values.namespacePattern
+      "image_pull_secrets" .Values.servicesImagePullSecrets)) }}
 {{- if include "runway.database" . }}
 {{- /* The files the pods mount: the URL holds a password, so server.yml names the file. */}}
 {{- $store := dict
