@@ -55,7 +55,7 @@ async fn object(client: &kube::Client, resource: &str, name: &str) -> Option<Val
     use k8s_openapi::api::core::v1::Service;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
     let namespace = "runway-dev";
-    let found = match resource {
+    match resource {
         "networkpolicies" => kube::Api::<NetworkPolicy>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await
@@ -72,8 +72,7 @@ async fn object(client: &kube::Client, resource: &str, name: &str) -> Option<Val
             .unwrap()
             .map(|o| serde_json::to_value(o).unwrap()),
         other => panic!("no such resource here: {other}"),
-    };
-    found
+    }
 }
 
 /// Waits, at most 30 s, until `check` holds of the object (None when it is gone).
