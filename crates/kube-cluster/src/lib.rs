@@ -518,6 +518,10 @@ impl Cluster {
             format!("--service-account-private-key-file={}", sa_key.display()),
             format!("--root-ca-file={}", pki.ca_file().display()),
             "--use-service-account-credentials=true".into(),
+            // The default 20 requests a second throttles a test that makes hundreds of
+            // Deployments at once; busy clusters raise it likewise.
+            "--kube-api-qps=500".into(),
+            "--kube-api-burst=1000".into(),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--v=1".into(),
@@ -526,6 +530,8 @@ impl Cluster {
         let scheduler_kubeconfig = pki.kubeconfig("scheduler.kubeconfig", &url, &scheduler)?;
         let scheduler_args = vec![
             format!("--kubeconfig={}", scheduler_kubeconfig.display()),
+            "--kube-api-qps=500".into(),
+            "--kube-api-burst=1000".into(),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--v=1".into(),
