@@ -46,7 +46,7 @@ const RULES: [(&str, &str, &[&str]); 10] = [
     ),
     ("apps", "deployments/scale", &["get", "patch"]),
     ("", "services", &["get", "create", "patch"]),
-    ("", "secrets", &["create", "patch"]),
+    ("", "secrets", &["create", "patch", "delete"]),
     ("", "pods", &["list", "watch", "patch", "delete"]),
     ("", "pods/log", &["get"]),
     ("", "events", &["list", "watch"]),

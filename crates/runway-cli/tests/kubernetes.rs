@@ -378,8 +378,9 @@ fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
     // Decommissioned: every revision's objects go (their Services with their Deployments).
     let deleted = platform.runway(&["services", "delete", "hello", "--yes"]);
     assert!(deleted.ok(), "services delete: {}", deleted.all());
-    // The garbage collector takes every revision's Service and NetworkPolicy with its
-    // Deployment, the ReplicaSet controller its pods.
+    // The garbage collector takes every revision's Service, NetworkPolicy and budget with its
+    // Deployment, the ReplicaSet controller its pods; the driver gives up the secret versions
+    // the revisions pinned, and their Secrets with the last.
     kube.wait_for(BOUND, "objects removed", |k| {
         ["dev", "production"].iter().all(|env| {
             [
@@ -387,7 +388,9 @@ fn rollback_promote_scale_to_zero_and_decommission_on_kubernetes() {
                 "replicasets",
                 "services",
                 "networkpolicies",
+                "poddisruptionbudgets",
                 "pods",
+                "secrets",
             ]
             .iter()
             .all(|resource| k.objects(resource, env).is_empty())

@@ -362,6 +362,51 @@ impl KubeDriver {
         Ok(keys)
     }
 
+    /// Gives up the secret versions the revision (object name `revision`) applied: an apply of
+    /// the Secret with no data under the revision's field manager removes the keys no other
+    /// revision applied too (server-side apply drops a field its last manager leaves out). A
+    /// Secret left with no key goes.
+    async fn release_secret(
+        &self,
+        namespace: &str,
+        secret: &str,
+        revision: &str,
+    ) -> Result<(), DriverError> {
+        let api: Api<Secret> = Api::namespaced(self.inner.client.clone(), namespace);
+        let empty = json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": secret, "namespace": namespace},
+        });
+        let params = strict(PatchParams::apply(&format!("{FIELD_MANAGER}-{revision}")));
+        let left = match api.patch(secret, &params, &Patch::Apply(&empty)).await {
+            Ok(left) => left,
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => {
+                return Err(api_error(
+                    &format!("release Secret {namespace}/{secret}"),
+                    e,
+                ));
+            }
+        };
+        if left.data.as_ref().is_some_and(|data| !data.is_empty()) {
+            return Ok(());
+        }
+        // Only the Secret as just seen: a version another revision wrote meanwhile keeps it.
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: left.metadata.resource_version,
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(secret, &params).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) || is_conflict(&e) => Ok(()),
+            Err(e) => Err(api_error(&format!("delete Secret {namespace}/{secret}"), e)),
+        }
+    }
+
     /// Marks the pods to go first when their ReplicaSet scales down (see [`marked`]).
     async fn mark_for_deletion(&self, namespace: &str, pods: &[&Pod]) -> Result<(), DriverError> {
         let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
@@ -751,6 +796,19 @@ fn strict(params: PatchParams) -> PatchParams {
     }
 }
 
+/// The Secrets a Deployment's pods read.
+fn secrets_of(deployment: &Deployment) -> std::collections::BTreeSet<String> {
+    deployment
+        .spec
+        .iter()
+        .filter_map(|spec| spec.template.spec.as_ref())
+        .flat_map(|pod| pod.containers.iter())
+        .flat_map(|container| container.env.iter().flatten())
+        .filter_map(|env| env.value_from.as_ref()?.secret_key_ref.as_ref())
+        .map(|key| key.name.clone())
+        .collect()
+}
+
 /// `ownerReferences` naming the revision's Deployment.
 fn owned_by(revision: &str, uid: &str) -> serde_json::Value {
     json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": revision, "uid": uid}])
@@ -873,13 +931,17 @@ impl Driver for KubeDriver {
     async fn remove(&self, _service: &str, env: &str, revision: &str) -> Result<(), DriverError> {
         let namespace = self.namespace(env)?;
         let name = object_name(revision);
-        let known = namespace
+        let Some(deployment) = namespace
             .deployments
             .state()
-            .iter()
-            .any(|d| d.name_any() == name);
-        if !known {
+            .into_iter()
+            .find(|d| d.name_any() == name)
+        else {
             return Ok(());
+        };
+        // First the secret versions it pinned, so a failure is tried again with it.
+        for secret in secrets_of(&deployment) {
+            self.release_secret(&namespace.name, &secret, &name).await?;
         }
         let api: Api<Deployment> = Api::namespaced(self.inner.client.clone(), &namespace.name);
         match api.delete(&name, &DeleteParams::background()).await {
