@@ -167,7 +167,7 @@ impl Node {
             .map_err(|e| Error::Setup(format!("creating the Node: {e}")))?;
         // Room for every test sharing the cluster: pods request what their manifests ask.
         let resources =
-            json!({"cpu": "512", "memory": "2Ti", "pods": "4000", "ephemeral-storage": "10Ti"});
+            json!({"cpu": "10k", "memory": "40Ti", "pods": "10k", "ephemeral-storage": "100Ti"});
         let heartbeat = now();
         let condition = |kind: &str, status: &str, reason: &str| {
             json!({"type": kind, "status": status, "reason": reason, "message": reason,
