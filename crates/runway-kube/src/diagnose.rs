@@ -165,6 +165,16 @@ pub(crate) fn replica(
     })
 }
 
+/// Whether the pod is scheduled, running and ready: the ReplicaSet's highest rank.
+pub(crate) fn running_and_ready(pod: &Pod) -> bool {
+    let scheduled = pod
+        .spec
+        .as_ref()
+        .is_some_and(|spec| spec.node_name.is_some());
+    let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    scheduled && running && pod_ready(pod)
+}
+
 /// Whether the pod's `Ready` condition is true.
 fn pod_ready(pod: &Pod) -> bool {
     pod.status

@@ -82,6 +82,9 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "runway");
 const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// The deletion cost of a pod the control plane retired: below any other's.
 const RETIRED_COST: &str = "-1000";
+/// The deletion cost of a pod kept while a retired one of a higher rank is deleted: above a
+/// replacement's (see [`KubeDriver::remove_outranked`]).
+const KEPT_COST: &str = "1000";
 /// How long [`Driver::scale`] waits for the pods it asked for to appear, so the control plane
 /// sees them in the same pass.
 const SCALE_SETTLE: Duration = Duration::from_secs(3);
@@ -409,13 +412,47 @@ impl KubeDriver {
 
     /// Marks the pods to go first when their ReplicaSet scales down (see [`marked`]).
     async fn mark_for_deletion(&self, namespace: &str, pods: &[&Pod]) -> Result<(), DriverError> {
+        let unmarked: Vec<&Pod> = pods.iter().copied().filter(|pod| !marked(pod)).collect();
+        self.set_deletion_cost(namespace, &unmarked, RETIRED_COST)
+            .await
+    }
+
+    /// Removes the `going` pods when lowering the count would not (see [`outranked`]): the
+    /// staying pods that rank below them are given a deletion cost above the default, then
+    /// the going ones deleted. A replacement the ReplicaSet makes before the count drops has
+    /// the default cost, so it is the one the lower count removes.
+    async fn remove_outranked(
+        &self,
+        namespace: &str,
+        live: &[(String, Arc<Pod>)],
+        going: &[String],
+    ) -> Result<(), DriverError> {
+        let staying: Vec<&Pod> = live
+            .iter()
+            .filter(|(id, pod)| !going.contains(id) && !marked(pod))
+            .filter(|(_, pod)| !diagnose::running_and_ready(pod) && !kept(pod))
+            .map(|(_, pod)| pod.as_ref())
+            .collect();
+        self.set_deletion_cost(namespace, &staying, KEPT_COST)
+            .await?;
+        let going: Vec<&Pod> = live
+            .iter()
+            .filter(|(id, _)| going.contains(id))
+            .map(|(_, pod)| pod.as_ref())
+            .collect();
+        self.delete_pods(namespace, &going).await
+    }
+
+    async fn set_deletion_cost(
+        &self,
+        namespace: &str,
+        pods: &[&Pod],
+        cost: &str,
+    ) -> Result<(), DriverError> {
         let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), namespace);
-        let patch = json!({"metadata": {"annotations": {DELETION_COST: RETIRED_COST}}});
+        let patch = json!({"metadata": {"annotations": {DELETION_COST: cost}}});
         for pod in pods {
             let name = pod.name_any();
-            if marked(pod) {
-                continue;
-            }
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -825,6 +862,23 @@ fn refused_render(service: &str, error: &RenderError) -> DriverError {
     })
 }
 
+/// Whether lowering the count would make the ReplicaSet remove a staying pod before the
+/// `going` ones: it removes pods that are not yet scheduled, running and ready first, whatever
+/// their deletion cost, which orders only pods of one rank. Then the going pods are deleted
+/// before the count drops ([`KubeDriver::remove_outranked`]) instead of marked.
+fn outranked(live: &[(String, Arc<Pod>)], going: &[String]) -> bool {
+    live.iter()
+        .filter(|(id, pod)| !going.contains(id) && !marked(pod))
+        .any(|(_, pod)| !diagnose::running_and_ready(pod))
+}
+
+/// Whether the pod was given [`KEPT_COST`].
+fn kept(pod: &Pod) -> bool {
+    pod.annotations()
+        .get(DELETION_COST)
+        .is_some_and(|cost| cost == KEPT_COST)
+}
+
 /// Whether the pod was marked to go first by [`KubeDriver::mark_for_deletion`].
 fn marked(pod: &Pod) -> bool {
     pod.annotations()
@@ -880,7 +934,16 @@ impl Driver for KubeDriver {
         let (marked, deleted) = going.split_at(fewer);
         let marked: Vec<&Pod> = marked.iter().map(|(_, pod)| pod.as_ref()).collect();
         let deleted: Vec<&Pod> = deleted.iter().map(|(_, pod)| pod.as_ref()).collect();
-        self.mark_for_deletion(ns, &marked).await?;
+        if outranked(&live, &scale.retire) {
+            let ids: Vec<String> = live
+                .iter()
+                .filter(|(_, pod)| marked.iter().any(|m| m.metadata.uid == pod.metadata.uid))
+                .map(|(id, _)| id.clone())
+                .collect();
+            self.remove_outranked(ns, &live, &ids).await?;
+        } else {
+            self.mark_for_deletion(ns, &marked).await?;
+        }
         let secret_keys = self.apply_secrets(ns, workload).await?;
         self.apply_revision(namespace, workload, image, scale.replicas, &secret_keys)
             .await?;
@@ -916,7 +979,12 @@ impl Driver for KubeDriver {
         if going.is_empty() {
             return Ok(());
         }
-        self.mark_for_deletion(&namespace.name, &going).await?;
+        if outranked(&live, replicas) {
+            self.remove_outranked(&namespace.name, &live, replicas)
+                .await?;
+        } else {
+            self.mark_for_deletion(&namespace.name, &going).await?;
+        }
         // What stays: the live pods not marked to go, by this call or an earlier one whose
         // pods the ReplicaSet has not removed yet. An absolute count, so asking twice before
         // the first is done removes no other pod.
