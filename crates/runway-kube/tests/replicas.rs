@@ -130,7 +130,7 @@ async fn a_retired_ready_replica_goes_before_a_starting_one() {
         .retire("web", "dev", revision, std::slice::from_ref(&drained))
         .await
         .unwrap();
-    let left = until(&driver, revision, "the retired one gone", |r| {
+    until(&driver, revision, "the retired one gone", |r| {
         !r.iter().any(|r| r.id == drained)
     })
     .await;
@@ -138,7 +138,6 @@ async fn a_retired_ready_replica_goes_before_a_starting_one() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let left = until(&driver, revision, "the starting one left", |r| r.len() == 1).await;
     assert_eq!(left[0].id, starting, "{left:#?}");
-    let _ = left;
 
     // A crash-looping revision's log, followed: lines of several runs arrive.
     let crashing = "web-dev-00002";
