@@ -68,6 +68,10 @@ fn a_service_runs_on_kubernetes_through_the_real_server_and_cli() {
     // version, served through the ingress at its pods' addresses.
     let deploy = platform.deploy_image(&repo, "dev", IMAGE);
     assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    eprintln!(
+        "a first deploy on the real control plane, two pods, to ready and routed: {:.1} s",
+        deploy.took.as_secs_f64()
+    );
     let (status, body) = platform.get_until("hello.dev.localhost", "/", BOUND, |s, b| {
         s == 200 && b.trim() == "hello-dev-00001"
     });
