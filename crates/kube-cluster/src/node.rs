@@ -661,24 +661,30 @@ impl Run {
                 self.pod.namespace().unwrap_or_default(),
                 self.pod.uid().unwrap_or_default()
             );
-            self.status(
+            self.waiting(
                 "Running",
-                json!({"waiting": {"reason": "CrashLoopBackOff", "message": back_off}}),
-                false,
+                ("CrashLoopBackOff", &back_off),
+                ("BackOff", "Back-off restarting failed container"),
             )
             .await;
-            self.node
-                .event(
-                    &self.pod,
-                    "Warning",
-                    "BackOff",
-                    "Back-off restarting failed container",
-                    Some(&self.first_container()),
-                )
-                .await;
             tokio::time::sleep(RESTART_AFTER).await;
             self.restarts += 1;
         }
+    }
+
+    /// The containers waiting (`state.waiting` with its reason and message), and the warning
+    /// event the kubelet writes about it.
+    async fn waiting(&self, phase: &str, (reason, message): (&str, &str), event: (&str, &str)) {
+        self.status(
+            phase,
+            json!({"waiting": {"reason": reason, "message": message}}),
+            false,
+        )
+        .await;
+        let container = self.first_container();
+        self.node
+            .event(&self.pod, "Warning", event.0, event.1, Some(&container))
+            .await;
     }
 
     async fn pull_fails(&mut self) {
@@ -687,22 +693,18 @@ impl Run {
             .first()
             .map(|(_, image)| image.clone())
             .unwrap_or_default();
-        let message = format!("Back-off pulling image \"{image}\"");
-        self.status(
+        self.waiting(
             "Pending",
-            json!({"waiting": {"reason": "ImagePullBackOff", "message": message}}),
-            false,
-        )
-        .await;
-        self.node
-            .event(
-                &self.pod,
-                "Warning",
+            (
+                "ImagePullBackOff",
+                &format!("Back-off pulling image \"{image}\""),
+            ),
+            (
                 "Failed",
                 &format!("Failed to pull image \"{image}\": not found"),
-                Some(&self.first_container()),
-            )
-            .await;
+            ),
+        )
+        .await;
         std::future::pending::<()>().await;
     }
 
