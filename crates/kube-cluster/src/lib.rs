@@ -153,16 +153,6 @@ impl Request {
             "create" | "update" | "patch" | "delete" | "deletecollection"
         )
     }
-
-    /// The decoded value of query parameter `key`.
-    pub fn query_param(&self, key: &str) -> Option<String> {
-        let (_, query) = self.uri.split_once('?')?;
-        query
-            .split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.replace("%3A", ":").replace("%2F", "/"))
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
