@@ -834,13 +834,14 @@ impl Node {
             body.truncate(limit);
         }
         let running = runs.get(index).is_some_and(|a| a.running);
+        // Counted under the same lock as the body: a line written meanwhile is streamed next.
+        let sent = lines.len();
         drop(logs);
         if !follow || previous || !running {
             return text(200, body);
         }
         // Follow: what there is, then each new line of this run until it stops.
         let node = Arc::clone(self);
-        let sent = lines_len(&node, &key, index);
         let changes = self.logged.subscribe();
         let stream = futures_util::stream::unfold(
             (node, changes, sent, Some(body)),
@@ -881,11 +882,4 @@ impl Node {
         *response.status_mut() = hyper::StatusCode::OK;
         response
     }
-}
-
-fn lines_len(node: &Node, key: &(String, String, String), index: usize) -> usize {
-    lock(&node.logs)
-        .get(key)
-        .and_then(|runs| runs.get(index))
-        .map_or(0, |a| a.lines.len())
 }

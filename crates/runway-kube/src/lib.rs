@@ -282,6 +282,7 @@ impl KubeDriver {
     /// The pods of a revision that are not being deleted nor finished (a Failed or evicted
     /// pod is no replica: its ReplicaSet has made another), with their replica ids.
     fn live_pods(namespace: &Namespace, revision: &str) -> Vec<(String, Arc<Pod>)> {
+        let label = object_name(revision);
         namespace
             .pods
             .state()
@@ -291,7 +292,7 @@ impl KubeDriver {
                 let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
                 !matches!(phase, Some("Failed" | "Succeeded"))
             })
-            .filter(|pod| pod.labels().get(REVISION_LABEL) == Some(&object_name(revision)))
+            .filter(|pod| pod.labels().get(REVISION_LABEL) == Some(&label))
             .filter_map(|pod| Some((diagnose::replica_id(revision, &pod)?, pod)))
             .collect()
     }
@@ -557,27 +558,39 @@ impl KubeDriver {
             }
         };
         // Made already: what is missing of its objects, or lacks it as an owner.
-        let owner = Some((name.as_str(), uid.as_str()));
-        if !self.owned_by::<NetworkPolicy>(ns, name, &uid).await? {
-            self.apply::<NetworkPolicy>(ns, &objects.network_policy, owner, FIELD_MANAGER)
-                .await?;
-        }
-        if let Some(service) = &objects.service
-            && !self.owned_by::<Service>(ns, name, &uid).await?
-        {
-            self.apply::<Service>(ns, service, owner, FIELD_MANAGER)
+        let owner = (name.as_str(), uid.as_str());
+        self.ensure::<NetworkPolicy>(ns, &objects.network_policy, owner, FIELD_MANAGER)
+            .await?;
+        if let Some(service) = &objects.service {
+            self.ensure::<Service>(ns, service, owner, FIELD_MANAGER)
                 .await?;
         }
         if let Some(internal) = &objects.internal_service {
-            let internal_name = internal["metadata"]["name"].as_str().unwrap_or_default();
-            if !self.owned_by::<Service>(ns, internal_name, &uid).await? {
-                self.apply::<Service>(ns, internal, owner, &internal_manager)
-                    .await?;
-            }
-        }
-        if !self.owned_by::<PodDisruptionBudget>(ns, name, &uid).await? {
-            self.apply::<PodDisruptionBudget>(ns, &objects.disruption_budget, owner, FIELD_MANAGER)
+            self.ensure::<Service>(ns, internal, owner, &internal_manager)
                 .await?;
+        }
+        self.ensure::<PodDisruptionBudget>(ns, &objects.disruption_budget, owner, FIELD_MANAGER)
+            .await
+    }
+
+    /// Applies `object` (owned by the Deployment `owner`) unless it exists with that owner
+    /// among its owners.
+    async fn ensure<K>(
+        &self,
+        ns: &str,
+        object: &serde_json::Value,
+        owner: (&str, &str),
+        manager: &str,
+    ) -> Result<(), DriverError>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        if !self.owned_by::<K>(ns, name, owner.1).await? {
+            self.apply::<K>(ns, object, Some(owner), manager).await?;
         }
         Ok(())
     }
@@ -932,16 +945,12 @@ impl Driver for KubeDriver {
         // to go first; the rest of them are deleted and replaced.
         let fewer = live.len().saturating_sub(wanted).min(going.len());
         let (marked, deleted) = going.split_at(fewer);
-        let marked: Vec<&Pod> = marked.iter().map(|(_, pod)| pod.as_ref()).collect();
         let deleted: Vec<&Pod> = deleted.iter().map(|(_, pod)| pod.as_ref()).collect();
         if outranked(&live, &scale.retire) {
-            let ids: Vec<String> = live
-                .iter()
-                .filter(|(_, pod)| marked.iter().any(|m| m.metadata.uid == pod.metadata.uid))
-                .map(|(id, _)| id.clone())
-                .collect();
+            let ids: Vec<String> = marked.iter().map(|(id, _)| id.clone()).collect();
             self.remove_outranked(ns, &live, &ids).await?;
         } else {
+            let marked: Vec<&Pod> = marked.iter().map(|(_, pod)| pod.as_ref()).collect();
             self.mark_for_deletion(ns, &marked).await?;
         }
         let secret_keys = self.apply_secrets(ns, workload).await?;
