@@ -9,15 +9,14 @@
     reason = "test code, where a failing unwrap is a failing test, as clippy.toml allows in tests"
 )]
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::time::Duration;
 
-use runway_driver::{Driver, DriverError, Scale, Workload};
+use runway_driver::{Driver, DriverError, Scale};
 use runway_kube::{KubeDriver, KubeOptions, NetworkOptions, Peer};
-use runway_manifest::{ServiceFiles, SourceFile, load};
 use serde_json::Value;
-
-const DIGEST: &str = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+use support::workload;
 
 const USERS: &str = "apiVersion: runway/v1
 kind: RunwayService
@@ -29,25 +28,6 @@ spec:
   workload:
     callers: [web]
 ";
-
-fn workload(manifest: &str, revision: &str) -> Workload {
-    let loaded = load(&ServiceFiles {
-        base: Some(SourceFile::new(".runway/runway.yml", manifest)),
-        ..ServiceFiles::default()
-    });
-    let config = loaded.service.unwrap().config(Some("dev")).unwrap();
-    Workload {
-        service: config.name.clone(),
-        service_id: 1,
-        env: "dev".to_owned(),
-        revision: revision.to_owned(),
-        config,
-        image: Some(format!("registry.example/users@{DIGEST}")),
-        source: None,
-        secrets: BTreeMap::new(),
-        secret_versions: BTreeMap::new(),
-    }
-}
 
 /// The object, as JSON, if it exists.
 async fn object(client: &kube::Client, resource: &str, name: &str) -> Option<Value> {

@@ -9,15 +9,15 @@
     reason = "test code, where a failing unwrap is a failing test, as clippy.toml allows in tests"
 )]
 
-use std::collections::BTreeMap;
+mod support;
+
 use std::time::Duration;
 
 use kube_cluster::Behavior;
-use runway_driver::{Driver, LogQuery, Replica, Scale, Workload};
+use runway_driver::{Driver, LogQuery, Replica, Scale};
 use runway_kube::{KubeDriver, KubeOptions};
-use runway_manifest::{ServiceFiles, SourceFile, load};
+use support::workload;
 
-const DIGEST: &str = "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
 const BOUND: Duration = Duration::from_secs(60);
 
 const WEB: &str = "apiVersion: runway/v1
@@ -26,25 +26,6 @@ metadata: {name: web}
 spec:
   container_port: 8080
 ";
-
-fn workload(revision: &str) -> Workload {
-    let loaded = load(&ServiceFiles {
-        base: Some(SourceFile::new(".runway/runway.yml", WEB)),
-        ..ServiceFiles::default()
-    });
-    let config = loaded.service.unwrap().config(Some("dev")).unwrap();
-    Workload {
-        service: config.name.clone(),
-        service_id: 1,
-        env: "dev".to_owned(),
-        revision: revision.to_owned(),
-        config,
-        image: Some(format!("registry.example/web@{DIGEST}")),
-        source: None,
-        secrets: BTreeMap::new(),
-        secret_versions: BTreeMap::new(),
-    }
-}
 
 /// Waits until `check` holds of the revision's replicas.
 async fn until(
@@ -87,7 +68,7 @@ async fn a_retired_ready_replica_goes_before_a_starting_one() {
     let driver = KubeDriver::new(cluster.client(), options, None);
     driver.ready(BOUND).await.unwrap();
     let revision = "web-dev-00001";
-    let web = workload(revision);
+    let web = workload(WEB, revision);
 
     // One ready replica, then a second that takes a minute to be ready.
     driver
@@ -152,7 +133,7 @@ async fn a_retired_ready_replica_goes_before_a_starting_one() {
     );
     driver
         .scale(
-            &workload(crashing),
+            &workload(WEB, crashing),
             &Scale {
                 replicas: 1,
                 retire: Vec::new(),
