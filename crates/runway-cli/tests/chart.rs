@@ -227,35 +227,10 @@ server: {replicas: 3, leaseSeconds: 15}
 
 // ---- tools ------------------------------------------------------------------------------
 
-/// Whether `program arg` runs and succeeds, within [`TOOL`].
-fn runs(program: &Path, arg: &str) -> bool {
-    let Ok(mut child) = Command::new(program)
-        .arg(arg)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    else {
-        return false;
-    };
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.success();
-        }
-        if started.elapsed() > TOOL {
-            let _ = child.kill();
-            let _ = child.wait();
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `program` when `program probe` runs; otherwise says why the caller skips and gives `None`,
 /// or, under `CI=true`, fails the test.
 fn found(program: &Path, probe: &str, install: &str) -> Option<PathBuf> {
-    if runs(program, probe) {
+    if support::runs(program, probe, TOOL) {
         return Some(program.to_owned());
     }
     assert_ne!(
@@ -270,11 +245,7 @@ fn found(program: &Path, probe: &str, install: &str) -> Option<PathBuf> {
 
 /// helm: on PATH, else where `scripts/test` puts it (`target/tools/helm`).
 fn helm() -> Option<PathBuf> {
-    if runs(Path::new("helm"), "version") {
-        return Some(PathBuf::from("helm"));
-    }
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/helm");
-    found(&tools, "version", "scripts/test installs it")
+    support::kube::helm()
 }
 
 fn kubernetes_validate() -> Option<PathBuf> {

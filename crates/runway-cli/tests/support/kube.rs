@@ -11,7 +11,7 @@
 )]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -31,11 +31,7 @@ const TOOL: Duration = Duration::from_secs(60);
 pub fn helm() -> Option<PathBuf> {
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/helm");
     for candidate in [PathBuf::from("helm"), tools] {
-        let ran = Command::new(&candidate)
-            .arg("version")
-            .stdin(Stdio::null())
-            .output();
-        if ran.is_ok_and(|o| o.status.success()) {
+        if super::runs(&candidate, "version", TOOL) {
             return Some(candidate);
         }
     }

@@ -294,6 +294,32 @@ impl Ran {
     }
 }
 
+/// Whether `program arg` runs and succeeds, within `bound` (a program that is not installed
+/// does not).
+pub fn runs(program: &Path, arg: &str, bound: Duration) -> bool {
+    let Ok(mut child) = Command::new(program)
+        .arg(arg)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.success();
+        }
+        if started.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Runs a command to its end, at most `bound` (then kills it, and says so in `code: None`).
 pub fn run(mut command: Command, stdin: Option<&[u8]>, bound: Duration) -> Ran {
     let started = Instant::now();
