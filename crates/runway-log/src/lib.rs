@@ -73,10 +73,15 @@ pub fn init(format: LogFormat) {
             }))
         })
         .unwrap_or_else(|| EnvFilter::new("info"));
+    // A log line that cannot be written (stderr is a file on a full disk, say) is lost, and
+    // nothing more: by default the subscriber reports it with `eprintln!`, which panics when
+    // stderr refuses it too, in whichever task logged. A supervisor's log writer died so, and
+    // with it every pipe its instance printed to.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false);
+        .with_ansi(false)
+        .log_internal_errors(false);
     // Err only when a subscriber is already set: that one stays.
     let _ = match format {
         LogFormat::Text => builder.try_init(),

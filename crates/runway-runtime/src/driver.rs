@@ -236,7 +236,10 @@ pub fn replica(status: InstanceStatus) -> Replica {
         consecutive_failures: status.consecutive_failures,
         started_at_ms: status.started_at_ms,
         next_start_at_ms: status.next_start_at_ms,
-        message: status.message,
+        message: match &status.dropped_output {
+            Some(dropped) => format!("{}; {}", status.message, dropped.describe()),
+            None => status.message,
+        },
         warning: status.warning,
         last_exit: status.last_exit,
     }

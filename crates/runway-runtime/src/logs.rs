@@ -9,9 +9,10 @@ use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader as AsyncBufReader};
 use tokio::sync::mpsc;
 
@@ -48,13 +49,56 @@ pub struct Chunk {
     pub partial: bool,
 }
 
-/// Writes chunks to `output.log`, rotating it when it would grow past the limit.
+/// How long a writer that met an error drops output before it tries the disk again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Formatted lines are written in batches of about this many bytes, and whenever the writer
+/// has nothing more to write for now ([`LogWriter::flush`]).
+const BATCH: usize = 64 * 1024;
+
+/// Output that was not written: read from the instance and thrown away because the disk
+/// refused it or the instance printed faster than its [`LogLimits::bytes_per_second`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    /// Lines (or parts of lines) dropped, since the instance's supervisor started.
+    pub lines: u64,
+    pub bytes: u64,
+    /// Why, the last time some was dropped: the disk's error, or the rate limit.
+    pub reason: String,
+    /// Whether output is being dropped now (the disk still refuses it).
+    pub ongoing: bool,
+}
+
+impl Dropped {
+    /// For people: `1234 lines of output were dropped (56.7 KiB): No space left on device`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} lines of output were dropped ({} bytes){}: {}",
+            self.lines,
+            self.bytes,
+            if self.ongoing { " and still are" } else { "" },
+            self.reason
+        )
+    }
+}
+
+/// Writes chunks to `output.log`, rotating it when it would grow past the limit. It never
+/// fails and never blocks on a refusal: what the disk will not take (it is full, say) is
+/// dropped and counted in [`LogWriter::dropped`], the file is cut back to its last whole line,
+/// and writing resumes once the disk takes it again.
 #[derive(Debug)]
 pub struct LogWriter {
     dir: PathBuf,
     limits: LogLimits,
-    file: File,
+    /// The current file; none while it cannot be opened again after a rotation.
+    file: Option<File>,
+    /// Its length, up to its last whole line.
     size: u64,
+    /// Formatted lines not written yet, and how many.
+    batch: Vec<u8>,
+    batch_lines: u64,
+    dropped: Dropped,
+    /// After an error, nothing is tried before this.
+    retry_at: Option<Instant>,
 }
 
 impl LogWriter {
@@ -65,35 +109,124 @@ impl LogWriter {
         Ok(Self {
             dir: dir.to_owned(),
             limits,
-            file,
+            file: Some(file),
             size,
+            batch: Vec::with_capacity(BATCH),
+            batch_lines: 0,
+            dropped: Dropped::default(),
+            retry_at: None,
         })
     }
 
-    pub fn write(&mut self, chunk: &Chunk, at: SystemTime) -> io::Result<()> {
-        let mut line = format!(
+    /// What was dropped so far; none when nothing was.
+    pub fn dropped(&self) -> Option<&Dropped> {
+        (self.dropped.lines > 0).then_some(&self.dropped)
+    }
+
+    /// Counts output that was never handed to the writer (the rate limit dropped it).
+    pub fn count_dropped(&mut self, lines: u64, bytes: u64, reason: &str) {
+        self.dropped.lines += lines;
+        self.dropped.bytes += bytes;
+        reason.clone_into(&mut self.dropped.reason);
+    }
+
+    /// Adds a line to the batch; it is written by [`LogWriter::flush`], or here once the batch
+    /// is full or would take the file past its size.
+    pub fn write(&mut self, chunk: &Chunk, at: SystemTime) {
+        let head = format!(
             "{} {} {} ",
             humantime::format_rfc3339_nanos(at),
             chunk.stream.as_str(),
             if chunk.partial { 'P' } else { 'F' }
-        )
-        .into_bytes();
-        line.extend_from_slice(&chunk.text);
-        line.push(b'\n');
-        let len = line.len() as u64;
-        if self.size > 0 && self.size + len > self.limits.max_file_bytes {
-            self.rotate()?;
+        );
+        let len = (head.len() + chunk.text.len() + 1) as u64;
+        let pending = self.size + self.batch.len() as u64;
+        if pending > 0 && pending + len > self.limits.max_file_bytes {
+            self.flush();
+            if self.retry_at.is_none()
+                && let Err(error) = self.rotate()
+            {
+                self.refused(&error);
+            }
         }
-        self.file.write_all(&line)?;
-        self.size += len;
-        Ok(())
+        self.batch.extend_from_slice(head.as_bytes());
+        self.batch.extend_from_slice(&chunk.text);
+        self.batch.push(b'\n');
+        self.batch_lines += 1;
+        if self.batch.len() >= BATCH {
+            self.flush();
+        }
     }
 
+    /// Writes the batch, or drops it while the disk refuses writes.
+    pub fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            self.drop_batch();
+            return;
+        }
+        match self.write_batch() {
+            Ok(()) => {
+                self.size += self.batch.len() as u64;
+                self.batch.clear();
+                self.batch_lines = 0;
+                if self.retry_at.take().is_some() {
+                    self.dropped.ongoing = false;
+                }
+            }
+            Err(error) => {
+                self.refused(&error);
+                self.drop_batch();
+            }
+        }
+    }
+
+    fn write_batch(&mut self) -> io::Result<()> {
+        if self.file.is_none() {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.dir.join(LOG_FILE))?;
+            self.size = file.metadata()?.len();
+            self.file = Some(file);
+        }
+        let Some(file) = &mut self.file else {
+            return Ok(());
+        };
+        file.write_all(&self.batch).inspect_err(|_| {
+            // A part of the batch may be there: cut the file back to its last whole line (which
+            // frees what the part took).
+            let _ = file.set_len(self.size);
+        })
+    }
+
+    fn refused(&mut self, error: &io::Error) {
+        self.retry_at = Some(Instant::now() + RETRY_AFTER);
+        self.dropped.reason = error.to_string();
+        self.dropped.ongoing = true;
+    }
+
+    fn drop_batch(&mut self) {
+        self.dropped.lines += self.batch_lines;
+        self.dropped.bytes += self.batch.len() as u64;
+        self.batch.clear();
+        self.batch_lines = 0;
+    }
+
+    /// Renames `output.log` to `output.log.1` (and so on, up to the limit) and opens a new one.
+    /// A failure part way leaves no file open: the next write opens `output.log` again.
     fn rotate(&mut self) -> io::Result<()> {
         let base = self.dir.join(LOG_FILE);
         let numbered = |n: u32| self.dir.join(format!("{LOG_FILE}.{n}"));
+        self.file = None;
+        self.size = 0;
         if self.limits.max_files == 0 {
-            fs::remove_file(&base)?;
+            match fs::remove_file(&base) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         } else {
             for n in (1..self.limits.max_files).rev() {
                 match fs::rename(numbered(n), numbered(n + 1)) {
@@ -101,28 +234,104 @@ impl LogWriter {
                     _ => {}
                 }
             }
-            fs::rename(&base, numbered(1))?;
+            match fs::rename(&base, numbered(1)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         }
-        self.file = OpenOptions::new().create(true).append(true).open(&base)?;
-        self.size = 0;
+        self.file = Some(OpenOptions::new().create(true).append(true).open(&base)?);
         Ok(())
     }
 }
 
+/// A token bucket over the bytes an instance prints, shared by its stdout and stderr pumps
+/// ([`LogLimits::bytes_per_second`], [`LogLimits::burst_bytes`]).
+#[derive(Debug)]
+pub struct Rate {
+    per_second: f64,
+    burst: f64,
+    state: std::sync::Mutex<(f64, Instant)>,
+}
+
+impl Rate {
+    pub fn new(limits: &LogLimits) -> Self {
+        let burst = limits.burst_bytes.max(MAX_LINE as u64) as f64;
+        Self {
+            per_second: limits.bytes_per_second as f64,
+            burst,
+            state: std::sync::Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    /// Takes `bytes` from the bucket: false when they do not fit (they are dropped).
+    fn take(&self, bytes: usize) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, at) = &mut *state;
+        let now = Instant::now();
+        *tokens =
+            (*tokens + now.duration_since(*at).as_secs_f64() * self.per_second).min(self.burst);
+        *at = now;
+        if *tokens >= bytes as f64 {
+            *tokens -= bytes as f64;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What a pump sends: a line, or output it read and dropped over the rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    Chunk(Chunk),
+    Dropped { lines: u64, bytes: u64 },
+}
+
 /// Reads a pipe into chunks of at most [`MAX_LINE`] bytes, sending each to `sink`, until the
-/// pipe closes or the receiver is gone.
-pub async fn pump<T: From<Chunk>>(
+/// pipe closes or the receiver is gone. What goes past `rate` is read and dropped whole
+/// (counted, never parsed), so the instance is never held up by its own output.
+pub async fn pump<T: From<Output>>(
     pipe: impl AsyncRead + Unpin,
     stream: Stream,
+    rate: Arc<Rate>,
     sink: mpsc::Sender<T>,
 ) {
     let mut reader = AsyncBufReader::with_capacity(MAX_LINE, pipe);
     let mut pending = Vec::new();
+    // What is left of the bytes read last, which the rate was charged for: the reader reads
+    // again only once they are all consumed.
+    let mut charged = 0;
     loop {
         let buffer = match reader.fill_buf().await {
             Ok([]) | Err(_) => break,
             Ok(buffer) => buffer,
         };
+        if charged == 0 && rate.take(buffer.len()) {
+            charged = buffer.len();
+        } else if charged == 0 {
+            let (len, lines) = (buffer.len(), buffer.iter().filter(|&&b| b == b'\n').count());
+            reader.consume(len);
+            // A line begun before is cut: it ends where the drop begins.
+            if !pending.is_empty() {
+                let text = std::mem::take(&mut pending);
+                let chunk = Chunk {
+                    stream,
+                    text,
+                    partial: true,
+                };
+                if sink.send(Output::Chunk(chunk).into()).await.is_err() {
+                    return;
+                }
+            }
+            let dropped = Output::Dropped {
+                lines: lines.max(1) as u64,
+                bytes: len as u64,
+            };
+            if sink.send(dropped.into()).await.is_err() {
+                return;
+            }
+            continue;
+        }
         let room = MAX_LINE - pending.len();
         let (take, chunk_done, partial) = match buffer.iter().take(room).position(|&b| b == b'\n') {
             Some(newline) => (newline + 1, true, false),
@@ -131,38 +340,29 @@ pub async fn pump<T: From<Chunk>>(
         };
         pending.extend_from_slice(&buffer[..take]);
         reader.consume(take);
+        charged -= take;
         if chunk_done {
             if !partial {
                 pending.pop();
             }
             let text = std::mem::take(&mut pending);
-            if sink
-                .send(
-                    Chunk {
-                        stream,
-                        text,
-                        partial,
-                    }
-                    .into(),
-                )
-                .await
-                .is_err()
-            {
+            let chunk = Chunk {
+                stream,
+                text,
+                partial,
+            };
+            if sink.send(Output::Chunk(chunk).into()).await.is_err() {
                 return;
             }
         }
     }
     if !pending.is_empty() {
-        let _ = sink
-            .send(
-                Chunk {
-                    stream,
-                    text: pending,
-                    partial: false,
-                }
-                .into(),
-            )
-            .await;
+        let chunk = Chunk {
+            stream,
+            text: pending,
+            partial: false,
+        };
+        let _ = sink.send(Output::Chunk(chunk).into()).await;
     }
 }
 
@@ -304,13 +504,14 @@ mod tests {
         let limits = LogLimits {
             max_file_bytes: 200,
             max_files: 2,
+            ..LogLimits::default()
         };
         let mut writer = LogWriter::open(dir.path(), limits).unwrap();
         for i in 0..40 {
-            writer
-                .write(&chunk(&format!("line {i}")), SystemTime::now())
-                .unwrap();
+            writer.write(&chunk(&format!("line {i}")), SystemTime::now());
         }
+        writer.flush();
+        assert_eq!(writer.dropped(), None);
         for entry in fs::read_dir(dir.path()).unwrap() {
             let len = entry.unwrap().metadata().unwrap().len();
             assert!(len <= 200, "a log file grew to {len} bytes");
@@ -326,10 +527,14 @@ mod tests {
     async fn pump_splits_lines_and_long_lines() {
         let long = "x".repeat(MAX_LINE + 10);
         let input = format!("one\n\ntwo\n{long}\nlast without newline");
-        let (tx, mut rx) = mpsc::channel::<Chunk>(16);
-        pump(input.as_bytes(), Stream::Stderr, tx).await;
+        let (tx, mut rx) = mpsc::channel::<Output>(16);
+        let rate = Arc::new(Rate::new(&LogLimits::default()));
+        pump(input.as_bytes(), Stream::Stderr, rate, tx).await;
         let mut got = Vec::new();
-        while let Some(chunk) = rx.recv().await {
+        while let Some(output) = rx.recv().await {
+            let Output::Chunk(chunk) = output else {
+                panic!("dropped under the rate: {output:?}");
+            };
             got.push((String::from_utf8(chunk.text).unwrap(), chunk.partial));
         }
         let expected = vec![
@@ -341,5 +546,39 @@ mod tests {
             ("last without newline".to_owned(), false),
         ];
         assert_eq!(got, expected);
+    }
+
+    /// Output past the rate is read and dropped, counted in lines and bytes; what fits is kept.
+    #[tokio::test]
+    async fn pump_drops_what_goes_past_the_rate() {
+        let limits = LogLimits {
+            bytes_per_second: 1,
+            burst_bytes: 0,
+            ..LogLimits::default()
+        };
+        let line = format!("{}\n", "y".repeat(99));
+        let input = line.repeat(1_000);
+        let (tx, mut rx) = mpsc::channel::<Output>(1024);
+        pump(
+            input.as_bytes(),
+            Stream::Stdout,
+            Arc::new(Rate::new(&limits)),
+            tx,
+        )
+        .await;
+        let (mut kept, mut dropped_bytes, mut dropped_lines) = (0u64, 0u64, 0u64);
+        while let Some(output) = rx.recv().await {
+            match output {
+                Output::Chunk(chunk) => kept += chunk.text.len() as u64 + u64::from(!chunk.partial),
+                Output::Dropped { lines, bytes } => {
+                    dropped_lines += lines;
+                    dropped_bytes += bytes;
+                }
+            }
+        }
+        // The burst is one line's worth of the reader's buffer (MAX_LINE): the rest is dropped.
+        assert!(kept <= MAX_LINE as u64 + 100, "kept {kept} bytes");
+        assert_eq!(kept + dropped_bytes, input.len() as u64);
+        assert!(dropped_lines >= 800, "{dropped_lines} lines dropped");
     }
 }

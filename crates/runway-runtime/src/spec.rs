@@ -235,6 +235,22 @@ pub struct LogLimits {
     pub max_file_bytes: u64,
     /// Rotated files kept besides the current one.
     pub max_files: u32,
+    /// Output read per second, on average over [`LogLimits::burst_bytes`]: what an instance
+    /// prints past it is read and dropped, and counted, so that a flood costs its supervisor
+    /// (on the host, outside the instance's CPU limit) little.
+    #[serde(default = "default_bytes_per_second")]
+    pub bytes_per_second: u64,
+    /// Output an instance may print at once above [`LogLimits::bytes_per_second`].
+    #[serde(default = "default_burst_bytes")]
+    pub burst_bytes: u64,
+}
+
+fn default_bytes_per_second() -> u64 {
+    LogLimits::default().bytes_per_second
+}
+
+fn default_burst_bytes() -> u64 {
+    LogLimits::default().burst_bytes
 }
 
 impl Default for LogLimits {
@@ -242,6 +258,8 @@ impl Default for LogLimits {
         Self {
             max_file_bytes: 10 * 1024 * 1024,
             max_files: 3,
+            bytes_per_second: 1024 * 1024,
+            burst_bytes: 8 * 1024 * 1024,
         }
     }
 }

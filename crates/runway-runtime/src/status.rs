@@ -49,6 +49,9 @@ pub struct InstanceStatus {
     pub warning: Option<String>,
     /// How the last process ended.
     pub last_exit: Option<ExitRecord>,
+    /// Output that was read from the instance and not written to its log files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropped_output: Option<crate::logs::Dropped>,
     /// The pid of the supervisor itself.
     pub supervisor_pid: u32,
 }

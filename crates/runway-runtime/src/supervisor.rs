@@ -12,7 +12,8 @@ use std::io::{self, Read};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -21,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 use crate::container::{Container, Output};
-use crate::logs::{self, Chunk, LogWriter};
+use crate::logs::{self, LogWriter};
 use crate::probe::{self, Tally, Verdict};
 use crate::process::{Exit, Process, ProcessSpec, StopSignal, Stopped};
 use crate::secret_bundle;
@@ -266,9 +267,11 @@ pub async fn supervise(
         message: "starting".to_owned(),
         warning: None,
         last_exit: None,
+        dropped_output: None,
         supervisor_pid: std::process::id(),
     };
-    let (status, _) = watch::channel(initial);
+    let status = Arc::new(watch::Sender::new(initial));
+    let rate = Arc::new(logs::Rate::new(&spec.logs));
     let (commands, command_rx) = mpsc::channel(8);
     let persist = tokio::spawn(persist_status(
         state_dir.join(STATUS_FILE),
@@ -277,7 +280,12 @@ pub async fn supervise(
     let server = tokio::spawn(serve(listener, status.subscribe(), commands.clone()));
     let signals = tokio::spawn(stop_on_signals(commands));
     let (chunks, chunk_rx) = mpsc::channel(256);
-    let writer = tokio::spawn(write_logs(log_writer, chunk_rx));
+    let writer = tokio::spawn(write_logs(
+        log_writer,
+        chunk_rx,
+        Arc::clone(&status),
+        spec.logs.bytes_per_second,
+    ));
 
     let mut supervisor = Supervisor {
         spec,
@@ -285,6 +293,7 @@ pub async fn supervise(
         status,
         commands: command_rx,
         chunks,
+        rate,
     };
     supervisor.run().await;
     let final_status = supervisor.status.borrow().clone();
@@ -365,21 +374,24 @@ enum Ending {
 struct Supervisor {
     spec: InstanceSpec,
     state_dir: PathBuf,
-    status: watch::Sender<InstanceStatus>,
+    /// Shared with the log writer, which says there what output it dropped.
+    status: Arc<watch::Sender<InstanceStatus>>,
     commands: mpsc::Receiver<Command>,
     chunks: mpsc::Sender<LogEvent>,
+    /// The instance's output rate, over all its runs.
+    rate: Arc<logs::Rate>,
 }
 
 /// What the log writer task is sent.
 enum LogEvent {
-    Chunk(Chunk),
+    Output(logs::Output),
     /// Answer with the last lines written since the previous flush, once all before is written.
     Flush(oneshot::Sender<Vec<String>>),
 }
 
-impl From<Chunk> for LogEvent {
-    fn from(chunk: Chunk) -> Self {
-        LogEvent::Chunk(chunk)
+impl From<logs::Output> for LogEvent {
+    fn from(output: logs::Output) -> Self {
+        LogEvent::Output(output)
     }
 }
 
@@ -500,6 +512,7 @@ impl Supervisor {
             pumps.spawn(logs::pump(
                 stdout,
                 logs::Stream::Stdout,
+                Arc::clone(&self.rate),
                 self.chunks.clone(),
             ));
         }
@@ -507,6 +520,7 @@ impl Supervisor {
             pumps.spawn(logs::pump(
                 stderr,
                 logs::Stream::Stderr,
+                Arc::clone(&self.rate),
                 self.chunks.clone(),
             ));
         }
@@ -800,25 +814,70 @@ async fn watch_probe(
     }
 }
 
-/// Writes the instance's output, keeping the last lines of the current run in memory.
-async fn write_logs(mut writer: LogWriter, mut events: mpsc::Receiver<LogEvent>) {
+/// Writes the instance's output, keeping the last lines of the current run in memory, and
+/// says in the instance's status what it could not write. It always reads on: the disk's
+/// refusals cost the instance its log lines, never its pipes.
+async fn write_logs(
+    mut writer: LogWriter,
+    mut events: mpsc::Receiver<LogEvent>,
+    status: Arc<watch::Sender<InstanceStatus>>,
+    bytes_per_second: u64,
+) {
     let mut last_lines = VecDeque::with_capacity(LAST_LINES);
+    let mut reported = None;
+    let over_rate = format!("printed faster than {bytes_per_second} bytes a second");
     while let Some(event) = events.recv().await {
         match event {
-            LogEvent::Chunk(chunk) => {
-                if let Err(error) = writer.write(&chunk, SystemTime::now()) {
-                    tracing::warn!(%error, "cannot write the instance's output");
-                }
+            LogEvent::Output(logs::Output::Chunk(chunk)) => {
+                writer.write(&chunk, SystemTime::now());
                 if last_lines.len() == LAST_LINES {
                     last_lines.pop_front();
                 }
                 last_lines.push_back(String::from_utf8_lossy(&chunk.text).into_owned());
             }
+            LogEvent::Output(logs::Output::Dropped { lines, bytes }) => {
+                writer.count_dropped(lines, bytes, &over_rate);
+            }
             LogEvent::Flush(answer) => {
+                writer.flush();
                 let _ = answer.send(last_lines.drain(..).collect());
             }
         }
+        // A batch is written once nothing more is waiting: at once when the instance prints
+        // little, in large writes when it prints a lot.
+        if events.is_empty() {
+            writer.flush();
+            report_dropped(&writer, &status, &mut reported);
+        }
     }
+    writer.flush();
+    report_dropped(&writer, &status, &mut None);
+}
+
+/// Puts what the writer dropped in the status: when it starts or stops dropping, and at most
+/// once a second in between (every change of the status is written to the disk).
+fn report_dropped(
+    writer: &LogWriter,
+    status: &watch::Sender<InstanceStatus>,
+    reported: &mut Option<Instant>,
+) {
+    let dropped = writer.dropped();
+    status.send_if_modified(|s| {
+        let was = s.dropped_output.as_ref();
+        let due = was.map(|d| d.ongoing) != dropped.map(|d| d.ongoing)
+            || (was != dropped && reported.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)));
+        if due {
+            if dropped.is_some_and(|d| d.ongoing) && !was.is_some_and(|d| d.ongoing) {
+                tracing::warn!(
+                    reason = dropped.map_or("", |d| d.reason.as_str()),
+                    "the instance's output cannot be written: it is dropped and counted"
+                );
+            }
+            s.dropped_output = dropped.cloned();
+            *reported = Some(Instant::now());
+        }
+        due
+    });
 }
 
 async fn persist_status(path: PathBuf, mut status: watch::Receiver<InstanceStatus>) {

@@ -54,7 +54,8 @@ pub fn have_python() -> bool {
 /// whether it can open a TCP connection there (`connected` or the error's name),
 /// `/resolve?name=N` the IPv4 address it resolves to (or the error's name), `/fetch?url=U`
 /// (with `&header=Name:Value`s) what a GET of it answered (`STATUS BODY`, or the error's name),
-/// `/whoami` the `Runway-Caller` it was called with. `CRASH=1`
+/// `/whoami` the `Runway-Caller` it was called with. `LOG_REQUESTS=1` prints a line per request
+/// on stdout. `CRASH=1`
 /// exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
 /// `LISTEN_PORT` is the port it listens on instead of `PORT` (an app that ignores it);
@@ -69,6 +70,7 @@ if os.environ.get("CRASH") == "1":
     sys.exit(3)
 time.sleep(float(os.environ.get("START_DELAY", "0")))
 FAIL_EVERY = int(os.environ.get("FAIL_EVERY", "0"))
+LOG_REQUESTS = os.environ.get("LOG_REQUESTS") == "1"
 served = 0
 lock = threading.Lock()
 
@@ -157,7 +159,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, format, *args):
-        pass
+        if LOG_REQUESTS:
+            print(format % args, flush=True)
 
 
 ThreadingHTTPServer.daemon_threads = True
@@ -386,6 +389,9 @@ pub struct Settings {
     /// `nsenter --net` (which, unlike `ip netns exec`, keeps the host's `/sys` and so its
     /// cgroups).
     pub netns: Option<String>,
+    /// The data directory on a tmpfs of its own of this many MiB, for a disk that fills (root
+    /// only); unmounted when the platform is dropped.
+    pub data_tmpfs_mib: Option<u32>,
 }
 
 impl Settings {
@@ -413,6 +419,7 @@ impl Default for Settings {
             api: String::new(),
             ingress: String::new(),
             netns: None,
+            data_tmpfs_mib: None,
         }
     }
 }
@@ -456,6 +463,16 @@ impl Platform {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
+        if let Some(mib) = settings.data_tmpfs_mib {
+            std::fs::create_dir_all(&data).unwrap();
+            let mut mount = Command::new("mount");
+            mount
+                .args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0755")])
+                .arg("runway-test-data")
+                .arg(&data);
+            let mounted = run(mount, None, COMMAND);
+            assert!(mounted.ok(), "mount a tmpfs on {data:?}: {}", mounted.all());
+        }
         let config = dir.path().join("server.yml");
         std::fs::write(
             &config,
@@ -1051,6 +1068,14 @@ impl Drop for Platform {
             if pid > 1 && ours {
                 kill9(u64::from(pid));
             }
+        }
+        // A tmpfs of the test's own (Settings::data_tmpfs_mib), once nothing runs from it.
+        if std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|line| line.split(' ').nth(1) == Some(&*self.data.to_string_lossy()))
+        {
+            let _ = Command::new("umount").arg("-l").arg(&self.data).status();
         }
     }
 }

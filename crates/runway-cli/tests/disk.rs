@@ -1,0 +1,153 @@
+//! A full disk, through the real server, supervisors and ingress: the data directory on a tmpfs
+//! of the test's own, filled while instances serve and print a line per request.
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use support::{Load, Platform, Settings, have_python, set_env_file, set_manifest};
+
+const HOST: &str = "chatty.dev.localhost";
+
+/// True as root, who can mount a tmpfs; otherwise prints why the caller skips (a failure under
+/// CI=true).
+fn root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1).map(str::to_owned));
+    if euid.as_deref() == Some("0") {
+        return true;
+    }
+    let reason = "not root: the data directory's tmpfs cannot be mounted";
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+    eprintln!("skipped: {reason}");
+    false
+}
+
+/// Writes zeros to `path` until the filesystem has no room left; returns the bytes written.
+fn fill(path: &Path) -> u64 {
+    let mut file = std::fs::File::create(path).unwrap();
+    let block = vec![0u8; 1 << 20];
+    let mut written = 0;
+    loop {
+        match file.write(&block) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("filling {path:?}: {e}"),
+        }
+    }
+    // The last blocks a partial write left.
+    let _ = file.flush();
+    written
+}
+
+/// The instances' current output files.
+fn output_logs(platform: &Platform) -> Vec<PathBuf> {
+    platform
+        .local_ps()
+        .iter()
+        .filter(|i| i["service"] == "chatty")
+        .filter_map(|i| i["id"].as_str())
+        .map(|id| {
+            platform
+                .data
+                .join("runtime/instances")
+                .join(id)
+                .join("output.log")
+        })
+        .collect()
+}
+
+/// With the data directory's disk full for 10 s, instances that print a line per request go on
+/// serving every request: the supervisors keep draining their output, drop what they cannot
+/// write, count it, and write again once there is room, saying in the instance's status how
+/// much was lost.
+#[test]
+fn a_full_disk_breaks_no_instance_and_their_output_resumes() {
+    if !have_python() || !root() {
+        return;
+    }
+    let platform = Platform::start(&Settings {
+        data_tmpfs_mib: Some(512),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("chatty", &["dev"], "s3cr3t");
+    set_manifest(&repo, "legacy", "", 2, 2, 100);
+    set_env_file(&repo, "dev", &[("LOG_REQUESTS", "1")]);
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    platform.get(HOST, "/", Duration::from_secs(10));
+    let logs = output_logs(&platform);
+    assert_eq!(logs.len(), 2, "{:?}", platform.local_ps());
+
+    let client = platform.ingress_client(HOST);
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        10,
+        Some(50.0),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let filler = platform.data.join("filler");
+    let filled = fill(&filler);
+    std::thread::sleep(Duration::from_secs(10));
+    let (ok_full, failed_full) = load.snapshot();
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // Requests the app logs once there is room again, marked.
+    for n in 0..20 {
+        let path = format!("/?after-the-disk-had-room-{n}");
+        let (code, body) = platform.get(HOST, &path, Duration::from_secs(10));
+        assert_eq!(code, 200, "{body}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let failures = load.failures();
+    let (ok, failed) = load.stop(&platform.rt);
+    eprintln!(
+        "disk full for 10 s ({} MiB written to fill it): {failed_full} of {} requests failed \
+         while full, {failed} of {} in all",
+        filled >> 20,
+        ok_full + failed_full,
+        ok + failed
+    );
+    assert_eq!(
+        failed,
+        0,
+        "requests failed with the disk full: {failures:?}\n{}",
+        platform.log()
+    );
+    assert!(ok > 1_000, "only {ok} requests were served");
+
+    // The same instances serve, and write their output again.
+    let ps = platform.local_ps();
+    assert!(
+        ps.iter()
+            .filter(|i| i["service"] == "chatty")
+            .all(|i| i["restarts"] == 0 && i["phase"] == "running"),
+        "{ps:#?}"
+    );
+    for log in &logs {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            text.contains("after-the-disk-had-room-"),
+            "{log:?} was not written after the disk had room again; it ends:\n{}",
+            text.lines().rev().take(10).collect::<Vec<_>>().join("\n")
+        );
+    }
+    // Each instance says what it lost.
+    let status = platform.status("chatty", "dev");
+    let instances = status["instances"].as_array().unwrap();
+    assert!(
+        instances.iter().all(|i| i["message"]
+            .as_str()
+            .is_some_and(|w| w.contains("lines of output were dropped")
+                && w.contains("No space left on device"))),
+        "{status:#}"
+    );
+}
