@@ -1,5 +1,6 @@
-//! A full disk, through the real server, supervisors and ingress: the data directory on a tmpfs
-//! of the test's own, filled while instances serve and print a line per request.
+//! What an instance's output can do to the machine, through the real server, supervisors and
+//! ingress: a full disk (the data directory on a tmpfs of the test's own, filled while
+//! instances serve and print a line per request), and an instance printing as fast as it can.
 
 mod support;
 
@@ -146,8 +147,95 @@ fn a_full_disk_breaks_no_instance_and_their_output_resumes() {
     assert!(
         instances.iter().all(|i| i["message"]
             .as_str()
-            .is_some_and(|w| w.contains("lines of output were dropped")
+            .is_some_and(|w| w.contains("bytes of output were dropped")
                 && w.contains("No space left on device"))),
         "{status:#}"
+    );
+}
+
+/// CPU time (user and system) a process has used so far, from /proc/PID/stat.
+fn cpu_seconds(pid: u64) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command (which may hold spaces), from the third on.
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split(' ').collect())
+        .unwrap_or_default();
+    let ticks = |n: usize| {
+        fields
+            .get(n)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15, 11 and 12 here; ticks of 1/100 s.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Bytes of an instance's output files (the current one and the rotated ones).
+fn output_bytes(current: &Path) -> u64 {
+    let dir = current.parent().unwrap();
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("output.log"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// An instance printing as fast as it can costs its supervisor, on the host and outside the
+/// instance's CPU limit, a small share of a core: past the output rate, what it prints is read
+/// and dropped whole, and counted. Its files stay within their bound, and it serves meanwhile.
+#[test]
+fn a_log_flood_costs_the_host_little_and_fills_no_disk() {
+    if !have_python() {
+        return;
+    }
+    const FLOOD: Duration = Duration::from_secs(10);
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("chatty", &["dev"], "s3cr3t");
+    set_env_file(&repo, "dev", &[("FLOOD", "1")]);
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    let instance = platform
+        .local_ps()
+        .into_iter()
+        .find(|i| i["service"] == "chatty")
+        .unwrap();
+    let (supervisor, app) = (
+        instance["supervisor_pid"].as_u64().unwrap(),
+        instance["pid"].as_u64().unwrap(),
+    );
+    let log = output_logs(&platform).remove(0);
+    let (supervisor_before, app_before) = (cpu_seconds(supervisor), cpu_seconds(app));
+    std::thread::sleep(FLOOD);
+    let supervisor_cpu = cpu_seconds(supervisor) - supervisor_before;
+    let app_cpu = cpu_seconds(app) - app_before;
+    let (code, body) = platform.get(HOST, "/", Duration::from_secs(10));
+    assert_eq!(code, 200, "{body}");
+    let on_disk = output_bytes(&log);
+    let status = platform.status("chatty", "dev");
+    let message = status["instances"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    eprintln!(
+        "log flood for {FLOOD:?}: the app used {app_cpu:.2} s of CPU, its supervisor \
+         {supervisor_cpu:.2} s; {on_disk} bytes on disk; {message}"
+    );
+    // The default bound: 10 MiB a file, the current one and 3 rotated.
+    assert!(
+        on_disk <= 4 * 10 * 1024 * 1024 + 64 * 1024,
+        "{on_disk} bytes of output"
+    );
+    assert!(
+        message.contains("bytes of output were dropped") && message.contains("faster than"),
+        "{status:#}"
+    );
+    // Before the rate, the supervisor used 8.19 s in a 10 s flood: it must now stay well
+    // below a core (a generous bound: this is no benchmark).
+    assert!(
+        supervisor_cpu < FLOOD.as_secs_f64() * 0.3,
+        "the supervisor used {supervisor_cpu:.2} s of CPU in {FLOOD:?}"
     );
 }

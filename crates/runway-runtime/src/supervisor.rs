@@ -835,8 +835,8 @@ async fn write_logs(
                 }
                 last_lines.push_back(String::from_utf8_lossy(&chunk.text).into_owned());
             }
-            LogEvent::Output(logs::Output::Dropped { lines, bytes }) => {
-                writer.count_dropped(lines, bytes, &over_rate);
+            LogEvent::Output(logs::Output::Dropped { bytes }) => {
+                writer.count_dropped(bytes, &over_rate);
             }
             LogEvent::Flush(answer) => {
                 writer.flush();

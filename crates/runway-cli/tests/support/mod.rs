@@ -55,7 +55,7 @@ pub fn have_python() -> bool {
 /// `/resolve?name=N` the IPv4 address it resolves to (or the error's name), `/fetch?url=U`
 /// (with `&header=Name:Value`s) what a GET of it answered (`STATUS BODY`, or the error's name),
 /// `/whoami` the `Runway-Caller` it was called with. `LOG_REQUESTS=1` prints a line per request
-/// on stdout. `CRASH=1`
+/// on stdout, `FLOOD=1` prints lines as fast as it can. `CRASH=1`
 /// exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
 /// `LISTEN_PORT` is the port it listens on instead of `PORT` (an app that ignores it);
@@ -162,6 +162,14 @@ class Handler(BaseHTTPRequestHandler):
         if LOG_REQUESTS:
             print(format % args, flush=True)
 
+
+if os.environ.get("FLOOD") == "1":
+    def flood():
+        block = ("y" * 99 + "\n") * 1000
+        while True:
+            sys.stdout.write(block)
+            sys.stdout.flush()
+    threading.Thread(target=flood, daemon=True).start()
 
 ThreadingHTTPServer.daemon_threads = True
 # socketserver's default backlog is 5: a burst of new connections would be reset.
@@ -1067,6 +1075,11 @@ impl Drop for Platform {
                 .any(|arg| Path::new(arg) == state_dir);
             if pid > 1 && ours {
                 kill9(u64::from(pid));
+                // And its process group: the worker of a supervisor killed alone serves on.
+                let _ = Command::new("kill")
+                    .args(["-9", "--", &format!("-{pid}")])
+                    .stderr(Stdio::null())
+                    .status();
             }
         }
         // A tmpfs of the test's own (Settings::data_tmpfs_mib), once nothing runs from it.
