@@ -1,5 +1,5 @@
 //! A real Kubernetes control plane for tests: etcd, kube-apiserver (RBAC, the default admission
-//! plugins, PodSecurity among them, and an audit log), kube-controller-manager and
+//! plugins, PodSecurity among them, an audit log, and the ContainerStopSignals feature), kube-controller-manager and
 //! kube-scheduler, built from their upstream sources by `scripts/kubernetes`, on loopback ports;
 //! and one simulated node ([`Behavior`]) whose pods answer HTTP.
 //!
@@ -469,6 +469,9 @@ impl Cluster {
             format!("--service-account-signing-key-file={}", sa_key.display()),
             "--service-cluster-ip-range=10.96.0.0/16".into(),
             "--authorization-mode=Node,RBAC".into(),
+            // `lifecycle.stopSignal`, alpha since 1.33: the API server keeps the field only
+            // with it, and Runway's workers ask for SIGQUIT with it.
+            "--feature-gates=ContainerStopSignals=true".into(),
             format!(
                 "--kubelet-client-certificate={}",
                 kubelet_client.cert.display()

@@ -742,7 +742,7 @@ fn ingresses_of_their_own_are_fed_over_the_network() {
 }
 
 /// A worker has no port, so no Service and no EndpointSlice: it is ready when its pod is, and
-/// its deploy goes through. Pods the API server refuses (here a ResourceQuota that admits
+/// its deploy goes through; its pods ask the runtime for SIGQUIT without a shell. Pods the API server refuses (here a ResourceQuota that admits
 /// none) fail the deploy at once with the API server's own message, instead of a wait for
 /// pods that never come.
 #[test]
@@ -784,6 +784,16 @@ fn a_worker_is_ready_from_its_pod_and_refused_pods_fail_the_deploy() {
         "{instances:?}"
     );
     assert!(kube.objects("services", "dev").is_empty());
+    // A worker stops on SIGQUIT. The runtime sends it from `lifecycle.stopSignal`, which the API
+    // server keeps: no shell is needed in the image, the preStop hook being only the fallback.
+    let pods = kube.objects("pods", "dev");
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    for pod in pods {
+        let spec = &pod["spec"];
+        assert_eq!(spec["os"]["name"], "linux", "{pod}");
+        let lifecycle = &spec["containers"][0]["lifecycle"];
+        assert_eq!(lifecycle["stopSignal"], "SIGQUIT", "{pod}");
+    }
 
     // Staging's namespace admits no pod.
     let quota = format!(

@@ -184,9 +184,10 @@ pub(crate) fn annotations(config: &ServiceConfig) -> Map<String, Value> {
         annotations.insert(
             "runway.dev/stop-signal".into(),
             json!(format!(
-                "{}: Kubernetes stops containers with SIGTERM, so a preStop hook sends {} to \
-                 PID 1 and waits for it to exit",
-                config.stop_signal, config.stop_signal
+                "{signal}: lifecycle.stopSignal asks the runtime for {signal} where the cluster \
+                 honours it (ContainerStopSignals); elsewhere a preStop hook sends it to PID 1 \
+                 with /bin/sh, and an image without a shell should say STOPSIGNAL {signal}",
+                signal = config.stop_signal
             )),
         );
     }
@@ -205,16 +206,28 @@ pub(crate) fn container_security_context() -> Value {
     json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
 }
 
-/// The container's `lifecycle`: a preStop hook that sends the stop signal, when it is not the
-/// SIGTERM that Kubernetes sends.
+/// The container's `lifecycle` when the stop signal is not the SIGTERM Kubernetes sends:
+/// `stopSignal`, which the runtime sends where the cluster honours the field (ContainerStopSignals;
+/// an API server without it drops the field, so it costs nothing there), and a preStop hook that
+/// sends the signal itself where it does not. The hook needs `/bin/sh`: on an image without one it
+/// fails, and the runtime sends `stopSignal`, or the image's STOPSIGNAL, or SIGTERM. The pod must
+/// then name its OS (`os`), which the API server checks the signal against.
 pub(crate) fn lifecycle(config: &ServiceConfig) -> Option<Value> {
     (config.stop_signal != StopSignal::Term).then(|| {
         let script = format!(
             "kill -s {} 1; while kill -0 1 2>/dev/null; do sleep 1; done",
             config.stop_signal.short_name()
         );
-        json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}})
+        json!({
+            "stopSignal": config.stop_signal.to_string(),
+            "preStop": {"exec": {"command": ["/bin/sh", "-c", script]}},
+        })
     })
+}
+
+/// The pod's `os`: Linux, which `lifecycle.stopSignal` needs named.
+pub(crate) fn pod_os() -> Value {
+    json!({"name": "linux"})
 }
 
 /// The Secret holding one of the service's secrets, the same on every target: a Kubernetes

@@ -275,6 +275,8 @@ spec:
       annotations:
         kubectl.kubernetes.io/default-container: {{ include "@chart@.name" . | quote }}
     spec:
+      os:
+        name: linux
       automountServiceAccountToken: {{ .Values.automountServiceAccountToken }}
       {{- with .Values.podSecurityContext }}
       securityContext:

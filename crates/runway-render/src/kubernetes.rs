@@ -334,6 +334,7 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
     let mut pod = Map::new();
     // A service never calls the Kubernetes API: no token in its pods.
     pod.insert("automountServiceAccountToken".into(), json!(false));
+    pod.insert("os".into(), common::pod_os());
     pod.insert("securityContext".into(), common::pod_security_context());
     pod.insert(
         "terminationGracePeriodSeconds".into(),
