@@ -13,6 +13,8 @@
 //!   a service's settings.
 //! - [`sandbox`] isolates a tenant's plain process: run by the OCI runtime as images are, as
 //!   the service's own user, seeing only the host's system directories and its code.
+//! - [`seccomp`] is the system calls no container (image or sandboxed process) may make,
+//!   unless the operator lifts it for a service.
 //! - [`network`] gives a container a network of its own: a namespace joined to the host by a
 //!   veth pair on a `/30` leased from the operator's range, with no route out.
 
@@ -29,6 +31,7 @@ pub mod probe;
 pub mod process;
 pub mod runtime;
 pub mod sandbox;
+pub mod seccomp;
 mod secret_bundle;
 pub mod service;
 pub mod spec;

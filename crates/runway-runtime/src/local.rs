@@ -18,6 +18,8 @@ use tokio::sync::watch;
 use crate::logs::{self, LogLine};
 use crate::network::AddressPool;
 use crate::runtime::{Runtime, RuntimeError};
+use crate::sandbox::CODE_MOUNT;
+use crate::seccomp::SeccompPolicy;
 use crate::spec::{Artifact, InstanceSpec};
 use crate::status::{InstanceStatus, Phase};
 use crate::supervisor::{Request, SOCKET, SPEC_FILE, STATUS_FILE};
@@ -54,6 +56,9 @@ pub struct LocalConfig {
     /// Give every container (an image, an isolated process) a network of its own from this
     /// pool ([`crate::network`]); `None` runs them in the host's network.
     pub instance_network: Option<AddressPool>,
+    /// The system calls containers may not make ([`crate::seccomp`]): Runway's default
+    /// profile for every service but those the operator names.
+    pub seccomp: SeccompPolicy,
 }
 
 impl LocalConfig {
@@ -69,6 +74,7 @@ impl LocalConfig {
             private_dirs: Vec::new(),
             code_snapshots: None,
             instance_network: None,
+            seccomp: SeccompPolicy::default(),
         }
     }
 }
@@ -82,6 +88,13 @@ pub struct LocalRuntime {
 impl LocalRuntime {
     pub fn new(config: LocalConfig) -> Self {
         Self { config }
+    }
+
+    /// The same runtime with this seccomp policy: the operator's services that run
+    /// unconfined.
+    pub fn with_seccomp(mut self, policy: SeccompPolicy) -> Self {
+        self.config.seccomp = policy;
+        self
     }
 
     /// An instance's state directory.
@@ -163,8 +176,9 @@ impl LocalRuntime {
             ..instance_bundle(spec, dir)?
         };
         let bundle = dir.join("bundle");
-        build_bundle(&bundle, &image.config, &image.rootfs, &options)
+        let built = build_bundle(&bundle, &image.config, &image.rootfs, &options)
             .map_err(|e| image_error(e.to_string()))?;
+        self.confine(spec, &built)?;
         spec.artifact = Artifact::Container {
             bundle,
             oci_runtime,
@@ -172,6 +186,20 @@ impl LocalRuntime {
             cgroup_path: options.cgroups_path,
         };
         Ok(())
+    }
+
+    /// Gives the bundle its seccomp profile, unless the operator runs the spec's service
+    /// unconfined.
+    fn confine(
+        &self,
+        spec: &InstanceSpec,
+        bundle: &runway_oci::Bundle,
+    ) -> Result<(), RuntimeError> {
+        match self.config.seccomp.profile_for(&spec.service) {
+            Some(profile) => crate::seccomp::write_into(bundle, &profile)
+                .map_err(|e| RuntimeError::io(&bundle.dir.join("config.json"), e)),
+            None => Ok(()),
+        }
     }
 
     /// The OCI runtime's binary, found on this process's own `PATH`.
@@ -204,37 +232,35 @@ impl LocalRuntime {
         let code = sandbox
             .check(&protected, self.config.code_snapshots.as_deref())
             .map_err(refuse)?;
-        // What the process could not see is refused before it is looked for on the host, so
-        // the answer says nothing of what is there.
-        let working_dir = working_dir
-            .clone()
-            .unwrap_or_else(|| sandbox.code_dir.clone());
-        if !sandbox.sees(&working_dir) || !working_dir.starts_with(&sandbox.code_dir) {
+        // Every path as the process sees it, its code at /app: what it could not see is
+        // refused before it is looked for on the host, and refusals name no host path, so the
+        // answer says nothing of what is there nor where the platform keeps the code.
+        let working_dir = sandbox.inside(working_dir.as_deref().unwrap_or(&sandbox.code_dir));
+        if !sandbox.sees(&working_dir) || !working_dir.starts_with(CODE_MOUNT) {
             return Err(refuse(format!(
-                "working directory {} is outside the code directory {}",
-                working_dir.display(),
-                sandbox.code_dir.display()
+                "working directory {} is outside the code directory {CODE_MOUNT}",
+                working_dir.display()
             )));
         }
-        let visible = |program: &Path| {
-            program.components().count() == 1
-                || sandbox.sees(&if program.is_absolute() {
-                    program.to_owned()
-                } else {
-                    working_dir.join(program)
-                })
-        };
-        let found = if visible(program) {
-            Some(find_program(program, Some(&working_dir), &spec.search_path()).map_err(refuse)?)
+        if !sandbox
+            .on_host(&working_dir, &code)
+            .is_some_and(|dir| dir.is_dir())
+        {
+            return Err(refuse(format!(
+                "working directory {} does not exist",
+                working_dir.display()
+            )));
+        }
+        let named = if program.components().count() > 1 || program.is_absolute() {
+            Some(sandbox.inside(&working_dir.join(program)))
         } else {
             None
         };
-        let Some(program) = found.filter(|found| sandbox.sees(found)) else {
+        if let Some(named) = named.filter(|named| !sandbox.sees(named)) {
             return Err(refuse(format!(
-                "command {} is outside what an isolated process sees: its code directory {} and \
-                 the host's {} (runtime.process_host_paths)",
-                program.display(),
-                sandbox.code_dir.display(),
+                "command {} is outside what an isolated process sees: its code directory \
+                 {CODE_MOUNT} and the host's {} (runtime.process_host_paths)",
+                named.display(),
                 sandbox
                     .host_paths
                     .iter()
@@ -242,7 +268,16 @@ impl LocalRuntime {
                     .collect::<Vec<_>>()
                     .join(", ")
             )));
-        };
+        }
+        let program: PathBuf = find_program_in(
+            &sandbox.inside(program),
+            Some(&working_dir),
+            &spec.search_path(),
+            &|inside| sandbox.on_host(inside, &code),
+        )
+        .map_err(refuse)?
+        .components()
+        .collect();
         let oci_runtime = self
             .oci_runtime()
             .map_err(|e| refuse(format!("no OCI runtime to isolate the process with: {e}")))?;
@@ -271,7 +306,9 @@ impl LocalRuntime {
             path: rootfs,
             id_shift: 0,
         };
-        build_bundle(&bundle, &config, &root, &options).map_err(|e| refuse(e.to_string()))?;
+        let built =
+            build_bundle(&bundle, &config, &root, &options).map_err(|e| refuse(e.to_string()))?;
+        self.confine(spec, &built)?;
         spec.artifact = Artifact::Container {
             bundle,
             oci_runtime,
@@ -320,6 +357,87 @@ impl LocalRuntime {
         ) {
             pool.release(&network, dir);
         }
+    }
+
+    /// Checks the instance and makes what it runs from, as [`Runtime::instance_ensure`] does
+    /// before it starts a supervisor: a new state directory (an ended instance's removed), its
+    /// network and port, for an image the pull and its bundle, for a sandboxed process the
+    /// sandbox's bundle. Returns the spec its supervisor is given; for whoever supervises it
+    /// in a process of its own making. An instance of that id still running is refused; on an
+    /// error nothing is left behind.
+    pub async fn prepare(&self, spec: InstanceSpec) -> Result<InstanceSpec, RuntimeError> {
+        check_id(&spec.id)?;
+        let dir = self.instance_dir(&spec.id);
+        if let Ok(status) = request(&dir, Request::Status).await
+            && !status.phase.is_final()
+        {
+            return Err(RuntimeError::Supervisor {
+                id: spec.id,
+                message: format!("it is {}", status.phase.as_str()),
+            });
+        }
+        self.prepare_new(spec).await
+    }
+
+    /// [`LocalRuntime::prepare`] once no supervisor runs the instance.
+    async fn prepare_new(&self, mut spec: InstanceSpec) -> Result<InstanceSpec, RuntimeError> {
+        let dir = self.instance_dir(&spec.id);
+        if dir.exists() {
+            self.release_network(&dir);
+            fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        }
+        // A sandboxed process is checked against what it will see (`prepare_sandbox`).
+        if let Artifact::Command {
+            program,
+            working_dir,
+            ..
+        } = &spec.artifact
+            && spec.sandbox.is_none()
+        {
+            find_program(program, working_dir.as_deref(), &spec.search_path()).map_err(
+                |message| RuntimeError::Artifact {
+                    id: spec.id.clone(),
+                    message,
+                },
+            )?;
+            if let Some(dir) = working_dir.as_deref().filter(|d| !d.is_dir()) {
+                return Err(RuntimeError::Artifact {
+                    id: spec.id.clone(),
+                    message: format!("working directory {} does not exist", dir.display()),
+                });
+            }
+        }
+        self.create_state_dirs()?;
+        fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        let prepared = async {
+            self.lease_network(&mut spec, &dir).await?;
+            if spec.port == Some(0) {
+                let port = match (&spec.network, spec.container_port) {
+                    (Some(_), Some(port)) if port != 0 => port,
+                    _ => free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?,
+                };
+                assign_port(&mut spec, port);
+            }
+            if matches!(spec.artifact, Artifact::Image { .. }) {
+                self.prepare_image(&mut spec, &dir).await?;
+            }
+            self.prepare_sandbox(&mut spec, &dir)
+        };
+        match prepared.await {
+            Ok(()) => Ok(spec),
+            Err(error) => {
+                self.discard(&spec, &dir);
+                Err(error)
+            }
+        }
+    }
+
+    /// Removes what [`LocalRuntime::prepare`] made for `spec` in `dir`: its network, its state.
+    fn discard(&self, spec: &InstanceSpec, dir: &Path) {
+        if let (Some(pool), Some(network)) = (&self.config.instance_network, &spec.network) {
+            pool.release(network, dir);
+        }
+        let _ = fs::remove_dir_all(dir);
     }
 
     async fn spawn_supervisor(&self, dir: &Path, spec: &InstanceSpec) -> Result<(), RuntimeError> {
@@ -389,10 +507,7 @@ impl LocalRuntime {
 }
 
 impl Runtime for LocalRuntime {
-    async fn instance_ensure(
-        &self,
-        mut spec: InstanceSpec,
-    ) -> Result<InstanceStatus, RuntimeError> {
+    async fn instance_ensure(&self, spec: InstanceSpec) -> Result<InstanceStatus, RuntimeError> {
         check_id(&spec.id)?;
         let dir = self.instance_dir(&spec.id);
         if let Ok(status) = request(&dir, Request::Status).await
@@ -400,46 +515,8 @@ impl Runtime for LocalRuntime {
         {
             return Ok(status);
         }
-        if dir.exists() {
-            self.release_network(&dir);
-            fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
-        }
-        // A sandboxed process is checked against what it will see (`prepare_sandbox`).
-        if let Artifact::Command {
-            program,
-            working_dir,
-            ..
-        } = &spec.artifact
-            && spec.sandbox.is_none()
-        {
-            find_program(program, working_dir.as_deref(), &spec.search_path()).map_err(
-                |message| RuntimeError::Artifact {
-                    id: spec.id.clone(),
-                    message,
-                },
-            )?;
-            if let Some(dir) = working_dir.as_deref().filter(|d| !d.is_dir()) {
-                return Err(RuntimeError::Artifact {
-                    id: spec.id.clone(),
-                    message: format!("working directory {} does not exist", dir.display()),
-                });
-            }
-        }
-        self.create_state_dirs()?;
-        fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        let spec = self.prepare_new(spec).await?;
         let started = async {
-            self.lease_network(&mut spec, &dir).await?;
-            if spec.port == Some(0) {
-                let port = match (&spec.network, spec.container_port) {
-                    (Some(_), Some(port)) if port != 0 => port,
-                    _ => free_port().map_err(|e| RuntimeError::io(Path::new("127.0.0.1:0"), e))?,
-                };
-                assign_port(&mut spec, port);
-            }
-            if matches!(spec.artifact, Artifact::Image { .. }) {
-                self.prepare_image(&mut spec, &dir).await?;
-            }
-            self.prepare_sandbox(&mut spec, &dir)?;
             self.spawn_supervisor(&dir, &spec).await?;
             self.wait_for_socket(&dir, &spec.id).await
         };
@@ -448,11 +525,7 @@ impl Runtime for LocalRuntime {
             Err(error) => {
                 // Nothing half-created stays behind.
                 let _ = request(&dir, Request::Stop).await;
-                if let (Some(pool), Some(network)) = (&self.config.instance_network, &spec.network)
-                {
-                    pool.release(network, &dir);
-                }
-                let _ = fs::remove_dir_all(&dir);
+                self.discard(&spec, &dir);
                 Err(error)
             }
         }
@@ -710,9 +783,22 @@ fn find_program(
     working_dir: Option<&Path>,
     search: &str,
 ) -> Result<PathBuf, String> {
+    find_program_in(program, working_dir, search, &|path| Some(path.to_owned()))
+}
+
+/// [`find_program`] for a process that sees files elsewhere than the host has them: `on_host`
+/// says where the file it would see at a path is (`None`: it sees none there). Candidates and
+/// errors are paths as the process sees them.
+fn find_program_in(
+    program: &Path,
+    working_dir: Option<&Path>,
+    search: &str,
+    on_host: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Result<PathBuf, String> {
     use std::os::unix::fs::PermissionsExt;
+    let metadata = |candidate: &Path| on_host(candidate).and_then(|p| fs::metadata(p).ok());
     let executable = |candidate: &Path| {
-        fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        metadata(candidate).is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
     if program.as_os_str().is_empty() {
         return Err("the command is empty".to_owned());
@@ -724,7 +810,7 @@ fn find_program(
         };
         return if executable(&candidate) {
             Ok(candidate)
-        } else if candidate.exists() {
+        } else if metadata(&candidate).is_some() {
             Err(format!("{} is not an executable file", candidate.display()))
         } else {
             Err(format!("command {} does not exist", candidate.display()))

@@ -1,11 +1,13 @@
 //! A tenant's plain process, isolated. A process artifact with a [`Sandbox`] is run by the
 //! same OCI runtime as images, from a bundle on an empty root where it sees only what the
 //! sandbox lists, read-only: the host's system directories (`/usr`, `/bin`, `/lib`, `/etc`…)
-//! and the revision's code directory. It runs as the service's own unprivileged user, with no
-//! capabilities and `no_new_privileges`, in its own mount, pid, ipc and uts namespaces, with a
-//! private `/tmp` and `/run`, and the manifest's memory and CPU limits in its own cgroup. The
-//! data directory, other instances, other services' code and the host's processes are not
-//! there to be read.
+//! and the revision's code directory, at [`CODE_MOUNT`] (`/app`) whatever its host path, where
+//! the process starts. It runs as the service's own unprivileged user, with no capabilities,
+//! `no_new_privileges` and Runway's seccomp profile ([`crate::seccomp`]), in its own mount,
+//! pid, ipc and uts namespaces, with a private `/tmp` and `/run`, and the manifest's memory and
+//! CPU limits in its own cgroup. The data directory, other instances, other services' code and
+//! the host's processes are not there to be read, and nothing it is told names a host path of
+//! the platform's.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,8 @@ use serde::{Deserialize, Serialize};
 pub struct Sandbox {
     /// The host user and group the process runs as: the service's own.
     pub user: u32,
-    /// The revision's code, bound read-only at the same path.
+    /// The revision's code on the host, bound read-only at [`CODE_MOUNT`]. Paths the spec gives
+    /// under it (its working directory, its program) are the same files under [`CODE_MOUNT`].
     pub code_dir: PathBuf,
     /// Host directories bound read-only at the same path; a symbolic link among them (`/bin`
     /// to `usr/bin` on a merged-`/usr` system) is made again inside instead.
@@ -32,6 +35,10 @@ pub struct SandboxPolicy {
     /// What every sandboxed process sees of the host, read-only.
     pub host_paths: Vec<PathBuf>,
 }
+
+/// Where a sandboxed process sees its code, and starts: a fixed path, so that neither its working
+/// directory, nor its mount table, nor a refusal tells it where the platform keeps its files.
+pub const CODE_MOUNT: &str = "/app";
 
 /// The first service user: above the host ids images' user namespaces map (100000 + 65536).
 pub const DEFAULT_UID_BASE: u32 = 200_000;
@@ -123,8 +130,22 @@ impl Sandbox {
         {
             return Err(format!("code directory {} has `..` in it", code.display()));
         }
-        let real = fs::canonicalize(code)
-            .map_err(|e| format!("code directory {}: {e}", code.display()))?;
+        let snapshot_named = snapshots.is_some_and(|dir| {
+            code.strip_prefix(dir).is_ok_and(|rel| {
+                rel.components().count() == 2
+                    && rel
+                        .components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+            })
+        });
+        let real = fs::canonicalize(code).map_err(|e| {
+            if snapshot_named {
+                // Where the platform keeps it is not the tenant's to know.
+                "the revision's code snapshot is not on this machine".to_owned()
+            } else {
+                format!("code directory {}: {e}", code.display())
+            }
+        })?;
         if !real.is_dir() {
             return Err(format!(
                 "code directory {} is not a directory",
@@ -162,6 +183,13 @@ impl Sandbox {
                 code.display()
             ));
         }
+        if let Some(path) = self.host_paths.iter().find(|p| p.starts_with(CODE_MOUNT)) {
+            return Err(format!(
+                "host path {} is where an isolated process sees its code ({CODE_MOUNT}): take it \
+                 out of runtime.process_host_paths",
+                path.display()
+            ));
+        }
         if let Some(path) = self
             .host_paths
             .iter()
@@ -176,19 +204,42 @@ impl Sandbox {
         Ok(real)
     }
 
-    /// Whether the process can see `path` (the program it starts): inside its code directory
+    /// `path` as the process sees it: one under the code directory's host path is under
+    /// [`CODE_MOUNT`]; any other is taken as written inside (`/app/bin/server`, `/usr/bin/env`),
+    /// `.` components dropped.
+    pub(crate) fn inside(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(&self.code_dir) {
+            Ok(rest) => Path::new(CODE_MOUNT).join(rest),
+            Err(_) => path.to_owned(),
+        }
+        .components()
+        .collect()
+    }
+
+    /// Whether the process can see `path`, a path inside ([`Sandbox::inside`]): under its code
     /// or a host path, with no `..` to leave them.
     pub(crate) fn sees(&self, path: &Path) -> bool {
         !path
             .components()
             .any(|c| c == std::path::Component::ParentDir)
-            && (path.starts_with(&self.code_dir)
-                || self.host_paths.iter().any(|p| path.starts_with(p)))
+            && (path.starts_with(CODE_MOUNT) || self.host_paths.iter().any(|p| path.starts_with(p)))
+    }
+
+    /// Where the file the process sees at `path` is on the host, `code` being the code
+    /// directory on disk; `None` for one it cannot see.
+    pub(crate) fn on_host(&self, path: &Path, code: &Path) -> Option<PathBuf> {
+        if !self.sees(path) {
+            return None;
+        }
+        Some(match path.strip_prefix(CODE_MOUNT) {
+            Ok(rest) => code.join(rest),
+            Err(_) => path.to_owned(),
+        })
     }
 
     /// Makes the empty root in `rootfs` (symbolic links among the host paths made again in
     /// it) and says what to bind: the host paths that are directories, then the code (`code`
-    /// on disk, at the code directory's path inside).
+    /// on disk, at [`CODE_MOUNT`]).
     pub(crate) fn lay_out(&self, rootfs: &Path, code: &Path) -> std::io::Result<Layout> {
         use std::os::unix::fs::{DirBuilderExt, symlink};
         fs::DirBuilder::new()
@@ -214,7 +265,7 @@ impl Sandbox {
                 binds.push((path.clone(), path.clone()));
             }
         }
-        binds.push((code.to_owned(), self.code_dir.clone()));
+        binds.push((code.to_owned(), PathBuf::from(CODE_MOUNT)));
         Ok(Layout { binds, has_etc })
     }
 }
@@ -314,6 +365,22 @@ mod tests {
             sandbox(snapshot.clone()).check(&protected, Some(&snapshots)),
             Ok(fs::canonicalize(&snapshot).unwrap())
         );
+        // One that is gone is refused without naming where the platform keeps snapshots.
+        let missing = sandbox(snapshots.join("7").join("cd34"))
+            .check(&protected, Some(&snapshots))
+            .unwrap_err();
+        assert_eq!(
+            missing,
+            "the revision's code snapshot is not on this machine"
+        );
+        // A host path would be hidden under the code.
+        let hidden = Sandbox {
+            host_paths: vec![PathBuf::from("/app/vendor")],
+            ..sandbox(snapshot.clone())
+        }
+        .check(&protected, Some(&snapshots))
+        .unwrap_err();
+        assert!(hidden.contains("/app"), "{hidden}");
         // Only a snapshot itself: not the store, not a service's directory of them, not the
         // data directory reached through one.
         for bad in [
@@ -349,15 +416,33 @@ mod tests {
             layout.binds,
             [
                 (host.join("usr"), host.join("usr")),
-                (PathBuf::from("/data/code/app"), PathBuf::from("/srv/app"))
+                (PathBuf::from("/data/code/app"), PathBuf::from("/app"))
             ],
             "directories and the code, in order; a missing path is skipped"
         );
         assert!(!layout.has_etc);
         let inside = rootfs.join(host.join("bin").strip_prefix("/").unwrap());
         assert_eq!(fs::read_link(inside).unwrap(), PathBuf::from("usr/bin"));
-        assert!(sandbox.sees(Path::new("/srv/app/app.py")));
+        // The spec's paths under the code's host path are under /app inside, and back.
+        assert_eq!(
+            sandbox.inside(Path::new("/srv/app/./bin/app.py")),
+            Path::new("/app/bin/app.py")
+        );
+        assert_eq!(sandbox.inside(Path::new("/app/x")), Path::new("/app/x"));
+        assert!(sandbox.sees(Path::new("/app/app.py")));
+        assert!(sandbox.sees(&host.join("usr/bin/python3")));
+        assert!(!sandbox.sees(Path::new("/srv/app/app.py")), "the host path");
         assert!(!sandbox.sees(Path::new("/root/.pyenv/shims/python3")));
-        assert!(!sandbox.sees(Path::new("/srv/app/../../root/x")));
+        assert!(!sandbox.sees(Path::new("/app/../root/x")));
+        let code = Path::new("/data/code/app");
+        assert_eq!(
+            sandbox.on_host(Path::new("/app/bin/app.py"), code),
+            Some(PathBuf::from("/data/code/app/bin/app.py"))
+        );
+        assert_eq!(
+            sandbox.on_host(&host.join("usr/bin/env"), code),
+            Some(host.join("usr/bin/env"))
+        );
+        assert_eq!(sandbox.on_host(Path::new("/opt/tool"), code), None);
     }
 }

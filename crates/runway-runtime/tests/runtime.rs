@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use runway_runtime::seccomp::SeccompPolicy;
 use runway_runtime::spec::{
     Artifact, InstanceSpec, Limits, LogLimits, Probes, RestartMode, RestartPolicy,
 };
@@ -354,4 +355,453 @@ async fn a_secret_reaches_the_container_and_never_a_disk_backed_file(oci_runtime
     assert!(files_containing(&dir, secret.as_bytes()).is_empty());
     runtime.instance_remove(&id).await.unwrap();
     assert!(!dir.exists());
+}
+
+/// What the tenant's probe program asks the kernel, with the error number of each answer (0
+/// for none): calls Runway's seccomp profile refuses, made with arguments the kernel itself
+/// would refuse otherwise (so each answer tells the filter's `EPERM`, or `ENOSYS` for `clone3`,
+/// from the kernel's: `EINVAL`, `EFAULT`, `EOPNOTSUPP`, `ESRCH`).
+const PROBE_C: &str = r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+static void try(const char *name, long result) {
+    printf("%s=%d\n", name, result < 0 ? errno : 0);
+}
+int main(void) {
+    try("bpf", syscall(SYS_bpf, 1000, 0, 0));
+    try("io_uring_setup", syscall(SYS_io_uring_setup, 1, 0));
+    try("clone3", syscall(SYS_clone3, 0, 0));
+    try("keyctl", syscall(SYS_keyctl, 1000, 0, 0, 0, 0));
+    try("ptrace", syscall(SYS_ptrace, 0x7fff, 0, 0, 0));
+    return 0;
+}
+"#;
+
+/// The probe, compiled static (it runs on an image's busybox root too) into `dir`. `None`,
+/// saying why, where gcc or a static C library is missing outside CI.
+fn probe_program(dir: &Path) -> Option<PathBuf> {
+    let source = dir.join("probe.c");
+    let program = dir.join("probe");
+    std::fs::write(&source, PROBE_C).unwrap();
+    let built = std::process::Command::new("gcc")
+        .args(["-static", "-O1", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .output();
+    match built {
+        Ok(output) if output.status.success() => Some(program),
+        other => {
+            let reason = format!("cannot build the static probe with gcc: {other:?}");
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+            eprintln!("skipped: {reason}");
+            None
+        }
+    }
+}
+
+/// What the instance runs: its seccomp mode, where it is, whether it may make a user
+/// namespace (as `unshare -Urn …` did in the issue), and the probe's answers.
+fn confinement_script(probe: &str) -> String {
+    format!(
+        "grep Seccomp: /proc/self/status; echo pwd=$(pwd); \
+         busybox unshare -U true 2>/dev/null && echo unshare=made || echo unshare=refused; \
+         {probe}; echo done"
+    )
+}
+
+/// The probe's and the script's answers, as `name=value` (`Seccomp` from `Seccomp:\t2`).
+fn answers(lines: &[String]) -> BTreeMap<String, String> {
+    lines
+        .iter()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(['=', ':'])?;
+            Some((name.trim().to_owned(), value.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// A runtime's configuration on `state` running containers with `oci_runtime`.
+fn runtime_config(state: &Path, oci_runtime: &Path) -> LocalConfig {
+    let mut config = LocalConfig::new(
+        state,
+        SupervisorCommand {
+            program: "runway-supervisor".into(),
+            args: Vec::new(),
+        },
+    );
+    config.oci_runtime = oci_runtime.to_owned();
+    config
+}
+
+/// The runtime of `config`, with service `test` unconfined when `relaxed`, as a server does
+/// for the services its operator names in `runtime.seccomp_unconfined`.
+fn confining_runtime(config: LocalConfig, relaxed: bool) -> LocalRuntime {
+    let mut policy = SeccompPolicy::default();
+    if relaxed {
+        policy.unconfined.insert("test".to_owned());
+    }
+    LocalRuntime::new(config).with_seccomp(policy)
+}
+
+/// A spec of service `test` that runs `artifact` once.
+fn once(id: &str, artifact: Artifact) -> InstanceSpec {
+    InstanceSpec {
+        id: id.to_owned(),
+        service: "test".into(),
+        revision: "test-1".into(),
+        artifact,
+        env: BTreeMap::new(),
+        secret_env: BTreeMap::new(),
+        port: None,
+        container_port: None,
+        probes: Probes::default(),
+        stop_signal: "TERM".parse().unwrap(),
+        stop_grace_period: Duration::from_secs(1),
+        restart: RestartPolicy {
+            mode: RestartMode::Never,
+            ..RestartPolicy::default()
+        },
+        limits: Limits::default(),
+        logs: LogLimits::default(),
+        managed: false,
+        inherit_env: false,
+        sandbox: None,
+        network: None,
+        egress: Default::default(),
+    }
+}
+
+/// Makes what `spec` runs from as the runtime does for a supervisor (the bundle, its seccomp
+/// profile), runs it under a supervisor in this process until it ends (bounded), and returns
+/// its output and the bundle's `config.json`. Nothing is left running or on disk.
+async fn run_prepared(
+    runtime: &LocalRuntime,
+    spec: InstanceSpec,
+    oci_runtime: &Path,
+) -> (Vec<String>, serde_json::Value) {
+    let id = spec.id.clone();
+    let dir = runtime.instance_dir(&id);
+    let prepared = runtime.prepare(spec).await.unwrap();
+    let Artifact::Container { bundle, .. } = &prepared.artifact else {
+        panic!("not made a container: {prepared:?}");
+    };
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bundle.join("config.json")).unwrap()).unwrap();
+    let _delete = Delete {
+        oci_runtime,
+        id: &id,
+        state_dir: &dir,
+    };
+    // The container's init is ours to reap, as a supervisor's is: its exit code is known.
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let ended = tokio::time::timeout(WAIT, supervise(&dir, prepared))
+        .await
+        .unwrap_or_else(|_| panic!("{id} did not end within {WAIT:?}"))
+        .unwrap();
+    assert_eq!(ended.phase, Phase::Exited, "{ended:?}");
+    let lines: Vec<String> = runtime
+        .logs(&id, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|line| line.text)
+        .collect();
+    assert!(
+        lines.iter().any(|l| l == "done"),
+        "{id} did not finish its script ({ended:?}): {lines:?}"
+    );
+    runtime.instance_remove(&id).await.unwrap();
+    assert!(!dir.exists());
+    (lines, config)
+}
+
+/// Confined: filter mode 2, no user namespace, and each probed call refused by the filter.
+fn assert_confined(what: &str, lines: &[String], config: &serde_json::Value) {
+    let found = answers(lines);
+    let expected = [
+        ("Seccomp", "2"),
+        ("unshare", "refused"),
+        ("bpf", "1"),
+        ("io_uring_setup", "1"),
+        ("clone3", "38"),
+        ("keyctl", "1"),
+        ("ptrace", "1"),
+    ];
+    for (name, value) in expected {
+        assert_eq!(
+            found.get(name).map(String::as_str),
+            Some(value),
+            "{what}: {name} in {lines:?}"
+        );
+    }
+    assert_eq!(
+        config["linux"]["seccomp"]["defaultAction"], "SCMP_ACT_ALLOW",
+        "{what}"
+    );
+}
+
+/// Unconfined by the operator: no filter, a user namespace made, the kernel's own answers.
+fn assert_unconfined(what: &str, lines: &[String], config: &serde_json::Value) {
+    let found = answers(lines);
+    for (name, value) in [
+        ("Seccomp", "0"),
+        ("unshare", "made"),
+        // EFAULT, EINVAL: the kernel read the (missing) arguments.
+        ("io_uring_setup", "14"),
+        ("clone3", "22"),
+    ] {
+        assert_eq!(
+            found.get(name).map(String::as_str),
+            Some(value),
+            "{what}: {name} in {lines:?}"
+        );
+    }
+    assert!(config["linux"].get("seccomp").is_none(), "{what}: {config}");
+}
+
+/// The layer, config and manifest of a one-layer image of `rootfs`, put in the runtime's image
+/// cache under `state` as a pull would leave them; returns a reference by digest, which the
+/// runtime then pulls from the cache alone (no registry).
+fn cache_image(state: &Path, rootfs: &Path) -> String {
+    let work = tempfile::tempdir().unwrap();
+    let layer_path = work.path().join("layer.tar");
+    let packed = std::process::Command::new("tar")
+        .args(["--owner=0", "--group=0", "--numeric-owner", "-C"])
+        .arg(rootfs)
+        .arg("-cf")
+        .arg(&layer_path)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(packed.success());
+    let layer = std::fs::read(&layer_path).unwrap();
+    let layer_digest = runway_oci::Digest::of(&layer).to_string();
+    let architecture = match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "amd64",
+    };
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": architecture,
+        "os": "linux",
+        "config": {"Entrypoint": ["/bin/sh"], "Env": ["PATH=/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+    }))
+    .unwrap();
+    let config_digest = runway_oci::Digest::of(&config).to_string();
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": layer_digest,
+            "size": layer.len(),
+        }],
+    }))
+    .unwrap();
+    let store = runway_oci::Store::open(state.join("images")).unwrap();
+    for blob in [&layer, &config, &manifest] {
+        let path = store.blob_path(&runway_oci::Digest::of(blob));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, blob).unwrap();
+    }
+    format!(
+        "127.0.0.1:5999/runway/probe@{}",
+        runway_oci::Digest::of(&manifest)
+    )
+}
+
+/// A state directory the containers' root (host id 100000, in its user namespace) can search
+/// its way through, as a server's data directory is (`0711`).
+fn searchable_state() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let state = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(state.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_under_runc_is_confined_by_seccomp_unless_the_operator_lifts_it() {
+    if let Some(runc) = oci_runtime("runc") {
+        an_image_is_confined_by_seccomp_unless_the_operator_lifts_it(&runc).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_under_crun_is_confined_by_seccomp_unless_the_operator_lifts_it() {
+    if let Some(crun) = oci_runtime("crun") {
+        an_image_is_confined_by_seccomp_unless_the_operator_lifts_it(&crun).await;
+    }
+}
+
+/// An image (busybox and the probe, in the runtime's image cache), run by the runtime in its
+/// user namespace: its root may not make a user namespace of its own (where it would have
+/// every capability), nor use eBPF, io_uring, keyrings or ptrace; with the operator's
+/// `seccomp_unconfined` for its service it may.
+async fn an_image_is_confined_by_seccomp_unless_the_operator_lifts_it(oci_runtime: &Path) {
+    let work = tempfile::tempdir().unwrap();
+    let Some(probe) = probe_program(work.path()) else {
+        return;
+    };
+    let rootfs = busybox_rootfs(work.path());
+    for applet in ["grep", "pwd", "true", "echo", "unshare"] {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).unwrap();
+    }
+    std::fs::copy(&probe, rootfs.join("bin/probe")).unwrap();
+    let name = oci_runtime.file_name().unwrap().to_str().unwrap();
+    for relaxed in [false, true] {
+        let state = searchable_state();
+        let reference = cache_image(state.path(), &rootfs);
+        let runtime = confining_runtime(runtime_config(state.path(), oci_runtime), relaxed);
+        let id = format!("seccomp-image-{name}-{relaxed}-{}", std::process::id());
+        let spec = once(
+            &id,
+            Artifact::Image {
+                reference,
+                command: Some(vec![
+                    "/bin/sh".into(),
+                    "-c".into(),
+                    confinement_script("/bin/probe"),
+                ]),
+                args: None,
+                working_dir: None,
+            },
+        );
+        let (lines, config) = run_prepared(&runtime, spec, oci_runtime).await;
+        assert!(
+            config["linux"]["uidMappings"].is_array(),
+            "an image runs in a user namespace: {config}"
+        );
+        if relaxed {
+            assert_unconfined(&id, &lines, &config);
+        } else {
+            assert_confined(&id, &lines, &config);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_process_under_runc_is_confined_at_app_unless_the_operator_lifts_it() {
+    if let Some(runc) = oci_runtime("runc") {
+        a_sandboxed_process_is_confined_at_app_unless_the_operator_lifts_it(&runc).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandboxed_process_under_crun_is_confined_at_app_unless_the_operator_lifts_it() {
+    if let Some(crun) = oci_runtime("crun") {
+        a_sandboxed_process_is_confined_at_app_unless_the_operator_lifts_it(&crun).await;
+    }
+}
+
+/// A tenant's plain process in its sandbox: confined as an image is, and its code at `/app`,
+/// where it starts, whatever the code's host path: neither its working directory, nor its
+/// mount table, nor a refusal names that path. Relative paths in its command keep working.
+async fn a_sandboxed_process_is_confined_at_app_unless_the_operator_lifts_it(oci_runtime: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let Some(probe) = probe_program(work.path()) else {
+        return;
+    };
+    // The code somewhere only the platform knows: a snapshot in the data directory.
+    let state = searchable_state();
+    let snapshots = state.path().join("sources");
+    let code = snapshots.join("7").join("ab12cd");
+    std::fs::create_dir_all(code.join("bin")).unwrap();
+    for dir in [&snapshots, &snapshots.join("7"), &code, &code.join("bin")] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::copy(&probe, code.join("bin/probe")).unwrap();
+    let host_code = code.display().to_string();
+    let name = oci_runtime.file_name().unwrap().to_str().unwrap();
+    for relaxed in [false, true] {
+        // As a server has it: the runtime's state and the snapshots in its data directory.
+        let mut config = runtime_config(&state.path().join("runtime"), oci_runtime);
+        config.private_dirs = vec![state.path().to_owned()];
+        config.code_snapshots = Some(snapshots.clone());
+        let runtime = confining_runtime(config, relaxed);
+        let sandbox = runway_runtime::sandbox::SandboxPolicy::default()
+            .sandbox(7, &code)
+            .unwrap();
+        let id = format!("seccomp-process-{name}-{relaxed}-{}", std::process::id());
+        let script = format!(
+            "echo mounts-name-host-path=$(grep -c '{host_code}' /proc/self/mounts); \
+             grep -q ' /app ' /proc/self/mounts && echo app-mounted=yes; {}",
+            confinement_script("bin/probe")
+        );
+        let mut spec = once(
+            &id,
+            Artifact::Command {
+                program: "sh".into(),
+                args: vec!["-c".into(), script],
+                // As the driver gives it: the code's host path, which the process never sees.
+                working_dir: Some(code.clone()),
+            },
+        );
+        spec.sandbox = Some(sandbox.clone());
+        let (lines, config) = run_prepared(&runtime, spec.clone(), oci_runtime).await;
+        let found = answers(&lines);
+        assert_eq!(
+            found.get("pwd").map(String::as_str),
+            Some("/app"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            found.get("mounts-name-host-path").map(String::as_str),
+            Some("0"),
+            "{lines:?}"
+        );
+        assert_eq!(found.get("app-mounted").map(String::as_str), Some("yes"));
+        assert_eq!(config["process"]["cwd"], "/app");
+        // Nor its environment (its own command line holds the path only to look for it).
+        assert!(
+            !config["process"]["env"].to_string().contains(&host_code),
+            "the process is told the code's host path: {}",
+            config["process"]
+        );
+        if relaxed {
+            assert_unconfined(&id, &lines, &config);
+            continue;
+        }
+        assert_confined(&id, &lines, &config);
+        // Refusals name paths as the process would see them, never the host's.
+        for (working_dir, program, says) in [
+            (
+                code.join("nowhere"),
+                "sh",
+                "working directory /app/nowhere does not",
+            ),
+            (
+                PathBuf::from("/etc"),
+                "sh",
+                "outside the code directory /app",
+            ),
+            (
+                code.clone(),
+                "bin/missing",
+                "command /app/bin/missing does not exist",
+            ),
+            (code.clone(), "/opt/tool", "command /opt/tool is outside"),
+        ] {
+            let mut refused = spec.clone();
+            refused.artifact = Artifact::Command {
+                program: program.into(),
+                args: Vec::new(),
+                working_dir: Some(working_dir),
+            };
+            let error = match runtime.prepare(refused).await {
+                Ok(spec) => panic!("{program} was not refused: {spec:?}"),
+                Err(error) => error.to_string(),
+            };
+            assert!(error.contains(says), "{error}");
+            assert!(!error.contains(&host_code), "{error}");
+        }
+    }
 }
