@@ -6,7 +6,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | `{"request":"hello"}` | `{"reply":"hello", ...}`: protocol, version, build, pid, listen addresses (as asked and as bound), the table in force |
+//! | `{"request":"hello"}` | `{"reply":"hello", ...}`: protocol, version, build, pid (and `worker`, the process serving, under `--supervise`), listen addresses (as asked and as bound), the table in force |
 //! | `{"request":"set_routes","table":{...}}` | `done` once the table is validated, in force and saved to `DIR/table.json` (`0600`: it holds its certificates' keys); `error` when refused (the old table stays) |
 //! | `{"request":"drain","address":"127.0.0.1:PORT","grace_ms":N}` | `drained` with `idle`, once the instance has no request in flight or the grace is over |
 //! | `{"request":"watch","interval_ms":N}` | a stream: `stats` (every revision's figures) every interval, `scale_up` the moment a revision at zero holds a request |
@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -83,7 +84,13 @@ pub struct Hello {
     /// Its build: see [`build_of`]. A control plane replaces an ingress whose build is not the
     /// one it would start.
     pub build: String,
+    /// The ingress's process, the one to watch and stop: under `--supervise`, the supervisor
+    /// (which starts the process serving again when it dies).
     pub pid: u32,
+    /// Under `--supervise`, the process serving now. None for an ingress of one process, or
+    /// one whose supervisor is gone (it serves on until replaced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<u32>,
     /// The addresses it was asked to listen on (a port may be 0).
     pub listen: Listen,
     /// The addresses it listens on.
@@ -186,6 +193,8 @@ pub struct ControlState {
     table: tokio::sync::Mutex<RouteTableConfig>,
     /// Told `true` on a `stop` request.
     stop: watch::Sender<bool>,
+    /// Under `--supervise`, the supervisor's pid while it lives; 0 otherwise.
+    supervisor: Arc<AtomicU32>,
 }
 
 impl ControlState {
@@ -210,15 +219,29 @@ impl ControlState {
             build,
             table: tokio::sync::Mutex::new(table),
             stop,
+            supervisor: Arc::new(AtomicU32::new(0)),
         }
     }
 
+    /// This ingress is a supervisor's worker: `hello` names the supervisor as the ingress's
+    /// process while `supervisor` holds its pid (0 once it is gone), and this one as `worker`.
+    pub fn supervised_by(mut self, supervisor: Arc<AtomicU32>) -> Self {
+        self.supervisor = supervisor;
+        self
+    }
+
     async fn hello(&self) -> Hello {
+        let own = std::process::id();
+        let (pid, worker) = match self.supervisor.load(Ordering::Relaxed) {
+            0 => (own, None),
+            supervisor => (supervisor, Some(own)),
+        };
         Hello {
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             build: self.build.clone(),
-            pid: std::process::id(),
+            pid,
+            worker,
             listen: self.listen.clone(),
             bound: self.bound.clone(),
             table: self.table.lock().await.clone(),

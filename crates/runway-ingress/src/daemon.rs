@@ -5,18 +5,23 @@
 //! table saved in `DIR/table.json` from its first moment, listens on `DIR/control.sock` for
 //! new tables (see [`crate::control`]), and outlives whoever started it. Every client-facing
 //! socket is bound with `SO_REUSEPORT`, so a replacement (`--replacing`) listens on the same
-//! ports before the ingress it replaces stops accepting.
+//! ports before the ingress it replaces stops accepting. With `--supervise` a small supervisor binds those sockets and holds them while the process serving
+//! them comes and goes (see [`crate::supervise`]): a crash of that worker fails only the
+//! requests it had in flight.
 
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio::net::{TcpListener, TcpSocket};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
@@ -24,7 +29,8 @@ use crate::control::{
     self, ControlClient, ControlError, ControlState, Hello, Listen, PROTOCOL_VERSION,
     RemoteIngress, RemoteOptions,
 };
-use crate::server::LoopListener;
+use crate::server::Tls;
+use crate::supervise;
 use crate::{CertificateFiles, Ingress, Options, RouteTableConfig, TlsOptions};
 
 /// Runway's ingress: routes requests by host to the instances of a route table.
@@ -53,6 +59,14 @@ pub struct Args {
     /// about to stop: a replacement (an upgrade) that refuses no connection.
     #[arg(long, requires = "state_dir")]
     pub replacing: bool,
+    /// Run as nginx does: a small supervisor binds every socket and holds them, and starts
+    /// the process that serves on them (this program again) at once whenever it dies, so that
+    /// connections waiting in the kernel meanwhile are served, not refused; one that dies
+    /// before serving, again and again, is started after a growing pause. Stopping either
+    /// (SIGTERM, or `stop` on the control socket) stops both; a worker whose supervisor is
+    /// killed serves on until replaced.
+    #[arg(long)]
+    pub supervise: bool,
     /// Where clients connect over plain HTTP (HTTP/1.1 and h2c); with --https, this port
     /// redirects to HTTPS unless --no-redirect.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -133,9 +147,31 @@ fn parse_certificate(value: &str) -> Result<CertificateFiles, String> {
     }
 }
 
-/// Runs the ingress until SIGTERM, SIGINT or (with `--state-dir`) a `stop` request.
+/// Runs the ingress until SIGTERM, SIGINT or (with `--state-dir`) a `stop` request: as one
+/// process, or (`--supervise`) as a supervisor and the worker it keeps serving; a process
+/// started by a supervisor is that worker (see [`crate::supervise`]).
 pub fn main(args: Args) -> anyhow::Result<()> {
     runway_log::init(args.log_format);
+    if let Some(supervisor) = supervise::worker_of()? {
+        return worker(args, supervisor);
+    }
+    if args.supervise {
+        return supervise::main(args);
+    }
+    runtime(&args)?.block_on(async move {
+        let sockets = bind(&args).await?;
+        let own = sockets.control.as_ref().and_then(|c| c.pending.clone());
+        let served = serve(args, sockets, None).await;
+        // The control socket's own name, left when it failed before publishing it.
+        if let Some(own) = own {
+            let _ = std::fs::remove_file(own);
+        }
+        served
+    })
+}
+
+/// The runtime clients, the admin port and the control socket are served from.
+fn runtime(args: &Args) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         runtime.worker_threads(threads.max(1));
@@ -143,14 +179,48 @@ pub fn main(args: Args) -> anyhow::Result<()> {
     runtime
         .enable_all()
         .build()
-        .context("cannot start the runtime")?
-        .block_on(run(args))
+        .context("cannot start the runtime")
+}
+
+/// A supervisor's worker: takes the sockets it is handed, then serves them.
+fn worker(args: Args, supervisor: u32) -> anyhow::Result<()> {
+    let channel = supervise::channel()?;
+    let (layout, fds) = supervise::take_over(&channel)?;
+    let sockets = Sockets::from_handover(layout, fds)?;
+    runtime(&args)?.block_on(async move {
+        let link = supervise::Link::new(channel, supervisor)?;
+        serve(args, sockets, Some(link)).await
+    })
 }
 
 /// A listening socket that others of this user may share (`SO_REUSEPORT`).
-fn reuse_port_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = reuse_port_socket(address)?;
-    socket.listen(1024)
+fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// `count` listeners (at least one) on one address, `SO_REUSEPORT`: the first binds it (and
+/// picks the port, for port 0), the others bind the port it got.
+fn reuse_port_listeners(
+    address: SocketAddr,
+    count: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let first = reuse_port_listener(address)?;
+    let bound = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..count {
+        listeners.push(reuse_port_listener(bound)?);
+    }
+    Ok(listeners)
 }
 
 /// A socket for an address that may not exist yet (the platform address, made by the
@@ -169,41 +239,24 @@ fn freebind_socket(address: SocketAddr, kind: socket2::Type) -> std::io::Result<
     Ok(socket)
 }
 
-fn freebind_listener(address: SocketAddr) -> std::io::Result<TcpListener> {
+fn freebind_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = freebind_socket(address, socket2::Type::STREAM)?;
     socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
-fn freebind_udp(address: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
-    let socket = freebind_socket(address, socket2::Type::DGRAM)?;
-    tokio::net::UdpSocket::from_std(socket.into())
+fn freebind_udp(address: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    Ok(freebind_socket(address, socket2::Type::DGRAM)?.into())
 }
 
-/// The instances' listeners, each logged and left out when it cannot be had: they never stop
-/// the public ones. Returns the addresses bound.
-fn serve_instances(
-    ingress: &Ingress,
-    args: &Args,
-    stopped: &watch::Receiver<bool>,
-) -> (Option<SocketAddr>, Option<SocketAddr>) {
+/// The instances' sockets (`--private-listen`, `--dns-listen`), each logged and left out
+/// when it cannot be had: they never stop the public ones.
+fn bind_instances(args: &Args) -> (Option<std::net::TcpListener>, Option<Dns>) {
     let Some(private) = args.private_listen else {
         return (None, None);
     };
-    let until = |mut stopped: watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
-    let private_bound = match freebind_listener(private) {
-        Ok(listener) => {
-            let bound = listener.local_addr().ok();
-            let (ingress, stopped) = (ingress.clone(), stopped.clone());
-            tokio::spawn(async move {
-                if let Err(error) = ingress.serve_private(listener, until(stopped)).await {
-                    tracing::error!(%error, "the private listener (--private-listen) stopped");
-                }
-            });
-            bound
-        }
+    let listener = match freebind_listener(private) {
+        Ok(listener) => listener,
         Err(error) => {
             tracing::error!(
                 address = %private,
@@ -214,22 +267,61 @@ fn serve_instances(
         }
     };
     let Some(dns) = args.dns_listen else {
-        return (private_bound, None);
+        return (Some(listener), None);
     };
-    let IpAddr::V4(answer) = private_bound.unwrap_or(private).ip() else {
+    let bound = listener.local_addr().unwrap_or(private);
+    if !bound.is_ipv4() {
         tracing::error!(
             "--dns-listen answers private names with --private-listen's address, which must be \
              IPv4; no DNS served"
         );
-        return (private_bound, None);
+        return (Some(listener), None);
+    }
+    match freebind_udp(dns).and_then(|udp| Ok((udp, freebind_listener(dns)?))) {
+        Ok((udp, tcp)) => (Some(listener), Some(Dns { udp, tcp })),
+        Err(error) => {
+            tracing::error!(
+                address = %dns,
+                %error,
+                "cannot listen on --dns-listen; instances have no resolver"
+            );
+            (Some(listener), None)
+        }
+    }
+}
+
+/// Serves the instances' listeners bound by [`bind_instances`]. Returns the addresses bound.
+fn serve_instances(
+    ingress: &Ingress,
+    args: &Args,
+    private: Option<std::net::TcpListener>,
+    dns: Option<Dns>,
+    stopped: &watch::Receiver<bool>,
+) -> anyhow::Result<(Option<SocketAddr>, Option<SocketAddr>)> {
+    let Some(private) = private else {
+        return Ok((None, None));
     };
+    let private_bound = private.local_addr()?;
+    let listener = TcpListener::from_std(private)?;
+    {
+        let (ingress, stopped) = (ingress.clone(), stopped.clone());
+        tokio::spawn(async move {
+            if let Err(error) = ingress.serve_private(listener, until(stopped)).await {
+                tracing::error!(%error, "the private listener (--private-listen) stopped");
+            }
+        });
+    }
+    let (Some(Dns { udp, tcp }), IpAddr::V4(answer)) = (dns, private_bound.ip()) else {
+        return Ok((Some(private_bound), None));
+    };
+    let dns_bound = udp.local_addr()?;
     let mut upstreams = if args.dns_upstreams.is_empty() {
         crate::dns::system_upstreams()
     } else {
         args.dns_upstreams.clone()
     };
     // Never itself: a query would go round.
-    upstreams.retain(|upstream| *upstream != dns);
+    upstreams.retain(|upstream| *upstream != dns_bound);
     if upstreams.is_empty() {
         tracing::warn!(
             "no DNS upstream (--dns-upstream, or nameserver lines in /etc/resolv.conf): \
@@ -240,47 +332,30 @@ fn serve_instances(
         ingress.clone(),
         crate::dns::DnsOptions::new(answer, upstreams),
     );
-    let sockets = freebind_udp(dns).and_then(|udp| Ok((udp, freebind_listener(dns)?)));
-    match sockets {
-        Ok((udp, tcp)) => {
-            let bound = udp.local_addr().ok();
-            for serve in [
-                tokio::spawn(Arc::clone(&resolver).serve_udp(udp)),
-                tokio::spawn(resolver.serve_tcp(tcp)),
-            ] {
-                let stopped = stopped.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        ended = serve => if let Ok(Err(error)) = ended {
-                            tracing::error!(%error, "the DNS server (--dns-listen) stopped");
-                        },
-                        () = until(stopped) => {}
-                    }
-                });
+    let (udp, tcp) = (
+        tokio::net::UdpSocket::from_std(udp)?,
+        TcpListener::from_std(tcp)?,
+    );
+    for serve in [
+        tokio::spawn(Arc::clone(&resolver).serve_udp(udp)),
+        tokio::spawn(resolver.serve_tcp(tcp)),
+    ] {
+        let stopped = stopped.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                ended = serve => if let Ok(Err(error)) = ended {
+                    tracing::error!(%error, "the DNS server (--dns-listen) stopped");
+                },
+                () = until(stopped) => {}
             }
-            (private_bound, bound)
-        }
-        Err(error) => {
-            tracing::error!(
-                address = %dns,
-                %error,
-                "cannot listen on --dns-listen; instances have no resolver"
-            );
-            (private_bound, None)
-        }
+        });
     }
+    Ok((Some(private_bound), Some(dns_bound)))
 }
 
-fn reuse_port_socket(address: SocketAddr) -> std::io::Result<TcpSocket> {
-    let socket = if address.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.set_reuseport(true)?;
-    socket.bind(address)?;
-    Ok(socket)
+/// Resolves once `stopped` turns true.
+async fn until(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
 }
 
 /// Refuses an address something else listens on: `SO_REUSEPORT` alone would share it with
@@ -303,16 +378,209 @@ fn bind_address(asked: SocketAddr, old: Option<(SocketAddr, SocketAddr)>) -> Soc
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
-    let event_loops = args
+/// The instances' resolver's sockets.
+#[derive(Debug)]
+struct Dns {
+    udp: std::net::UdpSocket,
+    tcp: std::net::TcpListener,
+}
+
+/// The control socket, bound under a name of its own (`control.sock.PID`) and renamed into
+/// place ([`ControlSocket::publish`]) only once an ingress serves behind it: until then the
+/// path stays the running ingress's, which a failed replacement leaves reachable.
+#[derive(Debug)]
+pub(crate) struct ControlSocket {
+    listener: std::os::unix::net::UnixListener,
+    inode: u64,
+    /// Its own name, until it is published.
+    pending: Option<PathBuf>,
+}
+
+impl ControlSocket {
+    fn bind(dir: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let own = dir.join(format!("{}.{}", control::SOCKET, std::process::id()));
+        let _ = std::fs::remove_file(&own);
+        let listener = std::os::unix::net::UnixListener::bind(&own)?;
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600))?;
+        let inode = std::fs::metadata(&own)?.ino();
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            listener,
+            inode,
+            pending: Some(own),
+        })
+    }
+
+    /// What publishing it takes: its own name and its inode.
+    pub(crate) fn publication(&self) -> (Option<PathBuf>, u64) {
+        (self.pending.clone(), self.inode)
+    }
+}
+
+/// Puts the control socket bound at `own` at `dir/control.sock` (taking the path over from
+/// the ingress there, which keeps serving the connections it has) and this process's pid in
+/// `dir/ingress.pid`: the ingress is this process from now on.
+pub(crate) fn publish(dir: &Path, own: Option<&Path>) -> std::io::Result<()> {
+    if let Some(own) = own {
+        std::fs::rename(own, dir.join(control::SOCKET))?;
+    }
+    write_pid(dir);
+    Ok(())
+}
+
+/// Undoes [`publish`] as this process leaves: the socket's path, unless another ingress took
+/// it over, or its own name when it was never published; the pid file if it names this one.
+pub(crate) fn unpublish(dir: &Path, own: Option<&Path>, inode: u64) {
+    match own {
+        Some(own) => {
+            let _ = std::fs::remove_file(own);
+        }
+        None => control::remove_socket_if_ours(dir, inode),
+    }
+    remove_pid_if_ours(dir);
+}
+
+/// Every socket an ingress serves on, bound before anything is served: by its supervisor
+/// (`--supervise`), which holds them while workers come and go and hands them to each, or by
+/// the ingress itself.
+#[derive(Debug)]
+pub(crate) struct Sockets {
+    /// The event loops (0: clients are served from the shared runtime). A listener the loops
+    /// serve has one socket per loop (`SO_REUSEPORT`), the others one.
+    loops: usize,
+    /// Plain HTTP (or the redirect to HTTPS, which the shared runtime serves).
+    http: Vec<std::net::TcpListener>,
+    /// HTTPS, with --https.
+    https: Vec<std::net::TcpListener>,
+    admin: std::net::TcpListener,
+    /// --control-listen.
+    control_network: Option<std::net::TcpListener>,
+    /// The control socket, with --state-dir.
+    pub(crate) control: Option<ControlSocket>,
+    private: Option<std::net::TcpListener>,
+    dns: Option<Dns>,
+}
+
+/// How [`Sockets`] travel to a worker: this, then their descriptors in its order.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Layout {
+    loops: usize,
+    http: usize,
+    https: usize,
+    control_network: bool,
+    /// The control socket's inode (the worker removes its path as it stops, if still ours).
+    control: Option<u64>,
+    private: bool,
+    dns: bool,
+}
+
+impl Layout {
+    pub(crate) fn descriptors(&self) -> usize {
+        self.http
+            + self.https
+            + 1
+            + usize::from(self.control_network)
+            + usize::from(self.control.is_some())
+            + usize::from(self.private)
+            + 2 * usize::from(self.dns)
+    }
+}
+
+impl Sockets {
+    /// What a worker is handed: the layout and the descriptors, in its order.
+    pub(crate) fn handover(&self) -> (Layout, Vec<BorrowedFd<'_>>) {
+        let layout = Layout {
+            loops: self.loops,
+            http: self.http.len(),
+            https: self.https.len(),
+            control_network: self.control_network.is_some(),
+            control: self.control.as_ref().map(|control| control.inode),
+            private: self.private.is_some(),
+            dns: self.dns.is_some(),
+        };
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(layout.descriptors());
+        fds.extend(self.http.iter().map(AsFd::as_fd));
+        fds.extend(self.https.iter().map(AsFd::as_fd));
+        fds.push(self.admin.as_fd());
+        fds.extend(self.control_network.iter().map(AsFd::as_fd));
+        fds.extend(self.control.iter().map(|control| control.listener.as_fd()));
+        fds.extend(self.private.iter().map(AsFd::as_fd));
+        if let Some(dns) = &self.dns {
+            fds.push(dns.udp.as_fd());
+            fds.push(dns.tcp.as_fd());
+        }
+        (layout, fds)
+    }
+
+    /// The sockets a worker was handed. The control socket is published already: its
+    /// supervisor did that.
+    fn from_handover(layout: Layout, fds: Vec<OwnedFd>) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            fds.len() == layout.descriptors()
+                && layout.http >= 1
+                && (layout.loops == 0 || layout.https == 0 || layout.https == layout.loops),
+            "handed {} descriptors for {layout:?}",
+            fds.len()
+        );
+        let mut fds = fds.into_iter();
+        // The count was checked: each is there.
+        let mut next = || fds.next().context("a descriptor short");
+        let tcp = |fd: anyhow::Result<OwnedFd>| fd.map(std::net::TcpListener::from);
+        let http = (0..layout.http)
+            .map(|_| tcp(next()))
+            .collect::<anyhow::Result<_>>()?;
+        let https = (0..layout.https)
+            .map(|_| tcp(next()))
+            .collect::<anyhow::Result<_>>()?;
+        let admin = tcp(next())?;
+        let control_network = match layout.control_network {
+            true => Some(tcp(next())?),
+            false => None,
+        };
+        let control = match layout.control {
+            Some(inode) => Some(ControlSocket {
+                listener: std::os::unix::net::UnixListener::from(next()?),
+                inode,
+                pending: None,
+            }),
+            None => None,
+        };
+        let private = match layout.private {
+            true => Some(tcp(next())?),
+            false => None,
+        };
+        let dns = match layout.dns {
+            true => Some(Dns {
+                udp: std::net::UdpSocket::from(next()?),
+                tcp: tcp(next())?,
+            }),
+            false => None,
+        };
+        Ok(Self {
+            loops: layout.loops,
+            http,
+            https,
+            admin,
+            control_network,
+            control,
+            private,
+            dns,
+        })
+    }
+}
+
+/// Binds every socket `args` asks for (see [`Sockets`]), after the state directory is made
+/// and, with `--replacing`, the ingress being replaced is asked which ports it has.
+pub(crate) async fn bind(args: &Args) -> anyhow::Result<Sockets> {
+    let loops = args
         .event_loops
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-    let state_dir = args.state_dir.clone();
-    if let Some(dir) = &state_dir {
+    if let Some(dir) = &args.state_dir {
         create_private_dir(dir)?;
     }
     // The ingress being replaced, asked before this one takes the socket's path over.
-    let replaced: Option<Hello> = match (&state_dir, args.replacing) {
+    let replaced: Option<Hello> = match (&args.state_dir, args.replacing) {
         (Some(dir), true) => Some(
             ControlClient::new(dir)
                 .hello()
@@ -321,6 +589,89 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         _ => None,
     };
+    if let Some(old) = &replaced {
+        tracing::info!(pid = old.pid, "replacing the ingress running before");
+    }
+    let old = |pick: fn(&Listen) -> Option<SocketAddr>| {
+        replaced
+            .as_ref()
+            .and_then(|hello| Some((pick(&hello.listen)?, pick(&hello.bound)?)))
+    };
+    let http_at = bind_address(args.listen, old(|l| Some(l.http)));
+    let admin_at = bind_address(args.admin, old(|l| Some(l.admin)));
+    let https_at = args
+        .https
+        .map(|https| bind_address(https, old(|l| l.https)));
+    if replaced.is_none() {
+        check_free(http_at, "HTTP")?;
+        check_free(admin_at, "metrics")?;
+        if let Some(https) = https_at {
+            check_free(https, "HTTPS")?;
+        }
+    }
+    // Proxied plain HTTP is served from the event loops, like HTTPS, a socket per loop; the
+    // redirect to HTTPS from the shared runtime.
+    let redirect = args.https.is_some() && !args.no_redirect;
+    let http_loops = if redirect { 1 } else { loops.max(1) };
+    let http = reuse_port_listeners(http_at, http_loops)
+        .with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
+    let admin = reuse_port_listener(admin_at)
+        .with_context(|| format!("cannot listen on {admin_at} (metrics)"))?;
+    let https = match https_at {
+        Some(address) => reuse_port_listeners(address, loops.max(1))
+            .with_context(|| format!("cannot listen on {address} (HTTPS)"))?,
+        None => Vec::new(),
+    };
+    let control_network = match args.control_listen {
+        Some(address) => Some(
+            std::net::TcpListener::bind(address)
+                .and_then(|listener| {
+                    listener.set_nonblocking(true)?;
+                    Ok(listener)
+                })
+                .with_context(|| format!("cannot listen on {address} (control)"))?,
+        ),
+        None => None,
+    };
+    let (private, dns) = bind_instances(args);
+    let control = match &args.state_dir {
+        Some(dir) => Some(ControlSocket::bind(dir).with_context(|| {
+            format!("cannot listen on {}", dir.join(control::SOCKET).display())
+        })?),
+        None => None,
+    };
+    Ok(Sockets {
+        loops,
+        http,
+        https,
+        admin,
+        control_network,
+        control,
+        private,
+        dns,
+    })
+}
+
+/// Reads the route file again (SIGHUP), keeping the table in force when it is bad.
+fn reload(ingress: &Ingress, routes: &Path) {
+    match RouteTableConfig::load(routes).and_then(|t| ingress.set_routes(&t)) {
+        Ok(()) => tracing::info!(file = %routes.display(), "routes reloaded"),
+        Err(error) => tracing::warn!(
+            file = %routes.display(),
+            error = runway_log::chain(&error),
+            "kept the previous table"
+        ),
+    }
+}
+
+/// Serves on `sockets` until a stop (SIGTERM, SIGINT, a `stop` request, or the supervisor's
+/// word over `link`), then lets in-flight requests finish.
+async fn serve(
+    args: Args,
+    sockets: Sockets,
+    mut link: Option<supervise::Link>,
+) -> anyhow::Result<()> {
+    let state_dir = args.state_dir.clone();
     let saved = match &state_dir {
         Some(dir) => control::load_table(dir)?,
         None => None,
@@ -363,6 +714,27 @@ async fn run(args: Args) -> anyhow::Result<()> {
             ),
         }
     }
+    // Read before anything is served, so bad files stop the start with their name.
+    let control_acceptor = match (&sockets.control_network, &args.control_tls) {
+        (Some(_), Some(dir)) => Some(crate::control_tls::acceptor(dir).with_context(|| {
+            format!(
+                "cannot use the control channel's certificates in {}",
+                dir.display()
+            )
+        })?),
+        _ => None,
+    };
+    let tls = match args.https {
+        Some(_) => Some(
+            ingress
+                .tls(&TlsOptions {
+                    ca_dir: Some(args.ca_dir.clone()),
+                    certificates: args.certificates.clone(),
+                })
+                .context("cannot set up TLS")?,
+        ),
+        None => None,
+    };
 
     let redirect = args.https.is_some() && !args.no_redirect;
     let certificates: Vec<String> = args
@@ -381,62 +753,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
         dns_upstreams: args.dns_upstreams.clone(),
         cloudflare_ranges: args.cloudflare_ranges.clone(),
     };
-    let old = |pick: fn(&Listen) -> Option<SocketAddr>| {
-        replaced
-            .as_ref()
-            .and_then(|hello| Some((pick(&hello.listen)?, pick(&hello.bound)?)))
-    };
-    let http_at = bind_address(args.listen, old(|l| Some(l.http)));
-    let admin_at = bind_address(args.admin, old(|l| Some(l.admin)));
-    let https_at = args
-        .https
-        .map(|https| bind_address(https, old(|l| l.https)));
-    if replaced.is_none() {
-        check_free(http_at, "HTTP")?;
-        check_free(admin_at, "metrics")?;
-        if let Some(https) = https_at {
-            check_free(https, "HTTPS")?;
-        }
-    }
-    // Proxied plain HTTP is served from the event loops, like HTTPS; this socket then holds
-    // the port (bound, not listening: it takes no connection) while the loops bind theirs.
-    // The redirect to HTTPS is served from the shared runtime.
-    let http_socket =
-        reuse_port_socket(http_at).with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
-    let http_bound = http_socket.local_addr()?;
-    let http_loops = !redirect && event_loops > 0;
-    let (listener, http_placeholder) = if http_loops {
-        (None, Some(http_socket))
-    } else {
-        let listener = http_socket
-            .listen(1024)
-            .with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
-        (Some(listener), None)
-    };
-    let admin = reuse_port_listener(admin_at)
-        .with_context(|| format!("cannot listen on {admin_at} (metrics)"))?;
-    // Port 0: the kernel picks one on a socket bound but not listening (so it takes no
-    // connection), held until the event loops have bound theirs.
-    let https_placeholder = match https_at {
-        Some(address) => Some(
-            reuse_port_socket(address)
-                .with_context(|| format!("cannot listen on {address} (HTTPS)"))?,
-        ),
-        None => None,
-    };
-    let https_bound = match &https_placeholder {
-        Some(socket) => Some(socket.local_addr()?),
-        None => None,
-    };
+    let Sockets {
+        loops,
+        http,
+        https,
+        admin,
+        control_network,
+        control: control_socket,
+        private,
+        dns,
+    } = sockets;
     let (stop, stopped) = watch::channel(false);
-    let (private_bound, dns_bound) = serve_instances(&ingress, &args, &stopped);
+    let (private_bound, dns_bound) = serve_instances(&ingress, &args, private, dns, &stopped)?;
     let cloudflare_watch = args
         .cloudflare_ranges
         .clone()
         .map(|path| ingress.watch_cloudflare_ranges(path, CLOUDFLARE_POLL));
     let bound = Listen {
-        http: http_bound,
-        https: https_bound,
+        http: http.first().context("no HTTP socket")?.local_addr()?,
+        https: https
+            .first()
+            .map(std::net::TcpListener::local_addr)
+            .transpose()?,
         admin: admin.local_addr()?,
         redirect,
         certificates,
@@ -446,40 +784,53 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cloudflare_ranges: args.cloudflare_ranges.clone(),
     };
 
+    // Set when a server task ends by itself: a failure, not a stop anyone asked for.
+    let failing = Arc::new(AtomicBool::new(false));
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-    let reloader = ingress.clone();
+    // With a control plane, it alone sets tables.
     let routes = args.routes.clone().filter(|_| state_dir.is_none());
-    let stop_on_signal = stop.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = hangup.recv() => {
-                    // With a control plane, it alone sets tables.
-                    let Some(routes) = &routes else { continue };
-                    match RouteTableConfig::load(routes).and_then(|t| reloader.set_routes(&t)) {
-                        Ok(()) => tracing::info!(file = %routes.display(), "routes reloaded"),
-                        // A bad file keeps the table in force.
-                        Err(error) => tracing::warn!(
-                            file = %routes.display(),
-                            error = runway_log::chain(&error),
-                            "kept the previous table"
-                        ),
+    let (told, mut told_by_supervisor) = tokio::sync::mpsc::unbounded_channel();
+    {
+        let reloader = ingress.clone();
+        let routes = routes.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = hangup.recv() => {
+                        if let Some(routes) = &routes {
+                            reload(&reloader, routes);
+                        }
                     }
+                    said = told_by_supervisor.recv() => match said {
+                        Some(supervise::Said::Reload) => if let Some(routes) = &routes {
+                            reload(&reloader, routes);
+                        },
+                        Some(supervise::Said::Stop) => break,
+                        None => std::future::pending().await,
+                    },
+                    _ = terminate.recv() => break,
+                    _ = interrupt.recv() => break,
                 }
-                _ = terminate.recv() => break,
-                _ = interrupt.recv() => break,
             }
+            let _ = stop.send(true);
+        });
+    }
+    let supervisor = match &mut link {
+        Some(link) => {
+            let supervisor = link.supervisor();
+            link.listen(told, state_dir.clone());
+            link.announce_stop(stopped.clone(), Arc::clone(&failing));
+            Some(supervisor)
         }
-        let _ = stop_on_signal.send(true);
-    });
-    let until = |mut stopped: watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
+        None => None,
     };
 
     let mut tasks = tokio::task::JoinSet::new();
     let admin_ingress = ingress.clone();
+    let admin = TcpListener::from_std(admin)?;
     tasks.spawn({
         let stopped = stopped.clone();
         async move {
@@ -489,55 +840,25 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .context("the metrics server stopped")
         }
     });
-    let mut held_ports = vec![http_placeholder];
-    // What the event loops serve: proxied plain HTTP and HTTPS, both from the same loops.
-    let mut loop_listeners = Vec::new();
-    if http_loops {
-        loop_listeners.push(LoopListener {
-            address: http_bound,
-            tls: None,
-        });
-    }
-    if let (Some(address), Some(placeholder)) = (https_bound, https_placeholder) {
-        let tls = ingress
-            .tls(&TlsOptions {
-                ca_dir: Some(args.ca_dir.clone()),
-                certificates: args.certificates.clone(),
-            })
-            .context("cannot set up TLS")?;
-        let https_ingress = ingress.clone();
-        let stopped = stopped.clone();
-        if event_loops > 0 {
-            loop_listeners.push(LoopListener {
-                address,
-                tls: Some(tls),
-            });
-            // Bound but not listening, it takes no connection; held to the end, it keeps a
-            // port the kernel picked ours while the loops bind theirs.
-            held_ports.push(Some(placeholder));
-        } else {
-            let listener = placeholder
-                .listen(1024)
-                .with_context(|| format!("cannot listen on {address} (HTTPS)"))?;
-            tasks.spawn(async move {
-                https_ingress
-                    .serve_tls(listener, &tls, until(stopped))
-                    .await
-                    .context("the HTTPS server stopped")
-            });
+    // Proxied plain HTTP and HTTPS from the event loops, socket `i` of each from loop `i`;
+    // the redirect (and everything, with no loops) from the shared runtime.
+    let mut http = http.into_iter();
+    let mut https = https.into_iter();
+    let mut per_loop: Vec<Vec<(std::net::TcpListener, Option<Tls>)>> = Vec::new();
+    if loops > 0 {
+        for _ in 0..loops {
+            let mut sockets = Vec::new();
+            if !redirect && let Some(socket) = http.next() {
+                sockets.push((socket, None));
+            }
+            if let (Some(socket), Some(tls)) = (https.next(), &tls) {
+                sockets.push((socket, Some(tls.clone())));
+            }
+            per_loop.push(sockets);
         }
     }
-    if !loop_listeners.is_empty() {
-        let loops_ingress = ingress.clone();
-        let stopped = stopped.clone();
-        tasks.spawn(async move {
-            loops_ingress
-                .serve_event_loops(&loop_listeners, event_loops, stopped)
-                .await
-                .context("the event loops stopped")
-        });
-    }
-    if let Some(listener) = listener {
+    if let Some(socket) = http.next() {
+        let listener = TcpListener::from_std(socket)?;
         let http_ingress = ingress.clone();
         let redirect_port = args.redirect_port;
         let stopped = stopped.clone();
@@ -555,59 +876,80 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .context("the HTTP server stopped")
         });
     }
-
-    // Read before anything is served, so bad files stop the start with their name.
-    let control_network = match (args.control_listen, &args.control_tls) {
-        (Some(address), Some(dir)) => {
-            let acceptor = crate::control_tls::acceptor(dir).with_context(|| {
-                format!(
-                    "cannot use the control channel's certificates in {}",
-                    dir.display()
-                )
-            })?;
-            let listener = TcpListener::bind(address)
+    if let (Some(socket), Some(tls)) = (https.next(), tls) {
+        let listener = TcpListener::from_std(socket)?;
+        let https_ingress = ingress.clone();
+        let stopped = stopped.clone();
+        tasks.spawn(async move {
+            https_ingress
+                .serve_tls(listener, &tls, until(stopped))
                 .await
-                .with_context(|| format!("cannot listen on {address} (control)"))?;
-            Some((listener, acceptor))
-        }
-        _ => None,
-    };
-    let control_bound = match &control_network {
-        Some((listener, _)) => Some(listener.local_addr()?),
-        None => None,
-    };
-    let mut socket = None;
-    if let Some(dir) = &state_dir {
-        let (control_listener, inode) = control::bind_socket(dir)
-            .with_context(|| format!("cannot listen on {}", dir.join(control::SOCKET).display()))?;
-        socket = Some(inode);
-        write_pid(dir);
-        let state = Arc::new(ControlState::new(
+                .context("the HTTPS server stopped")
+        });
+    }
+    if per_loop.iter().any(|sockets| !sockets.is_empty()) {
+        let loops_ingress = ingress.clone();
+        let stopped = stopped.clone();
+        tasks.spawn(async move {
+            serve_loops(loops_ingress, per_loop, stopped)
+                .await
+                .context("the event loops stopped")
+        });
+    }
+
+    let control_bound = control_network
+        .as_ref()
+        .map(std::net::TcpListener::local_addr)
+        .transpose()?;
+    let mut published = None;
+    if let (Some(dir), Some(socket)) = (&state_dir, control_socket) {
+        let ControlSocket {
+            listener,
+            inode,
+            pending,
+        } = socket;
+        let state = ControlState::new(
             ingress.clone(),
             dir,
             listen,
             bound.clone(),
             table.clone(),
             stop.clone(),
-        ));
-        if let Some((listener, acceptor)) = control_network {
+        );
+        let state = Arc::new(match &supervisor {
+            Some(supervisor) => state.supervised_by(Arc::clone(supervisor)),
+            None => state,
+        });
+        if let (Some(listener), Some(acceptor)) = (control_network, control_acceptor) {
             tokio::spawn(control::serve_control_tls(
-                listener,
+                TcpListener::from_std(listener)?,
                 acceptor,
                 Arc::clone(&state),
                 until(stopped.clone()),
             ));
         }
-        let stopped = stopped.clone();
         tokio::spawn(control::serve_control(
-            control_listener,
+            tokio::net::UnixListener::from_std(listener)?,
             state,
-            until(stopped),
+            until(stopped.clone()),
         ));
+        // A worker's supervisor published it; an ingress of one process does it now.
+        if link.is_none() {
+            publish(dir, pending.as_deref()).with_context(|| {
+                format!("cannot listen on {}", dir.join(control::SOCKET).display())
+            })?;
+        }
+        published = Some(inode);
+    }
+    if let Some(link) = &link {
+        link.ready();
     }
     tracing::info!(
-        "pid {}, serving {} route(s) on {}{}, metrics on {}{}",
+        "pid {}{}, serving {} route(s) on {}{}, metrics on {}{}",
         std::process::id(),
+        link.as_ref()
+            .map(|link| format!(" (worker of pid {})", link.supervisor_pid()))
+            .unwrap_or_default(),
         table.routes.len(),
         bound.http,
         bound
@@ -623,9 +965,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(address) = control_bound {
         tracing::info!(%address, "control over mutual TLS");
     }
-    if let Some(old) = &replaced {
-        tracing::info!(pid = old.pid, "replacing the ingress running before");
-    }
 
     let mut failed = None;
     let mut stopped_now = stopped.clone();
@@ -634,11 +973,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // A server that ends by itself (it cannot bind, an event loop panicked) ends all.
         Some(ended) = tasks.join_next() => {
             failed = Some(ended);
+            failing.store(true, Ordering::Relaxed);
             let _ = stop.send(true);
         }
     }
     // The path is the next ingress's once it took it over.
-    if let (Some(dir), Some(inode)) = (&state_dir, socket) {
+    if let (Some(dir), Some(inode)) = (&state_dir, published) {
         control::remove_socket_if_ours(dir, inode);
     }
     tracing::info!("stopping: no new connections; in-flight requests finish");
@@ -653,13 +993,68 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(watch) = cloudflare_watch {
         watch.abort();
     }
-    drop(held_ports);
     tracing::info!("stopped");
     match failed {
         Some(Ok(result)) => result,
         Some(Err(panicked)) => Err(anyhow::anyhow!("a server task panicked: {panicked}")),
         None => Ok(()),
     }
+}
+
+/// Serves the event loops' sockets, `per_loop[i]` from loop `i + 1`, each a thread with a
+/// single-threaded runtime: what [`Ingress::serve_event_loops`] does, on sockets bound
+/// beforehand (by the supervisor, which keeps them across its workers) instead of its own.
+/// Returns once `stopped` turns true and every loop has let its in-flight requests finish.
+async fn serve_loops(
+    ingress: Ingress,
+    per_loop: Vec<Vec<(std::net::TcpListener, Option<Tls>)>>,
+    stopped: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let threads: Vec<_> = per_loop
+        .into_iter()
+        .enumerate()
+        .map(|(index, sockets)| {
+            let ingress = ingress.clone();
+            let stopped = stopped.clone();
+            std::thread::Builder::new()
+                .name(format!("ingress-loop-{}", index + 1))
+                .spawn(move || -> std::io::Result<()> {
+                    crate::upstream::enter_event_loop(index + 1);
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        crate::timer::install();
+                        let mut served = tokio::task::JoinSet::new();
+                        for (socket, tls) in sockets {
+                            let listener = TcpListener::from_std(socket)?;
+                            let ingress = ingress.clone();
+                            let stop = until(stopped.clone());
+                            served.spawn(async move {
+                                match tls {
+                                    Some(tls) => ingress.serve_tls(listener, &tls, stop).await,
+                                    None => ingress.serve(listener, stop).await,
+                                }
+                            });
+                        }
+                        while let Some(ended) = served.join_next().await {
+                            ended.map_err(std::io::Error::other)??;
+                        }
+                        Ok(())
+                    })
+                })
+        })
+        .collect::<std::io::Result<_>>()?;
+    tokio::task::spawn_blocking(move || {
+        for thread in threads {
+            thread
+                .join()
+                .map_err(|_| std::io::Error::other("an event loop panicked"))??;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Creates `dir` (and its parents), `0700`: the socket, the table and the log are this user's.
@@ -674,7 +1069,7 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot make {} private", dir.display()))
 }
 
-fn write_pid(dir: &Path) {
+pub(crate) fn write_pid(dir: &Path) {
     let path = dir.join(control::PID_FILE);
     if let Err(error) = std::fs::write(&path, format!("{}\n", std::process::id())) {
         tracing::warn!(file = %path.display(), %error, "cannot write the pid file");

@@ -29,6 +29,7 @@ mod log;
 pub mod metrics;
 mod proxy;
 pub mod server;
+pub mod supervise;
 pub mod table;
 mod timer;
 pub mod tls;
