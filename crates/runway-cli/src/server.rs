@@ -1423,9 +1423,12 @@ const INGRESS_CHECK: Duration = Duration::from_secs(1);
 /// Checks in a row that may fail before the server starts the ingress again.
 const INGRESS_CHECKS_FAILED: u32 = 3;
 
-/// Starts the ingress again, on its saved table, when it stops answering (it crashed, or was
-/// killed): the same path as a server's start. Its handle in the controller reaches the new
-/// one through the same socket path. Returns when the server stops.
+/// Starts the ingress again, on its saved table, when it stops answering (killed, or its
+/// supervisor's worker dying again and again before it serves), or replaces it when its
+/// supervisor is gone (killed: the worker serves on alone, and a crash of it would be the
+/// end): the same path as a server's start. A crash of the worker alone is not seen here: the
+/// supervisor starts another at once. Its handle in the controller reaches the new one
+/// through the same socket path. Returns when the server stops.
 async fn keep_ingress(
     launch: Launch,
     options: RemoteOptions,
@@ -1441,22 +1444,41 @@ async fn keep_ingress(
             _ = ticks.tick() => {}
             _ = stopped.wait_for(|stop| *stop) => return Ok(()),
         }
-        if client.hello().await.is_ok() {
-            failed = 0;
-            continue;
-        }
-        failed += 1;
-        if failed < INGRESS_CHECKS_FAILED {
-            continue;
+        let alone = match client.hello().await {
+            Ok(hello) if hello.worker.is_some() => {
+                failed = 0;
+                continue;
+            }
+            Ok(hello) => Some(hello.pid),
+            Err(_) => None,
+        };
+        if alone.is_none() {
+            failed += 1;
+            if failed < INGRESS_CHECKS_FAILED {
+                continue;
+            }
         }
         failed = 0;
-        match runway_ingress::daemon::ensure(&launch, options.clone()).await {
-            Ok((remote, _)) => eprintln!(
+        match (
+            runway_ingress::daemon::ensure(&launch, options.clone()).await,
+            alone,
+        ) {
+            (Ok((remote, _)), Some(old)) => eprintln!(
+                "runway server: the ingress's supervisor is gone; replaced its worker (pid {old}) \
+                 with a supervised ingress (pid {})",
+                remote.hello().pid
+            ),
+            (Ok((remote, _)), None) => eprintln!(
                 "runway server: the ingress stopped answering; started it again (pid {}) on its \
                  saved table",
                 remote.hello().pid
             ),
-            Err(error) => eprintln!(
+            (Err(error), Some(old)) => eprintln!(
+                "runway server: the ingress's supervisor is gone and its worker (pid {old}) \
+                 cannot be replaced: {:#}",
+                anyhow::Error::new(error)
+            ),
+            (Err(error), None) => eprintln!(
                 "runway server: the ingress stopped answering and cannot be started again: {:#}",
                 anyhow::Error::new(error)
             ),

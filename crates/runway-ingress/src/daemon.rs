@@ -5,7 +5,8 @@
 //! table saved in `DIR/table.json` from its first moment, listens on `DIR/control.sock` for
 //! new tables (see [`crate::control`]), and outlives whoever started it. Every client-facing
 //! socket is bound with `SO_REUSEPORT`, so a replacement (`--replacing`) listens on the same
-//! ports before the ingress it replaces stops accepting. With `--supervise` a small supervisor binds those sockets and holds them while the process serving
+//! ports before the ingress it replaces stops accepting. With `--supervise` (which [`ensure`]
+//! passes) a small supervisor binds those sockets and holds them while the process serving
 //! them comes and goes (see [`crate::supervise`]): a crash of that worker fails only the
 //! requests it had in flight.
 
@@ -1189,6 +1190,14 @@ fn mismatch(hello: &Hello, launch: &Launch, build: &str) -> Option<String> {
             hello.build, hello.version
         ));
     }
+    // Started by `start`, it has one; a worker whose supervisor was killed has none, and
+    // serves on alone until this replaces it.
+    if hello.worker.is_none() {
+        return Some(format!(
+            "it runs without a supervisor (pid {} serves alone)",
+            hello.pid
+        ));
+    }
     None
 }
 
@@ -1231,7 +1240,8 @@ fn describe(listen: &Listen) -> String {
             .unwrap_or_default()
 }
 
-/// Starts an ingress in a session of its own and waits until it answers on its socket.
+/// Starts an ingress (its supervisor, `--supervise`) in a process group of its own and waits
+/// until it answers on its socket.
 async fn start(
     launch: &Launch,
     client: &ControlClient,
@@ -1251,6 +1261,7 @@ async fn start(
     let mut command = tokio::process::Command::new(&launch.command.program);
     command
         .args(&launch.command.args)
+        .arg("--supervise")
         .arg("--state-dir")
         .arg(dir)
         .arg("--listen")

@@ -23,7 +23,8 @@
 //! did.
 //!
 //! A worker whose supervisor is gone (killed) reads the end of the pair: it serves on, and
-//! says so in `hello` (its own pid, no `worker`).
+//! says so in `hello` (its own pid, no `worker`), and a control plane replaces it
+//! ([`crate::daemon::ensure`]) as it replaces an ingress of another build.
 
 use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;

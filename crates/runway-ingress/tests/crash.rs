@@ -1,7 +1,8 @@
 //! The ingress's own crash, through the real `runway-ingress --supervise`, with no control
 //! plane: its worker killed (`kill -9`) under a steady load fails only the requests it had in
 //! flight, and a new worker serves the saved table within a second; a worker that dies before
-//! serving is started again after a growing pause; `stop` ends both processes.
+//! serving is started again after a growing pause; a worker whose supervisor was killed serves
+//! on until `daemon::ensure` replaces it; `stop` ends both processes.
 //!
 //! Every process is started in a process group of its own and the group is killed when the
 //! test ends, however it ends.
@@ -23,7 +24,8 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use runway_ingress::control::{self, ControlClient, Hello};
+use runway_ingress::control::{self, ControlClient, Hello, Listen, RemoteOptions};
+use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
 use runway_ingress::{InstanceConfig, RevisionConfig, RouteConfig, RouteTableConfig};
 use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -511,6 +513,93 @@ async fn a_worker_that_cannot_start_is_started_again_after_a_growing_pause() {
         assert_eq!(again.pid, ingress.pid());
         let mut connection = None;
         request(&mut connection, again.bound.http).await.unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+/// The supervisor killed: its worker serves on alone (every request served), says so, and
+/// `daemon::ensure` replaces it with a supervised ingress on the same port, as it replaces
+/// one of another build; the old worker then stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_supervisor_is_killed_serves_on_until_replaced() {
+    let groups = Groups::default();
+    tokio::time::timeout(BOUND, async {
+        let dir = tempfile::tempdir().unwrap();
+        let state = saved(dir.path(), &table(upstream().await));
+        let launch = Launch {
+            command: IngressCommand {
+                program: BINARY.into(),
+                args: Vec::new(),
+            },
+            state_dir: state.clone(),
+            listen: Listen {
+                http: "127.0.0.1:0".parse().unwrap(),
+                https: None,
+                admin: "127.0.0.1:0".parse().unwrap(),
+                redirect: false,
+                certificates: Vec::new(),
+                private: None,
+                dns: None,
+                dns_upstreams: Vec::new(),
+                cloudflare_ranges: None,
+            },
+            ca_dir: dir.path().join("ca"),
+            shutdown_grace: Duration::from_secs(1),
+            start_timeout: Duration::from_secs(10),
+        };
+        let (remote, outcome) = runway_ingress::daemon::ensure(&launch, RemoteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Started);
+        let (supervisor, worker) = (remote.hello().pid, remote.hello().worker.unwrap());
+        groups.add(supervisor);
+        let address = remote.hello().bound.http;
+
+        let load = Load::start(address, 4, 100.0);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        kill9(&supervisor.to_string());
+        let alone = answered(&state, worker).await;
+        assert_eq!(alone.worker, None);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(alive(worker));
+
+        let (replacement, outcome) =
+            runway_ingress::daemon::ensure(&launch, RemoteOptions::default())
+                .await
+                .unwrap();
+        groups.add(replacement.hello().pid);
+        match outcome {
+            Outcome::Replaced { old_pid, reason } => {
+                assert_eq!(old_pid, worker);
+                assert!(reason.contains("without a supervisor"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(replacement.hello().bound.http, address, "the port moved");
+        assert!(replacement.hello().worker.is_some());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(worker) {
+            assert!(Instant::now() < deadline, "the old worker still runs");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sent = load.stop().await;
+        let failures: Vec<String> = sent.iter().filter_map(|s| s.failure.clone()).collect();
+        eprintln!(
+            "supervisor killed, then its worker replaced: {} of {} requests failed: {failures:?}",
+            failures.len(),
+            sent.len()
+        );
+        // An idle keep-alive connection the old worker closes as it stops can meet a request.
+        assert!(failures.len() <= 4, "{failures:?}");
+
+        ControlClient::new(&state).stop().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(replacement.hello().pid) {
+            assert!(Instant::now() < deadline, "the replacement did not stop");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     })
     .await
     .unwrap();
