@@ -1,22 +1,23 @@
 //! A client connection from accept to close: admission (the ingress's connection budget and
-//! each client address's share of it, refused at accept), accepting with a back-off when
-//! descriptors or memory run out, and the lingering close of a connection whose request body
-//! was left unread.
+//! each client address's share of it, refused at accept), the connections still waiting to be
+//! served (in their TLS handshake, or before their first request), which make room for
+//! newcomers when the budget is full, accepting with a back-off when descriptors or memory run
+//! out, and the lingering close of a connection whose request body was left unread.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 
 use crate::{Metrics, limits};
 
@@ -30,12 +31,60 @@ const LINGER_READ: Duration = Duration::from_secs(5);
 
 /// The client connections a server may hold: a budget for all its listeners and event loops
 /// together, and a share of it per client address.
+///
+/// A connection is *waiting* from accept until it is served: its TLS handshake done, or (plain
+/// HTTP) its first request's head read. Waiting connections cost the server little but hold
+/// their place in the budget, and a client that connects and says nothing is one, so: when the
+/// budget is full, a newcomer takes the place of the oldest waiting connection, which is
+/// closed (nginx closes its oldest connections still waiting for a request when it runs out,
+/// HAProxy bounds its handshakes tightly); with the budget [`limits::under_pressure`], a
+/// connection still waiting after [`limits::PRESSURE_WAIT`] is closed. A connection being
+/// served is never closed for another; when the budget is full of them, newcomers are
+/// refused.
 #[derive(Debug)]
 pub(crate) struct Admission {
-    total: Arc<Semaphore>,
+    total: usize,
     per_client: usize,
-    by_client: Mutex<HashMap<IpAddr, usize>>,
+    state: Mutex<State>,
     open: Gauge,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Connections holding a place in the budget (a shed one's place is its successor's).
+    held: usize,
+    by_client: HashMap<IpAddr, usize>,
+    /// The waiting connections, by admission number: the first is the oldest.
+    waiting: BTreeMap<u64, Arc<Slot>>,
+    next: u64,
+}
+
+/// A connection's progress, shared by its [`Admitted`], its [`Handshake`] and (while it
+/// waits) the admission's list. Changed under the admission's lock.
+#[derive(Debug)]
+struct Slot {
+    since: Instant,
+    stage: AtomicU8,
+    /// Woken when the connection is shed.
+    shed: Notify,
+}
+
+const WAITING: u8 = 0;
+const SERVED: u8 = 1;
+/// Closed for a newcomer or for waiting too long under pressure: its place in the budget was
+/// given up at once.
+const SHED: u8 = 2;
+
+impl Slot {
+    fn stage(&self) -> u8 {
+        self.stage.load(Ordering::Acquire)
+    }
+
+    /// Marks it shed (its place given up by the caller) and wakes its connection.
+    fn shed(&self) {
+        self.stage.store(SHED, Ordering::Release);
+        self.shed.notify_one();
+    }
 }
 
 /// A client connection's place in the budget, given back when it closes.
@@ -43,13 +92,23 @@ pub(crate) struct Admission {
 pub(crate) struct Admitted {
     admission: Arc<Admission>,
     client: Option<IpAddr>,
-    _permit: OwnedSemaphorePermit,
+    id: u64,
+    slot: Arc<Slot>,
+}
+
+/// What a connection's task holds of its admission: it says when the connection is served,
+/// and learns when it must close before that ([`Handshake::closed`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Handshake {
+    admission: Arc<Admission>,
+    id: u64,
+    slot: Arc<Slot>,
 }
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
-    /// The server holds all the connections it may.
+    /// The server holds all the connections it may, and none of them is waiting.
     Limit,
     /// This client address holds its share.
     PerClientLimit,
@@ -64,72 +123,196 @@ impl Refused {
     }
 }
 
+/// Why a waiting connection was closed before it was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// A newcomer took its place, or it waited past [`limits::PRESSURE_WAIT`] with the budget
+    /// under pressure.
+    Shed,
+    /// It waited past its bound (the TLS handshake's, or the request head's).
+    Late,
+}
+
+/// What the counters call a shed connection (`refused_connections_total{reason=…}`).
+const SHED_REASON: &str = "shed";
+
 impl Admission {
     /// `total` connections at once, `per_client` from one address (0: no per-address
     /// limit); `open` counts the connections held.
     pub(crate) fn new(total: usize, per_client: usize, open: Gauge) -> Arc<Self> {
         Arc::new(Self {
-            total: Arc::new(Semaphore::new(total.min(Semaphore::MAX_PERMITS))),
+            total,
             per_client,
-            by_client: Mutex::new(HashMap::new()),
+            state: Mutex::new(State::default()),
             open,
         })
     }
 
-    /// A place for a connection from `address`, if there is one.
-    pub(crate) fn admit(self: &Arc<Self>, address: SocketAddr) -> Result<Admitted, Refused> {
-        let permit = Arc::clone(&self.total)
-            .try_acquire_owned()
-            .map_err(|_| Refused::Limit)?;
-        let client = if self.per_client == 0 {
-            None
-        } else {
-            let client = client_key(address.ip());
-            let mut by_client = self
-                .by_client
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            let count = by_client.entry(client).or_insert(0);
-            if *count >= self.per_client {
-                return Err(Refused::PerClientLimit);
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place for a connection from `address`, if there is one; when the budget is full,
+    /// the oldest waiting connection's. The connection waits until [`Handshake::serving`].
+    /// Connections shed for it are counted in `metrics`, and their number returned: each
+    /// holds its descriptor until its task runs and closes it, so an accept loop that shed
+    /// one lets it run before accepting more.
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        address: SocketAddr,
+        metrics: &Metrics,
+    ) -> Result<(Admitted, Handshake, usize), Refused> {
+        let client = (self.per_client > 0).then(|| client_key(address.ip()));
+        let now = Instant::now();
+        let mut shed = 0;
+        let mut state = self.state();
+        if let Some(client) = client
+            && state.by_client.get(&client).copied().unwrap_or(0) >= self.per_client
+        {
+            return Err(Refused::PerClientLimit);
+        }
+        if state.held >= self.total {
+            let (_, oldest) = state.waiting.pop_first().ok_or(Refused::Limit)?;
+            oldest.shed();
+            state.held -= 1;
+            shed += 1;
+        }
+        // Under pressure, those that waited too long go (the oldest first: the list is in
+        // admission order).
+        if limits::under_pressure(state.held + 1, self.total) {
+            while let Some(oldest) = state.waiting.first_entry() {
+                if now.saturating_duration_since(oldest.get().since) < limits::PRESSURE_WAIT {
+                    break;
+                }
+                oldest.remove().shed();
+                state.held -= 1;
+                shed += 1;
             }
-            *count += 1;
-            Some(client)
-        };
+        }
+        state.held += 1;
+        if let Some(client) = client {
+            *state.by_client.entry(client).or_insert(0) += 1;
+        }
+        let id = state.next;
+        state.next += 1;
+        let slot = Arc::new(Slot {
+            since: now,
+            stage: AtomicU8::new(WAITING),
+            shed: Notify::new(),
+        });
+        state.waiting.insert(id, Arc::clone(&slot));
+        drop(state);
         self.open.inc();
-        Ok(Admitted {
+        for _ in 0..shed {
+            metrics.refused_connection(SHED_REASON);
+        }
+        let handshake = Handshake {
+            admission: Arc::clone(self),
+            id,
+            slot: Arc::clone(&slot),
+        };
+        let admitted = Admitted {
             admission: Arc::clone(self),
             client,
-            _permit: permit,
-        })
+            id,
+            slot,
+        };
+        Ok((admitted, handshake, shed))
     }
 
     /// Connections held now from `address`'s client (its /64 for IPv6).
     #[cfg(test)]
     fn held_by(&self, address: IpAddr) -> usize {
-        let by_client = self
+        self.state()
             .by_client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        by_client.get(&client_key(address)).copied().unwrap_or(0)
+            .get(&client_key(address))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Handshake {
+    /// Marks the connection served (its TLS handshake done, or its first request read): it
+    /// is closed for no newcomer from now on. False when it was shed meanwhile, and must
+    /// close. Cheap once served (every request of a plain-HTTP connection asks).
+    pub(crate) fn serving(&self) -> bool {
+        match self.slot.stage() {
+            SERVED => return true,
+            SHED => return false,
+            _ => {}
+        }
+        let mut state = self.admission.state();
+        if self.slot.stage() == SHED {
+            return false;
+        }
+        self.slot.stage.store(SERVED, Ordering::Release);
+        state.waiting.remove(&self.id);
+        true
+    }
+
+    /// Completes when the connection, still waiting, must close: shed for a newcomer, past
+    /// [`limits::PRESSURE_WAIT`] with the budget under pressure, or past `bound`. Never, once
+    /// it is served. Counts what it sheds in `metrics`.
+    pub(crate) async fn closed(&self, bound: Duration, metrics: &Metrics) -> Closed {
+        let since = tokio::time::Instant::from_std(self.slot.since);
+        let shed = self.slot.shed.notified();
+        tokio::pin!(shed);
+        let pressure_wait = limits::PRESSURE_WAIT.min(bound);
+        tokio::select! {
+            () = &mut shed => return Closed::Shed,
+            () = tokio::time::sleep_until(since + pressure_wait) => {}
+        }
+        if pressure_wait < bound {
+            if self.shed_under_pressure() {
+                metrics.refused_connection(SHED_REASON);
+                return Closed::Shed;
+            }
+            tokio::select! {
+                () = &mut shed => return Closed::Shed,
+                () = tokio::time::sleep_until(since + bound) => {}
+            }
+        }
+        match self.slot.stage() {
+            WAITING => Closed::Late,
+            SHED => Closed::Shed,
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// Sheds the connection if it still waits and the budget is under pressure.
+    fn shed_under_pressure(&self) -> bool {
+        let mut state = self.admission.state();
+        if self.slot.stage() != WAITING || !limits::under_pressure(state.held, self.admission.total)
+        {
+            return false;
+        }
+        state.waiting.remove(&self.id);
+        state.held -= 1;
+        self.slot.shed();
+        true
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.admission.open.dec();
+        let mut state = self.admission.state();
+        match self.slot.stage() {
+            // Its place went when it was shed.
+            SHED => {}
+            WAITING => {
+                state.waiting.remove(&self.id);
+                state.held = state.held.saturating_sub(1);
+            }
+            _ => state.held = state.held.saturating_sub(1),
+        }
         let Some(client) = self.client else {
             return;
         };
-        let mut by_client = self
-            .admission
-            .by_client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = by_client.get_mut(&client) {
+        if let Some(count) = state.by_client.get_mut(&client) {
             *count = count.saturating_sub(1);
             if *count == 0 {
-                by_client.remove(&client);
+                state.by_client.remove(&client);
             }
         }
     }
@@ -214,6 +397,17 @@ impl ClientIo {
     /// The socket itself (to peek at what the client sent first).
     pub fn get_mut(&mut self) -> Option<&mut TcpStream> {
         self.stream.as_mut()
+    }
+
+    /// Completes once the client has sent something, or closed: until then, a connection
+    /// needs no buffer, no TLS state and no HTTP state (a flood of silent connections costs
+    /// their sockets and small tasks).
+    pub(crate) async fn first_byte(&mut self) {
+        if let Some(stream) = &self.stream {
+            // A peek, not `readable()`: that completes at once on a new socket (tokio reports
+            // it readable until a read finds nothing).
+            let _ = stream.peek(&mut [0u8; 1]).await;
+        }
     }
 
     fn stream(self: Pin<&mut Self>) -> io::Result<Pin<&mut TcpStream>> {
@@ -318,34 +512,121 @@ impl AsyncWrite for ClientIo {
 mod tests {
     use super::*;
 
+    fn shed_count(metrics: &Metrics) -> Option<u64> {
+        metrics.encode().lines().find_map(|line| {
+            line.strip_prefix("runway_ingress_refused_connections_total{reason=\"shed\"} ")?
+                .parse()
+                .ok()
+        })
+    }
+
     #[test]
     fn a_client_gets_its_share_and_the_server_its_total() {
+        let metrics = Metrics::new();
         let admission = Admission::new(3, 2, Gauge::default());
         let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
         let b: SocketAddr = "127.0.0.2:1000".parse().unwrap();
-        let first = admission.admit(a).unwrap();
-        let _second = admission.admit(a).unwrap();
-        assert_eq!(admission.admit(a).err(), Some(Refused::PerClientLimit));
-        let _third = admission.admit(b).unwrap();
-        assert_eq!(admission.admit(b).err(), Some(Refused::Limit));
+        let admit = |address| {
+            let (admitted, handshake, _) = admission.admit(address, &metrics)?;
+            assert!(handshake.serving());
+            Ok::<_, Refused>(admitted)
+        };
+        let first = admit(a).unwrap();
+        let _second = admit(a).unwrap();
+        assert_eq!(admit(a).err(), Some(Refused::PerClientLimit));
+        let _third = admit(b).unwrap();
+        // Every one served: none makes room.
+        assert_eq!(admit(b).err(), Some(Refused::Limit));
         drop(first);
         assert_eq!(admission.held_by(a.ip()), 1);
-        let _again = admission.admit(a).unwrap();
+        let _again = admit(a).unwrap();
         assert_eq!(admission.open.get(), 3);
+        assert_eq!(shed_count(&metrics), None);
+    }
+
+    #[test]
+    fn the_oldest_waiting_connection_makes_room_and_a_served_one_never() {
+        let metrics = Metrics::new();
+        let admission = Admission::new(3, 0, Gauge::default());
+        let client: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let (oldest, oldest_handshake, _) = admission.admit(client, &metrics).unwrap();
+        let (served, served_handshake, _) = admission.admit(client, &metrics).unwrap();
+        assert!(served_handshake.serving());
+        let (younger, younger_handshake, shed) = admission.admit(client, &metrics).unwrap();
+        assert_eq!(shed, 0);
+        // Full: a newcomer takes the oldest waiting connection's place, not the served one's.
+        let (newcomer, newcomer_handshake, shed) = admission.admit(client, &metrics).unwrap();
+        assert_eq!(shed, 1);
+        assert_eq!(oldest_handshake.slot.stage(), SHED);
+        assert!(!oldest_handshake.serving(), "a shed connection is served");
+        assert_eq!(admission.state().held, 3);
+        // Its socket is open until its task closes it; its place is the newcomer's already.
+        assert_eq!(admission.open.get(), 4);
+        drop(oldest);
+        assert_eq!(admission.state().held, 3);
+        assert_eq!(admission.open.get(), 3);
+        assert!(newcomer_handshake.serving());
+        let (_next, next_handshake, _) = admission.admit(client, &metrics).unwrap();
+        assert_eq!(younger_handshake.slot.stage(), SHED);
+        drop(younger);
+        assert!(next_handshake.serving());
+        // All three served: the next one is refused.
+        assert_eq!(
+            admission.admit(client, &metrics).err(),
+            Some(Refused::Limit)
+        );
+        assert_eq!(shed_count(&metrics), Some(2));
+        drop((served, newcomer));
+        assert_eq!(admission.state().held, 1);
+        assert!(admission.state().waiting.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_connection_is_bounded_tighter_under_pressure() {
+        let metrics = Metrics::new();
+        let admission = Admission::new(4, 0, Gauge::default());
+        let client: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let bound = Duration::from_secs(30);
+        let waiting: Vec<_> = (0..3)
+            .map(|_| admission.admit(client, &metrics).unwrap())
+            .collect();
+        // Three of four held: under pressure, the first closes after PRESSURE_WAIT...
+        let started = tokio::time::Instant::now();
+        assert_eq!(waiting[0].1.closed(bound, &metrics).await, Closed::Shed);
+        let about = |elapsed: Duration, wait: Duration| {
+            elapsed >= wait && elapsed < wait + Duration::from_millis(100)
+        };
+        assert!(about(started.elapsed(), limits::PRESSURE_WAIT));
+        assert_eq!(admission.state().held, 2);
+        assert_eq!(shed_count(&metrics), Some(1));
+        // ...and with two of four, the next waits its whole bound.
+        assert_eq!(waiting[1].1.closed(bound, &metrics).await, Closed::Late);
+        assert!(about(started.elapsed(), bound));
+        // A served connection is never closed by its wait.
+        assert!(waiting[2].1.serving());
+        let served = tokio::time::timeout(bound * 2, waiting[2].1.closed(bound, &metrics)).await;
+        assert!(served.is_err());
+        drop(waiting);
+        assert_eq!(admission.state().held, 0);
+        assert!(admission.state().waiting.is_empty());
     }
 
     #[test]
     fn ipv6_clients_are_counted_by_their_64() {
+        let metrics = Metrics::new();
         let admission = Admission::new(10, 2, Gauge::default());
         let one: SocketAddr = "[2001:db8:1:2::1]:1".parse().unwrap();
         let other: SocketAddr = "[2001:db8:1:2:ffff::9]:1".parse().unwrap();
         let elsewhere: SocketAddr = "[2001:db8:1:3::1]:1".parse().unwrap();
         let _held = (
-            admission.admit(one).unwrap(),
-            admission.admit(other).unwrap(),
+            admission.admit(one, &metrics).unwrap(),
+            admission.admit(other, &metrics).unwrap(),
         );
-        assert_eq!(admission.admit(one).err(), Some(Refused::PerClientLimit));
-        assert!(admission.admit(elsewhere).is_ok());
+        assert_eq!(
+            admission.admit(one, &metrics).err(),
+            Some(Refused::PerClientLimit)
+        );
+        assert!(admission.admit(elsewhere, &metrics).is_ok());
         let mapped: SocketAddr = "[::ffff:10.0.0.1]:1".parse().unwrap();
         assert_eq!(
             client_key(mapped.ip()),

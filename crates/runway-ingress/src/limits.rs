@@ -54,6 +54,19 @@ pub fn connections_for_fd_limit(fd_limit: u64) -> usize {
         .clamp(16, MAX_CONNECTIONS)
 }
 
+/// How long a connection may wait to be served (its TLS handshake done, or its first request's
+/// head read) while the connection budget is [`under_pressure`]; past it, it is closed. The
+/// bound otherwise is the head-read timeout (30 s by default), which a flood of clients that
+/// connect and say nothing would hold the budget for. A client completes a TLS handshake in
+/// two round trips.
+pub const PRESSURE_WAIT: Duration = Duration::from_secs(3);
+
+/// Whether `held` connections of a budget of `total` put it under pressure: three quarters
+/// of it held.
+pub fn under_pressure(held: usize, total: usize) -> bool {
+    held.saturating_mul(4) >= total.saturating_mul(3)
+}
+
 /// The first pause after an accept failed for want of descriptors or memory; it doubles
 /// while they keep failing, up to [`ACCEPT_BACKOFF_MAX`].
 pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -105,6 +118,14 @@ mod tests {
                 "{limit}"
             );
         }
+    }
+
+    #[test]
+    fn pressure_is_three_quarters_of_the_budget() {
+        assert!(!under_pressure(74, 100));
+        assert!(under_pressure(75, 100));
+        assert!(under_pressure(1, 1));
+        assert!(under_pressure(usize::MAX, usize::MAX));
     }
 
     #[test]

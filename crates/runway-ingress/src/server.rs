@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::body::ProxyBody;
-use crate::connection::{Admission, ClientIo, accept_until};
+use crate::connection::{Admission, ClientIo, Closed, Handshake, accept_until};
 use crate::proxy::{Peer, handle};
 use crate::tls::{self, TlsError, TlsOptions};
 use crate::{Ingress, Shared};
@@ -122,9 +122,9 @@ impl Ingress {
         https_port: u16,
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
-        let timeout = Some(self.shared.options.header_read_timeout);
+        let timeout = self.shared.options.header_read_timeout;
         let shared = &self.shared;
-        let limits = (&shared.admission, &*shared.metrics);
+        let limits = (&shared.admission, &shared.metrics);
         serve_http1(listener, shutdown, timeout, limits, move || {
             let shared = Arc::clone(shared);
             service_fn(move |request: Request<Incoming>| {
@@ -316,8 +316,10 @@ impl Ingress {
             accept_until(&listener, shutdown.as_mut(), metrics).await
         {
             // Past the budget, a connection is closed at once: a clean refusal, and the loop
-            // goes on accepting (and refusing) rather than leaving clients in the backlog.
-            let admitted = match self.shared.admission.admit(address) {
+            // goes on accepting (and refusing) rather than leaving clients in the backlog. A
+            // full budget with connections still waiting to be served gives the oldest's
+            // place instead (see `Admission`).
+            let (admitted, handshake, shed) = match self.shared.admission.admit(address, metrics) {
                 Ok(admitted) => admitted,
                 Err(refused) => {
                     metrics.refused_connection(refused.reason());
@@ -327,83 +329,46 @@ impl Ingress {
             };
             let _ = stream.set_nodelay(true);
             let linger = Arc::new(AtomicBool::new(false));
-            let stream = ClientIo::new(stream, admitted, Arc::clone(&linger));
-            let shared = Arc::clone(&self.shared);
-            let watcher = graceful.watcher();
-            let builder = Arc::clone(&builder);
+            let client = Client {
+                stream: ClientIo::new(stream, admitted, Arc::clone(&linger)),
+                address,
+                private,
+                linger,
+                handshake: handshake.clone(),
+                shared: Arc::clone(&self.shared),
+                builder: Arc::clone(&builder),
+                watcher: graceful.watcher(),
+            };
             let tls = tls.clone();
-            let handshake_timeout = options.header_read_timeout;
+            let bound = options.header_read_timeout;
+            let metrics = Arc::clone(metrics);
             tokio::spawn(async move {
-                // A client's protocol error ends its own connection only.
-                match tls {
-                    None => {
-                        let peer = Peer::new(address, false, None, linger);
-                        let peer = if private { peer.private() } else { peer };
-                        // Plain HTTP answers the HTTP-01 challenges the table holds; anything
-                        // else (another token too) is the service's. Not on the private
-                        // listener: no ACME server reaches it.
-                        let service = service_fn(move |request: Request<Incoming>| {
-                            let answer = http01_token(&request)
-                                .filter(|_| !private)
-                                .and_then(|token| http01_answer(&shared, token));
-                            let (shared, peer) = (Arc::clone(&shared), peer.clone());
-                            async move {
-                                match answer {
-                                    Some(answer) => {
-                                        Ok(plain_text(StatusCode::OK, ProxyBody::full(answer)))
-                                    }
-                                    None => handle(shared, peer, request).await,
-                                }
-                            }
-                        });
-                        let connection = builder
-                            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                            .into_owned();
-                        let _ = watcher.watch(connection).await;
+                let is_tls = tls.is_some();
+                // Until the client says something, its task is this small future and its
+                // socket; the TLS and HTTP state (and their buffers) come with the first byte.
+                let served = async move {
+                    let mut client = client;
+                    client.stream.first_byte().await;
+                    match tls {
+                        Some(acceptor) => Box::pin(client.serve_tls(acceptor)).await,
+                        None => Box::pin(client.serve_plain()).await,
                     }
-                    Some(acceptor) => {
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await
-                        {
-                            Ok(Ok(mut stream))
-                                if stream.get_ref().1.alpn_protocol()
-                                    == Some(tls::ACME_TLS_ALPN) =>
-                            {
-                                // A TLS-ALPN-01 validation: the handshake was the answer
-                                // (RFC 8737); nothing is read from it.
-                                let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown())
-                                    .await;
-                            }
-                            Ok(Ok(stream)) => {
-                                let session = stream.get_ref().1;
-                                let h2 = session.alpn_protocol() == Some(b"h2");
-                                let peer = Peer::new(address, true, session.server_name(), linger);
-                                let io = TokioIo::new(stream);
-                                if h2 {
-                                    // HTTP/2 spawns a task per stream with the service's
-                                    // future in it: boxed, the task stays small and the
-                                    // future is not copied into it.
-                                    let service = service_fn(move |request| {
-                                        Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
-                                    });
-                                    let connection =
-                                        builder.serve_connection_with_upgrades(io, service);
-                                    let _ = watcher.watch(connection.into_owned()).await;
-                                } else {
-                                    let service = service_fn(move |request| {
-                                        handle(Arc::clone(&shared), peer.clone(), request)
-                                    });
-                                    let connection =
-                                        builder.serve_connection_with_upgrades(io, service);
-                                    let _ = watcher.watch(connection.into_owned()).await;
-                                }
-                            }
-                            Ok(Err(_)) | Err(_) => {
-                                shared.metrics.tls_handshake_errors.inc();
-                            }
+                };
+                tokio::select! {
+                    biased;
+                    () = served => {}
+                    closed = handshake.closed(bound, &metrics) => {
+                        if closed == Closed::Late && is_tls {
+                            metrics.tls_handshake_errors.inc();
                         }
                     }
                 }
             });
+            if shed > 0 {
+                // The shed connection's task closes its socket: let it run before the next
+                // accept takes another descriptor.
+                tokio::task::yield_now().await;
+            }
         }
         drop(listener);
         let _ = tokio::time::timeout(options.shutdown_grace, graceful.shutdown()).await;
@@ -420,10 +385,10 @@ impl Ingress {
         let ingress = self.clone();
         // The admin port has its own small budget: a flood of clients does not reach it.
         let admission = Admission::new(ADMIN_CONNECTIONS, 0, Default::default());
-        let limits = (&admission, &*self.shared.metrics);
+        let limits = (&admission, &self.shared.metrics);
         // Idle connections are closed like clients' are, so a few held open cannot keep
         // `/metrics` and `/healthz` from everyone else.
-        let header_read_timeout = Some(self.shared.options.header_read_timeout);
+        let header_read_timeout = self.shared.options.header_read_timeout;
         serve_http1(listener, shutdown, header_read_timeout, limits, move || {
             let ingress = ingress.clone();
             service_fn(move |request: Request<Incoming>| {
@@ -465,6 +430,103 @@ impl Ingress {
     }
 }
 
+/// A client connection of [`Ingress::accept_loop`]'s, admitted, with what serving it takes.
+struct Client {
+    stream: ClientIo,
+    address: SocketAddr,
+    private: bool,
+    linger: Arc<AtomicBool>,
+    handshake: Handshake,
+    shared: Arc<Shared>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+}
+
+impl Client {
+    /// Plain HTTP (HTTP/1.1, or h2c by its preface): served from its first request on.
+    async fn serve_plain(self) {
+        let Self {
+            stream,
+            address,
+            private,
+            linger,
+            handshake,
+            shared,
+            builder,
+            watcher,
+        } = self;
+        let peer = Peer::new(address, false, None, linger);
+        let peer = if private { peer.private() } else { peer };
+        // Plain HTTP answers the HTTP-01 challenges the table holds; anything else (another
+        // token too) is the service's. Not on the private listener: no ACME server reaches it.
+        let service = service_fn(move |request: Request<Incoming>| {
+            // One load once served: the first request ends the connection's wait.
+            handshake.serving();
+            let answer = http01_token(&request)
+                .filter(|_| !private)
+                .and_then(|token| http01_answer(&shared, token));
+            let (shared, peer) = (Arc::clone(&shared), peer.clone());
+            async move {
+                match answer {
+                    Some(answer) => Ok(plain_text(StatusCode::OK, ProxyBody::full(answer))),
+                    None => handle(shared, peer, request).await,
+                }
+            }
+        });
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let _ = watcher.watch(connection).await;
+    }
+
+    /// TLS: served once its handshake is done (HTTP/2 by ALPN, HTTP/1.1 otherwise); a
+    /// TLS-ALPN-01 validation is closed there.
+    async fn serve_tls(self, acceptor: TlsAcceptor) {
+        let Self {
+            stream,
+            address,
+            linger,
+            handshake,
+            shared,
+            builder,
+            watcher,
+            ..
+        } = self;
+        // A client's protocol error ends its own connection only.
+        let Ok(mut stream) = acceptor.accept(stream).await else {
+            shared.metrics.tls_handshake_errors.inc();
+            return;
+        };
+        if !handshake.serving() {
+            return;
+        }
+        if stream.get_ref().1.alpn_protocol() == Some(tls::ACME_TLS_ALPN) {
+            // A TLS-ALPN-01 validation: the handshake was the answer (RFC 8737); nothing is
+            // read from it.
+            let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown()).await;
+            return;
+        }
+        let session = stream.get_ref().1;
+        let h2 = session.alpn_protocol() == Some(b"h2");
+        let peer = Peer::new(address, true, session.server_name(), linger);
+        let io = TokioIo::new(stream);
+        if h2 {
+            // HTTP/2 spawns a task per stream with the service's future in it: boxed, the
+            // task stays small and the future is not copied into it.
+            let service = service_fn(move |request| {
+                Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
+            });
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            let _ = watcher.watch(connection.into_owned()).await;
+        } else {
+            let service =
+                service_fn(move |request| handle(Arc::clone(&shared), peer.clone(), request));
+            let connection = builder.serve_connection_with_upgrades(io, service);
+            let _ = watcher.watch(connection.into_owned()).await;
+        }
+    }
+}
+
 /// Where HTTP-01 challenges are fetched (RFC 8555 section 8.3).
 const ACME_CHALLENGE_PATH: &str = "/.well-known/acme-challenge/";
 
@@ -501,12 +563,14 @@ fn plain_text<B>(status: StatusCode, body: B) -> Response<B> {
 const ADMIN_CONNECTIONS: usize = 64;
 
 /// Serves HTTP/1.1 on `listener` until `shutdown`, each connection with the service `make`
-/// returns (the redirect and admin servers: no pool), within `admission`'s budget.
+/// returns (the redirect and admin servers: no pool), within `admission`'s budget: a
+/// connection waits to be served (see `Admission`) until its first request, whose head it has
+/// `header_read_timeout` to send.
 async fn serve_http1<S>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
-    header_read_timeout: Option<Duration>,
-    (admission, metrics): (&Arc<Admission>, &crate::Metrics),
+    header_read_timeout: Duration,
+    (admission, metrics): (&Arc<Admission>, &Arc<crate::Metrics>),
     make: impl Fn() -> S,
 ) -> std::io::Result<()>
 where
@@ -520,7 +584,7 @@ where
 {
     tokio::pin!(shutdown);
     while let Some((stream, address)) = accept_until(&listener, shutdown.as_mut(), metrics).await {
-        let admitted = match admission.admit(address) {
+        let (admitted, handshake, shed) = match admission.admit(address, metrics) {
             Ok(admitted) => admitted,
             Err(refused) => {
                 metrics.refused_connection(refused.reason());
@@ -528,16 +592,33 @@ where
             }
         };
         let stream = ClientIo::new(stream, admitted, Arc::new(AtomicBool::new(false)));
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        if let Some(timeout) = header_read_timeout {
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(timeout);
-        }
-        let connection = builder.serve_connection(TokioIo::new(stream), make());
-        tokio::spawn(async move {
-            let _ = connection.await;
+        let inner = make();
+        let served = handshake.clone();
+        let service = service_fn(move |request| {
+            served.serving();
+            hyper::service::Service::call(&inner, request)
         });
+        let metrics = Arc::clone(metrics);
+        tokio::spawn(async move {
+            // No HTTP state (nor its buffers) before the client's first byte.
+            let connection = async move {
+                let mut stream = stream;
+                stream.first_byte().await;
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(header_read_timeout)
+                    .serve_connection(TokioIo::new(stream), service);
+                let _ = Box::pin(connection).await;
+            };
+            tokio::select! {
+                biased;
+                () = connection => {}
+                _ = handshake.closed(header_read_timeout, &metrics) => {}
+            }
+        });
+        if shed > 0 {
+            tokio::task::yield_now().await;
+        }
     }
     Ok(())
 }
