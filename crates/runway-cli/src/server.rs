@@ -21,6 +21,7 @@ use runway_ingress::fleet::{FleetOptions, IngressFleet};
 use runway_oci::source::{SourceError, SourceStore};
 use runway_runtime::network::{AddressPool, DEFAULT_LEASES_DIR};
 use runway_runtime::sandbox::SandboxPolicy;
+use runway_runtime::seccomp::SeccompPolicy;
 use runway_runtime::{LocalDriver, LocalDriverOptions, LocalRuntime};
 
 use crate::driver::{KubernetesConfig, RuntimeKind, ServerDriver};
@@ -351,6 +352,13 @@ pub(crate) struct RuntimeConfig {
     /// The host directories an isolated process sees, read-only (default: `/usr`, `/bin`,
     /// `/sbin`, `/lib*` and `/etc`, the system's programs and libraries).
     pub(crate) process_host_paths: Vec<PathBuf>,
+    /// Services whose containers (images and isolated processes) run without Runway's
+    /// seccomp profile, which otherwise refuses every instance user namespaces, eBPF,
+    /// io_uring, keyrings, ptrace, mounts and the rest of what Docker refuses: for a service
+    /// the operator trusts with them (a debugger, a nested sandbox). Only this file grants
+    /// it, never a manifest; it applies to instances started from then on. The local
+    /// runtime's: pods on Kubernetes get the cluster's `RuntimeDefault` profile.
+    pub(crate) seccomp_unconfined: Vec<String>,
     /// The IPv4 range instances' own networks come from, a `/30` each (default
     /// `10.213.0.0/16`): every container (an image, an isolated process) gets a network
     /// namespace of its own, reached by the ingress at its own address and reaching nothing
@@ -449,6 +457,7 @@ impl Default for RuntimeConfig {
             isolate_processes: true,
             process_uid_base: policy.uid_base,
             process_host_paths: policy.host_paths,
+            seccomp_unconfined: Vec::new(),
             instance_network: runway_runtime::network::DEFAULT_RANGE.to_owned(),
             egress: EgressSettings::default(),
         }
@@ -479,6 +488,16 @@ impl RuntimeConfig {
                 format!("{} is not an absolute path", path.display()),
             ));
         }
+        if let Some(name) = self
+            .seccomp_unconfined
+            .iter()
+            .find(|name| name.is_empty() || name.contains(char::is_whitespace))
+        {
+            return Err((
+                "runtime.seccomp_unconfined",
+                format!("{name:?} is not a service's name"),
+            ));
+        }
         if self.instance_network != "host" {
             AddressPool::new(&self.instance_network, DEFAULT_LEASES_DIR)
                 .map_err(|message| ("runtime.instance_network", format!("{message}, or host")))?;
@@ -497,6 +516,13 @@ impl RuntimeConfig {
         }
         let pool = AddressPool::new(&self.instance_network, DEFAULT_LEASES_DIR)?;
         Ok(Some(pool.with_firewall(self.egress.limits()?)))
+    }
+
+    /// Which services' containers run without the default seccomp profile.
+    fn seccomp_policy(&self) -> SeccompPolicy {
+        SeccompPolicy {
+            unconfined: self.seccomp_unconfined.iter().cloned().collect(),
+        }
     }
 
     /// How processes are isolated, when they are.
@@ -1029,16 +1055,19 @@ pub(crate) async fn start(mut config: ServerConfig) -> anyhow::Result<Running> {
         .context("cannot prepare the code snapshots' directory")?;
     let driver = match config.runtime.kind {
         RuntimeKind::Local => {
-            let runtime = Arc::new(crate::local::runtime_with(
-                data_dir.join("runtime"),
-                &config.runtime.insecure_registries,
-                &config.runtime.allowed_registries,
-                &config.runtime.oci_runtime,
-                config
-                    .runtime
-                    .address_pool()
-                    .map_err(|e| anyhow::anyhow!("runtime.instance_network: {e}"))?,
-            )?);
+            let runtime = Arc::new(
+                crate::local::runtime_with(
+                    data_dir.join("runtime"),
+                    &config.runtime.insecure_registries,
+                    &config.runtime.allowed_registries,
+                    &config.runtime.oci_runtime,
+                    config
+                        .runtime
+                        .address_pool()
+                        .map_err(|e| anyhow::anyhow!("runtime.instance_network: {e}"))?,
+                )?
+                .with_seccomp(config.runtime.seccomp_policy()),
+            );
             // Private first, then the way through opened.
             runtime
                 .create_state_dirs()
@@ -2131,6 +2160,15 @@ mod tests {
         .unwrap();
         let config = ServerConfig::load(Some(&path)).unwrap();
         assert_eq!(config.runtime.insecure_registries, ["127.0.0.1:5000"]);
+        std::fs::write(&path, "runtime:\n  seccomp_unconfined: [debugger]\n").unwrap();
+        let unconfined = ServerConfig::load(Some(&path)).unwrap().runtime;
+        assert!(
+            unconfined
+                .seccomp_policy()
+                .profile_for("debugger")
+                .is_none()
+        );
+        assert!(unconfined.seccomp_policy().profile_for("web").is_some());
         assert_eq!(config.runtime.oci_runtime, PathBuf::from("crun"));
         assert_eq!(
             ServerConfig::default().runtime.oci_runtime,
@@ -2154,6 +2192,10 @@ mod tests {
             (
                 "runtime:\n  process_host_paths: [usr]\n",
                 "runtime.process_host_paths",
+            ),
+            (
+                "runtime:\n  seccomp_unconfined: [\"\"]\n",
+                "runtime.seccomp_unconfined",
             ),
             ("runtime:\n  kind: k8s\n", "runtime.kind"),
             (
@@ -2189,6 +2231,7 @@ mod tests {
         let defaults = RuntimeConfig::default();
         assert_eq!(defaults.kind, RuntimeKind::Local);
         assert!(!defaults.allow_processes && defaults.isolate_processes);
+        assert!(defaults.seccomp_policy().unconfined.is_empty());
         assert_eq!(defaults.allowed_registries, ["*"]);
         assert_eq!(
             defaults.address_pool().unwrap().map(|pool| pool.capacity()),
