@@ -5,10 +5,10 @@
 //! (`api.oidc.issuers`): its signature (RS256 or ES256) by the key its `kid` names in the
 //! issuer's key set (from its discovery document, or a given URL; cached, and fetched again
 //! when a `kid` is unknown, at most every [`REFRESH_AT_MOST_EVERY`], so a rotated key is
-//! picked up), its audience, its times (60 s of clock skew allowed), and then the issuer's
-//! bindings: the first whose claims all match says which service and environments it may
-//! act on. Every refusal is logged with its reason; the client gets a plain 401, or 403 when
-//! the token is good but bound to nothing.
+//! picked up), its audience, its times (`exp` not past, `iat` and `nbf` not ahead, with 60 s
+//! of clock skew allowed), and then the issuer's bindings: the first whose claims all match
+//! says which service and environments it may act on. Every refusal is logged with its
+//! reason; the client gets a plain 401, or 403 when the token is good but bound to nothing.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -214,6 +214,10 @@ impl Verifier {
         let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| Refusal::Invalid(said(&e, &issuer.config.audience)))?
             .claims;
+        // jsonwebtoken reads `exp` and `nbf` (a `nbf` that is not a number it skips), never
+        // `iat`.
+        not_from_the_future(&claims.rest, jsonwebtoken::get_current_timestamp())
+            .map_err(Refusal::Invalid)?;
         let text = |name: &str| claims.rest.get(name).map(claim_text);
         let binding = issuer
             .config
@@ -255,6 +259,35 @@ impl Verifier {
     }
 }
 
+/// Refuses a token issued (`iat`) or valid from (`nbf`) later than `now` (Unix seconds) plus
+/// the skew allowed on `exp`: a clock that far off, or a token minted ahead of its use, is
+/// not one to act on. A claim that is there but not a number (a NumericDate) is refused too;
+/// one that is absent is not required.
+fn not_from_the_future(
+    claims: &serde_json::Map<String, serde_json::Value>,
+    now: u64,
+) -> Result<(), String> {
+    for (name, what) in [("iat", "issued"), ("nbf", "valid from")] {
+        let Some(value) = claims.get(name) else {
+            continue;
+        };
+        let at = value
+            .as_f64()
+            .filter(|at| at.is_finite())
+            .ok_or_else(|| format!("its `{name}` claim is not a time in seconds since 1970"))?;
+        // Seconds since 1970 are well within an f64's exact integers.
+        let ahead = at - now as f64;
+        if ahead > LEEWAY_SECONDS as f64 {
+            return Err(format!(
+                "{what} in the future: `{name}` is {} s ahead of this server's clock \
+                 ({LEEWAY_SECONDS} s of skew allowed)",
+                ahead.ceil()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Why a token's signature or claims do not hold, for the server's log.
 fn said(error: &jsonwebtoken::errors::Error, audience: &str) -> String {
     use jsonwebtoken::errors::ErrorKind;
@@ -262,7 +295,9 @@ fn said(error: &jsonwebtoken::errors::Error, audience: &str) -> String {
         ErrorKind::ExpiredSignature => {
             format!("expired (`exp`, {LEEWAY_SECONDS} s of skew allowed)")
         }
-        ErrorKind::ImmatureSignature => "not valid yet (`nbf`)".to_owned(),
+        ErrorKind::ImmatureSignature => {
+            format!("not valid yet (`nbf`, {LEEWAY_SECONDS} s of skew allowed)")
+        }
         ErrorKind::InvalidAudience => format!("its audience is not {audience:?}"),
         ErrorKind::InvalidIssuer => "its issuer does not match".to_owned(),
         ErrorKind::InvalidSignature => "its signature does not match its contents".to_owned(),

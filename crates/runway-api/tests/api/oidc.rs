@@ -270,6 +270,27 @@ async fn every_bad_token_is_refused() {
     assert_eq!(status(with(&|c| c["nbf"] = json!(now() + 600))).await, 401);
     // Within the skew: accepted.
     assert_eq!(status(with(&|c| c["exp"] = json!(now() - 10))).await, 200);
+    // Issued an hour ahead of the server's clock (`iat`), or valid only from then (`nbf`,
+    // here as a fraction, which jsonwebtoken reads too); and a `nbf` that is no time at all.
+    let future_iat = with(&|c| c["iat"] = json!(now() + 3600));
+    assert_eq!(status(future_iat.clone()).await, 401);
+    let future_nbf = with(&|c| c["nbf"] = json!(now() as f64 + 3600.5));
+    assert_eq!(status(future_nbf.clone()).await, 401);
+    let text_nbf = with(&|c| c["nbf"] = json!((now() + 3600).to_string()));
+    assert_eq!(status(text_nbf.clone()).await, 401);
+    // Why, as the server logs it: the claim named.
+    let verifier = verifier(&issuer);
+    for (token, why) in [
+        (&future_iat, "issued in the future: `iat` is 3"),
+        (&future_nbf, "not valid yet (`nbf`"),
+        (&text_nbf, "its `nbf` claim is not a time"),
+    ] {
+        let refusal = verifier.verify(token).await.unwrap_err().to_string();
+        assert!(refusal.contains(why), "{refusal}");
+    }
+    // Within the skew, either way: accepted.
+    assert_eq!(status(with(&|c| c["iat"] = json!(now() + 30))).await, 200);
+    assert_eq!(status(with(&|c| c["nbf"] = json!(now() + 30))).await, 200);
     // Another audience; another issuer.
     assert_eq!(
         status(with(&|c| c["aud"] = json!("https://elsewhere.test"))).await,
