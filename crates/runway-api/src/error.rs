@@ -96,6 +96,18 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, "source_invalid", message)
     }
 
+    /// 507: the control plane's disk is full; nothing was written.
+    pub fn insufficient_storage(what: &str) -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            format!(
+                "the control plane's disk is full: {what}; try again once its operator has \
+                 freed space"
+            ),
+        )
+    }
+
     /// 405: the path exists, the method does not.
     pub fn method_not_allowed() -> Self {
         Self::new(
@@ -173,12 +185,7 @@ impl From<StoreError> for ApiError {
             | StoreError::Fenced { .. }
             | StoreError::NotLeading => Self::conflict(error.to_string()),
             StoreError::Invalid(message) => Self::invalid(message.clone()),
-            StoreError::Full => Self::new(
-                StatusCode::INSUFFICIENT_STORAGE,
-                "insufficient_storage",
-                "the control plane's disk is full: nothing was written; try again once its \
-                 operator has freed space",
-            ),
+            StoreError::Full => Self::insufficient_storage("nothing was written"),
             StoreError::Unavailable(_) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "store_unavailable",

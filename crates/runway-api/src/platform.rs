@@ -115,6 +115,8 @@ pub enum SourceRefused {
     TooLarge(String),
     /// Not a snapshot, or not the one named (422).
     Invalid(String),
+    /// No room to keep it: the disk is full (507).
+    Full,
     /// The server could not keep it (500; the cause is logged, not shown).
     Internal(String),
 }

@@ -713,6 +713,9 @@ async fn put_source(
         )),
         Err(SourceRefused::TooLarge(message)) => Err(ApiError::too_large(message)),
         Err(SourceRefused::Invalid(message)) => Err(ApiError::source_invalid(message)),
+        Err(SourceRefused::Full) => Err(ApiError::insufficient_storage(
+            "the code snapshot was not kept",
+        )),
         Err(SourceRefused::Internal(cause)) => Err(ApiError::internal(cause)),
     }
 }

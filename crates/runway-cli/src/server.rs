@@ -1949,6 +1949,10 @@ impl Platform for ServerPlatform {
                 Ok(_) => Ok(()),
                 Err(SourceError::TooLarge(m)) => Err(SourceRefused::TooLarge(m)),
                 Err(SourceError::Invalid(m)) => Err(SourceRefused::Invalid(m)),
+                Err(SourceError::Full(e)) => {
+                    tracing::warn!(error = %e, "a code snapshot was refused: the disk is full");
+                    Err(SourceRefused::Full)
+                }
                 Err(e @ SourceError::Io { .. }) => Err(SourceRefused::Internal(e.to_string())),
             }
         })

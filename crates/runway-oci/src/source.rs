@@ -35,6 +35,9 @@ pub enum SourceError {
     /// The archive is not what it claims (not gzip or tar, another digest, an unsafe entry).
     #[error("{0}")]
     Invalid(String),
+    /// The disk the snapshots are kept on is full (or over its quota).
+    #[error("no room for the snapshot: {0}")]
+    Full(io::Error),
     /// A file could not be read or written.
     #[error("{what} {}: {source}", path.display())]
     Io {
@@ -46,12 +49,24 @@ pub enum SourceError {
 
 impl SourceError {
     fn io(what: &'static str, path: &Path, source: io::Error) -> Self {
+        if is_full(&source) {
+            return Self::Full(source);
+        }
         Self::Io {
             what,
             path: path.to_owned(),
             source,
         }
     }
+}
+
+/// Whether an error says the disk is full or the quota spent: the platform's fault, never the
+/// snapshot's.
+fn is_full(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
 }
 
 /// A packed snapshot: the gzip of its archive, and the archive's digest and size.
@@ -313,6 +328,9 @@ impl SourceStore {
                     "the snapshot is over the limit of {} uncompressed",
                     human_bytes(max_bytes)
                 )));
+            }
+            (_, Err(e)) | (Err(OciError::LayerRead { source: e, .. }), _) if is_full(&e) => {
+                return Err(SourceError::Full(e));
             }
             (Err(OciError::UnsafeEntry { path, reason, .. }), _) => {
                 return Err(SourceError::Invalid(format!(

@@ -55,7 +55,8 @@ pub fn have_python() -> bool {
 /// `/resolve?name=N` the IPv4 address it resolves to (or the error's name), `/fetch?url=U`
 /// (with `&header=Name:Value`s) what a GET of it answered (`STATUS BODY`, or the error's name),
 /// `/whoami` the `Runway-Caller` it was called with. `LOG_REQUESTS=1` prints a line per request
-/// on stdout, `FLOOD=1` prints lines as fast as it can. `CRASH=1`
+/// on stdout, `FLOOD=1` prints lines as fast as it can. `/exit` exits at once with code 1;
+/// `HEALTHZ_HANGS=1` never answers `/healthz`. `CRASH=1`
 /// exits at once
 /// (a revision that can never start); `START_DELAY` seconds pass before it listens;
 /// `LISTEN_PORT` is the port it listens on instead of `PORT` (an app that ignores it);
@@ -98,6 +99,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 self.wfile.write(body)
                 return
+        if url.path == "/healthz" and os.environ.get("HEALTHZ_HANGS") == "1":
+            time.sleep(3600)
+        if url.path == "/exit":
+            os._exit(1)
         if url.path == "/healthz":
             body = b"ok\n"
         elif url.path == "/metrics":

@@ -1,12 +1,15 @@
-//! What an instance's output can do to the machine, through the real server, supervisors and
-//! ingress: a full disk (the data directory on a tmpfs of the test's own, filled while
-//! instances serve and print a line per request), and an instance printing as fast as it can.
+//! Faults of tenants' instances, through the real server, supervisors and ingress: a full disk
+//! (the data directory on a tmpfs of the test's own, filled while instances serve and print a
+//! line per request), an instance printing as fast as it can, one that crashes, one that never
+//! answers its probe.
+
+#![allow(clippy::unwrap_used, reason = "tests")]
 
 mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::{Load, Platform, Settings, have_python, set_env_file, set_manifest};
 
@@ -64,8 +67,8 @@ fn output_logs(platform: &Platform) -> Vec<PathBuf> {
         .collect()
 }
 
-/// With the data directory's disk full for 10 s, instances that print a line per request go on
-/// serving every request: the supervisors keep draining their output, drop what they cannot
+/// With the data directory's disk full for 10 s, a deploy is refused for the disk (507), and
+/// instances that print a line per request go on serving every request: the supervisors keep draining their output, drop what they cannot
 /// write, count it, and write again once there is room, saying in the instance's status how
 /// much was lost.
 #[test]
@@ -97,7 +100,17 @@ fn a_full_disk_breaks_no_instance_and_their_output_resumes() {
     std::thread::sleep(Duration::from_secs(2));
     let filler = platform.data.join("filler");
     let filled = fill(&filler);
-    std::thread::sleep(Duration::from_secs(10));
+    let full_since = Instant::now();
+    // A deploy now is refused for the disk, not blamed on the code.
+    std::fs::write(repo.join("CHANGES"), "a change to deploy\n").unwrap();
+    let refused = platform.deploy(&repo, "dev");
+    let said = refused.all();
+    assert!(!refused.ok(), "deployed on a full disk: {said}");
+    assert!(
+        said.contains("disk is full") && !said.contains("gzip"),
+        "{said}"
+    );
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(full_since.elapsed()));
     let (ok_full, failed_full) = load.snapshot();
     std::fs::remove_file(&filler).unwrap();
     std::thread::sleep(Duration::from_secs(3));
@@ -238,4 +251,105 @@ fn a_log_flood_costs_the_host_little_and_fills_no_disk() {
         supervisor_cpu < FLOOD.as_secs_f64() * 0.3,
         "the supervisor used {supervisor_cpu:.2} s of CPU in {FLOOD:?}"
     );
+}
+
+/// A crash costs the service its instance only as long as the instance takes to start again:
+/// the first restart is at once (the kubelet's rule), the backoff only from the second.
+#[test]
+fn the_first_restart_after_a_crash_is_at_once() {
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("chatty", &["dev"], "s3cr3t");
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    platform.get(HOST, "/", Duration::from_secs(10));
+    let crashed = Instant::now();
+    // The connection ends with the process: no answer to wait for.
+    let (client, url) = (
+        platform.ingress_client(HOST),
+        platform.ingress_url(HOST, "/exit"),
+    );
+    let _ = platform
+        .rt
+        .block_on(async move { client.get(url).timeout(Duration::from_secs(5)).send().await });
+    let (code, body) = platform.get(HOST, "/", Duration::from_secs(20));
+    let back = crashed.elapsed();
+    assert_eq!(code, 200, "{body}");
+    let instance = platform
+        .local_ps()
+        .into_iter()
+        .find(|i| i["service"] == "chatty")
+        .unwrap();
+    eprintln!("crashed instance serving again after {back:?}");
+    assert_eq!(instance["restarts"], 1, "{instance:#}");
+    // The backoff began at 10 s.
+    assert!(
+        back < Duration::from_secs(8),
+        "serving again after {back:?}"
+    );
+}
+
+/// An app that never answers its startup probe fails its deploy when the probe's budget
+/// (`failure_threshold` × `period_seconds`, 5 s here) is spent, not twice that: each check's
+/// wait for its answer counts within its period, as the kubelet counts it.
+#[test]
+fn a_never_ready_app_fails_its_deploy_at_the_probe_budget() {
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("chatty", &["dev"], "s3cr3t");
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace(
+        "period_seconds: 1\n    failure_threshold: 60",
+        "period_seconds: 1\n    timeout_seconds: 1\n    failure_threshold: 5",
+    );
+    std::fs::write(&path, text).unwrap();
+    set_env_file(&repo, "dev", &[("HEALTHZ_HANGS", "1")]);
+    let started = Instant::now();
+    let deploy = platform.deploy(&repo, "dev");
+    let took = started.elapsed();
+    eprintln!("a never-ready deploy (budget 5 s) failed after {took:?}");
+    assert!(!deploy.ok(), "deployed: {}", deploy.all());
+    assert!(
+        deploy.all().contains("startup probe"),
+        "{}\n{}",
+        deploy.all(),
+        platform.log()
+    );
+    // The budget, plus the app's start and the CLI's upload: well short of two budgets.
+    assert!(took < Duration::from_secs(9), "failed after {took:?}");
+}
+
+/// A restart of the server adopts the running instances and writes nothing: no event (the
+/// instance was ready before) and no audit row on the service's last deployment, which ended.
+#[test]
+fn a_restart_writes_nothing_to_an_ended_deployment() {
+    if !have_python() {
+        return;
+    }
+    let mut platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("chatty", &["dev"], "s3cr3t");
+    set_manifest(&repo, "legacy", "", 2, 2, 100);
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    platform.get(HOST, "/", Duration::from_secs(10));
+    let audit = |platform: &Platform| {
+        let ran = platform.runway(&["audit", "--limit", "500", "--output", "json"]);
+        assert!(ran.ok(), "{}", ran.all());
+        ran.json().as_array().cloned().unwrap_or_default()
+    };
+    // Settled: a few reconcile passes (250 ms each) with nothing to do.
+    std::thread::sleep(Duration::from_secs(2));
+    let before = audit(&platform);
+    platform.kill9();
+    platform.restart();
+    platform.get(HOST, "/", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(3));
+    let after = audit(&platform);
+    let new: Vec<&serde_json::Value> = after.iter().filter(|row| !before.contains(row)).collect();
+    assert!(new.is_empty(), "the restart wrote {new:#?}");
 }
