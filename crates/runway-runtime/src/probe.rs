@@ -183,22 +183,33 @@ impl Tally {
     }
 }
 
-/// Sleeps for the probe's period; a separate function so the loop reads plainly.
-pub async fn wait_period(probe: &Probe) {
-    tokio::time::sleep(probe.period.max(Duration::from_millis(10))).await;
+/// The probe's period, from one check's start to the next (as the kubelet counts it), so that
+/// `failure_threshold` checks take `failure_threshold` periods however long each one waited
+/// for its answer.
+fn period(probe: &Probe) -> Duration {
+    probe.period.max(Duration::from_millis(10))
+}
+
+/// Sleeps until a period after `started`, when the check begun then was.
+pub async fn wait_period(probe: &Probe, started: tokio::time::Instant) {
+    tokio::time::sleep_until(started + period(probe)).await;
 }
 
 /// How often a starting instance's port is tried while nothing listens on it.
 const LISTEN_POLL: Duration = Duration::from_millis(20);
 
-/// Waits out the startup probe's period, cut short the moment the instance begins to listen
-/// when nothing listened on its port at first: the next check then runs at once rather than
-/// up to a period later. A cold start waits for this (Knative's queue-proxy probes a
-/// starting container as eagerly). An instance that already listens (and answered the check
-/// badly) waits the whole period, so failures still come one per period.
-pub async fn wait_period_or_listening(probe: &Probe, address: SocketAddr) {
-    let period = probe.period.max(Duration::from_millis(10));
-    let deadline = tokio::time::Instant::now() + period;
+/// Waits out the startup probe's period from `started` (see [`wait_period`]), cut short the
+/// moment the instance begins to listen when nothing listened on its port at first: the next
+/// check then runs at once rather than up to a period later. A cold start waits for this
+/// (Knative's queue-proxy probes a starting container as eagerly). An instance that already
+/// listens (and answered the check badly) waits the whole period, so failures still come one
+/// per period.
+pub async fn wait_period_or_listening(
+    probe: &Probe,
+    address: SocketAddr,
+    started: tokio::time::Instant,
+) {
+    let deadline = started + period(probe);
     let listening = || async {
         matches!(
             tokio::time::timeout(LISTEN_POLL, TcpStream::connect(address)).await,
@@ -267,14 +278,14 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             drop(listener);
         });
-        wait_period_or_listening(&slow, at(port)).await;
+        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now()).await;
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(100), "{waited:?}");
         assert!(waited < Duration::from_secs(2), "{waited:?}");
         // Listening already: the whole period.
         slow.period = Duration::from_millis(300);
         let started = tokio::time::Instant::now();
-        wait_period_or_listening(&slow, at(port)).await;
+        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now()).await;
         assert!(started.elapsed() >= Duration::from_millis(300));
         opener.abort();
     }

@@ -173,7 +173,8 @@ pub enum Check {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RestartPolicy {
     pub mode: RestartMode,
-    /// The first wait before a restart; doubled after each failure in a row.
+    /// The wait before the second restart in a row (the first is at once); doubled after each
+    /// failure in a row.
     #[serde(with = "millis")]
     pub initial_backoff: Duration,
     #[serde(with = "millis")]
@@ -187,7 +188,8 @@ pub struct RestartPolicy {
 }
 
 impl Default for RestartPolicy {
-    /// Kubernetes's: 10 s doubling up to 5 minutes, reset after 10 minutes of running.
+    /// Kubernetes's: the first restart at once, then 10 s doubling up to 5 minutes, reset
+    /// after 10 minutes of running.
     fn default() -> Self {
         Self {
             mode: RestartMode::Always,
@@ -200,9 +202,14 @@ impl Default for RestartPolicy {
 }
 
 impl RestartPolicy {
-    /// The wait before restart number `failures` (1 for the first failure in a row).
+    /// The wait before restart number `failures` (1 for the first failure in a row): none for
+    /// the first, so one crash leaves the service short of an instance only as long as its
+    /// start takes.
     pub fn backoff(&self, failures: u32) -> Duration {
-        let doublings = failures.saturating_sub(1).min(31);
+        if failures <= 1 {
+            return Duration::ZERO;
+        }
+        let doublings = failures.saturating_sub(2).min(31);
         self.initial_backoff
             .saturating_mul(1 << doublings)
             .min(self.max_backoff)
@@ -297,14 +304,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_up_to_the_maximum() {
+    fn the_first_restart_is_at_once_then_backoff_doubles_up_to_the_maximum() {
         let policy = RestartPolicy {
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             ..RestartPolicy::default()
         };
-        let waits: Vec<u64> = (1..=6).map(|n| policy.backoff(n).as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+        let waits: Vec<u64> = (1..=7).map(|n| policy.backoff(n).as_secs()).collect();
+        assert_eq!(waits, [0, 1, 2, 4, 8, 10, 10]);
         assert_eq!(policy.backoff(u32::MAX), Duration::from_secs(10));
     }
 }

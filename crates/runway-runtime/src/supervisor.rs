@@ -459,10 +459,14 @@ impl Supervisor {
             let wait = policy.backoff(failures);
             let crash_loop = failures >= policy.crash_loop_after.max(1);
             let message = format!(
-                "{}{}; starting again in {:?}",
+                "{}{}; starting again {}",
                 if crash_loop { "crash loop: " } else { "" },
                 record.reason,
-                wait
+                if wait.is_zero() {
+                    "now".to_owned()
+                } else {
+                    format!("in {wait:?}")
+                }
             );
             let next = to_ms(SystemTime::now() + wait);
             self.update(|s| {
@@ -672,6 +676,7 @@ impl Supervisor {
             let warn_from = tokio::time::Instant::now() + WARN_AFTER;
             let mut warned: Option<String> = None;
             loop {
+                let started = tokio::time::Instant::now();
                 let event = match tally.record(&probe, probe::check(&probe, address).await) {
                     Verdict::Passed => ProbeEvent::Started,
                     Verdict::Failed(mut error) => {
@@ -693,7 +698,7 @@ impl Supervisor {
                             warned = Some(hint.text.clone());
                             let _ = events.send(ProbeEvent::Warning(hint.text)).await;
                         }
-                        probe::wait_period_or_listening(&probe, address).await;
+                        probe::wait_period_or_listening(&probe, address, started).await;
                         continue;
                     }
                 };
@@ -804,13 +809,14 @@ async fn watch_probe(
     tokio::time::sleep(probe.initial_delay).await;
     let mut tally = Tally::default();
     loop {
+        let started = tokio::time::Instant::now();
         let verdict = tally.record(&probe, probe::check(&probe, address).await);
         if let Some(event) = to_event(verdict)
             && events.send(event).await.is_err()
         {
             return;
         }
-        probe::wait_period(&probe).await;
+        probe::wait_period(&probe, started).await;
     }
 }
 
