@@ -227,6 +227,68 @@ fn a_bad_canary_is_rolled_back_and_a_good_one_reaches_100() {
     eprintln!("canary test: {ok} requests, {failed} failed (the bad canary's own)");
 }
 
+/// A server restart in the middle of a canary step does not shorten the step's analysis: the
+/// window's start is stored with the rollout, and the ingress (which outlives the server) kept
+/// counting, so the step is judged on all its requests, not only those since the restart.
+#[test]
+fn a_restart_mid_canary_judges_the_step_over_its_whole_window() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    const PAUSE: u64 = 6;
+    let mut platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "canary-secret");
+    let rollout = format!(
+        "      steps: [50, 100]\n      pause_seconds: {PAUSE}\n      analysis:\n        \
+         min_requests: 1\n"
+    );
+    set_manifest(&repo, "runway_canary", &rollout, 1, 1, 100);
+    set_env_file(&repo, "dev", &[("GREETING", "v1")]);
+    let first = platform.deploy(&repo, "dev");
+    assert!(first.ok(), "first deploy: {}", first.all());
+    platform.get(HOST, "/", Duration::from_secs(10));
+    let client = platform.ingress_client(HOST);
+    // 100 requests a second, half of them the canary's during its step.
+    let load = Load::start(
+        &platform.rt,
+        &client,
+        &platform.ingress_url(HOST, "/"),
+        4,
+        Some(25.0),
+    );
+    set_env_file(&repo, "dev", &[("GREETING", "v2")]);
+    let id = deploy_nowait(&platform, &repo, &[]);
+    wait_status(
+        &platform,
+        Duration::from_secs(30),
+        "the canary at 50 %",
+        |now| weight_of(now, "hello-dev-00002") == 50,
+    );
+    std::thread::sleep(Duration::from_secs(PAUSE / 2));
+    platform.kill9();
+    platform.restart();
+    let ended = platform.wait_deployment(&id, Duration::from_secs(60));
+    assert_eq!(ended["state"], "succeeded", "{ended:#}\n{}", platform.log());
+    let (ok, failed) = load.stop(&platform.rt);
+    assert_eq!(failed, 0, "{ok} served");
+    let story = events(&platform, &id);
+    let judged: u64 = story
+        .iter()
+        .find_map(|e| e.split("(analysis passed: new revision ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no analysis in {story:#?}"));
+    eprintln!(
+        "a canary step of {PAUSE} s with the server restarted half way judged {judged} requests"
+    );
+    // About 50 a second for the whole step; from the restart on, under half of that.
+    assert!(
+        judged >= 50 * PAUSE * 3 / 4,
+        "the step judged {judged} requests: {story:#?}"
+    );
+}
+
 /// `deploy --pause` starts the new revision but takes no step until `rollout resume`;
 /// `rollout abort` then rolls back at once. Blue/green stages the new revision at full
 /// capacity on its tag URL with no traffic until `rollout promote`, then switches all of it

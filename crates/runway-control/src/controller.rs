@@ -69,6 +69,9 @@ pub struct Controller<D: Driver> {
     traffic: Mutex<crate::traffic::Samples>,
     /// Custom domains, their certificates and ACME challenges, in every table.
     edge: Arc<crate::edge::Edge>,
+    /// When this controller was made (Unix milliseconds): an instance started before is one
+    /// it adopts, whose state is no news to any deployment.
+    started_at_ms: u64,
 }
 
 /// What a round read for all services.
@@ -215,6 +218,7 @@ impl<D: Driver> Controller<D> {
             fixed_routes: Vec::new(),
             leadership: None,
             traffic: Mutex::default(),
+            started_at_ms: now_ms(),
         }
     }
 
@@ -893,11 +897,21 @@ impl<D: Driver> Controller<D> {
             let Some(revision) = revision_of(&status.id) else {
                 continue;
             };
+            // An instance a controller before this one started, seen for the first time: what
+            // it is now was told then (or happened while no controller ran), so it is taken as
+            // it is, and no deployment, ended or not, hears of it again.
+            let adopted = !state.tracked.contains_key(&status.id)
+                && status
+                    .started_at_ms
+                    .is_some_and(|at| at < self.started_at_ms);
             let tracked = state.tracked.entry(status.id.clone()).or_default();
+            if adopted {
+                tracked.warned.clone_from(&status.warning);
+            }
             let current = instance_state(status, tracked);
             let current_kind = kind(&current);
             if tracked.kind != current_kind {
-                if let Some(change) = change_message(&status.id, current_kind, status) {
+                if !adopted && let Some(change) = change_message(&status.id, current_kind, status) {
                     changes.push((revision.to_owned(), change));
                 }
                 let lost_readiness = tracked.kind == "ready"

@@ -9,7 +9,7 @@
 //! where it was, paused included); an operator's command (`runway rollout pause|resume|
 //! abort|promote`) is stored there by the API and consumed here. A canary's analysis compares
 //! the two revisions over the current step's window from the ingress's counters, read at the
-//! step's start and now; a restart starts that window again.
+//! step's start (stored with the progress, so a restart carries the window on) and now.
 //!
 //! A blue/green deployment ends at its switch; its old revision stays in the desired state
 //! with no traffic until its warm time is over, when [`Controller::retire_warm`] takes it out
@@ -42,6 +42,19 @@ pub(crate) struct RolloutRecord {
     /// The strategy's name, as the manifest writes it.
     pub(crate) strategy: String,
     pub(crate) progress: Progress,
+    /// A canary step's counters at its start, so that a restart judges the step over its
+    /// whole window (the ingress, which keeps counting, outlives the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) baseline: Option<StoredBaseline>,
+}
+
+/// The start of a canary step's window, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredBaseline {
+    /// The step it is for: its index and start.
+    step: (usize, u64),
+    canary: Window,
+    stable: Window,
 }
 
 impl RolloutRecord {
@@ -213,8 +226,17 @@ impl<D: Driver> Controller<D> {
                 Some(from),
             ) if progress.phase == Phase::Stepping => {
                 let whole = now >= progress.step_started_ms.saturating_add(*pause_ms);
-                self.verdict(key, deployment.id, &progress, from, target, analysis)
-                    .map(|verdict| if whole { verdict } else { verdict.mid_window() })
+                let stored = stored.as_ref().and_then(|r| r.baseline.as_ref());
+                self.verdict(
+                    key,
+                    deployment.id,
+                    &progress,
+                    stored,
+                    from,
+                    target,
+                    analysis,
+                )
+                .map(|verdict| if whole { verdict } else { verdict.mid_window() })
             }
             _ => None,
         };
@@ -242,6 +264,15 @@ impl<D: Driver> Controller<D> {
         let record = RolloutRecord {
             strategy: strategy.name().to_owned(),
             progress: step.progress.clone(),
+            baseline: self
+                .lock()
+                .baselines
+                .get(&deployment.id)
+                .map(|b| StoredBaseline {
+                    step: b.step,
+                    canary: b.canary.clone(),
+                    stable: b.stable.clone(),
+                }),
         };
         if stored.as_ref() != Some(&record) || deployment.command.is_some() {
             self.save_rollout(deployment, &record).await?;
@@ -380,12 +411,18 @@ impl<D: Driver> Controller<D> {
     }
 
     /// The canary's verdict over the current step's window; `None` at its start, when the
-    /// counters are read for the first time.
+    /// counters are read for the first time. After a restart the window starts where the
+    /// stored baseline says, when it is the step's.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the step's parts, each read once"
+    )]
     fn verdict(
         &self,
         key: &Key,
         deployment: i64,
         progress: &Progress,
+        stored: Option<&StoredBaseline>,
         stable: &str,
         canary: &str,
         settings: &AnalysisSettings,
@@ -394,6 +431,19 @@ impl<D: Driver> Controller<D> {
         let canary_now = self.window(&state, key, canary);
         let stable_now = self.window(&state, key, stable);
         let step = (progress.step_index, progress.step_started_ms);
+        if !state.baselines.contains_key(&deployment)
+            && let Some(stored) = stored.filter(|b| b.step == step)
+        {
+            state.baselines.insert(
+                deployment,
+                StepBaseline {
+                    step,
+                    canary: stored.canary.clone(),
+                    stable: stored.stable.clone(),
+                    passed: None,
+                },
+            );
+        }
         match state.baselines.get_mut(&deployment) {
             Some(baseline) if baseline.step == step => {
                 let canary = Window::delta(&canary_now, &baseline.canary);
