@@ -412,6 +412,9 @@ async fn proxy(
         _ => None,
     };
     let (mut parts, body) = response.into_parts();
+    // The instance's HTTP version is its own hop's: the client hears the ingress's (an
+    // HTTP/1.0 answer would otherwise go out as `HTTP/1.0 200 OK` to an HTTP/1.1 client).
+    parts.version = Version::HTTP_11;
     let protocol = match tunnel {
         Some(_) => parts.headers.get(header::UPGRADE).cloned(),
         None => None,

@@ -980,6 +980,37 @@ async fn route_table_swaps_under_load_drop_nothing() {
     .unwrap();
 }
 
+/// An instance that answers in HTTP/1.0 is still answered to an HTTP/1.1 client in HTTP/1.1:
+/// the ingress speaks its own version to its clients, as nginx does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_1_0_answer_reaches_an_http_1_1_client_as_http_1_1() {
+    tokio::time::timeout(BOUND, async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let old = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream
+                    .write_all(b"HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\nold")
+                    .await;
+            }
+        });
+        let running = start(Ingress::new(Options::default())).await;
+        running.ingress.set_routes(&one_revision(old)).unwrap();
+        let answer = raw(
+            running.address,
+            format!("GET / HTTP/1.1\r\nhost: {HOST}\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nold"), "{answer}");
+        task.abort();
+    })
+    .await
+    .unwrap();
+}
+
 /// Sends raw bytes and reads until the ingress answers or closes; returns what it sent.
 async fn raw(address: SocketAddr, bytes: &[u8]) -> String {
     String::from_utf8_lossy(&raw_bytes(address, bytes).await).into_owned()
