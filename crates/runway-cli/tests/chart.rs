@@ -1270,6 +1270,7 @@ fn the_ingress_is_a_deployment_of_its_own() {
     assert_eq!(
         container["args"],
         json!([
+            "--supervise",
             "--state-dir",
             "/var/lib/runway-ingress",
             "--listen",
