@@ -5,7 +5,10 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use proptest::prelude::*;
-use routable_token::{Claims, RANDOM_BYTES, TokenError, base36, decode, encode, payload_claims};
+use routable_token::{
+    ClaimValue, Claims, RANDOM_BYTES, TokenError, base36, decode, encode, lines_claims,
+    payload_claims,
+};
 
 /// GitLab's own test fixture (a runner registered with a registration token).
 const GITLAB: &str = "glrtr-W5m1cHR6skC98Bx7XkuYjmM6MQpnOjgKbzpyegp0OjIQ.01.181uebm4k";
@@ -46,9 +49,10 @@ fn the_payload_is_sorted_base_36_lines_and_zero_is_kept() {
     )
     .unwrap();
     let claims = decode(&token).unwrap();
-    assert_eq!(claims.get("c"), Some(0));
-    assert_eq!(claims.get("o"), Some(35));
-    assert_eq!(claims.get("u"), Some(36));
+    assert_eq!(claims.number("c"), Ok(Some(0)));
+    assert_eq!(claims.number("o"), Ok(Some(35)));
+    assert_eq!(claims.number("u"), Ok(Some(36)));
+    assert_eq!(claims.number("g"), Ok(None));
     // The payload text itself, behind the random bytes.
     use base64::Engine as _;
     let b64 = token.split('.').next().unwrap();
@@ -125,8 +129,127 @@ fn refusals_name_what_is_wrong_and_never_echo_the_token() {
 fn a_claim_a_later_gitlab_adds_is_kept_when_decoding() {
     let text = forge("c:1\ns:5");
     let claims = payload_claims(&text, text.len()).unwrap();
-    assert_eq!(claims.get("s"), Some(5));
-    assert_eq!(claims.get("c"), Some(1));
+    assert_eq!(claims.number("s"), Ok(Some(5)));
+    assert_eq!(claims.number("c"), Ok(Some(1)));
+}
+
+/// GitLab's decoder spec (`spec/lib/authn/token_field/decoders/v1/routable_payload_spec.rb`):
+/// a token whose checksum holds but whose payload is empty ("when token payload is empty
+/// hash") decodes to `nil`, as does one whose lines are not `key:value` ("just an array, not
+/// a hash"). Both are its fixtures, with the checksum its spec appends (`crc_of`).
+#[test]
+fn gitlabs_tokens_without_claims_are_not_routable_tokens() {
+    let empty = "glrtr-8CLoDbhWwqW3qiRbgpHYEwA.01.0n00i4flb";
+    assert_eq!(decode(empty), Err(TokenError::NoClaims));
+    assert_eq!(
+        decode(empty).unwrap_err().to_string(),
+        "the token's payload holds no claims: GitLab does not read it as a routable token"
+    );
+    // Its payload `a\nx\n1\n2`.
+    let array = "glrtr-igz7z_MRijGFhUQwq0FCzWEKeAoxCjIH.01.0w1tpko2z";
+    assert_eq!(decode(array), Err(TokenError::Line { line: 1 }));
+    // Blank lines alone are no claims either (GitLab drops them: `filter(&:present?)`), and
+    // among claims they are skipped.
+    for blank in ["", "\n", "\n \n\t"] {
+        let text = forge(blank);
+        assert_eq!(
+            payload_claims(&text, text.len()),
+            Err(TokenError::NoClaims),
+            "{blank:?}"
+        );
+        assert_eq!(lines_claims(blank), Err(TokenError::NoClaims));
+    }
+    assert_eq!(
+        lines_claims("c:1\n \no:2").unwrap(),
+        Claims::new().with("c", 1).with("o", 2)
+    );
+}
+
+/// A token as GitLab's generator writes one for `o: <a 157-digit integer>` (Ruby's
+/// `Integer#to_s(36)` has no size limit; `o:` and 157 digits are the 159 bytes a payload may
+/// hold), with its spec's random bytes (`'a' * 16`), no cell configured and prefix `glrt-`.
+const GITLAB_BIG: &str = "glrt-YWFhYWFhYWFhYWFhYWFhYW86MTdpZThjeHg3eTM0dWNkZHJzNDlqdjZmemJ6NXQ1OWxudWZudzhsOXUwbjM1NXJ0MG15aWhia2tjdTIyMXAyMmtjcGY3M2J4bzhlbDJ5aGFvdG1pZjQ2bHB0cG0wODhnZnU3YTRhY2d4Zmc2dHBqOXhxa3prcjdjMDNnYTY1NTJwbGwzcGVqaHMyOXN4ZHhobWp1cjBvOHZvbTh0dZ8.01.6j1hv4h3j";
+const BIG_BASE36: &str = "17ie8cxx7y34ucddrs49jv6fzbz5t59lnufnw8l9u0n355rt0myihbkkcu221p22kcpf73bxo8el2yhaotmif46lptpm088gfu7a4acgxfg6tpj9xqkzkr7c03ga6552pll3pejhs29sxdxhmjur0o8vom8tu";
+/// The same number in decimal, as Ruby (and Python) print it.
+const BIG_DECIMAL: &str = "733645909367111002931655980417849705729594930460613725976795762650674739400237860114782249613696983067203973551342915299545565455740603651498640016094152521164906946060931085319499191699616751698034424468894855650509470214198445890857893317170";
+
+#[test]
+fn a_claim_of_any_size_gitlab_writes_decodes_and_encodes_back() {
+    assert_eq!(BIG_BASE36.len(), 157);
+    let claims = decode(GITLAB_BIG).unwrap();
+    let o = claims.get("o").unwrap();
+    assert_eq!(o.base36(), BIG_BASE36);
+    assert_eq!(o.decimal(), BIG_DECIMAL);
+    assert_eq!(o.to_string(), BIG_DECIMAL);
+    assert_eq!(o.to_u64(), None);
+    assert_eq!(claims.to_string(), format!("o={BIG_DECIMAL}"));
+    // Where a number is needed, an error naming the claim.
+    let error = claims.number("o").unwrap_err();
+    assert_eq!(
+        error,
+        TokenError::TooLarge {
+            key: "o".into(),
+            digits: 157
+        }
+    );
+    assert!(error.to_string().contains("claim `o`"), "{error}");
+    // Encoded again: GitLab's bytes.
+    assert_eq!(encode("glrt-", &claims, &[b'a'; 16]).unwrap(), GITLAB_BIG);
+    assert_eq!(
+        ClaimValue::from_decimal(BIG_DECIMAL).unwrap().base36(),
+        BIG_BASE36
+    );
+    // A byte more is over GitLab's limit: its generator's refusal, "Routing payload is too
+    // big: 160" (its spec's `o: 'a' * 158`; a value alone is never that long here, so with
+    // another claim).
+    let over = Claims::new()
+        .with("c", 1)
+        .with_value("o", ClaimValue::from_base36(&"a".repeat(154)).unwrap());
+    assert_eq!(
+        encode("", &over, &[0; 16]),
+        Err(TokenError::PayloadTooBig { len: 160 })
+    );
+    // Upper case and leading zeros read as GitLab's `to_i(36)` reads them; u64's edges.
+    let text = forge("c:00Rz\no:3w5e11264sgsf\nu:3w5e11264sgsg");
+    let claims = payload_claims(&text, text.len()).unwrap();
+    assert_eq!(claims.number("c"), Ok(Some(1007)));
+    assert_eq!(claims.get("c").unwrap().base36(), "rz");
+    assert_eq!(claims.number("o"), Ok(Some(u64::MAX)));
+    assert_eq!(claims.get("u").unwrap().decimal(), "18446744073709551616");
+    assert_eq!(ClaimValue::from_base36("000").unwrap().decimal(), "0");
+    assert_eq!(ClaimValue::from_decimal("0").unwrap().base36(), "0");
+    assert_eq!(ClaimValue::from_base36("1-2"), None);
+    assert_eq!(ClaimValue::from_decimal("1a"), None);
+    // No longer than a token holds (a `base64-line-delimited` transform has no payload
+    // limit: a long value costs no long conversion).
+    assert!(ClaimValue::from_base36(&"z".repeat(157)).is_some());
+    assert_eq!(ClaimValue::from_base36(&"z".repeat(158)), None);
+    assert_eq!(
+        lines_claims(&format!("c:{}", "1".repeat(10_000))),
+        Err(TokenError::Value { key: "c".into() })
+    );
+    let most = ClaimValue::from_base36(&"z".repeat(157)).unwrap().decimal();
+    assert_eq!(
+        ClaimValue::from_decimal(&most).unwrap().base36(),
+        "z".repeat(157)
+    );
+    assert_eq!(most.len(), 245);
+    assert!(ClaimValue::from_decimal(&format!("0000{most}")).is_some());
+    // 36^157, the first number of 158 base-36 digits: 245 decimal digits, refused; and a
+    // longer decimal refused unread.
+    let mut one_more = most.into_bytes();
+    for digit in one_more.iter_mut().rev() {
+        if *digit == b'9' {
+            *digit = b'0';
+        } else {
+            *digit += 1;
+            break;
+        }
+    }
+    let one_more = String::from_utf8(one_more).unwrap();
+    assert_eq!(one_more.len(), 245);
+    assert_eq!(ClaimValue::from_decimal(&one_more), None);
+    assert_eq!(ClaimValue::from_decimal(&"1".repeat(246)), None);
 }
 
 /// The base64 of 16 zero bytes, `payload` and its length byte (which may not fit: the
@@ -153,7 +276,11 @@ fn claims_strategy() -> impl Strategy<Value = Claims> {
         proptest::option::of(any::<u64>()),
         proptest::collection::btree_map(
             prop::sample::select(vec!["g", "p", "u", "t"]),
-            any::<u64>(),
+            prop_oneof![
+                any::<u64>().prop_map(ClaimValue::from),
+                // Beyond 64 bits too: GitLab writes an integer of any size.
+                "[1-9a-z][0-9a-z]{0,29}".prop_map(|d| ClaimValue::from_base36(&d).unwrap()),
+            ],
             0..4,
         ),
     )
@@ -167,7 +294,7 @@ fn claims_strategy() -> impl Strategy<Value = Claims> {
                 claims.insert("o", o);
             }
             for (key, value) in rest {
-                claims.insert(key, value);
+                claims.insert_value(key, value);
             }
             claims
         })
@@ -185,6 +312,22 @@ proptest! {
         let token = encode(&prefix, &claims, &random).unwrap();
         prop_assert!(token.starts_with(&prefix));
         prop_assert_eq!(decode(&token).unwrap(), claims);
+    }
+
+    #[test]
+    fn a_value_is_the_same_number_in_base_36_and_in_decimal(
+        n in any::<u64>(),
+        digits in "[0-9]{1,244}",
+    ) {
+        let value = ClaimValue::from(n);
+        prop_assert_eq!(value.base36(), base36(n));
+        prop_assert_eq!(value.decimal(), n.to_string());
+        prop_assert_eq!(ClaimValue::from_decimal(&n.to_string()).unwrap(), value.clone());
+        prop_assert_eq!(ClaimValue::from_base36(&base36(n).to_uppercase()).unwrap(), value);
+        let big = ClaimValue::from_decimal(&digits).unwrap();
+        let canonical = digits.trim_start_matches('0');
+        prop_assert_eq!(big.decimal(), if canonical.is_empty() { "0" } else { canonical });
+        prop_assert_eq!(ClaimValue::from_base36(big.base36()).unwrap(), big);
     }
 
     #[test]

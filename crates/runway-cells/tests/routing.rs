@@ -110,6 +110,39 @@ fn a_corrupted_token_or_an_unknown_cell_goes_to_the_legacy_cell() {
         route("/api/v4/jobs/request", &[("RUNNER-TOKEN", &unknown)], None),
         (1, Some("session_token_header_runner_token".into()), true)
     );
+    // A cell id beyond 64 bits (GitLab writes an integer of any size): decoded, classified
+    // by its decimal digits, and no cell has it.
+    let mut huge = Claims::new().with("o", 1007);
+    huge.insert_value(
+        "c",
+        routable_token::ClaimValue::from_decimal("18446744073709551616").unwrap(),
+    );
+    let huge = encode("glrt-", &huge, &[4; 16]).unwrap();
+    let headers = headers(&[("RUNNER-TOKEN", &huge)]);
+    let request = RequestView {
+        path: "/api/v4/jobs/request",
+        headers: &headers,
+        body_prefix: None,
+    };
+    let decision = rules().decide(&request);
+    assert_eq!(
+        decision.action,
+        Action::Classify {
+            kind: ClassifyType::CellId,
+            value: "18446744073709551616".into()
+        }
+    );
+    let topology = topology();
+    let routed = topology.route(decision).unwrap();
+    assert_eq!(routed.cell.id, 1);
+    assert!(
+        routed
+            .fell_back
+            .as_ref()
+            .is_some_and(|reason| reason.to_string().contains("18446744073709551616")),
+        "{:?}",
+        routed.fell_back
+    );
     // A token without `c` (an organization's only) is not validated by the first rule.
     let org_only = encode("glrt-", &Claims::new().with("o", 5), &[2; 16]).unwrap();
     assert_eq!(

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use routable_token::Claims;
+use routable_token::{ClaimValue, Claims};
 use runway_cells::{Action, BODY_PREFIX_BYTES, RequestView, Rules, StaticTopology};
 use serde_json::json;
 
@@ -31,8 +31,10 @@ pub(crate) enum CellsCommand {
 /// `runway cells token ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TokenCommand {
-    /// Print a routable token's claims; exit 1, saying why, when it does not decode (a
-    /// checksum that does not match, a length that does not fit, a payload over 159 bytes).
+    /// Print a routable token's claims, in decimal (in JSON a number, or a string of digits
+    /// for one beyond 64 bits); exit 1, saying why, when it does not decode (a checksum that
+    /// does not match, a length that does not fit, a payload over 159 bytes, a payload with
+    /// no claim, which GitLab does not read as a routable token either).
     Decode(DecodeArgs),
     /// Print a routable token for these claims, as GitLab writes one: `--claim c=1 --claim
     /// o=1007`; a blank value is left out, `0` is kept; `c` or `o` is required.
@@ -109,10 +111,17 @@ fn meaning(key: &str) -> &'static str {
     }
 }
 
+/// Each claim a JSON number, or its decimal digits as a string when beyond 64 bits (which a
+/// JSON number would lose in most readers).
 fn claims_json(claims: &Claims) -> serde_json::Value {
     claims
         .iter()
-        .map(|(key, value)| (key.to_owned(), json!(value)))
+        .map(|(key, value)| {
+            let value = value
+                .to_u64()
+                .map_or_else(|| json!(value.decimal()), |n| json!(n));
+            (key.to_owned(), value)
+        })
         .collect::<serde_json::Map<_, _>>()
         .into()
 }
@@ -145,10 +154,10 @@ fn decode(args: &DecodeArgs) -> anyhow::Result<ExitCode> {
         Output::Text => {
             let mut text = String::new();
             for (key, value) in claims.iter() {
-                let note = match (key, value) {
-                    ("t", 1) => " (instance)",
-                    ("t", 2) => " (group)",
-                    ("t", 3) => " (project)",
+                let note = match (key, value.to_u64()) {
+                    ("t", Some(1)) => " (instance)",
+                    ("t", Some(2)) => " (group)",
+                    ("t", Some(3)) => " (project)",
                     _ => "",
                 };
                 text.push_str(&format!("{key}  {:<13} {value}{note}\n", meaning(key)));
@@ -170,10 +179,15 @@ fn encode(args: &EncodeArgs) -> anyhow::Result<ExitCode> {
             // GitLab leaves a blank claim out.
             continue;
         }
-        let value: u64 = value.parse().with_context(|| {
-            format!("--claim {claim}: the value must be a whole number from 0, e.g. {key}=1")
+        // Of any size a token holds, as GitLab writes an integer.
+        let value = ClaimValue::from_decimal(value).with_context(|| {
+            format!(
+                "--claim {claim}: the value must be a whole number from 0, e.g. {key}=1, of \
+                 at most {} base-36 digits",
+                routable_token::MAX_CLAIM_DIGITS
+            )
         })?;
-        claims.insert(key.trim(), value);
+        claims.insert_value(key.trim(), value);
     }
     let random = match &args.random_hex {
         Some(hex) => parse_hex(hex).context("--random-hex")?,

@@ -500,6 +500,63 @@ fn cells_token_decode_and_encode() {
     }
 }
 
+/// `runway cells token decode` as GitLab's decoder reads its fixtures: a payload with no
+/// claim is not a routable token (exit 1, saying so), and a claim of any size GitLab's
+/// generator writes (`o:` and 157 base-36 digits) decodes, in decimal, and encodes back.
+#[test]
+fn cells_token_decode_refuses_no_claims_and_reads_a_claim_of_any_size() {
+    let dir = tempfile::tempdir().unwrap();
+    // GitLab's spec: "when token payload is empty hash", `nil`.
+    let empty = "glrtr-8CLoDbhWwqW3qiRbgpHYEwA.01.0n00i4flb";
+    for output in ["text", "json"] {
+        let o = runway(
+            &["cells", "token", "decode", "--output", output, empty],
+            dir.path(),
+        );
+        assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+        assert!(
+            stderr(&o).contains("the token does not decode: the token's payload holds no claims"),
+            "{}",
+            stderr(&o)
+        );
+        if output == "json" {
+            let error: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+            assert_eq!(error["error"]["code"], "invalid_token");
+        } else {
+            assert_eq!(stdout(&o), "");
+        }
+    }
+
+    // GitLab's generator, `o: <157 base-36 digits>`, random bytes `'a' * 16`.
+    let big = "glrt-YWFhYWFhYWFhYWFhYWFhYW86MTdpZThjeHg3eTM0dWNkZHJzNDlqdjZmemJ6NXQ1OWxudWZudzhsOXUwbjM1NXJ0MG15aWhia2tjdTIyMXAyMmtjcGY3M2J4bzhlbDJ5aGFvdG1pZjQ2bHB0cG0wODhnZnU3YTRhY2d4Zmc2dHBqOXhxa3prcjdjMDNnYTY1NTJwbGwzcGVqaHMyOXN4ZHhobWp1cjBvOHZvbTh0dZ8.01.6j1hv4h3j";
+    let decimal = "733645909367111002931655980417849705729594930460613725976795762650674739400237860114782249613696983067203973551342915299545565455740603651498640016094152521164906946060931085319499191699616751698034424468894855650509470214198445890857893317170";
+    let o = runway(&["cells", "token", "decode", big], dir.path());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("o  organization  {decimal}\n"));
+    let o = runway(
+        &["cells", "token", "decode", "--output", "json", big],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{{\"o\":\"{decimal}\"}}\n"));
+    let o = runway(
+        &[
+            "cells",
+            "token",
+            "encode",
+            "--prefix",
+            "glrt-",
+            "--claim",
+            &format!("o={decimal}"),
+            "--random-hex",
+            &"61".repeat(16),
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), format!("{big}\n"));
+}
+
 /// `runway cells route` explains a decision with GitLab's rules: a runner token to its cell,
 /// an unknown cell to the legacy one (saying so), a rule file's mistake with its line.
 #[test]
