@@ -30,10 +30,55 @@
 //! cluster's: when the cluster stops, or the test process exits however it exits, the reaper
 //! kills the components (their pids are in the cluster's directory), removes the route and the
 //! directory.
+//!
+//! # A real node
+//!
+//! With `RUNWAY_KUBE_NODE=kubelet` the node is real: containerd 2, runc and a kubelet, registered
+//! as [`NODE_NAME`], run the pods' containers ([`Behavior`] has no effect then). It is opt-in,
+//! needs root, and one runs at a time on a machine; the other tests assume the simulated node.
+//!
+//! ```sh
+//! scripts/kubelet     # builds into ~/.cache/runway/kubelet/<versions>/, prints its bin directory
+//! RUNWAY_KUBE_NODE=kubelet RUNWAY_KUBELET_BIN=$(scripts/kubelet | tail -n 1) \
+//!   cargo test -p kube-cluster --test kubelet
+//! ```
+//!
+//! What it needed:
+//! - kubelet v1.36.3 (in `scripts/kubernetes`' wrapper module), containerd v2.4.2 with ctr and
+//!   its runc shim, runc v1.5.3 (cgo, libseccomp linked statically, static-pie), the bridge,
+//!   host-local and loopback CNI plugins v1.10.0: all through the Go module proxy. Debian's
+//!   gcc, libc6-dev, libseccomp-dev, busybox-static and python3 (`scripts/kubelet` installs
+//!   them). Two images made locally as OCI tarballs and imported into containerd:
+//!   `runway.invalid/pause:1` (Kubernetes' `pause.c`, `gcc -static`) and
+//!   `runway.invalid/busybox:1` (busybox-static); pods name the latter with `imagePullPolicy:
+//!   Never` or `IfNotPresent`.
+//! - kubelet: `failCgroupV1: false` (the host has cgroup v1, hybrid), `oomScoreAdj: 0` and
+//!   containerd's `restrict_oom_score_adj` (no `CAP_SYS_RESOURCE`: nothing may go below its
+//!   parent's OOM score), the `ContainerStopSignals` gate (as the API server's), no iptables
+//!   chains (`makeIPTablesUtilChains: false`). containerd: its shims' sockets, `opt` and image
+//!   verifiers in the cluster's directory, NRI off, no CDI directories.
+//! - The node's address on a bridge with no port (the kernel has no `dummy` driver); the pods on
+//!   that bridge with addresses of the cluster's /20 and no default route; no forwarding.
+//! - Its own certificates: `system:node:<name>` (Node authorization) to the API server, the
+//!   API server's `kubelet-client` certificate checked by the kubelet (webhook authorization).
+//!
+//! What it changes on the host, undone by the reaper (the directory's `reap.sh`) however the
+//! test ends: the bridge `kube-cluster` (the node's address, the pods', a route in the `local`
+//! table; its existence is the machine's lock); the sysctls the kubelet sets
+//! (`vm.overcommit_memory`, `vm.panic_on_oom`, `kernel.panic`, `kernel.panic_on_oops`,
+//! `kernel.keys.root_maxkeys`, `kernel.keys.root_maxbytes`), restored; the `kubepods` cgroups in
+//! every hierarchy; mounts under the cluster's directory; containerd's shims and the pods'
+//! processes; `/var/lib/kubelet` (device plugins' socket), `/var/log/containers` (log links)
+//! and `/var/lib/cni` (the CNI library's cache), none of which the kubelet lets be moved. The
+//! first two, or `kubepods`, already there mean another kubelet: the cluster does not start. Were
+//! the reaper itself killed (`kill -9`), undo by hand in that order: kill what holds the
+//! cluster's containerd socket, `umount -l` under its directory, `rmdir` the `kubepods` trees,
+//! write the sysctls back, remove the three paths, then `ip link del kube-cluster`.
 
 // Library code never prints, but for the one line a skipped test prints.
 #![deny(clippy::print_stderr)]
 
+mod kubelet;
 mod node;
 mod pki;
 
@@ -94,7 +139,8 @@ pub const REVISION_LABEL: &str = "runway.dev/revision";
 /// The simulated node's name.
 pub const NODE_NAME: &str = "kube-cluster-node";
 
-/// The user the node's requests are made as.
+/// The user the simulated node's requests are made as (a real kubelet's are
+/// `system:node:<NODE_NAME>`).
 pub const NODE_USER: &str = "kube-cluster-node";
 
 /// The user [`Cluster::admin_kubeconfig`] and [`Cluster::client`] authenticate as.
@@ -337,6 +383,17 @@ struct Component {
     child: Option<Child>,
 }
 
+/// The cluster's node.
+enum NodeKind {
+    /// The simulated node, the default.
+    Simulated {
+        node: Arc<Node>,
+        registered_in: Duration,
+    },
+    /// containerd and a real kubelet (`RUNWAY_KUBE_NODE=kubelet`), among the components.
+    Kubelet { ready_in: Duration },
+}
+
 /// A running cluster. Stopped by [`Cluster::stop`], or when dropped.
 pub struct Cluster {
     dir: PathBuf,
@@ -348,7 +405,7 @@ pub struct Cluster {
     ca_pem: String,
     client: Client,
     components: Mutex<Vec<Component>>,
-    node: Arc<Node>,
+    node: NodeKind,
     /// The reaper's stdin: closing it cleans up.
     reaper: Mutex<Option<Child>>,
     started_in: Duration,
@@ -381,6 +438,7 @@ impl Cluster {
                 )));
             }
         }
+        let real_node = kubelet::parts()?;
         let started = Instant::now();
         let mut attempt = 0;
         loop {
@@ -393,7 +451,7 @@ impl Cluster {
                 .keep();
             // Dropped on a failure, the reaper cleans up what this attempt started.
             let reaper = reaper(&dir, range)?;
-            match Self::start_in(bin.clone(), dir, range, reaper).await {
+            match Self::start_in(bin.clone(), dir, range, reaper, real_node.as_ref()).await {
                 Ok(mut cluster) => {
                     cluster.started_in = started.elapsed();
                     return Ok(cluster);
@@ -410,6 +468,7 @@ impl Cluster {
         dir: PathBuf,
         range: Range,
         reaper: Child,
+        real_node: Option<&kubelet::Parts>,
     ) -> Result<Cluster, Error> {
         let pki = Pki::new(&dir)?;
         let service_ip = Ipv4Addr::new(10, 96, 0, 1);
@@ -430,7 +489,8 @@ impl Cluster {
             "kube-apiserver-kubelet-client",
             Some("system:masters"),
         )?;
-        let (_, kubelet_tls) = pki.serving("kubelet", &[range.node()], &[NODE_NAME])?;
+        let (kubelet_serving, kubelet_tls) =
+            pki.serving("kubelet", &[range.node()], &[NODE_NAME])?;
         let audit_policy = dir.join("audit-policy.yaml");
         pki::write(
             &audit_policy,
@@ -562,18 +622,30 @@ impl Cluster {
         wait_for_api(&dir, &client, &mut components[1]).await?;
         launch(&mut components[2])?;
         launch(&mut components[3])?;
-        // The node has an identity of its own, so its writes are told apart in the audit log.
-        let node_identity = pki.client("node", NODE_USER, Some("system:masters"))?;
-        let node_kubeconfig = pki.kubeconfig("node.kubeconfig", &url, &node_identity)?;
-        let node_client = client_for(&node_kubeconfig).await?;
-        let node = Node::start(
-            node_client,
-            NODE_NAME,
-            range.node(),
-            range.pods(),
-            kubelet_tls,
-        )
-        .await?;
+        let node_started = Instant::now();
+        let node = if let Some(parts) = real_node {
+            let (real, ready_in) =
+                kubelet::start(parts, &pki, &dir, &url, range, &client, &kubelet_serving).await?;
+            components.extend(real);
+            NodeKind::Kubelet { ready_in }
+        } else {
+            // The node has an identity of its own, so its writes are told apart in the audit log.
+            let node_identity = pki.client("node", NODE_USER, Some("system:masters"))?;
+            let node_kubeconfig = pki.kubeconfig("node.kubeconfig", &url, &node_identity)?;
+            let node_client = client_for(&node_kubeconfig).await?;
+            let node = Node::start(
+                node_client,
+                NODE_NAME,
+                range.node(),
+                range.pods(),
+                kubelet_tls,
+            )
+            .await?;
+            NodeKind::Simulated {
+                node,
+                registered_in: node_started.elapsed(),
+            }
+        };
         Ok(Cluster {
             ca: pki.ca_file(),
             ca_pem: pki.ca_pem.clone(),
@@ -593,6 +665,15 @@ impl Cluster {
     /// How long [`Cluster::start`] took, to the node registered.
     pub fn started_in(&self) -> Duration {
         self.started_in
+    }
+
+    /// How long the node took: the simulated one to register; a real one (the bridge,
+    /// containerd, its images imported, the kubelet) to its Node Ready.
+    pub fn node_started_in(&self) -> Duration {
+        match &self.node {
+            NodeKind::Simulated { registered_in, .. } => *registered_in,
+            NodeKind::Kubelet { ready_in } => *ready_in,
+        }
     }
 
     /// The API server's URL (`https://127.0.0.1:<port>`).
@@ -639,9 +720,12 @@ impl Cluster {
     }
 
     /// Chooses how the node runs the pods labelled `runway.dev/revision: <revision>` in
-    /// `namespace` ("" for any), from their next start.
+    /// `namespace` ("" for any), from their next start. A real kubelet runs the pods' own
+    /// containers: nothing to choose there.
     pub fn behave(&self, namespace: &str, revision: &str, behavior: Behavior) {
-        self.node.behave(namespace, revision, behavior);
+        if let NodeKind::Simulated { node, .. } = &self.node {
+            node.behave(namespace, revision, behavior);
+        }
     }
 
     /// Creates a namespace (labels as `key=value`), as an installation does.
@@ -770,13 +854,15 @@ impl Drop for Cluster {
 }
 
 /// The reaper: kills what the cluster started, removes the route and the directory once its
-/// stdin closes (the cluster stopped, or the process that holds it ended).
+/// stdin closes (the cluster stopped, or the process that holds it ended); a real node's
+/// `reap.sh` in between. It outlives a Ctrl-C or a SIGTERM sent to the test's process group.
 fn reaper(dir: &Path, range: Range) -> Result<Child, Error> {
     Command::new("sh")
         .args([
             "-c",
-            r#"read -r _ ; for f in "$1"/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
-               ip route del local "$2" dev lo 2>/dev/null; rm -rf "$1""#,
+            r#"trap '' INT HUP TERM; read -r _ ; for f in "$1"/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
+               [ -f "$1/reap.sh" ] && sh "$1/reap.sh"
+               ip route del local "$2" dev lo 2>/dev/null; rm -rf --one-file-system "$1""#,
             "kube-cluster-reaper",
         ])
         .arg(dir)
