@@ -254,13 +254,14 @@ impl Handshake {
     /// [`limits::PRESSURE_WAIT`] with the budget under pressure, or past `bound`. Never, once
     /// it is served. Counts what it sheds in `metrics`.
     pub(crate) async fn closed(&self, bound: Duration, metrics: &Metrics) -> Closed {
-        let since = tokio::time::Instant::from_std(self.slot.since);
+        // The event loop's own deadlines: no timer registration per connection.
+        let since = self.slot.since;
         let shed = self.slot.shed.notified();
         tokio::pin!(shed);
         let pressure_wait = limits::PRESSURE_WAIT.min(bound);
         tokio::select! {
             () = &mut shed => return Closed::Shed,
-            () = tokio::time::sleep_until(since + pressure_wait) => {}
+            () = crate::timer::Deadline::new(since + pressure_wait) => {}
         }
         if pressure_wait < bound {
             if self.shed_under_pressure() {
@@ -269,7 +270,7 @@ impl Handshake {
             }
             tokio::select! {
                 () = &mut shed => return Closed::Shed,
-                () = tokio::time::sleep_until(since + bound) => {}
+                () = crate::timer::Deadline::new(since + bound) => {}
             }
         }
         match self.slot.stage() {
