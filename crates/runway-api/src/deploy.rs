@@ -152,6 +152,10 @@ pub(crate) async fn deploy(
     body: DeployRequest,
 ) -> ApiResult<Deployment> {
     let config = validate_off_loop(service, env, &body.manifest, &body.env_vars).await?;
+    // Refused whatever the artifact (an image's ignores it), as the document says.
+    if let Some(digest) = &body.source {
+        crate::routes::check_digest(digest).map_err(|e| e.field("source"))?;
+    }
     if body.pause && !in_steps(config.strategy) {
         return Err(ApiError::invalid(format!(
             "`pause` needs a rollout in steps (deployment.strategy regional_rollout, \
@@ -185,7 +189,6 @@ pub(crate) async fn deploy(
                 )
                 .field("source")
             })?;
-            crate::routes::check_digest(digest).map_err(|e| e.field("source"))?;
             let present = state
                 .platform
                 .source_claim(id, digest)

@@ -9,8 +9,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 
-/// A JSON request body. An empty body reads as `{}`; unknown keys are refused where the type
-/// says so; a type error names its field (`manifest.spec`, `scope.deploy.service`).
+/// A JSON request body: an object, as every body the document describes is (serde would also
+/// read a struct from an array of its fields). An empty body reads as `{}`; unknown keys are
+/// refused where the type says so; a type error names its field (`manifest.spec`,
+/// `scope.deploy.service`).
 #[derive(Debug)]
 pub(crate) struct Json<T>(pub T);
 
@@ -25,10 +27,10 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Json<T> {
                 ApiError::invalid("cannot read the request body")
             }
         })?;
-        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-            b"{}"
-        } else {
-            &bytes
+        let bytes: &[u8] = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            None => b"{}",
+            Some(b'{') => &bytes,
+            Some(_) => return Err(ApiError::invalid("invalid JSON body: expected an object")),
         };
         let mut de = serde_json::Deserializer::from_slice(bytes);
         let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -73,5 +75,36 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
             .await
             .map(|p| Path(p.0))
             .map_err(|e| ApiError::invalid(format!("invalid path: {}", e.body_text())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use axum::body::Body;
+
+    use super::*;
+    use crate::types::{CreateSession, RollbackRequest};
+
+    async fn read<T: DeserializeOwned>(body: &'static str) -> Result<T, ApiError> {
+        let request = Request::builder().body(Body::from(body)).unwrap();
+        Json::<T>::from_request(request, &()).await.map(|Json(v)| v)
+    }
+
+    /// serde reads a struct from an array of its fields too; the document allows objects only.
+    #[tokio::test]
+    async fn a_body_is_an_object_or_nothing() {
+        assert!(read::<CreateSession>("").await.unwrap().token.is_none());
+        assert!(read::<CreateSession>(" \n").await.is_ok());
+        let to = read::<RollbackRequest>(r#"{"to": "hello-dev-00001"}"#)
+            .await
+            .unwrap();
+        assert_eq!(to.to.as_deref(), Some("hello-dev-00001"));
+        for body in ["[]", r#"["hello-dev-00001"]"#, "null", "1", r#""x""#] {
+            let refused = read::<RollbackRequest>(body).await.unwrap_err();
+            assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{body}");
+            assert!(refused.message().contains("expected an object"), "{body}");
+        }
     }
 }

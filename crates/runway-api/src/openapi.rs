@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use utoipa::OpenApi;
 
 use crate::error::{ErrorBody, ErrorDetail};
-use crate::types::LABEL_PATTERN;
+use crate::types::{DIGEST_PATTERN, LABEL_MAX, LABEL_PATTERN};
 
 /// The routes that need no token.
 pub const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/openapi.json", "/metrics"];
@@ -109,6 +109,9 @@ fn complete(doc: &mut Value) {
             };
             let has_body = operation.contains_key("requestBody");
             constrain_path_parameters(operation);
+            if let Some(body) = operation.get_mut("requestBody") {
+                optional_body_not_null(body);
+            }
             let mut errors: Vec<(&str, &str)> = Vec::new();
             if public {
                 operation.insert("security".into(), json!([]));
@@ -194,8 +197,34 @@ fn close_tagged_enum(schema: &mut Value) {
     }
 }
 
+/// A body that may be left out (`request_body = Option<T>`, read as `{}`) is still T when
+/// sent: utoipa says `T or null`, and the server refuses a `null`.
+fn optional_body_not_null(body: &mut Value) {
+    if body.get("required") == Some(&Value::Bool(true)) {
+        return;
+    }
+    let Some(content) = body.get_mut("content").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for media in content.values_mut() {
+        let Some(schema) = media.get_mut("schema") else {
+            continue;
+        };
+        let not_null = match schema
+            .get("oneOf")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+        {
+            Some([only, null]) if null == &json!({"type": "null"}) => only.clone(),
+            _ => continue,
+        };
+        *schema = not_null;
+    }
+}
+
 /// Path parameters' patterns, the same for every route: service and environment names are
-/// DNS labels, secret names environment variable names.
+/// DNS labels, secret names environment variable names, a code snapshot's digest `sha256:`
+/// and 64 lowercase hex digits.
 fn constrain_path_parameters(operation: &mut Map<String, Value>) {
     let Some(parameters) = operation
         .get_mut("parameters")
@@ -208,7 +237,12 @@ fn constrain_path_parameters(operation: &mut Map<String, Value>) {
             continue;
         }
         let constraint = match parameter["name"].as_str() {
-            Some("service" | "env") => json!({"type": "string", "pattern": LABEL_PATTERN}),
+            Some("service" | "env") => json!({
+                "type": "string",
+                "pattern": LABEL_PATTERN,
+                "maxLength": LABEL_MAX
+            }),
+            Some("digest") => json!({"type": "string", "pattern": DIGEST_PATTERN}),
             Some("name") => json!({
                 "type": "string",
                 "pattern": "^[A-Z_][A-Z0-9_]*$",

@@ -227,7 +227,8 @@ async fn prometheus_targets(
 /// 5xx ratio, apdex over 5m to 3d) and multi-window, multi-burn-rate alerts, a group per
 /// service and environment, from each serving revision's manifest (`spec.workload.slo`).
 #[utoipa::path(get, path = "/v1/observability/rules",
-    responses((status = 200, description = "A Prometheus rule file (YAML)", body = String)))]
+    responses((status = 200, description = "A Prometheus rule file (YAML): `groups`",
+        body = Object, content_type = "application/yaml")))]
 async fn observability_rules(
     caller: Caller,
     state: axum::extract::State<ApiState>,
@@ -367,7 +368,7 @@ fn check_environments(state: &ApiState, environments: &[String]) -> ApiResult<()
 
 /// Changes a service's owners, environments or leave to deploy plain processes (admin).
 #[utoipa::path(patch, path = "/v1/services/{service}", params(("service" = String, Path)),
-    request_body = UpdateService, responses((status = 200, body = ServiceView)))]
+    request_body = Option<UpdateService>, responses((status = 200, body = ServiceView)))]
 async fn update_service(
     caller: Caller,
     state: axum::extract::State<ApiState>,
@@ -722,7 +723,8 @@ async fn put_source(
 
 /// Moves traffic back to an earlier revision (by default the one before the serving one).
 #[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/rollback",
-    params(("service" = String, Path), ("env" = String, Path)), request_body = RollbackRequest,
+    params(("service" = String, Path), ("env" = String, Path)),
+    request_body = Option<RollbackRequest>,
     responses((status = 202, body = DeploymentView)))]
 async fn rollback(
     caller: Caller,

@@ -33,7 +33,7 @@ pub(crate) const SESSION_MILLIS: i64 = 12 * 3600 * 1000;
 /// session token from it, and sets it in the `runway_session` cookie (`HttpOnly; Secure;
 /// SameSite=Strict`). A token in the body needs `X-Runway-Console: 1` and, when the browser
 /// sends `Origin`, this API's own. 400 for an identity token (OIDC) or a session's own token.
-#[utoipa::path(post, path = "/v1/session", request_body = CreateSession,
+#[utoipa::path(post, path = "/v1/session", request_body = Option<CreateSession>,
     responses((status = 201, body = SessionView,
         headers(("set-cookie" = String,
             description = "`runway_session=<token>; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age=<seconds>`")))))]

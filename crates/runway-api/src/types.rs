@@ -12,9 +12,14 @@ use runway_store::{
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-/// A DNS label: service and environment names (repeated literally in the `#[schema]`
-/// attributes below).
-pub(crate) const LABEL_PATTERN: &str = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$";
+/// A DNS label, as `routes::is_label` checks it: service and environment names, with
+/// [`LABEL_MAX`] (repeated literally in the `#[schema]` attributes below: utoipa takes a
+/// literal). No `---`, which parts a tag from its service in a host name.
+pub(crate) const LABEL_PATTERN: &str = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$";
+/// A DNS label's length at most.
+pub(crate) const LABEL_MAX: usize = 63;
+/// A code snapshot's digest, as `routes::check_digest` checks it (repeated literally below).
+pub(crate) const DIGEST_PATTERN: &str = "^sha256:[0-9a-f]{64}$";
 
 fn ts(t: Timestamp) -> String {
     t.to_string()
@@ -36,10 +41,11 @@ pub enum ScopeView {
     /// One service, in some of its environments.
     Deploy {
         /// The service.
-        #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+        #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
         service: String,
-        /// The environments it may act in.
-        #[schema(min_items = 1)]
+        /// The environments it may act in, each once.
+        #[schema(value_type = BTreeSet<String>, min_items = 1,
+            pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
         environments: Vec<String>,
     },
 }
@@ -124,14 +130,16 @@ impl From<Service> for ServiceView {
 #[serde(deny_unknown_fields)]
 pub struct CreateService {
     /// The service's name, a DNS label.
-    #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub name: String,
-    /// Its owners.
+    /// Its owners, each once.
     #[serde(default)]
+    #[schema(value_type = BTreeSet<String>, min_length = 1)]
     pub owners: Vec<String>,
-    /// Its environments; all the server's when absent.
+    /// Its environments, each once, among the server's; all the server's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(min_items = 1)]
+    #[schema(value_type = Option<BTreeSet<String>>, min_items = 1,
+        pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub environments: Option<Vec<String>>,
 }
 
@@ -140,7 +148,11 @@ pub struct CreateService {
 #[into_params(parameter_in = Query)]
 pub struct DecommissionQuery {
     /// Must repeat the service's name.
-    #[param(required = true)]
+    #[param(
+        required = true,
+        pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$",
+        max_length = 63
+    )]
     pub confirm: Option<String>,
 }
 
@@ -148,15 +160,19 @@ pub struct DecommissionQuery {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateService {
-    /// New owners.
+    /// New owners, each once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeSet<String>>, min_length = 1)]
     pub owners: Option<Vec<String>>,
-    /// New environments, among the server's; one with revisions cannot be removed.
+    /// New environments, each once, among the server's; one with revisions cannot be removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeSet<String>>, min_items = 1,
+        pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub environments: Option<Vec<String>>,
-    /// Environments to add to those it has (not with `environments`); its revisions and
-    /// history elsewhere stay as they are.
+    /// Environments to add to those it has, among the server's (not with `environments`);
+    /// its revisions and history elsewhere stay as they are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub add_environments: Vec<String>,
     /// Let this service deploy plain processes (`spec.workload.process`) on a server that does
     /// not allow them for every service, or no longer.
@@ -184,11 +200,13 @@ pub struct DeployRequest {
     pub env_vars: BTreeMap<String, String>,
     /// An image reference; overrides `spec.image`. A tag is resolved to a digest once, here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1)]
     pub image: Option<String>,
-    /// For a process artifact: the code snapshot it runs (`sha256:…`), uploaded first with
-    /// `PUT …/sources/{digest}`. The revision keeps it: a rollback or a promotion runs this
-    /// code, whatever has changed since.
+    /// For a process artifact: the code snapshot it runs (`sha256:` and 64 lowercase hex
+    /// digits), uploaded first with `PUT …/sources/{digest}`. The revision keeps it: a
+    /// rollback or a promotion runs this code, whatever has changed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
     pub source: Option<String>,
     /// Start the rollout paused: the new revision starts but its strategy takes no step
     /// until `rollout` is asked to resume or promote. Only progressive strategies
@@ -398,6 +416,32 @@ pub struct WatchEvents {
     pub events: Vec<DeploymentEventView>,
 }
 
+/// One server-sent event of `GET …/watch`, as an event-stream parser reads it: its name and
+/// its data, one JSON document as text (for `end`, the reason as plain text).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WatchEvent {
+    /// Which event.
+    pub event: WatchEventName,
+    /// `status`: a StatusView; `deployments`: the 20 newest DeploymentViews;
+    /// `deployment_events`: a WatchEvents; `end`: why the stream ends.
+    pub data: String,
+}
+
+/// The events of `GET …/watch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEventName {
+    /// The status document, whole.
+    Status,
+    /// The newest deployments.
+    Deployments,
+    /// The newest deployment's events not sent yet.
+    DeploymentEvents,
+    /// The stream ends (the token was revoked or expired, the service or its environment
+    /// went).
+    End,
+}
+
 /// A service's code snapshot.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SourceView {
@@ -495,10 +539,10 @@ pub struct SetVariables {
 #[serde(deny_unknown_fields)]
 pub struct PromoteRequest {
     /// The environment whose serving revision is promoted.
-    #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub from: String,
     /// The environment it goes to; after `from` in the promotion order.
-    #[schema(pattern = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub to: String,
 }
 
@@ -758,8 +802,12 @@ pub struct LogsQuery {
     /// Keep streaming new lines as NDJSON until the client goes.
     #[serde(default)]
     pub follow: bool,
-    /// Only lines written since then: an RFC 3339 time, or a duration before now (`90s`,
-    /// `10m`, `2h`, `1d`). With it, `lines` defaults to 10000.
+    /// Only lines written since then: an RFC 3339 time in UTC (`Z` or `+00:00`, from 1970),
+    /// or a duration before now (`90s`, `10m`, `2h`, `1d`). With it, `lines` defaults to
+    /// 10000.
+    #[param(
+        pattern = r"^(\+?0*[0-9]{1,11}[smhd]|((19[7-9][0-9]|[2-9][0-9]{3})-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))|(19(7[26]|8[048]|9[26])|[2-9][0-9](0[48]|[2468][048]|[13579][26])|(2[048]|3[26]|4[048]|5[26]|6[048]|7[26]|8[048]|9[26])00)-02-29)T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]*)?(Z|\+00:00))$"
+    )]
     pub since: Option<String>,
 }
 
@@ -790,7 +838,9 @@ pub struct LogLine {
 #[derive(Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetSecret {
-    /// The secret's value.
+    /// The secret's value: no NUL byte (an environment variable cannot hold one), 64 KiB as
+    /// UTF-8 at most.
+    #[schema(pattern = r"^[^\x00]*$")]
     pub value: String,
 }
 
@@ -839,9 +889,35 @@ pub struct CreateToken {
     /// What it allows.
     pub scope: ScopeView,
     /// Seconds until it expires (at most ten years); never when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole_number"
+    )]
     #[schema(minimum = 1, maximum = 315_360_000)]
     pub expires_in_seconds: Option<u64>,
+}
+
+/// A whole number, also when written with a zero fraction (`918.0`): JSON Schema counts that
+/// an integer, so clients generated from the document may send it so.
+fn whole_number<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<u64>, D::Error> {
+    let Some(number) = Option::<serde_json::Number>::deserialize(de)? else {
+        return Ok(None);
+    };
+    if let Some(whole) = number.as_u64() {
+        return Ok(Some(whole));
+    }
+    match number.as_f64() {
+        // Whole and within u64, so the conversion is exact.
+        Some(float)
+            if float.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&float) =>
+        {
+            Ok(Some(float as u64))
+        }
+        _ => Err(serde::de::Error::custom(format!(
+            "{number} is not a whole number from 0 up"
+        ))),
+    }
 }
 
 /// A token as listed; never its text or hash.
@@ -937,7 +1013,8 @@ pub struct AuditQuery {
     /// At most this many (default 100).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
-    /// The last this many entries instead (still oldest first); not with `after`.
+    /// The last this many entries instead (still oldest first); not with `after` or `limit`
+    /// (400).
     #[param(minimum = 1, maximum = 1000)]
     pub last: Option<u32>,
 }
@@ -979,11 +1056,41 @@ impl From<AuditEntry> for AuditEntryView {
 pub struct AddDomain {
     /// The name (`www.example.com`): a DNS name of at least two labels, no wildcard, not one
     /// of the platform's own.
+    #[schema(schema_with = domain_schema)]
     pub domain: String,
     /// The service it reaches.
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub service: String,
     /// In this environment.
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub env: String,
+}
+
+/// [`AddDomain::domain`] as `domains::check_domain` takes it: labels of letters, digits and
+/// inner `-` (1 to 63 each, any case, lower-cased by the server), at least two, 253 characters
+/// at most, final dots dropped; not all digits (an address). Two patterns, as one regular
+/// expression without look-ahead cannot say both.
+fn domain_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, Schema, Type};
+    let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    let all_of = AllOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(format!(r"^({label}\.)+{label}\.*$")))
+                .max_length(Some(253)),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("[A-Za-z-]")),
+        )
+        .description(Some(
+            "The name (`www.example.com`): a DNS name of at least two labels, no wildcard, not \
+             an address, not one of the platform's own.",
+        ))
+        .build();
+    Schema::AllOf(all_of)
 }
 
 /// A custom domain and where its certificate stands.
@@ -1029,6 +1136,31 @@ impl DomainView {
             domain: domain.name,
             service: domain.service,
             env: domain.env,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// JSON Schema's integer 918.0 is 918: what the document allows, the server takes.
+    #[test]
+    fn a_whole_number_may_have_a_zero_fraction() {
+        let expiry = |json: &str| {
+            serde_json::from_str::<CreateToken>(&format!(
+                r#"{{"name": "ci", "scope": {{"admin": {{}}}}, "expires_in_seconds": {json}}}"#
+            ))
+            .map(|t| t.expires_in_seconds)
+        };
+        assert_eq!(expiry("918").unwrap(), Some(918));
+        assert_eq!(expiry("918.0").unwrap(), Some(918));
+        assert_eq!(expiry("9.18e2").unwrap(), Some(918));
+        assert_eq!(expiry("null").unwrap(), None);
+        for refused in ["918.5", "-1", "-1.0", "1e20", "\"918\""] {
+            assert!(expiry(refused).is_err(), "{refused}");
         }
     }
 }

@@ -44,10 +44,10 @@ const DEPLOYMENTS: u32 = 20;
 /// `Accept: text/event-stream` (400 otherwise: `GET …/status` answers once).
 #[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/watch",
     params(("service" = String, Path), ("env" = String, Path)),
-    responses((status = 200, content_type = "text/event-stream", body = String,
-        description = "Server-sent events: `status` (a StatusView), `deployments` (the 20 \
-            newest DeploymentViews), `deployment_events` (a WatchEvents), `end` (why the \
-            stream ends, as text)")))]
+    responses((status = 200, content_type = "text/event-stream", body = crate::types::WatchEvent,
+        description = "Server-sent events, each as its schema says: `status` (a StatusView), \
+            `deployments` (the 20 newest DeploymentViews), `deployment_events` (a \
+            WatchEvents), `end` (why the stream ends, as text)")))]
 pub(crate) async fn watch(
     caller: Caller,
     state: axum::extract::State<ApiState>,

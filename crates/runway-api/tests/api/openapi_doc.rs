@@ -118,3 +118,35 @@ fn fields_that_may_be_null_are_nullable() {
         "{event}"
     );
 }
+
+/// The document says what the server checks of a request (schemathesis, in
+/// `crates/runway-cli/tests/server.rs`, holds the server to it): a JSON body is an object,
+/// never `null`, also where it may be left out; a snapshot's digest has its pattern.
+#[test]
+fn request_bodies_are_objects_and_digests_have_their_pattern() {
+    let doc = runway_api::openapi::openapi();
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    let mut digests = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            if let Some(json) = op["requestBody"]["content"].get("application/json") {
+                let schema = &json["schema"];
+                let resolved = match schema["$ref"].as_str() {
+                    Some(r) => &schemas[r.trim_start_matches("#/components/schemas/")],
+                    None => schema,
+                };
+                assert_eq!(resolved["type"], "object", "{method} {path}: {schema}");
+            }
+            for parameter in op["parameters"].as_array().into_iter().flatten() {
+                if parameter["name"] == "digest" {
+                    digests += 1;
+                    assert_eq!(
+                        parameter["schema"]["pattern"], "^sha256:[0-9a-f]{64}$",
+                        "{method} {path}"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(digests, 2, "GET and PUT …/sources/{{digest}}");
+}
