@@ -10,6 +10,7 @@ use runway_manifest::{Manifest, ServiceConfig};
 
 use crate::local::table;
 use crate::platform::{OutputArg, Target, WaitArgs, client, finish, print_json, tokio};
+use crate::terminal;
 use crate::{Output, print_stdout};
 
 #[derive(Debug, clap::Args)]
@@ -293,11 +294,15 @@ fn env_list(args: &EnvListArgs) -> anyhow::Result<ExitCode> {
         print_json(&serde_json::json!({"revision": revision.name, "variables": map}))?;
         return Ok(ExitCode::SUCCESS);
     }
+    // A value is a tenant's: shown with its control characters escaped.
     let mut rows = vec![["NAME".to_owned(), "VALUE".to_owned(), "FROM".to_owned()]];
-    rows.extend(
-        all.iter()
-            .map(|(k, (v, from))| [(*k).to_owned(), (*v).to_owned(), (*from).to_owned()]),
-    );
+    rows.extend(all.iter().map(|(k, (v, from))| {
+        [
+            terminal::line(k).into_owned(),
+            terminal::line(v).into_owned(),
+            (*from).to_owned(),
+        ]
+    }));
     print_stdout(&format!("{} serves {name} in {env}\n", revision.name));
     print_stdout(&table(&rows));
     Ok(ExitCode::SUCCESS)
@@ -324,13 +329,14 @@ pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
             serde_json::Value::Object(map) if map.is_empty() => String::new(),
             other => other.to_string(),
         };
+        // An actor may be an identity token's claims, a detail quote an app's output.
         [
             e.id.to_string(),
             e.at.clone(),
-            e.actor.clone(),
+            terminal::line(&e.actor).into_owned(),
             e.action.clone(),
-            e.target.clone(),
-            detail,
+            terminal::line(&e.target).into_owned(),
+            terminal::line(&detail).into_owned(),
         ]
     }));
     print_stdout(&table(&rows));

@@ -20,6 +20,7 @@ mod render;
 mod repo;
 mod router;
 mod server;
+mod terminal;
 mod validate;
 
 /// Runway turns `.runway/runway.yml` into a running, observable, safely rolled-out service.
@@ -275,8 +276,10 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            // Each cause once, even where a message already ends with its source's text.
-            eprintln!("error: {}", runway_log::chain(error.as_ref()));
+            // Each cause once, even where a message already ends with its source's text; the
+            // server's words may quote a tenant's (a manifest's value, an app's output).
+            let chain = runway_log::chain(error.as_ref());
+            eprintln!("error: {}", terminal::text(&chain));
             if json {
                 print_stdout(&format!("{:#}\n", platform::error_json(&error)));
             }

@@ -20,6 +20,7 @@ use crate::api::{
 use crate::config;
 use crate::local::table;
 use crate::repo::{Repository, discover, display, is_named, valid_services};
+use crate::terminal;
 use crate::{EXIT_INVALID, Output, print_stdout};
 use runway_oci::source::Packed;
 
@@ -684,11 +685,12 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Names (owners, environments, secrets) for people, on one line.
 fn list_or_none(items: &[String]) -> String {
     if items.is_empty() {
         "-".to_owned()
     } else {
-        items.join(", ")
+        terminal::line(&items.join(", ")).into_owned()
     }
 }
 
@@ -971,7 +973,7 @@ fn finish_expecting(
     let id = last.id.to_string();
     Ok(match outcome {
         Outcome::Ended(_) if expected != DeploymentStateView::Succeeded => {
-            let reason = last.reason.as_deref().unwrap_or("no reason given");
+            let reason = terminal::text(last.reason.as_deref().unwrap_or("no reason given"));
             let state = last.state.as_str().replace('_', " ");
             if last.state == expected {
                 if output == Output::Text {
@@ -1032,7 +1034,7 @@ fn finish_expecting(
                         DeploymentStateView::RolledBack => "was rolled back",
                         _ => "failed",
                     },
-                    last.reason.as_deref().unwrap_or("no reason given")
+                    terminal::text(last.reason.as_deref().unwrap_or("no reason given"))
                 );
                 ExitCode::from(EXIT_FAILED)
             }
@@ -1182,7 +1184,9 @@ fn clear_spinner(spinner: bool) {
     }
 }
 
-/// Events as `HH:MM:SS  message`: on stdout, or on stderr when stdout holds JSON.
+/// Events as `HH:MM:SS  message`: on stdout, or on stderr when stdout holds JSON. A message's
+/// further lines (a crashed instance's last output) are indented under its first, so none
+/// passes for an event of its own.
 fn print_events(events: &[DeploymentEventView], output: Output, spinner: bool) {
     if events.is_empty() {
         return;
@@ -1190,7 +1194,9 @@ fn print_events(events: &[DeploymentEventView], output: Output, spinner: bool) {
     clear_spinner(spinner);
     let mut text = String::new();
     for event in events {
-        text.push_str(&format!("{}  {}\n", clock(&event.at), event.message));
+        let at = clock(&event.at);
+        let message = terminal::text(&event.message).replace('\n', "\n          ");
+        text.push_str(&format!("{}  {message}\n", terminal::line(at)));
     }
     match output {
         Output::Text => print_stdout(&text),
@@ -1273,7 +1279,7 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
                 rate,
                 errors,
                 p99,
-                r.reason.clone().unwrap_or_default(),
+                terminal::line(r.reason.as_deref().unwrap_or_default()).into_owned(),
             ]);
         }
         out.push_str(&table(&rows));
@@ -1296,7 +1302,7 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             rollout.deployment,
             rollout.phase,
             rollout.new_weight,
-            rollout.message
+            terminal::line(&rollout.message)
         ));
     }
     if !status.scaling.is_empty() {
@@ -1312,7 +1318,10 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             rows.push([
                 s.revision.clone(),
                 s.concurrency.to_string(),
-                format!("{}{panic}", s.last_change.as_deref().unwrap_or("none yet")),
+                format!(
+                    "{}{panic}",
+                    terminal::line(s.last_change.as_deref().unwrap_or("none yet"))
+                ),
                 s.last_change_at.as_deref().map_or("-", clock).to_owned(),
             ]);
         }
@@ -1338,7 +1347,7 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
                     .or_else(|| i.port.map(|p| format!(":{p}")))
                     .unwrap_or_else(|| "-".to_owned()),
                 i.restarts.to_string(),
-                i.message.clone(),
+                terminal::line(&i.message).into_owned(),
             ]);
         }
         out.push_str(&table(&rows));
@@ -1358,7 +1367,7 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
     }
     print_stdout(&out);
     for warning in &status.warnings {
-        eprintln!("warning: not shown: {warning}");
+        eprintln!("warning: not shown: {}", terminal::line(warning));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1384,20 +1393,22 @@ pub(crate) fn revisions(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(name, version)| format!("{name}@{version}"))
             .collect();
+        let artifact = r
+            .image
+            .clone()
+            .or_else(|| {
+                r.source
+                    .as_deref()
+                    .map(|d| format!("code {}", short_digest(d)))
+            })
+            .or_else(|| r.source_dir.clone())
+            .unwrap_or_else(|| "-".to_owned());
         rows.push([
             r.name.clone(),
-            r.image
-                .clone()
-                .or_else(|| {
-                    r.source
-                        .as_deref()
-                        .map(|d| format!("code {}", short_digest(d)))
-                })
-                .or_else(|| r.source_dir.clone())
-                .unwrap_or_else(|| "-".to_owned()),
+            terminal::line(&artifact).into_owned(),
             list_or_none(&secrets),
             r.created_at.clone(),
-            r.created_by.clone(),
+            terminal::line(&r.created_by).into_owned(),
         ]);
     }
     print_stdout(&table(&rows));
@@ -1516,7 +1527,8 @@ pub(crate) fn events(args: &EventsArgs) -> anyhow::Result<ExitCode> {
                 deployment
                     .reason
                     .as_deref()
-                    .map(|r| format!(": {r}"))
+                    // Indented, as an event's further lines are: none passes for an event.
+                    .map(|r| format!(": {}", terminal::text(r).replace('\n', "\n  ")))
                     .unwrap_or_default()
             ));
             print_events(&events, Output::Text, false);
@@ -1578,13 +1590,14 @@ pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// One log line for people: when (UTC time of day, to the millisecond), the instance, the text.
+/// One log line for people: when (UTC time of day, to the millisecond), the instance, the
+/// text; its control characters shown as escapes (JSON output keeps them as they are).
 fn log_text(line: &LogLine) -> String {
     format!(
         "{} {} {}\n",
-        time_of_day(&line.time, 12),
-        line.instance,
-        line.text
+        terminal::line(time_of_day(&line.time, 12)),
+        terminal::line(&line.instance),
+        terminal::line(&line.text)
     )
 }
 
@@ -1631,7 +1644,7 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
                     print_stdout(&format!(
                         "token {} ({}, {}); shown this once:\n{}\n",
                         created.info.id,
-                        created.info.name,
+                        terminal::line(&created.info.name),
                         describe_scope(&created.info.scope),
                         created.token
                     ));
@@ -1654,7 +1667,7 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
                     for t in &list {
                         rows.push([
                             t.id.to_string(),
-                            t.name.clone(),
+                            terminal::line(&t.name).into_owned(),
                             describe_scope(&t.scope),
                             text(&t.expires_at),
                             text(&t.revoked_at),
@@ -1733,10 +1746,9 @@ pub(crate) fn secrets(command: &SecretsCommand) -> anyhow::Result<ExitCode> {
                             s.name.clone(),
                             s.version.to_string(),
                             s.created_at.clone(),
-                            s.created_by.clone(),
-                            s.origin
-                                .clone()
-                                .unwrap_or_else(|| "runway secrets set".to_owned()),
+                            terminal::line(&s.created_by).into_owned(),
+                            terminal::line(s.origin.as_deref().unwrap_or("runway secrets set"))
+                                .into_owned(),
                         ]);
                     }
                     print_stdout(&table(&rows));

@@ -1105,6 +1105,124 @@ fn logs_show_the_last_lines_and_follow_the_stream() {
     );
 }
 
+/// What an app controls (its output, the events and reasons that quote it, an instance's
+/// message) reaches people with its control characters shown as escapes, so a tenant cannot
+/// clear, recolour or rewrite an operator's terminal; scripts (`--output json`) get it as the
+/// server sent it.
+#[test]
+fn tenant_text_is_escaped_for_people_and_kept_as_it_is_in_json() {
+    const HOSTILE: &str = "\x1b[2J\x1b[Hall is well\r";
+    const SHOWN: &str = r"\x1b[2J\x1b[Hall is well\r";
+    let reason = format!("hello-dev-00002 ended before it was ready\nlast output of i:\n{HOSTILE}");
+    let failed = reason.clone();
+    let fake = Fake::start(move |r| {
+        let segments: Vec<&str> = r.path.trim_start_matches('/').split('/').collect();
+        match (r.method.as_str(), segments.as_slice()) {
+            ("GET", ["v1", "services", _, "environments", _, "logs"]) => {
+                let line = json!({"instance": "hello-dev-00002-3f9a1c",
+                    "time": "2026-11-21T14:00:00Z", "stream": "stdout", "text": HOSTILE});
+                Some(if r.query.contains("follow=true") {
+                    Reply::Stream(vec![(Duration::ZERO, line.to_string())])
+                } else {
+                    Reply::Json(200, json!([line]))
+                })
+            }
+            ("GET", ["v1", "deployments", "7"]) => {
+                Some(Reply::Json(200, deployment(7, "failed", Some(&failed))))
+            }
+            ("GET", ["v1", "deployments", "7", "events"]) => {
+                let all = [
+                    event(1, HOSTILE),
+                    event(2, &format!("progressing → failed: {failed}")),
+                ];
+                let after: usize = r
+                    .query
+                    .strip_prefix("after=")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                Some(Reply::Json(
+                    200,
+                    Value::Array(all.into_iter().skip(after).collect()),
+                ))
+            }
+            ("GET", ["v1", "services", _, "environments", _, "status"]) => {
+                let Reply::Json(_, mut status) = contract(r) else {
+                    unreachable!("the contract's status is JSON")
+                };
+                status["instances"][0]["message"] = json!(HOSTILE);
+                Some(Reply::Json(200, status))
+            }
+            _ => None,
+        }
+    });
+    let cli = Cli::env(&fake);
+    let raw = |text: &str| text.contains('\x1b') || text.contains('\r');
+
+    // The output, for people: the last lines and followed.
+    for args in [
+        &["logs", "--service", "hello"][..],
+        &["logs", "--service", "hello", "--follow"],
+    ] {
+        let ran = cli.run(args);
+        assert_eq!(ran.code, Some(0), "{ran:?}");
+        assert_eq!(
+            ran.stdout,
+            format!("14:00:00 hello-dev-00002-3f9a1c {SHOWN}\n"),
+            "{args:?}"
+        );
+    }
+    // For scripts, as it was written.
+    let ran = cli.run(&["logs", "--service", "hello", "--output", "json"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    let lines: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(lines[0]["text"], HOSTILE);
+    let ran = cli.run(&["logs", "--service", "hello", "-f", "--output", "json"]);
+    let line: Value = serde_json::from_str(ran.stdout.trim_end()).unwrap();
+    assert_eq!(line["text"], HOSTILE);
+
+    // A deployment's events and reason: escaped, its lines kept, a quoted line indented
+    // under its event's message so it cannot pass for an event.
+    let repo = repository();
+    let ran = cli.run_in(&["deploy", "--wait"], repo.path(), None);
+    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert!(!raw(&ran.stdout) && !raw(&ran.stderr), "{ran:?}");
+    assert!(
+        ran.stdout.contains(&format!(
+            "14:00:01  {SHOWN}\n14:00:02  progressing → failed: hello-dev-00002 ended before \
+             it was ready\n          last output of i:\n          {SHOWN}\n"
+        )),
+        "{ran:?}"
+    );
+    assert!(
+        ran.stderr.contains(&format!(
+            "error: deployment 7 failed: hello-dev-00002 ended before it was ready\nlast \
+             output of i:\n{SHOWN}\n"
+        )),
+        "{ran:?}"
+    );
+    // With JSON on stdout, the events shown on stderr are for people; the document is raw.
+    let ran = cli.run_in(&["deploy", "--wait", "--output", "json"], repo.path(), None);
+    assert_eq!(ran.code, Some(1), "{ran:?}");
+    assert!(!raw(&ran.stderr) && ran.stderr.contains(SHOWN), "{ran:?}");
+    let printed: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(printed["reason"], reason.as_str());
+    let ran = cli.run(&["events", "--deployment", "7"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(!raw(&ran.stdout) && ran.stdout.contains(SHOWN), "{ran:?}");
+    let ran = cli.run(&["events", "--deployment", "7", "--output", "json"]);
+    let events: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(events["events"][0]["message"], HOSTILE);
+    assert_eq!(events["deployment"]["reason"], reason.as_str());
+
+    // An instance's message in the status.
+    let ran = cli.run(&["status", "--service", "hello"]);
+    assert_eq!(ran.code, Some(0), "{ran:?}");
+    assert!(!raw(&ran.stdout) && ran.stdout.contains(SHOWN), "{ran:?}");
+    let ran = cli.run(&["status", "--service", "hello", "--output", "json"]);
+    let status: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(status["instances"][0]["message"], HOSTILE);
+}
+
 #[test]
 fn secrets_are_set_from_stdin_or_a_file_never_shown() {
     let fake = Fake::contract();
