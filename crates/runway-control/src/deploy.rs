@@ -5,7 +5,7 @@
 //! ended before it was ever ready (as Cloud Run fails a revision whose container exits before
 //! it listens): a crash on start is known at its first exit, not at the timeout.
 
-use runway_driver::{Driver, LogQuery, now_ms};
+use runway_driver::{Driver, LogQuery, Phase, now_ms};
 use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
 use runway_store::{Deployment, DeploymentState, Desired, DesiredRevision};
 
@@ -90,11 +90,16 @@ impl<D: Driver> Controller<D> {
         let (status, routes, start_error, crashed) = {
             let state = self.lock();
             let service = state.services.get(key);
+            // An instance of the new revision that ended before it was ever ready: one backing
+            // off or failed, or one started again at once (a first restart has no backoff)
+            // whose last run ended.
             let crashed = service.and_then(|s| {
                 s.instances.iter().find(|i| {
                     revision_of(&i.id) == Some(target.as_str())
                         && state.tracked.get(&i.id).is_some_and(|t| {
-                            !t.was_ready && matches!(t.kind, "crash_loop" | "failed")
+                            !t.was_ready
+                                && (matches!(t.kind, "crash_loop" | "failed")
+                                    || i.last_exit.is_some())
                         })
                 })
             });
@@ -102,7 +107,11 @@ impl<D: Driver> Controller<D> {
                 service.and_then(|s| s.status.iter().find(|r| &r.revision == target).cloned()),
                 service.map(|s| s.routes.clone()).unwrap_or_default(),
                 service.and_then(|s| s.start_errors.get(target).cloned()),
-                crashed.map(failure_reason),
+                crashed.map(|i| match (&i.last_exit, i.phase) {
+                    // Started again: how its last run ended is the reason, not that it starts.
+                    (Some(exit), Phase::Starting | Phase::Running) => exit.reason.clone(),
+                    _ => failure_reason(i),
+                }),
             )
         };
         let ready = status
