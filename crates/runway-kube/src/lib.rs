@@ -152,6 +152,8 @@ struct Inner {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Why each namespace's watch failed last, printed once until it recovers.
     failing: Arc<Mutex<HashMap<String, String>>>,
+    /// Whether the API server has `lifecycle.stopSignal` (1.33 and later), asked once.
+    stop_signal_field: tokio::sync::OnceCell<bool>,
 }
 
 impl Drop for Inner {
@@ -220,8 +222,35 @@ impl KubeDriver {
                 resolver,
                 tasks: Mutex::new(tasks),
                 failing,
+                stop_signal_field: tokio::sync::OnceCell::new(),
             }),
         }
+    }
+
+    /// Whether the cluster's API has `lifecycle.stopSignal` (Kubernetes 1.33 and later), from
+    /// its version, asked once; an API server that does not say is taken as older (the field
+    /// left out, the preStop hook alone).
+    async fn stop_signal_field(&self) -> bool {
+        *self
+            .inner
+            .stop_signal_field
+            .get_or_init(|| async {
+                match self.inner.client.apiserver_version().await {
+                    Ok(info) => {
+                        let digits: String = info
+                            .minor
+                            .chars()
+                            .take_while(char::is_ascii_digit)
+                            .collect();
+                        info.major == "1" && digits.parse::<u32>().is_ok_and(|minor| minor >= 33)
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot read the API server's version");
+                        false
+                    }
+                }
+            })
+            .await
     }
 
     /// The cluster's network as the NetworkPolicies name it: the private ranges a service with
@@ -505,6 +534,7 @@ impl KubeDriver {
             network: &self.network,
             environments: &self.inner.environments,
             image_pull_secrets: &self.inner.options.image_pull_secrets,
+            stop_signal_field: self.stop_signal_field().await,
         };
         let objects = runway_render::revision_objects(&workload.config, &revision)
             .map_err(|e| refused_render(&workload.service, &e))?;

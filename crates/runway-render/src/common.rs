@@ -184,9 +184,9 @@ pub(crate) fn annotations(config: &ServiceConfig) -> Map<String, Value> {
         annotations.insert(
             "runway.dev/stop-signal".into(),
             json!(format!(
-                "{signal}: lifecycle.stopSignal asks the runtime for {signal} where the cluster \
-                 honours it (ContainerStopSignals); elsewhere a preStop hook sends it to PID 1 \
-                 with /bin/sh, and an image without a shell should say STOPSIGNAL {signal}",
+                "{signal}: a preStop hook sends it to PID 1 with /bin/sh (and, on Kubernetes \
+                 1.33 and later, lifecycle.stopSignal asks the runtime for it); an image \
+                 without a shell should say STOPSIGNAL {signal}",
                 signal = config.stop_signal
             )),
         );
@@ -206,22 +206,25 @@ pub(crate) fn container_security_context() -> Value {
     json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}})
 }
 
-/// The container's `lifecycle` when the stop signal is not the SIGTERM Kubernetes sends:
-/// `stopSignal`, which the runtime sends where the cluster honours the field (ContainerStopSignals;
-/// an API server without it drops the field, so it costs nothing there), and a preStop hook that
-/// sends the signal itself where it does not. The hook needs `/bin/sh`: on an image without one it
-/// fails, and the runtime sends `stopSignal`, or the image's STOPSIGNAL, or SIGTERM. The pod must
-/// then name its OS (`os`), which the API server checks the signal against.
-pub(crate) fn lifecycle(config: &ServiceConfig) -> Option<Value> {
+/// The container's `lifecycle` when the stop signal is not the SIGTERM Kubernetes sends: a
+/// preStop hook that sends the signal itself (it needs `/bin/sh`: on an image without one it
+/// fails, and the runtime sends the image's STOPSIGNAL, or SIGTERM), and, where the cluster's
+/// API has the field (`stop_signal_field`, 1.33 and later), `stopSignal`, which the runtime
+/// sends where the cluster honours it (ContainerStopSignals; an API server without the feature
+/// drops the field). An older API server refuses the unknown field under strict validation, so
+/// output for any cluster (`runway render`, the chart) goes without it. The pod must then name
+/// its OS ([`pod_os`]), which the API server checks the signal against.
+pub(crate) fn lifecycle(config: &ServiceConfig, stop_signal_field: bool) -> Option<Value> {
     (config.stop_signal != StopSignal::Term).then(|| {
         let script = format!(
             "kill -s {} 1; while kill -0 1 2>/dev/null; do sleep 1; done",
             config.stop_signal.short_name()
         );
-        json!({
-            "stopSignal": config.stop_signal.to_string(),
-            "preStop": {"exec": {"command": ["/bin/sh", "-c", script]}},
-        })
+        let mut lifecycle = json!({"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}});
+        if stop_signal_field {
+            lifecycle["stopSignal"] = json!(config.stop_signal.to_string());
+        }
+        lifecycle
     })
 }
 

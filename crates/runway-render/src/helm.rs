@@ -176,7 +176,7 @@ fn values(
         "securityContext".into(),
         common::container_security_context(),
     );
-    if let Some(lifecycle) = common::lifecycle(config) {
+    if let Some(lifecycle) = common::lifecycle(config, false) {
         v.insert("lifecycle".into(), lifecycle);
     }
     Value::Object(v)
@@ -275,8 +275,6 @@ spec:
       annotations:
         kubectl.kubernetes.io/default-container: {{ include "@chart@.name" . | quote }}
     spec:
-      os:
-        name: linux
       automountServiceAccountToken: {{ .Values.automountServiceAccountToken }}
       {{- with .Values.podSecurityContext }}
       securityContext:

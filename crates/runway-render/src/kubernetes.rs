@@ -107,6 +107,15 @@ pub struct Revision<'a> {
     pub environments: &'a [(String, String)],
     /// Secrets (of type `kubernetes.io/dockerconfigjson`) the kubelet pulls the image with.
     pub image_pull_secrets: &'a [String],
+    /// The cluster's API has `lifecycle.stopSignal` (Kubernetes 1.33 and later): a stop signal
+    /// other than SIGTERM is asked of the runtime there too (see `common::lifecycle`).
+    pub stop_signal_field: bool,
+}
+
+/// Whether the pods ask the runtime for their stop signal: only a revision's, for a cluster
+/// whose API has the field.
+fn stop_signal_field(shape: &Shape<'_>) -> bool {
+    matches!(shape, Shape::Revision(revision) if revision.stop_signal_field)
 }
 
 /// The annotation holding a revision's full name on its Deployment and pods, whatever its
@@ -334,7 +343,9 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
     let mut pod = Map::new();
     // A service never calls the Kubernetes API: no token in its pods.
     pod.insert("automountServiceAccountToken".into(), json!(false));
-    pod.insert("os".into(), common::pod_os());
+    if stop_signal_field(shape) && config.stop_signal != runway_manifest::StopSignal::Term {
+        pod.insert("os".into(), common::pod_os());
+    }
     pod.insert("securityContext".into(), common::pod_security_context());
     pod.insert(
         "terminationGracePeriodSeconds".into(),
@@ -386,7 +397,7 @@ fn container(config: &ServiceConfig, image: &str, shape: &Shape<'_>) -> Value {
         common::container_security_context(),
     );
     c.extend(common::probes(config, &json!(port_name(config))));
-    if let Some(lifecycle) = common::lifecycle(config) {
+    if let Some(lifecycle) = common::lifecycle(config, stop_signal_field(shape)) {
         c.insert("lifecycle".into(), lifecycle);
     }
     Value::Object(c)

@@ -450,6 +450,7 @@ fn a_revisions_policy_names_namespaces_and_runways_ingress() {
         network: &network,
         environments: &environments,
         image_pull_secrets: &[],
+        stop_signal_field: false,
     };
     let objects = revision_objects(&config, &revision).unwrap();
     let policy = &objects.network_policy;
@@ -556,6 +557,7 @@ fn every_object_passes_strict_schema_validation() {
             },
             environments: &environments,
             image_pull_secrets: &[],
+            stop_signal_field: false,
         };
         let objects = revision_objects(&config, &revision).unwrap();
         for (kind, object) in [

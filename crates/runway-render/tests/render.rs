@@ -451,6 +451,7 @@ fn kubernetes_output_passes_strict_schema_validation() {
             network: &network,
             environments: &environments,
             image_pull_secrets: &["registry-credentials".to_owned()],
+            stop_signal_field: false,
         };
         let objects = runway_render::revision_objects(&config, &revision).unwrap();
         for (kind, object) in [
@@ -784,6 +785,7 @@ fn a_revision_is_the_rendered_service_made_one_revisions() {
         network: &options.network,
         environments: &[("dev".to_owned(), "runway-dev".to_owned())],
         image_pull_secrets: &[],
+        stop_signal_field: false,
     };
     let objects = runway_render::revision_objects(&config, &revision).unwrap();
     // A revision's Service holds no cluster IP (the ingress reads its EndpointSlices), and a
