@@ -17,6 +17,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1763,7 +1764,13 @@ fn free_address() -> std::net::SocketAddr {
 struct Killed(std::process::Child);
 
 impl Drop for Killed {
+    /// Kills the child and, when it leads a process group of its own (`process_group(0)`),
+    /// everything in it: a supervised ingress's worker outlives its supervisor otherwise.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -1948,6 +1955,8 @@ fn rendered_certificates_serve_and_control_an_ingress() {
             .arg("ingress")
             .args(&args)
             .args(["--event-loops", "1", "--threads", "1"])
+            // The chart's `--supervise`: a group of its own, the worker in it, killed whole.
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
