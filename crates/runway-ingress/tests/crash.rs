@@ -10,6 +10,8 @@
 // Test code: a failing unwrap is a failing test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,9 +26,9 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use runway_ingress::RouteTableConfig;
 use runway_ingress::control::{self, ControlClient, Hello, Listen, RemoteOptions};
 use runway_ingress::daemon::{IngressCommand, Launch, Outcome};
-use runway_ingress::{InstanceConfig, RevisionConfig, RouteConfig, RouteTableConfig};
 use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -52,39 +54,6 @@ async fn upstream() -> SocketAddr {
         }
     });
     address
-}
-
-fn table(instance: SocketAddr) -> RouteTableConfig {
-    RouteTableConfig {
-        domain: "localhost".to_owned(),
-        routes: vec![RouteConfig {
-            service: "hello".to_owned(),
-            env: "dev".to_owned(),
-            domains: vec![],
-            request_timeout_seconds: 5.0,
-            sticky: false,
-            revisions: vec![RevisionConfig {
-                name: "hello-1".to_owned(),
-                weight: 100,
-                tag: None,
-                average_start_seconds: None,
-                protocol: runway_ingress::config::Protocol::Http1,
-                failing: false,
-                instances: vec![InstanceConfig {
-                    address: instance,
-                    ready: true,
-                    draining: false,
-                    max_concurrency: 0,
-                }],
-            }],
-            cells: None,
-            public: true,
-            private: false,
-            callers: Vec::new(),
-            cloudflare: false,
-        }],
-        ..RouteTableConfig::default()
-    }
 }
 
 /// A state directory holding `table` as the saved one: what a control plane left there.
@@ -397,7 +366,7 @@ async fn a_killed_worker_fails_only_its_requests_in_flight() {
     let groups = Groups::default();
     tokio::time::timeout(BOUND, async {
         let dir = tempfile::tempdir().unwrap();
-        let state = saved(dir.path(), &table(upstream().await));
+        let state = saved(dir.path(), &support::one_route(upstream().await));
         let (ingress, hello) = Supervised::start(&state, &groups).await;
         let first = hello.worker.expect("a worker");
         assert_ne!(first, ingress.pid());
@@ -475,7 +444,7 @@ async fn a_worker_that_cannot_start_is_started_again_after_a_growing_pause() {
     let groups = Groups::default();
     tokio::time::timeout(BOUND, async {
         let dir = tempfile::tempdir().unwrap();
-        let good = table(upstream().await);
+        let good = support::one_route(upstream().await);
         let state = saved(dir.path(), &good);
         let table_file = state.join(control::TABLE_FILE);
 
@@ -526,7 +495,7 @@ async fn a_worker_whose_supervisor_is_killed_serves_on_until_replaced() {
     let groups = Groups::default();
     tokio::time::timeout(BOUND, async {
         let dir = tempfile::tempdir().unwrap();
-        let state = saved(dir.path(), &table(upstream().await));
+        let state = saved(dir.path(), &support::one_route(upstream().await));
         let launch = Launch {
             command: IngressCommand {
                 program: BINARY.into(),

@@ -4,6 +4,8 @@
 // Test code: a failing unwrap is a failing test.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,9 +17,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-use runway_ingress::{
-    Ingress, InstanceConfig, Options, RevisionConfig, RouteConfig, RouteTableConfig,
-};
+use runway_ingress::{Ingress, Options};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 const HOST: &str = "hello.dev.localhost";
@@ -42,40 +42,6 @@ async fn upstream() -> SocketAddr {
         }
     });
     address
-}
-
-fn routes(instance: SocketAddr) -> RouteTableConfig {
-    RouteTableConfig {
-        domain: "localhost".to_owned(),
-        environments: Vec::new(),
-        routes: vec![RouteConfig {
-            service: "hello".to_owned(),
-            env: "dev".to_owned(),
-            domains: vec![],
-            request_timeout_seconds: 5.0,
-            sticky: false,
-            revisions: vec![RevisionConfig {
-                name: "hello-1".to_owned(),
-                weight: 100,
-                tag: None,
-                average_start_seconds: None,
-                protocol: runway_ingress::config::Protocol::Http1,
-                failing: false,
-                instances: vec![InstanceConfig {
-                    address: instance,
-                    ready: true,
-                    draining: false,
-                    max_concurrency: 0,
-                }],
-            }],
-            cells: None,
-            public: true,
-            private: false,
-            callers: Vec::new(),
-            cloudflare: false,
-        }],
-        ..RouteTableConfig::default()
-    }
 }
 
 /// Serves `ingress` on a new loopback port until the returned sender is dropped.
@@ -147,7 +113,7 @@ async fn the_connection_budget_keeps_the_process_clear_of_its_descriptor_limit()
         let budget = options.max_connections as u64;
         assert!(2 * budget < 130, "{budget}");
         let ingress = Ingress::new(options);
-        ingress.set_routes(&routes(instance)).unwrap();
+        ingress.set_routes(&support::one_route(instance)).unwrap();
         let (address, stop) = serve(&ingress).await;
         let mut flood = Vec::new();
         for _ in 0..40 {
@@ -186,7 +152,7 @@ async fn the_connection_budget_keeps_the_process_clear_of_its_descriptor_limit()
             max_connections_per_client: 0,
             ..Options::default()
         });
-        ingress.set_routes(&routes(instance)).unwrap();
+        ingress.set_routes(&support::one_route(instance)).unwrap();
         let (address, stop) = serve(&ingress).await;
         let mut flood = Vec::new();
         for _ in 0..200 {

@@ -10,6 +10,8 @@
 // Test code: a failing unwrap is a failing test; the figures are printed for the record.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+mod support;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,9 +24,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use runway_ingress::server::LoopListener;
-use runway_ingress::{
-    Ingress, InstanceConfig, Options, RevisionConfig, RouteConfig, RouteTableConfig,
-};
+use runway_ingress::{Ingress, Options};
 use socket2::{Domain, Socket, Type};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -93,39 +93,6 @@ async fn upstream() -> (SocketAddr, tokio::task::JoinHandle<()>) {
         }
     });
     (address, task)
-}
-
-fn table(instance: SocketAddr) -> RouteTableConfig {
-    RouteTableConfig {
-        domain: "localhost".to_owned(),
-        routes: vec![RouteConfig {
-            service: "hello".to_owned(),
-            env: "dev".to_owned(),
-            domains: Vec::new(),
-            request_timeout_seconds: 5.0,
-            sticky: false,
-            revisions: vec![RevisionConfig {
-                name: "hello-1".to_owned(),
-                weight: 100,
-                tag: None,
-                average_start_seconds: None,
-                protocol: runway_ingress::config::Protocol::Http1,
-                failing: false,
-                instances: vec![InstanceConfig {
-                    address: instance,
-                    ready: true,
-                    draining: false,
-                    max_concurrency: 0,
-                }],
-            }],
-            cells: None,
-            public: true,
-            private: false,
-            callers: Vec::new(),
-            cloudflare: false,
-        }],
-        ..RouteTableConfig::default()
-    }
 }
 
 /// The ingress served by two event loops (as the daemon serves it) on a port of its own,
@@ -269,7 +236,7 @@ async fn idle_flood(tls: bool) {
             max_connections: BUDGET,
             ..Options::default()
         });
-        ingress.set_routes(&table(instance)).unwrap();
+        ingress.set_routes(&support::one_route(instance)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (tls_setup, connector) = if tls {
             let setup = ingress
