@@ -228,29 +228,31 @@ impl KubeDriver {
     }
 
     /// Whether the cluster's API has `lifecycle.stopSignal` (Kubernetes 1.33 and later), from
-    /// its version, asked once; an API server that does not say is taken as older (the field
-    /// left out, the preStop hook alone).
+    /// its version, asked once it answers; while it does not, the API is taken as older (the
+    /// field left out, the preStop hook alone) and asked again at the next revision.
     async fn stop_signal_field(&self) -> bool {
-        *self
+        let known = self
             .inner
             .stop_signal_field
-            .get_or_init(|| async {
-                match self.inner.client.apiserver_version().await {
-                    Ok(info) => {
-                        let digits: String = info
-                            .minor
-                            .chars()
-                            .take_while(char::is_ascii_digit)
-                            .collect();
-                        info.major == "1" && digits.parse::<u32>().is_ok_and(|minor| minor >= 33)
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot read the API server's version");
-                        false
-                    }
-                }
+            .get_or_try_init(|| async {
+                let info = self.inner.client.apiserver_version().await?;
+                let digits: String = info
+                    .minor
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                Ok::<_, kube::Error>(
+                    info.major == "1" && digits.parse::<u32>().is_ok_and(|minor| minor >= 33),
+                )
             })
-            .await
+            .await;
+        match known {
+            Ok(known) => *known,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the API server's version");
+                false
+            }
+        }
     }
 
     /// The cluster's network as the NetworkPolicies name it: the private ranges a service with
