@@ -16,7 +16,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -785,8 +784,6 @@ async fn serve(
         cloudflare_ranges: args.cloudflare_ranges.clone(),
     };
 
-    // Set when a server task ends by itself: a failure, not a stop anyone asked for.
-    let failing = Arc::new(AtomicBool::new(false));
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
@@ -823,7 +820,6 @@ async fn serve(
         Some(link) => {
             let supervisor = link.supervisor();
             link.listen(told, state_dir.clone());
-            link.announce_stop(stopped.clone(), Arc::clone(&failing));
             Some(supervisor)
         }
         None => None,
@@ -970,13 +966,28 @@ async fn serve(
     let mut failed = None;
     let mut stopped_now = stopped.clone();
     tokio::select! {
+        biased;
         _ = stopped_now.wait_for(|s| *s) => {}
-        // A server that ends by itself (it cannot bind, an event loop panicked) ends all.
+        // A server that ends by itself (it cannot bind, an event loop panicked) ends all. One
+        // that ended because a stop was asked for meanwhile is no failure: taken for one, the
+        // supervisor would start another worker instead of stopping.
         Some(ended) = tasks.join_next() => {
-            failed = Some(ended);
-            failing.store(true, Ordering::Relaxed);
-            let _ = stop.send(true);
+            if *stopped.borrow() {
+                if !matches!(&ended, Ok(Ok(()))) {
+                    failed = Some(ended);
+                }
+            } else {
+                failed = Some(ended);
+                let _ = stop.send(true);
+            }
         }
+    }
+    // Said here, before anything else of the stop, not by a task woken by it: the process
+    // could end before such a task ran, and the supervisor, not told, would start another.
+    if failed.is_none()
+        && let Some(link) = &link
+    {
+        link.stopping();
     }
     // The path is the next ingress's once it took it over.
     if let (Some(dir), Some(inode)) = (&state_dir, published) {

@@ -33,7 +33,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -43,7 +43,7 @@ use rustix::net::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::daemon::{self, Args, Layout, Sockets};
 
@@ -279,20 +279,10 @@ impl Link {
         });
     }
 
-    /// Says `S` as a stop asked for begins (not when `failing`: a server task that ended by
-    /// itself is a crash, and the supervisor starts another worker).
-    pub(crate) fn announce_stop(
-        &self,
-        mut stopped: watch::Receiver<bool>,
-        failing: Arc<AtomicBool>,
-    ) {
-        let write = Arc::clone(&self.write);
-        tokio::spawn(async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-            if !failing.load(Ordering::Relaxed) {
-                Self::tell(&write, STOPPING);
-            }
-        });
+    /// Says `S`: a stop asked for begins (not a server task that ended by itself, a crash
+    /// after which the supervisor starts another worker).
+    pub(crate) fn stopping(&self) {
+        Self::tell(&self.write, STOPPING);
     }
 }
 
