@@ -2,6 +2,7 @@
 //! under load that must not fail a single request.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -155,15 +156,19 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: the control plane stops first (else it would start
     // them again), then the instances, then the ingress.
+    // Each is stopped whatever became of the one before, so nothing is left running.
     let ingress = running.ingress.clone();
     let runtime = running.runtime().cloned();
-    running.stop().await?;
+    let stopped = running.stop().await;
     if let Some(runtime) = runtime {
         stop_instances(&runtime).await;
     }
-    if let Some(ingress) = ingress {
-        ingress.stop().await?;
-    }
+    let ingress_stopped = match ingress {
+        Some(ingress) => ingress.stop().await,
+        None => Ok(()),
+    };
+    stopped.context("cannot stop the control plane")?;
+    ingress_stopped?;
     outcome
 }
 
@@ -180,7 +185,12 @@ impl StderrTo {
             .append(true)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        let saved = nix::unistd::dup(std::io::stderr()).context("cannot keep standard error")?;
+        // Close-on-exec: the processes the platform starts must not hold our standard error
+        // (a caller reading it to its end would wait for them).
+        let saved = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("cannot keep standard error")?;
         nix::unistd::dup2_stderr(&file).context("cannot send standard error to the log")?;
         Ok(Self { saved })
     }

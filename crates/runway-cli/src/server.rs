@@ -1387,7 +1387,20 @@ impl IngressProcess {
         let deadline = tokio::time::Instant::now() + bound;
         while runway_runtime::process::alive(pid) {
             if tokio::time::Instant::now() >= deadline {
-                bail!("the ingress (pid {pid}) did not stop within {bound:?}");
+                // Its whole group (the supervisor and its worker): nothing is left behind.
+                let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(
+                    i32::try_from(pid).unwrap_or(i32::MAX),
+                )));
+                let killed = group.and_then(|group| {
+                    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL)
+                });
+                bail!(
+                    "the ingress (pid {pid}) did not stop within {bound:?}; {}",
+                    match killed {
+                        Ok(()) => "killed it".to_owned(),
+                        Err(error) => format!("cannot kill it: {error}"),
+                    }
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -71,13 +71,19 @@ fn quickstart_rolls_out_without_a_failed_request() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let bound = Duration::from_secs(10);
-    let out = out
-        .recv_timeout(bound)
-        .expect("stdout still open 10 s after quickstart ended: a process it started is left");
-    let err = err
-        .recv_timeout(bound)
-        .expect("stderr still open 10 s after quickstart ended: a process it started is left");
-    assert!(status.success(), "{out}{err}");
+    let (out, err) = match (out.recv_timeout(bound), err.recv_timeout(bound)) {
+        (Ok(out), Ok(err)) => (out, err),
+        _ => {
+            // Say what happened (the platform's logs), and end what is left before failing.
+            let left = leftovers(data.path());
+            panic!(
+                "quickstart ended ({status}) but a process it started still holds its output: \
+                 {left:?}\n{}",
+                logs(data.path())
+            );
+        }
+    };
+    assert!(status.success(), "{out}{err}\n{}", logs(data.path()));
     assert!(
         out.contains("hello serves https://hello.dev.localhost:"),
         "{out}"
@@ -128,4 +134,38 @@ fn quickstart_rolls_out_without_a_failed_request() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "instances left: {left:?}");
+}
+
+/// The last lines of the platform's logs in `data`.
+fn logs(data: &std::path::Path) -> String {
+    ["server.log", "ingress/ingress.log"]
+        .iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(data.join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            format!("--- {name}, last lines:\n{tail}\n")
+        })
+        .collect()
+}
+
+/// Kills (SIGKILL) the processes still running with `data` in their arguments; their pids and
+/// arguments.
+fn leftovers(data: &std::path::Path) -> Vec<String> {
+    let data = data.to_string_lossy().into_owned();
+    let mut left = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(args) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args = String::from_utf8_lossy(&args).replace('\0', " ");
+        if args.contains(&data) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            left.push(format!("{pid} {args}"));
+        }
+    }
+    left
 }
