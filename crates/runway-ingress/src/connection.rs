@@ -57,6 +57,8 @@ struct State {
     /// The waiting connections, by admission number: the first is the oldest.
     waiting: BTreeMap<u64, Arc<Slot>>,
     next: u64,
+    /// The most connections held at once since [`Admission::flood_over`] last said yes.
+    peak: usize,
 }
 
 /// A connection's progress, shared by its [`Admitted`], its [`Handshake`] and (while it
@@ -190,6 +192,7 @@ impl Admission {
             }
         }
         state.held += 1;
+        state.peak = state.peak.max(state.held);
         if let Some(client) = client {
             *state.by_client.entry(client).or_insert(0) += 1;
         }
@@ -218,6 +221,18 @@ impl Admission {
             slot,
         };
         Ok((admitted, handshake, shed))
+    }
+
+    /// When at least `closed` fewer connections are held now than at the peak since it last
+    /// said so: that peak and the number held now (the peak then starts again from it).
+    pub(crate) fn flood_over(&self, closed: usize) -> Option<(usize, usize)> {
+        let mut state = self.state();
+        if state.peak < state.held + closed {
+            return None;
+        }
+        let held = state.held;
+        let peak = std::mem::replace(&mut state.peak, held);
+        Some((peak, held))
     }
 
     /// Connections held now from `address`'s client (its /64 for IPv6).
@@ -519,6 +534,25 @@ mod tests {
                 .parse()
                 .ok()
         })
+    }
+
+    #[test]
+    fn a_flood_is_over_once_enough_of_its_connections_closed() {
+        let metrics = Metrics::new();
+        let admission = Admission::new(100, 0, Gauge::default());
+        let a: SocketAddr = "127.0.0.1:1000".parse().unwrap();
+        let mut held: Vec<_> = (0..10)
+            .map(|_| admission.admit(a, &metrics).unwrap().0)
+            .collect();
+        assert_eq!(admission.flood_over(4), None, "none closed");
+        held.truncate(7);
+        assert_eq!(admission.flood_over(4), None, "3 closed");
+        held.truncate(6);
+        assert_eq!(admission.flood_over(4), Some((10, 6)));
+        // Said once: the peak starts again from what is held.
+        assert_eq!(admission.flood_over(4), None);
+        held.truncate(2);
+        assert_eq!(admission.flood_over(4), Some((6, 2)));
     }
 
     #[test]

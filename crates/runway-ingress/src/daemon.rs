@@ -769,6 +769,7 @@ async fn serve(
         .cloudflare_ranges
         .clone()
         .map(|path| ingress.watch_cloudflare_ranges(path, CLOUDFLARE_POLL));
+    let memory_watch = ingress.give_back_memory_after_floods();
     let bound = Listen {
         http: http.first().context("no HTTP socket")?.local_addr()?,
         https: https
@@ -1005,6 +1006,7 @@ async fn serve(
     if let Some(watch) = cloudflare_watch {
         watch.abort();
     }
+    memory_watch.abort();
     tracing::info!("stopped");
     match failed {
         Some(Ok(result)) => result,

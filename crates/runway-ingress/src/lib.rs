@@ -218,6 +218,39 @@ impl Ingress {
         ))
     }
 
+    /// Gives the system back the memory a flood of client connections took, once it is over
+    /// ([`limits::FLOOD_CLOSED`] fewer connections held than at their peak, checked every
+    /// [`limits::FLOOD_CHECK`]), until the returned task is aborted: freed, it would stay with
+    /// the allocator (see `runway_memory`). Logs what it gave back. Must be called inside a
+    /// tokio runtime.
+    pub fn give_back_memory_after_floods(&self) -> tokio::task::JoinHandle<()> {
+        let admission = Arc::clone(&self.shared.admission);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(limits::FLOOD_CHECK);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some((peak, held)) = admission.flood_over(limits::FLOOD_CLOSED) else {
+                    continue;
+                };
+                let before = runway_memory::resident_bytes();
+                // It locks the allocator's arenas in turn: off the runtime's threads.
+                let _ = tokio::task::spawn_blocking(runway_memory::give_back).await;
+                let after = runway_memory::resident_bytes();
+                let mib = |bytes: Option<u64>| bytes.map_or(0.0, |b| b as f64 / 1_048_576.0);
+                tracing::info!(
+                    peak,
+                    held,
+                    "{} connections closed since their peak: memory given back to the system \
+                     (resident {:.1} MiB before, {:.1} MiB after)",
+                    peak - held,
+                    mib(before),
+                    mib(after),
+                );
+            }
+        })
+    }
+
     /// The Cloudflare ranges in force; none when no file is configured.
     pub fn cloudflare_ranges(&self) -> Option<Arc<cloudflare::Ranges>> {
         self.shared.cloudflare.ranges()

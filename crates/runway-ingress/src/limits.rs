@@ -100,6 +100,15 @@ pub fn accept_pause(error: &io::Error, previous: Duration) -> Option<Duration> {
     }
 }
 
+/// Connections that must have closed since the most held at once before the memory they took
+/// is given back to the system (`runway_memory::give_back`): a flood is over. At 2–23 KiB a
+/// connection (a silent one, one with hyper's buffers), a thousand held 2–23 MiB; fewer are
+/// not worth the allocator's pause, and ordinary churn never comes near.
+pub const FLOOD_CLOSED: usize = 1_000;
+
+/// How often the connections held are compared with their peak.
+pub const FLOOD_CHECK: Duration = Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;
