@@ -11,7 +11,7 @@ use runway_store::{Deployment, DeploymentState, Desired, DesiredRevision};
 
 use crate::controller::{ACTOR, Controller, traffic_message};
 use crate::error::Result;
-use crate::observe::{failure_reason, revision_of};
+use crate::observe::{final_reason, revision_of};
 use crate::rollout::Outcome;
 use crate::state::{Key, StartFailure};
 
@@ -110,7 +110,7 @@ impl<D: Driver> Controller<D> {
                 crashed.map(|i| match (&i.last_exit, i.phase) {
                     // Started again: how its last run ended is the reason, not that it starts.
                     (Some(exit), Phase::Starting | Phase::Running) => exit.reason.clone(),
-                    _ => failure_reason(i),
+                    _ => final_reason(i),
                 }),
             )
         };
@@ -252,7 +252,7 @@ impl<D: Driver> Controller<D> {
             }
         }
         if lines.is_empty() {
-            lines.push(failure_reason(&candidate));
+            lines.push(final_reason(&candidate));
         }
         Some((candidate.id, lines))
     }
@@ -296,15 +296,20 @@ impl<D: Driver> Controller<D> {
             .collect();
         let (service, env) = (deployment.service.clone(), deployment.env.clone());
         let id = deployment.id;
+        let message = if weights.is_empty() {
+            // A first deploy (or one after deploys that never served): nothing to go back to.
+            format!(
+                "nothing served before this deployment: {} stopped, no traffic",
+                deployment.to_revision
+            )
+        } else {
+            format!("desired state restored, {}", traffic_message(&weights))
+        };
         self.db(
             format!("restore the desired state of {service}/{env}"),
             move |store| {
                 store.desired_set(ACTOR, &service, &env, &previous, None)?;
-                store.deployment_add_event(
-                    ACTOR,
-                    id,
-                    &format!("desired state restored, {}", traffic_message(&weights)),
-                )
+                store.deployment_add_event(ACTOR, id, &message)
             },
         )
         .await

@@ -99,9 +99,44 @@ pub(crate) fn failure_reason(status: &Replica) -> String {
     reason
 }
 
+/// [`failure_reason`] for a failure that is final (a deploy's): without the supervisor's
+/// "; starting again now" or "in 10s", which will not happen once the deploy has failed.
+pub(crate) fn final_reason(status: &Replica) -> String {
+    without_restart(&failure_reason(status))
+}
+
+fn without_restart(reason: &str) -> String {
+    const SAID: &str = "; starting again ";
+    let Some(at) = reason.find(SAID) else {
+        return reason.to_owned();
+    };
+    let rest = &reason[at + SAID.len()..];
+    let when = if let Some(after) = rest.strip_prefix("in ") {
+        3 + after.find([' ', ')']).unwrap_or(after.len())
+    } else if rest.starts_with("now") {
+        3
+    } else {
+        0
+    };
+    format!("{}{}", &reason[..at], &rest[when..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_final_reason_does_not_say_it_starts_again() {
+        assert_eq!(
+            without_restart("crash loop: exit code 1; starting again in 10s (last exit: x)"),
+            "crash loop: exit code 1 (last exit: x)"
+        );
+        assert_eq!(
+            without_restart("exit code 1; starting again now"),
+            "exit code 1"
+        );
+        assert_eq!(without_restart("exit code 1"), "exit code 1");
+    }
 
     fn status(service: &str, revision: &str, managed: bool) -> Replica {
         Replica {

@@ -162,6 +162,152 @@ pub fn build_bundle(
     write_bundle(dir, spec)
 }
 
+/// Symbolic links followed at most, as the kernel's `ELOOP` bound.
+const MAX_LINKS: usize = 40;
+
+/// Checks that the container's program exists in `rootfs` and can be executed there (a file
+/// with an execute bit: an ELF binary for this machine, or a script whose `#!` interpreter is
+/// there), as `execve` in the container would: what cannot change by trying again is refused
+/// here, with the reason, instead of each start failing the same way. For an image's root: a
+/// root made of bind mounts (a sandbox's) has its programs elsewhere.
+pub fn check_program(rootfs: &Path, process: &crate::spec::Process) -> Result<(), OciError> {
+    check_command(rootfs, &process.args, &process.env, &process.cwd)
+}
+
+/// [`check_program`] for a process's `args`, `env` (`KEY=value`) and working directory.
+fn check_command(
+    rootfs: &Path,
+    args: &[String],
+    env: &[String],
+    cwd: &str,
+) -> Result<(), OciError> {
+    let refuse = |reason: String| OciError::InvalidBundle {
+        field: "command",
+        reason,
+    };
+    let Some(program) = args.first() else {
+        return Err(refuse("no program to run".to_owned()));
+    };
+    let path = env
+        .iter()
+        .find_map(|entry| entry.strip_prefix("PATH="))
+        .unwrap_or(DEFAULT_PATH);
+    let found = if program.contains('/') {
+        resolve_in(rootfs, &Path::new(cwd).join(program))
+    } else {
+        path.split(':')
+            .filter(|dir| !dir.is_empty())
+            .find_map(|dir| resolve_in(rootfs, &Path::new(dir).join(program)))
+    };
+    let Some(file) = found else {
+        return Err(refuse(if program.contains('/') {
+            format!("{program} is not in the image")
+        } else {
+            format!("{program} is not in the image's PATH ({path})")
+        }));
+    };
+    executable(rootfs, program, &file).map_err(refuse)
+}
+
+/// Why `file` (the program `program`, found in `rootfs`) cannot be executed; Ok when it can.
+fn executable(rootfs: &Path, program: &str, file: &Path) -> Result<(), String> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(file).map_err(|e| format!("{program}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{program} is not a file"));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(format!("{program} is not executable (no x bit)"));
+    }
+    let mut head = [0u8; 256];
+    let read = std::fs::File::open(file)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| format!("{program}: {e}"))?;
+    let head = &head[..read];
+    if let Some(rest) = head.strip_prefix(b"#!") {
+        let line = rest.split(|b| *b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        let interpreter = line.split_whitespace().next().unwrap_or_default();
+        if interpreter.is_empty() || resolve_in(rootfs, Path::new(interpreter)).is_none() {
+            return Err(format!(
+                "{program} is a script for {interpreter:?}, which is not in the image"
+            ));
+        }
+        return Ok(());
+    }
+    if head.starts_with(b"\x7fELF") && head.len() >= 20 {
+        let machine = u16::from_le_bytes([head[18], head[19]]);
+        return match host_elf_machine() {
+            Some(host) if host != machine => Err(format!(
+                "{program} is built for another machine (ELF machine {machine}, this one \
+                 runs {host}: {})",
+                std::env::consts::ARCH
+            )),
+            _ => Ok(()),
+        };
+    }
+    Err(format!(
+        "{program} is neither a program for this machine nor a script (exec format error)"
+    ))
+}
+
+/// The ELF `e_machine` this machine runs.
+fn host_elf_machine() -> Option<u16> {
+    match std::env::consts::ARCH {
+        "x86_64" => Some(62),
+        "aarch64" => Some(183),
+        "riscv64" => Some(243),
+        "s390x" => Some(22),
+        "powerpc64" => Some(21),
+        _ => None,
+    }
+}
+
+/// `path` as the container sees it (absolute, or relative to its root), found in `rootfs`
+/// with its symbolic links followed inside `rootfs` (an absolute target is the container's,
+/// never the host's); none when nothing is there.
+fn resolve_in(rootfs: &Path, path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut pending: Vec<std::ffi::OsString> = path
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name.to_owned()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut resolved = PathBuf::new();
+    let mut links = 0;
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            resolved.pop();
+            continue;
+        }
+        let candidate = rootfs.join(&resolved).join(&name);
+        let meta = std::fs::symlink_metadata(&candidate).ok()?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_LINKS {
+                return None;
+            }
+            let target = std::fs::read_link(&candidate).ok()?;
+            if target.is_absolute() {
+                resolved.clear();
+            }
+            pending.extend(target.components().rev().filter_map(|c| match c {
+                Component::Normal(name) => Some(name.to_owned()),
+                Component::ParentDir => Some("..".into()),
+                _ => None,
+            }));
+        } else {
+            resolved.push(&name);
+        }
+    }
+    Some(rootfs.join(resolved))
+}
+
 /// Checks that host id `id` (the container's root, in a user namespace) can search every
 /// directory down to `path`: the OCI runtime mounts the rootfs from inside the namespace, where
 /// the host's root has no power over a directory like a private `0700` state directory. Without
@@ -766,6 +912,70 @@ fn group_entries(text: &str) -> impl Iterator<Item = GroupEntry<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_the_image_cannot_run_is_refused_with_the_reason() {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let root = tempfile::tempdir().expect("tempdir");
+        let at = |path: &str| root.path().join(path.trim_start_matches('/'));
+        let write = |path: &str, bytes: &[u8], mode: u32| {
+            std::fs::create_dir_all(at(path).parent().expect("parent")).expect("dir");
+            std::fs::write(at(path), bytes).expect("write");
+            std::fs::set_permissions(at(path), std::fs::Permissions::from_mode(mode))
+                .expect("chmod");
+        };
+        // An ELF header for this machine, and one for another.
+        let host = host_elf_machine().expect("a known machine");
+        let elf = |machine: u16| {
+            let mut head = b"\x7fELF".to_vec();
+            head.resize(18, 0);
+            head.extend(machine.to_le_bytes());
+            head
+        };
+        write("/bin/app", &elf(host), 0o755);
+        write("/bin/arm", &elf(if host == 62 { 183 } else { 62 }), 0o755);
+        write("/bin/data", b"plain text", 0o755);
+        write("/bin/private", &elf(host), 0o644);
+        write("/app/run.sh", b"#!/bin/sh\necho hi\n", 0o755);
+        write("/app/run.py", b"#!/usr/bin/env python3\n", 0o755);
+        std::fs::create_dir_all(at("/usr/bin")).expect("dir");
+        // Absolute links are the container's: /bin/app in the image, not the host's.
+        symlink("/bin/app", at("/usr/bin/linked")).expect("link");
+        symlink("../../bin/app", at("/usr/bin/relative")).expect("link");
+        symlink("/nowhere", at("/usr/bin/dangling")).expect("link");
+        symlink("loop", at("/usr/bin/loop")).expect("link");
+        let check = |program: &str| {
+            let env = ["PATH=/usr/bin:/bin".to_owned()];
+            check_command(root.path(), &[program.to_owned()], &env, "/app")
+                .map_err(|e| e.to_string())
+        };
+        for fine in ["app", "/bin/app", "linked", "relative", "/usr/bin/linked"] {
+            assert_eq!(check(fine), Ok(()), "{fine}");
+        }
+        let refused = |program: &str, reason: &str| {
+            let said = check(program).expect_err(program);
+            assert!(said.contains(reason), "{program}: {said}");
+            assert!(said.starts_with("invalid bundle setting command"), "{said}");
+        };
+        refused(
+            "missing",
+            "missing is not in the image's PATH (/usr/bin:/bin)",
+        );
+        refused("/bin/missing", "/bin/missing is not in the image");
+        refused("dangling", "not in the image's PATH");
+        refused("loop", "not in the image's PATH");
+        refused("arm", "is built for another machine");
+        refused("data", "exec format error");
+        refused("private", "not executable");
+        refused(
+            "./run.sh",
+            "a script for \"/bin/sh\", which is not in the image",
+        );
+        refused("./run.py", "a script for \"/usr/bin/env\"");
+        refused("/usr/bin", "not a file");
+        write("/bin/sh", &elf(host), 0o755);
+        assert_eq!(check("./run.sh"), Ok(()));
+    }
 
     fn rootfs_with_etc() -> (tempfile::TempDir, Rootfs) {
         let tmp = tempfile::tempdir().expect("tempdir");

@@ -143,7 +143,7 @@ pub mod testing;
 pub use auth::Credentials;
 pub use bundle::{
     Bundle, BundleOptions, CPU_PERIOD_US, CgroupVersion, DEFAULT_ID_RANGE, DEFAULT_PATH,
-    UserNamespace, build_bundle, bundle_spec, reachable_by, write_bundle,
+    UserNamespace, build_bundle, bundle_spec, check_program, reachable_by, write_bundle,
 };
 pub use digest::Digest;
 pub use error::{BlobKind, OciError, Result};

@@ -176,8 +176,20 @@ impl LocalRuntime {
             ..instance_bundle(spec, dir)?
         };
         let bundle = dir.join("bundle");
-        let built = build_bundle(&bundle, &image.config, &image.rootfs, &options)
-            .map_err(|e| image_error(e.to_string()))?;
+        // What no retry changes (no entrypoint, a program the image lacks or this machine
+        // cannot run) refuses the instance for good; the rest may pass another time.
+        let for_good = |error: runway_oci::OciError| match error {
+            runway_oci::OciError::InvalidBundle {
+                field: "command", ..
+            } => RuntimeError::Artifact {
+                id: spec.id.clone(),
+                message: format!("image {reference}: {error}"),
+            },
+            error => image_error(error.to_string()),
+        };
+        let built =
+            build_bundle(&bundle, &image.config, &image.rootfs, &options).map_err(for_good)?;
+        runway_oci::check_program(&image.rootfs.path, &built.spec.process).map_err(for_good)?;
         self.confine(spec, &built)?;
         spec.artifact = Artifact::Container {
             bundle,

@@ -371,10 +371,13 @@ fn write_desired(
 }
 
 /// The revision with the most weight (the first of equals), if any.
+/// The revision with the most traffic, the first of equals; none when none has any (a first
+/// deploy that failed leaves its revision at weight 0: it never served, so nothing is
+/// deployed "from" it, and nothing goes back to it).
 fn heaviest(desired: Option<&Desired>) -> Option<String> {
     let revisions = &desired?.revisions;
     let mut best: Option<&DesiredRevision> = None;
-    for entry in revisions {
+    for entry in revisions.iter().filter(|entry| entry.weight > 0) {
         if best.is_none_or(|b| entry.weight > b.weight) {
             best = Some(entry);
         }
@@ -1128,6 +1131,24 @@ impl<B: Backend> Store for B {
     fn deployment_add_event(&self, actor: &str, id: i64, message: &str) -> Result<DeploymentEvent> {
         self.write(|db, now| {
             let deployment = load_deployment(db, id)?;
+            // The same as the last one (a start failing again, each round): counted on it, not
+            // written again, and no second audit row.
+            let last = db.query_one(
+                "SELECT deployment_id, at, message, id FROM deployment_events \
+                 WHERE deployment_id = ?1 ORDER BY id DESC LIMIT 1",
+                args![id],
+                |row| Ok((row.get::<i64>(3)?, event_from_row(row)?)),
+            )?;
+            if let Some((row, mut last)) = last
+                && let Some(times) = repeated(&last.message, message)
+            {
+                last.message = format!("{message} (×{})", times + 1);
+                db.execute(
+                    "UPDATE deployment_events SET message = ?1 WHERE id = ?2",
+                    args![last.message.as_str(), row],
+                )?;
+                return Ok(last);
+            }
             let event = insert_event(db, now, id, message)?;
             audit(
                 db,
@@ -1996,6 +2017,7 @@ mod tests {
         };
         assert_eq!(heaviest(None), None);
         assert_eq!(heaviest(Some(&desired(&[]))), None);
+        assert_eq!(heaviest(Some(&desired(&[("failed", 0)]))), None);
         assert_eq!(
             heaviest(Some(&desired(&[("a", 10), ("b", 90)]))).as_deref(),
             Some("b")

@@ -483,6 +483,38 @@ fn events_and_listing_deployments() {
         Err(StoreError::NotFound { .. })
     ));
     assert_eq!(actions(store).last().unwrap(), "deployment.event");
+
+    // The same event again is counted on the last one, with no new row or audit entry; a
+    // different one in between starts a new count.
+    let audited = actions(store).len();
+    let say = |message: &str| {
+        store
+            .deployment_add_event("rollout", a.deployment.id, message)
+            .unwrap()
+    };
+    let failing = "cannot start an instance of a-00001: no entrypoint";
+    say(failing);
+    say(failing);
+    let third = say(failing);
+    assert_eq!(third.message, format!("{failing} (×3)"));
+    say("instance x started");
+    say(failing);
+    let messages: Vec<String> = store
+        .deployment_events(a.deployment.id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(
+        messages[messages.len() - 4..],
+        [
+            "3 of 3 instances ready".to_owned(),
+            format!("{failing} (×3)"),
+            "instance x started".to_owned(),
+            failing.to_owned(),
+        ]
+    );
+    assert_eq!(actions(store).len(), audited + 3);
 }
 
 #[test]
