@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::ApiState;
-use crate::types::{DeployRequest, PromoteRequest};
+use crate::types::{DeployRequest, PromoteRequest, VariableChanges};
 use crate::vault::{VaultError, VaultSecret};
 
 /// The name the manifest has in diagnostics.
@@ -143,13 +143,40 @@ pub(crate) fn instances_of(manifest: &Value, env: &str) -> u32 {
         .unwrap_or(1)
 }
 
-/// Records a deploy: see the module's documentation.
+/// The repository's variables (the request's) with those set by `runway env set` on the
+/// revision `serving` laid over them: they stay until unset. Returns the request, the names
+/// kept, and how its variables differ from `serving`'s.
+pub(crate) fn keep_set_variables(
+    mut body: DeployRequest,
+    serving: Option<&Revision>,
+) -> (DeployRequest, BTreeSet<String>, VariableChanges) {
+    let Some(serving) = serving else {
+        return (body, BTreeSet::new(), VariableChanges::default());
+    };
+    let mut kept = BTreeSet::new();
+    for name in &serving.set_vars {
+        if let Some(value) = serving.env_vars.get(name) {
+            body.env_vars.insert(name.clone(), value.clone());
+            kept.insert(name.clone());
+        }
+    }
+    let changes = VariableChanges::between(
+        &serving.env_vars,
+        &body.env_vars,
+        kept.iter().cloned().collect(),
+    );
+    (body, kept, changes)
+}
+
+/// Records a deploy: see the module's documentation. `set_vars` are the names among the
+/// request's variables set with `runway env set`, which later deploys keep.
 pub(crate) async fn deploy(
     state: &ApiState,
     caller: &Caller,
     service: &str,
     env: &str,
     body: DeployRequest,
+    set_vars: BTreeSet<String>,
 ) -> ApiResult<Deployment> {
     let config = validate_off_loop(service, env, &body.manifest, &body.env_vars).await?;
     // Refused whatever the artifact (an image's ignores it), as the document says.
@@ -234,6 +261,7 @@ pub(crate) async fn deploy(
         manifest: body.manifest,
         artifact,
         env_vars: body.env_vars,
+        set_vars,
         secret_versions: BTreeMap::new(),
     };
     let allow_all = state.allow_processes;

@@ -489,9 +489,17 @@ async fn deploy_handler(
     known_env(&state, &env)?;
     // Before anything slow (resolving an image): the service deploys to this environment.
     let (s2, e2) = (service.clone(), env.clone());
-    state.store(move |s| service_env(s, &s2, &e2)).await?;
-    let deployment = deploy::deploy(&state, &caller, &service, &env, body).await?;
-    Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
+    let serving = state
+        .store(move |s| {
+            service_env(s, &s2, &e2)?;
+            deploy::serving(s, &s2, &e2)
+        })
+        .await?;
+    let (body, set_vars, changes) = deploy::keep_set_variables(body, serving.as_ref());
+    let deployment = deploy::deploy(&state, &caller, &service, &env, body, set_vars).await?;
+    let mut view = DeploymentView::from(deployment);
+    view.variables = Some(changes).filter(|changes| !changes.is_empty());
+    Ok((StatusCode::ACCEPTED, axum::Json(view)))
 }
 
 /// A service's deployments in an environment, newest first.
@@ -780,7 +788,9 @@ async fn rollback(
 
 /// A new revision of the one serving, with environment variables set or unset, rolled out
 /// as a deploy of the same manifest and artifact (image digest or code snapshot) would be.
-/// 409 when nothing is deployed; 400 (field `unset`) for a variable the manifest itself sets.
+/// What is set here stays over the repository's variables at later deploys, until unset.
+/// 409 when nothing is deployed; 400 (field `unset`) for a variable this did not set (the
+/// manifest's, the repository's).
 #[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/variables",
     params(("service" = String, Path), ("env" = String, Path)), request_body = SetVariables,
     responses((status = 202, body = DeploymentView)))]
@@ -810,21 +820,30 @@ async fn set_variables(
         })
         .await?;
     let mut env_vars = serving.env_vars.clone();
+    let mut set_vars = serving.set_vars.clone();
     for name in &body.unset {
-        if env_vars.remove(name).is_none() {
-            let in_manifest = serving
-                .manifest
-                .pointer("/spec/workload/env")
-                .and_then(|env| env.get(name))
-                .is_some();
-            return Err(ApiError::invalid(if in_manifest {
-                format!("{name} is set by the manifest (spec.workload.env): change it there")
-            } else {
-                format!("{name} is not set in {}", serving.name)
-            })
-            .field("unset"));
+        if set_vars.remove(name) {
+            env_vars.remove(name);
+            continue;
         }
+        let in_manifest = serving
+            .manifest
+            .pointer("/spec/workload/env")
+            .and_then(|env| env.get(name))
+            .is_some();
+        return Err(ApiError::invalid(if env_vars.contains_key(name) {
+            format!(
+                "{name} comes from the repository (.runway/env-{env}.yml), not `runway env \
+                 set`: remove it there and deploy"
+            )
+        } else if in_manifest {
+            format!("{name} is set by the manifest (spec.workload.env): change it there")
+        } else {
+            format!("{name} is not set in {}", serving.name)
+        })
+        .field("unset"));
     }
+    set_vars.extend(body.set.keys().cloned());
     env_vars.extend(body.set);
     let request = DeployRequest {
         manifest: serving.manifest.clone(),
@@ -833,7 +852,7 @@ async fn set_variables(
         source: runway_store::artifact_source(&serving.artifact).map(str::to_owned),
         pause: body.pause,
     };
-    let deployment = deploy::deploy(&state, &caller, &service, &env, request).await?;
+    let deployment = deploy::deploy(&state, &caller, &service, &env, request, set_vars).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
 }
 

@@ -345,6 +345,64 @@ pub struct DeploymentView {
     pub created_at: String,
     /// When its state last changed (RFC 3339).
     pub updated_at: String,
+    /// In the answer to a deploy: how its environment variables differ from the revision
+    /// serving before (names only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<VariableChanges>,
+}
+
+/// How a new revision's environment variables differ from those of the revision serving
+/// before it, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VariableChanges {
+    /// Set with `runway env set` (`POST …/variables`) on the revision serving before, and
+    /// kept over the repository's: they stay until unset.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
+    /// New.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub added: Vec<String>,
+    /// Another value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// Gone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
+}
+
+impl VariableChanges {
+    /// From `before` (the revision serving) to `after`; `kept` as given.
+    pub fn between(
+        before: &BTreeMap<String, String>,
+        after: &BTreeMap<String, String>,
+        kept: Vec<String>,
+    ) -> Self {
+        let names = |pick: &dyn Fn(&String, &String) -> bool| {
+            after
+                .iter()
+                .filter(|(name, value)| pick(name, value))
+                .map(|(name, _)| name.clone())
+                .collect::<Vec<_>>()
+        };
+        Self {
+            added: names(&|name, _| !before.contains_key(name)),
+            changed: names(&|name, value| before.get(name).is_some_and(|old| old != value)),
+            removed: before
+                .keys()
+                .filter(|name| !after.contains_key(*name))
+                .cloned()
+                .collect(),
+            kept,
+        }
+    }
+
+    /// Nothing to say.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+            && self.added.is_empty()
+            && self.changed.is_empty()
+            && self.removed.is_empty()
+    }
 }
 
 impl From<Deployment> for DeploymentView {
@@ -361,6 +419,7 @@ impl From<Deployment> for DeploymentView {
             created_by: d.created_by,
             created_at: ts(d.created_at),
             updated_at: ts(d.updated_at),
+            variables: None,
         }
     }
 }
@@ -472,6 +531,10 @@ pub struct RevisionView {
     pub source_dir: Option<String>,
     /// Environment variables.
     pub env_vars: BTreeMap<String, String>,
+    /// Those of `env_vars` set with `runway env set` (`POST …/variables`) rather than by the
+    /// repository's `env-<env>.yml`: a deploy keeps them until they are unset.
+    #[serde(default)]
+    pub set_variables: Vec<String>,
     /// The version of each secret it runs with.
     pub secret_versions: BTreeMap<String, u32>,
     /// Who created it.
@@ -499,6 +562,7 @@ impl From<Revision> for RevisionView {
             service: r.service,
             env: r.env,
             env_vars: r.env_vars,
+            set_variables: r.set_vars.into_iter().collect(),
             secret_versions: r.secret_versions,
             created_by: r.created_by,
             created_at: ts(r.created_at),

@@ -25,10 +25,11 @@ pub(crate) struct OpenArgs {
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum EnvCommand {
     /// Set variables (`KEY=VALUE`…): a new revision of the one serving, with the same
-    /// manifest, image or code, rolled out as a deploy is.
+    /// manifest, image or code, rolled out as a deploy is. They stay over the repository's
+    /// (`.runway/env-<env>.yml`) at later deploys, until `env unset`.
     Set(EnvSetArgs),
-    /// Remove variables set outside the manifest (by `env set` or `env-<env>.yml`): a new
-    /// revision, as for `env set`.
+    /// Remove variables set with `env set`: a new revision, as for `env set`. A later deploy
+    /// brings back the repository's value of the name, if it has one.
     Unset(EnvUnsetArgs),
     /// The variables of the revision serving now, and where each comes from.
     List(EnvListArgs),
@@ -286,12 +287,23 @@ fn env_list(args: &EnvListArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|(k, v)| (k.as_str(), (v.as_str(), "manifest")))
         .collect();
+    let env_file = format!(".runway/env-{env}.yml");
     for (key, value) in &revision.env_vars {
-        all.insert(key, (value, "set"));
+        let from = if revision.set_variables.contains(key) {
+            "runway env set"
+        } else {
+            env_file.as_str()
+        };
+        all.insert(key, (value, from));
     }
     if args.output.output == Output::Json {
         let map: BTreeMap<&str, &str> = all.iter().map(|(k, (v, _))| (*k, *v)).collect();
-        print_json(&serde_json::json!({"revision": revision.name, "variables": map}))?;
+        let from: BTreeMap<&str, &str> = all.iter().map(|(k, (_, f))| (*k, *f)).collect();
+        print_json(&serde_json::json!({
+            "revision": revision.name,
+            "variables": map,
+            "from": from,
+        }))?;
         return Ok(ExitCode::SUCCESS);
     }
     // A value is a tenant's: shown with its control characters escaped.

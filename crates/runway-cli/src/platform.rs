@@ -813,8 +813,34 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
             deployment.to_revision.as_str(),
             deployment.state.as_str()
         ));
+        if let Some(changes) = &deployment.variables {
+            eprint!("{}", variable_changes(changes));
+        }
     }
     finish(&rt, &client, deployment, &args.wait, args.output.output)
+}
+
+/// How a deploy changes the environment variables, for people: names only, a line each.
+fn variable_changes(changes: &runway_api::types::VariableChanges) -> String {
+    let names = |names: &[String]| terminal::line(&names.join(", ")).into_owned();
+    let mut said = String::new();
+    if !changes.kept.is_empty() {
+        said.push_str(&format!(
+            "runway: kept over the repository's, as set with `runway env set`: {} (`runway env \
+             unset NAME` drops one)\n",
+            names(&changes.kept)
+        ));
+    }
+    for (what, list) in [
+        ("added", &changes.added),
+        ("changed", &changes.changed),
+        ("removed", &changes.removed),
+    ] {
+        if !list.is_empty() {
+            said.push_str(&format!("runway: variables {what}: {}\n", names(list)));
+        }
+    }
+    said
 }
 
 /// What `runway deploy` sends for a valid service: its manifest merged for `env`, the env

@@ -173,6 +173,7 @@ fn record(store: &SqliteStore, name: &str) {
         }),
         artifact: serde_json::json!({"image": IMAGE}),
         env_vars: BTreeMap::new(),
+        set_vars: Default::default(),
         secret_versions: BTreeMap::new(),
     };
     let planned = [PlannedRevision {

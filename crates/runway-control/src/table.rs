@@ -257,6 +257,7 @@ mod tests {
             manifest,
             artifact: serde_json::json!({"image": "example.test/app@sha256:00"}),
             env_vars: BTreeMap::new(),
+            set_vars: Default::default(),
             secret_versions: BTreeMap::new(),
             created_by: "test".to_owned(),
             created_at: runway_store::Timestamp::now(),

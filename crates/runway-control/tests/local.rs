@@ -149,6 +149,7 @@ fn deploy(store: &SqliteStore, version: &str, crash: bool) -> Deployment {
         } else {
             BTreeMap::from([("VERSION".to_owned(), version.to_owned())])
         },
+        set_vars: Default::default(),
         secret_versions: BTreeMap::new(),
     };
     let planned = [PlannedRevision {

@@ -124,6 +124,7 @@ fn deploy(store: &dyn Store, service: &str) {
                     "metadata": {"name": service}, "spec": {}}),
                 artifact: serde_json::json!({"image": "registry.example/app", "digest": "sha256:00"}),
                 env_vars: BTreeMap::new(),
+                set_vars: Default::default(),
                 secret_versions: BTreeMap::new(),
             },
             &[PlannedRevision {

@@ -38,6 +38,7 @@ const TABLES: &[(&str, &[&str], bool)] = &[
             "secret_versions",
             "created_by",
             "created_at",
+            "set_vars",
         ],
         true,
     ),

@@ -94,7 +94,7 @@ fn service_from_row(row: &Row) -> Result<Service> {
 }
 
 const REVISION_COLUMNS: &str = "id, service, env, number, name, manifest, artifact, env_vars, \
-                                secret_versions, created_by, created_at";
+                                secret_versions, created_by, created_at, set_vars";
 
 fn revision_from_row(row: &Row) -> Result<Revision> {
     Ok(Revision {
@@ -109,6 +109,7 @@ fn revision_from_row(row: &Row) -> Result<Revision> {
         secret_versions: get_json(row, 8, "revision secret_versions")?,
         created_by: row.get(9)?,
         created_at: get_ts(row, 10)?,
+        set_vars: get_json(row, 11, "revision set_vars")?,
     })
 }
 
@@ -454,8 +455,8 @@ fn insert_revision(
     )?;
     db.execute(
         "INSERT INTO revisions (service, env, number, name, manifest, artifact, env_vars, \
-         secret_versions, created_by, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         secret_versions, created_by, created_at, set_vars) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         args![
             &new.service,
             &new.env,
@@ -466,10 +467,33 @@ fn insert_revision(
             &to_json(&new.env_vars)?,
             &to_json(&new.secret_versions)?,
             actor,
-            now.unix_millis()
+            now.unix_millis(),
+            &to_json(&new.set_vars)?
         ],
     )?;
     load_revision(db, &name)
+}
+
+/// `text` matched literally by `LIKE … ESCAPE '\'`.
+fn like_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// How many times `message` was said already when the last event reads `last`: it, or it
+/// with its count (`message (×N)`).
+fn repeated(last: &str, message: &str) -> Option<u64> {
+    let rest = last.strip_prefix(message)?;
+    if rest.is_empty() {
+        return Some(1);
+    }
+    rest.strip_prefix(" (×")?.strip_suffix(')')?.parse().ok()
 }
 
 fn insert_event(
@@ -1030,6 +1054,7 @@ impl<B: Backend> Store for B {
                     manifest: source.manifest.clone(),
                     artifact: source.artifact.clone(),
                     env_vars: source.env_vars.clone(),
+                    set_vars: source.set_vars.clone(),
                     secret_versions,
                 },
             )?;

@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_leases.sql"),
     include_str!("../migrations/0005_secret_origin.sql"),
     include_str!("../migrations/0006_sessions_domains.sql"),
+    include_str!("../migrations/0007_revision_set_vars.sql"),
 ];
 
 /// The schema version this code writes.

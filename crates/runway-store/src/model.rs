@@ -1,6 +1,6 @@
 //! What the store keeps: the records the control plane creates, and the inputs that create them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -73,6 +73,10 @@ pub struct Revision {
     pub artifact: serde_json::Value,
     /// Environment variables.
     pub env_vars: BTreeMap<String, String>,
+    /// Those of `env_vars` set with `runway env set` rather than by the repository: a deploy
+    /// from the repository keeps them until they are unset.
+    #[serde(default)]
+    pub set_vars: BTreeSet<String>,
     /// The version of each secret the revision runs with, by secret name.
     pub secret_versions: BTreeMap<String, u32>,
     /// Who created it.
@@ -111,6 +115,9 @@ pub struct NewRevision {
     pub artifact: serde_json::Value,
     /// Environment variables.
     pub env_vars: BTreeMap<String, String>,
+    /// Those of `env_vars` set with `runway env set` (see [`Revision::set_vars`]).
+    #[serde(default)]
+    pub set_vars: BTreeSet<String>,
     /// Secret versions, by name.
     pub secret_versions: BTreeMap<String, u32>,
 }

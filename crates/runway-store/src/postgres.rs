@@ -31,6 +31,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0002_leases.sql"),
     include_str!("../migrations/postgres/0003_secret_origin.sql"),
     include_str!("../migrations/postgres/0004_sessions_domains.sql"),
+    include_str!("../migrations/postgres/0005_revision_set_vars.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.

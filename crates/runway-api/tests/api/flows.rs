@@ -1440,7 +1440,7 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
         .admin(
             "POST",
             path,
-            Some(json!({"set": {"MODE": "fast"}, "unset": ["GREETING"]})),
+            Some(json!({"set": {"MODE": "fast", "GREETING": "hey"}})),
             202,
         )
         .await;
@@ -1456,14 +1456,62 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
     assert_eq!(new.name, "hello-dev-00002");
     assert_eq!(
         new.env_vars,
-        [("MODE".to_owned(), "fast".to_owned())].into(),
-        "GREETING unset, MODE set"
+        [
+            ("GREETING".to_owned(), "hey".to_owned()),
+            ("MODE".to_owned(), "fast".to_owned())
+        ]
+        .into(),
+    );
+    assert_eq!(
+        new.set_vars,
+        ["GREETING".to_owned(), "MODE".to_owned()].into()
     );
     assert_eq!(
         (&new.manifest, &new.artifact),
         (&old.manifest, &old.artifact)
     );
     finish(&server, changed["id"].as_i64().unwrap());
+
+    // A deploy from the repository keeps them over its own values, and says what changed.
+    let mut body = deploy_body("hello");
+    body["manifest"]["spec"]["workload"] = json!({"env": {"FROM_MANIFEST": "1"}});
+    body["env_vars"] = json!({"GREETING": "hi", "FROM_FILE": "1"});
+    let deployed = server.admin("POST", deploy, Some(body), 202).await;
+    assert_eq!(
+        deployed["variables"],
+        json!({"kept": ["GREETING", "MODE"], "added": ["FROM_FILE"]})
+    );
+    finish(&server, deployed["id"].as_i64().unwrap());
+    let revision = server.store.revision_get("hello-dev-00003").unwrap();
+    assert_eq!(revision.env_vars["GREETING"], "hey");
+    assert_eq!(revision.env_vars["FROM_FILE"], "1");
+    assert_eq!(
+        revision.set_vars,
+        ["GREETING".to_owned(), "MODE".to_owned()].into()
+    );
+    let view = server
+        .admin(
+            "GET",
+            "/v1/services/hello/environments/dev/revisions",
+            None,
+            200,
+        )
+        .await;
+    assert!(
+        view.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["set_variables"] == json!(["GREETING", "MODE"])),
+        "{view:#}"
+    );
+    // Unset: gone, and no longer kept by the next deploy.
+    let unset = server
+        .admin("POST", path, Some(json!({"unset": ["MODE"]})), 202)
+        .await;
+    finish(&server, unset["id"].as_i64().unwrap());
+    let revision = server.store.revision_get("hello-dev-00004").unwrap();
+    assert!(!revision.env_vars.contains_key("MODE"));
+    assert_eq!(revision.set_vars, ["GREETING".to_owned()].into());
 
     // What cannot be unset, and nothing at all, are refused with their field.
     for (body, field, says) in [
@@ -1473,6 +1521,11 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
             "spec.workload.env",
         ),
         (json!({"unset": ["NEVER_SET"]}), "unset", "not set"),
+        (
+            json!({"unset": ["FROM_FILE"]}),
+            "unset",
+            "comes from the repository",
+        ),
         (json!({}), "set", "nothing"),
         (json!({"set": {"A": "1"}, "unset": ["A"]}), "unset", "both"),
     ] {

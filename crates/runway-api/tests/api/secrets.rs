@@ -167,6 +167,7 @@ async fn promotion_refuses_a_secret_clashing_with_an_env_var() {
                 manifest: manifest("hello"),
                 artifact: json!({"image": "registry.local/hello@sha256:ab"}),
                 env_vars: [("GREETING".to_owned(), "hi".to_owned())].into(),
+                set_vars: Default::default(),
                 secret_versions: [("GREETING".to_owned(), 1)].into(),
             },
             &[PlannedRevision {

@@ -535,6 +535,7 @@ impl Harness {
             manifest,
             artifact: serde_json::json!({"source": SOURCE}),
             env_vars: BTreeMap::from([("GREETING".to_owned(), "hi".to_owned())]),
+            set_vars: Default::default(),
             secret_versions,
         };
         let new = |instances, weight| PlannedRevision {

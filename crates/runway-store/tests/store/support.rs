@@ -169,6 +169,7 @@ pub(crate) fn new_revision(service: &str, env: &str, digest: &str) -> NewRevisio
                           "metadata": { "name": service }, "spec": {} }),
         artifact: json!({ "image": "registry.example/hello", "digest": digest }),
         env_vars: BTreeMap::from([("LOG_LEVEL".into(), "info".into())]),
+        set_vars: Default::default(),
         secret_versions: BTreeMap::from([("DATABASE_URL".into(), 1)]),
     }
 }
