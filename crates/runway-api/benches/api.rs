@@ -760,6 +760,7 @@ impl Platform for BenchPlatform {
         _env: &str,
         _instance: Option<&str>,
         _lines: usize,
+        _previous: bool,
     ) -> BoxFuture<'_, Result<Vec<LogLine>, String>> {
         Box::pin(async { Ok(Vec::new()) })
     }
@@ -822,6 +823,7 @@ fn seed_deploy(store: &dyn Store, service: &str) {
                 manifest: manifest(service),
                 artifact: json!({ "image": PINNED }),
                 env_vars: BTreeMap::from([("GREETING".into(), "hi".into())]),
+                set_vars: Default::default(),
                 secret_versions: BTreeMap::new(),
             },
             &[PlannedRevision {

@@ -40,6 +40,7 @@ impl Platform for NoPlatform {
         _: &str,
         _: Option<&str>,
         _: usize,
+        _: bool,
     ) -> BoxFuture<'_, Result<Vec<LogLine>, String>> {
         Box::pin(async { Ok(Vec::new()) })
     }

@@ -45,13 +45,14 @@ pub trait Platform: Send + Sync + 'static {
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts>;
 
     /// The last `lines` lines of the service's instances in `env` (or one instance), oldest
-    /// first.
+    /// first; with `previous`, of those that ended (kept a while: `--previous`).
     fn logs(
         &self,
         service: &str,
         env: &str,
         instance: Option<&str>,
         lines: usize,
+        previous: bool,
     ) -> BoxFuture<'_, Result<Vec<LogLine>, String>>;
 
     /// The last `lines` lines, then every new one as it is written, until the receiver is

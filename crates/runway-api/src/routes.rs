@@ -968,10 +968,15 @@ async fn logs(
         .lines
         .unwrap_or(if since.is_some() { 10_000 } else { 100 });
     let instance = query.instance.as_deref();
+    if query.previous && query.follow {
+        return Err(
+            ApiError::invalid("`previous` output has ended: it cannot be followed").field("follow"),
+        );
+    }
     if !query.follow {
         let mut lines = state
             .platform
-            .logs(&service, &env, instance, lines)
+            .logs(&service, &env, instance, lines, query.previous)
             .await
             .map_err(|e| ApiError::invalid(format!("cannot read logs: {e}")))?;
         lines.retain(|line| crate::stream::written_since(line, since));

@@ -866,6 +866,11 @@ pub struct LogsQuery {
     /// Keep streaming new lines as NDJSON until the client goes.
     #[serde(default)]
     pub follow: bool,
+    /// The output of instances that ended (stopped, crashed and replaced), kept a while
+    /// (`kubectl logs --previous`): an hour and 64 instances on one machine, a container's
+    /// run before its restart on Kubernetes. Not with `follow`.
+    #[serde(default)]
+    pub previous: bool,
     /// Only lines written since then: an RFC 3339 time in UTC (`Z` or `+00:00`, from 1970),
     /// or a duration before now (`90s`, `10m`, `2h`, `1d`). With it, `lines` defaults to
     /// 10000.

@@ -551,6 +551,7 @@ impl Client {
             ("instance", query.instance.map(str::to_owned)),
             ("lines", query.lines.map(|n| n.to_string())),
             ("since", query.since.map(str::to_owned)),
+            ("previous", query.previous.then(|| "true".to_owned())),
             ("follow", Some(follow.to_string())),
         ]
         .into_iter()
@@ -657,6 +658,19 @@ pub(crate) struct LogsQuery<'a> {
     pub(crate) lines: Option<u32>,
     /// An RFC 3339 time, or a duration before now (`10m`).
     pub(crate) since: Option<&'a str>,
+    /// The instances that ended, not the running ones.
+    pub(crate) previous: bool,
+}
+
+/// What `GET /v1/audit` keeps of the log.
+#[derive(Debug, Default)]
+pub(crate) struct AuditFilter<'a> {
+    pub(crate) service: Option<&'a str>,
+    pub(crate) actor: Option<&'a str>,
+    pub(crate) action: Option<&'a str>,
+    /// An RFC 3339 time, or a duration before now (`10m`).
+    pub(crate) since: Option<&'a str>,
+    pub(crate) by: Option<runway_api::types::AuditBy>,
 }
 
 #[cfg(test)]

@@ -346,6 +346,11 @@ pub(crate) struct LogsArgs {
     /// time (2026-11-24T10:00:00Z).
     #[arg(long, value_name = "WHEN")]
     since: Option<String>,
+    /// The output of instances that ended (stopped, crashed and replaced, retired by a
+    /// rollout), as `kubectl logs --previous`: kept an hour, the last 64 instances, on one
+    /// machine; a container's run before its restart on Kubernetes.
+    #[arg(long, conflicts_with = "follow")]
+    previous: bool,
     #[command(flatten)]
     output: OutputArg,
 }
@@ -1573,6 +1578,7 @@ pub(crate) fn logs(args: &LogsArgs) -> anyhow::Result<ExitCode> {
         instance: args.instance.as_deref(),
         lines: args.lines,
         since: args.since.as_deref(),
+        previous: args.previous,
     };
     let env = &args.target.env;
     let output = args.output.output;

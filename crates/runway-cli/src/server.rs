@@ -2105,6 +2105,7 @@ impl Platform for ServerPlatform {
         env: &str,
         instance: Option<&str>,
         lines: usize,
+        previous: bool,
     ) -> BoxFuture<'_, Result<Vec<runway_api::types::LogLine>, String>> {
         let (service, env, instance) = (
             service.to_owned(),
@@ -2114,7 +2115,7 @@ impl Platform for ServerPlatform {
         Box::pin(async move {
             let lines = self
                 .controller
-                .logs(&service, &env, instance.as_deref(), lines)
+                .logs(&service, &env, instance.as_deref(), lines, previous)
                 .await
                 .map_err(|e| e.to_string())?;
             Ok(lines.into_iter().map(api_log_line).collect())

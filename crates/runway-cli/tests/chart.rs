@@ -2589,6 +2589,7 @@ async fn drive(installed: &support::kube::Installed) {
         env: "dev".to_owned(),
         replica: None,
         tail: 10,
+        previous: false,
     };
     driver.logs(&query).await.unwrap();
     let mut lines = driver.follow(&query).await.unwrap();

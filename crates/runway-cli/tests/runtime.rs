@@ -1282,6 +1282,7 @@ async fn the_local_driver_scales_a_revision_workload_and_follows_its_output() {
         env: "dev".into(),
         replica: None,
         tail: 10,
+        previous: false,
     };
     let lines = driver.logs(&query).await.unwrap();
     assert!(
@@ -1321,4 +1322,37 @@ async fn the_local_driver_scales_a_revision_workload_and_follows_its_output() {
     })
     .await
     .expect("every replica removed");
+    // Their output is kept a while: `--previous`, one of them or all.
+    let previous = LogQuery {
+        previous: true,
+        ..query.clone()
+    };
+    let lines = driver.logs(&previous).await.unwrap();
+    for replica in [&kept, &newcomer] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| &l.replica == replica && l.text.starts_with("serving on")),
+            "{replica}: {lines:?}"
+        );
+    }
+    let one = LogQuery {
+        replica: Some(kept.clone()),
+        ..previous.clone()
+    };
+    let lines = driver.logs(&one).await.unwrap();
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.replica == kept),
+        "{lines:?}"
+    );
+    assert!(
+        driver
+            .logs(&LogQuery {
+                env: "prod".into(),
+                ..previous
+            })
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -104,16 +104,22 @@ impl<D: Driver> Controller<D> {
     }
 
     /// The last `lines` lines of output of one instance of the service, or of all of them
-    /// merged by time, each with its instance's id.
+    /// merged by time, each with its instance's id; with `previous`, of those that ended
+    /// (see [`LogQuery::previous`]).
     pub async fn logs(
         &self,
         service: &str,
         env: &str,
         instance: Option<&str>,
         lines: usize,
+        previous: bool,
     ) -> Result<Vec<LogLine>> {
+        let query = LogQuery {
+            previous,
+            ..self.log_query(service, env, instance, lines).await?
+        };
         self.driver
-            .logs(&self.log_query(service, env, instance, lines).await?)
+            .logs(&query)
             .await
             .map_err(|e| ControlError::driver(format!("read the logs of {service} in {env}"), e))
     }
@@ -156,6 +162,7 @@ impl<D: Driver> Controller<D> {
             env: env.to_owned(),
             replica: instance.map(str::to_owned),
             tail: lines,
+            previous: false,
         })
     }
 

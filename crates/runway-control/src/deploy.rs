@@ -238,6 +238,7 @@ impl<D: Driver> Controller<D> {
             env: key.1.clone(),
             replica: Some(candidate.id.clone()),
             tail: REASON_LOG_LINES,
+            previous: false,
         };
         let mut lines: Vec<String> = match self.driver.logs(&query).await {
             Ok(lines) => lines.into_iter().map(|l| l.text).collect(),

@@ -201,6 +201,9 @@ pub struct LogQuery {
     pub replica: Option<String>,
     /// How many of the last lines to start with, across the replicas (as the API's `lines`).
     pub tail: usize,
+    /// The output of replicas that ended (removed, or a container's run before its restart:
+    /// `kubectl logs --previous`), kept for a while, instead of the running ones'.
+    pub previous: bool,
 }
 
 /// What a driver could not do.

@@ -1101,13 +1101,13 @@ impl Driver for KubeDriver {
     async fn logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, DriverError> {
         let (namespace, pods) = self.queried(query)?;
         let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &namespace);
-        logs::tail(&api, &pods, query.tail).await
+        logs::tail(&api, &pods, query.tail, query.previous).await
     }
 
     async fn follow(&self, query: &LogQuery) -> Result<mpsc::Receiver<LogLine>, DriverError> {
         let (namespace, pods) = self.queried(query)?;
         let api: Api<Pod> = Api::namespaced(self.inner.client.clone(), &namespace);
-        let first = logs::tail(&api, &pods, query.tail).await?;
+        let first = logs::tail(&api, &pods, query.tail, false).await?;
         let (sender, receiver) = mpsc::channel(256);
         let driver = self.clone();
         let query = query.clone();

@@ -24,6 +24,7 @@ pub(crate) async fn tail(
     api: &Api<Pod>,
     pods: &[Source],
     n: usize,
+    previous: bool,
 ) -> Result<Vec<LogLine>, DriverError> {
     let mut all = Vec::new();
     for source in pods {
@@ -31,11 +32,14 @@ pub(crate) async fn tail(
             container: Some(source.container.clone()),
             tail_lines: Some(i64::try_from(n).unwrap_or(i64::MAX)),
             timestamps: true,
+            // The container's run before its last restart, as the kubelet keeps it.
+            previous,
             ..LogParams::default()
         };
         match api.logs(&source.pod, &params).await {
             Ok(text) => all.extend(text.lines().filter_map(|line| parse(&source.id, line))),
-            // Gone meanwhile, or not started yet (a pending pod has no log): nothing to show.
+            // Gone meanwhile, not started yet (a pending pod has no log), or never restarted
+            // (no previous run): nothing to show.
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 400 => {}
             Err(error) => {
                 return Err(DriverError::Failed(format!(

@@ -146,6 +146,7 @@ async fn a_retired_ready_replica_goes_before_a_starting_one() {
         env: "dev".to_owned(),
         replica: None,
         tail: 0,
+        previous: false,
     };
     let mut lines = driver.follow(&query).await.unwrap();
     let mut seen = Vec::new();

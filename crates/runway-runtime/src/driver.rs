@@ -169,9 +169,42 @@ impl LocalDriver {
 
     /// The last `n` lines of these replicas' output together, oldest first.
     fn tail(&self, ids: &[String], n: usize) -> Result<Vec<LogLine>, DriverError> {
+        self.tail_in(ids, n, |id| self.runtime.instance_dir(id))
+    }
+
+    /// The last lines of the query's replicas that were removed, whose output the runtime
+    /// keeps for a while ([`LocalRuntime::previous`]).
+    fn previous_tail(&self, query: &LogQuery) -> Result<Vec<LogLine>, DriverError> {
+        let ids: Vec<String> = self
+            .runtime
+            .previous()
+            .into_iter()
+            .filter(|previous| {
+                previous.service == query.service
+                    && revision_of(&previous.id)
+                        .and_then(|revision| env_of(&query.service, revision))
+                        == Some(query.env.as_str())
+                    && query.replica.as_ref().is_none_or(|id| *id == previous.id)
+            })
+            .map(|previous| previous.id)
+            .collect();
+        if let Some(id) = &query.replica
+            && ids.is_empty()
+        {
+            return Err(DriverError::NotFound(id.clone()));
+        }
+        self.tail_in(&ids, query.tail, |id| self.runtime.previous_dir(id))
+    }
+
+    fn tail_in(
+        &self,
+        ids: &[String],
+        n: usize,
+        dir: impl Fn(&str) -> std::path::PathBuf,
+    ) -> Result<Vec<LogLine>, DriverError> {
         let mut all = Vec::new();
         for id in ids {
-            match logs::tail(&self.runtime.instance_dir(id), n) {
+            match logs::tail(&dir(id), n) {
                 Ok(lines) => all.extend(lines.into_iter().map(|line| log_line(id, line))),
                 // Gone meanwhile (a retired replica): nothing to show.
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -343,6 +376,9 @@ impl Driver for LocalDriver {
     }
 
     async fn logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, DriverError> {
+        if query.previous {
+            return self.previous_tail(query);
+        }
         let ids = self.queried(query).await?;
         self.tail(&ids, query.tail)
     }

@@ -39,7 +39,7 @@ pub mod status;
 pub mod supervisor;
 
 pub use driver::{LocalDriver, LocalDriverOptions};
-pub use local::{LocalConfig, LocalRuntime, SupervisorCommand};
+pub use local::{LocalConfig, LocalRuntime, Previous, SupervisorCommand};
 pub use runtime::{Runtime, RuntimeError};
 pub use runway_oci::{Credentials, Digest, PullOptions};
 pub use spec::InstanceSpec;

@@ -102,6 +102,68 @@ impl LocalRuntime {
         self.config.root.join("instances").join(id)
     }
 
+    /// Keeps a removed instance's output (its current file and the one before: at most two
+    /// files' worth) in `previous/<id>/`, moved, not copied, for `runway logs --previous`;
+    /// then forgets what is older than [`PREVIOUS_FOR`] or past the newest [`PREVIOUS_MAX`].
+    /// Best effort: an instance whose output cannot be kept is removed all the same.
+    fn keep_output(&self, status: &InstanceStatus, dir: &Path) {
+        let Some(service) = &status.service else {
+            return;
+        };
+        let root = self.config.root.join(PREVIOUS_DIR);
+        let kept = root.join(&status.id);
+        let now_ms = crate::status::to_ms(std::time::SystemTime::now());
+        let _ = fs::remove_dir_all(&kept);
+        let moved = fs::create_dir_all(&kept).and_then(|()| {
+            let ended = Previous {
+                id: status.id.clone(),
+                service: service.clone(),
+                ended_at_ms: now_ms,
+            };
+            fs::write(
+                kept.join(PREVIOUS_FILE),
+                serde_json::to_vec(&ended).map_err(io::Error::other)?,
+            )?;
+            for name in [format!("{}.1", logs::LOG_FILE), logs::LOG_FILE.to_owned()] {
+                match fs::rename(dir.join(&name), kept.join(&name)) {
+                    Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                    _ => {}
+                }
+            }
+            Ok(())
+        });
+        if moved.is_err() {
+            let _ = fs::remove_dir_all(&kept);
+        }
+        let mut all = self.previous();
+        all.sort_by_key(|previous| std::cmp::Reverse(previous.ended_at_ms));
+        let horizon = u64::try_from(PREVIOUS_FOR.as_millis()).unwrap_or(u64::MAX);
+        for (index, previous) in all.iter().enumerate() {
+            if index >= PREVIOUS_MAX || now_ms.saturating_sub(previous.ended_at_ms) > horizon {
+                let _ = fs::remove_dir_all(root.join(&previous.id));
+            }
+        }
+    }
+
+    /// The removed instances whose output is kept (see [`LocalRuntime::previous_dir`]).
+    pub fn previous(&self) -> Vec<Previous> {
+        let root = self.config.root.join(PREVIOUS_DIR);
+        let Ok(entries) = fs::read_dir(&root) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| fs::read(entry.path().join(PREVIOUS_FILE)).ok())
+            .filter_map(|text| serde_json::from_slice::<Previous>(&text).ok())
+            .filter(|previous| check_id(&previous.id).is_ok())
+            .collect()
+    }
+
+    /// Where a removed instance's output is kept (as in its state directory).
+    pub fn previous_dir(&self, id: &str) -> PathBuf {
+        self.config.root.join(PREVIOUS_DIR).join(id)
+    }
+
     /// Creates the state directory's `instances/` private (`0700`, an older one made so):
     /// instances' output, specs and sockets are this user's alone. The root above it keeps its
     /// mode, which a container's root may need to search on the way to `images/`. Done on
@@ -609,6 +671,7 @@ impl Runtime for LocalRuntime {
             crate::secret_bundle::remove_stale(crate::secret_bundle::memory_dir(), id);
         }
         self.release_network(&dir);
+        self.keep_output(&stopped, &dir);
         fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))
     }
 
@@ -868,6 +931,26 @@ fn instance_bundle(spec: &InstanceSpec, dir: &Path) -> Result<BundleOptions, Run
 /// Processes and threads a sandboxed process may have at once: a fork bomb stays inside its
 /// own cgroup instead of taking the machine's pids.
 const SANDBOX_PIDS_LIMIT: u64 = 4096;
+
+/// Where removed instances' output is kept, under the runtime's root.
+const PREVIOUS_DIR: &str = "previous";
+/// What says whose output a `previous/<id>/` holds.
+const PREVIOUS_FILE: &str = "ended.json";
+/// How long a removed instance's output is kept.
+pub const PREVIOUS_FOR: Duration = Duration::from_secs(3600);
+/// How many removed instances' output is kept at most.
+pub const PREVIOUS_MAX: usize = 64;
+
+/// A removed instance whose output is kept.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Previous {
+    /// The instance.
+    pub id: String,
+    /// Its service.
+    pub service: String,
+    /// When it was removed (Unix milliseconds).
+    pub ended_at_ms: u64,
+}
 
 /// What a failed pull says. Where registries are an allow-list (a server, whose image
 /// references come from tenants), a registry that cannot be reached is "could not pull"

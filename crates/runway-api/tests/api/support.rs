@@ -103,6 +103,7 @@ impl Platform for FakePlatform {
         _env: &str,
         _instance: Option<&str>,
         lines: usize,
+        _previous: bool,
     ) -> BoxFuture<'_, Result<Vec<LogLine>, String>> {
         Box::pin(async move { Ok((0..lines.min(3)).map(log_line).collect()) })
     }
