@@ -1083,6 +1083,14 @@ async fn create_token(
     if body.name.trim().is_empty() {
         return Err(ApiError::invalid("a token needs a name").field("name"));
     }
+    // The audit log tells people from the platform by these names.
+    if runway_store::PLATFORM_ACTORS.contains(&body.name.trim()) {
+        return Err(ApiError::invalid(format!(
+            "{:?} is the platform's own name in the audit log: choose another",
+            body.name.trim()
+        ))
+        .field("name"));
+    }
     in_range(
         body.expires_in_seconds,
         1,
@@ -1172,7 +1180,8 @@ async fn revoke_token(
     Ok(axum::Json(token.into()))
 }
 
-/// The audit log (admin), oldest first.
+/// The audit log (admin), oldest first; filtered by service, actor, action, time and who (people
+/// or the platform) when asked.
 #[utoipa::path(get, path = "/v1/audit", params(AuditQuery),
     responses((status = 200, body = Vec<AuditEntryView>)))]
 async fn audit(
@@ -1184,17 +1193,27 @@ async fn audit(
     in_range(query.after, 0, i64::MAX, "after")?;
     in_range(query.limit, 1, 1000, "limit")?;
     in_range(query.last, 1, 1000, "last")?;
-    let after = query.after.unwrap_or(0);
-    let limit = query.limit.unwrap_or(100);
     let last = query.last;
     if last.is_some() && (query.after.is_some() || query.limit.is_some()) {
         return Err(ApiError::invalid("last is not given with after or limit").field("last"));
     }
+    let (after, limit) = match last {
+        Some(last) => (None, last),
+        None => (Some(query.after.unwrap_or(0)), query.limit.unwrap_or(100)),
+    };
+    let since = query.since.as_deref().map(since_time).transpose()?;
+    let filter = runway_store::AuditFilter {
+        service: query.service,
+        actor: query.actor,
+        action: query.action,
+        since,
+        by: query.by.map(|by| match by {
+            AuditBy::People => runway_store::AuditBy::People,
+            AuditBy::Platform => runway_store::AuditBy::Platform,
+        }),
+    };
     let list = state
-        .store(move |s| match last {
-            Some(last) => Ok(s.audit_tail(last)?),
-            None => Ok(s.audit_list(after, limit)?),
-        })
+        .store(move |s| Ok(s.audit_find(&filter, after, limit)?))
         .await?;
     Ok(axum::Json(list.into_iter().map(Into::into).collect()))
 }

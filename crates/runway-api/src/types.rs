@@ -1086,6 +1086,29 @@ pub struct AuditQuery {
     /// (400).
     #[param(minimum = 1, maximum = 1000)]
     pub last: Option<u32>,
+    /// Only what concerns this service: it, its environments and its secrets.
+    pub service: Option<String>,
+    /// Only this actor's (a token's name, an identity, `reconciler`, `acme`).
+    pub actor: Option<String>,
+    /// Only this action, or its family (`secret` for `secret.set` and `secret.unset`).
+    pub action: Option<String>,
+    /// Only entries since then: an RFC 3339 time in UTC, or a duration before now (`90s`,
+    /// `10m`, `2h`, `1d`), as the logs' `since`.
+    pub since: Option<String>,
+    /// Only people's actions (tokens, identities), or only the platform's own (the
+    /// reconciler's rollout events, ACME).
+    #[param(inline)]
+    pub by: Option<AuditBy>,
+}
+
+/// Who an audit entry is by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditBy {
+    /// People and CI jobs: a token or an identity.
+    People,
+    /// The platform itself.
+    Platform,
 }
 
 /// One line of the audit log.

@@ -528,11 +528,27 @@ impl Client {
         &self,
         after: Option<i64>,
         count: u32,
+        filter: &AuditFilter<'_>,
     ) -> Result<Vec<AuditEntryView>, ApiError> {
-        let query = match after {
+        let mut query = match after {
             Some(after) => vec![("after", after.to_string()), ("limit", count.to_string())],
             None => vec![("last", count.to_string())],
         };
+        let by = filter.by.map(|by| match by {
+            runway_api::types::AuditBy::People => "people",
+            runway_api::types::AuditBy::Platform => "platform",
+        });
+        for (key, value) in [
+            ("service", filter.service),
+            ("actor", filter.actor),
+            ("action", filter.action),
+            ("since", filter.since),
+            ("by", by),
+        ] {
+            if let Some(value) = value {
+                query.push((key, value.to_owned()));
+            }
+        }
         self.get(self.url(&["v1", "audit"], &query)).await
     }
 

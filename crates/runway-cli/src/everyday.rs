@@ -92,14 +92,42 @@ pub(crate) struct EnvListArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct AuditArgs {
-    /// How many entries: the last N (default 50), or N from --after on.
+    /// How many entries: the last N (default 50), newest first; or N from --after on.
     #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     limit: u32,
     /// The entries after this id, oldest first (to page through the whole log).
     #[arg(long, value_name = "ID")]
     after: Option<i64>,
+    /// Only what concerns this service: it, its environments, deployments and secrets.
+    #[arg(short, long, value_name = "NAME")]
+    service: Option<String>,
+    /// Only what this actor did: a token's name, an identity (`ci:…`), `reconciler` or
+    /// `acme` for the platform's own.
+    #[arg(long, value_name = "ACTOR")]
+    actor: Option<String>,
+    /// Only this action (`deploy`, `secret.set`), or a family of them (`secret` for
+    /// `secret.set` and `secret.unset`).
+    #[arg(long, value_name = "ACTION")]
+    action: Option<String>,
+    /// Only entries since then: a duration before now (90s, 10m, 2h, 1d) or an RFC 3339
+    /// time (2026-11-24T10:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    since: Option<String>,
+    /// Only people's actions (tokens and identities), or only the platform's own (the
+    /// reconciler's rollout events, ACME's certificates).
+    #[arg(long, value_enum)]
+    by: Option<By>,
     #[command(flatten)]
     output: OutputArg,
+}
+
+/// Whose audit entries: `--by`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum By {
+    /// Tokens and identities: people and CI jobs.
+    People,
+    /// The platform's own: the reconciler, ACME.
+    Platform,
 }
 
 #[derive(Debug, clap::Args)]
@@ -322,7 +350,21 @@ fn env_list(args: &EnvListArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     let client = client()?;
-    let entries = tokio()?.block_on(client.audit(args.after, args.limit))?;
+    let filter = crate::api::AuditFilter {
+        service: args.service.as_deref(),
+        actor: args.actor.as_deref(),
+        action: args.action.as_deref(),
+        since: args.since.as_deref(),
+        by: args.by.map(|by| match by {
+            By::People => runway_api::types::AuditBy::People,
+            By::Platform => runway_api::types::AuditBy::Platform,
+        }),
+    };
+    let mut entries = tokio()?.block_on(client.audit(args.after, args.limit, &filter))?;
+    // The last entries newest first, as people read a log; pages (--after) in order.
+    if args.after.is_none() {
+        entries.reverse();
+    }
     if args.output.output == Output::Json {
         print_json(&entries)?;
         return Ok(ExitCode::SUCCESS);
@@ -336,11 +378,7 @@ pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
         "DETAIL".to_owned(),
     ]];
     rows.extend(entries.iter().map(|e| {
-        let detail = match &e.detail {
-            serde_json::Value::Null => String::new(),
-            serde_json::Value::Object(map) if map.is_empty() => String::new(),
-            other => other.to_string(),
-        };
+        let detail = readable(&e.detail);
         // An actor may be an identity token's claims, a detail quote an app's output.
         [
             e.id.to_string(),
@@ -355,9 +393,50 @@ pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// An audit entry's detail for people: `key=value` pairs, a value in quotes only when it has
+/// a space, nested values as compact JSON.
+fn readable(detail: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let value = |value: &Value| match value {
+        Value::String(text) if text.is_empty() || text.contains([' ', '"', '=']) => {
+            format!("{text:?}")
+        }
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    match detail {
+        Value::Null => String::new(),
+        Value::Object(map) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{k}={}", value(v)))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => value(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audit_details_read_as_pairs() {
+        let detail = serde_json::json!({
+            "deployment": 7,
+            "message": "instance hello-dev-00001-x started",
+            "revision": "hello-dev-00001",
+            "from_revision": null,
+            "weights": {"a": 100},
+        });
+        assert_eq!(
+            readable(&detail),
+            "deployment=7 message=\"instance hello-dev-00001-x started\" \
+             revision=hello-dev-00001 weights={\"a\":100}"
+        );
+        assert_eq!(readable(&serde_json::Value::Null), "");
+        assert_eq!(readable(&serde_json::json!({})), "");
+    }
 
     #[test]
     fn assignments_split_at_the_first_equals_sign() {

@@ -75,11 +75,11 @@ mod time;
 pub use copy::{Copied, copy_sqlite_to_postgres};
 pub use error::{Result, StoreError};
 pub use model::{
-    AuditEntry, Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired,
-    DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell, IssuedCertificate,
-    Lease, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
-    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
-    artifact_image, artifact_is_process, artifact_source, revision_name,
+    AuditBy, AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
+    Desired, DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell,
+    IssuedCertificate, Lease, NewRevision, NewService, NewToken, PLATFORM_ACTORS, PlannedRevision,
+    Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
+    Token, TokenScope, artifact_image, artifact_is_process, artifact_source, revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

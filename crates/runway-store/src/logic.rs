@@ -11,13 +11,13 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::error::{Result, StoreError, not_found};
-use crate::sql::{Db, DbExt, Row, args};
+use crate::sql::{Db, DbExt, Param, Row, args};
 use crate::{
-    AuditEntry, DeployRecord, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
-    Desired, DesiredRevision, Domain, DomainCertificate, DomainState, FenceCell, IssuedCertificate,
-    Lease, NewRevision, NewService, NewToken, PlannedRevision, Revision, RevisionRef,
-    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Timestamp, Token,
-    TokenScope, revision_name,
+    AuditBy, AuditEntry, AuditFilter, DeployRecord, Deployment, DeploymentEvent, DeploymentKind,
+    DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, DomainState, FenceCell,
+    IssuedCertificate, Lease, NewRevision, NewService, NewToken, PlannedRevision, Revision,
+    RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store,
+    Timestamp, Token, TokenScope, revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -1664,6 +1664,71 @@ impl<B: Backend> Store for B {
                 args![after_id, limit_param(limit)],
                 audit_from_row,
             )
+        })
+    }
+
+    fn audit_find(
+        &self,
+        filter: &AuditFilter,
+        after_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>> {
+        let service = filter.service.as_deref();
+        let exact = service.map(|name| format!("service/{name}"));
+        let under = service.map(|name| format!("service/{}/%", like_escaped(name)));
+        let secrets = service.map(|name| format!("secret/{}/%", like_escaped(name)));
+        let family = filter
+            .action
+            .as_deref()
+            .map(|action| format!("{}.%", like_escaped(action)));
+        let by = filter.by.map(|by| match by {
+            AuditBy::People => "people",
+            AuditBy::Platform => "platform",
+        });
+        let platform = crate::model::PLATFORM_ACTORS
+            .iter()
+            .map(|actor| format!("'{actor}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let kept = format!(
+            // A parameter only tested for NULL has no type PostgreSQL can tell: cast.
+            "(CAST(?1 AS TEXT) IS NULL OR target = ?1 OR target LIKE ?2 ESCAPE '\\' \
+             OR target LIKE ?3 ESCAPE '\\') \
+             AND (CAST(?4 AS TEXT) IS NULL OR actor = ?4) \
+             AND (CAST(?5 AS TEXT) IS NULL OR action = ?5 OR action LIKE ?6 ESCAPE '\\') \
+             AND at >= ?7 \
+             AND (CAST(?8 AS TEXT) IS NULL \
+                  OR (?8 = 'people' AND actor NOT IN ({platform})) \
+                  OR (?8 = 'platform' AND actor IN ({platform})))"
+        );
+        let since = filter.since.map_or(0, Timestamp::unix_millis);
+        let kept_args = [
+            Param::from(exact.as_deref()),
+            Param::from(under.as_deref()),
+            Param::from(secrets.as_deref()),
+            Param::from(filter.actor.as_deref()),
+            Param::from(filter.action.as_deref()),
+            Param::from(family.as_deref()),
+            Param::from(since),
+            Param::from(by),
+        ];
+        self.read(|db| match after_id {
+            Some(after) => db.query_all(
+                &format!(
+                    "SELECT id, at, actor, action, target, detail FROM audit \
+                     WHERE {kept} AND id > ?9 ORDER BY id LIMIT ?10"
+                ),
+                &[&kept_args[..], args![after, limit_param(limit)]].concat(),
+                audit_from_row,
+            ),
+            None => db.query_all(
+                &format!(
+                    "SELECT id, at, actor, action, target, detail FROM (SELECT * FROM audit \
+                     WHERE {kept} ORDER BY id DESC LIMIT ?9) AS recent ORDER BY id"
+                ),
+                &[&kept_args[..], args![limit_param(limit)]].concat(),
+                audit_from_row,
+            ),
         })
     }
 

@@ -597,6 +597,35 @@ pub struct IssuedCertificate {
     pub renew_at: Timestamp,
 }
 
+/// The actors that are the platform itself, not a person or a CI job: the reconciler (a
+/// rollout's events) and ACME (certificates). A token may not take one of these names.
+pub const PLATFORM_ACTORS: &[&str] = &["reconciler", "acme"];
+
+/// Which audit entries [`crate::Store::audit_find`] keeps: all of them by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditFilter {
+    /// Only those about this service: it, its environments (deployments, rollouts, variables)
+    /// and its secrets.
+    pub service: Option<String>,
+    /// Only this actor's.
+    pub actor: Option<String>,
+    /// Only this action, or those of its family (`secret` for `secret.set`).
+    pub action: Option<String>,
+    /// Only those written at or after this.
+    pub since: Option<Timestamp>,
+    /// Only people's (and CI jobs'), or only the platform's ([`PLATFORM_ACTORS`]).
+    pub by: Option<AuditBy>,
+}
+
+/// Who an audit entry is by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditBy {
+    /// A token or an identity: people and CI jobs.
+    People,
+    /// The platform itself.
+    Platform,
+}
+
 /// One line of the audit log, written in the same transaction as the change it records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditEntry {

@@ -7,10 +7,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AuditEntry, Deployment, DeploymentEvent, DeploymentState, Desired, DesiredRevision, Domain,
-    DomainCertificate, FenceCell, IssuedCertificate, Lease, NewRevision, NewService, NewToken,
-    PlannedRevision, Result, Revision, RolloutCommand, SecretInfo, SecretVersion, Service,
-    ServiceUpdate, Timestamp, Token,
+    AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentState, Desired,
+    DesiredRevision, Domain, DomainCertificate, FenceCell, IssuedCertificate, Lease, NewRevision,
+    NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand, SecretInfo,
+    SecretVersion, Service, ServiceUpdate, Timestamp, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -314,6 +314,15 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// The last `limit` entries of the audit log, oldest first.
     fn audit_tail(&self, limit: u32) -> Result<Vec<AuditEntry>>;
+
+    /// The entries `filter` keeps, oldest first: at most `limit` with an id above `after_id`
+    /// when given, else the last `limit`.
+    fn audit_find(
+        &self,
+        filter: &AuditFilter,
+        after_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>>;
 
     // --- leases ---------------------------------------------------------------------------
 

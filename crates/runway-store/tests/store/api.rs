@@ -1161,6 +1161,107 @@ fn audit_pages_in_order() {
 }
 
 #[test]
+fn audit_is_found_by_service_actor_action_time_and_who() {
+    use runway_store::{AuditBy, AuditFilter};
+    let f = fixture();
+    let store: &dyn Store = &*f.store;
+    onboard(store, "hello");
+    onboard(store, "hello-two");
+    let a = deploy_ok(store, "hello", "production", "a");
+    store
+        .deployment_add_event("reconciler", a.deployment.id, "instance started")
+        .unwrap();
+    store
+        .secret_set("bob", "hello", "production", "TOKEN", 1, b"n", b"c", None)
+        .unwrap();
+    deploy_ok(store, "hello-two", "production", "b");
+    let find = |filter: AuditFilter| {
+        store
+            .audit_find(&filter, None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| format!("{} {} {}", e.actor, e.action, e.target))
+            .collect::<Vec<_>>()
+    };
+    let all = find(AuditFilter::default());
+    assert_eq!(all.len(), store.audit_list(0, 1000).unwrap().len());
+    // A service: its own entries, not those of a service whose name it begins.
+    let hello = find(AuditFilter {
+        service: Some("hello".into()),
+        ..AuditFilter::default()
+    });
+    assert!(hello.iter().all(|e| !e.contains("hello-two")), "{hello:?}");
+    assert!(
+        hello
+            .iter()
+            .any(|e| e.contains("secret/hello/production/TOKEN")),
+        "{hello:?}"
+    );
+    assert!(
+        hello.iter().any(|e| e.ends_with(" service/hello")),
+        "{hello:?}"
+    );
+    // People, or the platform.
+    let platform = find(AuditFilter {
+        by: Some(AuditBy::Platform),
+        ..AuditFilter::default()
+    });
+    assert_eq!(
+        platform,
+        ["reconciler deployment.event service/hello/production"]
+    );
+    let people = find(AuditFilter {
+        by: Some(AuditBy::People),
+        ..AuditFilter::default()
+    });
+    assert_eq!(people.len() + 1, all.len());
+    // An actor; an action and its family.
+    assert_eq!(
+        find(AuditFilter {
+            actor: Some("bob".into()),
+            ..AuditFilter::default()
+        }),
+        ["bob secret.set secret/hello/production/TOKEN"]
+    );
+    let secrets = find(AuditFilter {
+        action: Some("secret".into()),
+        ..AuditFilter::default()
+    });
+    assert_eq!(secrets, ["bob secret.set secret/hello/production/TOKEN"]);
+    assert_eq!(
+        find(AuditFilter {
+            action: Some("secret.set".into()),
+            ..AuditFilter::default()
+        }),
+        secrets
+    );
+    // `_` and `%` are matched as themselves.
+    assert!(
+        find(AuditFilter {
+            action: Some("s%".into()),
+            ..AuditFilter::default()
+        })
+        .is_empty()
+    );
+    // Since a time; the last N, oldest first; a page after an id.
+    let future = Timestamp::from_unix_millis(Timestamp::now().unix_millis() + 60_000).unwrap();
+    assert!(
+        find(AuditFilter {
+            since: Some(future),
+            ..AuditFilter::default()
+        })
+        .is_empty()
+    );
+    let last = store.audit_find(&AuditFilter::default(), None, 2).unwrap();
+    let every = store.audit_list(0, 1000).unwrap();
+    assert_eq!(last, every[every.len() - 2..]);
+    let page = store
+        .audit_find(&AuditFilter::default(), Some(every[0].id), 2)
+        .unwrap();
+    assert_eq!(page, every[1..3]);
+}
+
+#[test]
 fn records_serialize_with_rfc3339_times() {
     let f = fixture();
     let store: &dyn Store = &*f.store;
