@@ -236,7 +236,10 @@ pub(crate) async fn deploy(
                 (None, Some(reference)) => (reference.as_str(), "manifest.spec.image"),
                 (None, None) => {
                     return Err(ApiError::invalid(
-                        "no image: give `image`, or set spec.image in the manifest",
+                        "no image to deploy: give `image`, set spec.image in the manifest, or \
+                         run the code as a plain process with spec.workload.process.command, \
+                         which `runway init` writes for a Python or Node app, a Procfile or a \
+                         built binary",
                     )
                     .field("image"));
                 }

@@ -211,9 +211,17 @@ impl Client {
     }
 
     fn connect_error(&self, error: &reqwest::Error) -> ApiError {
+        let mut reason = chain(error);
+        // A certificate no trusted authority signed: a `runway server`'s own, most likely.
+        if reason.contains("UnknownIssuer") || reason.contains("unknown issuer") {
+            reason.push_str(
+                " (a `runway server` signs its certificate with its own authority: trust it \
+                 with `--ca <data-dir>/ca/ca.pem`, as the server printed at its first start)",
+            );
+        }
         ApiError::Connect {
             server: self.server().to_owned(),
-            reason: chain(error),
+            reason,
         }
     }
 
@@ -400,7 +408,13 @@ impl Client {
             .await
         {
             Ok(_) => Ok(true),
-            Err(ApiError::Api { status, .. }) if status == StatusCode::NOT_FOUND => Ok(false),
+            // Only the snapshot missing; a service or environment that is not there is an
+            // error, said before any code is uploaded.
+            Err(ApiError::Api {
+                status, message, ..
+            }) if status == StatusCode::NOT_FOUND && message.contains("no code snapshot") => {
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }

@@ -723,7 +723,12 @@ pub(crate) fn service_name(path: Option<&Path>, service: Option<&str>) -> anyhow
         return Ok(service.to_owned());
     }
     let path = path.unwrap_or(Path::new("."));
-    let repo = discover(path)?;
+    let repo = discover(path).map_err(|error| {
+        anyhow::anyhow!(
+            "{error:#}\nhint: outside a repository, name the service: `-s NAME` (`runway \
+             services list` lists them)"
+        )
+    })?;
     let Some(services) = valid_services(&repo, path, |s| is_named(s, service)) else {
         bail!("cannot tell which service is meant: name it with --service");
     };

@@ -78,7 +78,11 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     let data_dir = match (&args.data_dir, &temporary) {
         (Some(dir), _) => {
-            std::path::absolute(dir).with_context(|| format!("cannot use {}", dir.display()))?
+            let dir = std::path::absolute(dir)
+                .with_context(|| format!("cannot use {}", dir.display()))?;
+            // Made as `runway server --data-dir` makes it.
+            crate::server::create_data_dir(&dir)?;
+            dir
         }
         (None, Some(temp)) => temp.path().to_path_buf(),
         (None, None) => bail!("no data directory"),

@@ -34,8 +34,10 @@ use tokio::sync::{Notify, mpsc, watch};
 /// `runway server`'s arguments.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime`, `store` and
-    /// `leader` sections, every key optional, unknown keys refused.
+    /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime`, `store`,
+    /// `leader`, `secrets`, `observability` and `domains` sections, every key optional, unknown
+    /// keys refused (docs/server-configuration.md has a sample with every key; `runway server
+    /// check-config` prints the configuration in force, ports included).
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) config: Option<PathBuf>,
     /// Where the store, the master key, the certificate authority and the instances' state
@@ -1628,7 +1630,7 @@ pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
 
 /// The data directory, created private (`0700`); [`open_data_dir`] opens the way through it
 /// once what is inside is private on its own.
-fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
+pub(crate) fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -2166,6 +2168,19 @@ fn rfc3339(ms: u64) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_help_names_every_section() {
+        use clap::CommandFactory;
+        let help = crate::Cli::command()
+            .find_subcommand_mut("server")
+            .map(|server| server.render_long_help().to_string())
+            .unwrap_or_default();
+        let sections = serde_json::to_value(ServerConfig::default()).unwrap();
+        for section in sections.as_object().unwrap().keys() {
+            assert!(help.contains(&format!("`{section}`")), "{section}: {help}");
+        }
+    }
 
     #[test]
     fn the_runtime_section_names_plain_http_registries_and_refuses_unknown_keys() {

@@ -53,6 +53,12 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         "{}",
         refused.all()
     );
+    // Said before any code is uploaded.
+    assert!(
+        !refused.stderr.contains("uploading code"),
+        "{}",
+        refused.all()
+    );
     // `runway.yaml` is not read: say to rename it.
     let yaml = repo.join("../yaml");
     std::fs::create_dir_all(yaml.join(".runway")).unwrap();
@@ -64,6 +70,38 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         "{}",
         refused.all()
     );
+    // The server's own authority, not trusted: say how to trust it.
+    let untrusted = support::run(
+        {
+            let mut login = Command::new(support::RUNWAY);
+            login
+                .args(["login", "--server", &platform.api(), "--token", "-"])
+                .env("RUNWAY_CONFIG", repo.join("../untrusted.json"));
+            login
+        },
+        Some(b"rw_whatever"),
+        support::COMMAND,
+    );
+    assert_ne!(untrusted.code, Some(0), "{}", untrusted.all());
+    assert!(
+        untrusted.stderr.contains("--ca <data-dir>/ca/ca.pem"),
+        "{}",
+        untrusted.all()
+    );
+    // Outside a repository: say to name the service.
+    let outside = support::run(
+        {
+            let mut status = Command::new(support::RUNWAY);
+            status
+                .arg("status")
+                .current_dir(platform.dir.path())
+                .env("RUNWAY_CONFIG", platform.cli_config());
+            status
+        },
+        None,
+        support::COMMAND,
+    );
+    assert!(outside.stderr.contains("`-s NAME`"), "{}", outside.all());
     // Plain http:// against the API's HTTPS port: an answer saying so, not a TLS alert.
     let http = platform.api().replacen("https://", "http://", 1);
     let refused = platform.runway_with(
@@ -84,6 +122,9 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     support::set_env_file(&repo, "dev", &[("CRASH", "1")]);
     let crashed = platform.deploy(&repo, "dev");
     assert_eq!(crashed.code, Some(1), "{}", crashed.all());
+    // A final failure: it does not say the instance starts again.
+    let failure = crashed.stderr.split("failed").last().unwrap_or_default();
+    assert!(!failure.contains("starting again"), "{}", crashed.all());
     let asked = Instant::now();
     let (status, body) = platform.get_until(
         "hello.dev.localhost",
@@ -149,6 +190,41 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     assert!(listed.ok(), "{}", listed.all());
     assert_eq!(listed.json()["variables"]["GREETING"], "hey");
     assert_eq!(listed.json()["variables"]["MODE"], "fast");
+    assert_eq!(listed.json()["from"]["MODE"], "runway env set");
+    // A deploy from the repository keeps what `env set` set, over the repository's value,
+    // and says so, with what else changed.
+    support::set_env_file(&repo, "dev", &[("GREETING", "hello"), ("REPO_ONLY", "x")]);
+    let deployed = platform.deploy(&repo, "dev");
+    assert!(deployed.ok(), "{}", deployed.all());
+    assert!(
+        deployed
+            .stderr
+            .contains("kept over the repository's, as set with `runway env set`: GREETING, MODE"),
+        "{}",
+        deployed.all()
+    );
+    assert!(
+        deployed.stderr.contains("variables added: REPO_ONLY"),
+        "{}",
+        deployed.all()
+    );
+    let (_, body) = platform.get(host, "/", Duration::from_secs(30));
+    assert!(body.starts_with("hey from hello-dev-00004"), "{body}");
+    let listed = platform.runway(&["env", "list", "--service", "hello"]);
+    let repo_only = listed.stdout.lines().find(|l| l.starts_with("REPO_ONLY"));
+    assert!(
+        repo_only.is_some_and(|l| l.contains(".runway/env-dev.yml")),
+        "{}",
+        listed.all()
+    );
+    // The repository's own is changed there, not unset here.
+    let refused = platform.runway(&["env", "unset", "REPO_ONLY", "--service", "hello"]);
+    assert_eq!(refused.code, Some(1), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("comes from the repository"),
+        "{}",
+        refused.all()
+    );
     let unset = platform.runway_for(
         &["env", "unset", "MODE", "--service", "hello", "--wait"],
         Duration::from_secs(120),
@@ -157,7 +233,7 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     let listed = platform.runway(&["env", "list", "--service", "hello"]);
     assert!(!listed.stdout.contains("MODE"), "{}", listed.all());
     assert!(
-        listed.stdout.contains("hello-dev-00004 serves"),
+        listed.stdout.contains("hello-dev-00005 serves"),
         "{}",
         listed.all()
     );
@@ -171,7 +247,7 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     );
 
     // Rolling back to the revision already serving alone changes nothing: refused.
-    let noop = platform.runway(&["rollback", "--service", "hello", "--to", "hello-dev-00004"]);
+    let noop = platform.runway(&["rollback", "--service", "hello", "--to", "hello-dev-00005"]);
     assert_eq!(noop.code, Some(1), "{}", noop.all());
     assert!(
         noop.stderr.contains("nothing to roll back"),
@@ -200,6 +276,22 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         "2999-01-01T00:00:00Z",
     ]);
     assert_eq!(future.stdout, "", "{}", future.all());
+    // The instances the rollouts replaced: their output is kept (`--previous`).
+    let previous = platform.runway(&["logs", "--service", "hello", "--previous"]);
+    assert!(previous.ok(), "{}", previous.all());
+    assert!(
+        previous
+            .stdout
+            .lines()
+            .any(|l| l.contains("hello-dev-00002") && l.contains("listening on")),
+        "{}",
+        previous.all()
+    );
+    assert!(
+        !previous.stdout.contains("hello-dev-00005"),
+        "the serving revision's: {}",
+        previous.all()
+    );
 
     // An environment added to the service keeps what it has in the others.
     let added = platform.runway(&["services", "update", "hello", "--add-env", "staging"]);
@@ -212,20 +304,49 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     let revisions = platform.runway(&["revisions", "--service", "hello", "--output", "json"]);
     assert_eq!(
         revisions.json().as_array().unwrap().len(),
-        4,
+        5,
         "{}",
         revisions.all()
     );
 
-    // The audit log: the last entries, newest last.
+    // The audit log: the last entries, newest first.
     let audit = platform.runway(&["audit", "--limit", "3", "--output", "json"]);
     assert!(audit.ok(), "{}", audit.all());
     let entries = audit.json();
     let entries = entries.as_array().unwrap();
     assert_eq!(entries.len(), 3);
-    assert!(entries[0]["id"].as_i64() < entries[2]["id"].as_i64());
+    assert!(entries[0]["id"].as_i64() > entries[2]["id"].as_i64());
     let text = platform.runway(&["audit"]);
     assert!(text.stdout.contains("service.create"), "{}", text.all());
+    // Filtered: people's actions on the service, a family of actions, the platform's own;
+    // the details readable.
+    let audit = |args: &[&str]| {
+        let ran = platform.runway(&[&["audit", "--output", "json"], args].concat());
+        assert!(ran.ok(), "{}", ran.all());
+        ran.json().as_array().cloned().unwrap_or_default()
+    };
+    let people = audit(&["--service", "hello", "--by", "people"]);
+    assert!(!people.is_empty());
+    assert!(
+        people
+            .iter()
+            .all(|e| e["actor"] != "reconciler"
+                && e["target"].as_str().unwrap_or("").contains("/hello")),
+        "{people:#?}"
+    );
+    let secrets = audit(&["--action", "secret"]);
+    assert!(
+        !secrets.is_empty() && secrets.iter().all(|e| e["action"] == "secret.set"),
+        "{secrets:#?}"
+    );
+    let platform_own = audit(&["--by", "platform", "--since", "1h"]);
+    assert!(
+        !platform_own.is_empty() && platform_own.iter().all(|e| e["actor"] == "reconciler"),
+        "{platform_own:#?}"
+    );
+    assert!(audit(&["--since", "2999-01-01T00:00:00Z"]).is_empty());
+    let text = platform.runway(&["audit", "--action", "deployment.event", "-n", "1"]);
+    assert!(text.stdout.contains("message=\""), "{}", text.all());
 
     // Shell completion: a script bash accepts, completing runway's commands.
     let script = platform.runway(&["completion", "bash"]);
@@ -308,4 +429,180 @@ fn a_lost_server_during_wait_is_its_own_exit_code() {
         started.elapsed() >= Duration::from_secs(30),
         "tried 30 s first"
     );
+}
+
+/// From a folder with only a `main.py` to a served URL, as the README says: `runway init`
+/// finds the app and writes a manifest running it as a process, its hint ends with `runway
+/// deploy --wait`, and that deploy serves it. A folder with nothing to run: `init` says how to
+/// give an image, and the deploy's error names all three ways out.
+#[test]
+fn a_folder_of_code_becomes_a_url() {
+    if !can_run() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let folder = platform.dir.path().join("greeter");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("main.py"), support::APP).unwrap();
+    let init = platform.runway_with(&["init"], Some(folder.as_os_str()), None, support::COMMAND);
+    assert!(init.ok(), "{}", init.all());
+    assert!(init.stderr.contains("`python3 main.py`"), "{}", init.all());
+    let hint = init.stderr.lines().last().unwrap_or_default();
+    assert!(hint.ends_with("runway deploy --wait`"), "{}", init.all());
+    let created = platform.runway(&["services", "create", "greeter", "--env", "dev"]);
+    assert!(created.ok(), "{}", created.all());
+    let deployed = platform.runway_with(
+        &["deploy", "--wait", "--timeout", "90s"],
+        Some(folder.as_os_str()),
+        None,
+        Duration::from_secs(120),
+    );
+    assert!(deployed.ok(), "{}", deployed.all());
+    let (status, body) = platform.get("greeter.dev.localhost", "/", Duration::from_secs(30));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("from greeter-dev-00001"), "{body}");
+
+    // Nothing runnable: say how to give an image, and the deploy names the three ways out.
+    let empty = platform.dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(empty.join("README"), "nothing to run").unwrap();
+    let init = platform.runway_with(
+        &["init", "--name", "empty"],
+        Some(empty.as_os_str()),
+        None,
+        support::COMMAND,
+    );
+    assert!(init.ok(), "{}", init.all());
+    assert!(init.stderr.contains("--image REF"), "{}", init.all());
+    let created = platform.runway(&["services", "create", "empty", "--env", "dev"]);
+    assert!(created.ok(), "{}", created.all());
+    let refused =
+        platform.runway_with(&["deploy"], Some(empty.as_os_str()), None, support::COMMAND);
+    assert_eq!(refused.code, Some(1), "{}", refused.all());
+    for way in [
+        "`image`",
+        "spec.image",
+        "spec.workload.process.command",
+        "--image",
+    ] {
+        assert!(refused.stderr.contains(way), "{way}: {}", refused.all());
+    }
+}
+
+/// Two failed first deploys in a row: nothing ever served, so nothing is "restored", nothing
+/// claims traffic, no instance of either revision is started again, and nothing more is
+/// written to the deployments once they ended.
+#[test]
+fn a_revision_that_never_served_is_not_brought_back() {
+    if !can_run() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    support::set_env_file(&repo, "dev", &[("CRASH", "1")]);
+    for _ in 0..2 {
+        let failed = platform.deploy(&repo, "dev");
+        assert_eq!(failed.code, Some(1), "{}", failed.all());
+        assert!(!failed.all().contains("restored"), "{}", failed.all());
+        assert!(
+            failed
+                .all()
+                .contains("nothing served before this deployment"),
+            "{}",
+            failed.all()
+        );
+    }
+    let status = |platform: &Platform| {
+        let ran = platform.runway(&[
+            "status",
+            "--service",
+            "hello",
+            "--env",
+            "dev",
+            "--output",
+            "json",
+        ]);
+        assert!(ran.ok(), "{}", ran.all());
+        ran.json()
+    };
+    let audit = |platform: &Platform| {
+        let ran = platform.runway(&["audit", "--limit", "500", "--output", "json"]);
+        assert!(ran.ok(), "{}", ran.all());
+        ran.json().as_array().cloned().unwrap_or_default()
+    };
+    // Settled, then watched for a while (reconcile passes are 250 ms apart here).
+    std::thread::sleep(Duration::from_secs(1));
+    let before = audit(&platform);
+    std::thread::sleep(Duration::from_secs(4));
+    let now = status(&platform);
+    let instances = now["instances"].as_array().cloned().unwrap_or_default();
+    assert!(instances.is_empty(), "instances still there: {now:#}");
+    let said = platform.runway(&["status", "--service", "hello", "--env", "dev"]);
+    assert!(said.stdout.contains("traffic: none"), "{}", said.all());
+    let after = audit(&platform);
+    let new: Vec<&serde_json::Value> = after.iter().filter(|row| !before.contains(row)).collect();
+    assert!(
+        new.is_empty(),
+        "written after the deployments ended: {new:#?}"
+    );
+}
+
+/// An image no retry can start (no entrypoint; a program it does not have) fails its deploy
+/// at once, saying why, instead of trying until the deploy's timeout; the reason is said once.
+#[test]
+fn a_permanent_start_error_fails_the_deploy_at_once() {
+    if !runway_oci::testing::require_tools("permanent start errors", &["docker-registry", "runc"]) {
+        return;
+    }
+    let registry = runway_oci::testing::Registry::start().unwrap();
+    let platform = Platform::start(&Settings {
+        sections: format!(
+            "runtime:\n  insecure_registries: [\"{}\"]\n",
+            registry.host()
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    support::set_image_manifest(&repo, 1, 1);
+    let layer = || {
+        let tar = runway_oci::testing::raw_tar(&[(
+            tar::EntryType::Regular,
+            "README",
+            "",
+            b"no program here",
+        )])
+        .unwrap();
+        runway_oci::testing::RawLayer::gzip(tar).unwrap()
+    };
+    for (tag, config, reason) in [
+        (
+            "none",
+            serde_json::json!({}),
+            "the image has no entrypoint or cmd",
+        ),
+        (
+            "missing",
+            serde_json::json!({"Cmd": ["/app/serve"]}),
+            "/app/serve is not in the image",
+        ),
+    ] {
+        let pushed =
+            runway_oci::testing::push_image(&registry, "team/broken", tag, &[layer()], config)
+                .unwrap();
+        let started = Instant::now();
+        let failed = platform.deploy_image(&repo, "dev", &pushed.reference);
+        let took = started.elapsed();
+        assert_eq!(failed.code, Some(1), "{tag}: {}", failed.all());
+        assert!(failed.stderr.contains(reason), "{tag}: {}", failed.all());
+        // The server's 60 s timeout is far: it failed on the first start.
+        assert!(
+            took < Duration::from_secs(15),
+            "{tag}: failed after {took:?}"
+        );
+        assert!(
+            failed.stderr.matches("cannot start an instance").count() <= 2,
+            "{tag}: said again and again: {}",
+            failed.all()
+        );
+    }
 }

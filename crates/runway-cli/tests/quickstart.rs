@@ -18,7 +18,9 @@ fn quickstart_rolls_out_without_a_failed_request() {
         eprintln!("skipped: the example needs python3");
         return;
     }
-    let data = tempfile::tempdir().unwrap();
+    let temporary = tempfile::tempdir().unwrap();
+    // Not there yet: made as `runway server --data-dir` makes it.
+    let data = temporary.path().join("state");
     let mut child = Command::new(env!("CARGO_BIN_EXE_runway"))
         .args([
             "quickstart",
@@ -28,7 +30,7 @@ fn quickstart_rolls_out_without_a_failed_request() {
             "127.0.0.1:0",
         ])
         .arg("--data-dir")
-        .arg(data.path())
+        .arg(&data)
         .arg("--exit-after-rollout")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -75,15 +77,15 @@ fn quickstart_rolls_out_without_a_failed_request() {
         (Ok(out), Ok(err)) => (out, err),
         _ => {
             // Say what happened (the platform's logs), and end what is left before failing.
-            let left = leftovers(data.path());
+            let left = leftovers(&data);
             panic!(
                 "quickstart ended ({status}) but a process it started still holds its output: \
                  {left:?}\n{}",
-                logs(data.path())
+                logs(&data)
             );
         }
     };
-    assert!(status.success(), "{out}{err}\n{}", logs(data.path()));
+    assert!(status.success(), "{out}{err}\n{}", logs(&data));
     assert!(
         out.contains("hello serves https://hello.dev.localhost:"),
         "{out}"
@@ -109,7 +111,7 @@ fn quickstart_rolls_out_without_a_failed_request() {
     assert!(stray.is_empty(), "stray lines on stderr: {stray:?}");
     assert!(out.contains("the platform's log: "), "{out}");
     // The CLI can talk to the platform without a lost token: a login of its own, 0600.
-    let cli = data.path().join("cli.json");
+    let cli = data.join("cli.json");
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&cli).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
@@ -129,7 +131,7 @@ fn quickstart_rolls_out_without_a_failed_request() {
             .starts_with("https://127.0.0.1:")
     );
     // The platform stopped its instances: no supervisor is left in its data directory.
-    let instances = data.path().join("runtime/instances");
+    let instances = data.join("runtime/instances");
     let left: Vec<_> = std::fs::read_dir(&instances)
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();

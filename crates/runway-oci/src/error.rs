@@ -36,7 +36,11 @@ impl fmt::Display for BlobKind {
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
     /// The registry is not one images may come from here.
-    #[error("images from registry {registry} are not allowed here")]
+    #[error(
+        "images from registry {registry} are not allowed here: the server's \
+         runtime.allowed_registries does not list it (its operator adds it there, and to \
+         runtime.insecure_registries if it speaks plain HTTP)"
+    )]
     NotAllowed {
         /// The registry as the reference names it.
         registry: String,

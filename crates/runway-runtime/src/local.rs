@@ -967,7 +967,10 @@ fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
         | OciError::InvalidReference { .. }
         | OciError::InvalidDigest { .. } => error.to_string(),
         OciError::Unreachable { registry, .. } | OciError::Timeout { registry, .. } => {
-            format!("could not pull it: registry {registry} did not answer")
+            format!(
+                "could not pull it: registry {registry} did not answer (one on plain HTTP must \
+                 be in the server's runtime.insecure_registries)"
+            )
         }
         // What a registry (or wherever it sent the client: a token realm, a redirect) said
         // stays in the server's log; the tenant learns only that the pull failed.
@@ -1058,15 +1061,22 @@ mod tests {
             reason: "tcp connect error: Connection refused (os error 111)".to_owned(),
         };
         let guarded = pull_error(&refused, true);
-        assert_eq!(
-            guarded,
-            "could not pull it: registry registry.example.com:5000 did not answer"
+        assert!(
+            guarded.starts_with(
+                "could not pull it: registry registry.example.com:5000 did not answer"
+            ),
+            "{guarded}"
         );
+        assert!(guarded.contains("runtime.insecure_registries"), "{guarded}");
         assert!(pull_error(&refused, false).contains("Connection refused"));
         let not_allowed = runway_oci::OciError::NotAllowed {
             registry: "127.0.0.1:5000".to_owned(),
         };
-        assert!(pull_error(&not_allowed, true).contains("not allowed"));
+        let said = pull_error(&not_allowed, true);
+        assert!(
+            said.contains("not allowed") && said.contains("runtime.allowed_registries"),
+            "{said}"
+        );
         // What a token realm answered (the metadata service's, say) is not passed on.
         let realm = runway_oci::OciError::Unauthorized {
             registry: "registry.example.com".to_owned(),
