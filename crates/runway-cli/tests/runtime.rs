@@ -254,6 +254,34 @@ async fn a_command_serves_passes_its_probes_and_stops_gracefully() {
     );
 }
 
+/// An instance that answers its readiness probe a moment after it started is ready then,
+/// not a readiness period later: until it first passes, the probe checks every 50 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_is_ready_as_soon_as_it_answers_not_a_period_later() {
+    let Some(busybox) = busybox() else { return };
+    let fixture = Fixture::new();
+    let mut spec = fixture.web("eager", &busybox);
+    let period = Duration::from_secs(30);
+    if let Some(readiness) = &mut spec.probes.readiness {
+        readiness.period = period;
+        readiness.failure_threshold = 3;
+    }
+    std::fs::remove_file(fixture.www().join("ready")).unwrap();
+    fixture.runtime.instance_ensure(spec).await.unwrap();
+    let mut status = fixture.runtime.watch("eager").await.unwrap();
+    wait_for(&mut status, "running", |s| s.phase == Phase::Running).await;
+    // Its first readiness check has failed by now; it answers from here on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answering = std::time::Instant::now();
+    std::fs::write(fixture.www().join("ready"), "yes\n").unwrap();
+    wait_for(&mut status, "ready", |s| s.ready).await;
+    let took = answering.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "ready {took:?} after it answered (period {period:?})"
+    );
+}
+
 /// The names in an instance's environment, from its `env` output (`NAME=value` lines).
 async fn env_names(fixture: &Fixture, id: &str) -> Vec<String> {
     let mut status = fixture.runtime.watch(id).await.unwrap();

@@ -732,6 +732,7 @@ impl Supervisor {
                 probe,
                 address,
                 events,
+                Eager::UntilPassed,
                 |verdict| match verdict {
                     Verdict::Passed => Some(ProbeEvent::Ready(true)),
                     Verdict::Failed(_) => Some(ProbeEvent::Ready(false)),
@@ -744,6 +745,7 @@ impl Supervisor {
                 probe,
                 address,
                 events,
+                Eager::Never,
                 |verdict| match verdict {
                     Verdict::Failed(error) => Some(ProbeEvent::Failed {
                         probe: "liveness",
@@ -800,23 +802,46 @@ impl Supervisor {
 }
 
 /// Runs a probe every period for as long as the process runs, turning verdicts into events.
+/// Whether a probe checks again sooner than its period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Eager {
+    /// Every [`EAGER_PERIOD`] until it first passes, then every period: a readiness probe,
+    /// so that an instance that just started is in traffic the moment it answers, not up to
+    /// a period later (a cold start, a deploy). Its failures before then change nothing: an
+    /// instance is not ready until it passes.
+    UntilPassed,
+    /// Every period.
+    Never,
+}
+
+/// How often an [`Eager::UntilPassed`] probe checks before it first passes.
+const EAGER_PERIOD: Duration = Duration::from_millis(50);
+
 async fn watch_probe(
     probe: Probe,
     address: SocketAddr,
     events: mpsc::Sender<ProbeEvent>,
+    eager: Eager,
     to_event: impl Fn(Verdict) -> Option<ProbeEvent>,
 ) {
     tokio::time::sleep(probe.initial_delay).await;
     let mut tally = Tally::default();
+    let mut passed = false;
     loop {
         let started = tokio::time::Instant::now();
         let verdict = tally.record(&probe, probe::check(&probe, address).await);
+        passed |= verdict == Verdict::Passed;
         if let Some(event) = to_event(verdict)
             && events.send(event).await.is_err()
         {
             return;
         }
-        probe::wait_period(&probe, started).await;
+        if eager == Eager::UntilPassed && !passed {
+            let period = probe.period.max(Duration::from_millis(10));
+            tokio::time::sleep_until(started + EAGER_PERIOD.min(period)).await;
+        } else {
+            probe::wait_period(&probe, started).await;
+        }
     }
 }
 
