@@ -222,7 +222,8 @@ async fn demonstrate(
         Some(&running.ca_path),
     )?;
     say(&format!(
-        "platform: API on https://{}, state in {}",
+        "platform: API on https://{}, the console on https://{}/ui/, state in {}",
+        running.api,
         running.api,
         data_dir.display()
     ));

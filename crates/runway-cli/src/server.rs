@@ -1565,6 +1565,10 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             let running = start(config).await?;
             let scheme = if running.ca_pem.is_empty() { "http" } else { "https" };
             eprintln!("runway server: API on {scheme}://{}", running.api);
+            eprintln!(
+                "runway server: the console on {scheme}://{}/ui/ (sign in with a token)",
+                running.api
+            );
             match &running.ingress {
                 Some(process) => {
                     eprintln!(

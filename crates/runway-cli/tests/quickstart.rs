@@ -91,6 +91,7 @@ fn quickstart_rolls_out_without_a_failed_request() {
         "{out}"
     );
     assert!(out.contains("curl --cacert"), "{out}");
+    assert!(out.contains("the console on https://127.0.0.1:"), "{out}");
     let report = out
         .lines()
         .find(|l| l.contains("under load"))
