@@ -183,14 +183,15 @@ pub(crate) fn top(args: &TopArgs) -> anyhow::Result<ExitCode> {
                 screen.push_str("\x1b[2J\x1b[H");
             }
             screen.push_str(&table(&rows));
-            screen.push_str(&match traffic.first() {
-                Some(t) => format!(
-                    "{} revisions routed; figures over the last {:.0} s (the control plane reads \
-                     the ingress every 10 s)\n",
+            let window = traffic.iter().map(|t| t.window_seconds).fold(0.0, f64::max);
+            screen.push_str(&if traffic.is_empty() {
+                "nothing routed yet\n".to_owned()
+            } else {
+                format!(
+                    "{} revisions routed; figures over the last {window:.0} s (the control plane \
+                     reads the ingress every 10 s: a revision routed since has none yet)\n",
                     traffic.len(),
-                    t.window_seconds
-                ),
-                None => "nothing routed yet, or not watched long enough (10 s)\n".to_owned(),
+                )
             });
             print_stdout(&screen);
         }

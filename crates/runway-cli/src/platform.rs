@@ -1097,14 +1097,15 @@ fn finish_expecting(
 
 /// A service's URL for people, with what a `*.localhost` name needs: curl and browsers
 /// resolve it to this machine; most other HTTP clients (Python's `urllib`, Go's) ask DNS, which
-/// does not know it.
+/// does not know it. Said once in [`NOTE_AGAIN_AFTER`], not on every command (a marker file
+/// beside the CLI's configuration remembers when).
 pub(crate) fn served_at(url: &str) -> String {
     let host = url
         .split("://")
         .nth(1)
         .and_then(|rest| rest.split(['/', ':']).next())
         .unwrap_or_default();
-    if host.ends_with(".localhost") {
+    if host.ends_with(".localhost") && note_due("localhost-note") {
         format!(
             "{url}\n  ({host} is resolved by curl and browsers; other clients need it in \
              /etc/hosts, or the server's control.domain set to a wildcard DNS name)"
@@ -1112,6 +1113,31 @@ pub(crate) fn served_at(url: &str) -> String {
     } else {
         url.to_owned()
     }
+}
+
+/// How long a note said once stays unsaid: a working day.
+const NOTE_AGAIN_AFTER: Duration = Duration::from_secs(12 * 3600);
+
+/// Whether the note `name` is to be said now: not said in [`NOTE_AGAIN_AFTER`]; marked said.
+/// A note whose marker cannot be kept is always said.
+fn note_due(name: &str) -> bool {
+    let Ok(config) = crate::config::path() else {
+        return true;
+    };
+    let marker = config.with_file_name(name);
+    let said_lately = std::fs::metadata(&marker)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .is_some_and(|ago| ago < NOTE_AGAIN_AFTER);
+    if said_lately {
+        return false;
+    }
+    if let Some(dir) = marker.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(&marker, b"");
+    true
 }
 
 pub(crate) enum Outcome {
@@ -1306,10 +1332,16 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
                 ("ready", 0) => "at zero",
                 (condition, _) => condition,
             };
+            // None wanted: what is left while it drains, not "1/0".
+            let ready = match (r.desired_instances, r.ready) {
+                (0, 0) => "-".to_owned(),
+                (0, left) => format!("{left} left"),
+                (desired, ready) => format!("{ready}/{desired}"),
+            };
             rows.push([
                 r.revision.clone(),
                 condition.to_owned(),
-                format!("{}/{}", r.ready, r.desired_instances),
+                ready,
                 r.starting.to_string(),
                 r.failed.to_string(),
                 rate,
@@ -1411,13 +1443,20 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn revisions(args: &TargetArgs) -> anyhow::Result<ExitCode> {
     let name = service_name(args.target.path.as_deref(), args.target.service.as_deref())?;
     let client = client()?;
-    let revisions = tokio()?.block_on(client.revisions(&name, &args.target.env))?;
+    let rt = tokio()?;
+    let revisions = rt.block_on(client.revisions(&name, &args.target.env))?;
     if args.output.output == Output::Json {
         print_json(&revisions)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // Which serve now, and how much.
+    let routes = rt
+        .block_on(client.status(&name, &args.target.env))
+        .map(|status| status.routes)
+        .unwrap_or_default();
     let mut rows = vec![[
         "REVISION".to_owned(),
+        "TRAFFIC".to_owned(),
         "ARTIFACT".to_owned(),
         "SECRETS".to_owned(),
         "CREATED".to_owned(),
@@ -1439,8 +1478,13 @@ pub(crate) fn revisions(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             })
             .or_else(|| r.source_dir.clone())
             .unwrap_or_else(|| "-".to_owned());
+        let traffic = routes
+            .iter()
+            .find(|route| route.revision == r.name && route.weight > 0)
+            .map_or_else(|| "-".to_owned(), |route| format!("{}%", route.weight));
         rows.push([
             r.name.clone(),
+            traffic,
             terminal::line(&artifact).into_owned(),
             list_or_none(&secrets),
             r.created_at.clone(),

@@ -107,6 +107,7 @@ fn read_service_dir(
         id,
         ..ServiceFiles::default()
     };
+    let mut yaml_base = None;
     for path in sorted_entries(dir, Path::is_file)? {
         let Some(file_name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
@@ -115,6 +116,9 @@ fn read_service_dir(
         let known_stem =
             stem == "runway" || stem.starts_with("runway-") || stem.starts_with("env-");
         if extension == "yaml" && known_stem {
+            if stem == "runway" {
+                yaml_base = Some(display(&path));
+            }
             repo.ignored.push((
                 display(&path),
                 format!("Runway reads `.yml` files: rename it to {stem}.yml"),
@@ -140,6 +144,14 @@ fn read_service_dir(
     }
     let empty =
         service.base.is_none() && service.overrides.is_empty() && service.env_files.is_empty();
+    // Overrides beside a `runway.yaml`: one error naming the file to rename, not one per
+    // override about the fields a base would have given it.
+    if let (None, Some(yaml), false) = (&service.base, yaml_base, empty) {
+        bail!(
+            "{yaml} is not read: Runway reads `.yml` files: rename it to runway.yml (the \
+             runway-<env>.yml and env-<env>.yml beside it override it)"
+        );
+    }
     Ok((!empty).then_some(service))
 }
 

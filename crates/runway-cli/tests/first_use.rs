@@ -70,6 +70,20 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         "{}",
         refused.all()
     );
+    // With overrides beside it: that one error, not one per override.
+    std::fs::write(
+        yaml.join(".runway/runway-dev.yml"),
+        "spec:\n  request_timeout: 5\n",
+    )
+    .unwrap();
+    let refused = platform.runway_with(&["deploy"], Some(yaml.as_os_str()), None, support::COMMAND);
+    assert_ne!(refused.code, Some(0), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("rename it to runway.yml")
+            && !refused.stderr.contains("missing required field"),
+        "{}",
+        refused.all()
+    );
     // The server's own authority, not trusted: say how to trust it.
     let untrusted = support::run(
         {
@@ -145,6 +159,15 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     let host = "hello.dev.localhost";
     let (_, body) = platform.get(host, "/", Duration::from_secs(30));
     assert!(body.starts_with("hello from hello-dev-00002"), "{body}");
+    // Right after the deploy, before the control plane read any figure: `top` lists it.
+    let top = platform.runway(&["top", "--once", "--output", "json"]);
+    assert!(
+        top.json()
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["revision"] == "hello-dev-00002")),
+        "{}",
+        top.all()
+    );
 
     // `runway open`: the service's URL, in $BROWSER.
     let opened_file = repo.join("../opened");
@@ -168,6 +191,17 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     assert!(url.starts_with("https://hello.dev.localhost:"), "{url}");
     let printed = platform.runway(&["open", "--service", "hello", "--print"]);
     assert_eq!(printed.stdout, url, "{}", printed.all());
+
+    // The `.localhost` note: once, not on every command.
+    let _ = std::fs::remove_file(platform.cli_config().with_file_name("localhost-note"));
+    let first = platform.runway(&["status", "--service", "hello"]);
+    assert!(first.stdout.contains("resolved by curl"), "{}", first.all());
+    let again = platform.runway(&["status", "--service", "hello"]);
+    assert!(
+        again.ok() && !again.stdout.contains("resolved by curl"),
+        "{}",
+        again.all()
+    );
 
     // `runway env set`: a new revision with the variable, serving it.
     let set = platform.runway_for(
@@ -300,6 +334,16 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
         added.stdout.contains("environments: dev, staging"),
         "{}",
         added.all()
+    );
+    let text = platform.runway(&["revisions", "--service", "hello"]);
+    let serving = text
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("hello-dev-00005"));
+    assert!(
+        serving.is_some_and(|l| l.contains(" 100% ")),
+        "{}",
+        text.all()
     );
     let revisions = platform.runway(&["revisions", "--service", "hello", "--output", "json"]);
     assert_eq!(

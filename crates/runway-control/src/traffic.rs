@@ -137,6 +137,38 @@ impl<D: Driver> Controller<D> {
                 ))
             })
             .collect();
+        // A revision routed since the last reading (a deploy a moment ago) is listed too, with
+        // no figures yet, rather than missing.
+        let routed: Vec<(String, String, String)> = self
+            .lock()
+            .services
+            .iter()
+            .flat_map(|((service, env), state)| {
+                state
+                    .routes
+                    .iter()
+                    .filter(|route| route.weight > 0)
+                    .map(|route| (service.clone(), env.clone(), route.revision.clone()))
+            })
+            .collect();
+        for (service, env, revision) in routed {
+            let known = out
+                .iter()
+                .any(|(s, e, t)| *s == service && *e == env && t.revision == revision);
+            if !known {
+                out.push((
+                    service,
+                    env,
+                    RevisionTraffic {
+                        revision,
+                        window_seconds: 0.0,
+                        requests_per_second: 0.0,
+                        error_ratio: 0.0,
+                        p99_seconds: None,
+                    },
+                ));
+            }
+        }
         out.sort_by(|a, b| (&a.0, &a.1, &a.2.revision).cmp(&(&b.0, &b.1, &b.2.revision)));
         out
     }
