@@ -356,8 +356,23 @@ pub(crate) async fn deploy(
             Ok(record.deployment)
         })
         .await?;
+    log_recorded(&deployment);
     state.platform.wake();
     Ok(deployment)
+}
+
+/// A deployment recorded, in the server's own log as an event with fields.
+fn log_recorded(deployment: &Deployment) {
+    tracing::info!(
+        service = %deployment.service,
+        env = %deployment.env,
+        deployment = deployment.id,
+        kind = ?deployment.kind,
+        revision = %deployment.to_revision,
+        from = deployment.from_revision.as_deref().unwrap_or_default(),
+        by = %deployment.created_by,
+        "deployment recorded"
+    );
 }
 
 /// Refuses an operator's rollout command when the deployment in progress has no steps to
@@ -590,6 +605,7 @@ pub(crate) async fn promote(
             Ok(record)
         })
         .await?;
+    log_recorded(&record.deployment);
     state.platform.wake();
     Ok(record.deployment)
 }

@@ -168,6 +168,28 @@ impl<D: Driver> Controller<D> {
         reason: Option<String>,
     ) -> Result<()> {
         let id = deployment.id;
+        // The outcome in the server's own log, as an event with fields (the deployment's span
+        // names it too), beside the store's record of it.
+        let first_line = reason.as_deref().and_then(|r| r.lines().next());
+        match to {
+            DeploymentState::Succeeded => tracing::info!(
+                service = %deployment.service,
+                env = %deployment.env,
+                deployment = id,
+                revision = %deployment.to_revision,
+                outcome = %to,
+                "deployment succeeded"
+            ),
+            _ => tracing::warn!(
+                service = %deployment.service,
+                env = %deployment.env,
+                deployment = id,
+                revision = %deployment.to_revision,
+                outcome = %to,
+                reason = first_line.unwrap_or_default(),
+                "deployment ended without succeeding"
+            ),
+        }
         {
             let mut state = self.lock();
             state.deployments_seen.remove(&id);
