@@ -234,13 +234,16 @@ impl Ingress {
                     continue;
                 };
                 let before = runway_memory::resident_bytes();
+                let began = std::time::Instant::now();
                 // It locks the allocator's arenas in turn: off the runtime's threads.
                 let _ = tokio::task::spawn_blocking(runway_memory::give_back).await;
+                let took_ms = began.elapsed().as_secs_f64() * 1000.0;
                 let after = runway_memory::resident_bytes();
                 let mib = |bytes: Option<u64>| bytes.map_or(0.0, |b| b as f64 / 1_048_576.0);
                 tracing::info!(
                     peak,
                     held,
+                    took_ms,
                     "{} connections closed since their peak: memory given back to the system \
                      (resident {:.1} MiB before, {:.1} MiB after)",
                     peak - held,
