@@ -443,6 +443,9 @@ async fn connection<S: AsyncRead + AsyncWrite + Send>(
 }
 
 /// Streams figures every `interval` and scale-up signals as they come, until the client goes.
+/// A signal is preceded by the figures of that moment: the control plane decides on them at
+/// once, and figures up to an interval old would not show the request just held (a cold
+/// start would wait for the next ones, or the autoscaler's next round).
 async fn watch_stream(
     state: &ControlState,
     write: &mut (impl AsyncWrite + Unpin),
@@ -465,6 +468,14 @@ async fn watch_stream(
             },
             _ = stopped.wait_for(|stop| *stop) => return,
         };
+        if matches!(reply, Reply::ScaleUp(_)) {
+            let now = Reply::Stats {
+                revisions: state.ingress.metrics().all_revision_stats(),
+            };
+            if send(write, &now).await.is_err() {
+                return;
+            }
+        }
         if send(write, &reply).await.is_err() {
             return;
         }

@@ -222,8 +222,9 @@ async fn tables_stats_scale_up_and_drain_over_the_control_socket() {
         })
         .await;
 
-        // A revision with no ready instance holds a request: its scale-up signal arrives,
-        // and the held count shows in the figures while it waits.
+        // A revision with no ready instance holds a request: its scale-up signal arrives, with
+        // figures that show the held request already (the control plane decides on them at
+        // once: figures from before the request would say there is nothing to start).
         let mut signals = remote.subscribe_scale_up();
         remote
             .set_routes(&table("hello-2", 100, instance, false))
@@ -242,12 +243,13 @@ async fn tables_stats_scale_up_and_drain_over_the_control_socket() {
             ),
             ("hello", "dev", "hello-2")
         );
-        eventually("the figures show the held request", || {
+        assert_eq!(
             remote
                 .revision_stats("hello", "dev", "hello-2")
-                .is_some_and(|stats| stats.held == 1)
-        })
-        .await;
+                .map(|stats| stats.held),
+            Some(1),
+            "the figures that came with the signal"
+        );
         // Nothing became ready within the hold.
         assert!(held.await.unwrap().0.contains("503"));
 
