@@ -349,11 +349,7 @@ fn a_restart_writes_nothing_to_an_ended_deployment() {
     let deploy = platform.deploy(&repo, "dev");
     assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
     platform.get(HOST, "/", Duration::from_secs(10));
-    let audit = |platform: &Platform| {
-        let ran = platform.runway(&["audit", "--limit", "500", "--output", "json"]);
-        assert!(ran.ok(), "{}", ran.all());
-        ran.json().as_array().cloned().unwrap_or_default()
-    };
+    let audit = |platform: &Platform| platform.audit(&["--limit", "500"]);
     // Settled: a few reconcile passes (250 ms each) with nothing to do.
     std::thread::sleep(Duration::from_secs(2));
     let before = audit(&platform);

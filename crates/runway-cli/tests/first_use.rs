@@ -364,11 +364,7 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     assert!(text.stdout.contains("service.create"), "{}", text.all());
     // Filtered: people's actions on the service, a family of actions, the platform's own;
     // the details readable.
-    let audit = |args: &[&str]| {
-        let ran = platform.runway(&[&["audit", "--output", "json"], args].concat());
-        assert!(ran.ok(), "{}", ran.all());
-        ran.json().as_array().cloned().unwrap_or_default()
-    };
+    let audit = |args: &[&str]| platform.audit(args);
     let people = audit(&["--service", "hello", "--by", "people"]);
     assert!(!people.is_empty());
     assert!(
@@ -569,11 +565,7 @@ fn a_revision_that_never_served_is_not_brought_back() {
         assert!(ran.ok(), "{}", ran.all());
         ran.json()
     };
-    let audit = |platform: &Platform| {
-        let ran = platform.runway(&["audit", "--limit", "500", "--output", "json"]);
-        assert!(ran.ok(), "{}", ran.all());
-        ran.json().as_array().cloned().unwrap_or_default()
-    };
+    let audit = |platform: &Platform| platform.audit(&["--limit", "500"]);
     // Settled, then watched for a while (reconcile passes are 250 ms apart here).
     std::thread::sleep(Duration::from_secs(1));
     let before = audit(&platform);

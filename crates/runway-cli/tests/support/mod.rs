@@ -1012,6 +1012,13 @@ impl Platform {
         write_repo(self.dir.path(), name)
     }
 
+    /// `runway audit --output json ARGS` (newest first), its entries.
+    pub fn audit(&self, args: &[&str]) -> Vec<Value> {
+        let ran = self.runway(&[&["audit", "--output", "json"], args].concat());
+        assert!(ran.ok(), "{}", ran.all());
+        ran.json().as_array().cloned().unwrap_or_default()
+    }
+
     /// `runway deploy REPO --env ENV --wait`, bounded.
     pub fn deploy(&self, repo: &Path, env: &str) -> Ran {
         self.deploy_with(repo, env, &[])
