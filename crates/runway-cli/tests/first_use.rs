@@ -484,6 +484,7 @@ fn a_folder_of_code_becomes_a_url() {
     let folder = platform.dir.path().join("greeter");
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join("main.py"), support::APP).unwrap();
+    let begun = Instant::now();
     let init = platform.runway_with(&["init"], Some(folder.as_os_str()), None, support::COMMAND);
     assert!(init.ok(), "{}", init.all());
     assert!(init.stderr.contains("`python3 main.py`"), "{}", init.all());
@@ -501,6 +502,11 @@ fn a_folder_of_code_becomes_a_url() {
     let (status, body) = platform.get("greeter.dev.localhost", "/", Duration::from_secs(30));
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("from greeter-dev-00001"), "{body}");
+    eprintln!(
+        "a folder with main.py to a served URL (init, services create, deploy --wait, GET): \
+         {:.2} s",
+        begun.elapsed().as_secs_f64()
+    );
 
     // Nothing runnable: say how to give an image, and the deploy names the three ways out.
     let empty = platform.dir.path().join("empty");
@@ -628,6 +634,7 @@ fn a_permanent_start_error_fails_the_deploy_at_once() {
         let started = Instant::now();
         let failed = platform.deploy_image(&repo, "dev", &pushed.reference);
         let took = started.elapsed();
+        eprintln!("an image that cannot start ({tag}): its deploy failed after {took:?}");
         assert_eq!(failed.code, Some(1), "{tag}: {}", failed.all());
         assert!(failed.stderr.contains(reason), "{tag}: {}", failed.all());
         // The server's 60 s timeout is far: it failed on the first start.
