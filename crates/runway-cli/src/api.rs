@@ -412,7 +412,7 @@ impl Client {
             // error, said before any code is uploaded.
             Err(ApiError::Api {
                 status, message, ..
-            }) if status == StatusCode::NOT_FOUND && message.contains("no code snapshot") => {
+            }) if status == StatusCode::NOT_FOUND && message.contains("snapshot") => {
                 Ok(false)
             }
             Err(e) => Err(e),

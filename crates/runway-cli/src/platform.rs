@@ -1064,13 +1064,22 @@ fn finish_expecting(
                 ExitCode::SUCCESS
             }
             _ => {
+                let reason = last.reason.as_deref().unwrap_or("no reason given");
+                // For people, the events above said it whole, the instance's last output
+                // included: its first line here, the output not twice.
+                let reason = match reason.split_once('\n') {
+                    Some((first, _)) if output == Output::Text => {
+                        format!("{first} (its last output is above)")
+                    }
+                    _ => reason.to_owned(),
+                };
                 eprintln!(
                     "error: deployment {id} {}: {}",
                     match last.state {
                         DeploymentStateView::RolledBack => "was rolled back",
                         _ => "failed",
                     },
-                    terminal::text(last.reason.as_deref().unwrap_or("no reason given"))
+                    terminal::text(&reason)
                 );
                 ExitCode::from(EXIT_FAILED)
             }

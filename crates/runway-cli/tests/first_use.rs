@@ -136,9 +136,17 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     support::set_env_file(&repo, "dev", &[("CRASH", "1")]);
     let crashed = platform.deploy(&repo, "dev");
     assert_eq!(crashed.code, Some(1), "{}", crashed.all());
-    // A final failure: it does not say the instance starts again.
-    let failure = crashed.stderr.split("failed").last().unwrap_or_default();
+    // A final failure: it does not say the instance starts again, and the crash's output is
+    // printed once.
+    let failure = crashed.all();
+    let failure = failure.split("progressing → failed").last().unwrap_or_default();
     assert!(!failure.contains("starting again"), "{}", crashed.all());
+    assert_eq!(
+        crashed.all().matches("crashing on purpose").count(),
+        1,
+        "{}",
+        crashed.all()
+    );
     let asked = Instant::now();
     let (status, body) = platform.get_until(
         "hello.dev.localhost",
