@@ -412,9 +412,7 @@ impl Client {
             // error, said before any code is uploaded.
             Err(ApiError::Api {
                 status, message, ..
-            }) if status == StatusCode::NOT_FOUND && message.contains("snapshot") => {
-                Ok(false)
-            }
+            }) if status == StatusCode::NOT_FOUND && message.contains("snapshot") => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -139,7 +139,10 @@ fn errors_point_at_the_fix_and_the_everyday_commands_work() {
     // A final failure: it does not say the instance starts again, and the crash's output is
     // printed once.
     let failure = crashed.all();
-    let failure = failure.split("progressing → failed").last().unwrap_or_default();
+    let failure = failure
+        .split("progressing → failed")
+        .last()
+        .unwrap_or_default();
     assert!(!failure.contains("starting again"), "{}", crashed.all());
     assert_eq!(
         crashed.all().matches("crashing on purpose").count(),
