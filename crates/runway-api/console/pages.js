@@ -5,7 +5,7 @@
 import { api, get, enc, envPath, followLogs } from './api.js';
 import {
   h, fill, table, badge, announce, problem, confirmAction, when, percent, rate, millis,
-  shortDigest, mayWrite, isAdmin,
+  shortDigest, mayWrite, isAdmin, sparkline,
 } from './ui.js';
 
 /** The environments of `service` this token may read, in the service's order. */
@@ -16,17 +16,36 @@ function readableEnvs(who, service) {
   return service.environments.filter((env) => deploy.environments.includes(env));
 }
 
-/** How a service stands in an environment, in one word, from its status and last deployment. */
-function envState(status, last) {
+/**
+ * How a service stands in an environment, in one word, from its status and last deployment.
+ * A rejected revision (see `rejectedOf`) still stopping says nothing of it either.
+ */
+function envState(status, last, rejected) {
   if (status.desired.length === 0 && status.routes.length === 0) return 'not deployed';
   if (status.rollout) return status.rollout.paused ? 'paused' : 'rolling out';
   if (last && (last.state === 'pending' || last.state === 'progressing')) return last.state;
   // A revision wanted at no instance (one draining away) says nothing of how this stands.
-  const conditions = status.revisions.filter((r) => r.desired_instances > 0).map((r) => r.condition);
+  const conditions = status.revisions
+    .filter((r) => r.desired_instances > 0 && !(rejected && rejected.has(r.revision)))
+    .map((r) => r.condition);
   for (const condition of ['failing', 'timed_out', 'progressing']) {
     if (conditions.includes(condition)) return condition;
   }
   return conditions.length ? 'ready' : 'not deployed';
+}
+
+/**
+ * The revisions the newest of `deployments` to them failed or rolled back (a canary its
+ * analysis failed, an aborted rollout, a deploy that timed out): rejected, by name, with
+ * that deployment. Only the deployments listed count (the page holds the 20 newest).
+ */
+function rejectedOf(deployments) {
+  const newest = new Map();
+  for (const d of deployments) {
+    const seen = newest.get(d.to_revision);
+    if (!seen || d.id > seen.id) newest.set(d.to_revision, d);
+  }
+  return new Map([...newest].filter(([, d]) => d.state === 'failed' || d.state === 'rolled_back'));
 }
 
 /** The revision with the most traffic. */
@@ -75,7 +94,7 @@ export async function overview({ main, who, signal }) {
       }
       const s = status.value;
       const last = deployments.status === 'fulfilled' ? deployments.value[0] : null;
-      const state = envState(s, last);
+      const state = envState(s, last, rejectedOf(last ? [last] : []));
       return [
         link,
         badge(state),
@@ -163,6 +182,9 @@ export async function serviceEnv(context) {
     name, env, base, who, service, go, signal,
     status: loaded[0], revisions: loaded[1], deployments: loaded[2], secrets: loaded[3],
     events: new Map(), open: new Set(),
+    // The traffic figures each status brought while the page is open, by revision: the
+    // charts' points (the control plane keeps 5 minutes; the page keeps what it saw).
+    samples: new Map(),
   };
   const writable = mayWrite(who, name, env);
   const next = service.environments[service.environments.indexOf(env) + 1];
@@ -184,20 +206,27 @@ export async function serviceEnv(context) {
       page.secrets.map((s) => [h('code', null, s.name), String(s.version), s.created_by, when(s.created_at), s.origin || 'the API']),
       'No secrets set in this environment.'));
 
-  const actions = h('div', { class: 'actions' },
-    next && mayWrite(who, name, next)
-      ? h('button', { type: 'button', 'data-key': 'promote-env', onclick: () => promote(page, next) }, `Promote to ${next}`)
-      : null,
-    isAdmin(who)
-      ? h('button', { type: 'button', class: 'quiet danger', 'data-key': 'delete', onclick: () => remove(page) }, 'Delete service\u2026')
-      : null);
+  const promoting = next && mayWrite(who, name, next);
+  const actions = promoting
+    ? h('div', { class: 'actions' },
+      h('button', { type: 'button', 'data-key': 'promote-env', onclick: () => promote(page, next) }, `Promote to ${next}`))
+    : null;
+  // What cannot be undone, at the bottom, away from the everyday buttons.
+  const danger = isAdmin(who)
+    ? h('section', { class: 'card danger-zone', 'aria-labelledby': 'danger-h' },
+      h('h2', { id: 'danger-h' }, 'Danger zone'),
+      h('p', null, `Deleting ${name} stops it in every environment (${service.environments.join(', ')}), `,
+        'deletes its revisions, deployments and secrets and revokes its deploy tokens. It cannot be undone.'),
+      h('div', { class: 'actions' },
+        h('button', { type: 'button', class: 'quiet danger', 'data-key': 'delete', onclick: () => remove(page) }, 'Delete service\u2026')))
+    : null;
 
   fill(main, crumbs, heading,
     others.length ? h('nav', { 'aria-label': 'Environments' }, h('p', null, 'Other environments: ',
       others.map((e, i) => [i ? ', ' : '', h('a', { href: `/ui/services/${enc(name)}/${enc(e)}` }, e)]))) : null,
-    page.live, page.summary, writable || isAdmin(who) ? actions : null,
+    page.live, page.summary, actions,
     page.traffic, page.rollout, page.requests, page.instances, page.revisionsBox,
-    page.deploymentsBox, logs, secrets);
+    page.deploymentsBox, logs, secrets, danger);
   page.writable = writable;
   renderStatus(page);
   renderRevisions(page);
@@ -218,10 +247,12 @@ function keepFocus(redraw) {
 }
 
 function renderStatus(page) {
+  recordSamples(page);
   keepFocus(() => {
     const { status } = page;
     const last = page.deployments[0];
-    const state = envState(status, last);
+    const rejected = rejectedOf(page.deployments);
+    const state = envState(status, last, rejected);
     fill(page.summary,
       h('h2', { id: 'summary-h' }, 'Now'),
       h('dl', { class: 'facts' },
@@ -249,44 +280,17 @@ function renderStatus(page) {
           h('ul', { class: 'legend', id: 'routes' }, status.routes.map((r) => h('li', null, h('strong', null, r.revision), `: ${r.weight} %`))),
         ]);
 
-    const rollout = status.rollout;
-    if (!rollout) {
-      fill(page.rollout);
-    } else {
-      const steps = rollout.step ? `step ${rollout.step}${rollout.steps ? ` of ${rollout.steps}` : ''}` : rollout.phase.replaceAll('_', ' ');
-      const command = (label, cmd, extra) => h('button', {
-        type: 'button', class: extra, 'data-key': `rollout-${cmd}`,
-        onclick: () => rolloutCommand(page, cmd, label),
-      }, label);
-      fill(page.rollout, h('div', { class: 'card' },
-        h('h2', { id: 'rollout-h' }, 'Rollout in progress'),
-        h('dl', { class: 'facts' },
-          h('dt', null, 'Deployment'), h('dd', null, `#${rollout.deployment}`),
-          h('dt', null, 'Strategy'), h('dd', null, rollout.strategy),
-          h('dt', null, 'Where'), h('dd', null, badge(rollout.paused ? 'paused' : rollout.phase), ` ${steps}`),
-          h('dt', null, 'New revision'), h('dd', null, `${rollout.new_weight} % of the traffic`),
-          h('dt', null, 'Analysis'), h('dd', null, rollout.message || '—')),
-        page.writable ? h('div', { class: 'actions' },
-          rollout.paused ? command('Resume', 'resume') : command('Pause', 'pause', 'quiet'),
-          command('Promote now', 'promote'),
-          command('Abort', 'abort', 'danger')) : null));
-    }
-
-    const figures = status.revisions.filter((r) => r.traffic);
-    fill(page.requests, h('h2', { id: 'requests-h' }, 'Requests'),
-      h('p', { class: 'muted' }, 'Per revision over the last 5 minutes at most (the window column says how long): ',
-        'the control plane reads the ingress every 10 s and keeps 5 minutes, so an hour is not available here. ',
-        'Prometheus keeps longer (see ', h('code', null, 'runway render -t observability'), ').'),
-      table(null, [['Revision'], ['Requests', 'num'], ['5xx', 'num'], ['p99', 'num'], ['Window', 'num']],
-        figures.map((r) => [r.revision, rate(r.traffic.requests_per_second), percent(r.traffic.error_ratio),
-          millis(r.traffic.p99_seconds), `${Math.round(r.traffic.window_seconds)} s`]),
-        'No figures yet: a revision has them once it has been routed for 10 seconds.'));
+    renderRollout(page);
+    renderRequests(page, rejected);
 
     fill(page.instances, h('h2', { id: 'instances-h' }, 'Instances'),
       status.revisions.length
-        ? h('ul', { class: 'legend' }, status.revisions.map((r) => h('li', null, h('strong', null, r.revision), ': ',
-          badge(r.condition), ` ${r.ready} of ${r.desired_instances} ready`, r.failed ? `, ${r.failed} failed` : '',
-          r.reason ? ` (${r.reason})` : '')))
+        ? h('ul', { class: 'legend' }, status.revisions.map((r) => h('li', { dataset: { revision: r.revision } },
+          h('strong', null, r.revision), ': ',
+          // A rejected revision still stopping is not "progressing" anywhere: it is on its way out.
+          rejected.has(r.revision) ? badge('rejected') : badge(r.condition),
+          ` ${r.ready} of ${r.desired_instances} ready`, r.failed ? `, ${r.failed} failed` : '',
+          r.reason && !rejected.has(r.revision) ? ` (${r.reason})` : '')))
         : null,
       table(null, [['Instance'], ['Revision'], ['Phase'], ['Ready'], ['Restarts', 'num'], ['Reason']],
         status.instances.map((i) => [h('span', { class: 'mono wrap-any' }, i.id), i.revision, badge(i.phase),
@@ -299,10 +303,214 @@ function renderStatus(page) {
   else renderRevisions(page);
 }
 
+/** How many figures a revision's chart keeps: 12 hours of a reading every 10 s. */
+const MAX_SAMPLES = 4320;
+
+/**
+ * Keeps the traffic figures of the status on screen, once per reading of the control plane
+ * (it reads the ingress every 10 s; a status brings the same figures until the next): the
+ * charts' points. A revision no longer measured gets a gap.
+ */
+function recordSamples(page) {
+  const now = Date.now();
+  const measured = new Set();
+  for (const r of page.status.revisions) {
+    const t = r.traffic;
+    if (!t || !(t.window_seconds > 0)) continue;
+    measured.add(r.revision);
+    const list = page.samples.get(r.revision) || [];
+    const last = list[list.length - 1];
+    const p99 = t.p99_seconds ?? null;
+    if (last && last.window === t.window_seconds && last.rps === t.requests_per_second
+      && last.err === t.error_ratio && last.p99 === p99) continue;
+    list.push({ t: now, window: t.window_seconds, rps: t.requests_per_second, err: t.error_ratio, p99 });
+    if (list.length > MAX_SAMPLES) list.shift();
+    page.samples.set(r.revision, list);
+  }
+  for (const [revision, list] of page.samples) {
+    if (!measured.has(revision) && list[list.length - 1].rps !== null) {
+      list.push({ t: now, window: null, rps: null, err: null, p99: null });
+    }
+  }
+}
+
+/** `12 s`, `4 min`: how long a span of milliseconds is. */
+function lasting(ms) {
+  const seconds = Math.round(ms / 1000);
+  return seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
+}
+
+/** Each revision's requests, 5xx and p99 now, with charts of what the page has seen. */
+function renderRequests(page, rejected) {
+  const { status } = page;
+  const weights = new Map(status.routes.map((r) => [r.revision, r.weight]));
+  const byName = new Map(status.revisions.map((r) => [r.revision, r]));
+  // Every revision taking traffic, from the moment it is routed (its figures follow once the
+  // control plane has read the ingress twice), and every one the page has figures of.
+  const names = [...new Set([
+    ...status.routes.filter((r) => r.weight > 0).map((r) => r.revision),
+    ...status.revisions.filter((r) => r.traffic).map((r) => r.revision),
+    ...page.samples.keys(),
+  ])];
+  const points = [...page.samples.values()].flat();
+  const to = points.length ? Math.max(...points.map((p) => p.t)) : Date.now();
+  const from = Math.min(points.length ? Math.min(...points.map((p) => p.t)) : to, to - 10_000);
+  const peak = (key, floor) => Math.max(floor, ...points.map((p) => p[key] ?? 0));
+  const scales = { rps: peak('rps', 0.1), err: peak('err', 0.01), p99: peak('p99', 0.001) };
+  const rows = names.map((name) => {
+    const traffic = byName.get(name)?.traffic;
+    const measured = Boolean(traffic && traffic.window_seconds > 0);
+    const samples = page.samples.get(name) || [];
+    const figure = (key, what, format, now) => {
+      const values = samples.map((s) => s[key]).filter((v) => v !== null && v !== undefined);
+      const chart = samples.length
+        ? sparkline(samples.map((s) => ({ t: s.t, v: s[key] })), {
+          from, to, max: scales[key],
+          label: `${what} of ${name} over the ${lasting(to - from)} this page has watched: `
+            + (values.length ? `from ${format(Math.min(...values))} to ${format(Math.max(...values))}` : 'no figure'),
+        })
+        : null;
+      return h('span', { class: 'metric' }, chart, h('span', null, now));
+    };
+    const state = measured ? null : badge(weights.get(name) > 0 ? 'measuring' : 'not routed', weights.get(name) > 0 ? 'warn' : 'none');
+    return [
+      h('span', null, h('strong', null, name), rejected.has(name) ? [' ', badge('rejected')] : null),
+      weights.has(name) ? `${weights.get(name)} %` : '—',
+      figure('rps', 'Requests per second', rate, measured ? rate(traffic.requests_per_second) : state),
+      figure('err', '5xx share', percent, measured ? percent(traffic.error_ratio) : ''),
+      figure('p99', 'p99 latency', millis, measured ? millis(traffic.p99_seconds) : ''),
+      measured ? `${Math.round(traffic.window_seconds)} s` : '—',
+    ];
+  });
+  fill(page.requests, h('h2', { id: 'requests-h' }, 'Requests'),
+    h('p', { class: 'muted' }, 'Per revision over the last 5 minutes at most (the window column says how long): ',
+      'the control plane reads the ingress every 10 s and keeps 5 minutes, so an hour is not available here. ',
+      'The charts hold each figure as the page received it, since it was opened. ',
+      'Prometheus keeps longer (see ', h('code', null, 'runway render -t observability'), ').'),
+    table(null, [['Revision'], ['Share', 'num'], ['Requests'], ['5xx'], ['p99'], ['Window', 'num']], rows,
+      'No figures yet: a revision has them once it has been routed for 10 seconds.'));
+}
+
+/**
+ * The strategy and canary analysis a revision's manifest sets, with the defaults of
+ * docs/manifest.md (`spec.workload.rollout`) for what it leaves out.
+ */
+function rolloutSettings(manifest) {
+  const spec = (manifest && manifest.spec) || {};
+  const rollout = (spec.workload && spec.workload.rollout) || {};
+  const a = rollout.analysis || {};
+  const pick = (value, otherwise) => (typeof value === 'number' ? value : otherwise);
+  const strategy = (spec.deployment && spec.deployment.strategy) || 'legacy';
+  return {
+    strategy,
+    pauseSeconds: pick(rollout.pause_seconds, 60),
+    analysis: strategy !== 'runway_canary' ? null : {
+      maxErrorRatio: pick(a.max_error_percent, 1) / 100,
+      maxErrorOverStable: pick(a.max_error_percent_over_stable, 0.5) / 100,
+      latencySlo: pick(a.latency_slo_ms, 1024) / 1000,
+      maxP99Ratio: pick(a.max_p99_over_stable_ratio, 1.5),
+      minRequests: pick(a.min_requests, 50),
+      maxRestarts: pick(a.max_restarts, 0),
+    },
+  };
+}
+
+function renderRollout(page) {
+  const { status } = page;
+  const rollout = status.rollout;
+  keepFocus(() => {
+    if (!rollout) {
+      fill(page.rollout);
+      return;
+    }
+    const steps = rollout.step ? `step ${rollout.step}${rollout.steps ? ` of ${rollout.steps}` : ''}` : rollout.phase.replaceAll('_', ' ');
+    const command = (label, cmd, extra) => h('button', {
+      type: 'button', class: extra, 'data-key': `rollout-${cmd}`,
+      onclick: () => rolloutCommand(page, cmd, label),
+    }, label);
+    const deployment = page.deployments.find((d) => d.id === rollout.deployment);
+    const target = deployment ? deployment.to_revision : null;
+    fill(page.rollout, h('div', { class: 'card' },
+      h('h2', { id: 'rollout-h' }, 'Rollout in progress'),
+      h('dl', { class: 'facts' },
+        h('dt', null, 'Deployment'), h('dd', null, `#${rollout.deployment}`),
+        h('dt', null, 'Strategy'), h('dd', null, rollout.strategy),
+        h('dt', null, 'Where'), h('dd', null, badge(rollout.paused ? 'paused' : rollout.phase), ` ${steps}`),
+        h('dt', null, 'New revision'), h('dd', null, target ? `${target}: ` : '', `${rollout.new_weight} % of the traffic`),
+        h('dt', null, 'The controller says'), h('dd', { id: 'rollout-message' }, rollout.message || '—')),
+      deployment ? analysis(page, deployment) : null,
+      page.writable ? h('div', { class: 'actions' },
+        rollout.paused ? command('Resume', 'resume') : command('Pause', 'pause', 'quiet'),
+        command('Promote now', 'promote'),
+        command('Abort', 'abort', 'danger')) : null));
+  });
+}
+
+/**
+ * The new revision's requests, errors and latency so far against the limits its analysis
+ * holds it to (from its manifest). The figures are the control plane's over its window (up
+ * to 5 minutes), not the step's own: the controller's words above are the verdict.
+ */
+function analysis(page, deployment) {
+  const { status } = page;
+  const target = deployment.to_revision;
+  const stable = deployment.from_revision;
+  const revision = page.revisions.find((r) => r.name === target);
+  if (!revision) return h('p', { class: 'muted' }, `Reading ${target}\u2019s settings\u2026`);
+  const settings = rolloutSettings(revision.manifest);
+  const traffic = (name) => status.revisions.find((r) => r.revision === name)?.traffic;
+  const mine = traffic(target);
+  const theirs = stable ? traffic(stable) : null;
+  const measured = Boolean(mine && mine.window_seconds > 0);
+  const stableMeasured = Boolean(theirs && theirs.window_seconds > 0);
+  const requests = measured ? Math.round(mine.requests_per_second * mine.window_seconds) : 0;
+  const restarts = status.instances.filter((i) => i.revision === target).reduce((sum, i) => sum + i.restarts, 0);
+  const a = settings.analysis;
+  const so = (text) => (measured ? text : badge('measuring'));
+  // Within or over a limit, once there are figures; the limit's words say what is compared.
+  const stands = (over) => {
+    if (!a) return badge('no limit');
+    return measured ? badge(over() ? 'over' : 'within') : badge('measuring');
+  };
+  const errors = mine?.error_ratio || 0;
+  const p99 = mine?.p99_seconds ?? null;
+  const stableP99 = stableMeasured ? theirs.p99_seconds ?? null : null;
+  const rows = [
+    [`Requests to ${target}`,
+      so(`${requests} in the last ${Math.round(mine?.window_seconds || 0)} s`),
+      a ? `at least ${a.minRequests} in a step\u2019s ${settings.pauseSeconds} s window to judge it`
+        : `no analysis: each step is held ${settings.pauseSeconds} s, then the next`,
+      !a ? badge('no limit')
+        : measured ? badge(requests >= a.minRequests ? 'enough' : 'too few', requests >= a.minRequests ? 'ok' : 'warn') : badge('measuring')],
+    ['5xx',
+      so(`${percent(errors)} (${Math.round(requests * errors)} errors)`),
+      a ? `at most ${percent(a.maxErrorRatio)}, and ${percent(a.maxErrorOverStable)} over ${stable || 'the stable revision'}`
+        + (stableMeasured ? ` (${percent(theirs.error_ratio)} now)` : '') : '\u2014',
+      // The absolute limit is not applied when the stable revision is over it too.
+      stands(() => (errors > a.maxErrorRatio && !(stableMeasured && theirs.error_ratio > a.maxErrorRatio))
+        || (stableMeasured && errors > theirs.error_ratio + a.maxErrorOverStable))],
+    ['p99',
+      so(millis(p99)),
+      a ? `at most ${millis(a.latencySlo)}, and ${a.maxP99Ratio}\u00d7 ${stable || 'the stable revision'}\u2019s`
+        + (stableP99 !== null ? ` (${millis(stableP99)} now)` : '') : '\u2014',
+      stands(() => p99 !== null && p99 > a.latencySlo && !(stableP99 !== null && stableP99 > a.latencySlo))],
+  ];
+  if (a) {
+    rows.push(['Restarts', String(restarts), `at most ${a.maxRestarts}`, badge(restarts > a.maxRestarts ? 'over' : 'within')]);
+  }
+  return h('div', { id: 'analysis' },
+    table(a ? 'The analysis so far' : 'The new revision so far', [['Measure'], ['So far'], ['Limit'], ['Stands']], rows),
+    h('p', { class: 'muted' }, 'So far: the control plane\u2019s figures over its last readings (up to 5 minutes); ',
+      a ? 'each step is judged over its own window against the stable revision\u2019s, as the controller says above.'
+        : 'this strategy has no analysis.'));
+}
+
 async function refreshRevisions(page) {
   try {
     page.revisions = await get(`${page.base}/revisions`, page.signal);
     renderRevisions(page);
+    // The rollout's analysis reads its limits from the new revision's manifest.
+    renderRollout(page);
   } catch (e) {
     if (e.name !== 'AbortError') announce(`Could not read the revisions: ${e.message}`, 'bad');
   }
@@ -312,15 +520,21 @@ function renderRevisions(page) {
   keepFocus(() => {
     const weights = new Map(page.status.routes.map((r) => [r.revision, r.weight]));
     const soleServing = page.status.routes.length === 1 ? page.status.routes[0].revision : null;
+    const rejected = rejectedOf(page.deployments);
     fill(page.revisionsBox, h('h2', { id: 'revisions-h' }, 'Revisions'),
       table(null, [['Revision'], ['Artifact'], ['Deployed by'], ['Created'], ['Traffic', 'num'], ['Action']],
         page.revisions.map((r) => [
-          h('strong', null, r.name),
+          rejected.has(r.name)
+            ? h('span', { class: 'rejected' }, h('strong', null, r.name), ' ', badge('rejected'),
+              h('span', { class: 'why' }, `${rejected.get(r.name).kind} #${rejected.get(r.name).id} ${rejected.get(r.name).state.replaceAll('_', ' ')}`,
+                rejected.get(r.name).reason ? `: ${rejected.get(r.name).reason}` : ''))
+            : h('strong', null, r.name),
           shortDigest(r.image || r.source || r.source_dir),
           r.created_by,
           when(r.created_at),
           weights.has(r.name) ? `${weights.get(r.name)} %` : '—',
-          page.writable && r.name !== soleServing
+          // A rejected revision is not offered back: it failed once already.
+          page.writable && r.name !== soleServing && !rejected.has(r.name)
             ? h('button', { type: 'button', class: 'quiet', 'data-key': `rollback-${r.name}`, onclick: () => rollback(page, r) }, `Roll back to ${r.name.replace(/^.*-(\d+)$/, '#$1')}`)
             : '',
         ]),
@@ -416,24 +630,57 @@ function watch(page) {
   });
 }
 
+/**
+ * A log line's time as text that sorts as the time does: RFC 3339 in UTC with its fraction
+ * made nine digits (`…T10:00:00.5Z` and `…T10:00:00.123456789Z` compare right); null when
+ * it is not such a time.
+ */
+function timeKey(time) {
+  const match = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z$/.exec(time || '');
+  return match ? `${match[1]}.${(match[2] || '').padEnd(9, '0')}` : null;
+}
+
+/** Where `key` goes in `entries` (sorted by key): after every entry of the same time. */
+function place(entries, key) {
+  let low = 0;
+  let high = entries.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (entries[middle].key <= key) low = middle + 1; else high = middle;
+  }
+  return low;
+}
+
+/** The most lines the logs box keeps; the oldest go first. */
+const LOG_LINES = 500;
+
 function logsSection(page, box) {
   const out = h('div', { class: 'logs', role: 'log', 'aria-label': `Logs of ${page.name} in ${page.env}`, tabindex: '0' });
   const state = h('p', { class: 'live', role: 'status' });
   const toggle = h('button', { type: 'button', class: 'quiet', 'data-key': 'logs-follow' });
   let stop = null;
+  // The lines on screen in time order, whatever order their instances' streams brought them.
+  let entries = [];
   const start = () => {
     const controller = new AbortController();
     page.signal.addEventListener('abort', () => controller.abort());
     stop = () => controller.abort();
     out.replaceChildren();
+    entries = [];
     toggle.textContent = 'Stop following';
-    state.textContent = 'Following the logs live.';
+    state.textContent = 'Following the logs live, in time order across instances.';
     state.classList.add('on');
     followLogs(page.name, page.env, controller.signal, (line) => {
       const atEnd = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
-      out.append(h('div', { class: line.stream === 'stderr' ? 'err' : null },
-        h('span', { class: 'meta' }, `${(line.time || '').slice(11, 23)} ${line.instance.replace(/^.*-/, '')} `), line.text));
-      while (out.childElementCount > 500) out.firstElementChild.remove();
+      // A line with no time stays where it came, after the latest so far.
+      const key = timeKey(line.time) ?? (entries.length ? entries[entries.length - 1].key : '');
+      const node = h('div', { class: line.stream === 'stderr' ? 'err' : null, dataset: { time: line.time || '', instance: line.instance || '' } },
+        h('span', { class: 'meta' }, `${(line.time || '').slice(11, 23)} ${(line.instance || '').replace(/^.*-/, '')} `), line.text);
+      const at = place(entries, key);
+      if (at === 0 && entries.length >= LOG_LINES) return; // older than all the lines kept
+      out.insertBefore(node, at < entries.length ? entries[at].node : null);
+      entries.splice(at, 0, { key, node });
+      while (entries.length > LOG_LINES) entries.shift().node.remove();
       if (atEnd) out.scrollTop = out.scrollHeight;
     }).then(() => ended('The log stream ended.'), (e) => ended(e.name === 'AbortError' ? 'Not following.' : `The logs could not be followed: ${e.message}`));
   };

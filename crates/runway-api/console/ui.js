@@ -56,10 +56,10 @@ export function badge(text, tone) {
 }
 
 function toneOf(state) {
-  if (['ready', 'succeeded', 'running', 'issued', 'serving', 'completed'].includes(state)) return 'ok';
-  if (['failing', 'failed', 'timed_out', 'rolled_back', 'crash_loop', 'revoked'].includes(state)) return 'bad';
-  if (['not deployed', 'none', 'expired'].includes(state)) return 'none';
-  if (['paused', 'pending', 'progressing', 'starting', 'rolling out'].includes(state)) return 'warn';
+  if (['ready', 'succeeded', 'running', 'issued', 'serving', 'completed', 'within'].includes(state)) return 'ok';
+  if (['failing', 'failed', 'timed_out', 'rolled_back', 'crash_loop', 'revoked', 'rejected', 'over'].includes(state)) return 'bad';
+  if (['not deployed', 'none', 'expired', 'no limit'].includes(state)) return 'none';
+  if (['paused', 'pending', 'progressing', 'starting', 'rolling out', 'too few', 'measuring'].includes(state)) return 'warn';
   return '';
 }
 
@@ -155,6 +155,50 @@ function span(seconds) {
 export const percent = (ratio) => `${(ratio * 100).toFixed(ratio < 0.01 && ratio > 0 ? 2 : 1)} %`;
 export const rate = (perSecond) => `${perSecond < 10 ? perSecond.toFixed(2) : perSecond.toFixed(1)}/s`;
 export const millis = (seconds) => (seconds === null || seconds === undefined ? '—' : `${(seconds * 1000).toFixed(seconds < 0.01 ? 1 : 0)} ms`);
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attributes, ...children) {
+  const element = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attributes || {})) element.setAttribute(name, String(value));
+  for (const child of children) element.append(child);
+  return element;
+}
+
+/**
+ * A small line chart (inline SVG, no library): `points` are `{t, v}` (milliseconds, a figure
+ * or null for none), drawn over `from`..`to` and 0..`max`. `label` says in words what it
+ * shows (its accessible name and its tooltip): the chart is never the only place a figure is.
+ */
+export function sparkline(points, { from, to, max, label }) {
+  const width = 96;
+  const height = 24;
+  const pad = 2;
+  const span = Math.max(to - from, 1);
+  const top = max > 0 ? max : 1;
+  const x = (t) => (pad + ((t - from) / span) * (width - 2 * pad)).toFixed(1);
+  const y = (v) => (height - pad - (Math.min(v, top) / top) * (height - 2 * pad)).toFixed(1);
+  const chart = svg('svg', {
+    class: 'spark', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': label,
+  }, svg('title', null, label));
+  chart.append(svg('line', { class: 'base', x1: pad, x2: width - pad, y1: height - pad, y2: height - pad }));
+  // A run of points with figures is one line; a point alone (or a run of one) is a dot.
+  let run = [];
+  const flush = () => {
+    if (run.length === 1) {
+      chart.append(svg('circle', { cx: x(run[0].t), cy: y(run[0].v), r: 1.8 }));
+    } else if (run.length > 1) {
+      chart.append(svg('polyline', { points: run.map((p) => `${x(p.t)},${y(p.v)}`).join(' ') }));
+    }
+    run = [];
+  };
+  for (const point of points) {
+    if (point.v === null || point.v === undefined || !Number.isFinite(point.v)) flush();
+    else run.push(point);
+  }
+  flush();
+  return chart;
+}
 
 /** A digest or image reference, shortened to what a person compares. */
 export function shortDigest(text) {

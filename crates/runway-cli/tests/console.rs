@@ -1,11 +1,16 @@
 //! The web console in a real browser: a real `runway server` (`support::Platform`) with a
 //! deployed service, and `tests/console/console.mjs` driving Debian's headless Chromium
 //! through `playwright-core` against it (sign in, the services, a deploy followed live, a
-//! rollback from the page, a custom domain added and removed through its page with bad names
-//! refused at the field, a deploy token's view, a cross-site POST refused, sign out). The
-//! server has no `domains.acme`: a domain added stays pending, saying why.
+//! rollback from the page, a canary watched under load and aborted from the page, a custom
+//! domain added and removed through its page with bad names refused at the field, a deploy
+//! token's view, a cross-site POST refused, sign out). The server has no `domains.acme`: a
+//! domain added stays pending, saying why.
 //! The script asks for the deploy (`deploy-now` on its stdout) so that it happens while the
 //! page is open; this test runs it with the CLI and says `deployed` on the script's stdin.
+//! Likewise `canary-now`: clients start calling the service through the ingress and a canary
+//! (two instances logging every request, every 10th answered with a 500, an analysis that
+//! needs more requests than it will get) is deployed without waiting, then `canary-started`;
+//! `load-stop` stops the clients, then `load-stopped`.
 //!
 //! Skipped, saying why, without node, Chromium or playwright-core (`scripts/test` installs
 //! them into `target/tools`); under `CI=true` their absence fails. The script runs in a
@@ -25,10 +30,18 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
-use support::{Platform, Settings, have_python, set_env_file};
+use support::{Load, Platform, Settings, have_python, set_env_file, set_manifest};
 
 /// The whole browser run, at most.
-const BOUND: Duration = Duration::from_secs(240);
+const BOUND: Duration = Duration::from_secs(340);
+
+/// The service's host at the ingress.
+const HOST: &str = "hello.dev.localhost";
+
+/// The canary's steps and analysis: 20 % of the traffic, a step of 10 minutes and an analysis
+/// that needs 100000 requests, so it holds (inconclusive) until the page aborts it.
+const CANARY: &str = "      steps: [20, 100]\n      pause_seconds: 600\n      analysis:\n        \
+                      min_requests: 100000\n        max_error_percent: 2.5\n";
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -145,6 +158,8 @@ fn the_console_in_chromium() {
     let started = Instant::now();
     let mut output = String::new();
     let mut deployed = false;
+    let mut canary = false;
+    let mut load: Option<Load> = None;
     loop {
         match from_script.recv_timeout(Duration::from_millis(200)) {
             Ok(line) => {
@@ -158,6 +173,44 @@ fn the_console_in_chromium() {
                     assert!(second.ok(), "second deploy: {}\n{output}", second.all());
                     deployed = true;
                     let _ = stdin.write_all(b"deployed\n");
+                    let _ = stdin.flush();
+                }
+                if line == "canary-now" {
+                    // Clients calling, then a canary that takes a share of them.
+                    load = Some(Load::start(
+                        &platform.rt,
+                        &platform.ingress_client(HOST),
+                        &platform.ingress_url(HOST, "/"),
+                        2,
+                        Some(10.0),
+                    ));
+                    set_manifest(&repo, "runway_canary", CANARY, 2, 2, 100);
+                    set_env_file(
+                        &repo,
+                        "dev",
+                        &[
+                            ("GREETING", "canary"),
+                            ("LOG_REQUESTS", "1"),
+                            ("FAIL_EVERY", "10"),
+                        ],
+                    );
+                    let started = platform.runway_with(
+                        &["deploy", "--env", "dev"],
+                        Some(repo.as_os_str()),
+                        None,
+                        Duration::from_secs(120),
+                    );
+                    assert!(started.ok(), "canary deploy: {}\n{output}", started.all());
+                    canary = true;
+                    let _ = stdin.write_all(b"canary-started\n");
+                    let _ = stdin.flush();
+                }
+                if line == "load-stop" {
+                    if let Some(load) = load.take() {
+                        let (ok, failed) = load.stop(&platform.rt);
+                        println!("load: {ok} requests answered, {failed} failed");
+                    }
+                    let _ = stdin.write_all(b"load-stopped\n");
                     let _ = stdin.flush();
                 }
             }
@@ -187,8 +240,13 @@ fn the_console_in_chromium() {
         platform.log()
     );
     assert!(deployed, "the script never asked for the deploy:\n{output}");
+    assert!(canary, "the script never asked for the canary:\n{output}");
+    if let Some(load) = load.take() {
+        load.stop(&platform.rt);
+    }
     assert!(output.contains("metric: "), "{output}");
-    // What the page did is what the API says: rolled back to the first revision.
+    // What the page did is what the API says: rolled back to the first revision, the canary
+    // aborted (its deployment rolled back).
     let (status, now) = platform.call(
         Method::GET,
         "/v1/services/hello/environments/dev/status",
@@ -200,6 +258,15 @@ fn the_console_in_chromium() {
         now["desired"],
         json!([{"revision": "hello-dev-00001", "instances": 1, "weight": 100}])
     );
+    let (status, listed) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/deployments?limit=1",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed[0]["to_revision"], "hello-dev-00003", "{listed:#}");
+    assert_eq!(listed[0]["state"], "rolled_back", "{listed:#}");
     // Every domain the script added, it removed (through the page, or the API's DELETE).
     let (status, domains) = platform.call(Method::GET, "/v1/domains", Some(&platform.token), None);
     assert_eq!(status, 200, "{domains}");

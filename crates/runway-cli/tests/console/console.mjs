@@ -1,7 +1,11 @@
 // The web console in a real headless Chromium (Debian's), driven by playwright-core, against
 // a real `runway server` that crates/runway-cli/tests/console.rs started. It signs in, sees the
 // deployed service, asks that test to deploy (a line `deploy-now` on stdout) and watches the
-// new revision roll out without a reload, rolls back from the page, adds a custom domain
+// new revision roll out without a reload, rolls back from the page, finds "Delete service" in
+// the danger zone at the bottom, asks for a canary under load (`canary-now`) and watches it:
+// listed among the requests once routed, its figures charted, its analysis against the
+// limits of its manifest, the log lines of its instances in time order; aborts it from the
+// page and sees its revision marked rejected (never "progressing", no "roll back to"), adds a custom domain
 // through the domains page (bad names refused at the field) and removes it, checks what a
 // deploy token sees (its own service's domains, no form), that a cross-site change with the
 // cookie is refused, and that signing out ends the session. It measures the first page's weight and time, writes screenshots, and exits 0
@@ -34,9 +38,9 @@ mkdirSync(SHOTS, { recursive: true });
 
 // The whole run is bounded, whatever hangs.
 const bound = setTimeout(() => {
-  console.error('console.mjs: over its 200 s bound');
+  console.error('console.mjs: over its 300 s bound');
   process.exit(3);
-}, 200_000);
+}, 300_000);
 
 const step = (text) => console.log(`step: ${text}`);
 function check(condition, message) {
@@ -196,6 +200,116 @@ try {
     await page.waitForTimeout(250);
   }
   await page.waitForFunction(() => document.querySelector('#serving')?.textContent === 'hello-dev-00001', null, { timeout: 60_000 });
+
+  // ---- "Delete service" in a danger zone, away from the summary --------------------------
+  step('delete service sits in the danger zone at the bottom');
+  const deletePlace = await page.evaluate(() => {
+    const buttons = document.querySelectorAll('[data-key="delete"]');
+    const zone = buttons[0]?.closest('section');
+    const logs = document.querySelector('section[aria-labelledby="logs-h"]');
+    const summary = document.querySelector('section[aria-labelledby="summary-h"]');
+    return {
+      buttons: buttons.length,
+      heading: zone?.querySelector('h2')?.textContent,
+      last: Boolean(zone) && zone === document.querySelector('main').lastElementChild,
+      afterLogs: Boolean(zone) && Boolean(logs.compareDocumentPosition(zone) & Node.DOCUMENT_POSITION_FOLLOWING),
+      nearSummary: summary.contains(buttons[0]) || Boolean(summary.nextElementSibling?.querySelector('[data-key="delete"]')),
+    };
+  });
+  check(deletePlace.buttons === 1 && deletePlace.heading === 'Danger zone' && deletePlace.last && deletePlace.afterLogs
+    && !deletePlace.nearSummary, `the delete button's place: ${JSON.stringify(deletePlace)}`);
+
+  // ---- a canary under load, watched live ------------------------------------------------
+  step('a canary: its requests as it takes traffic, its analysis against its limits, charts');
+  console.log('canary-now');
+  await waitForLine('canary-started', 120_000);
+  const rolloutBox = page.locator('section[aria-labelledby="rollout-h"]');
+  await rolloutBox.getByRole('heading', { name: 'Rollout in progress' }).waitFor({ timeout: 60_000 });
+  // Listed among the requests from the moment it is routed, before its figures.
+  const requestsBox = page.locator('section[aria-labelledby="requests-h"]');
+  await requestsBox.locator('tbody tr', { hasText: 'hello-dev-00003' }).waitFor({ timeout: 60_000 });
+  const canaryRequestsRouted = Date.now();
+  // Its figures once the control plane has read the ingress twice (every 10 s), charted.
+  await page.waitForFunction(() => {
+    const row = [...document.querySelectorAll('section[aria-labelledby="requests-h"] tbody tr')]
+      .find((r) => r.cells[0].textContent.startsWith('hello-dev-00003'));
+    const figure = row?.cells[2].querySelector('.metric > span');
+    return row && row.querySelectorAll('svg.spark').length === 3 && parseFloat(figure?.textContent) > 0;
+  }, null, { timeout: 45_000 });
+  console.log(`metric: {"canary_figures_after_routed_ms": ${Date.now() - canaryRequestsRouted}}`);
+  const charts = await page.evaluate(() => [...document.querySelectorAll('section[aria-labelledby="requests-h"] svg.spark')]
+    .map((s) => s.getAttribute('aria-label')));
+  check(charts.some((label) => label.startsWith('Requests per second of hello-dev-00001'))
+    && charts.some((label) => label.startsWith('5xx share of hello-dev-00003'))
+    && charts.some((label) => label.startsWith('p99 latency of hello-dev-00003')), `the charts: ${charts}`);
+  // The analysis: requests and errors so far against the limits of the canary's manifest.
+  const analysisBox = page.locator('#analysis');
+  await analysisBox.waitFor();
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll('#analysis tbody tr')];
+    const row = (name) => rows.find((r) => r.cells[0].textContent.startsWith(name));
+    return /^[1-9]\d* in the last \d+ s$/.test(row('Requests to hello-dev-00003')?.cells[1].textContent || '')
+      && row('Requests to hello-dev-00003').cells[3].textContent === 'too few'
+      && row('5xx')?.cells[3].textContent === 'over';
+  }, null, { timeout: 45_000 });
+  const analysisText = await analysisBox.textContent();
+  check(analysisText.includes('at least 100000 in a step\u2019s 600 s window') && analysisText.includes('at most 2.5 %'),
+    `the analysis's limits are the manifest's: ${analysisText}`);
+  check(/^at 20 %/.test(await page.locator('#rollout-message').textContent()),
+    `the controller's words: ${await page.locator('#rollout-message').textContent()}`);
+
+  step('log lines of several instances in time order');
+  // Both canary instances log every request they answer, each stream read on its own.
+  await page.waitForFunction(() => new Set([...document.querySelectorAll('.logs > div')]
+    .filter((d) => d.textContent.includes('"GET / HTTP/1.1"')).map((d) => d.dataset.instance)).size >= 2, null, { timeout: 30_000 });
+  await page.waitForTimeout(3_000);
+  const logOrder = await page.evaluate(() => {
+    const key = (time) => {
+      const match = /^(.{19})(?:\.(\d{1,9}))?Z$/.exec(time);
+      return match ? `${match[1]}.${(match[2] || '').padEnd(9, '0')}` : null;
+    };
+    const lines = [...document.querySelectorAll('.logs > div')].map((d) => ({ time: d.dataset.time, instance: d.dataset.instance }));
+    const out = lines.findIndex((line, i) => i > 0 && key(line.time) < key(lines[i - 1].time));
+    return {
+      lines: lines.length,
+      timed: lines.filter((line) => key(line.time)).length,
+      instances: new Set(lines.map((line) => line.instance)).size,
+      out: out < 0 ? null : lines.slice(out - 1, out + 1),
+    };
+  });
+  check(logOrder.out === null && logOrder.timed === logOrder.lines && logOrder.instances >= 2,
+    `the log lines' order: ${JSON.stringify(logOrder)}`);
+  await shot(page, '04b-canary');
+
+  step('abort the canary from the page: its revision is rejected');
+  await rolloutBox.locator('[data-key="rollout-abort"]').click();
+  await dialog.getByRole('button', { name: 'Abort' }).click();
+  await page.locator('#outcome').getByText(/Abort: asked of deployment #\d+/).waitFor();
+  const rejectedRow = page.locator('section[aria-labelledby="revisions-h"] tbody tr', { hasText: 'hello-dev-00003' });
+  await rejectedRow.locator('.state', { hasText: 'rejected' }).waitFor({ timeout: 60_000 });
+  await rejectedRow.getByText('aborted by an operator').waitFor();
+  check(await page.locator('[data-key="rollback-hello-dev-00003"]').count() === 0, 'a rejected revision is offered to roll back to');
+  check(await page.locator('[data-key="rollback-hello-dev-00002"]').count() === 1, 'an earlier good revision is no longer offered');
+  await rolloutBox.getByRole('heading', { name: 'Rollout in progress' }).waitFor({ state: 'detached', timeout: 30_000 });
+  // While it stops and after, it is nowhere "progressing".
+  for (let i = 0; i < 12; i += 1) {
+    const seen = await page.evaluate(() => {
+      const found = [...document.querySelectorAll('section[aria-labelledby="instances-h"] li, section[aria-labelledby="revisions-h"] tr, section[aria-labelledby="requests-h"] tr')]
+        .filter((e) => e.textContent.includes('hello-dev-00003'));
+      return {
+        progressing: found.filter((e) => /progressing/.test(e.textContent)).map((e) => e.textContent),
+        state: document.getElementById('state').textContent,
+      };
+    });
+    check(seen.progressing.length === 0 && seen.state !== 'progressing', `the rejected revision shown as progressing: ${JSON.stringify(seen)}`);
+    await page.waitForTimeout(250);
+  }
+  const canaryRow = requestsBox.locator('tbody tr', { hasText: 'hello-dev-00003' });
+  check(await canaryRow.locator('.state', { hasText: 'rejected' }).count() === 1, 'the requests mark the rejected revision');
+  check(await canaryRow.locator('svg.spark').count() === 3, 'the charts of a revision no longer routed stay');
+  await shot(page, '04c-canary-rejected');
+  console.log('load-stop');
+  await waitForLine('load-stopped', 30_000);
 
   // ---- a phone's width -----------------------------------------------------------------
   step('a phone at 360 px');
