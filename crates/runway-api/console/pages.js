@@ -391,30 +391,6 @@ function renderRequests(page, rejected) {
       'No figures yet: a revision has them once it has been routed for 10 seconds.'));
 }
 
-/**
- * The strategy and canary analysis a revision's manifest sets, with the defaults of
- * docs/manifest.md (`spec.workload.rollout`) for what it leaves out.
- */
-function rolloutSettings(manifest) {
-  const spec = (manifest && manifest.spec) || {};
-  const rollout = (spec.workload && spec.workload.rollout) || {};
-  const a = rollout.analysis || {};
-  const pick = (value, otherwise) => (typeof value === 'number' ? value : otherwise);
-  const strategy = (spec.deployment && spec.deployment.strategy) || 'legacy';
-  return {
-    strategy,
-    pauseSeconds: pick(rollout.pause_seconds, 60),
-    analysis: strategy !== 'runway_canary' ? null : {
-      maxErrorRatio: pick(a.max_error_percent, 1) / 100,
-      maxErrorOverStable: pick(a.max_error_percent_over_stable, 0.5) / 100,
-      latencySlo: pick(a.latency_slo_ms, 1024) / 1000,
-      maxP99Ratio: pick(a.max_p99_over_stable_ratio, 1.5),
-      minRequests: pick(a.min_requests, 50),
-      maxRestarts: pick(a.max_restarts, 0),
-    },
-  };
-}
-
 function renderRollout(page) {
   const { status } = page;
   const rollout = status.rollout;
@@ -438,7 +414,7 @@ function renderRollout(page) {
         h('dt', null, 'Where'), h('dd', null, badge(rollout.paused ? 'paused' : rollout.phase), ` ${steps}`),
         h('dt', null, 'New revision'), h('dd', null, target ? `${target}: ` : '', `${rollout.new_weight} % of the traffic`),
         h('dt', null, 'The controller says'), h('dd', { id: 'rollout-message' }, rollout.message || '—')),
-      deployment ? analysis(page, deployment) : null,
+      rollout.analysis ? analysis(rollout.analysis) : null,
       page.writable ? h('div', { class: 'actions' },
         rollout.paused ? command('Resume', 'resume') : command('Pause', 'pause', 'quiet'),
         command('Promote now', 'promote'),
@@ -446,71 +422,53 @@ function renderRollout(page) {
   });
 }
 
+/** A check's standing (the API's word) as a badge. */
+function standing(check, enough) {
+  const words = { within: enough || 'within', over: 'over', too_few: 'too few', unmeasured: 'no figure' };
+  const tones = { within: 'ok', over: 'bad', too_few: 'warn', unmeasured: 'none' };
+  return badge(words[check.standing] || check.standing, tones[check.standing]);
+}
+
 /**
- * The new revision's requests, errors and latency so far against the limits its analysis
- * holds it to (from its manifest). The figures are the control plane's over its window (up
- * to 5 minutes), not the step's own: the controller's words above are the verdict.
+ * A canary step's analysis so far, as the API's status says it (`rollout.analysis`): both
+ * revisions' figures over the step's window, the limits in force, how each measure stands
+ * and the verdict the controller would take now. Nothing here is computed: the words around
+ * the figures are all the page adds.
  */
-function analysis(page, deployment) {
-  const { status } = page;
-  const target = deployment.to_revision;
-  const stable = deployment.from_revision;
-  const revision = page.revisions.find((r) => r.name === target);
-  if (!revision) return h('p', { class: 'muted' }, `Reading ${target}\u2019s settings\u2026`);
-  const settings = rolloutSettings(revision.manifest);
-  const traffic = (name) => status.revisions.find((r) => r.revision === name)?.traffic;
-  const mine = traffic(target);
-  const theirs = stable ? traffic(stable) : null;
-  const measured = Boolean(mine && mine.window_seconds > 0);
-  const stableMeasured = Boolean(theirs && theirs.window_seconds > 0);
-  const requests = measured ? Math.round(mine.requests_per_second * mine.window_seconds) : 0;
-  const restarts = status.instances.filter((i) => i.revision === target).reduce((sum, i) => sum + i.restarts, 0);
-  const a = settings.analysis;
-  const so = (text) => (measured ? text : badge('measuring'));
-  // Within or over a limit, once there are figures; the limit's words say what is compared.
-  const stands = (over) => {
-    if (!a) return badge('no limit');
-    return measured ? badge(over() ? 'over' : 'within') : badge('measuring');
-  };
-  const errors = mine?.error_ratio || 0;
-  const p99 = mine?.p99_seconds ?? null;
-  const stableP99 = stableMeasured ? theirs.p99_seconds ?? null : null;
+function analysis(a) {
+  const t = a.thresholds;
+  const c = a.checks;
+  const now = (check, format) => (check.limit !== null && check.limit !== undefined ? ` (${format(check.limit)} now)` : '');
+  const errors = (w) => `${percent(w.error_ratio)} (${w.errors_5xx} of ${w.requests})`;
   const rows = [
-    [`Requests to ${target}`,
-      so(`${requests} in the last ${Math.round(mine?.window_seconds || 0)} s`),
-      a ? `at least ${a.minRequests} in a step\u2019s ${settings.pauseSeconds} s window to judge it`
-        : `no analysis: each step is held ${settings.pauseSeconds} s, then the next`,
-      !a ? badge('no limit')
-        : measured ? badge(requests >= a.minRequests ? 'enough' : 'too few', requests >= a.minRequests ? 'ok' : 'warn') : badge('measuring')],
-    ['5xx',
-      so(`${percent(errors)} (${Math.round(requests * errors)} errors)`),
-      a ? `at most ${percent(a.maxErrorRatio)}, and ${percent(a.maxErrorOverStable)} over ${stable || 'the stable revision'}`
-        + (stableMeasured ? ` (${percent(theirs.error_ratio)} now)` : '') : '\u2014',
-      // The absolute limit is not applied when the stable revision is over it too.
-      stands(() => (errors > a.maxErrorRatio && !(stableMeasured && theirs.error_ratio > a.maxErrorRatio))
-        || (stableMeasured && errors > theirs.error_ratio + a.maxErrorOverStable))],
-    ['p99',
-      so(millis(p99)),
-      a ? `at most ${millis(a.latencySlo)}, and ${a.maxP99Ratio}\u00d7 ${stable || 'the stable revision'}\u2019s`
-        + (stableP99 !== null ? ` (${millis(stableP99)} now)` : '') : '\u2014',
-      stands(() => p99 !== null && p99 > a.latencySlo && !(stableP99 !== null && stableP99 > a.latencySlo))],
+    ['Requests', String(a.canary.requests), String(a.stable.requests),
+      `at least ${t.min_requests} to ${a.revision} to judge it`, standing(c.requests, 'enough')],
+    ['5xx', errors(a.canary), errors(a.stable),
+      `at most ${percent(t.max_error_ratio)}, and ${percent(t.max_error_ratio_over_stable)} over ${a.stable_revision}\u2019s${now(c.error_ratio, percent)}`,
+      standing(c.error_ratio)],
+    ['p99', millis(a.canary.p99_seconds), millis(a.stable.p99_seconds),
+      `at most ${millis(t.latency_slo_seconds)}, and ${t.max_p99_over_stable_ratio}\u00d7 ${a.stable_revision}\u2019s `
+        + `once both have ${t.p99_samples} requests${now(c.latency_p99, millis)}`,
+      standing(c.latency_p99)],
+    ['Restarts', String(a.canary.restarts), String(a.stable.restarts), `at most ${t.max_restarts}`, standing(c.restarts)],
+    ['Readiness failures', String(a.canary.readiness_failures), String(a.stable.readiness_failures),
+      `at most ${t.max_readiness_failures}`, standing(c.readiness_failures)],
   ];
-  if (a) {
-    rows.push(['Restarts', String(restarts), `at most ${a.maxRestarts}`, badge(restarts > a.maxRestarts ? 'over' : 'within')]);
-  }
   return h('div', { id: 'analysis' },
-    table(a ? 'The analysis so far' : 'The new revision so far', [['Measure'], ['So far'], ['Limit'], ['Stands']], rows),
-    h('p', { class: 'muted' }, 'So far: the control plane\u2019s figures over its last readings (up to 5 minutes); ',
-      a ? 'each step is judged over its own window against the stable revision\u2019s, as the controller says above.'
-        : 'this strategy has no analysis.'));
+    table('The analysis so far', [['Measure'], [a.revision, 'num'], [a.stable_revision, 'num'], ['Limit'], ['Stands']], rows),
+    h('p', { id: 'analysis-verdict' }, 'Verdict now: ',
+      badge(a.verdict, { pass: 'ok', fail: 'bad', inconclusive: 'warn' }[a.verdict]),
+      a.reason ? ` ${a.reason}` : ''),
+    h('p', { class: 'muted' },
+      'Since the step began', a.window_started_at ? [' (', when(a.window_started_at), ')'] : null, '. ',
+      `It moves on at the end of its ${Math.round(a.window_seconds)} s window when every measure is within its limit, `,
+      `is held while there are too few requests, and rolled back after ${t.max_inconclusive_windows} windows without a verdict.`));
 }
 
 async function refreshRevisions(page) {
   try {
     page.revisions = await get(`${page.base}/revisions`, page.signal);
     renderRevisions(page);
-    // The rollout's analysis reads its limits from the new revision's manifest.
-    renderRollout(page);
   } catch (e) {
     if (e.name !== 'AbortError') announce(`Could not read the revisions: ${e.message}`, 'bad');
   }

@@ -796,6 +796,120 @@ pub struct RolloutView {
     pub paused: bool,
     /// What it waits for, or what it did last.
     pub message: String,
+    /// A step under analysis (`runway_canary`'s, before 100 %): its analysis so far. Absent
+    /// for strategies without one, and while waiting for the new revision to be ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<RolloutAnalysis>,
+}
+
+/// A canary step's analysis so far: both revisions' figures over the step's window, the
+/// limits in force (the manifest's `spec.workload.rollout.analysis`, its defaults applied),
+/// and how each measure stands, by the rules the controller decides with: what it shows
+/// is what the next pass would decide on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RolloutAnalysis {
+    /// The new revision, judged.
+    pub revision: String,
+    /// The stable revision it is compared with.
+    pub stable_revision: String,
+    /// When this step's window began (RFC 3339): the figures are since then.
+    pub window_started_at: Option<String>,
+    /// How long a step's window lasts (the strategy's pause), seconds: the step moves on at
+    /// its end, and latency is judged over a whole window only. A step held past it (too few
+    /// requests, paused) is judged over all the time since it began.
+    pub window_seconds: f64,
+    /// The new revision's figures over the window so far.
+    pub canary: AnalysisFigures,
+    /// The stable revision's, over the same time.
+    pub stable: AnalysisFigures,
+    /// The limits the window is held to.
+    pub thresholds: AnalysisThresholds,
+    /// Each measure against its limit.
+    pub checks: AnalysisChecks,
+    /// The window's verdict now: `pass`, `inconclusive` (the step holds) or `fail` (the
+    /// rollout rolls back). A latency failure is `inconclusive` until the window is whole.
+    pub verdict: String,
+    /// Why it fails or is inconclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One revision's figures over a step's window, from the ingress's counters and the
+/// runtime's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AnalysisFigures {
+    /// Requests answered.
+    pub requests: u64,
+    /// Of them, with a 5xx status (the ingress's own 502/503/504 included).
+    pub errors_5xx: u64,
+    /// Their share, 0 to 1.
+    pub error_ratio: f64,
+    /// The 99th percentile of latency, seconds (as Prometheus's `histogram_quantile`); none
+    /// without a request.
+    pub p99_seconds: Option<f64>,
+    /// Instance restarts.
+    pub restarts: u32,
+    /// Readiness probe failures.
+    pub readiness_failures: u32,
+}
+
+/// The limits a canary's window is held to: the manifest's, its defaults applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AnalysisThresholds {
+    /// Fewer requests to the new revision leave the window inconclusive.
+    pub min_requests: u64,
+    /// The highest 5xx share, 0 to 1; not applied when the stable revision is over it too.
+    pub max_error_ratio: f64,
+    /// How far the 5xx share may exceed the stable revision's, 0 to 1.
+    pub max_error_ratio_over_stable: f64,
+    /// The highest p99, seconds; not applied when the stable revision is over it too.
+    pub latency_slo_seconds: f64,
+    /// How many times the stable revision's p99 the new one's may be...
+    pub max_p99_over_stable_ratio: f64,
+    /// ... and by at least how much more it must be to fail, seconds.
+    pub min_p99_increase_seconds: f64,
+    /// The least requests in each window for the p99s to be compared.
+    pub p99_samples: u64,
+    /// Restarts allowed in the window.
+    pub max_restarts: u32,
+    /// Readiness failures allowed in the window.
+    pub max_readiness_failures: u32,
+    /// How many windows a step may stay inconclusive before the rollout is rolled back.
+    pub max_inconclusive_windows: u32,
+}
+
+/// Each measure of a canary's window against its limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AnalysisChecks {
+    /// The new revision's requests against `min_requests` (`within`: enough to judge).
+    pub requests: AnalysisCheck,
+    /// The 5xx share.
+    pub error_ratio: AnalysisCheck,
+    /// The p99 latency, seconds.
+    pub latency_p99: AnalysisCheck,
+    /// Instance restarts.
+    pub restarts: AnalysisCheck,
+    /// Readiness probe failures.
+    pub readiness_failures: AnalysisCheck,
+}
+
+/// One measure against its limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AnalysisCheck {
+    /// `within`, `over`, `too_few` (too few requests to the new revision to judge it) or
+    /// `unmeasured` (no figure).
+    pub standing: String,
+    /// The new revision's value, in the measure's unit (a count, a ratio, seconds).
+    pub value: Option<f64>,
+    /// The stable revision's, when it is compared with (it served `min_requests`).
+    pub stable_value: Option<f64>,
+    /// The limit in force: the lowest of those that apply now (the absolute one, the one
+    /// relative to the stable revision); for the requests, the least needed. None when none
+    /// applies or the measure is not judged.
+    pub limit: Option<f64>,
+    /// Why it is over or not judged, when the verdict would say so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A revision's autoscaling.

@@ -1381,6 +1381,9 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             rollout.new_weight,
             terminal::line(&rollout.message)
         ));
+        if let Some(a) = &rollout.analysis {
+            out.push_str(&analysis_line(a));
+        }
     }
     if !status.scaling.is_empty() {
         out.push('\n');
@@ -1907,6 +1910,84 @@ pub(crate) fn exit_code(error: &anyhow::Error) -> Option<u8> {
         ApiError::Config { .. } => crate::EXIT_USAGE,
         _ => EXIT_FAILED,
     })
+}
+
+/// A canary step's analysis so far, on one line, as the API says it: `analysis since
+/// 14:05:03 (60 s window): 120 requests (min 50), 5xx 0.00 % (max 1.00 %), p99 12 ms (max
+/// 1024 ms): within`.
+fn analysis_line(a: &runway_api::types::RolloutAnalysis) -> String {
+    let c = &a.checks;
+    let t = &a.thresholds;
+    let millis = |seconds: f64| {
+        if seconds < 1.0 {
+            format!("{:.0} ms", seconds * 1000.0)
+        } else {
+            format!("{seconds:.2} s")
+        }
+    };
+    let percent = |ratio: f64| format!("{:.2} %", ratio * 100.0);
+    // The limit in force; while too few requests leave a measure unjudged, the absolute one.
+    let max =
+        |check: &runway_api::types::AnalysisCheck, absolute: f64, show: &dyn Fn(f64) -> String| {
+            let limit = match check.standing.as_str() {
+                "too_few" => Some(absolute),
+                _ => check.limit,
+            };
+            limit.map_or_else(String::new, |limit| format!(" (max {})", show(limit)))
+        };
+    let mut parts = vec![
+        format!("{} requests (min {})", a.canary.requests, t.min_requests),
+        format!(
+            "5xx {}{}",
+            percent(a.canary.error_ratio),
+            max(&c.error_ratio, t.max_error_ratio, &percent)
+        ),
+        format!(
+            "p99 {}{}",
+            a.canary.p99_seconds.map_or_else(|| "-".to_owned(), millis),
+            max(&c.latency_p99, t.latency_slo_seconds, &millis)
+        ),
+    ];
+    // Restarts and readiness failures, once there are any.
+    for (what, value, limit) in [
+        ("restarts", a.canary.restarts, t.max_restarts),
+        (
+            "readiness failures",
+            a.canary.readiness_failures,
+            t.max_readiness_failures,
+        ),
+    ] {
+        if value > 0 {
+            parts.push(format!("{what} {value} (max {limit})"));
+        }
+    }
+    let over = [
+        &c.readiness_failures,
+        &c.restarts,
+        &c.error_ratio,
+        &c.latency_p99,
+    ]
+    .iter()
+    .any(|check| check.standing == "over");
+    let stands = match a.verdict.as_str() {
+        "pass" => "within".to_owned(),
+        "fail" => "over".to_owned(),
+        _ if c.requests.standing == "too_few" => "too few".to_owned(),
+        _ if over => "over so far (latency is judged over the whole window)".to_owned(),
+        _ => format!(
+            "inconclusive ({})",
+            terminal::line(a.reason.as_deref().unwrap_or_default())
+        ),
+    };
+    let since = a
+        .window_started_at
+        .as_deref()
+        .map_or_else(String::new, |at| format!(" since {}", clock(at)));
+    format!(
+        "analysis{since} ({:.0} s window): {}: {stands}\n",
+        a.window_seconds,
+        parts.join(", ")
+    )
 }
 
 /// A revision's traffic as three cells: requests per second, 5xx share, p99; `-` when the

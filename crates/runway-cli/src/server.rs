@@ -1890,6 +1890,57 @@ fn traffic_view(
     }
 }
 
+/// A canary step's analysis so far, as the status says it: the controller's figures, limits
+/// and checks as they are.
+fn analysis_view(a: runway_control::AnalysisSummary) -> runway_api::types::RolloutAnalysis {
+    use runway_api::types::{AnalysisCheck, AnalysisChecks, AnalysisFigures, AnalysisThresholds};
+    let figures = |w: runway_control::WindowFigures| AnalysisFigures {
+        requests: w.requests,
+        errors_5xx: w.errors_5xx,
+        error_ratio: w.error_ratio,
+        p99_seconds: w.p99_seconds,
+        restarts: w.restarts,
+        readiness_failures: w.readiness_failures,
+    };
+    let check = |c: runway_control::CheckSummary| AnalysisCheck {
+        standing: c.standing.to_owned(),
+        value: c.value,
+        stable_value: c.stable_value,
+        limit: c.limit,
+        reason: c.reason,
+    };
+    let s = &a.settings;
+    runway_api::types::RolloutAnalysis {
+        window_started_at: rfc3339(a.window_started_ms),
+        window_seconds: a.window_ms as f64 / 1000.0,
+        canary: figures(a.canary),
+        stable: figures(a.stable),
+        thresholds: AnalysisThresholds {
+            min_requests: s.min_requests,
+            max_error_ratio: s.max_error_ratio,
+            max_error_ratio_over_stable: s.max_error_ratio_over_stable,
+            latency_slo_seconds: s.latency_slo_seconds,
+            max_p99_over_stable_ratio: s.max_p99_over_stable_ratio,
+            min_p99_increase_seconds: s.min_p99_increase_seconds,
+            p99_samples: a.p99_samples,
+            max_restarts: s.max_restarts,
+            max_readiness_failures: s.max_readiness_failures,
+            max_inconclusive_windows: s.max_inconclusive_windows,
+        },
+        checks: AnalysisChecks {
+            requests: check(a.requests),
+            error_ratio: check(a.error_ratio),
+            latency_p99: check(a.latency_p99),
+            restarts: check(a.restarts),
+            readiness_failures: check(a.readiness_failures),
+        },
+        verdict: a.verdict.to_owned(),
+        reason: a.reason,
+        revision: a.revision,
+        stable_revision: a.stable_revision,
+    }
+}
+
 /// Reads what the API forwards of an upload, on a blocking thread.
 struct Chunks {
     rx: mpsc::Receiver<Result<bytes::Bytes, String>>,
@@ -2098,6 +2149,7 @@ impl Platform for ServerPlatform {
                         steps: r.step.and_then(|(_, of)| u32::try_from(of).ok()),
                         paused: r.paused,
                         message: r.message,
+                        analysis: r.analysis.map(analysis_view),
                     }),
                 warnings,
                 control_plane,

@@ -17,7 +17,7 @@ use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{
     FAST_AUTOSCALER, Load, Platform, Settings, have_python, live_instances, set_env_file,
     set_manifest,
@@ -266,6 +266,47 @@ fn a_restart_mid_canary_judges_the_step_over_its_whole_window() {
         |now| weight_of(now, "hello-dev-00002") == 50,
     );
     std::thread::sleep(Duration::from_secs(PAUSE / 2));
+    // Mid-step, the status says the analysis so far: the manifest's limits with the defaults
+    // for the rest, both revisions' counts since the step began, and how each stands.
+    let mid = status(&platform);
+    let analysis = &mid["rollout"]["analysis"];
+    assert_eq!(analysis["revision"], "hello-dev-00002", "{mid:#}");
+    assert_eq!(analysis["stable_revision"], "hello-dev-00001", "{mid:#}");
+    assert_eq!(analysis["window_seconds"], json!(PAUSE as f64), "{mid:#}");
+    let thresholds = &analysis["thresholds"];
+    assert_eq!(thresholds["min_requests"], 1, "{mid:#}");
+    assert_eq!(thresholds["max_error_ratio"], json!(0.01), "{mid:#}");
+    assert_eq!(thresholds["latency_slo_seconds"], json!(1.024), "{mid:#}");
+    assert_eq!(thresholds["max_restarts"], 0, "{mid:#}");
+    for side in ["canary", "stable"] {
+        assert!(
+            analysis[side]["requests"].as_u64().unwrap_or(0) > 0,
+            "{side}: {mid:#}"
+        );
+        assert_eq!(analysis[side]["errors_5xx"], 0, "{side}: {mid:#}");
+    }
+    let checks = &analysis["checks"];
+    assert_eq!(checks["requests"]["standing"], "within", "{mid:#}");
+    assert_eq!(checks["error_ratio"]["standing"], "within", "{mid:#}");
+    // In force: the stable revision's 0 % plus half a point, under the absolute 1 %.
+    assert_eq!(checks["error_ratio"]["limit"], json!(0.005), "{mid:#}");
+    assert_eq!(checks["restarts"]["standing"], "within", "{mid:#}");
+    assert!(
+        ["pass", "inconclusive"].contains(&analysis["verdict"].as_str().unwrap_or_default()),
+        "{mid:#}"
+    );
+    let text = platform.runway(&["status", "--service", "hello", "--env", "dev"]);
+    let line = text
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("analysis since "))
+        .unwrap_or_else(|| panic!("no analysis line: {}", text.all()));
+    assert!(
+        line.contains(&format!("({PAUSE} s window): "))
+            && line.contains(" requests (min 1), 5xx 0.00 % (max 0.50 %), p99 "),
+        "{line}"
+    );
+    eprintln!("mid-step: {line}");
     platform.kill9();
     platform.restart();
     let ended = platform.wait_deployment(&id, Duration::from_secs(60));

@@ -139,5 +139,5 @@ pub use config::ControllerConfig;
 pub use controller::Controller;
 pub use dataplane::{BoxFuture, DataPlane};
 pub use error::{ControlError, Result};
-pub use rollout::RolloutSummary;
+pub use rollout::{AnalysisSummary, CheckSummary, RolloutSummary, WindowFigures};
 pub use traffic::RevisionTraffic;

@@ -21,8 +21,8 @@
 use runway_driver::{Driver, now_ms};
 use runway_reconciler::Condition;
 use runway_rollout::{
-    Action, AnalysisSettings, Command, Phase, Progress, Step, StepInput, Strategy, Verdict, Window,
-    analyse, next,
+    Action, AnalysisSettings, Check, Command, Phase, Progress, Standing, Step, StepInput, Strategy,
+    Verdict, Window, analyse, checks, next,
 };
 use runway_store::{
     Deployment, DeploymentKind, Desired, DesiredRevision, RolloutCommand, StoreError,
@@ -113,6 +113,129 @@ pub struct RolloutSummary {
     pub paused: bool,
     /// What it waits for, or what it did last.
     pub message: String,
+    /// A canary step's analysis so far, while a step is analysed.
+    pub analysis: Option<AnalysisSummary>,
+}
+
+/// A canary step's analysis so far: the two revisions' figures over the step's window, the
+/// limits in force, and how each measure stands, from the checks the analysis decides on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnalysisSummary {
+    /// The new revision, judged, and the stable one it is compared with.
+    pub revision: String,
+    pub stable_revision: String,
+    /// When the step's window began (Unix milliseconds), and how long it lasts (the
+    /// strategy's pause): a step held past it is judged over all the time since.
+    pub window_started_ms: u64,
+    pub window_ms: u64,
+    pub canary: WindowFigures,
+    pub stable: WindowFigures,
+    /// The manifest's settings, its defaults applied.
+    pub settings: AnalysisSettings,
+    /// The least requests in each window for the p99s to be compared.
+    pub p99_samples: u64,
+    pub readiness_failures: CheckSummary,
+    pub restarts: CheckSummary,
+    pub requests: CheckSummary,
+    pub error_ratio: CheckSummary,
+    pub latency_p99: CheckSummary,
+    /// The window's verdict now, as the controller takes it: `pass`, `inconclusive` or
+    /// `fail` (a latency failure is inconclusive until the window is whole).
+    pub verdict: &'static str,
+    /// Why it fails or is inconclusive.
+    pub reason: Option<String>,
+}
+
+/// One revision's figures over a step's window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WindowFigures {
+    pub requests: u64,
+    pub errors_5xx: u64,
+    pub error_ratio: f64,
+    pub p99_seconds: Option<f64>,
+    pub restarts: u32,
+    pub readiness_failures: u32,
+}
+
+impl WindowFigures {
+    fn of(window: &Window) -> Self {
+        Self {
+            requests: window.requests,
+            errors_5xx: window.errors_5xx,
+            error_ratio: window.error_ratio(),
+            p99_seconds: window.p99_seconds(),
+            restarts: window.restarts,
+            readiness_failures: window.readiness_failures,
+        }
+    }
+}
+
+/// One measure against its limit (see [`runway_rollout::Check`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckSummary {
+    /// `within`, `over`, `too_few` (too few requests to judge it) or `unmeasured`.
+    pub standing: &'static str,
+    pub value: Option<f64>,
+    pub stable_value: Option<f64>,
+    /// The limit in force: the lowest that applies (the least, for the requests).
+    pub limit: Option<f64>,
+    pub reason: Option<String>,
+}
+
+impl CheckSummary {
+    fn of(check: &Check) -> Self {
+        Self {
+            standing: match check.standing {
+                Standing::Within => "within",
+                Standing::Over => "over",
+                Standing::TooFew => "too_few",
+                Standing::Unmeasured => "unmeasured",
+            },
+            value: check.canary_value,
+            stable_value: check.stable_value,
+            limit: check.limit,
+            reason: check.reason().map(str::to_owned),
+        }
+    }
+}
+
+/// A canary step's analysis at `now_ms` over the windows `canary` and `stable` (the
+/// counters since the step's start), by [`runway_rollout::checks`]: the checks
+/// [`runway_rollout::analyse`] decides on, and its verdict as [`Controller::roll`] takes it.
+pub(crate) fn analysis_summary(
+    settings: &AnalysisSettings,
+    pause_ms: u64,
+    progress: &Progress,
+    now_ms: u64,
+    (revision, canary): (&str, &Window),
+    (stable_revision, stable): (&str, &Window),
+) -> AnalysisSummary {
+    let checks = checks(settings, canary, stable);
+    let whole = now_ms >= progress.step_started_ms.saturating_add(pause_ms);
+    let verdict = checks.verdict();
+    let verdict = if whole { verdict } else { verdict.mid_window() };
+    let (verdict, reason) = match verdict {
+        Verdict::Pass => ("pass", None),
+        Verdict::Inconclusive { reason } => ("inconclusive", Some(reason)),
+        Verdict::Fail { message, .. } => ("fail", Some(message)),
+    };
+    AnalysisSummary {
+        revision: revision.to_owned(),
+        stable_revision: stable_revision.to_owned(),
+        window_started_ms: progress.step_started_ms,
+        window_ms: pause_ms,
+        canary: WindowFigures::of(canary),
+        stable: WindowFigures::of(stable),
+        settings: settings.clone(),
+        p99_samples: runway_rollout::P99_SAMPLES,
+        readiness_failures: CheckSummary::of(&checks.readiness_failures),
+        restarts: CheckSummary::of(&checks.restarts),
+        requests: CheckSummary::of(&checks.requests),
+        error_ratio: CheckSummary::of(&checks.error_ratio),
+        latency_p99: CheckSummary::of(&checks.latency_p99),
+        verdict,
+        reason,
+    }
 }
 
 /// The manifest's strategy, with its settings, for a revision.
@@ -474,6 +597,48 @@ impl<D: Driver> Controller<D> {
         }
     }
 
+    /// The current step's analysis so far, for `runway status`: over the window the next pass
+    /// will judge (from the step's baseline in memory, else the stored one; a step whose
+    /// counters are not read yet starts now), without touching it.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the step's parts, each read once"
+    )]
+    fn analysis_so_far(
+        &self,
+        key: &Key,
+        deployment: i64,
+        progress: &Progress,
+        stored: Option<&StoredBaseline>,
+        (stable, canary): (&str, &str),
+        settings: &AnalysisSettings,
+        pause_ms: u64,
+    ) -> AnalysisSummary {
+        let now = now_ms();
+        let state = self.lock();
+        let canary_now = self.window(&state, key, canary);
+        let stable_now = self.window(&state, key, stable);
+        let step = (progress.step_index, progress.step_started_ms);
+        let (canary_then, stable_then) = match state.baselines.get(&deployment) {
+            Some(baseline) if baseline.step == step => {
+                (baseline.canary.clone(), baseline.stable.clone())
+            }
+            _ => match stored.filter(|b| b.step == step) {
+                Some(stored) => (stored.canary.clone(), stored.stable.clone()),
+                None => (canary_now.clone(), stable_now.clone()),
+            },
+        };
+        drop(state);
+        analysis_summary(
+            settings,
+            pause_ms,
+            progress,
+            now,
+            (canary, &Window::delta(&canary_now, &canary_then)),
+            (stable, &Window::delta(&stable_now, &stable_then)),
+        )
+    }
+
     /// A revision's counters now: the ingress's requests and latency, the runtime's restarts
     /// and the readiness failures this controller saw.
     fn window(&self, state: &State, key: &Key, revision: &str) -> Window {
@@ -753,6 +918,25 @@ impl<D: Driver> Controller<D> {
             .get(&deployment.id)
             .cloned()
             .unwrap_or_default();
+        let target = &deployment.to_revision;
+        let from = deployment.from_revision.as_deref().filter(|f| f != target);
+        let analysis = match (&strategy, from) {
+            (
+                Strategy::Canary {
+                    analysis, pause_ms, ..
+                },
+                Some(from),
+            ) if progress.phase == Phase::Stepping => Some(self.analysis_so_far(
+                &(service.to_owned(), env.to_owned()),
+                deployment.id,
+                progress,
+                record.baseline.as_ref(),
+                (from, target),
+                analysis,
+                *pause_ms,
+            )),
+            _ => None,
+        };
         Ok(Some(RolloutSummary {
             deployment: deployment.id,
             strategy: record.strategy,
@@ -761,6 +945,7 @@ impl<D: Driver> Controller<D> {
             step,
             paused: progress.paused,
             message,
+            analysis,
         }))
     }
 }
@@ -785,4 +970,126 @@ fn plan_text(steps: &[runway_rollout::PlannedStep]) -> String {
         .map(|step| format!("  {:>3} % new: {}", step.weights.new, step.when))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// `requests` requests, `errors` of them 5xx, each taking `latency` seconds.
+    fn window(requests: u64, errors: u64, latency: f64) -> Window {
+        Window {
+            requests,
+            errors_5xx: errors,
+            latency_buckets: (0..16)
+                .map(|k| 0.001 * f64::powi(2.0, k))
+                .map(|b| (b, if latency <= b { requests } else { 0 }))
+                .collect(),
+            readiness_failures: 0,
+            restarts: 0,
+        }
+    }
+
+    fn stepping(started_ms: u64) -> Progress {
+        Progress {
+            phase: Phase::Stepping,
+            new_weight: 20,
+            ..Progress::new(started_ms)
+        }
+    }
+
+    /// The status's analysis: the figures over the window, the manifest's settings, each
+    /// check as the analysis makes it, and the verdict the controller takes (a latency failure
+    /// waits for the whole window).
+    #[test]
+    fn the_analysis_summary_is_the_analysis_as_the_controller_takes_it() {
+        let settings = AnalysisSettings {
+            min_requests: 100,
+            max_error_ratio: 0.025,
+            ..AnalysisSettings::default()
+        };
+        let stable = window(400, 0, 0.004);
+
+        // Too few: held, and said so; 5xx not judged, its figure shown.
+        let few = window(60, 6, 0.004);
+        let a = analysis_summary(
+            &settings,
+            60_000,
+            &stepping(1_000),
+            31_000,
+            ("web-00002", &few),
+            ("web-00001", &stable),
+        );
+        assert_eq!(
+            (a.revision.as_str(), a.stable_revision.as_str()),
+            ("web-00002", "web-00001")
+        );
+        assert_eq!((a.window_started_ms, a.window_ms), (1_000, 60_000));
+        assert_eq!(a.settings, settings);
+        assert_eq!(a.p99_samples, 100);
+        assert_eq!((a.canary.requests, a.canary.errors_5xx), (60, 6));
+        assert_eq!(a.canary.error_ratio, 0.1);
+        assert_eq!(a.stable.requests, 400);
+        assert_eq!(a.requests.standing, "too_few");
+        assert_eq!(
+            (a.requests.value, a.requests.limit),
+            (Some(60.0), Some(100.0))
+        );
+        assert_eq!(a.error_ratio.standing, "too_few");
+        assert_eq!(a.error_ratio.value, Some(0.1));
+        assert_eq!(a.restarts.standing, "within");
+        assert_eq!(a.verdict, "inconclusive");
+        assert_eq!(
+            a.reason.as_deref(),
+            Some("60 requests to the new revision, fewer than the 100 needed to judge it")
+        );
+
+        // Enough and slow: mid-window the p99 is over but the verdict waits; at the window's
+        // end it fails, as `analyse` says.
+        let slow = window(200, 0, 0.5);
+        let mid = analysis_summary(
+            &settings,
+            60_000,
+            &stepping(1_000),
+            31_000,
+            ("web-00002", &slow),
+            ("web-00001", &stable),
+        );
+        assert_eq!(mid.requests.standing, "within");
+        assert_eq!(mid.error_ratio.standing, "within");
+        assert_eq!(mid.latency_p99.standing, "over");
+        assert_eq!(mid.verdict, "inconclusive");
+        let end = analysis_summary(
+            &settings,
+            60_000,
+            &stepping(1_000),
+            61_000,
+            ("web-00002", &slow),
+            ("web-00001", &stable),
+        );
+        assert_eq!(end.verdict, "fail");
+        let Verdict::Fail { message, .. } = analyse(&settings, &slow, &stable) else {
+            panic!("not a failure");
+        };
+        assert_eq!(end.reason, Some(message.clone()));
+        assert_eq!(end.latency_p99.reason, Some(message));
+
+        // Within every limit: a pass.
+        let good = window(200, 1, 0.004);
+        let a = analysis_summary(
+            &settings,
+            60_000,
+            &stepping(1_000),
+            61_000,
+            ("web-00002", &good),
+            ("web-00001", &stable),
+        );
+        assert_eq!(a.verdict, "pass");
+        assert_eq!(a.reason, None);
+        assert_eq!(a.error_ratio.standing, "within");
+        // The limit in force: the stable's 0 % plus half a point, under the absolute 2.5 %.
+        assert_eq!(a.error_ratio.limit, Some(0.005));
+    }
 }

@@ -167,39 +167,193 @@ impl Verdict {
     }
 }
 
+/// How one measure of a canary's window stands against its limit, as [`analyse`] judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Standing {
+    /// Within its limit (for the requests, enough of them to judge).
+    Within,
+    /// Over its limit: the window fails on it (the first such measure, in the analysis's
+    /// order, is the verdict's).
+    Over,
+    /// Too few requests to the new revision to judge this measure.
+    TooFew,
+    /// No figure to judge: no latency histogram for the new revision.
+    Unmeasured,
+}
+
+/// One measure of a canary's window against its limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub standing: Standing,
+    /// The new revision's value, in the measure's unit (a count, a ratio, seconds); `None`
+    /// when there is none (no latency histogram).
+    pub canary_value: Option<f64>,
+    /// The stable revision's, when it is compared with (it served at least `min_requests`).
+    pub stable_value: Option<f64>,
+    /// The limit in force: the lowest of those that apply to the window as it is (the
+    /// absolute one, the one relative to the stable revision); for the requests, the least
+    /// needed. `None` when none applies (the stable revision over the SLO with too few
+    /// requests to compare p99s) or the measure is not judged (too few requests).
+    pub limit: Option<f64>,
+    /// The verdict this measure gives on its own: a failure over its limit, the reason it is
+    /// inconclusive, or none.
+    verdict: Option<Verdict>,
+}
+
+impl Check {
+    fn within(canary_value: Option<f64>, stable_value: Option<f64>, limit: Option<f64>) -> Self {
+        Self {
+            standing: Standing::Within,
+            canary_value,
+            stable_value,
+            limit,
+            verdict: None,
+        }
+    }
+
+    /// Over its limit, failing the window with `failed` (whose figures it shows).
+    fn over(limit_in_force: f64, failed: Verdict) -> Self {
+        let (canary_value, stable_value) = match &failed {
+            Verdict::Fail {
+                canary_value,
+                stable_value,
+                ..
+            } => (Some(*canary_value), *stable_value),
+            _ => (None, None),
+        };
+        Self {
+            standing: Standing::Over,
+            canary_value,
+            stable_value,
+            limit: Some(limit_in_force),
+            verdict: Some(failed),
+        }
+    }
+
+    fn not_judged(standing: Standing, canary_value: Option<f64>, reason: Option<String>) -> Self {
+        Self {
+            standing,
+            canary_value,
+            stable_value: None,
+            limit: None,
+            verdict: reason.map(|reason| Verdict::Inconclusive { reason }),
+        }
+    }
+
+    /// What the verdict says of this measure: why it failed or is inconclusive.
+    pub fn reason(&self) -> Option<&str> {
+        match &self.verdict {
+            Some(Verdict::Fail { message, .. }) => Some(message),
+            Some(Verdict::Inconclusive { reason }) => Some(reason),
+            _ => None,
+        }
+    }
+}
+
+/// Every measure of a canary's window against its limit: what [`analyse`] decides from, so
+/// that what is shown of a window cannot disagree with its verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checks {
+    pub readiness_failures: Check,
+    pub restarts: Check,
+    /// The new revision's requests against `min_requests`.
+    pub requests: Check,
+    pub error_ratio: Check,
+    pub latency_p99: Check,
+}
+
+impl Checks {
+    /// The window's verdict: the first measure, in the analysis's order, over its limit or
+    /// not judged gives it; none, a pass.
+    pub fn verdict(&self) -> Verdict {
+        [
+            &self.readiness_failures,
+            &self.restarts,
+            &self.requests,
+            &self.error_ratio,
+            &self.latency_p99,
+        ]
+        .into_iter()
+        .find_map(|check| check.verdict.clone())
+        .unwrap_or(Verdict::Pass)
+    }
+}
+
 /// Compares the canary's window with the stable revision's over the same time, by the rules
 /// in the crate's documentation, in this order: readiness failures, restarts, enough
 /// requests, error ratio, p99 latency. The first measure over its limit fails the window.
 pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) -> Verdict {
-    let stable_measured = stable.requests >= settings.min_requests.max(1);
+    checks(settings, canary, stable).verdict()
+}
 
-    if canary.readiness_failures > settings.max_readiness_failures {
-        return count_fail(
-            Measure::ReadinessFailures,
-            "readiness failures",
-            canary.readiness_failures,
-            stable.readiness_failures,
-            settings.max_readiness_failures,
-        );
-    }
-    if canary.restarts > settings.max_restarts {
-        return count_fail(
-            Measure::Restarts,
-            "restarts",
-            canary.restarts,
-            stable.restarts,
-            settings.max_restarts,
-        );
-    }
+/// Each measure of the canary's window against its limit, by the rules [`analyse`] applies
+/// (it is [`Checks::verdict`] of this). Fewer requests than `min_requests` leave the error
+/// ratio and the latency not judged ([`Standing::TooFew`]).
+pub fn checks(settings: &AnalysisSettings, canary: &Window, stable: &Window) -> Checks {
+    let stable_measured = stable.requests >= settings.min_requests.max(1);
+    let count = |measure, what, canary: u32, stable: u32, limit: u32| {
+        if canary > limit {
+            Check::over(
+                f64::from(limit),
+                count_fail(measure, what, canary, stable, limit),
+            )
+        } else {
+            Check::within(
+                Some(f64::from(canary)),
+                Some(f64::from(stable)),
+                Some(f64::from(limit)),
+            )
+        }
+    };
+    let readiness_failures = count(
+        Measure::ReadinessFailures,
+        "readiness failures",
+        canary.readiness_failures,
+        stable.readiness_failures,
+        settings.max_readiness_failures,
+    );
+    let restarts = count(
+        Measure::Restarts,
+        "restarts",
+        canary.restarts,
+        stable.restarts,
+        settings.max_restarts,
+    );
+    let requests_value = Some(canary.requests as f64);
+    let min_requests = Some(settings.min_requests as f64);
     if canary.requests < settings.min_requests || canary.requests == 0 {
-        return Verdict::Inconclusive {
-            reason: format!(
-                "{} requests to the new revision, fewer than the {} needed to judge it",
-                canary.requests, settings.min_requests
-            ),
+        let reason = format!(
+            "{} requests to the new revision, fewer than the {} needed to judge it",
+            canary.requests, settings.min_requests
+        );
+        let mut requests = Check::not_judged(Standing::TooFew, requests_value, Some(reason));
+        requests.limit = min_requests;
+        return Checks {
+            readiness_failures,
+            restarts,
+            requests,
+            error_ratio: Check::not_judged(Standing::TooFew, Some(canary.error_ratio()), None),
+            latency_p99: Check::not_judged(Standing::TooFew, canary.p99_seconds(), None),
         };
     }
+    Checks {
+        readiness_failures,
+        restarts,
+        requests: Check::within(requests_value, Some(stable.requests as f64), min_requests),
+        error_ratio: error_check(settings, canary, stable, stable_measured),
+        latency_p99: latency_check(settings, canary, stable, stable_measured),
+    }
+}
 
+/// The 5xx ratio against the absolute limit (unless the stable revision is over it too) and
+/// the stable revision's plus the margin (when it is measured); the absolute one first.
+fn error_check(
+    settings: &AnalysisSettings,
+    canary: &Window,
+    stable: &Window,
+    stable_measured: bool,
+) -> Check {
     let canary_ratio = canary.error_ratio();
     let stable_ratio = stable_measured.then(|| stable.error_ratio());
     let stable_text = match stable_ratio {
@@ -207,25 +361,33 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
         None => "too few requests".to_owned(),
     };
     let absolute_applies = stable_ratio.is_none_or(|s| s <= settings.max_error_ratio);
-    if absolute_applies && canary_ratio > settings.max_error_ratio {
-        return Verdict::Fail {
-            measure: Measure::ErrorRatio,
-            canary_value: canary_ratio,
-            stable_value: stable_ratio,
-            limit: settings.max_error_ratio,
-            message: format!(
-                "error ratio {} ({} of {}) over the limit {} (stable: {stable_text})",
-                percent(canary_ratio),
-                canary.errors_5xx,
-                canary.requests,
-                percent(settings.max_error_ratio),
-            ),
-        };
+    let absolute = absolute_applies.then_some(settings.max_error_ratio);
+    let relative = stable_ratio.map(|s| s + settings.max_error_ratio_over_stable);
+    let in_force = lowest(absolute, relative);
+    if let Some(limit) = absolute.filter(|&limit| canary_ratio > limit) {
+        return Check::over(
+            in_force.unwrap_or(limit),
+            Verdict::Fail {
+                measure: Measure::ErrorRatio,
+                canary_value: canary_ratio,
+                stable_value: stable_ratio,
+                limit,
+                message: format!(
+                    "error ratio {} ({} of {}) over the limit {} (stable: {stable_text})",
+                    percent(canary_ratio),
+                    canary.errors_5xx,
+                    canary.requests,
+                    percent(limit),
+                ),
+            },
+        );
     }
-    if let Some(stable_ratio) = stable_ratio {
-        let limit = stable_ratio + settings.max_error_ratio_over_stable;
-        if canary_ratio > limit {
-            return Verdict::Fail {
+    if let (Some(stable_ratio), Some(limit)) = (stable_ratio, relative)
+        && canary_ratio > limit
+    {
+        return Check::over(
+            in_force.unwrap_or(limit),
+            Verdict::Fail {
                 measure: Measure::ErrorRatio,
                 canary_value: canary_ratio,
                 stable_value: Some(stable_ratio),
@@ -238,14 +400,27 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
                     percent(limit),
                     points(settings.max_error_ratio_over_stable),
                 ),
-            };
-        }
+            },
+        );
     }
+    Check::within(Some(canary_ratio), stable_ratio, in_force)
+}
 
+/// The p99 latency against the SLO (unless the stable revision is over it too) and the
+/// stable revision's times the ratio, by at least the least increase (when both windows
+/// have [`P99_SAMPLES`] requests); the SLO first.
+fn latency_check(
+    settings: &AnalysisSettings,
+    canary: &Window,
+    stable: &Window,
+    stable_measured: bool,
+) -> Check {
     let Some(canary_p99) = canary.p99_seconds() else {
-        return Verdict::Inconclusive {
-            reason: "no latency histogram for the new revision".to_owned(),
-        };
+        return Check::not_judged(
+            Standing::Unmeasured,
+            None,
+            Some("no latency histogram for the new revision".to_owned()),
+        );
     };
     let stable_p99 = if stable_measured {
         stable.p99_seconds()
@@ -257,27 +432,37 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
         None => "not measured".to_owned(),
     };
     let slo = settings.latency_slo_seconds;
-    if stable_p99.is_none_or(|s| s <= slo) && canary_p99 > slo {
-        return Verdict::Fail {
-            measure: Measure::LatencyP99,
-            canary_value: canary_p99,
-            stable_value: stable_p99,
-            limit: slo,
-            message: format!(
-                "p99 latency {} over the SLO {} (stable: {stable_text})",
-                seconds(canary_p99),
-                seconds(slo),
-            ),
-        };
-    }
+    let absolute = stable_p99.is_none_or(|s| s <= slo).then_some(slo);
     // A p99 of fewer than a hundred requests is the slowest one of them: one request that
     // waited on a busy machine would fail a window. The SLO above still applies.
     let comparable = canary.requests >= P99_SAMPLES && stable.requests >= P99_SAMPLES;
-    if let Some(stable_p99) = stable_p99.filter(|_| comparable) {
-        let limit = (stable_p99 * settings.max_p99_over_stable_ratio)
-            .max(stable_p99 + settings.min_p99_increase_seconds);
-        if canary_p99 > limit {
-            return Verdict::Fail {
+    let relative = stable_p99.filter(|_| comparable).map(|stable_p99| {
+        (stable_p99 * settings.max_p99_over_stable_ratio)
+            .max(stable_p99 + settings.min_p99_increase_seconds)
+    });
+    let in_force = lowest(absolute, relative);
+    if let Some(limit) = absolute.filter(|&limit| canary_p99 > limit) {
+        return Check::over(
+            in_force.unwrap_or(limit),
+            Verdict::Fail {
+                measure: Measure::LatencyP99,
+                canary_value: canary_p99,
+                stable_value: stable_p99,
+                limit,
+                message: format!(
+                    "p99 latency {} over the SLO {} (stable: {stable_text})",
+                    seconds(canary_p99),
+                    seconds(limit),
+                ),
+            },
+        );
+    }
+    if let (Some(stable_p99), Some(limit)) = (stable_p99, relative)
+        && canary_p99 > limit
+    {
+        return Check::over(
+            in_force.unwrap_or(limit),
+            Verdict::Fail {
                 measure: Measure::LatencyP99,
                 canary_value: canary_p99,
                 stable_value: Some(stable_p99),
@@ -291,10 +476,18 @@ pub fn analyse(settings: &AnalysisSettings, canary: &Window, stable: &Window) ->
                     stable.requests,
                     seconds(settings.min_p99_increase_seconds),
                 ),
-            };
-        }
+            },
+        );
     }
-    Verdict::Pass
+    Check::within(Some(canary_p99), stable_p99, in_force)
+}
+
+/// The lower of two limits, either of which may not apply.
+fn lowest(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn count_fail(measure: Measure, what: &str, canary: u32, stable: u32, limit: u32) -> Verdict {
@@ -324,5 +517,111 @@ pub(crate) fn seconds(value: f64) -> String {
         format!("{ms:.1} ms")
     } else {
         format!("{ms:.0} ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+
+    /// `requests` requests, `errors` of them 5xx, each taking `latency` seconds (buckets of
+    /// 1 ms doubling).
+    fn window(requests: u64, errors: u64, latency: f64) -> Window {
+        Window {
+            requests,
+            errors_5xx: errors,
+            latency_buckets: (0..16)
+                .map(|k| 0.001 * f64::powi(2.0, k))
+                .map(|b| (b, if latency <= b { requests } else { 0 }))
+                .collect(),
+            readiness_failures: 0,
+            restarts: 0,
+        }
+    }
+
+    /// Each measure's standing, its limit in force and the verdict agree with one another,
+    /// and the verdict is `analyse`'s.
+    #[test]
+    fn checks_say_how_each_measure_stands_and_give_the_verdict() {
+        let settings = AnalysisSettings::default();
+        let stable = window(1000, 2, 0.010);
+
+        // Too few requests: the requests hold the step; 5xx and p99 are not judged.
+        let few = window(10, 5, 0.010);
+        let c = checks(&settings, &few, &stable);
+        assert_eq!(c.requests.standing, Standing::TooFew);
+        assert_eq!(c.requests.limit, Some(50.0));
+        assert_eq!(c.requests.canary_value, Some(10.0));
+        assert_eq!(c.error_ratio.standing, Standing::TooFew);
+        assert_eq!(c.error_ratio.limit, None);
+        assert_eq!(c.error_ratio.canary_value, Some(0.5));
+        assert_eq!(c.latency_p99.standing, Standing::TooFew);
+        assert_eq!(c.restarts.standing, Standing::Within);
+        assert_eq!(c.verdict(), analyse(&settings, &few, &stable));
+        assert!(matches!(c.verdict(), Verdict::Inconclusive { .. }));
+        assert_eq!(
+            c.requests.reason(),
+            Some("10 requests to the new revision, fewer than the 50 needed to judge it")
+        );
+
+        // Enough, within: the 5xx limit in force is the stable's 0.2 % plus 0.5 points, under
+        // the absolute 1 %; the p99's the stable's 1.5 times, by 25 ms at least.
+        let good = window(500, 1, 0.010);
+        let c = checks(&settings, &good, &stable);
+        assert_eq!(c.requests.standing, Standing::Within);
+        assert_eq!(c.error_ratio.standing, Standing::Within);
+        assert!((c.error_ratio.limit.unwrap() - 0.007).abs() < 1e-12);
+        assert_eq!(c.error_ratio.stable_value, Some(0.002));
+        assert_eq!(c.latency_p99.standing, Standing::Within);
+        let stable_p99 = stable.p99_seconds().unwrap();
+        assert_eq!(c.latency_p99.stable_value, Some(stable_p99));
+        assert_eq!(c.latency_p99.limit, Some(stable_p99 + 0.025));
+        assert_eq!(c.verdict(), Verdict::Pass);
+        assert_eq!(analyse(&settings, &good, &stable), Verdict::Pass);
+
+        // Over: 3 % 5xx is over both limits; the verdict names the absolute one, as it did,
+        // and the check shows the lower (in force).
+        let bad = window(500, 15, 0.010);
+        let c = checks(&settings, &bad, &stable);
+        assert_eq!(c.error_ratio.standing, Standing::Over);
+        assert!((c.error_ratio.limit.unwrap() - 0.007).abs() < 1e-12);
+        let verdict = c.verdict();
+        assert_eq!(verdict, analyse(&settings, &bad, &stable));
+        let Verdict::Fail { measure, limit, .. } = &verdict else {
+            panic!("{verdict:?}");
+        };
+        assert_eq!((*measure, *limit), (Measure::ErrorRatio, 0.01));
+        assert_eq!(
+            c.error_ratio.reason(),
+            Some("error ratio 3.0 % (15 of 500) over the limit 1.0 % (stable: 0.2 %)")
+        );
+
+        // A restart is over whatever the requests; it comes first.
+        let restarted = Window {
+            restarts: 1,
+            ..few.clone()
+        };
+        let c = checks(&settings, &restarted, &stable);
+        assert_eq!(c.restarts.standing, Standing::Over);
+        assert_eq!(c.requests.standing, Standing::TooFew);
+        assert!(matches!(
+            c.verdict(),
+            Verdict::Fail {
+                measure: Measure::Restarts,
+                ..
+            }
+        ));
+
+        // No histogram: the p99 is not measured, and the window inconclusive.
+        let blind = Window {
+            latency_buckets: Vec::new(),
+            ..good
+        };
+        let c = checks(&settings, &blind, &stable);
+        assert_eq!(c.latency_p99.standing, Standing::Unmeasured);
+        assert_eq!(c.verdict(), analyse(&settings, &blind, &stable));
+        assert!(matches!(c.verdict(), Verdict::Inconclusive { .. }));
     }
 }

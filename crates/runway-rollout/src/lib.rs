@@ -121,7 +121,9 @@ mod rollout;
 mod strategy;
 mod window;
 
-pub use analysis::{AnalysisSettings, Measure, P99_SAMPLES, Verdict, analyse};
+pub use analysis::{
+    AnalysisSettings, Check, Checks, Measure, P99_SAMPLES, Standing, Verdict, analyse, checks,
+};
 pub use error::StrategyError;
 pub use rollout::{
     Action, Command, Phase, PlannedStep, Progress, Step, StepInput, Weights, clock, next, plan,
