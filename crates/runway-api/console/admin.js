@@ -42,23 +42,50 @@ export async function tokens({ main, signal }) {
   done(main);
 }
 
-/** `/ui/audit`: the last 200 entries of the audit log (admin), newest first. */
+/** Whose entries the audit page shows: `?by=people` or `?by=platform`, else all. */
+const AUDIT_BY = [['', 'Everyone'], ['people', 'People'], ['platform', 'The platform']];
+
+/** An audit entry's detail for people: `key=value` pairs, as `runway audit` prints them. */
+function readableDetail(detail) {
+  if (!detail || typeof detail !== 'object') return detail == null ? '' : String(detail);
+  return Object.entries(detail)
+    .filter(([, v]) => v !== null && v !== undefined)
+    .map(([k, v]) => {
+      if (typeof v !== 'string') return `${k}=${JSON.stringify(v)}`;
+      return `${k}=${v === '' || /[ "=]/.test(v) ? JSON.stringify(v) : v}`;
+    })
+    .join(' ');
+}
+
+/** `/ui/audit`: the last 200 entries of the audit log (admin), newest first; people's
+ * actions apart from the platform's own events when asked (`?by=`). */
 export async function audit({ main, signal }) {
   const heading = h('h1', null, 'Audit log');
+  const by = new URLSearchParams(location.search).get('by') || '';
+  const known = AUDIT_BY.some(([value]) => value === by) ? by : '';
   let list;
   try {
-    list = await get('/v1/audit?last=200', signal);
+    list = await get(`/v1/audit?last=200${known ? `&by=${enc(known)}` : ''}`, signal);
   } catch (e) {
     if (e.name === 'AbortError' || e.status === 401) throw e;
     fill(main, heading, problem(e, 'the audit log'));
     done(main);
     return;
   }
+  const filters = h('p', { class: 'audit-by' }, 'Show: ',
+    ...AUDIT_BY.flatMap(([value, label], i) => [
+      i ? ' · ' : '',
+      value === known
+        ? h('strong', { 'aria-current': 'page' }, label)
+        : h('a', { href: value ? `/ui/audit?by=${value}` : '/ui/audit' }, label),
+    ]));
   fill(main, heading,
-    h('p', { class: 'muted' }, 'The last 200 entries, newest first; ', h('code', null, 'runway audit'), ' reads further back.'),
+    filters,
+    h('p', { class: 'muted' }, 'The last 200 entries, newest first; ', h('code', null, 'runway audit'),
+      ' reads further back and filters by service, actor, action and time.'),
     table(null, [['When'], ['Who'], ['Action'], ['Target'], ['Detail']],
       [...list].reverse().map((a) => [when(a.at), a.actor, h('code', null, a.action), a.target,
-        h('span', { class: 'mono wrap-any' }, a.detail && Object.keys(a.detail).length ? JSON.stringify(a.detail) : '')]),
+        h('span', { class: 'mono wrap-any' }, readableDetail(a.detail))]),
       'Nothing audited yet.'));
   done(main);
 }
