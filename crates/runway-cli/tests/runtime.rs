@@ -1383,4 +1383,10 @@ async fn the_local_driver_scales_a_revision_workload_and_follows_its_output() {
             .unwrap()
             .is_empty()
     );
+    // Kept private, as instances' own directories are.
+    let previous_dir = state.path().join("previous");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&previous_dir).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "{}", previous_dir.display());
 }

@@ -114,7 +114,17 @@ impl LocalRuntime {
         let kept = root.join(&status.id);
         let now_ms = crate::status::to_ms(std::time::SystemTime::now());
         let _ = fs::remove_dir_all(&kept);
-        let moved = fs::create_dir_all(&kept).and_then(|()| {
+        // Private as `instances/` is: a tenant's output is this user's alone.
+        let made = {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&root)
+                .and_then(|()| fs::set_permissions(&root, fs::Permissions::from_mode(0o700)))
+                .and_then(|()| fs::create_dir(&kept))
+        };
+        let moved = made.and_then(|()| {
             let ended = Previous {
                 id: status.id.clone(),
                 service: service.clone(),
