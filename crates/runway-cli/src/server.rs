@@ -1530,9 +1530,11 @@ async fn keep_ingress(
     }
 }
 
-/// The small ingress binary installed beside this one; else this binary's own `ingress`.
+/// The small ingress binary installed beside this one when it is of this build; else this
+/// binary's own `ingress`.
 fn ingress_command() -> anyhow::Result<IngressCommand> {
-    let (program, args) = crate::local::beside_or_own("runway-ingress", "ingress")?;
+    let (program, args) =
+        crate::local::beside_or_own("runway-ingress", "ingress", Some(runway_ingress::VERSION))?;
     Ok(IngressCommand { program, args })
 }
 

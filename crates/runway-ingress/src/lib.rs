@@ -35,6 +35,15 @@ mod timer;
 pub mod tls;
 mod upstream;
 
+/// What `runway-ingress --version` prints after its name: the package version and the
+/// fingerprint of the source it was built from (see `build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (source ",
+    env!("RUNWAY_INGRESS_SOURCE"),
+    ")"
+);
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
