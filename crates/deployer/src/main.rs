@@ -16,6 +16,19 @@
 //! failure, 2 when the connection attempts (`--retry`) to a wrapper ran out, 3 when `--timeout`
 //! ran out. stdout carries terraform's output (stdout and stderr); stderr carries only NDJSON
 //! log lines (see `log.rs`), usage errors and panics included.
+//!
+//! # Files
+//!
+//! - `terraform.rs`: runs terraform (init, apply, destroy, `show -json`) with its output on stdout.
+//! - `managers.rs`: reads `grit_runner_managers` from `show -json` or a state file.
+//! - `transport.rs`: the one seam that returns a connected wrapper client, direct or through
+//!   `runway-ssh`.
+//! - `fleet.rs`: acts on every manager at once (wait healthy, shutdown, wait terminated) with
+//!   retries, the timeout and the exit codes.
+//! - `targets.rs`: writes Prometheus `file_sd`. `log.rs`: writes NDJSON to stderr.
+//!
+//! The deployer links `runway-wrapper`'s client, never its server (`runway-wrapper` without its
+//! default `server` feature).
 
 mod fleet;
 mod log;

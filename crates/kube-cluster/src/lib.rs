@@ -74,6 +74,23 @@
 //! the reaper itself killed (`kill -9`), undo by hand in that order: kill what holds the
 //! cluster's containerd socket, `umount -l` under its directory, `rmdir` the `kubepods` trees,
 //! write the sysctls back, remove the three paths, then `ip link del kube-cluster`.
+//!
+//! # What a test gets
+//!
+//! Test support only (`publish = false`): a real Kubernetes control plane per test binary.
+//! `scripts/kubernetes` builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+//! kubectl from their upstream modules through the Go module proxy (a wrapper module that requires
+//! `k8s.io/kubernetes` and replaces each staging module with its published `v0.X.Y`) and caches
+//! them by version outside the checkout. The harness makes the certificates (`pki.rs`, rcgen),
+//! starts the components on loopback ports (RBAC and the default admission plugins, PodSecurity
+//! among them; an audit log the tests count requests from; the deployment, ReplicaSet,
+//! EndpointSlice, garbage collector, namespace, service account and quota controllers), and runs
+//! one node as a client of the API server (`node.rs`): a Node with a Lease, and per pod a task that
+//! writes its status and events per the `Behavior` of its revision (ready, not ready, crash loop,
+//! OOM kill, image pull back-off), answers HTTP on the first container port, serves `pods/log`
+//! through its kubelet port, and carries out graceful deletion. Tests share one cluster per binary
+//! (`kube_cluster::shared`) in namespaces of their own, or start their own when they restart the
+//! API server. `kubelet.rs` is the real node of `RUNWAY_KUBE_NODE=kubelet`.
 
 // Library code never prints, but for the one line a skipped test prints.
 #![deny(clippy::print_stderr)]

@@ -65,6 +65,13 @@
 //! `container-concurrency-target-percentage` 70, `stable-window` 60s,
 //! `panic-window-percentage` 10, `panic-threshold-percentage` 200, `max-scale-up-rate` 1000,
 //! `max-scale-down-rate` 2, `scale-to-zero-grace-period` 30s).
+//!
+//! # Files
+//!
+//! `history.rs`: a revision's concurrency samples, averaged per unit of time over the stable and
+//! panic windows. `decide.rs`: the next instance count, with panic mode, rates, bounds, cold start
+//! and scale to zero, and an event holding every input, so a decision can be replayed.
+//! `settings.rs`: its checked settings. The caller is `runway-control`'s `autoscale.rs`.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

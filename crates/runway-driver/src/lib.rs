@@ -13,6 +13,20 @@
 //! revision runs is its manifest's settings ([`ServiceConfig`]) with what was pinned at deploy
 //! (an image digest, a code snapshot), so every driver builds its own objects from the same
 //! settings, and a Kubernetes driver links neither runc nor an image store nor a supervisor.
+//!
+//! # The trait
+//!
+//! `Driver` asks for a revision workload ("revision R of S in E, from these settings, with N
+//! replicas"), and offers `scale` (with the replicas to retire first), `retire`, `remove`,
+//! `revisions` (what the driver keeps besides replicas, for a new control plane to collect),
+//! `replicas`, `changes`, `logs`, `follow` and `resolve_image`. Its neutral types: `Workload`,
+//! whose settings are the manifest's `ServiceConfig` with the pinned image or code snapshot and
+//! the secrets' values, and `Replica`, with its phase, readiness, `SocketAddr`, restarts and
+//! `ExitRecord`. This crate does no I/O of its own.
+//!
+//! `runway-runtime`'s `driver.rs` (`LocalDriver`) implements it over the supervisors, and
+//! `runway-kube` (`KubeDriver`) on a cluster. `runway-control` drives nothing else, and
+//! `runway server`'s logs and image pins go through it too.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

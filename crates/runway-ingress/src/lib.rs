@@ -9,6 +9,84 @@
 //! ([`RouteTableConfig::certificates`], served by SNI; [`RouteTableConfig::acme`], the HTTP-01
 //! and TLS-ALPN-01 challenges answered now), so an ingress restarted from its saved table
 //! serves them without its control plane.
+//!
+//! # Files
+//!
+//! - `config.rs`: the route table (JSON or YAML) and its validation, with the certificates the
+//!   control plane obtained for custom domains (each checked: lower-case names its leaf covers,
+//!   PEM that parses, the leaf's own key; a bad one refuses the whole table, the error naming its
+//!   domains, never the key) and the ACME challenges answered now (HTTP-01 tokens, bounded
+//!   base64url, and their `token.thumbprint` key authorizations; TLS-ALPN-01 certificates, each
+//!   naming its domain with the acmeIdentifier extension). Keys are left out of `Debug`.
+//! - `table.rs`: the live table (swapped whole with arc-swap), weighted revision choice,
+//!   power-of-two-choices on outstanding requests, ejection.
+//! - `proxy.rs`: one request's path (routing, holding at zero, queueing at the concurrency limit,
+//!   timeout, one retry on a refused connection); its entry is `handle`.
+//! - `upstream.rs`: a connection pool per instance (HTTP/1.1 keep-alive, or one HTTP/2 connection
+//!   for h2c). `body.rs`: what happens when a response ends, and the client's request body as
+//!   sent on.
+//! - `error.rs`: the one place errors become 400, 404, 408, 413, 421, 502, 503 or 504, and which
+//!   are the client's fault.
+//! - `tls.rs`: SNI and TLS-ALPN-01, and the local CA (rcgen). An authority made elsewhere (Helm's
+//!   `genCA`, an operator's) is used as it is: its PKCS#1 key wrapped as PKCS#8, its certificate's
+//!   own subject as the issuer.
+//! - `server.rs`: listeners, event loops, the redirect to HTTPS (HTTP-01 answered before it), the
+//!   admin port (`/metrics`, `/healthz`, `/readyz`, which is 503 while an ingress fed over the
+//!   network waits for its first table).
+//! - `connection.rs`: a client connection from accept to close. `limits.rs`: the open-file limit
+//!   (raised to the hard limit), the budget it allows, the accept back-off the API shares.
+//! - `control.rs`: the control protocol on the control socket and, with `--control-listen`, on
+//!   the network over mutual TLS (`stop` refused there: whoever runs that ingress stops it); the
+//!   table saved to `table.json` (`0600`, through a temporary file and a rename: it holds private
+//!   keys); and the control plane's side: an `Endpoint` (socket or TLS address), `ControlClient`
+//!   (one request) and `RemoteIngress` (tables and drains out, a `watch` kept open for the latest
+//!   figures and scale-up signals). `control_tls.rs`: the control channel's mutual TLS, whose
+//!   authority trusts nothing else and is trusted by nothing else.
+//! - `fleet.rs`: `IngressFleet`, every ingress its names resolve to, each a `RemoteIngress`.
+//! - `cells.rs`: a cell-routed route (`runway router`): its revisions are its cells, and
+//!   `runway-cells` rules choose among them; an older runner's body is read ahead 16 KiB and
+//!   replayed, only when a `json-body` rule comes before the rule that decided on the headers. A
+//!   cell the topology service places on port 443 or `https://` is refused, since cells are
+//!   reached over HTTP. A route for `*` takes every host no other route names, but only named
+//!   hosts get a certificate from the local authority.
+//! - `daemon.rs`: `runway-ingress` as a process (`main`: arguments, `SO_REUSEPORT` listeners, the
+//!   control socket, signals) and `ensure`, which adopts the ingress running on a state directory
+//!   or starts one (replacing one of another build or addresses, or a worker whose supervisor is
+//!   gone). `bin/runway-ingress.rs` calls `daemon::main`.
+//! - `supervise.rs`: `--supervise`, what `ensure` starts. A `kill -9` of the worker fails only its
+//!   requests in flight (`tests/crash.rs`: at 500 req/s from 16 clients, 2 to 14 of 2,000 failed,
+//!   all in flight, and it served again 10 to 50 ms after the kill, with no control plane).
+//! - `metrics.rs`: per-revision series, also read back for the autoscaler and the canary
+//!   analysis, kept 10 minutes after a revision leaves the table, then removed at the next table
+//!   change or scrape. `log.rs`: the JSON access log.
+//! - `timer.rs`: an event loop's own deadlines, a request's deadline as a future of its own, and
+//!   hyper's timer on them.
+//! - `cloudflare.rs`: `--cloudflare-ranges FILE`; a `cloudflare` route admits only peers in them
+//!   (403 otherwise, and 403 saying the platform has none when no file is given), and passes
+//!   their `CF-Connecting-IP` on.
+//! - `dns.rs`: `--dns-listen`; each upstream given 2 s, 256 forwarded queries and 64 TCP
+//!   connections at most (past them SERVFAIL, or the connection closed); a proptest that no
+//!   packet panics it.
+//! - `examples/bench/`: beside nginx and HAProxy doing the same per-request work: req/s, latency
+//!   and PSS under wrk and h2load in interleaved, rotated rounds, and instructions per request
+//!   under callgrind. `examples/flood.rs`: a connection flood (connections held, latency beside
+//!   it, memory after).
+//!
+//! # Instances' own listener
+//!
+//! Instances talk through the ingress too. With `--private-listen` (the platform address, port
+//! 80, which only instances reach; bound with IP_FREEBIND, so it may come before the address, and
+//! a failure there is logged and never stops the public listeners) a route with `private` is
+//! served at `<service>.<env>.internal` (and `<tag>---…`) on that listener alone, on the same
+//! proxy path (weights, holding, limits, metrics), and `.internal` names never on the public
+//! ones. The table's `callers` (address to `service/env`, every instance the control plane sees)
+//! identify the peer: an unknown one is refused 403, one the route's `callers` do not admit is
+//! refused 403 by name, and the rest get `Runway-Caller` set. A client's `Runway-Caller` and
+//! `CF-Connecting-IP` are dropped in the walk that already finds hop-by-hop headers, so a public
+//! request pays no lookup for them. A route with `public: false` has no public host (404).
+//!
+//! The ingress never calls the store, and keeps serving its last route table whatever happens to
+//! whoever feeds it; a table is validated whole before it replaces the old one.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

@@ -37,6 +37,46 @@
 //! pods to go are marked `controller.kubernetes.io/pod-deletion-cost: -1000` and the count
 //! lowered, so the ReplicaSet removes those and no other; a replica replaced by a new one is
 //! deleted, and its ReplicaSet starts the new one.
+//!
+//! # Files
+//!
+//! - `lib.rs`: `KubeDriver`. A revision's objects are built by `runway-render`'s
+//!   `revision_objects` (the objects `runway render -t kubernetes` writes, made one revision's:
+//!   named after it, selected by `runway.dev/revision` too, the count Runway's autoscaler sets, no
+//!   HPA) and written by server-side apply under field manager `runway` with
+//!   `fieldValidation=Strict`: an unknown field is refused, not dropped. They are named after the
+//!   revision when Kubernetes takes the name (63 characters, a letter first), else `r…-<hash>`
+//!   with the full name in the `runway.dev/revision` annotation; the Service is headless (the
+//!   ingress reads EndpointSlices), and the revision has a PodDisruptionBudget;
+//!   `runtime.kubernetes.image_pull_secrets` become its pods' `imagePullSecrets`. A revision made
+//!   already is never applied again, only its count set (the scale subresource) and a missing
+//!   Service or NetworkPolicy made: its pods stay as they were made, so a Runway upgrade that
+//!   renders pods otherwise rolls no live revision. Pods the API server refuses (Pod Security, a
+//!   quota, a LimitRange, a webhook) fail the deploy with its message, read from the Deployment's
+//!   `ReplicaFailure` condition. Rendered pods meet the `restricted` Pod Security Standard and
+//!   mount no API token.
+//! - Secrets: when a revision goes, its field manager applies each of its Secrets with no data, so
+//!   server-side apply drops the keys no other revision pinned, and a Secret left empty is deleted
+//!   (with its resourceVersion as precondition). The driver never reads a Secret.
+//! - Stopping chosen replicas lowers the count through the scale subresource, read then written
+//!   with its resourceVersion (a conflict is read again). When a staying pod is not yet running
+//!   and ready (which the ReplicaSet removes first whatever its cost), the staying ones get a cost
+//!   above the default, the chosen ones are deleted, and then the count drops, so a replacement
+//!   made meanwhile is the one removed.
+//! - `diagnose.rs`: a pod as a `Replica`: id `{revision}-{6 hex of its uid}`, readiness and
+//!   address from EndpointSlices, a worker's (no port, no Service) from its pod's `Ready`
+//!   condition, the service's container found by `kubectl.kubernetes.io/default-container`.
+//!   Failed and evicted pods are no live replicas. CrashLoopBackOff with the last termination's
+//!   code, signal, OOM kill and message; image pull and container-config failures as back-off;
+//!   unschedulable, and the latest warning event, as the warning.
+//! - `logs.rs`: tail and follow through the pod log API, the service's container named (a
+//!   rollout's new pods followed from their start, a container's next run after a restart
+//!   followed on).
+//!
+//! At rest the driver makes no API request: its reflectors feed `replicas`. Runway's rights on a
+//! cluster are namespaced: the chart's Role per environment namespace grants exactly what this
+//! crate requests (`crates/runway-cli/tests/chart.rs` fails on a right used and not granted, or
+//! granted and not used).
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

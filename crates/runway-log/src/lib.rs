@@ -13,6 +13,15 @@
 //! `RUNWAY_LOG` comes first because `RUST_LOG` often belongs to another program (the
 //! wrapper's child inherits it). A filter that does not parse is reported and `info` used:
 //! a log setting never stops a command.
+//!
+//! `init` is called by each binary's entry: `runway`'s `main` for most commands,
+//! `runway-ingress`'s `daemon::main`, the wrapper's `run_blocking`, the supervisor's `main`.
+//! `chain` writes an error with its sources, each said once (a message ending with its source's
+//! text does not get it again). `init` sets `log_internal_errors(false)`:
+//! tracing-subscriber otherwise reports a failed write with `eprintln!`, which panics when stderr
+//! (a file on a full disk) refuses it too.
+//! Tests and test support (`runway-oci`'s and `runway-ssh`'s `testing.rs`, `kube-cluster`) allow
+//! `clippy::print_stderr` for one thing only: telling whoever runs the tests why one is skipped.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
@@ -154,5 +163,22 @@ mod tests {
                 .unwrap_err()
                 .contains("text or json")
         );
+    }
+}
+
+/// TEMPORARY: cold start trace.
+pub fn cold(label: &str) {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or_default()
+        % 100_000.0;
+    use std::io::Write;
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("/tmp/cold-trace.log")
+    {
+        let _ = writeln!(file, "COLD {ms:.1} {} {label}", std::process::id());
     }
 }

@@ -10,6 +10,10 @@
 //! This crate is the workspace's one exception to `unsafe_code = "forbid"`: one FFI call with
 //! no argument that points anywhere. Elsewhere than glibc (musl, whose allocator unmaps freed
 //! memory itself) it does nothing.
+//!
+//! The ingress calls `give_back` after a flood of connections, on a blocking thread, and logs what
+//! came back (see decision 0036 in `docs/decisions/`). `resident_bytes` reads the process's
+//! resident size.
 
 /// Asks the allocator to return its free pages to the system; true when it returned some.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -123,6 +123,23 @@
 //! ("cgroups in hybrid mode not supported") while the v2 hierarchy is mounted at
 //! `/sys/fs/cgroup/unified`; running it in a mount namespace where that is unmounted works
 //! (`unshare -m sh -c 'umount /sys/fs/cgroup/unified; crun run ...'`).
+//!
+//! # Files
+//!
+//! OCI images, no processes:
+//!
+//! - `store.rs`: pulls through `oci-client` into a content-addressed cache (blobs by digest, one
+//!   unpacked rootfs per image manifest, everything renamed into place only when verified and
+//!   complete); `registry_allowed`, the registry allow-list checked before any connection.
+//! - `unpack.rs`: applies layers (tar, gzip, zstd, whiteouts), refusing `..`, writes through
+//!   symlinks and device nodes.
+//! - `source.rs`: code snapshots (`pack`, used by the CLI; `SourceStore`, which the server takes
+//!   uploads into and collects from).
+//! - `image.rs`: reads manifests, indexes and image configs.
+//! - `bundle.rs` and `spec.rs`: write the OCI runtime bundle (`build_bundle`).
+//! - `auth.rs`: registry credentials. `digest.rs`: sha256 digests. `error.rs`: the crate's error.
+//! - `testing.rs` (feature `test-support`): starts a real registry and builds busybox images with
+//!   umoci and skopeo.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

@@ -65,6 +65,13 @@
 //!    ingress holds its requests (and signals a scale-up) until it has an instance again. This
 //!    is the one case where rule 3 gives way and routes point at a revision with no ready
 //!    instance.
+//!
+//! # Files
+//!
+//! `plan.rs` is the planner; `model.rs` its inputs and outputs; `revision.rs` gathers one
+//! revision's desired count and observed instances; `instances.rs` decides which instances to
+//! start, replace, drain and stop; `routes.rs` the weights (the traffic-shifting rule);
+//! `status.rs` where a revision stands, and why. `runway-control` is the executor.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

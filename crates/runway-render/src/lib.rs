@@ -15,6 +15,27 @@
 //! assert_eq!(rendered[0].path, "hello/deployment.yaml");
 //! assert!(rendered[0].contents.contains("image: \"hello:1.0\""));
 //! ```
+//!
+//! # Files
+//!
+//! - `kubernetes.rs`, `knative.rs`, `helm.rs`: the three targets. `kubernetes.rs` also builds one
+//!   revision's objects for the Kubernetes driver (`revision_objects`).
+//! - `common.rs`: what they share: labels, image parts, env and secret references with the one way
+//!   a Secret is named (`secret_name`), probes, the container's start.
+//! - `network.rs`: a service's NetworkPolicy and its internal Service's name.
+//! - `observability.rs`: a service's monitoring from `spec.workload.slo` over the ingress's own
+//!   series: `ServiceSlo` per service and environment (or for every environment no other entry
+//!   names); `rules`, one Prometheus rule file for any number of them, a group each; `dashboard`,
+//!   a Grafana dashboard whose `uid` is the service's; `files`, what
+//!   `runway render -t observability` writes. `tests/observability.rs` checks the rules with
+//!   `promtool check rules` and `promtool test rules`.
+//! - `yaml.rs`: the one place values become YAML text, quoting whatever YAML 1.1 readers such as
+//!   kubectl and helm would misread.
+//!
+//! Rendered output is checked by its real consumers in the tests: every Kubernetes object by
+//! `kubernetes-validate --strict`, every Helm chart by `helm template`, whose objects (for a
+//! release named after the service) must equal the Kubernetes target's. A secret's value never
+//! appears in rendered output, only its name, as a reference.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

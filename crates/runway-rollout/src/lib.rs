@@ -111,6 +111,15 @@
 //! compared with only when it served at least `min_requests` in the window. Upstream's apdex
 //! target (0.999) is not used as such: a p99 within the threshold is the measure a window of
 //! a few hundred requests can support.
+//!
+//! # Files
+//!
+//! `strategy.rs`: the manifest's strategies and Runway's `runway_canary` and `runway_blue_green`.
+//! `window.rs`: a step's counters and latency histogram (p99 as Prometheus computes it).
+//! `analysis.rs`: the canary verdict against the stable revision (`checks`, which the status's
+//! `rollout.analysis` shows too). `rollout.rs`: the state machine (steps, pauses,
+//! pause/resume/abort/promote, rollback on a failed analysis). `error.rs`: the crate's error. The
+//! caller is `runway-control`'s `rollout.rs`.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

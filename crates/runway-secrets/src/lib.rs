@@ -53,6 +53,18 @@
 //!   so a fast hash is as strong, and allows an indexed lookup (see [`token`]).
 //! - **Policy as a pure function** of scope, action, time and revocation, so it is
 //!   table-tested; the store supplies the scope and the revocation flag.
+//!
+//! # Files
+//!
+//! - `key.rs`: the master key file (32 bytes, `0600`, created once atomically, refused when group
+//!   or others can read it).
+//! - `seal.rs`: XChaCha20-Poly1305 with the service, environment, name and version as associated
+//!   data, behind a format byte. A secret value must fit an environment variable
+//!   (`SecretValue::check`: no NUL, at most 64 KiB).
+//! - `name.rs`: secret names (upstream's rules, reserved names, clashes with variables).
+//! - `token.rs`: `runway_admin_…` and `runway_deploy_…` tokens with a checksum, stored as
+//!   SHA-256.
+//! - `policy.rs`: whether a scope allows an action (pure). `error.rs`: the crate's errors.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

@@ -44,6 +44,16 @@
 //!
 //! SSH is [russh] with `ring` for its ciphers (no OpenSSL, no cmake): the deployer stays one
 //! static binary.
+//!
+//! # Files
+//!
+//! - `lib.rs`: `connect`, directly or through a ProxyJump bastion; `hostkey.rs`: host keys from a
+//!   known-hosts file, or reported unchecked.
+//! - `command.rs`: a ProxyCommand, or an SSH command that reaches the wrapper's socket itself.
+//!   `template.rs`: their Go-template variables, as upstream's. `stream.rs`: the stream either
+//!   way gives.
+//! - `address.rs`: SSH and wrapper addresses. `error.rs`: the crate's error.
+//! - `testing.rs` (feature `test-support`): starts a real sshd.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

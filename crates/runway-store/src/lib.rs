@@ -5,8 +5,9 @@
 //! # Shape
 //!
 //! [`Store`] is the interface the control plane programs against; [`SqliteStore`] is the
-//! embedded implementation (one file, nothing else to install), and a PostgreSQL one can
-//! follow for several control-plane replicas. The trait is object safe (`Arc<dyn Store>`).
+//! embedded implementation (one file, nothing else to install), and [`PostgresStore`] lets
+//! several control-plane replicas share one database. The trait is object safe
+//! (`Arc<dyn Store>`).
 //! Its queries and rules are written once (`logic.rs`) over a small neutral interface to SQL
 //! (`sql.rs`: numbered parameters, rows of integers, text, bytes and NULL, the one place a
 //! dialect differs); a backend gives them transactions.
@@ -57,6 +58,30 @@
 //! # Timestamps
 //!
 //! [`Timestamp`]: Unix milliseconds in SQL (`INTEGER`), RFC 3339 in JSON.
+//!
+//! # Files
+//!
+//! - `store.rs`: the object-safe `Store` trait.
+//! - `model.rs`: the model: services, immutable revisions, deployments with events, desired state
+//!   with generations, sealed secret versions, tokens (a console session is a token with a
+//!   parent, revoked with it), custom domains with their sealed certificate keys, ACME accounts,
+//!   the audit log; and the lease's fence (`FenceCell`).
+//! - `logic.rs`: the queries and rules, written once, generic over a `Backend` that gives
+//!   transactions. `sql.rs`: the neutral SQL interface under them.
+//! - `sqlite.rs`: `SqliteStore`, WAL, `synchronous=FULL`, foreign keys; every write and its audit
+//!   entry in one immediate transaction.
+//! - `postgres.rs`: `PostgresStore`, a pool; a write takes one advisory lock and runs at READ
+//!   COMMITTED, so writers are one at a time as on SQLite; a read is one REPEATABLE READ snapshot.
+//!   Its own migrations are in `migrations/postgres/`, the version in `runway_schema`.
+//! - `migrate.rs`: the SQLite migrations in `migrations/`, applied by `PRAGMA user_version`.
+//!   `0003` gives every service an identity from `service_ids`, whose AUTOINCREMENT never hands a
+//!   number out twice, and the admin's `allow_processes`; `0005` (PostgreSQL's `0003`) records a
+//!   secret version's `origin`, where a value mirrored from Vault came from.
+//! - `copy.rs`: SQLite to PostgreSQL, for `runway server migrate-store`. `time.rs`: timestamps.
+//!   `error.rs`: the store's error.
+//!
+//! The behaviour suite (`tests/store`) runs on either backend: `RUNWAY_TEST_STORE=postgres` under
+//! `scripts/with-postgres`, which CI does.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

@@ -67,6 +67,19 @@
 //!   number when a signal ended it), where upstream exits 0.
 //! - A command that cannot be started is an error and a non-zero exit (upstream keeps serving
 //!   `stopped` with the error as the failure reason); the socket file is removed.
+//!
+//! # Files
+//!
+//! - `proto/` (beside `src/`) holds upstream's `.proto`; `src/proto/` the checked-in tonic code,
+//!   which a test regenerates with protoc and fails on drift.
+//! - `supervisor.rs`: runs the command on `runway-runtime`'s process core.
+//! - `service.rs`: answers the three calls. `callback.rs`: sends the shutdown callback.
+//! - `address.rs`: parses `tcp://` and `unix://`. `duration.rs`: reads and writes Go durations
+//!   (`1m30s`), for the `deployer` too.
+//! - `authority.rs`: the proxy that rewrites a gRPC client's socket-path `:authority` to
+//!   `localhost` (decision 0025 in `docs/decisions/`).
+//! - `client.rs`: connects a generated client, for the `deployer`. `log.rs`: the wrapper's own log
+//!   lines.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
