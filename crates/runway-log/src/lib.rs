@@ -165,20 +165,3 @@ mod tests {
         );
     }
 }
-
-/// TEMPORARY: cold start trace.
-pub fn cold(label: &str) {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64() * 1000.0)
-        .unwrap_or_default()
-        % 100_000.0;
-    use std::io::Write;
-    if let Ok(mut file) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open("/tmp/cold-trace.log")
-    {
-        let _ = writeln!(file, "COLD {ms:.1} {} {label}", std::process::id());
-    }
-}
