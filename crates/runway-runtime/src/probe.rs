@@ -14,13 +14,54 @@ use crate::spec::{Check, Probe};
 
 /// Runs one check. `Err` says why it failed, for people.
 pub async fn check(probe: &Probe, address: SocketAddr) -> Result<(), String> {
-    match tokio::time::timeout(probe.timeout, run(&probe.check, address)).await {
-        Ok(result) => result,
-        Err(_) => Err(format!(
-            "{}: no answer within {:?}",
-            describe(&probe.check, address.port()),
-            probe.timeout
-        )),
+    check_reaching(probe, address)
+        .await
+        .map_err(|failed| failed.message)
+}
+
+/// A failed check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed {
+    /// Why, for people.
+    pub message: String,
+    /// It connected: something listens there (and answered badly, or too late).
+    pub reached: bool,
+}
+
+/// [`check`], saying whether a failed check reached the instance.
+pub async fn check_reaching(probe: &Probe, address: SocketAddr) -> Result<(), Failed> {
+    let what = describe(&probe.check, address.port());
+    let deadline = tokio::time::Instant::now() + probe.timeout;
+    let late = |reached| Failed {
+        message: format!("{what}: no answer within {:?}", probe.timeout),
+        reached,
+    };
+    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(address)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            return Err(Failed {
+                message: format!("{what}: {e}"),
+                reached: false,
+            });
+        }
+        Err(_) => return Err(late(false)),
+    };
+    let answer = match &probe.check {
+        Check::Tcp => return Ok(()),
+        Check::Http { path } => {
+            tokio::time::timeout_at(deadline, http_get(stream, address, path)).await
+        }
+        Check::Grpc { service } => {
+            tokio::time::timeout_at(deadline, grpc_health(stream, service)).await
+        }
+    };
+    match answer {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Failed {
+            message: format!("{what}: {e}"),
+            reached: true,
+        }),
+        Err(_) => Err(late(true)),
     }
 }
 
@@ -31,19 +72,6 @@ pub fn describe(check: &Check, port: u16) -> String {
         Check::Tcp => format!("TCP :{port}"),
         Check::Grpc { service } => format!("gRPC health :{port} {service:?}"),
     }
-}
-
-async fn run(check: &Check, address: SocketAddr) -> Result<(), String> {
-    let what = describe(check, address.port());
-    let stream = TcpStream::connect(address)
-        .await
-        .map_err(|e| format!("{what}: {e}"))?;
-    match check {
-        Check::Tcp => Ok(()),
-        Check::Http { path } => http_get(stream, address, path).await,
-        Check::Grpc { service } => grpc_health(stream, service).await,
-    }
-    .map_err(|e| format!("{what}: {e}"))
 }
 
 async fn http_get(stream: TcpStream, address: SocketAddr, path: &str) -> Result<(), String> {
@@ -199,17 +227,24 @@ pub async fn wait_period(probe: &Probe, started: tokio::time::Instant) {
 const LISTEN_POLL: Duration = Duration::from_millis(20);
 
 /// Waits out the startup probe's period from `started` (see [`wait_period`]), cut short the
-/// moment the instance begins to listen when nothing listened on its port at first: the next
-/// check then runs at once rather than up to a period later. A cold start waits for this
-/// (Knative's queue-proxy probes a starting container as eagerly). An instance that already
-/// listens (and answered the check badly) waits the whole period, so failures still come one
-/// per period.
+/// moment the instance begins to listen when the check begun then did not reach it (`reached`
+/// false: nothing listened, or no answer came): the next check then runs at once rather than
+/// up to a period later. A cold start waits for this (Knative's queue-proxy probes a starting
+/// container as eagerly). A check that reached the instance (which answered it badly) waits
+/// the whole period, so such failures come one per period. Whether the check reached it is
+/// the check's own word, not a second look: an instance that begins to listen between the two
+/// would otherwise wait a whole period for nothing.
 pub async fn wait_period_or_listening(
     probe: &Probe,
     address: SocketAddr,
     started: tokio::time::Instant,
+    reached: bool,
 ) {
     let deadline = started + period(probe);
+    if reached {
+        tokio::time::sleep_until(deadline).await;
+        return;
+    }
     let listening = || async {
         matches!(
             tokio::time::timeout(LISTEN_POLL, TcpStream::connect(address)).await,
@@ -217,7 +252,6 @@ pub async fn wait_period_or_listening(
         )
     };
     if listening().await {
-        tokio::time::sleep_until(deadline).await;
         return;
     }
     while tokio::time::Instant::now() < deadline {
@@ -264,7 +298,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_wait_ends_when_the_port_starts_listening_but_not_for_one_that_listens() {
+    async fn the_wait_ends_when_the_port_listens_after_a_check_that_did_not_reach_it() {
         let mut slow = probe(Check::Tcp);
         slow.period = Duration::from_secs(5);
         // Nothing listens yet; it does 100 ms later: the wait ends then, not after 5 s.
@@ -278,14 +312,23 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(2)).await;
             drop(listener);
         });
-        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now()).await;
+        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now(), false).await;
         let waited = started.elapsed();
         assert!(waited >= Duration::from_millis(100), "{waited:?}");
         assert!(waited < Duration::from_secs(2), "{waited:?}");
-        // Listening already: the whole period.
+        // Listening by the time the wait begins (it began between a refused check and now):
+        // the next check at once, not a period later (a cold start once took a whole period).
+        let started = tokio::time::Instant::now();
+        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now(), false).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        // A check that reached it (and was answered badly): the whole period.
         slow.period = Duration::from_millis(300);
         let started = tokio::time::Instant::now();
-        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now()).await;
+        wait_period_or_listening(&slow, at(port), tokio::time::Instant::now(), true).await;
         assert!(started.elapsed() >= Duration::from_millis(300));
         opener.abort();
     }

@@ -677,7 +677,9 @@ impl Supervisor {
             let mut warned: Option<String> = None;
             loop {
                 let started = tokio::time::Instant::now();
-                let event = match tally.record(&probe, probe::check(&probe, address).await) {
+                let checked = probe::check_reaching(&probe, address).await;
+                let reached = checked.as_ref().err().is_none_or(|failed| failed.reached);
+                let event = match tally.record(&probe, checked.map_err(|failed| failed.message)) {
                     Verdict::Passed => ProbeEvent::Started,
                     Verdict::Failed(mut error) => {
                         if let Some(hint) = hint() {
@@ -698,7 +700,7 @@ impl Supervisor {
                             warned = Some(hint.text.clone());
                             let _ = events.send(ProbeEvent::Warning(hint.text)).await;
                         }
-                        probe::wait_period_or_listening(&probe, address, started).await;
+                        probe::wait_period_or_listening(&probe, address, started, reached).await;
                         continue;
                     }
                 };
