@@ -314,6 +314,10 @@ impl<D: Driver> Controller<D> {
         // The services under way, by their task.
         let mut tasks: HashMap<tokio::task::Id, Key> = HashMap::new();
         let mut queued: VecDeque<Work> = VecDeque::new();
+        // Services a round found under way: what woke the round (a replica ready, a count
+        // changed) may have come after their task read its state, so they get a round of their
+        // own as soon as it is done, not at the next interval.
+        let mut again: HashSet<Key> = HashSet::new();
         let mut services: HashMap<Key, Looked> = HashMap::new();
         let mut printed = Printed::default();
         let mut leadership = self.leadership.clone();
@@ -354,7 +358,9 @@ impl<D: Driver> Controller<D> {
                     for work in work {
                         // Looked at now: its own time-driven wake is set again when it is done.
                         services.entry(work.key.clone()).or_default().wake_at = None;
-                        if !tasks.values().any(|key| *key == work.key) {
+                        if tasks.values().any(|key| *key == work.key) {
+                            again.insert(work.key);
+                        } else {
                             queued.push_back(work);
                         }
                     }
@@ -400,11 +406,15 @@ impl<D: Driver> Controller<D> {
                             ..KeyOutcome::default()
                         });
                         printed.service(&key, &outcome.errors);
+                        let woken = again.remove(&key);
                         let looked = services.entry(key).or_default();
                         looked.wake_at = outcome
                             .requeue_after_ms
                             .map(|ms| Instant::now() + Duration::from_millis(ms.max(10)));
                         looked.active = outcome.active;
+                        if woken {
+                            break;
+                        }
                     }
                     open = next_signal(&mut scale_up) => {
                         if !open {

@@ -793,6 +793,60 @@ async fn a_slow_service_holds_up_no_other() {
     tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
 }
 
+/// A change that comes while a service's pass is under way (a replica it started becoming
+/// ready as the pass returns) is looked at as soon as that pass ends, not a reconcile interval
+/// later: a cold start once waited a whole interval to be routed.
+#[tokio::test]
+async fn a_change_during_a_pass_is_looked_at_when_it_ends() {
+    let harness = serving_v1().await;
+    let (controller, _ingress) =
+        harness.another_controller_with(runway_control::ControllerConfig {
+            reconcile_interval_ms: 60_000,
+            ..fast_config()
+        });
+    let controller = std::sync::Arc::new(controller);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(std::sync::Arc::clone(&controller).run(async {
+        let _ = stopped.await;
+    }));
+    let routed = |n: usize| {
+        let table = controller.route_table();
+        table.routes.first().map(|r| r.revisions[0].instances.len()) == Some(n)
+    };
+    tokio::time::timeout(BOUND, async {
+        while !routed(1) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the new controller routes the serving instance");
+    // A second instance: its start takes a moment, and it is ready from the next look on.
+    // Without a look when the pass ends, the next comes only when a starting replica is
+    // looked at again (a second later) or at the interval.
+    harness.driver.slow(V1, Duration::from_millis(100));
+    harness.driver.behave(V1, Behavior::ReadyAfter(1));
+    harness
+        .store
+        .desired_set_instances("autoscaler", "hello", "dev", V1, 2, None)
+        .unwrap();
+    let woken = std::time::Instant::now();
+    controller.wake();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !routed(2) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the second replica is routed");
+    let took = woken.elapsed();
+    assert!(
+        took < Duration::from_millis(800),
+        "the ready replica was routed {took:?} after the wake: it waited for a later look"
+    );
+    stop.send(()).unwrap();
+    tokio::time::timeout(BOUND, task).await.unwrap().unwrap();
+}
+
 /// A small file system of the test's own (tmpfs, mounted as root), unmounted when dropped.
 struct SmallDisk {
     dir: tempfile::TempDir,

@@ -490,9 +490,17 @@ impl Harness {
 
     /// A second controller over the same store and driver, with a fresh ingress.
     pub fn another_controller(&self) -> (Controller<FakeDriver>, Ingress) {
+        self.another_controller_with(fast_config())
+    }
+
+    /// [`Harness::another_controller`] with `config`.
+    pub fn another_controller_with(
+        &self,
+        config: ControllerConfig,
+    ) -> (Controller<FakeDriver>, Ingress) {
         let ingress = Ingress::new(Options::default());
         let controller = Controller::new(
-            fast_config(),
+            config,
             Arc::clone(&self.store) as Arc<dyn Store>,
             Arc::clone(&self.driver),
             Arc::new(ingress.clone()),
