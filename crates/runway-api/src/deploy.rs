@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use runway_manifest::{
     Artifact, Manifest, ServiceConfig, ServiceFiles, Severity, SourceFile, load,
 };
+use runway_rollout::Strategy;
 use runway_secrets::{Context, Sealer, SecretValue};
 use runway_store::{
     Deployment, NewRevision, PlannedRevision, Revision, RevisionRef, SecretInfo, Store, StoreError,
@@ -183,12 +184,13 @@ pub(crate) async fn deploy(
     if let Some(digest) = &body.source {
         crate::routes::check_digest(digest).map_err(|e| e.field("source"))?;
     }
-    if body.pause && !in_steps(config.strategy) {
+    let strategy = Strategy::of(&config);
+    if body.pause && !strategy.in_steps() {
         return Err(ApiError::invalid(format!(
             "`pause` needs a rollout in steps (deployment.strategy regional_rollout, \
              runway_canary or runway_blue_green); this manifest's strategy for {env} is {}, \
              which rolls out in one step",
-            strategy_name(config.strategy)
+            strategy.name()
         ))
         .field("pause"));
     }
@@ -253,7 +255,7 @@ pub(crate) async fn deploy(
     let from_vault = read_vault(state, service, env, &config.secrets).await?;
     let instances = instances_for(&config);
     let max_instances = config.max_instances.max(instances);
-    let dry_run = config.strategy == runway_manifest::Strategy::Dryrun;
+    let dry_run = strategy.is_dry_run();
     let pause = body.pause;
     let (service, env, actor) = (service.to_owned(), env.to_owned(), caller.name.clone());
     let declared = config.secrets.clone();
@@ -389,10 +391,16 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
     let revision = s.revision_get(&active.to_revision)?;
     let strategy = serde_json::from_value::<Manifest>(revision.manifest)
         .ok()
-        .map(|m| ServiceConfig::from_manifest(&m, Some(env), &revision.env_vars).strategy);
+        .map(|m| {
+            Strategy::of(&ServiceConfig::from_manifest(
+                &m,
+                Some(env),
+                &revision.env_vars,
+            ))
+        });
     let stepped = active.kind != runway_store::DeploymentKind::Rollback
         && active.from_revision.is_some()
-        && strategy.is_some_and(in_steps);
+        && strategy.as_ref().is_some_and(Strategy::in_steps);
     if stepped {
         return Ok(());
     }
@@ -407,30 +415,11 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
         } else {
             format!(
                 "strategy {}",
-                strategy.map_or("legacy".to_owned(), strategy_name)
+                strategy.as_ref().map_or("legacy", Strategy::name)
             )
         }
     ))
     .field("command"))
-}
-
-/// Whether a strategy rolls out in steps an operator can steer (pause, resume, abort,
-/// promote), rather than in one.
-fn in_steps(strategy: runway_manifest::Strategy) -> bool {
-    matches!(
-        strategy,
-        runway_manifest::Strategy::RegionalRollout
-            | runway_manifest::Strategy::RunwayCanary
-            | runway_manifest::Strategy::RunwayBlueGreen
-    )
-}
-
-/// A strategy as the manifest writes it (`runway_canary`).
-fn strategy_name(strategy: runway_manifest::Strategy) -> String {
-    serde_json::to_value(strategy)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// The revision with the most traffic of `service` in `env`, `None` before its first deploy.

@@ -240,49 +240,7 @@ pub(crate) fn analysis_summary(
 
 /// The manifest's strategy, with its settings, for a revision.
 pub(crate) fn strategy_of(info: &RevisionInfo) -> Strategy {
-    use runway_manifest::Strategy as Manifest;
-    let Ok(config) = &info.config else {
-        return Strategy::Legacy;
-    };
-    let rollout = &config.rollout;
-    let pause_ms = u64::from(rollout.pause_seconds.max(1)) * 1000;
-    match config.strategy {
-        Manifest::Legacy => Strategy::Legacy,
-        Manifest::Expedited => Strategy::Expedited,
-        Manifest::Dryrun => Strategy::DryRun,
-        Manifest::RegionalRollout => Strategy::RegionalRollout {
-            percentages: config
-                .rollout_percentages
-                .iter()
-                .map(|&p| u32::from(p))
-                .collect(),
-            pause_ms,
-        },
-        Manifest::RunwayCanary => {
-            let a = &rollout.analysis;
-            Strategy::Canary {
-                steps: rollout.steps.iter().map(|&p| u32::from(p)).collect(),
-                pause_ms,
-                analysis: AnalysisSettings {
-                    max_error_ratio: a.max_error_percent / 100.0,
-                    max_error_ratio_over_stable: a.max_error_percent_over_stable / 100.0,
-                    latency_slo_seconds: f64::from(a.latency_slo_ms) / 1000.0,
-                    max_p99_over_stable_ratio: a.max_p99_over_stable_ratio,
-                    max_readiness_failures: a.max_readiness_failures,
-                    max_restarts: a.max_restarts,
-                    min_requests: a.min_requests,
-                    max_inconclusive_windows: a.max_inconclusive_windows,
-                    min_p99_increase_seconds: f64::from(a.min_p99_increase_ms) / 1000.0,
-                },
-            }
-        }
-        Manifest::RunwayBlueGreen => Strategy::BlueGreen {
-            auto_switch_after_ms: rollout
-                .auto_switch_after_seconds
-                .map(|s| u64::from(s) * 1000),
-            keep_old_ms: u64::from(rollout.keep_old_seconds) * 1000,
-        },
-    }
+    info.config.as_ref().map_or(Strategy::Legacy, Strategy::of)
 }
 
 fn command(command: RolloutCommand) -> Command {
@@ -317,8 +275,7 @@ impl<D: Driver> Controller<D> {
         // The revision serving before; a first deploy has none to step from (but a dry run
         // still changes nothing).
         let from = deployment.from_revision.clone().filter(|f| f != target);
-        let rolling = matches!(strategy, Strategy::Legacy | Strategy::Expedited)
-            || (from.is_none() && strategy != Strategy::DryRun);
+        let rolling = !strategy.is_dry_run() && (!strategy.in_steps() || from.is_none());
         if rolling {
             return Ok((Outcome::Rolling, None));
         }
@@ -341,14 +298,9 @@ impl<D: Driver> Controller<D> {
             .as_ref()
             .map_or_else(|| Progress::new(now), |record| record.progress.clone());
         let new_ready = self.fully_ready(key, target);
-        let verdict = match (&strategy, &from) {
-            (
-                Strategy::Canary {
-                    analysis, pause_ms, ..
-                },
-                Some(from),
-            ) if progress.phase == Phase::Stepping => {
-                let whole = now >= progress.step_started_ms.saturating_add(*pause_ms);
+        let verdict = match (strategy.analysis(), &from) {
+            (Some((analysis, pause_ms)), Some(from)) if progress.phase == Phase::Stepping => {
+                let whole = now >= progress.step_started_ms.saturating_add(pause_ms);
                 let stored = stored.as_ref().and_then(|r| r.baseline.as_ref());
                 self.verdict(
                     key,
@@ -463,9 +415,9 @@ impl<D: Driver> Controller<D> {
             return nothing;
         };
         let keep_old_ms = match self.revision(&latest.to_revision).await? {
-            Some(info) => match strategy_of(&info) {
-                Strategy::BlueGreen { keep_old_ms, .. } => keep_old_ms,
-                _ => return nothing,
+            Some(info) => match strategy_of(&info).keeps_old_ms() {
+                Some(keep_old_ms) => keep_old_ms,
+                None => return nothing,
             },
             None => return nothing,
         };
@@ -691,7 +643,7 @@ impl<D: Driver> Controller<D> {
         // The new revision carries its share of the stable revision's capacity at least
         // (all of it for blue/green, and at 100 %), so a step does not overload it while the
         // autoscaler catches up; and one instance, to be judged.
-        let share = if matches!(strategy, Strategy::BlueGreen { .. }) {
+        let share = if strategy.stages_at_full_capacity() {
             100
         } else {
             step.weights.new
@@ -823,9 +775,9 @@ impl<D: Driver> Controller<D> {
             Action::Switch => {
                 let key = (deployment.service.clone(), deployment.env.clone());
                 let running = live_instances(&self.lock(), &key, from);
-                let message = match (strategy, step.old_stop_at_ms) {
+                let message = match (strategy.keeps_old_ms(), step.old_stop_at_ms) {
                     // Scaled to zero: kept, but nothing is warm; say so.
-                    (Strategy::BlueGreen { keep_old_ms, .. }, Some(until)) if running == 0 => {
+                    (Some(keep_old_ms), Some(until)) if running == 0 => {
                         format!(
                             "switched: {target} 100 %, {from} kept for {} s (until {}) with no \
                              instance (it had scaled to zero): a rollback to it starts it cold",
@@ -833,7 +785,7 @@ impl<D: Driver> Controller<D> {
                             runway_rollout::clock(until)
                         )
                     }
-                    (Strategy::BlueGreen { keep_old_ms, .. }, Some(until)) => format!(
+                    (Some(keep_old_ms), Some(until)) => format!(
                         "switched: {target} 100 %, {from} kept warm for {} s (until {}) for an \
                          instant rollback",
                         keep_old_ms / 1000,
@@ -860,8 +812,7 @@ impl<D: Driver> Controller<D> {
             Action::WaitReady => format!("waiting for {target} to be ready"),
         };
         // Blue/green, staged: where to try the new revision before the switch.
-        let staged = matches!(strategy, Strategy::BlueGreen { .. })
-            && step.progress.phase == Phase::Stepping;
+        let staged = strategy.stages_at_full_capacity() && step.progress.phase == Phase::Stepping;
         let message = if staged {
             let message = format!("{target} {message}; try it at {tag_url}");
             if before.phase == Phase::WaitingReady {
@@ -920,21 +871,18 @@ impl<D: Driver> Controller<D> {
             .unwrap_or_default();
         let target = &deployment.to_revision;
         let from = deployment.from_revision.as_deref().filter(|f| f != target);
-        let analysis = match (&strategy, from) {
-            (
-                Strategy::Canary {
-                    analysis, pause_ms, ..
-                },
-                Some(from),
-            ) if progress.phase == Phase::Stepping => Some(self.analysis_so_far(
-                &(service.to_owned(), env.to_owned()),
-                deployment.id,
-                progress,
-                record.baseline.as_ref(),
-                (from, target),
-                analysis,
-                *pause_ms,
-            )),
+        let analysis = match (strategy.analysis(), from) {
+            (Some((analysis, pause_ms)), Some(from)) if progress.phase == Phase::Stepping => {
+                Some(self.analysis_so_far(
+                    &(service.to_owned(), env.to_owned()),
+                    deployment.id,
+                    progress,
+                    record.baseline.as_ref(),
+                    (from, target),
+                    analysis,
+                    pause_ms,
+                ))
+            }
             _ => None,
         };
         Ok(Some(RolloutSummary {

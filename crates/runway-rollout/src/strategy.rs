@@ -182,6 +182,92 @@ impl Strategy {
             _ => 0,
         }
     }
+
+    /// The strategy a service's settings name, with their parameters (the manifest's
+    /// `deployment.strategy` and `workload.rollout`).
+    pub fn of(config: &runway_manifest::ServiceConfig) -> Self {
+        use runway_manifest::Strategy as Manifest;
+        let rollout = &config.rollout;
+        let pause_ms = u64::from(rollout.pause_seconds.max(1)) * 1000;
+        match config.strategy {
+            Manifest::Legacy => Self::Legacy,
+            Manifest::Expedited => Self::Expedited,
+            Manifest::Dryrun => Self::DryRun,
+            Manifest::RegionalRollout => Self::RegionalRollout {
+                percentages: config
+                    .rollout_percentages
+                    .iter()
+                    .map(|&p| u32::from(p))
+                    .collect(),
+                pause_ms,
+            },
+            Manifest::RunwayCanary => {
+                let a = &rollout.analysis;
+                Self::Canary {
+                    steps: rollout.steps.iter().map(|&p| u32::from(p)).collect(),
+                    pause_ms,
+                    analysis: AnalysisSettings {
+                        max_error_ratio: a.max_error_percent / 100.0,
+                        max_error_ratio_over_stable: a.max_error_percent_over_stable / 100.0,
+                        latency_slo_seconds: f64::from(a.latency_slo_ms) / 1000.0,
+                        max_p99_over_stable_ratio: a.max_p99_over_stable_ratio,
+                        max_readiness_failures: a.max_readiness_failures,
+                        max_restarts: a.max_restarts,
+                        min_requests: a.min_requests,
+                        max_inconclusive_windows: a.max_inconclusive_windows,
+                        min_p99_increase_seconds: f64::from(a.min_p99_increase_ms) / 1000.0,
+                    },
+                }
+            }
+            Manifest::RunwayBlueGreen => Self::BlueGreen {
+                auto_switch_after_ms: rollout
+                    .auto_switch_after_seconds
+                    .map(|s| u64::from(s) * 1000),
+                keep_old_ms: u64::from(rollout.keep_old_seconds) * 1000,
+            },
+        }
+    }
+
+    /// Computes a plan and changes nothing.
+    pub fn is_dry_run(&self) -> bool {
+        matches!(self, Self::DryRun)
+    }
+
+    /// Moves traffic in steps an operator can steer (pause, resume, abort, promote), rather
+    /// than all at once when the new revision is ready. A first deploy, with nothing serving
+    /// to step from, is rolled out in one whatever the strategy.
+    pub fn in_steps(&self) -> bool {
+        matches!(
+            self,
+            Self::RegionalRollout { .. } | Self::Canary { .. } | Self::BlueGreen { .. }
+        )
+    }
+
+    /// Each step is passed only by an analysis of the new revision beside the stable one:
+    /// its settings, and the window it judges (the step's pause).
+    pub fn analysis(&self) -> Option<(&AnalysisSettings, u64)> {
+        match self {
+            Self::Canary {
+                analysis, pause_ms, ..
+            } => Some((analysis, *pause_ms)),
+            _ => None,
+        }
+    }
+
+    /// The new revision starts at the stable one's full capacity, and is staged (reachable at
+    /// its tag URL, with no traffic) until the switch.
+    pub fn stages_at_full_capacity(&self) -> bool {
+        matches!(self, Self::BlueGreen { .. })
+    }
+
+    /// How long the old revision stays warm after the switch, for an instant rollback; `None`
+    /// when it is stopped once the new one has all the traffic.
+    pub fn keeps_old_ms(&self) -> Option<u64> {
+        match self {
+            Self::BlueGreen { keep_old_ms, .. } => Some(*keep_old_ms),
+            _ => None,
+        }
+    }
 }
 
 fn check_ladder(field: &'static str, values: &[u32]) -> Result<(), StrategyError> {
@@ -211,4 +297,72 @@ fn check_ladder(field: &'static str, values: &[u32]) -> Result<(), StrategyError
         return Err(StrategyError::NotEndingAt100 { field, last });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The strategy a manifest names (`deployment.strategy`), with `rollout`'s settings.
+    fn of(strategy: &str, rollout: serde_json::Value) -> Strategy {
+        let manifest = serde_json::json!({
+            "apiVersion": "runway/v1",
+            "kind": "RunwayService",
+            "metadata": {"name": "s", "owner_email_handle": "t", "department": "d"},
+            "spec": {
+                "container_port": 8080,
+                "regions": ["local"],
+                "deployment": {"strategy": strategy},
+                "workload": {"rollout": rollout},
+            },
+        });
+        let manifest: runway_manifest::Manifest = serde_json::from_value(manifest).unwrap();
+        Strategy::of(&runway_manifest::ServiceConfig::from_manifest(
+            &manifest,
+            None,
+            &Default::default(),
+        ))
+    }
+
+    #[test]
+    fn what_the_executor_and_the_api_ask_of_each_strategy() {
+        use serde_json::json;
+        let legacy = of("legacy", json!({}));
+        assert_eq!(legacy, Strategy::Legacy);
+        let dry_run = of("dryrun", json!({}));
+        let regional = of("regional_rollout", json!({}));
+        let canary = of(
+            "runway_canary",
+            json!({"steps": [20, 100], "pause_seconds": 30}),
+        );
+        let blue_green = of("runway_blue_green", json!({"keep_old_seconds": 90}));
+        // (dry run, in steps, analysis window, full capacity, old kept)
+        let answers = |s: &Strategy| {
+            (
+                s.is_dry_run(),
+                s.in_steps(),
+                s.analysis().map(|(_, window)| window),
+                s.stages_at_full_capacity(),
+                s.keeps_old_ms(),
+            )
+        };
+        assert_eq!(answers(&legacy), (false, false, None, false, None));
+        assert_eq!(answers(&dry_run), (true, false, None, false, None));
+        assert_eq!(answers(&regional), (false, true, None, false, None));
+        assert_eq!(answers(&canary), (false, true, Some(30_000), false, None));
+        assert_eq!(canary.ladder(), vec![20, 100]);
+        assert_eq!(
+            answers(&blue_green),
+            (false, true, None, true, Some(90_000))
+        );
+        for (strategy, name) in [
+            (&legacy, "legacy"),
+            (&dry_run, "dryrun"),
+            (&regional, "regional_rollout"),
+            (&canary, "runway_canary"),
+            (&blue_green, "runway_blue_green"),
+        ] {
+            assert_eq!(strategy.name(), name);
+        }
+    }
 }
