@@ -86,7 +86,7 @@ impl Event {
 
     /// An error with its whole chain of causes, `outer: inner: innermost`.
     pub(crate) fn error(self, error: &(dyn std::error::Error + 'static)) -> Self {
-        self.field("error", chain(error))
+        self.field("error", runway_log::chain(error))
     }
 
     pub(crate) fn emit(self) {
@@ -98,20 +98,4 @@ impl Event {
         // Nowhere to report a failed write to stderr.
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
-}
-
-/// `error` and its sources, joined with `: `.
-pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // tonic and hyper often repeat their source's text in their own.
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }

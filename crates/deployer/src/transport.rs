@@ -135,7 +135,7 @@ async fn direct(manager: &Manager, timeout: Duration) -> Result<WrapperClient, C
         Ok(Err(error)) => Err(ConnectError::Unreachable(format!(
             "cannot connect to {}: {}",
             manager.wrapper_address,
-            crate::log::chain(&error)
+            runway_log::chain(&error)
         ))),
         Err(_) => Err(ConnectError::Unreachable(format!(
             "cannot connect to {}: no connection within {}",
@@ -286,7 +286,7 @@ async fn ssh(
             let message = format!(
                 "cannot reach {} through SSH: {}",
                 manager.wrapper_address,
-                crate::log::chain(&error)
+                runway_log::chain(&error)
             );
             match find_ssh_error(&error) {
                 Some(ssh) if !retryable(ssh) => Err(ConnectError::Fatal(message)),

@@ -393,14 +393,14 @@ impl Issuer {
             .get(url)
             .send()
             .await
-            .map_err(|e| format!("{url}: {}", chain(&e)))?;
+            .map_err(|e| format!("{url}: {}", runway_log::chain(&e)))?;
         if !response.status().is_success() {
             return Err(format!("{url}: {}", response.status()));
         }
         response
             .json()
             .await
-            .map_err(|e| format!("{url}: {}", chain(&e)))
+            .map_err(|e| format!("{url}: {}", runway_log::chain(&e)))
     }
 }
 
@@ -408,16 +408,6 @@ impl Issuer {
 fn find(set: &JwkSet, kid: &str) -> Option<Result<DecodingKey, Refusal>> {
     let jwk = set.find(kid)?;
     Some(DecodingKey::from_jwk(jwk).map_err(|e| Refusal::Invalid(format!("key {kid}: {e}"))))
-}
-
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    text
 }
 
 /// The verifier shared by the API's requests.

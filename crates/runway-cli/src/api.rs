@@ -93,21 +93,6 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// The full chain of a reqwest error, which its `Display` alone does not say.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
 /// Parses and checks a server URL: HTTPS, or plain HTTP on a loopback address only (tests and
 /// local use), so that a token never crosses a network in clear text.
 pub(crate) fn server_url(text: &str) -> Result<Url, ApiError> {
@@ -181,7 +166,7 @@ impl Client {
             builder = builder.tls_certs_only(certs);
         }
         let http = builder.build().map_err(|e| ApiError::Config {
-            reason: format!("cannot set up the HTTP client: {}", chain(&e)),
+            reason: format!("cannot set up the HTTP client: {}", runway_log::chain(&e)),
         })?;
         Ok(Self {
             base,
@@ -211,7 +196,7 @@ impl Client {
     }
 
     fn connect_error(&self, error: &reqwest::Error) -> ApiError {
-        let mut reason = chain(error);
+        let mut reason = runway_log::chain(error);
         // A certificate no trusted authority signed: a `runway server`'s own, most likely.
         if reason.contains("UnknownIssuer") || reason.contains("unknown issuer") {
             reason.push_str(

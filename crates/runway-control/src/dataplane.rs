@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;
 
-use runway_ingress::control::{RemoteIngress, error_chain};
+use runway_ingress::control::RemoteIngress;
 use runway_ingress::fleet::IngressFleet;
 use runway_ingress::{Ingress, RevisionStats, RouteTableConfig, ScaleUp};
 use tokio::sync::broadcast;
@@ -69,7 +69,7 @@ impl DataPlane for RemoteIngress {
         Box::pin(async move {
             RemoteIngress::set_routes(self, table)
                 .await
-                .map_err(|e| error_chain(&e))
+                .map_err(|e| runway_log::chain(&e))
         })
     }
 
@@ -81,7 +81,7 @@ impl DataPlane for RemoteIngress {
                 Err(error) => {
                     tracing::warn!(
                         %address,
-                        error = error_chain(&error),
+                        error = runway_log::chain(&error),
                         "drain at the ingress failed"
                     );
                     false

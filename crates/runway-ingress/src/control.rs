@@ -914,18 +914,6 @@ async fn watch_once(opened: Opened, shared: &Weak<Shared>, interval_ms: u64) -> 
     }
 }
 
-/// An error and its causes on one line.
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 fn set_connected(shared: &Shared, now: bool) {
     let mut connected = shared
         .connected

@@ -140,7 +140,7 @@ impl IngressFleet {
                     self.shared.leave(address);
                     errors.push(format!(
                         "{}; it leaves the fleet until it answers again",
-                        crate::control::error_chain(&error)
+                        runway_log::chain(&error)
                     ));
                 }
             }
@@ -169,7 +169,7 @@ impl IngressFleet {
                 Ok(Err(error)) => {
                     tracing::warn!(
                         %address,
-                        error = crate::control::error_chain(&error),
+                        error = runway_log::chain(&error),
                         "drain failed"
                     );
                     idle = false;
@@ -279,7 +279,7 @@ async fn keep_looking(shared: Weak<Shared>) {
             {
                 tracing::warn!(
                     ingress = %new,
-                    error = crate::control::error_chain(&error),
+                    error = runway_log::chain(&error),
                     "an ingress did not take the table"
                 );
                 continue;
@@ -323,7 +323,7 @@ async fn hello(address: SocketAddr, options: &FleetOptions) -> Option<RemoteIngr
         Err(error) => {
             tracing::warn!(
                 ingress = %address,
-                error = crate::control::error_chain(&error),
+                error = runway_log::chain(&error),
                 "an ingress does not answer"
             );
             None

@@ -106,14 +106,15 @@ pub fn init(format: LogFormat) {
     }
 }
 
-/// `error` and its sources, `: `-joined, each said once: a message that already ends with
-/// its source's text (thiserror's `"cannot read {path}: {source}"`) does not get it again.
+/// `error` and its sources, `: `-joined, each said once: a cause whose text the message
+/// already holds (a library's `"error sending request for url (…): {source}"`) is not said
+/// again. The one way Runway prints an error with its causes.
 pub fn chain(error: &(dyn Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
         let said = cause.to_string();
-        if !text.ends_with(&said) {
+        if !text.contains(&said) {
             text.push_str(": ");
             text.push_str(&said);
         }

@@ -121,7 +121,7 @@ impl PostgresStore {
     /// it, `disable` never.
     pub fn open_trusting(url: &str, trust: &DatabaseTrust) -> Result<Self> {
         let mut config: postgres::Config = url.parse().map_err(|error: postgres::Error| {
-            StoreError::Invalid(format!("store URL: {}", chain(&error)))
+            StoreError::Invalid(format!("store URL: {}", runway_log::chain(&error)))
         })?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
@@ -164,9 +164,9 @@ impl PostgresStore {
 
     /// Checks a URL's form, reaching nothing.
     pub fn check_url(url: &str) -> Result<()> {
-        url.parse::<postgres::Config>()
-            .map(drop)
-            .map_err(|error| StoreError::Invalid(format!("store URL: {}", chain(&error))))
+        url.parse::<postgres::Config>().map(drop).map_err(|error| {
+            StoreError::Invalid(format!("store URL: {}", runway_log::chain(&error)))
+        })
     }
 
     /// The schema version of the database.
@@ -408,8 +408,8 @@ fn shown(config: &postgres::Config) -> String {
     format!("postgres://{host}:{port}/{database}")
 }
 
-fn unavailable(shown: &str, error: &dyn std::error::Error) -> StoreError {
-    let text = chain(error);
+fn unavailable(shown: &str, error: &(dyn std::error::Error + 'static)) -> StoreError {
+    let text = runway_log::chain(error);
     let hint = if text.contains("certificate") {
         " (over TLS the database's certificate must name the host and come from an authority \
          Runway trusts: the system's, or the one `store.ca_file` names; `sslmode=disable` in \
@@ -418,21 +418,6 @@ fn unavailable(shown: &str, error: &dyn std::error::Error) -> StoreError {
         ""
     };
     StoreError::Unavailable(format!("cannot reach {shown}: {text}{hint}"))
-}
-
-/// An error and its causes on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
