@@ -354,13 +354,25 @@ impl<D: Driver> Controller<D> {
                     let keys: HashSet<&Key> = work.iter().map(|w| &w.key).collect();
                     services
                         .retain(|key, _| keys.contains(key) || tasks.values().any(|k| k == key));
-                    queued.clear();
+                    let mut fresh: HashMap<Key, Work> = HashMap::new();
+                    let mut order = Vec::new();
                     for work in work {
                         // Looked at now: its own time-driven wake is set again when it is done.
                         services.entry(work.key.clone()).or_default().wake_at = None;
                         if tasks.values().any(|key| *key == work.key) {
                             again.insert(work.key);
                         } else {
+                            order.push(work.key.clone());
+                            fresh.insert(work.key.clone(), work);
+                        }
+                    }
+                    // First come, first served: services still waiting from an earlier round
+                    // keep their place (with this round's reads), the rest queue behind them.
+                    // Rebuilt in the round's order each time, a queue longer than the tasks
+                    // allowed at once starved its tail while rounds came often.
+                    let waiting = std::mem::take(&mut queued);
+                    for key in waiting.into_iter().map(|w| w.key).chain(order) {
+                        if let Some(work) = fresh.remove(&key) {
                             queued.push_back(work);
                         }
                     }
