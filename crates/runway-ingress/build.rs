@@ -1,5 +1,6 @@
 //! Gives the ingress a fingerprint of the source it is built from (`RUNWAY_INGRESS_SOURCE`):
-//! its `src/`, its manifest and the workspace's lock file. `runway server` starts a
+//! the `src/` and manifest of this crate and of every workspace crate it links (its `path`
+//! dependencies, followed), and the workspace's lock file. `runway server` starts a
 //! `runway-ingress` installed beside it only when that binary's `--version` names the same
 //! fingerprint as the ingress built into `runway` itself; an older one left beside a newer
 //! `runway` (an upgrade of one file, or a `cargo build -p runway`) is not started.
@@ -8,23 +9,44 @@ use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let mut files = Vec::new();
-    collect(&dir.join("src"), &mut files);
-    files.sort();
-    files.push(dir.join("Cargo.toml"));
-    files.push(dir.join("../../Cargo.lock"));
+    let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let dir = manifest_dir.canonicalize().unwrap_or(manifest_dir);
+    // crates/runway-ingress → the workspace.
+    let workspace = dir
+        .ancestors()
+        .nth(2)
+        .map_or_else(|| dir.join("../.."), Path::to_path_buf);
+    // This crate and the workspace crates it links, each once, in a stable order.
+    let mut crates = vec![dir.clone()];
+    let mut next = 0;
+    while let Some(krate) = crates.get(next).cloned() {
+        for linked in path_dependencies(&krate) {
+            if !crates.contains(&linked) {
+                crates.push(linked);
+            }
+        }
+        next += 1;
+    }
+    crates.sort();
+    let mut inputs = vec![workspace.join("Cargo.lock")];
+    for krate in &crates {
+        inputs.push(krate.join("Cargo.toml"));
+        inputs.push(krate.join("src"));
+    }
     // FNV-1a, 64 bits: stable across compilers, and enough to tell builds apart.
     let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
-    for file in &files {
-        if let Ok(relative) = file.strip_prefix(&dir) {
-            hash.write(relative.to_string_lossy().as_bytes());
+    for input in &inputs {
+        // A directory is scanned whole by cargo: a file added or removed is a change too.
+        println!("cargo:rerun-if-changed={}", input.display());
+        let mut files = Vec::new();
+        collect(input, &mut files);
+        files.sort();
+        for file in files {
+            if let Ok(relative) = file.strip_prefix(&workspace) {
+                hash.write(relative.to_string_lossy().as_bytes());
+            }
+            hash.write(&std::fs::read(&file).unwrap_or_default());
         }
-        hash.write(&std::fs::read(file).unwrap_or_default());
-    }
-    // A directory is scanned whole: a file added or removed is a change too.
-    for watched in ["src", "Cargo.toml", "../../Cargo.lock"] {
-        println!("cargo:rerun-if-changed={}", dir.join(watched).display());
     }
     println!(
         "cargo:rustc-env=RUNWAY_INGRESS_SOURCE={:016x}",
@@ -32,17 +54,36 @@ fn main() {
     );
 }
 
-fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// The crates `krate`'s `[dependencies]` name by `path` (dev-dependencies are not linked).
+fn path_dependencies(krate: &Path) -> Vec<PathBuf> {
+    let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap_or_default();
+    let mut section = "";
+    let mut found = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if section == "[dependencies]"
+            && let Some((_, rest)) = line.split_once("path = \"")
+            && let Some((path, _)) = rest.split_once('"')
+        {
+            // `crates/a/../b` and `crates/b` are one crate.
+            let linked = krate.join(path);
+            found.push(linked.canonicalize().unwrap_or(linked));
+        }
+    }
+    found
+}
+
+/// `path` itself when it is a file, else every file under it.
+fn collect(path: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        if path.is_file() {
+            files.push(path.to_path_buf());
+        }
         return;
     };
     for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect(&path, files);
-        } else {
-            files.push(path);
-        }
+        collect(&entry.path(), files);
     }
 }
 
