@@ -295,7 +295,7 @@ fn main() {
     let code = match run(cli.command) {
         Ok(code) => code,
         Err(error) => {
-            log::error(format!("{error:#}")).emit();
+            log::error(runway_log::chain(error.as_ref())).emit();
             1
         }
     };

@@ -25,7 +25,7 @@ pub(crate) enum TerraformError {
     NotFound,
     #[error("--tf-target {}: not a directory", dir.display())]
     NotADirectory { dir: PathBuf },
-    #[error("cannot run {}: {source}", exec.display())]
+    #[error("cannot run {}", exec.display())]
     Spawn {
         exec: PathBuf,
         #[source]

@@ -190,7 +190,7 @@ async fn ssh(
         .clone()
         .unwrap_or_else(|| manager.username.clone());
     let destination = Destination::parse(&manager.wrapper_address.to_string())
-        .map_err(|error| fatal(error.to_string()))?;
+        .map_err(|error| fatal(runway_log::chain(&error)))?;
     let vars = TemplateVars {
         instance_name: manager.instance_name.clone(),
         instance_id: manager.instance_id.clone(),
@@ -201,7 +201,7 @@ async fn ssh(
     };
     let tunnel = if let Some(command) = &settings.command {
         // The command reaches the socket itself: no SSH here, and no key needed.
-        runway_ssh::expand(command, &vars).map_err(|error| fatal(error.to_string()))?;
+        runway_ssh::expand(command, &vars).map_err(|error| fatal(runway_log::chain(&error)))?;
         Tunnel::Command(command.clone())
     } else {
         if manager.address.is_empty() {

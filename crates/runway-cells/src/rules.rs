@@ -378,7 +378,7 @@ fn check_match(raw: RawMatch) -> Result<Match, String> {
 /// An error reading a rule or topology file: where, and what.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: String,
         #[source]

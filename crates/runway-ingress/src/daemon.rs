@@ -1143,7 +1143,7 @@ pub async fn ensure(
     options: RemoteOptions,
 ) -> Result<(RemoteIngress, Outcome), ControlError> {
     create_private_dir(&launch.state_dir).map_err(|e| ControlError::Start {
-        message: format!("{e:#}"),
+        message: runway_log::chain(e.as_ref()),
     })?;
     let mut client = ControlClient::new(&launch.state_dir);
     client.timeout = options.timeout;

@@ -278,7 +278,10 @@ async fn watch_certificates(tls: Tls, period: Duration, metrics: Arc<crate::Metr
             Ok(false) => {}
             Err(error) => {
                 metrics.certificate_reload_errors.inc();
-                tracing::warn!(error = %error, "kept the previous certificates");
+                tracing::warn!(
+                    error = runway_log::chain(&error),
+                    "kept the previous certificates"
+                );
             }
         }
     }

@@ -359,7 +359,7 @@ impl Supervisor {
                     self.failures += 1;
                     let pause = pause_after(self.failures);
                     tracing::error!(
-                        error = format!("{error:#}"),
+                        error = runway_log::chain(error.as_ref()),
                         failures = self.failures,
                         "cannot start the serving process; trying again in {pause:?}"
                     );
@@ -381,7 +381,7 @@ impl Supervisor {
                     byte = read.read_u8(), if open => match byte {
                         Ok(byte) => {
                             if let Err(error) = self.heard(byte, &mut heard) {
-                                tracing::error!(error = format!("{error:#}"), "stopping");
+                                tracing::error!(error = runway_log::chain(error.as_ref()), "stopping");
                                 failed_publish = Some(error);
                                 asked = true;
                                 let _ = write.write_all(&[STOP]).await;

@@ -39,7 +39,7 @@ pub enum TlsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("certificate authority: {0}")]
+    #[error("certificate authority")]
     Ca(#[source] rcgen::Error),
     #[error("certificate {path}: {message}")]
     Certificate { path: PathBuf, message: String },
