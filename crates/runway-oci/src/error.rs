@@ -191,7 +191,7 @@ pub enum OciError {
     },
 
     /// A layer could not be decompressed or read as a tar archive.
-    #[error("layer {layer}: cannot read archive{}: {source}", path.as_ref().map(|p| format!(" at entry {p:?}")).unwrap_or_default())]
+    #[error("layer {layer}: cannot read archive{}", path.as_ref().map(|p| format!(" at entry {p:?}")).unwrap_or_default())]
     LayerRead {
         /// The layer's digest.
         layer: String,
@@ -203,7 +203,7 @@ pub enum OciError {
     },
 
     /// A file system operation failed.
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("cannot {op} {}", path.display())]
     Io {
         /// What was being done, as a verb phrase.
         op: &'static str,

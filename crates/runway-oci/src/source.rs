@@ -39,10 +39,11 @@ pub enum SourceError {
     #[error("no room for the snapshot: {0}")]
     Full(io::Error),
     /// A file could not be read or written.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("cannot {what} {}", path.display())]
     Io {
         what: &'static str,
         path: PathBuf,
+        #[source]
         source: io::Error,
     },
 }
@@ -342,7 +343,7 @@ impl SourceStore {
                     "the snapshot is not a gzip-compressed tar archive: {source}"
                 )));
             }
-            (Err(e), _) => return Err(SourceError::Invalid(e.to_string())),
+            (Err(e), _) => return Err(SourceError::Invalid(runway_log::chain(&e))),
             (Ok(report), Ok((actual, _))) if actual != *digest => {
                 let _ = report;
                 return Err(SourceError::Invalid(format!(

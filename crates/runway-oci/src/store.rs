@@ -866,13 +866,7 @@ impl<'a> Remote<'a> {
             },
             OciDistributionError::RequestError(e) => {
                 let scheme = if self.insecure() { "http" } else { "https" };
-                let mut reason = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(inner) = source {
-                    reason.push_str(": ");
-                    reason.push_str(&inner.to_string());
-                    source = inner.source();
-                }
+                let mut reason = runway_log::chain(&e);
                 if e.is_timeout() {
                     return OciError::Timeout {
                         registry,
