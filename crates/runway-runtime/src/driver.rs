@@ -250,7 +250,7 @@ fn failed(error: RuntimeError) -> DriverError {
         RuntimeError::NotFound(id) => DriverError::NotFound(id),
         RuntimeError::Artifact { message, .. } => DriverError::Refused(message),
         RuntimeError::Image { reference, message } => DriverError::Image { reference, message },
-        other => DriverError::Failed(other.to_string()),
+        other => DriverError::Failed(runway_log::chain(&other)),
     }
 }
 

@@ -205,8 +205,8 @@ impl LocalRuntime {
             reference: reference.to_owned(),
             message,
         };
-        let store =
-            Store::open(self.config.root.join("images")).map_err(|e| image_error(e.to_string()))?;
+        let store = Store::open(self.config.root.join("images"))
+            .map_err(|e| image_error(runway_log::chain(&e)))?;
         let user_namespace = self.config.user_namespace.then(UserNamespace::default);
         let pull = PullOptions {
             id_shift: user_namespace.map_or(0, |ns| ns.host_base),
@@ -255,9 +255,9 @@ impl LocalRuntime {
                 field: "command", ..
             } => RuntimeError::Artifact {
                 id: spec.id.clone(),
-                message: format!("image {reference}: {error}"),
+                message: format!("image {reference}: {}", runway_log::chain(&error)),
             },
-            error => image_error(error.to_string()),
+            error => image_error(runway_log::chain(&error)),
         };
         let built =
             build_bundle(&bundle, &image.config, &image.rootfs, &options).map_err(for_good)?;
@@ -390,8 +390,8 @@ impl LocalRuntime {
             path: rootfs,
             id_shift: 0,
         };
-        let built =
-            build_bundle(&bundle, &config, &root, &options).map_err(|e| refuse(e.to_string()))?;
+        let built = build_bundle(&bundle, &config, &root, &options)
+            .map_err(|e| refuse(runway_log::chain(&e)))?;
         self.confine(spec, &built)?;
         spec.artifact = Artifact::Container {
             bundle,
@@ -969,7 +969,7 @@ pub struct Previous {
 fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
     use runway_oci::OciError;
     if !guarded {
-        return error.to_string();
+        return runway_log::chain(error);
     }
     match error {
         OciError::NotAllowed { .. }
@@ -985,7 +985,7 @@ fn pull_error(error: &runway_oci::OciError, guarded: bool) -> String {
         // What a registry (or wherever it sent the client: a token realm, a redirect) said
         // stays in the server's log; the tenant learns only that the pull failed.
         other => {
-            tracing::warn!(error = %other, "an image pull failed");
+            tracing::warn!(error = runway_log::chain(other), "an image pull failed");
             "could not pull it".to_owned()
         }
     }

@@ -37,13 +37,13 @@ pub struct ProcessSpec {
 /// Why a process could not be started or signalled.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
-    #[error("cannot start {program}: {source}")]
+    #[error("cannot start {program}")]
     Spawn {
         program: String,
         #[source]
         source: io::Error,
     },
-    #[error("cannot send {signal} to process {pid}: {source}")]
+    #[error("cannot send {signal} to process {pid}")]
     Signal {
         signal: StopSignal,
         pid: u32,
@@ -333,9 +333,7 @@ mod tests {
         };
         let error = Process::spawn(&spec).unwrap_err();
         assert!(
-            error
-                .to_string()
-                .starts_with("cannot start /nonexistent/app: "),
+            runway_log::chain(&error).starts_with("cannot start /nonexistent/app: "),
             "{error}"
         );
     }

@@ -70,7 +70,7 @@ pub enum RuntimeError {
         what: &'static str,
         after: Duration,
     },
-    #[error("{path}: {source}")]
+    #[error("cannot use {path}")]
     Io {
         path: PathBuf,
         #[source]

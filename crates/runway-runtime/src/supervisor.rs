@@ -54,13 +54,13 @@ pub enum Request {
 pub enum SupervisorError {
     #[error("cannot read the instance spec from stdin: {0}")]
     Spec(String),
-    #[error("cannot prepare the state directory {path}: {source}")]
+    #[error("cannot prepare the state directory {path}")]
     StateDir {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("cannot listen on {path}: {source}")]
+    #[error("cannot listen on {path}")]
     Listen {
         path: PathBuf,
         #[source]
@@ -632,7 +632,7 @@ impl Supervisor {
                     capture_output: true,
                     own_process_group: false,
                 };
-                let mut process = Process::spawn(&spec).map_err(|e| e.to_string())?;
+                let mut process = Process::spawn(&spec).map_err(|e| runway_log::chain(&e))?;
                 let output = process.take_output();
                 Ok((Running::Command(process), output))
             }
