@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// A file system operation on the key file (or its temporary file) failed.
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("cannot {op} {}", path.display())]
     KeyIo {
         /// What was being done, as a verb phrase.
         op: &'static str,

@@ -37,7 +37,7 @@ impl fmt::Display for Stage {
 #[non_exhaustive]
 pub enum SshError {
     /// An I/O error, e.g. a refused TCP connection or a failed spawn.
-    #[error("ssh {address}: {stage}: {source}")]
+    #[error("ssh {address}: {stage}")]
     Io {
         address: String,
         stage: Stage,
@@ -45,7 +45,7 @@ pub enum SshError {
         source: std::io::Error,
     },
     /// The SSH protocol failed (the peer closed, a bad packet, a refused channel...).
-    #[error("ssh {address}: {stage}: {source}")]
+    #[error("ssh {address}: {stage}")]
     Protocol {
         address: String,
         stage: Stage,
@@ -69,7 +69,7 @@ pub enum SshError {
         methods: String,
     },
     /// The private key could not be read or parsed.
-    #[error("ssh {address}: auth: private key {origin}: {source}")]
+    #[error("ssh {address}: auth: private key {origin}")]
     Key {
         address: String,
         /// `from the terraform output` or the file's path.
@@ -81,7 +81,7 @@ pub enum SshError {
     #[error("{0}")]
     HostKey(Box<HostKeyError>),
     /// The known-hosts file could not be read.
-    #[error("ssh {address}: handshake: known-hosts file {path}: {source}")]
+    #[error("ssh {address}: handshake: known-hosts file {path}")]
     KnownHosts {
         address: String,
         path: PathBuf,
@@ -89,7 +89,7 @@ pub enum SshError {
         source: Box<russh::keys::Error>,
     },
     /// The SSH session over a ProxyCommand failed; `stderr` is what the command wrote.
-    #[error("{source}; proxy command `{command}` stderr: {stderr:?}")]
+    #[error("ssh through proxy command `{command}` (its stderr: {stderr:?})")]
     ProxyCommand {
         command: String,
         stderr: String,

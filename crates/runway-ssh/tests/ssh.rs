@@ -268,7 +268,7 @@ async fn proxy_command_carries_ssh() {
         let err = runway_ssh::connect(&target, &failing, &unix, &vars(&target, &unix))
             .await
             .expect_err("the proxy command fails");
-        let text = err.to_string();
+        let text = runway_log::chain(&err);
         assert!(matches!(err, SshError::ProxyCommand { .. }), "{text}");
         assert!(text.contains("no route to manager-1"), "{text}");
         assert!(text.contains(&target.address), "{text}");
