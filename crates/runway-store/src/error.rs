@@ -42,7 +42,7 @@ pub enum StoreError {
     #[error("the store's disk is full: nothing was written; free space where the database is")]
     Full,
     /// The database refused or failed.
-    #[error("database error: {0}")]
+    #[error("database error")]
     Sqlite(#[source] rusqlite::Error),
     /// A fenced handle's lease is held by another now: this replica no longer leads.
     #[error(
@@ -59,7 +59,7 @@ pub enum StoreError {
     #[error("this replica does not lead the control plane now: nothing was written")]
     NotLeading,
     /// PostgreSQL refused or failed.
-    #[error("database error: {}", postgres_message(.0))]
+    #[error("database error")]
     Postgres(#[source] postgres::Error),
     /// The database cannot be reached now (a connection could not be made in time).
     #[error("the store is unavailable: {0}")]
@@ -68,7 +68,7 @@ pub enum StoreError {
     #[error("database is corrupt: {0}")]
     Corrupt(String),
     /// The database's file could not be created or made private.
-    #[error("cannot {action} {}: {source}", path.display())]
+    #[error("cannot {action} {}", path.display())]
     Io {
         /// What was being done.
         action: &'static str,
@@ -112,16 +112,5 @@ pub(crate) fn not_found(kind: &'static str, name: impl Into<String>) -> StoreErr
     StoreError::NotFound {
         kind,
         name: name.into(),
-    }
-}
-
-/// PostgreSQL's own message (with its detail) rather than the client's summary.
-fn postgres_message(error: &postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => match db.detail() {
-            Some(detail) => format!("{}: {detail}", db.message()),
-            None => db.message().to_owned(),
-        },
-        None => error.to_string(),
     }
 }

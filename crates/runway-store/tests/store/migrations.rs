@@ -199,7 +199,10 @@ fn a_file_that_is_not_a_database_is_an_error() {
     std::fs::write(&path, vec![0x42; 8192]).unwrap();
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(matches!(err, StoreError::Sqlite(_)), "{err}");
-    assert!(err.to_string().starts_with("database error:"), "{err}");
+    assert!(
+        runway_log::chain(&err).starts_with("database error:"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -209,8 +212,7 @@ fn a_missing_directory_is_an_error() {
     let err = SqliteStore::open(&path).unwrap_err();
     assert!(matches!(err, StoreError::Io { .. }), "{err}");
     assert!(
-        err.to_string()
-            .starts_with(&format!("cannot create {}: ", path.display())),
+        runway_log::chain(&err).starts_with(&format!("cannot create {}: ", path.display())),
         "{err}"
     );
 }
