@@ -124,13 +124,13 @@ impl Listener {
 /// Why the address could not be listened on.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BindError {
-    #[error("cannot resolve {address}: {source}")]
+    #[error("cannot resolve {address}")]
     Resolve {
         address: ListenAddress,
         #[source]
         source: io::Error,
     },
-    #[error("cannot listen on {address}: {source}")]
+    #[error("cannot listen on {address}")]
     Listen {
         address: ListenAddress,
         #[source]

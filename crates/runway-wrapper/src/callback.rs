@@ -50,11 +50,11 @@ enum CallbackError {
     Url(String),
     #[error("invalid method {0:?}")]
     Method(String),
-    #[error("invalid request: {0}")]
+    #[error("invalid request")]
     Request(#[source] http::Error),
-    #[error("cannot connect: {0}")]
+    #[error("cannot connect")]
     Connect(#[source] std::io::Error),
-    #[error("{0}")]
+    #[error("the HTTP exchange failed")]
     Http(#[source] hyper::Error),
     #[error("no response within {}", crate::duration::format(CALLBACK_TIMEOUT))]
     Timeout,
@@ -72,8 +72,9 @@ pub(crate) async fn run(callback: ShutdownCallback) {
             callback.url
         )),
         Ok(Err(error)) => crate::log::error(format_args!(
-            "the shutdown callback to {} failed: {error}",
-            callback.url
+            "the shutdown callback to {} failed: {}",
+            callback.url,
+            runway_log::chain(&error)
         )),
         Err(_) => crate::log::error(format_args!(
             "the shutdown callback to {} failed: {}",

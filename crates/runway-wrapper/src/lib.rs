@@ -350,7 +350,10 @@ fn serve(
             Incoming::Unix(stream) => router.serve_with_incoming_shutdown(stream, shutdown).await,
         };
         if let Err(error) = result {
-            log::error(format_args!("the gRPC server failed: {error}"));
+            log::error(format_args!(
+                "the gRPC server failed: {}",
+                runway_log::chain(&error)
+            ));
         }
     };
     (server, socket_file)

@@ -182,9 +182,12 @@ impl Supervisor {
             self.program,
             self.process.pid()
         ));
-        self.process
-            .signal(signal)
-            .map_err(|e| format!("could not send the graceful shutdown signal: {e}"))?;
+        self.process.signal(signal).map_err(|e| {
+            format!(
+                "could not send the graceful shutdown signal: {}",
+                runway_log::chain(&e)
+            )
+        })?;
         if let Some(callback) = callback {
             crate::log::info(format_args!(
                 "registered the shutdown callback {} {}",
@@ -211,9 +214,12 @@ impl Supervisor {
             self.program,
             self.process.pid()
         ));
-        self.process
-            .signal(signal)
-            .map_err(|e| format!("could not send the forceful shutdown signal: {e}"))?;
+        self.process.signal(signal).map_err(|e| {
+            format!(
+                "could not send the forceful shutdown signal: {}",
+                runway_log::chain(&e)
+            )
+        })?;
         // A second forceful stop signals again but keeps the first deadline.
         if self.kill_at.is_none() {
             self.kill_at = Some(Instant::now() + self.policy.termination_timeout);
@@ -241,7 +247,7 @@ impl Supervisor {
         ));
         match self.process.signal(StopSignal::KILL) {
             Ok(()) => self.killed = true,
-            Err(error) => crate::log::error(format_args!("{error}")),
+            Err(error) => crate::log::error(format_args!("{}", runway_log::chain(&error))),
         }
     }
 
