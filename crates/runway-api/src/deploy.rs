@@ -389,6 +389,7 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
         return Ok(());
     };
     let revision = s.revision_get(&active.to_revision)?;
+    // A manifest that does not read counts as the default strategy's, as in the controller.
     let strategy = serde_json::from_value::<Manifest>(revision.manifest)
         .ok()
         .map(|m| {
@@ -397,10 +398,11 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
                 Some(env),
                 &revision.env_vars,
             ))
-        });
+        })
+        .unwrap_or_default();
     let stepped = active.kind != runway_store::DeploymentKind::Rollback
         && active.from_revision.is_some()
-        && strategy.as_ref().is_some_and(Strategy::in_steps);
+        && strategy.in_steps();
     if stepped {
         return Ok(());
     }
@@ -413,10 +415,7 @@ pub(crate) fn check_steerable(s: &dyn Store, service: &str, env: &str) -> ApiRes
         } else if active.from_revision.is_none() {
             "a first deploy".to_owned()
         } else {
-            format!(
-                "strategy {}",
-                strategy.as_ref().map_or("legacy", Strategy::name)
-            )
+            format!("strategy {}", strategy.name())
         }
     ))
     .field("command"))

@@ -238,9 +238,12 @@ pub(crate) fn analysis_summary(
     }
 }
 
-/// The manifest's strategy, with its settings, for a revision.
+/// The manifest's strategy, with its settings, for a revision (the default one when its
+/// manifest does not read).
 pub(crate) fn strategy_of(info: &RevisionInfo) -> Strategy {
-    info.config.as_ref().map_or(Strategy::Legacy, Strategy::of)
+    info.config
+        .as_ref()
+        .map_or_else(|_| Strategy::default(), Strategy::of)
 }
 
 fn command(command: RolloutCommand) -> Command {

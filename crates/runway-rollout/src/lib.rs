@@ -8,13 +8,13 @@
 //! reconciler still moves traffic only to ready instances.
 //!
 //! ```
-//! use runway_rollout::{Action, Progress, StepInput, Strategy, Verdict, next};
+//! use runway_rollout::{Action, Canary, Progress, StepInput, Strategy, Verdict, next};
 //!
-//! let canary = Strategy::Canary {
+//! let canary = Strategy::Canary(Canary {
 //!     steps: vec![10, 50, 100],
 //!     pause_ms: 60_000,
 //!     analysis: Default::default(),
-//! };
+//! });
 //! assert_eq!(canary.check(), Ok(()));
 //! let input = |now_ms, verdict| StepInput { now_ms, new_ready: true, verdict, command: None };
 //!
@@ -114,11 +114,13 @@
 //!
 //! # Files
 //!
-//! `strategy.rs`: the manifest's strategies and Runway's `runway_canary` and `runway_blue_green`.
-//! `window.rs`: a step's counters and latency histogram (p99 as Prometheus computes it).
-//! `analysis.rs`: the canary verdict against the stable revision (`checks`, which the status's
-//! `rollout.analysis` shows too). `rollout.rs`: the state machine (steps, pauses,
-//! pause/resume/abort/promote, rollback on a failed analysis). `error.rs`: the crate's error. The
+//! `strategy/`: the strategies, one module each (`canary.rs`, …), and in `mod.rs` what is asked
+//! of one ([`Kind`]) and the enum that names them ([`Strategy`]); adding one is
+//! `docs/dev/adding-a-strategy.md`. `window.rs`: a step's counters and latency histogram (p99
+//! as Prometheus computes it). `analysis.rs`: the canary verdict against the stable revision
+//! (`checks`, which the status's `rollout.analysis` shows too). `rollout.rs`: the state machine
+//! (the rules every strategy keeps, the ladder walk most take, pause/resume/abort/promote,
+//! rollback on a failed analysis). `error.rs`: the crate's error. The
 //! caller is `runway-control`'s `rollout.rs`.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
@@ -138,6 +140,7 @@ pub use rollout::{
     Action, Command, Phase, PlannedStep, Progress, Step, StepInput, Weights, clock, next, plan,
 };
 pub use strategy::{
-    DEFAULT_CANARY_STEPS, DEFAULT_KEEP_OLD_MS, DEFAULT_PAUSE_MS, DEFAULT_PERCENTAGES, Strategy,
+    AsKind, BlueGreen, Canary, DEFAULT_CANARY_STEPS, DEFAULT_KEEP_OLD_MS, DEFAULT_PAUSE_MS,
+    DEFAULT_PERCENTAGES, Kind, RegionalRollout, Strategy,
 };
 pub use window::Window;

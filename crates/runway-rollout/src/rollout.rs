@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::Verdict;
-use crate::strategy::Strategy;
+use crate::strategy::{AsKind, Kind};
 
 /// The traffic split between the stable revision and the new one, in percent; always sums to
 /// 100.
@@ -155,76 +155,46 @@ pub struct PlannedStep {
 
 /// The steps `strategy` would take, changing nothing. A dry run's plan is that of the
 /// default strategy (`legacy`), which is what the deploy would do without `dryrun`.
-pub fn plan(strategy: &Strategy) -> Vec<PlannedStep> {
+pub fn plan(strategy: &(impl AsKind + ?Sized)) -> Vec<PlannedStep> {
+    strategy.as_kind().plan()
+}
+
+/// A ladder's plan: no traffic until the new revision is ready, then each step of
+/// `strategy`'s ladder after its pause (and a passing analysis, with one). [`Kind::plan`]'s
+/// default.
+pub(crate) fn ladder_plan(strategy: &(impl Kind + ?Sized)) -> Vec<PlannedStep> {
     let step = |new: u32, when: String| PlannedStep {
         weights: Weights::new(new),
         when,
     };
-    match strategy {
-        Strategy::DryRun => plan(&Strategy::Legacy),
-        Strategy::Legacy | Strategy::Expedited => vec![
-            step(
-                0,
-                "start the new revision; no traffic until it is fully ready".to_owned(),
-            ),
-            step(
-                100,
-                "once ready: all traffic, then stop the old revision".to_owned(),
-            ),
-        ],
-        Strategy::BlueGreen {
-            auto_switch_after_ms,
-            keep_old_ms,
-        } => {
-            let switch = match auto_switch_after_ms {
-                Some(ms) => format!(
-                    "{} after it is ready: switch all traffic at once",
-                    ms_text(*ms)
-                ),
-                None => "on promote: switch all traffic at once".to_owned(),
-            };
-            let stage = "start the new revision at full capacity, reachable at its tag URL \
-                         with no traffic";
-            let keep = ms_text(*keep_old_ms);
-            vec![
-                step(0, stage.to_owned()),
-                step(
-                    100,
-                    format!("{switch}; keep the old revision warm for {keep}, then stop it"),
-                ),
-            ]
-        }
-        Strategy::RegionalRollout { .. } | Strategy::Canary { .. } => {
-            let gate = if matches!(strategy, Strategy::Canary { .. }) {
-                " and a passing analysis"
-            } else {
-                ""
-            };
-            let pause = ms_text(strategy.pause_ms());
-            let mut steps = vec![step(
-                0,
-                "start the new revision; no traffic until it is fully ready".to_owned(),
-            )];
-            let mut previous: Option<u32> = None;
-            for weight in strategy.ladder() {
-                let when = match previous {
-                    None => "once ready".to_owned(),
-                    Some(p) => format!("after {pause} at {p} %{gate}"),
-                };
-                let when = if weight == 100 {
-                    format!("{when}: all traffic, then stop the old revision")
-                } else {
-                    when
-                };
-                steps.push(step(weight, when));
-                previous = Some(weight);
-            }
-            steps
-        }
+    let gate = if strategy.analysis().is_some() {
+        " and a passing analysis"
+    } else {
+        ""
+    };
+    let pause = ms_text(strategy.pause_ms());
+    let mut steps = vec![step(
+        0,
+        "start the new revision; no traffic until it is fully ready".to_owned(),
+    )];
+    let mut previous: Option<u32> = None;
+    for weight in strategy.ladder() {
+        let when = match previous {
+            None => "once ready".to_owned(),
+            Some(p) => format!("after {pause} at {p} %{gate}"),
+        };
+        let when = if weight == 100 {
+            format!("{when}: all traffic, then stop the old revision")
+        } else {
+            when
+        };
+        steps.push(step(weight, when));
+        previous = Some(weight);
     }
+    steps
 }
 
-fn ms_text(ms: u64) -> String {
+pub(crate) fn ms_text(ms: u64) -> String {
     if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
@@ -234,7 +204,8 @@ fn ms_text(ms: u64) -> String {
 
 /// The rollout's next move. Pure and level-triggered: the same inputs give the same step, and
 /// a finished rollout keeps giving its end. The rules are in the crate's documentation.
-pub fn next(strategy: &Strategy, progress: &Progress, input: &StepInput) -> Step {
+pub fn next(strategy: &(impl AsKind + ?Sized), progress: &Progress, input: &StepInput) -> Step {
+    let strategy = strategy.as_kind();
     let mut p = progress.clone();
     let now = input.now_ms;
 
@@ -245,19 +216,15 @@ pub fn next(strategy: &Strategy, progress: &Progress, input: &StepInput) -> Step
             return roll_back(p, reason);
         }
         &Phase::Switched { at_ms } => {
-            let keep_old = match strategy {
-                Strategy::BlueGreen { keep_old_ms, .. } => *keep_old_ms,
-                _ => 0,
-            };
-            return switched(p, at_ms, keep_old);
+            return switched(p, at_ms, strategy.keeps_old_ms().unwrap_or(0));
         }
         _ => {}
     }
-    if let Strategy::DryRun = strategy {
+    if strategy.is_dry_run() {
         return Step {
             weights: Weights::new(0),
             action: Action::DryRun {
-                plan: plan(strategy),
+                plan: strategy.plan(),
             },
             progress: p,
             wake_at_ms: None,
@@ -285,49 +252,12 @@ pub fn next(strategy: &Strategy, progress: &Progress, input: &StepInput) -> Step
     if p.paused {
         return hold(p, "paused by an operator".to_owned(), None);
     }
-    match strategy {
-        Strategy::BlueGreen {
-            auto_switch_after_ms,
-            keep_old_ms,
-        } => blue_green(p, input, *auto_switch_after_ms, *keep_old_ms),
-        _ => ladder(strategy, p, input),
-    }
-}
-
-fn blue_green(mut p: Progress, input: &StepInput, auto: Option<u64>, keep_old: u64) -> Step {
-    let now = input.now_ms;
-    if p.phase == Phase::WaitingReady {
-        if !input.new_ready {
-            return wait_ready(p);
-        }
-        p.phase = Phase::Stepping;
-        p.step_index = 0;
-        p.step_started_ms = now;
-    }
-    match p.phase {
-        Phase::Stepping => {
-            let switch_at = auto.map(|ms| p.step_started_ms.saturating_add(ms));
-            let due = p.promoted || switch_at.is_some_and(|at| now >= at);
-            if !due {
-                let reason = match switch_at {
-                    Some(at) => format!("staged with no traffic; switching at {}", clock(at)),
-                    None => "staged with no traffic; waiting for a promote to switch".to_owned(),
-                };
-                return hold(p, reason, switch_at);
-            }
-            if !input.new_ready {
-                return wait_ready(p);
-            }
-            switched(p, now, keep_old)
-        }
-        // Finished and waiting phases were handled before.
-        _ => complete(p),
-    }
+    strategy.step(p, input)
 }
 
 /// Blue/green's end: all traffic on the new revision since `at_ms`, the old one warm for
 /// `keep_old` ms more.
-fn switched(mut p: Progress, at_ms: u64, keep_old: u64) -> Step {
+pub(crate) fn switched(mut p: Progress, at_ms: u64, keep_old: u64) -> Step {
     p.phase = Phase::Switched { at_ms };
     p.new_weight = 100;
     p.paused = false;
@@ -346,7 +276,8 @@ pub fn clock(ms: u64) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600, s / 60 % 60, s % 60)
 }
 
-fn ladder(strategy: &Strategy, p: Progress, input: &StepInput) -> Step {
+/// The ladder walk, [`Kind::step`]'s default: see there.
+pub(crate) fn walk(strategy: &(impl Kind + ?Sized), p: Progress, input: &StepInput) -> Step {
     let now = input.now_ms;
     let ladder = strategy.ladder();
     if p.phase == Phase::WaitingReady {
@@ -370,7 +301,7 @@ fn ladder(strategy: &Strategy, p: Progress, input: &StepInput) -> Step {
         let reason = format!("at {} % until {}", p.new_weight, clock(pause_end));
         return hold(p, reason, Some(pause_end));
     }
-    if let Strategy::Canary { analysis, .. } = strategy {
+    if let Some((analysis, _)) = strategy.analysis() {
         match &input.verdict {
             Some(Verdict::Pass) => {}
             other => {
@@ -404,7 +335,13 @@ fn ladder(strategy: &Strategy, p: Progress, input: &StepInput) -> Step {
 }
 
 /// Moves to `index` of the ladder (100 % past its end).
-fn enter(strategy: &Strategy, mut p: Progress, index: usize, ladder: &[u32], now: u64) -> Step {
+fn enter(
+    strategy: &(impl Kind + ?Sized),
+    mut p: Progress,
+    index: usize,
+    ladder: &[u32],
+    now: u64,
+) -> Step {
     let weight = ladder.get(index).copied().unwrap_or(100);
     if weight >= 100 {
         return complete(p);
@@ -422,7 +359,7 @@ fn enter(strategy: &Strategy, mut p: Progress, index: usize, ladder: &[u32], now
     }
 }
 
-fn hold(p: Progress, reason: String, wake_at_ms: Option<u64>) -> Step {
+pub(crate) fn hold(p: Progress, reason: String, wake_at_ms: Option<u64>) -> Step {
     Step {
         weights: Weights::new(p.new_weight),
         action: Action::Hold { reason },
@@ -432,7 +369,7 @@ fn hold(p: Progress, reason: String, wake_at_ms: Option<u64>) -> Step {
     }
 }
 
-fn wait_ready(p: Progress) -> Step {
+pub(crate) fn wait_ready(p: Progress) -> Step {
     Step {
         weights: Weights::new(p.new_weight),
         action: Action::WaitReady,
@@ -442,7 +379,7 @@ fn wait_ready(p: Progress) -> Step {
     }
 }
 
-fn complete(mut p: Progress) -> Step {
+pub(crate) fn complete(mut p: Progress) -> Step {
     p.phase = Phase::Completed;
     p.new_weight = 100;
     p.paused = false;

@@ -4,8 +4,8 @@
 
 use proptest::prelude::*;
 use runway_rollout::{
-    Action, AnalysisSettings, Command, Measure, Progress, Step, StepInput, Verdict, Window,
-    analyse, next,
+    Action, AnalysisSettings, BlueGreen, Canary, Command, Measure, Progress, RegionalRollout, Step,
+    StepInput, Verdict, Window, analyse, next,
 };
 
 /// Any strategy, with steps that `check()` may refuse (the machine must stay safe anyway).
@@ -17,23 +17,25 @@ fn strategy() -> impl Strategy<Value = runway_rollout::Strategy> {
         Just(S::Legacy),
         Just(S::Expedited),
         Just(S::DryRun),
-        (steps.clone(), pause.clone()).prop_map(|(percentages, pause_ms)| S::RegionalRollout {
-            percentages,
-            pause_ms
-        }),
-        (steps, pause, 0u32..=4).prop_map(|(steps, pause_ms, windows)| S::Canary {
+        (steps.clone(), pause.clone()).prop_map(|(percentages, pause_ms)| S::RegionalRollout(
+            RegionalRollout {
+                percentages,
+                pause_ms
+            }
+        )),
+        (steps, pause, 0u32..=4).prop_map(|(steps, pause_ms, windows)| S::Canary(Canary {
             steps,
             pause_ms,
             analysis: AnalysisSettings {
                 max_inconclusive_windows: windows,
                 ..AnalysisSettings::default()
             },
-        }),
+        })),
         (proptest::option::of(0u64..=10_000), 0u64..=10_000).prop_map(|(auto, keep)| {
-            S::BlueGreen {
+            S::BlueGreen(BlueGreen {
                 auto_switch_after_ms: auto,
                 keep_old_ms: keep,
-            }
+            })
         }),
     ]
 }
@@ -121,14 +123,14 @@ proptest! {
         let (rungs, per_rung_ms) = match &strategy {
             S::DryRun => return Ok(()),
             S::Legacy | S::Expedited => (1u64, 0u64),
-            S::RegionalRollout { percentages: s, pause_ms }
-            | S::Canary { steps: s, pause_ms, .. } => (s.len() as u64 + 1, *pause_ms),
-            S::BlueGreen { auto_switch_after_ms, keep_old_ms } => {
+            S::RegionalRollout(RegionalRollout { percentages: s, pause_ms })
+            | S::Canary(Canary { steps: s, pause_ms, .. }) => (s.len() as u64 + 1, *pause_ms),
+            S::BlueGreen(BlueGreen { auto_switch_after_ms, keep_old_ms }) => {
                 (2, auto_switch_after_ms.unwrap_or(0) + keep_old_ms)
             }
         };
         let bound = rungs * (per_rung_ms / 1_000 + 2) + 2;
-        let manual = matches!(strategy, S::BlueGreen { auto_switch_after_ms: None, .. });
+        let manual = matches!(strategy, S::BlueGreen(BlueGreen { auto_switch_after_ms: None, .. }));
         let mut progress = Progress::new(0);
         let mut calls = 0;
         while !progress.is_finished() {

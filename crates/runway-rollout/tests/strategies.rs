@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use runway_rollout::{
-    Action, AnalysisSettings, Command, Phase, Progress, Step, StepInput, Strategy, Verdict,
-    Weights, next, plan,
+    Action, AnalysisSettings, BlueGreen, Canary, Command, Phase, Progress, RegionalRollout, Step,
+    StepInput, Strategy, Verdict, Weights, next, plan,
 };
 use serde::Deserialize;
 use serde::de::value::{Error as ValueError, MapDeserializer};
@@ -76,11 +76,11 @@ fn fail() -> Option<Verdict> {
 }
 
 fn canary(steps: &[u32], pause_ms: u64) -> Strategy {
-    Strategy::Canary {
+    Strategy::Canary(Canary {
         steps: steps.to_vec(),
         pause_ms,
         analysis: AnalysisSettings::default(),
-    }
+    })
 }
 
 const P: Option<Command> = Some(Command::Pause);
@@ -265,10 +265,10 @@ fn canary_pause_resume_promote_abort() {
 
 #[test]
 fn blue_green_stages_switches_and_keeps_the_old_warm() {
-    let auto = Strategy::BlueGreen {
+    let auto = Strategy::BlueGreen(BlueGreen {
         auto_switch_after_ms: Some(5_000),
         keep_old_ms: 20_000,
-    };
+    });
     let steps = run(
         "blue/green auto",
         &auto,
@@ -288,10 +288,10 @@ fn blue_green_stages_switches_and_keeps_the_old_warm() {
         assert_eq!(after.progress.phase, Phase::Switched { at_ms: 6_000 });
     }
 
-    let manual = Strategy::BlueGreen {
+    let manual = Strategy::BlueGreen(BlueGreen {
         auto_switch_after_ms: None,
         keep_old_ms: 20_000,
-    };
+    });
     run(
         "blue/green manual, instant rollback",
         &manual,
@@ -352,10 +352,10 @@ fn plans_list_the_steps() {
         canary_plan.last().unwrap().when,
         "after 30 s at 10 % and a passing analysis: all traffic, then stop the old revision"
     );
-    let bg = plan(&Strategy::BlueGreen {
+    let bg = plan(&Strategy::BlueGreen(BlueGreen {
         auto_switch_after_ms: None,
         keep_old_ms: 600_000,
-    });
+    }));
     assert_eq!(
         bg[1].when,
         "on promote: switch all traffic at once; keep the old revision warm for 600 s, then stop it"
@@ -364,9 +364,11 @@ fn plans_list_the_steps() {
 
 #[test]
 fn check_names_the_field_and_what_is_expected() {
-    let regional = |p: &[u32]| Strategy::RegionalRollout {
-        percentages: p.to_vec(),
-        pause_ms: 1,
+    let regional = |p: &[u32]| {
+        Strategy::RegionalRollout(RegionalRollout {
+            percentages: p.to_vec(),
+            pause_ms: 1,
+        })
     };
     let cases: Vec<(Strategy, Result<(), &str>)> = vec![
         (Strategy::regional_rollout(), Ok(())),
@@ -437,10 +439,10 @@ fn names_do_not_collide_with_upstreams() {
     );
     assert_eq!(
         from_map(&[("strategy", "runway_blue_green")]).unwrap(),
-        Strategy::BlueGreen {
+        Strategy::BlueGreen(BlueGreen {
             auto_switch_after_ms: None,
             keep_old_ms: runway_rollout::DEFAULT_KEEP_OLD_MS,
-        }
+        })
     );
     // Unprefixed names are not ours to take.
     assert!(from_map(&[("strategy", "canary")]).is_err());
@@ -451,10 +453,10 @@ fn names_do_not_collide_with_upstreams() {
         Strategy::regional_rollout(),
         Strategy::DryRun,
         Strategy::canary(),
-        Strategy::BlueGreen {
+        Strategy::BlueGreen(BlueGreen {
             auto_switch_after_ms: None,
             keep_old_ms: 0,
-        },
+        }),
     ] {
         let name = strategy.name();
         let upstream = ["legacy", "expedited", "regional_rollout", "dryrun"].contains(&name);
