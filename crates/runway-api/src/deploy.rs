@@ -187,9 +187,9 @@ pub(crate) async fn deploy(
     let strategy = Strategy::of(&config);
     if body.pause && !strategy.in_steps() {
         return Err(ApiError::invalid(format!(
-            "`pause` needs a rollout in steps (deployment.strategy regional_rollout, \
-             runway_canary or runway_blue_green); this manifest's strategy for {env} is {}, \
-             which rolls out in one step",
+            "`pause` needs a rollout in steps (deployment.strategy {}); this manifest's \
+             strategy for {env} is {}, which rolls out in one step",
+            in_steps(),
             strategy.name()
         ))
         .field("pause"));
@@ -375,6 +375,20 @@ fn log_recorded(deployment: &Deployment) {
         by = %deployment.created_by,
         "deployment recorded"
     );
+}
+
+/// The strategies that roll out in steps, as `a, b or c`.
+fn in_steps() -> String {
+    let names: Vec<&str> = Strategy::all()
+        .iter()
+        .filter(|s| s.in_steps())
+        .map(|s| s.name())
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "none".to_owned(),
+    }
 }
 
 /// Refuses an operator's rollout command when the deployment in progress has no steps to
@@ -716,4 +730,16 @@ fn mirror(
         ));
     }
     Ok(Some(format!("secrets from Vault: {}", told.join(", "))))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The strategies in steps, as the `pause` refusal names them.
+    #[test]
+    fn strategies_in_steps_come_from_the_strategies() {
+        assert_eq!(
+            super::in_steps(),
+            "regional_rollout, runway_canary or runway_blue_green"
+        );
+    }
 }

@@ -154,7 +154,7 @@ impl<K: Kind> AsKind for K {
     }
 }
 
-impl AsKind for dyn Kind {
+impl AsKind for dyn Kind + '_ {
     fn as_kind(&self) -> &dyn Kind {
         self
     }
@@ -207,6 +207,18 @@ impl Strategy {
     /// A canary with the default steps, pause and analysis.
     pub fn canary() -> Self {
         Self::Canary(Canary::default())
+    }
+
+    /// Every strategy, with its default settings, in the manifest's order.
+    pub fn all() -> Vec<Self> {
+        vec![
+            Self::Legacy,
+            Self::RegionalRollout(RegionalRollout::default()),
+            Self::Expedited,
+            Self::DryRun,
+            Self::Canary(Canary::default()),
+            Self::BlueGreen(BlueGreen::default()),
+        ]
     }
 
     /// The strategy a service's settings name, with their parameters (the manifest's
@@ -294,6 +306,20 @@ mod tests {
             None,
             &Default::default(),
         ))
+    }
+
+    /// `all` lists every value of the manifest's `deployment.strategy`, in its order.
+    #[test]
+    fn every_strategy_the_manifest_names_is_listed() {
+        let schema = runway_manifest::manifest_schema();
+        let values: Vec<&str> = schema["$defs"]["Strategy"]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        let names: Vec<&str> = Strategy::all().iter().map(|s| s.name()).collect();
+        assert_eq!(names, values);
     }
 
     #[test]
