@@ -1,6 +1,7 @@
-//! Progressive delivery: drives a deployment whose revision's manifest names a progressive
-//! strategy (`regional_rollout`, `runway_canary`, `runway_blue_green`, or `dryrun`) through
-//! [`runway_rollout::next`], once per pass, before the planner runs.
+//! Progressive delivery: drives a deployment whose revision's strategy rolls out in steps, or
+//! is a dry run, through [`runway_rollout::next`], once per pass, before the planner runs. It
+//! asks the strategy (`runway_rollout::Kind`: `in_steps`, `is_dry_run`, `analysis`,
+//! `stages_at_full_capacity`, `keeps_old_ms`) and names none.
 //!
 //! The rollout owns the traffic weights of the stable revision (the deployment's
 //! `from_revision`) and the new one: it writes them into the desired state, with the
@@ -15,8 +16,9 @@
 //! with no traffic until its warm time is over, when [`Controller::retire_warm`] takes it out
 //! (unless a rollback or another deploy rewrote the desired state first).
 //!
-//! `legacy` and `expedited` are the planner's rolling deploy, untouched. A rollback, and a
-//! first deploy (nothing to compare with or fall back to), are rolled as `legacy` too.
+//! A strategy not in steps (`legacy`, `expedited`) is the planner's rolling deploy, untouched.
+//! A rollback, and a first deploy (nothing to compare with or fall back to), are rolled so
+//! too.
 
 use runway_driver::{Driver, now_ms};
 use runway_reconciler::Condition;
