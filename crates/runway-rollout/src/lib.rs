@@ -82,7 +82,7 @@
 //!    on every later call, whatever the inputs: after completion there is nothing to abort
 //!    (going back is a new deployment of the previous revision).
 //!
-//! Steps that [`Strategy::check`] would refuse are made safe rather than trusted: values are
+//! Steps that [`Kind::check`] would refuse are made safe rather than trusted: values are
 //! clamped to 1..=100, only strictly increasing ones kept, and 100 added at the end.
 //!
 //! # The analysis
