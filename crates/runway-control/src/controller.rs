@@ -92,6 +92,23 @@ struct Work {
     instances: Vec<Replica>,
 }
 
+/// A service waiting for a task: with what a round read for it, or to read its own (a look
+/// at it alone: woken by its own timer, or by a round that found it under way).
+#[derive(Debug)]
+enum Queued {
+    Read(Work),
+    Look(Key),
+}
+
+impl Queued {
+    fn key(&self) -> &Key {
+        match self {
+            Self::Read(work) => &work.key,
+            Self::Look(key) => key,
+        }
+    }
+}
+
 /// What reconciling one service in one environment left.
 #[derive(Debug, Default)]
 struct KeyOutcome {
@@ -313,9 +330,9 @@ impl<D: Driver> Controller<D> {
         let mut in_flight = tokio::task::JoinSet::new();
         // The services under way, by their task.
         let mut tasks: HashMap<tokio::task::Id, Key> = HashMap::new();
-        let mut queued: VecDeque<Work> = VecDeque::new();
+        let mut queued: VecDeque<Queued> = VecDeque::new();
         // Services a round found under way: what woke the round (a replica ready, a count
-        // changed) may have come after their task read its state, so they get a round of their
+        // changed) may have come after their task read its state, so they get a look of their
         // own as soon as it is done, not at the next interval.
         let mut again: HashSet<Key> = HashSet::new();
         let mut services: HashMap<Key, Looked> = HashMap::new();
@@ -371,9 +388,9 @@ impl<D: Driver> Controller<D> {
                     // Rebuilt in the round's order each time, a queue longer than the tasks
                     // allowed at once starved its tail while rounds came often.
                     let waiting = std::mem::take(&mut queued);
-                    for key in waiting.into_iter().map(|w| w.key).chain(order) {
-                        if let Some(work) = fresh.remove(&key) {
-                            queued.push_back(work);
+                    for key in waiting.iter().map(Queued::key).chain(&order) {
+                        if let Some(work) = fresh.remove(key) {
+                            queued.push_back(Queued::Read(work));
                         }
                     }
                     let active: HashSet<i64> = services
@@ -386,11 +403,25 @@ impl<D: Driver> Controller<D> {
             }
             loop {
                 while in_flight.len() < limit
-                    && let Some(work) = queued.pop_front()
+                    && let Some(next) = queued.pop_front()
                 {
-                    let key = work.key.clone();
+                    let key = next.key().clone();
                     let controller = Arc::clone(&self);
-                    let task = in_flight.spawn(async move { controller.reconcile_key(work).await });
+                    let task = in_flight.spawn(async move {
+                        match next {
+                            Queued::Read(work) => controller.reconcile_key(work).await,
+                            Queued::Look(key) => match controller.look(&key).await {
+                                Ok(work) => controller.reconcile_key(work).await,
+                                Err(error) => (
+                                    key,
+                                    KeyOutcome {
+                                        errors: vec![error],
+                                        ..KeyOutcome::default()
+                                    },
+                                ),
+                            },
+                        }
+                    });
                     tasks.insert(task.id(), key);
                 }
                 let wake_at = services
@@ -401,7 +432,24 @@ impl<D: Driver> Controller<D> {
                     () = &mut shutdown => return,
                     () = self.wake.notified() => break,
                     Ok(()) = changes.changed() => break,
-                    () = tokio::time::sleep_until(wake_at) => break,
+                    () = tokio::time::sleep_until(wake_at) => {
+                        let now = Instant::now();
+                        if now >= round_at {
+                            break;
+                        }
+                        // A service's own time (a drain grace, a step) is a look at it alone.
+                        for (key, looked) in &mut services {
+                            if looked.wake_at.is_none_or(|at| at > now) {
+                                continue;
+                            }
+                            looked.wake_at = None;
+                            if tasks.values().any(|k| k == key) {
+                                again.insert(key.clone());
+                            } else if !queued.iter().any(|q| q.key() == key) {
+                                queued.push_back(Queued::Look(key.clone()));
+                            }
+                        }
+                    }
                     Some(done) = in_flight.join_next_with_id() => {
                         let (id, done) = match done {
                             Ok((id, (_, outcome))) => (id, Ok(outcome)),
@@ -419,13 +467,13 @@ impl<D: Driver> Controller<D> {
                         });
                         printed.service(&key, &outcome.errors);
                         let woken = again.remove(&key);
-                        let looked = services.entry(key).or_default();
+                        let looked = services.entry(key.clone()).or_default();
                         looked.wake_at = outcome
                             .requeue_after_ms
                             .map(|ms| Instant::now() + Duration::from_millis(ms.max(10)));
                         looked.active = outcome.active;
-                        if woken {
-                            break;
+                        if woken && !queued.iter().any(|q| *q.key() == key) {
+                            queued.push_back(Queued::Look(key));
                         }
                     }
                     open = next_signal(&mut scale_up) => {
@@ -617,6 +665,41 @@ impl<D: Driver> Controller<D> {
             },
             work,
         ))
+    }
+
+    /// What a round would read for one service in one environment, read for it alone: its
+    /// desired state and its replicas.
+    async fn look(&self, key: &Key) -> Result<Work> {
+        let (service, env) = key.clone();
+        let wanted = self
+            .db(
+                format!("read the desired state of {service}/{env}"),
+                move |store| store.desired_get(&service, &env),
+            )
+            .await?;
+        for revision in wanted.iter().flat_map(|d| &d.revisions) {
+            self.revision(&revision.revision).await?;
+        }
+        let statuses = self
+            .driver
+            .replicas()
+            .await
+            .map_err(|error| ControlError::driver("list replicas", error))?;
+        self.note_stopped(&statuses);
+        let mut errors = Vec::new();
+        let instances = self
+            .group(statuses, &mut errors)
+            .await
+            .remove(key)
+            .unwrap_or_default();
+        match errors.into_iter().next() {
+            Some(error) => Err(error),
+            None => Ok(Work {
+                key: key.clone(),
+                wanted,
+                instances,
+            }),
+        }
     }
 
     /// Reconciles one service in one environment, with what its round read.
