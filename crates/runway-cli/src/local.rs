@@ -10,10 +10,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use runway_manifest::Service;
 use runway_runtime::logs::{Follower, LogLine};
-use runway_runtime::network::AddressPool;
 use runway_runtime::service::{InstanceOptions, instance_spec};
 use runway_runtime::status::{InstanceStatus, Phase};
-use runway_runtime::{Credentials, LocalConfig, LocalRuntime, Runtime, SupervisorCommand};
+use runway_runtime::{Credentials, LocalConfig, LocalRuntime, Runtime};
 
 use crate::repo::{discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, Output, RepoArg, print_stdout};
@@ -153,52 +152,6 @@ fn runtime_for_images(state: &StateArg, images: &ImageArgs) -> anyhow::Result<Lo
     Ok(LocalRuntime::new(config))
 }
 
-/// The code snapshots' directory in a server's data directory.
-pub(crate) const SOURCES_DIR: &str = "sources";
-
-/// A local runtime keeping its state under `root` (the control plane's is its data
-/// directory's `runtime/`), pulling from `insecure_registries` over plain HTTP and running
-/// containers with `oci_runtime` (`runway server`'s `runtime` section).
-pub(crate) fn runtime_with(
-    root: PathBuf,
-    insecure_registries: &[String],
-    allowed_registries: &[String],
-    oci_runtime: &Path,
-    instance_network: Option<AddressPool>,
-) -> anyhow::Result<LocalRuntime> {
-    if let Some(pool) = &instance_network {
-        AddressPool::check_tools().map_err(|missing| {
-            anyhow::anyhow!(
-                "{missing}: runtime.instance_network gives every instance a network of its own, \
-                 which needs them (install iproute2, or set instance_network: host)"
-            )
-        })?;
-        if let Some(firewall) = pool.firewall() {
-            runway_runtime::firewall::Firewall::check_tools().map_err(|missing| {
-                anyhow::anyhow!(
-                    "{missing}: instances on their own networks reach the world through the \
-                     platform's firewall, which needs it (install nftables, or set \
-                     runtime.instance_network: host)"
-                )
-            })?;
-            firewall.install().map_err(|why| {
-                anyhow::anyhow!("cannot set up the instances' firewall (runtime.egress): {why}")
-            })?;
-        }
-    }
-    let mut config = config_in(root)?;
-    config.pull.insecure_registries = insecure_registries.to_vec();
-    config.pull.allowed_registries = Some(allowed_registries.to_vec());
-    // The server's data directory: the store, the master key, the CA's key; and in it, the
-    // code snapshots processes run from.
-    let data_dir = config.root.parent().map(Path::to_path_buf);
-    config.code_snapshots = data_dir.as_ref().map(|dir| dir.join(SOURCES_DIR));
-    config.private_dirs = data_dir.into_iter().collect();
-    config.oci_runtime = oci_runtime.to_path_buf();
-    config.instance_network = instance_network;
-    Ok(LocalRuntime::new(config))
-}
-
 fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {
     let root = match &state.state_dir {
         Some(dir) => dir.clone(),
@@ -208,78 +161,10 @@ fn local_config(state: &StateArg) -> anyhow::Result<LocalConfig> {
 }
 
 fn config_in(root: PathBuf) -> anyhow::Result<LocalConfig> {
-    let (program, args) = beside_or_own("runway-supervisor", "supervise", None)?;
-    Ok(LocalConfig::new(root, SupervisorCommand { program, args }))
-}
-
-/// The small binary `name` installed beside this one, with no arguments; else this binary
-/// with its `subcommand` doing the same job (the supervisor, the ingress). With `version`, the
-/// one beside is taken only when its `--version` says `name version` (the same build as the
-/// code linked into this binary); another is named on stderr and left alone.
-pub(crate) fn beside_or_own(
-    name: &str,
-    subcommand: &str,
-    version: Option<&str>,
-) -> anyhow::Result<(PathBuf, Vec<std::ffi::OsString>)> {
-    let program = std::env::current_exe().context("cannot find the runway binary")?;
-    Ok(pick_beside_or_own(&program, name, subcommand, version))
-}
-
-/// [`beside_or_own`] for `program`.
-fn pick_beside_or_own(
-    program: &Path,
-    name: &str,
-    subcommand: &str,
-    version: Option<&str>,
-) -> (PathBuf, Vec<std::ffi::OsString>) {
-    let beside = program.with_file_name(name);
-    let own = (program.to_path_buf(), vec![subcommand.into()]);
-    if !beside.is_file() {
-        return own;
-    }
-    let Some(version) = version else {
-        return (beside, vec![]);
-    };
-    let expected = format!("{name} {version}");
-    match version_of(&beside) {
-        Ok(said) if said == expected => (beside, vec![]),
-        said => {
-            let said = said.unwrap_or_else(|error| format!("{error:#}"));
-            eprintln!(
-                "runway: not starting {} (it says {said:?}, this runway is built with \
-                 {expected:?}): `{} {subcommand}` serves instead; install both from one build",
-                beside.display(),
-                program.display()
-            );
-            own
-        }
-    }
-}
-
-/// What `program --version` prints, its first line; bounded by [`VERSION_TIMEOUT`].
-fn version_of(program: &Path) -> anyhow::Result<String> {
-    const VERSION_TIMEOUT: Duration = Duration::from_secs(5);
-    let mut child = std::process::Command::new(program)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .with_context(|| format!("cannot run {} --version", program.display()))?;
-    let started = std::time::Instant::now();
-    while child.try_wait()?.is_none() {
-        if started.elapsed() > VERSION_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("no answer to --version in {} s", VERSION_TIMEOUT.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        std::io::Read::read_to_string(&mut stdout, &mut out)?;
-    }
-    Ok(out.lines().next().unwrap_or_default().trim().to_owned())
+    Ok(LocalConfig::new(
+        root,
+        runway_server::driver::local::supervisor_command()?,
+    ))
 }
 
 pub(crate) fn default_state_dir() -> anyhow::Result<PathBuf> {
@@ -582,63 +467,4 @@ pub(crate) fn stop(args: &StopArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A directory with `runway` (never run) and, when given, `runway-ingress` printing
-    /// `version` for `--version`.
-    fn installed(version: Option<&str>) -> (tempfile::TempDir, PathBuf) {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let runway = dir.path().join("runway");
-        std::fs::write(&runway, "").unwrap();
-        if let Some(version) = version {
-            let beside = dir.path().join("runway-ingress");
-            std::fs::write(&beside, format!("#!/bin/sh\necho '{version}'\n")).unwrap();
-            std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        (dir, runway)
-    }
-
-    #[test]
-    fn the_binary_beside_is_started_only_when_it_is_of_this_build() {
-        let this = format!("runway-ingress {}", runway_ingress::VERSION);
-        let (dir, runway) = installed(Some(&this));
-        let picked = pick_beside_or_own(
-            &runway,
-            "runway-ingress",
-            "ingress",
-            Some(runway_ingress::VERSION),
-        );
-        assert_eq!(picked, (dir.path().join("runway-ingress"), vec![]));
-
-        // An older build left beside a newer runway (same version, other source), one that
-        // prints nothing, none at all: this binary's own subcommand.
-        for beside in [
-            Some("runway-ingress 0.1.0 (source 0000000000000000)"),
-            Some(""),
-            None,
-        ] {
-            let (_dir, runway) = installed(beside);
-            let picked = pick_beside_or_own(
-                &runway,
-                "runway-ingress",
-                "ingress",
-                Some(runway_ingress::VERSION),
-            );
-            assert_eq!(
-                picked,
-                (runway.clone(), vec!["ingress".into()]),
-                "{beside:?}"
-            );
-        }
-
-        // Without a version to match (the runtime's supervisor), whatever is beside.
-        let (dir, runway) = installed(Some("anything"));
-        let picked = pick_beside_or_own(&runway, "runway-ingress", "ingress", None);
-        assert_eq!(picked, (dir.path().join("runway-ingress"), vec![]));
-    }
 }

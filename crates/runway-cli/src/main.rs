@@ -10,7 +10,6 @@ mod api;
 mod cells;
 mod config;
 mod domains;
-mod driver;
 mod everyday;
 mod init;
 mod local;

@@ -15,8 +15,9 @@ use runway_runtime::{LocalRuntime, Runtime};
 use crate::api::{Client, CreateService, DeploymentStateView, DeploymentView};
 use crate::platform::{deploy_request, upload_code, wait_for};
 use crate::repo::{discover, valid_services};
-use crate::server::{IngressConfig, Running, ServerConfig};
 use crate::{EXIT_INVALID, Output};
+use runway_server::config::IngressConfig;
+use runway_server::{Running, ServerConfig};
 
 /// The bundled example, written into a temporary directory so the command works from anywhere.
 const EXAMPLE: [(&str, &str); 5] = [
@@ -81,7 +82,7 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             let dir = std::path::absolute(dir)
                 .with_context(|| format!("cannot use {}", dir.display()))?;
             // Made as `runway server --data-dir` makes it.
-            crate::server::create_data_dir(&dir)?;
+            runway_server::create_data_dir(&dir)?;
             dir
         }
         (None, Some(temp)) => temp.path().to_path_buf(),
@@ -156,7 +157,7 @@ async fn quickstart(args: &Args, data_dir: &Path) -> anyhow::Result<ExitCode> {
     let log = data_dir.join("server.log");
     let _log = StderrTo::file(&log)?;
     say(&format!("the platform's log: {}", log.display()));
-    let running = crate::server::start(config).await?;
+    let running = runway_server::start(config).await?;
     let outcome = demonstrate(args, &running, data_dir, &example).await;
     // The platform's instances go with it: the control plane stops first (else it would start
     // them again), then the instances, then the ingress.
