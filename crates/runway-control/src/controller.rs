@@ -24,10 +24,11 @@ use crate::dataplane::DataPlane;
 use crate::error::{ControlError, Result};
 use crate::leader::Leadership;
 use crate::observe::{failure_reason, instance_state, kind, managed_key, revision_of};
+use crate::propagate::{Entry, Propagator};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
 use crate::state::{Key, ServiceState, StartFailure, State};
-use crate::table::{applied_route, build_table, route_for};
+use crate::table::entry_for;
 use crate::workload::{may_start, start_inputs, workload};
 
 /// The name the controller writes in the audit log.
@@ -47,9 +48,8 @@ pub struct Controller<D: Driver> {
     pub(crate) state: Mutex<State>,
     /// One round's reading of everything at a time.
     pass: tokio::sync::Mutex<()>,
-    /// One table built and sent at a time, so services reconciled at once send them in the
-    /// order they were built, each from the latest state.
-    table: tokio::sync::Mutex<()>,
+    /// The route table's owner: services publish their routes to it.
+    propagator: Propagator,
     /// Every service may run plain processes (`runtime.allow_processes`); otherwise those an
     /// admin allowed.
     allow_processes: bool,
@@ -59,10 +59,6 @@ pub struct Controller<D: Driver> {
     /// Held while the queue's front is written: services reconciled at once each write the
     /// queue, and two writers of one front would write it twice and drop the next.
     writing: tokio::sync::Mutex<()>,
-    /// The platform's environments, for the ingress's table.
-    environments: Vec<String>,
-    /// Routes the operator names besides the services' (cell routers), in every table.
-    fixed_routes: Vec<RouteConfig>,
     /// Whether this replica leads, when it is one of several (see [`Controller::leadership`]).
     leadership: Option<watch::Receiver<Leadership>>,
     /// The last minutes of each routed revision's counters (`traffic.rs`).
@@ -217,22 +213,25 @@ impl<D: Driver> Controller<D> {
         sealer: Sealer,
     ) -> Self {
         let wake = Arc::new(Notify::new());
+        let edge = Arc::new(crate::edge::Edge::new(Arc::clone(&wake)));
         Self {
+            propagator: Propagator::new(
+                Arc::clone(&dataplane),
+                Arc::clone(&edge),
+                config.domain.clone(),
+            ),
             config,
             store,
             driver,
             dataplane,
             sealer: Arc::new(sealer),
-            edge: Arc::new(crate::edge::Edge::new(Arc::clone(&wake))),
+            edge,
             wake,
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(()),
-            table: tokio::sync::Mutex::new(()),
             allow_processes: false,
             unwritten: Arc::default(),
             writing: tokio::sync::Mutex::new(()),
-            environments: Vec::new(),
-            fixed_routes: Vec::new(),
             leadership: None,
             traffic: Mutex::default(),
             started_at_ms: now_ms(),
@@ -268,14 +267,14 @@ impl<D: Driver> Controller<D> {
     /// `{env}.{domain}` over TLS (a 404 where nothing is served yet), not with a TLS alert.
     #[must_use]
     pub fn environments(mut self, environments: Vec<String>) -> Self {
-        self.environments = environments;
+        self.propagator.environments = environments;
         self
     }
 
     /// Routes put in every table beside the services' (a cell router's: `ingress.cells`).
     #[must_use]
     pub fn fixed_routes(mut self, routes: Vec<RouteConfig>) -> Self {
-        self.fixed_routes = routes;
+        self.propagator.fixed = routes;
         self
     }
 
@@ -360,6 +359,7 @@ impl<D: Driver> Controller<D> {
                 }
                 if !led {
                     *self.lock() = State::default();
+                    self.propagator.reset();
                     led = true;
                 }
             }
@@ -736,7 +736,7 @@ impl<D: Driver> Controller<D> {
         active: &HashSet<i64>,
         errors: &mut Vec<ControlError>,
     ) {
-        if let Err(error) = self.apply_table().await {
+        if let Err(error) = self.publish_round().await {
             errors.push(error);
         }
         let (dropped, live) = self.forget_gone(&round.desired, &round.running);
@@ -1321,62 +1321,68 @@ impl<D: Driver> Controller<D> {
         let fixed = |route: &RouteConfig| {
             route.cells.is_some()
                 || self
-                    .fixed_routes
+                    .propagator
+                    .fixed
                     .iter()
                     .any(|f| f.service == route.service && f.env == route.env)
         };
-        for route in table.routes.iter().filter(|route| !fixed(route)) {
+        let adopted: Vec<RouteConfig> = table
+            .routes
+            .iter()
+            .filter(|route| !fixed(route))
+            .cloned()
+            .collect();
+        for route in &adopted {
             state
                 .adopted
                 .insert((route.service.clone(), route.env.clone()), route.clone());
         }
-        state.applied_table = Some(table);
+        self.propagator.adopt(table, &adopted);
     }
 
-    /// [`Controller::apply_table`] after a change to one service, when its route is not the
-    /// one the ingress has: a service at rest costs a look at its own route, not a table.
+    /// Publishes the service's entry in the table, when it changed, and waits until the
+    /// data plane has it: a service at rest costs a look at its own entry, not a table.
     pub(crate) async fn apply_route(&self, key: &Key) -> Result<()> {
-        {
-            let state = self.lock();
-            if applied_route(&state, key) == route_for(&state, key).as_ref() {
-                return Ok(());
-            }
+        let entry = entry_for(&self.lock(), key);
+        if !self.propagator.holds(key, entry.as_ref()) && !self.may_act() {
+            return Err(Self::not_leading());
         }
-        self.apply_table().await
+        self.propagator
+            .publish(key.clone(), entry)
+            .await
+            .map_err(ControlError::Ingress)
     }
 
-    /// Builds the whole table from every service and gives it to the ingress, when it changed.
-    /// One at a time, so tables reach the data plane in the order they were built.
-    pub(crate) async fn apply_table(&self) -> Result<()> {
-        let _one = self.table.lock().await;
+    /// A round's part of the table: the entries of every service (those whose reconciler has
+    /// not run yet, those registered with none, those gone), and the edge's part, published
+    /// together; services served from before this controller and not reached yet are kept as
+    /// they were.
+    async fn publish_round(&self) -> Result<()> {
         if !self.may_act() {
             return Err(Self::not_leading());
         }
-        let (generation, edge) = self.edge.snapshot();
-        let table = {
-            let mut state = self.lock();
-            state.domains = edge.domains;
-            let mut table = build_table(
-                &state,
-                &self.config.domain,
-                &self.environments,
-                &self.fixed_routes,
-            );
-            table.certificates = edge.certificates;
-            table.acme = edge.acme;
-            if state.applied_table.as_ref() == Some(&table) {
-                self.edge.mark_applied(generation);
-                return Ok(());
-            }
-            table
+        let changes: Vec<(Key, Option<Entry>)> = {
+            let state = self.lock();
+            let keys: BTreeSet<Key> = state
+                .known
+                .iter()
+                .chain(state.services.keys())
+                .cloned()
+                .chain(self.propagator.keys())
+                .collect();
+            keys.into_iter()
+                .filter(|key| state.services.contains_key(key) || !state.adopted.contains_key(key))
+                .map(|key| {
+                    let entry = entry_for(&state, &key);
+                    (key, entry)
+                })
+                .filter(|(key, entry)| !self.propagator.holds(key, entry.as_ref()))
+                .collect()
         };
-        self.dataplane
-            .set_routes(&table)
+        self.propagator
+            .publish_all(changes, true)
             .await
-            .map_err(ControlError::Ingress)?;
-        self.lock().applied_table = Some(table);
-        self.edge.mark_applied(generation);
-        Ok(())
+            .map_err(ControlError::Ingress)
     }
 
     fn remember_start_error(
@@ -1621,7 +1627,7 @@ impl<D: Driver> Controller<D> {
 
     /// The table last given to the ingress (empty before the first).
     pub fn route_table(&self) -> RouteTableConfig {
-        self.lock().applied_table.clone().unwrap_or_default()
+        self.propagator.applied().unwrap_or_default()
     }
 }
 

@@ -126,6 +126,7 @@ pub mod edge;
 mod error;
 pub mod leader;
 mod observe;
+mod propagate;
 mod revision;
 mod rollout;
 mod state;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use runway_driver::Replica;
-use runway_ingress::{RouteConfig, RouteTableConfig};
+use runway_ingress::RouteConfig;
 use runway_reconciler::{RevisionStatus, RouteWeight};
 
 use crate::autoscale::Scaler;
@@ -34,10 +34,6 @@ pub(crate) struct State {
     /// When this controller first saw each deployment in progress (by id): its timeout runs
     /// from then or from its creation, whichever is later.
     pub(crate) deployments_seen: HashMap<i64, u64>,
-    /// Each service's custom domains, by service and environment, as the last table had them.
-    pub(crate) domains: BTreeMap<Key, Vec<String>>,
-    /// The table the ingress has, as last set by this controller (or found serving).
-    pub(crate) applied_table: Option<RouteTableConfig>,
     /// Whether the data plane's serving table was read (once, before the first pass).
     pub(crate) serving_read: bool,
     /// The routes the data plane served when this controller started, of the services the

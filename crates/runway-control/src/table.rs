@@ -1,90 +1,41 @@
-//! The whole ingress table, built from every service's routes and instances.
+//! Each service's entry in the ingress table, from its routes and instances; the propagator
+//! ([`crate::propagate`]) assembles the table from them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 
 use runway_driver::Phase;
-use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig, RouteTableConfig};
+use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig};
 use runway_reconciler::Condition;
 
 use crate::observe::revision_of;
+use crate::propagate::Entry;
 use crate::revision::RevisionInfo;
 use crate::state::{Key, ServiceState, State};
 
-/// The table for every service with routes: each routed revision (and each other revision
-/// with instances, at weight 0, so its tag host answers) with its ready, non-draining
-/// instances, and its draining ones marked so. A registered service with no revision serving
-/// has a route with no weight, which the ingress answers with a 503 that says so.
-pub(crate) fn build_table(
-    state: &State,
-    domain: &str,
-    environments: &[String],
-    fixed: &[RouteConfig],
-) -> RouteTableConfig {
-    let keys: BTreeSet<&Key> = state
-        .services
-        .keys()
-        .chain(state.adopted.keys())
-        .chain(&state.known)
-        .collect();
-    // By name, whichever services a round reached first; the operator's fixed routes (cell
-    // routers, in an env no service is in) among them.
-    let mut routes: Vec<RouteConfig> = keys
-        .into_iter()
-        .filter_map(|key| route_for(state, key))
-        .chain(fixed.iter().cloned())
-        .collect();
-    routes.sort_by(|a, b| (&a.service, &a.env).cmp(&(&b.service, &b.env)));
-    RouteTableConfig {
-        domain: domain.to_owned(),
-        environments: environments.to_vec(),
-        routes,
-        callers: callers(state),
-        ..RouteTableConfig::default()
-    }
-}
-
-/// Who each instance of the platform is, by its address (`service/env`): every instance
-/// with an address that has not ended, workers too, so the private listener knows its
-/// callers. A service not reached by a round yet (adopted) keeps the entries the table in
-/// force gave it. An address claimed by two services is left out: its caller is refused,
-/// never taken for the wrong one.
-pub(crate) fn callers(state: &State) -> BTreeMap<IpAddr, String> {
-    let mut found: BTreeMap<IpAddr, Option<String>> = BTreeMap::new();
-    let mut claim = |address: IpAddr, name: String| {
-        found
-            .entry(address.to_canonical())
-            .and_modify(|held| {
-                if held.as_ref() != Some(&name) {
-                    *held = None;
-                }
-            })
-            .or_insert(Some(name));
-    };
-    for (key, service) in &state.services {
-        let name = format!("{}/{}", key.0, key.1);
-        let live = service.instances.iter().filter(|status| {
-            !matches!(status.phase, Phase::Stopped | Phase::Exited | Phase::Failed)
+/// One service's entry in the table ([`crate::propagate`]): its route, as [`route`] makes it,
+/// and the addresses of its live instances (workers' too, so the private listener knows its
+/// callers). A registered service not reached by a round yet has a route with no revision
+/// (the ingress answers a 503 that says so); one neither registered nor with state, none.
+pub(crate) fn entry_for(state: &State, key: &Key) -> Option<Entry> {
+    let Some(service) = state.services.get(key) else {
+        return state.known.contains(key).then(|| Entry {
+            route: route(state, key, &ServiceState::default()),
+            ..Entry::default()
         });
-        for address in live.filter_map(|status| status.address) {
-            claim(address.ip(), name.clone());
-        }
-    }
-    if let Some(applied) = &state.applied_table {
-        for (address, name) in &applied.callers {
-            let adopted = name.split_once('/').is_some_and(|(service, env)| {
-                let key = (service.to_owned(), env.to_owned());
-                state.adopted.contains_key(&key) && !state.services.contains_key(&key)
-            });
-            if adopted {
-                claim(*address, name.clone());
-            }
-        }
-    }
-    found
-        .into_iter()
-        .filter_map(|(address, name)| Some((address, name?)))
-        .collect()
+    };
+    let callers: BTreeSet<IpAddr> = service
+        .instances
+        .iter()
+        .filter(|status| !matches!(status.phase, Phase::Stopped | Phase::Exited | Phase::Failed))
+        .filter_map(|status| status.address.map(|address| address.ip()))
+        .collect();
+    let route = route(state, key, service);
+    (route.is_some() || !callers.is_empty()).then_some(Entry {
+        route,
+        callers,
+        adopted: false,
+    })
 }
 
 /// Who reaches a route, from its heaviest revision's manifest: the public listeners unless
@@ -105,27 +56,6 @@ fn access(route: &mut RouteConfig, info: Option<&RevisionInfo>) {
         .as_ref()
         .and_then(|policies| policies.cloudflare)
         .unwrap_or(false);
-}
-
-/// One service's route in one environment, as [`build_table`] puts it in the table: from its
-/// state; served before this controller started and not yet reached by a round, as it was;
-/// registered, and neither deployed nor served, a route with no revision.
-pub(crate) fn route_for(state: &State, key: &Key) -> Option<RouteConfig> {
-    match (state.services.get(key), state.adopted.get(key)) {
-        (Some(service), _) => route(state, key, service),
-        (None, Some(adopted)) => Some(adopted.clone()),
-        (None, None) if state.known.contains(key) => route(state, key, &ServiceState::default()),
-        (None, None) => None,
-    }
-}
-
-/// The route the ingress has for a service in an environment, as last set.
-pub(crate) fn applied_route<'a>(state: &'a State, key: &Key) -> Option<&'a RouteConfig> {
-    let routes = &state.applied_table.as_ref()?.routes;
-    routes
-        .binary_search_by(|route| (&route.service, &route.env).cmp(&(&key.0, &key.1)))
-        .ok()
-        .map(|i| &routes[i])
 }
 
 fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig> {
@@ -167,7 +97,6 @@ fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig
         .max_by_key(|(_, weight)| **weight)
         .and_then(|(name, _)| state.revisions.get(*name));
     let mut route = RouteConfig {
-        domains: state.domains.get(key).cloned().unwrap_or_default(),
         request_timeout_seconds: heaviest.map_or(300.0, |info| info.request_timeout_seconds()),
         revisions,
         ..RouteConfig::new(key.0.clone(), key.1.clone())
@@ -235,7 +164,31 @@ mod tests {
     use runway_driver::Replica;
     use runway_reconciler::RouteWeight;
 
+    use runway_ingress::RouteTableConfig;
+
     use super::*;
+
+    /// The table of every service in `state`, as the propagator assembles it.
+    fn build_table(
+        state: &State,
+        domain: &str,
+        environments: &[String],
+        fixed: &[RouteConfig],
+    ) -> RouteTableConfig {
+        let entries = state
+            .services
+            .keys()
+            .chain(&state.known)
+            .filter_map(|key| Some((key.clone(), entry_for(state, key)?)))
+            .collect();
+        crate::propagate::assemble(
+            &entries,
+            domain,
+            environments,
+            fixed,
+            &crate::edge::EdgeView::default(),
+        )
+    }
 
     /// A revision of `service` in `env` whose manifest's spec has `spec` besides a port.
     fn info(service: &str, env: &str, spec: serde_json::Value) -> Arc<RevisionInfo> {
