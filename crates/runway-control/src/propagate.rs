@@ -353,3 +353,121 @@ pub(crate) fn assemble(
         acme: edge.acme.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use runway_ingress::{RevisionStats, ScaleUp};
+    use tokio::sync::{Notify, broadcast};
+
+    use super::*;
+    use crate::dataplane::BoxFuture;
+
+    /// A data plane that refuses any table with a route of the service `bad`, and counts the
+    /// tables it took.
+    #[derive(Default)]
+    struct Picky {
+        taken: AtomicUsize,
+        table: Mutex<Option<RouteTableConfig>>,
+    }
+
+    impl DataPlane for Picky {
+        fn set_routes<'a>(
+            &'a self,
+            table: &'a RouteTableConfig,
+        ) -> BoxFuture<'a, Result<(), String>> {
+            Box::pin(async move {
+                if table.routes.iter().any(|route| route.service == "bad") {
+                    return Err("route bad refused".to_owned());
+                }
+                self.taken.fetch_add(1, Ordering::SeqCst);
+                *self.table.lock().unwrap_or_else(PoisonError::into_inner) = Some(table.clone());
+                Ok(())
+            })
+        }
+
+        fn drain(&self, _: SocketAddr, _: Duration) -> BoxFuture<'static, bool> {
+            Box::pin(async { true })
+        }
+
+        fn revision_stats(&self, _: &str, _: &str, _: &str) -> Option<RevisionStats> {
+            None
+        }
+
+        fn subscribe_scale_up(&self) -> broadcast::Receiver<ScaleUp> {
+            broadcast::channel(1).1
+        }
+
+        fn serving(&self) -> Option<RouteTableConfig> {
+            None
+        }
+    }
+
+    fn entry(service: &str) -> (Key, Option<Entry>) {
+        (
+            (service.to_owned(), "dev".to_owned()),
+            Some(Entry {
+                route: Some(RouteConfig::new(service.to_owned(), "dev".to_owned())),
+                ..Entry::default()
+            }),
+        )
+    }
+
+    fn propagator(dataplane: &Arc<Picky>) -> Propagator {
+        let edge = Arc::new(Edge::new(Arc::new(Notify::new())));
+        Propagator::new(
+            Arc::clone(dataplane) as Arc<dyn DataPlane>,
+            edge,
+            "example.test".to_owned(),
+        )
+    }
+
+    fn served(dataplane: &Picky) -> Vec<String> {
+        let table = dataplane
+            .table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let routes = table.iter().flat_map(|table| &table.routes);
+        routes.map(|route| route.service.clone()).collect()
+    }
+
+    /// Changes published together go out in one table; one the data plane refuses is
+    /// answered with its refusal and goes back as it was, and the others go out.
+    #[tokio::test]
+    async fn changes_go_out_together_and_a_refused_one_alone_is_undone() {
+        let dataplane = Arc::new(Picky::default());
+        let propagator = propagator(&dataplane);
+        propagator
+            .publish_all(vec![entry("api"), entry("web")], false)
+            .await
+            .unwrap();
+        assert_eq!(dataplane.taken.load(Ordering::SeqCst), 1);
+        assert_eq!(served(&dataplane), ["api", "web"]);
+
+        let (bad, bad_entry) = entry("bad");
+        let refused = propagator
+            .publish_all(vec![entry("jobs"), (bad.clone(), bad_entry.clone())], false)
+            .await;
+        assert_eq!(refused, Err("route bad refused".to_owned()));
+        assert_eq!(served(&dataplane), ["api", "jobs", "web"]);
+        assert!(propagator.holds(&bad, None), "the refused entry is undone");
+        assert!(!propagator.holds(&bad, bad_entry.as_ref()));
+
+        // Published again unchanged: no table is set.
+        let taken = dataplane.taken.load(Ordering::SeqCst);
+        propagator
+            .publish_all(vec![entry("api")], false)
+            .await
+            .unwrap();
+        assert_eq!(dataplane.taken.load(Ordering::SeqCst), taken);
+        // Gone: out of the next table.
+        propagator
+            .publish(("web".to_owned(), "dev".to_owned()), None)
+            .await
+            .unwrap();
+        assert_eq!(served(&dataplane), ["api", "jobs"]);
+    }
+}
