@@ -195,7 +195,9 @@ impl From<StoreError> for ApiError {
             | StoreError::Postgres(_)
             | StoreError::Corrupt(_)
             | StoreError::Io { .. }
-            | StoreError::TooNew { .. } => Self::internal(format!("store: {error}")),
+            | StoreError::TooNew { .. } => {
+                Self::internal(format!("store: {}", runway_log::chain(&error)))
+            }
         }
     }
 }

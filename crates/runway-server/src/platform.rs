@@ -190,7 +190,9 @@ impl Platform for ServerPlatform {
                     tracing::warn!(error = %e, "a code snapshot was refused: the disk is full");
                     Err(SourceRefused::Full)
                 }
-                Err(e @ SourceError::Io { .. }) => Err(SourceRefused::Internal(e.to_string())),
+                Err(e @ SourceError::Io { .. }) => {
+                    Err(SourceRefused::Internal(runway_log::chain(&e)))
+                }
             }
         })
     }
