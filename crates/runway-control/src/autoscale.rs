@@ -110,7 +110,9 @@ impl<D: Driver> Controller<D> {
                 }
             }
         }
-        self.lock().scalers.retain(|name, _| scaled.contains(name));
+        for service in self.lock().services.values_mut() {
+            service.scalers.retain(|name, _| scaled.contains(name));
+        }
         (changed, errors)
     }
 
@@ -135,12 +137,16 @@ impl<D: Driver> Controller<D> {
             .map_or(0, |stats| stats.concurrency());
         let mut state = self.lock();
         let ready = ready_instances(&state, key, name);
-        let scaler = state.scalers.entry(name.clone()).or_insert_with(|| Scaler {
-            history: History::for_settings(&settings),
-            state: ScalerState::default(),
-            last: None,
-            last_change: None,
-        });
+        let scaler = state
+            .service(key)
+            .scalers
+            .entry(name.clone())
+            .or_insert_with(|| Scaler {
+                history: History::for_settings(&settings),
+                state: ScalerState::default(),
+                last: None,
+                last_change: None,
+            });
         // Counts are small: the f64 is exact.
         #[allow(clippy::cast_precision_loss, reason = "a request count")]
         let sample = Sample::new(now, concurrency as f64);
@@ -189,7 +195,11 @@ impl<D: Driver> Controller<D> {
         match written {
             Ok(desired) => {
                 let mut state = self.lock();
-                if let Some(scaler) = state.scalers.get_mut(revision) {
+                let scaler = state
+                    .services
+                    .get_mut(key)
+                    .and_then(|service| service.scalers.get_mut(revision));
+                if let Some(scaler) = scaler {
                     scaler.last_change.clone_from(&scaler.last);
                     if let Some(event) = &scaler.last {
                         tracing::info!(
@@ -215,15 +225,16 @@ impl<D: Driver> Controller<D> {
     /// decisions.
     pub fn scaling(&self, service: &str, env: &str) -> Vec<ScalingSummary> {
         let state = self.lock();
-        let mut summaries: Vec<ScalingSummary> = state
-            .scalers
+        let Some(scalers) = state
+            .services
+            .get(&(service.to_owned(), env.to_owned()))
+            .map(|state| &state.scalers)
+        else {
+            return Vec::new();
+        };
+        let mut summaries: Vec<ScalingSummary> = scalers
             .iter()
-            .filter(|(name, _)| {
-                state
-                    .revisions
-                    .get(name.as_str())
-                    .is_some_and(|info| info.record.service == service && info.record.env == env)
-            })
+            .filter(|(name, _)| state.revisions.contains_key(name.as_str()))
             .map(|(name, scaler)| ScalingSummary {
                 revision: name.clone(),
                 concurrency: self
@@ -268,7 +279,7 @@ fn count_instances(
         .iter()
         .filter(|status| revision_of(&status.id) == Some(revision) && counted(status))
         .filter(|status| {
-            state
+            service
                 .tracked
                 .get(&status.id)
                 .is_none_or(|tracked| tracked.draining_since_ms.is_none())

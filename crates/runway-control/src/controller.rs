@@ -785,9 +785,9 @@ impl<D: Driver> Controller<D> {
         errors: &mut Vec<ControlError>,
     ) -> BTreeMap<Key, Vec<Replica>> {
         let ids: BTreeSet<&str> = statuses.iter().map(|s| s.id.as_str()).collect();
-        self.lock()
-            .tracked
-            .retain(|id, _| ids.contains(id.as_str()));
+        for service in self.lock().services.values_mut() {
+            service.tracked.retain(|id, _| ids.contains(id.as_str()));
+        }
         let mut by_key: BTreeMap<Key, Vec<Replica>> = BTreeMap::new();
         for status in statuses {
             let Some(name) = revision_of(&status.id) else {
@@ -841,13 +841,14 @@ impl<D: Driver> Controller<D> {
             _ => (None, None),
         };
         let wanted = rolled.as_ref().or(retired.as_ref()).or(wanted);
-        let (observed, changes) = self.observe(&instances, now);
+        let (observed, changes) = self.observe(key, &instances, now);
         let policy = self.policy_for(wanted, &instances);
         let routes = {
             let mut state = self.lock();
-            let fresh = !state.services.contains_key(key);
+            let fresh = state.planned(key).is_none();
             let serving = state.adopted.remove(key);
-            let service = state.services.entry(key.clone()).or_default();
+            let service = state.service(key);
+            service.planned = true;
             if fresh {
                 service.routes = serving
                     .as_ref()
@@ -991,10 +992,12 @@ impl<D: Driver> Controller<D> {
     /// is about).
     fn observe(
         &self,
+        key: &Key,
         instances: &[Replica],
         now: u64,
     ) -> (Vec<ObservedInstance>, Vec<(String, String)>) {
         let mut state = self.lock();
+        let service = state.service(key);
         let mut observed = Vec::with_capacity(instances.len());
         let mut changes = Vec::new();
         let mut lost = Vec::new();
@@ -1005,11 +1008,11 @@ impl<D: Driver> Controller<D> {
             // An instance a controller before this one started, seen for the first time: what
             // it is now was told then (or happened while no controller ran), so it is taken as
             // it is, and no deployment, ended or not, hears of it again.
-            let adopted = !state.tracked.contains_key(&status.id)
+            let adopted = !service.tracked.contains_key(&status.id)
                 && status
                     .started_at_ms
                     .is_some_and(|at| at < self.started_at_ms);
-            let tracked = state.tracked.entry(status.id.clone()).or_default();
+            let tracked = service.tracked.entry(status.id.clone()).or_default();
             if adopted {
                 tracked.warned.clone_from(&status.warning);
             }
@@ -1048,7 +1051,7 @@ impl<D: Driver> Controller<D> {
             });
         }
         for revision in lost {
-            *state.readiness_failures.entry(revision).or_default() += 1;
+            *service.readiness_failures.entry(revision).or_default() += 1;
         }
         (observed, changes)
     }
@@ -1141,7 +1144,7 @@ impl<D: Driver> Controller<D> {
             (known, u32::try_from(kept).unwrap_or(u32::MAX))
         };
         let mut results = Vec::new();
-        let newly_retiring = self.mark_retiring(&retire, told);
+        let newly_retiring = self.mark_retiring(key, &retire, told);
         if !retire.is_empty()
             && let Err(error) = self.apply_route(key).await
         {
@@ -1255,11 +1258,12 @@ impl<D: Driver> Controller<D> {
 
     /// Marks the replicas as being stopped: draining in the table, and their stop told to
     /// `told`'s deployment once they are gone. Returns those not marked before.
-    fn mark_retiring(&self, ids: &[String], told: Option<&Deployment>) -> Vec<String> {
+    fn mark_retiring(&self, key: &Key, ids: &[String], told: Option<&Deployment>) -> Vec<String> {
         let mut state = self.lock();
+        let service = state.service(key);
         ids.iter()
             .filter(|id| {
-                state
+                service
                     .retiring
                     .insert((*id).clone(), told.map(|d| d.id))
                     .is_none()
@@ -1273,8 +1277,14 @@ impl<D: Driver> Controller<D> {
         let ids: HashSet<&str> = listed.iter().map(|r| r.id.as_str()).collect();
         let gone: Vec<(String, Option<i64>)> = self
             .lock()
-            .retiring
-            .extract_if(|id, _| !ids.contains(id.as_str()))
+            .services
+            .values_mut()
+            .flat_map(|service| {
+                service
+                    .retiring
+                    .extract_if(|id, _| !ids.contains(id.as_str()))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         for (id, told) in gone {
             if let Some(deployment) = told {
@@ -1371,7 +1381,7 @@ impl<D: Driver> Controller<D> {
                 .chain(self.propagator.keys())
                 .collect();
             keys.into_iter()
-                .filter(|key| state.services.contains_key(key) || !state.adopted.contains_key(key))
+                .filter(|key| state.planned(key).is_some() || !state.adopted.contains_key(key))
                 .map(|key| {
                     let entry = entry_for(&state, &key);
                     (key, entry)
@@ -1410,12 +1420,13 @@ impl<D: Driver> Controller<D> {
         let address = {
             let mut state = self.lock();
             let now = now_ms();
-            let tracked = state.tracked.entry(id.to_owned()).or_default();
+            let service = state.service(key);
+            let tracked = service.tracked.entry(id.to_owned()).or_default();
             tracked.draining_since_ms.get_or_insert(now);
-            state
-                .services
-                .get(key)
-                .and_then(|s| s.instances.iter().find(|i| i.id == id))
+            service
+                .instances
+                .iter()
+                .find(|i| i.id == id)
                 .and_then(|replica| replica.address)
         };
         self.apply_route(key).await?;
@@ -1501,27 +1512,28 @@ impl<D: Driver> Controller<D> {
                     .filter_map(|i| revision_of(&i.id).map(str::to_owned)),
             );
         }
-        let State {
-            revisions,
-            readiness_failures,
-            ..
-        } = &mut *state;
-        let dropped = revisions
+        let dropped = state
+            .revisions
             .extract_if(|name, _| !live.contains(name))
             .map(|(_, info)| info)
             .collect();
-        readiness_failures.retain(|name, _| live.contains(name));
+        for service in state.services.values_mut() {
+            service
+                .readiness_failures
+                .retain(|name, _| live.contains(name));
+        }
         (dropped, live)
     }
 
     /// Forgets what it kept for progressive deployments no longer in progress (ended by a
     /// rollback that superseded them, say, rather than by this controller).
     fn forget_finished(&self, active: &HashSet<i64>) {
-        let mut state = self.lock();
-        state.baselines.retain(|id, _| active.contains(id));
-        state.rollout_messages.retain(|id, _| active.contains(id));
-        state.unready_since.retain(|id, _| active.contains(id));
-        state.deployments_seen.retain(|id, _| active.contains(id));
+        for service in self.lock().services.values_mut() {
+            service.baselines.retain(|id, _| active.contains(id));
+            service.rollout_messages.retain(|id, _| active.contains(id));
+            service.unready_since.retain(|id, _| active.contains(id));
+            service.deployments_seen.retain(|id, _| active.contains(id));
+        }
     }
 
     /// Runs a store call on the blocking pool.

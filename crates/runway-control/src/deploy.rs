@@ -13,7 +13,7 @@ use crate::controller::{ACTOR, Controller, traffic_message};
 use crate::error::Result;
 use crate::observe::{final_reason, revision_of};
 use crate::rollout::Outcome;
-use crate::state::{Key, StartFailure};
+use crate::state::{Key, StartFailure, key_of};
 
 /// How many lines of a failed instance's output a failure's reason carries.
 const REASON_LOG_LINES: usize = 10;
@@ -96,7 +96,7 @@ impl<D: Driver> Controller<D> {
             let crashed = service.and_then(|s| {
                 s.instances.iter().find(|i| {
                     revision_of(&i.id) == Some(target.as_str())
-                        && state.tracked.get(&i.id).is_some_and(|t| {
+                        && s.tracked.get(&i.id).is_some_and(|t| {
                             !t.was_ready
                                 && (matches!(t.kind, "crash_loop" | "failed")
                                     || i.last_exit.is_some())
@@ -155,6 +155,7 @@ impl<D: Driver> Controller<D> {
         let created = u64::try_from(deployment.created_at.unix_millis()).unwrap_or(0);
         let seen = *self
             .lock()
+            .service(&key_of(deployment))
             .deployments_seen
             .entry(deployment.id)
             .or_insert(now);
@@ -192,10 +193,12 @@ impl<D: Driver> Controller<D> {
         }
         {
             let mut state = self.lock();
-            state.deployments_seen.remove(&id);
-            state.baselines.remove(&id);
-            state.rollout_messages.remove(&id);
-            state.unready_since.remove(&id);
+            if let Some(service) = state.services.get_mut(&key_of(deployment)) {
+                service.deployments_seen.remove(&id);
+                service.baselines.remove(&id);
+                service.rollout_messages.remove(&id);
+                service.unready_since.remove(&id);
+            }
         }
         self.db(format!("mark deployment {id} {to}"), move |store| {
             store.deployment_transition(ACTOR, id, to, reason.as_deref())

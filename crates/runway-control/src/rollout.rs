@@ -36,7 +36,7 @@ use crate::controller::{ACTOR, Controller};
 use crate::error::{ControlError, Result};
 use crate::observe::revision_of;
 use crate::revision::RevisionInfo;
-use crate::state::{Key, State};
+use crate::state::{Key, State, key_of};
 
 /// What a deployment's rollout stores between passes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -346,8 +346,9 @@ impl<D: Driver> Controller<D> {
             progress: step.progress.clone(),
             baseline: self
                 .lock()
-                .baselines
-                .get(&deployment.id)
+                .services
+                .get(key)
+                .and_then(|service| service.baselines.get(&deployment.id))
                 .map(|b| StoredBaseline {
                     step: b.step,
                     canary: b.canary.clone(),
@@ -458,12 +459,13 @@ impl<D: Driver> Controller<D> {
         now: u64,
     ) -> Option<Verdict> {
         let mut state = self.lock();
+        let service = state.service(&key_of(deployment));
         let under_way = matches!(progress.phase, Phase::Stepping | Phase::Switched { .. });
         if new_ready || !under_way {
-            state.unready_since.remove(&deployment.id);
+            service.unready_since.remove(&deployment.id);
             return None;
         }
-        let since = *state.unready_since.entry(deployment.id).or_insert(now);
+        let since = *service.unready_since.entry(deployment.id).or_insert(now);
         let waited = now.saturating_sub(since);
         (waited > self.config.deploy_timeout_ms).then(|| Verdict::Fail {
             measure: runway_rollout::Measure::ReadinessFailures,
@@ -511,10 +513,11 @@ impl<D: Driver> Controller<D> {
         let canary_now = self.window(&state, key, canary);
         let stable_now = self.window(&state, key, stable);
         let step = (progress.step_index, progress.step_started_ms);
-        if !state.baselines.contains_key(&deployment)
+        let baselines = &mut state.service(key).baselines;
+        if !baselines.contains_key(&deployment)
             && let Some(stored) = stored.filter(|b| b.step == step)
         {
-            state.baselines.insert(
+            baselines.insert(
                 deployment,
                 StepBaseline {
                     step,
@@ -524,7 +527,7 @@ impl<D: Driver> Controller<D> {
                 },
             );
         }
-        match state.baselines.get_mut(&deployment) {
+        match baselines.get_mut(&deployment) {
             Some(baseline) if baseline.step == step => {
                 let canary = Window::delta(&canary_now, &baseline.canary);
                 let stable = Window::delta(&stable_now, &baseline.stable);
@@ -540,7 +543,7 @@ impl<D: Driver> Controller<D> {
                 Some(verdict)
             }
             _ => {
-                state.baselines.insert(
+                baselines.insert(
                     deployment,
                     StepBaseline {
                         step,
@@ -576,7 +579,11 @@ impl<D: Driver> Controller<D> {
         let canary_now = self.window(&state, key, canary);
         let stable_now = self.window(&state, key, stable);
         let step = (progress.step_index, progress.step_started_ms);
-        let (canary_then, stable_then) = match state.baselines.get(&deployment) {
+        let baseline = state
+            .services
+            .get(key)
+            .and_then(|service| service.baselines.get(&deployment));
+        let (canary_then, stable_then) = match baseline {
             Some(baseline) if baseline.step == step => {
                 (baseline.canary.clone(), baseline.stable.clone())
             }
@@ -615,7 +622,12 @@ impl<D: Driver> Controller<D> {
             requests: stats.requests,
             errors_5xx: stats.errors_5xx,
             latency_buckets: stats.latency_buckets,
-            readiness_failures: state.readiness_failures.get(revision).copied().unwrap_or(0),
+            readiness_failures: state
+                .services
+                .get(key)
+                .and_then(|service| service.readiness_failures.get(revision))
+                .copied()
+                .unwrap_or(0),
             restarts,
         }
     }
@@ -757,8 +769,9 @@ impl<D: Driver> Controller<D> {
         let passed = (judged && matches!(step.action, Action::Advance | Action::Complete))
             .then(|| {
                 self.lock()
-                    .baselines
-                    .get(&deployment.id)
+                    .services
+                    .get(&key_of(deployment))
+                    .and_then(|service| service.baselines.get(&deployment.id))
                     .and_then(|b| b.passed.clone())
             })
             .flatten()
@@ -831,7 +844,10 @@ impl<D: Driver> Controller<D> {
         if first_wait {
             events.push(format!("{}: {message}", strategy.name()));
         }
-        self.lock().rollout_messages.insert(deployment.id, message);
+        self.lock()
+            .service(&key_of(deployment))
+            .rollout_messages
+            .insert(deployment.id, message);
         let mut errors = Vec::new();
         for event in events {
             self.event(Some(deployment), &event, &mut errors).await;
@@ -870,8 +886,9 @@ impl<D: Driver> Controller<D> {
         };
         let message = self
             .lock()
-            .rollout_messages
-            .get(&deployment.id)
+            .services
+            .get(&(service.to_owned(), env.to_owned()))
+            .and_then(|state| state.rollout_messages.get(&deployment.id))
             .cloned()
             .unwrap_or_default();
         let target = &deployment.to_revision;

@@ -18,6 +18,11 @@ use crate::rollout::StepBaseline;
 /// A service in an environment.
 pub(crate) type Key = (String, String);
 
+/// The service and environment a deployment is of.
+pub(crate) fn key_of(deployment: &runway_store::Deployment) -> Key {
+    (deployment.service.clone(), deployment.env.clone())
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct State {
     /// Revisions seen, by name (immutable, so kept until their service is gone).
@@ -26,36 +31,31 @@ pub(crate) struct State {
     /// Every registered service in each of its environments, as the last pass read them: one
     /// with no revision serving is routed still, so its host answers a 503 saying so.
     pub(crate) known: BTreeSet<Key>,
-    /// Per instance id.
-    pub(crate) tracked: HashMap<String, Tracked>,
-    /// Replicas the driver was asked to stop and still lists, by id, with the deployment told
-    /// when each is gone.
-    pub(crate) retiring: HashMap<String, Option<i64>>,
-    /// When this controller first saw each deployment in progress (by id): its timeout runs
-    /// from then or from its creation, whichever is later.
-    pub(crate) deployments_seen: HashMap<i64, u64>,
     /// Whether the data plane's serving table was read (once, before the first pass).
     pub(crate) serving_read: bool,
     /// The routes the data plane served when this controller started, of the services the
     /// passes have not reached yet: kept in the table as they were until then.
     pub(crate) adopted: BTreeMap<Key, RouteConfig>,
-    /// The autoscaler of each revision desired with traffic, by revision name.
-    pub(crate) scalers: HashMap<String, Scaler>,
-    /// Times an instance of each revision went from ready to not ready or failed, by name:
-    /// the canary analysis's readiness failures.
-    pub(crate) readiness_failures: HashMap<String, u32>,
-    /// The counters each progressive deployment's current step started from, by id.
-    pub(crate) baselines: HashMap<i64, StepBaseline>,
-    /// What each progressive deployment waits for or did last, by id.
-    pub(crate) rollout_messages: HashMap<i64, String>,
-    /// Since when each progressive deployment's new revision, having had traffic, has been
-    /// short of ready instances, by id.
-    pub(crate) unready_since: HashMap<i64, u64>,
 }
 
-/// One service in one environment.
+impl State {
+    /// The service's state, made empty (not yet planned) when it has none.
+    pub(crate) fn service(&mut self, key: &Key) -> &mut ServiceState {
+        self.services.entry(key.clone()).or_default()
+    }
+
+    /// The service's state once a pass planned it: one made only to keep something for it
+    /// (a deployment's baseline, say) is not yet its own.
+    pub(crate) fn planned(&self, key: &Key) -> Option<&ServiceState> {
+        self.services.get(key).filter(|service| service.planned)
+    }
+}
+
+/// One service in one environment: everything its passes keep.
 #[derive(Debug, Default)]
 pub(crate) struct ServiceState {
+    /// A pass planned it: its routes are its own (seeded then from what was served).
+    pub(crate) planned: bool,
     /// The weights last applied to the ingress.
     pub(crate) routes: Vec<RouteWeight>,
     /// The last plan's status per revision.
@@ -64,6 +64,26 @@ pub(crate) struct ServiceState {
     pub(crate) instances: Vec<Replica>,
     /// The last failed start of each revision since its last successful one.
     pub(crate) start_errors: BTreeMap<String, StartFailure>,
+    /// Its instances' histories, by instance id.
+    pub(crate) tracked: HashMap<String, Tracked>,
+    /// Replicas the driver was asked to stop and still lists, by id, with the deployment told
+    /// when each is gone.
+    pub(crate) retiring: HashMap<String, Option<i64>>,
+    /// The autoscaler of each revision desired with traffic, by revision name.
+    pub(crate) scalers: HashMap<String, Scaler>,
+    /// Times an instance of each revision went from ready to not ready or failed, by name:
+    /// the canary analysis's readiness failures.
+    pub(crate) readiness_failures: HashMap<String, u32>,
+    /// When this controller first saw each deployment in progress (by id): its timeout runs
+    /// from then or from its creation, whichever is later.
+    pub(crate) deployments_seen: HashMap<i64, u64>,
+    /// The counters each progressive deployment's current step started from, by id.
+    pub(crate) baselines: HashMap<i64, StepBaseline>,
+    /// What each progressive deployment waits for or did last, by id.
+    pub(crate) rollout_messages: HashMap<i64, String>,
+    /// Since when each progressive deployment's new revision, having had traffic, has been
+    /// short of ready instances, by id.
+    pub(crate) unready_since: HashMap<i64, u64>,
 }
 
 /// Why an instance of a revision could not be started.

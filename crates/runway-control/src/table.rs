@@ -18,7 +18,7 @@ use crate::state::{Key, ServiceState, State};
 /// callers). A registered service not reached by a round yet has a route with no revision
 /// (the ingress answers a 503 that says so); one neither registered nor with state, none.
 pub(crate) fn entry_for(state: &State, key: &Key) -> Option<Entry> {
-    let Some(service) = state.services.get(key) else {
+    let Some(service) = state.planned(key) else {
         return state.known.contains(key).then(|| Entry {
             route: route(state, key, &ServiceState::default()),
             ..Entry::default()
@@ -121,8 +121,8 @@ fn revision(
         .filter_map(|status| {
             let address = status.address?;
             let draining = status.phase == Phase::Stopping
-                || state.retiring.contains_key(&status.id)
-                || state
+                || service.retiring.contains_key(&status.id)
+                || service
                     .tracked
                     .get(&status.id)
                     .is_some_and(|tracked| tracked.draining_since_ms.is_some());
@@ -251,6 +251,7 @@ mod tests {
             state.services.insert(
                 key,
                 ServiceState {
+                    planned: true,
                     routes: vec![RouteWeight::new(name.clone(), 100)],
                     instances: instances
                         .iter()
