@@ -1094,7 +1094,8 @@ impl<D: Driver> Controller<D> {
         match result {
             Ok(message) => self.event(told, &message, errors).await,
             Err(error) => {
-                self.event(current, &error.to_string(), errors).await;
+                self.event(current, &runway_log::chain(&error), errors)
+                    .await;
                 errors.push(error);
             }
         }

@@ -42,7 +42,7 @@ pub trait DataPlane: Send + Sync + 'static {
 
 impl DataPlane for Ingress {
     fn set_routes<'a>(&'a self, table: &'a RouteTableConfig) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move { Ingress::set_routes(self, table).map_err(|e| e.to_string()) })
+        Box::pin(async move { Ingress::set_routes(self, table).map_err(|e| runway_log::chain(&e)) })
     }
 
     fn drain(&self, address: SocketAddr, grace: Duration) -> BoxFuture<'static, bool> {

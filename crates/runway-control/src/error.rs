@@ -7,16 +7,16 @@ use runway_store::StoreError;
 /// What can go wrong while reconciling or answering the API.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// The store refused or failed.
-    #[error("store: {what}: {source}")]
+    /// The store refused or failed: what was being done; the store's error is the source.
+    #[error("store: {what}")]
     Store {
         /// What was being done.
         what: String,
         #[source]
         source: StoreError,
     },
-    /// The driver refused or failed.
-    #[error("driver: {what}: {source}")]
+    /// The driver refused or failed: what was being done; the driver's error is the source.
+    #[error("driver: {what}")]
     Driver {
         /// What was being done.
         what: String,

@@ -65,9 +65,13 @@ pub(crate) fn start_inputs(
     sealer: &Sealer,
     revision: &Revision,
 ) -> Result<(BTreeMap<String, String>, Service), String> {
-    let service = store
-        .service_get(&revision.service)
-        .map_err(|e| format!("service {} cannot be read: {e}", revision.service))?;
+    let service = store.service_get(&revision.service).map_err(|e| {
+        format!(
+            "service {} cannot be read: {}",
+            revision.service,
+            runway_log::chain(&e)
+        )
+    })?;
     Ok((open_secrets(store, sealer, revision)?, service))
 }
 
@@ -83,7 +87,7 @@ fn open_secrets(
         let what = format!("secret {name} version {version}");
         let stored = store
             .secret_read(&revision.service, &revision.env, name, version)
-            .map_err(|e| format!("{what} cannot be read: {e}"))?;
+            .map_err(|e| format!("{what} cannot be read: {}", runway_log::chain(&e)))?;
         let sealed = Sealed {
             nonce: stored.nonce.clone(),
             ciphertext: stored.ciphertext.clone(),

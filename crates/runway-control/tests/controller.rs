@@ -921,7 +921,7 @@ async fn events_refused_by_a_full_disk_are_written_once_it_has_room() {
         full.extend(
             errors
                 .iter()
-                .map(ToString::to_string)
+                .map(|e| runway_log::chain(e))
                 .filter(|e| e.contains("disk is full")),
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -234,7 +234,7 @@ impl Platform for ServerPlatform {
                 .instances(&service, &env)
                 .await
                 .unwrap_or_else(|e| {
-                    warnings.push(format!("instances: {e}"));
+                    warnings.push(format!("instances: {}", runway_log::chain(&e)));
                     Vec::new()
                 })
                 .into_iter()
@@ -306,7 +306,7 @@ impl Platform for ServerPlatform {
                     .rollout(&service, &env)
                     .await
                     .unwrap_or_else(|e| {
-                        warnings.push(format!("rollout: {e}"));
+                        warnings.push(format!("rollout: {}", runway_log::chain(&e)));
                         None
                     })
                     .map(|r| RolloutView {
@@ -344,7 +344,7 @@ impl Platform for ServerPlatform {
                 .controller
                 .logs(&service, &env, instance.as_deref(), lines, previous)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| runway_log::chain(&e))?;
             Ok(lines.into_iter().map(api_log_line).collect())
         })
     }
@@ -366,7 +366,7 @@ impl Platform for ServerPlatform {
                 .controller
                 .follow_logs(&service, &env, instance.as_deref(), lines)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| runway_log::chain(&e))?;
             let (sender, receiver) = mpsc::channel(256);
             tokio::spawn(async move {
                 while let Some(line) = followed.recv().await {
