@@ -359,8 +359,11 @@ pub(crate) fn story_of<'a>(
 }
 
 fn is_dry_run(deployment: &Deployment) -> bool {
-    crate::rollout::RolloutRecord::of(deployment)
-        .is_some_and(|record| record.strategy == runway_rollout::Strategy::DryRun.name())
+    crate::rollout::RolloutRecord::of(deployment).is_some_and(|record| {
+        runway_rollout::Strategy::all()
+            .iter()
+            .any(|strategy| strategy.is_dry_run() && strategy.name() == record.strategy)
+    })
 }
 
 /// The desired weights as the planner routes them: positive ones, scaled to sum to 100

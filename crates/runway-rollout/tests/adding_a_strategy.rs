@@ -295,9 +295,7 @@ fn the_guide_says_what_the_code_does() {
         "BlueGreen",
         "RunwayBlueGreen",
     ];
-    // Known, and to go: the controller tells a dry run's stored record by comparing its
-    // strategy's name with `Strategy::DryRun.name()`.
-    let known = ["crates/runway-control/src/deploy.rs"];
+    let known: [&str; 0] = [];
     let mut files = Vec::new();
     for entry in std::fs::read_dir(root().join("crates")).unwrap() {
         let src = entry.unwrap().path().join("src");
