@@ -69,6 +69,35 @@
 //! serve(listener, app, tls, config.serve_options(), async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Files
+//!
+//! - `routes.rs`: the handlers. `extract.rs`: extractors whose rejections take the API's error
+//!   shape. `state.rs`: what every handler shares. `types.rs`: the JSON types (the CLI uses them
+//!   too, as `runway_api::types`, so the two cannot drift).
+//! - `deploy.rs`: deploys and promotions, and the checks rollbacks share (the manifest
+//!   validated by `runway-manifest`, the image pinned to a digest through the platform, Vault's
+//!   values mirrored into the sealed store when their version changed). `platform.rs`: the
+//!   `Platform` trait, what the API needs from outside the store; `runway-server` implements it.
+//! - `auth.rs`: bearer tokens and the console's session cookie, the first admin token and its
+//!   recovery (`runway server admin-token`). `session.rs`: `POST` and `DELETE /v1/session`.
+//! - `oidc.rs`: CI identity tokens (OIDC JWTs from `api.oidc.issuers`) bound to a deploy scope;
+//!   audit actor `oidc:{iss} {sub} pipeline {id}`. `vault.rs`: secrets read from OpenBao or
+//!   Vault (`secrets.vault`, KV v2), signed in with a token file or a JWT auth role.
+//! - `domains.rs`: custom domains (`/v1/domains`), mapped by an admin, the name checked.
+//! - `metrics.rs`: the API's own `/metrics` and Prometheus's HTTP service discovery
+//!   (`GET /v1/prometheus/targets`). `observability.rs`: the serving revisions' rule file and
+//!   dashboards (`runway-render`), served, and written by `runway server` to `observability.dir`.
+//! - `console.rs`: the web console's files from `console/` (`index.html`, ES modules,
+//!   `style.css`, `icon.svg`), built in, under `/ui/`. `watch.rs`: `GET …/watch`, server-sent
+//!   events of what changed. `stream.rs`: a followed log as a response body.
+//! - `error.rs`: the one error shape. `openapi.rs`: the OpenAPI document, checked in as
+//!   `openapi.json` (a test fails on drift). `config.rs`: the configuration file. `server.rs`:
+//!   the router's layers and `serve`. `tls.rs`: the server certificate from the local CA.
+//! - `tests/api/`: the API on loopback over a real SQLite store and a fake platform, a module per
+//!   area; the console in a real browser is `crates/runway-cli/tests/console.rs`.
+//!   `benches/api.rs`: latency over SQLite and PostgreSQL. `examples/dev_server.rs`: the API on
+//!   plain HTTP, to try by hand.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

@@ -1,4 +1,29 @@
 //! `runway`: the command line of the Runway platform.
+//!
+//! This file holds the commands and their help (`schema` and `completion` inline; `wrapper`
+//! and the hidden `ingress` run `runway-wrapper` and `runway-ingress`); the
+//! `runway-supervisor` binary is `src/bin/`.
+//!
+//! # Files
+//!
+//! - `repo.rs`: finds a repository's services on disk. `init.rs`, `validate.rs`, `render.rs`:
+//!   their commands. `local.rs`: `run`, `local ps|logs|stop` and the hidden `supervise`.
+//! - `platform.rs`: the control plane's commands (`login`, `services`, `deploy`, `status`,
+//!   `rollout`, `tokens`, ...); `everyday.rs`: `open`, `env`, `audit` and `top`. Both go through
+//!   `api.rs`, the typed client (the API's own `runway_api::types`), and `config.rs`, the saved
+//!   login. `terminal.rs`: text tenants control, made safe to print.
+//! - `cells.rs`: `runway cells token decode|encode` and `cells route`. `router.rs`:
+//!   `runway router`, cell routing by `runway_server::cells` on the ingress's core.
+//!   `domains.rs`: `runway domains add|list|remove`.
+//! - `server.rs`: `runway server`'s arguments and a thin main over `runway-server` (whose `//!`
+//!   docs list its files): `check-config`, `migrate-store`, `admin-token`, then `start`.
+//!   `quickstart.rs`: `runway quickstart`, `runway_server::start` in-process.
+//! - `tests/`: each file says what it covers. Most drive the built `runway`
+//!   (`CARGO_BIN_EXE_runway`), which the server runs again as `runway ingress` and
+//!   `runway supervise`, so they stay here; `tests/support/` is the real server they share.
+//!   `runway-server`'s own tests are in its `tests/server/`.
+//! - `benches/`: `platform.rs` and `delivery.rs` on a real server, `start.rs` the local runtime
+//!   alone, `egress.rs` the firewall's cost (as root).
 
 use std::io::Write;
 use std::path::PathBuf;
