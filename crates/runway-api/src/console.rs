@@ -3,7 +3,7 @@
 //! The console is one page (`index.html`), a few ES modules and one stylesheet from
 //! `crates/runway-api/console/`, built into the binary as they are: no build step, nothing
 //! fetched from elsewhere, so it works offline. It calls the same JSON API as the CLI (its
-//! session is a cookie, see [`crate::session`]); nothing here knows about services.
+//! session is a cookie, see `crate::session`); nothing here knows about services.
 //!
 //! Every answer carries a strict Content-Security-Policy (scripts, styles and connections
 //! from this origin only, no inline script or style, no framing), `nosniff` and no referrer.

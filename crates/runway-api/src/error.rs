@@ -1,7 +1,7 @@
 //! The one place errors become responses: every failure, whatever its source (the store, a
 //! token, a request body, the manifest), leaves as `{"error": {"code", "message", "field"}}`
 //! with the status that fits. A 500 says only "internal error"; its cause goes to stderr with
-//! the request's id (see [`crate::server`]'s request middleware).
+//! the request's id (see `crate::server`'s request middleware).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -3,7 +3,7 @@
 //! are, their control characters would reach the operator's terminal, where an escape sequence
 //! can clear the screen, move the cursor, recolour or rewrite what was printed before it.
 //!
-//! Every human output of the control plane's commands goes through [`line`] or [`text`]: each
+//! Every human output of the control plane's commands goes through [`line()`] or [`text`]: each
 //! control character (C0 but tab, DEL, C1 U+0080–U+009F) is shown as an escape, as `cat -v`
 //! and journalctl do: `\x1b[2J` is printed as those seven characters, a carriage return as
 //! `\r`. `--output json` prints the values as the server sent them.

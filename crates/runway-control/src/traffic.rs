@@ -27,7 +27,7 @@ pub(crate) struct Samples {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RevisionTraffic {
     pub revision: String,
-    /// The span the figures cover, in seconds (up to [`KEPT`]; shorter for a new revision).
+    /// The span the figures cover, in seconds (up to `KEPT`, 5 minutes; shorter for a new revision).
     pub window_seconds: f64,
     pub requests_per_second: f64,
     /// 5xx responses over all, from 0 to 1.
