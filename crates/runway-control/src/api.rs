@@ -48,10 +48,9 @@ impl<D: Driver> Controller<D> {
 
     /// The weights the ingress has for the service, as this controller last set them.
     pub fn routes(&self, service: &str, env: &str) -> Vec<RouteWeight> {
-        self.lock()
-            .services
+        self.status
             .get(&(service.to_owned(), env.to_owned()))
-            .map(|s| s.routes.clone())
+            .map(|status| status.routes)
             .unwrap_or_default()
     }
 
@@ -59,22 +58,10 @@ impl<D: Driver> Controller<D> {
     /// process no longer allowed, a secret that cannot be opened) is failing, with that
     /// reason, rather than forever progressing.
     pub fn revision_status(&self, service: &str, env: &str) -> Vec<RevisionStatus> {
-        let state = self.lock();
-        let Some(service) = state.services.get(&(service.to_owned(), env.to_owned())) else {
-            return Vec::new();
-        };
-        let mut statuses = service.status.clone();
-        for status in &mut statuses {
-            if let Some(failure) = service.start_errors.get(&status.revision)
-                && failure.permanent
-                && status.ready == 0
-            {
-                status.condition = runway_reconciler::Condition::Failing {
-                    reason: failure.reason.clone(),
-                };
-            }
-        }
-        statuses
+        self.status
+            .get(&(service.to_owned(), env.to_owned()))
+            .map(|status| status.revisions)
+            .unwrap_or_default()
     }
 
     /// The service's instances in the environment, as the driver reports them now.

@@ -28,6 +28,7 @@ use crate::propagate::{Entry, Propagator};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
 use crate::state::{Key, ServiceState, StartFailure, State};
+use crate::status::ServiceStatus;
 use crate::table::entry_for;
 use crate::workload::{may_start, start_inputs, workload};
 
@@ -50,6 +51,8 @@ pub struct Controller<D: Driver> {
     pass: tokio::sync::Mutex<()>,
     /// The route table's owner: services publish their routes to it.
     propagator: Propagator,
+    /// What the API shows of each service: its passes publish it there.
+    pub(crate) status: crate::status::Publisher,
     /// Every service may run plain processes (`runtime.allow_processes`); otherwise those an
     /// admin allowed.
     allow_processes: bool,
@@ -228,6 +231,7 @@ impl<D: Driver> Controller<D> {
             edge,
             wake,
             state: Mutex::new(State::default()),
+            status: crate::status::Publisher::default(),
             pass: tokio::sync::Mutex::new(()),
             allow_processes: false,
             unwritten: Arc::default(),
@@ -360,6 +364,7 @@ impl<D: Driver> Controller<D> {
                 if !led {
                     *self.lock() = State::default();
                     self.propagator.reset();
+                    self.status.replace(crate::status::Board::new());
                     led = true;
                 }
             }
@@ -536,6 +541,13 @@ impl<D: Driver> Controller<D> {
                 (key, service)
             })
             .collect();
+        let board = state
+            .services
+            .iter()
+            .map(|(key, service)| (key.clone(), ServiceStatus::of(service)))
+            .collect();
+        drop(state);
+        self.status.replace(board);
     }
 
     /// One autoscaler round, its errors printed; true when a count changed.
@@ -868,6 +880,7 @@ impl<D: Driver> Controller<D> {
         if let Some(service) = self.lock().services.get_mut(key) {
             service.status = plan.status.clone();
         }
+        self.publish_status(key);
         // A process whose service may no longer run one stops now, not at its next restart.
         for instance in self.barred_processes(key, &observed.instances).await {
             let planned = plan.actions.iter().any(|a| {
@@ -1306,13 +1319,14 @@ impl<D: Driver> Controller<D> {
             let service = state.services.entry(key.clone()).or_default();
             std::mem::replace(&mut service.routes, weights)
         };
-        if let Err(error) = self.apply_route(key).await {
-            if let Some(service) = self.lock().services.get_mut(key) {
-                service.routes = previous;
-            }
-            return Err(error);
+        let applied = self.apply_route(key).await;
+        if applied.is_err()
+            && let Some(service) = self.lock().services.get_mut(key)
+        {
+            service.routes = previous;
         }
-        Ok(message)
+        self.publish_status(key);
+        applied.map(|()| message)
     }
 
     /// Once, before the first pass: when the data plane outlived the previous controller, the
@@ -1349,6 +1363,12 @@ impl<D: Driver> Controller<D> {
                 .insert((route.service.clone(), route.env.clone()), route.clone());
         }
         self.propagator.adopt(table, &adopted);
+    }
+
+    /// Publishes what the API shows of the service, as its state is now.
+    fn publish_status(&self, key: &Key) {
+        let status = self.lock().services.get(key).map(ServiceStatus::of);
+        self.status.publish(key, status);
     }
 
     /// Publishes the service's entry in the table, when it changed, and waits until the
@@ -1413,6 +1433,8 @@ impl<D: Driver> Controller<D> {
                 .insert(revision.to_owned(), StartFailure { permanent, reason }),
             None => service.start_errors.remove(revision),
         };
+        drop(state);
+        self.publish_status(key);
     }
 
     /// Marks the instance draining, updates the table, and lets the ingress drain it in the
@@ -1492,6 +1514,7 @@ impl<D: Driver> Controller<D> {
             .collect();
         for key in gone {
             state.services.remove(&key);
+            self.status.publish(&key, None);
         }
         // Revisions still of use: desired, with replicas (as the round listed them: a service
         // may not have been reached yet), routed, or served from before this controller. The

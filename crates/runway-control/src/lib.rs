@@ -130,6 +130,7 @@ mod propagate;
 mod revision;
 mod rollout;
 mod state;
+mod status;
 mod table;
 mod traffic;
 mod workload;
