@@ -20,7 +20,7 @@ use crate::controller::{ACTOR, Controller};
 use crate::error::{ControlError, Result};
 use crate::observe::revision_of;
 use crate::revision::RevisionInfo;
-use crate::state::Key;
+use crate::state::{Key, ServiceState};
 
 /// One revision's autoscaler: its demand history and its decision state.
 #[derive(Debug)]
@@ -73,9 +73,14 @@ impl<D: Driver> Controller<D> {
             // until the planner routes to it.
             let routed: BTreeSet<String> = self
                 .lock()
-                .services
-                .get(&key)
-                .map(|s| s.routes.iter().map(|r| r.revision.clone()).collect())
+                .cell(&key)
+                .map(|cell| {
+                    cell.lock()
+                        .routes
+                        .iter()
+                        .map(|r| r.revision.clone())
+                        .collect()
+                })
                 .unwrap_or_default();
             // During a split (a canary), neither side goes to zero: the analysis needs both.
             let split = wanted.revisions.iter().filter(|r| r.weight > 0).count() > 1;
@@ -110,8 +115,8 @@ impl<D: Driver> Controller<D> {
                 }
             }
         }
-        for service in self.lock().services.values_mut() {
-            service.scalers.retain(|name, _| scaled.contains(name));
+        for cell in self.lock().services.values() {
+            cell.lock().scalers.retain(|name, _| scaled.contains(name));
         }
         (changed, errors)
     }
@@ -135,10 +140,10 @@ impl<D: Driver> Controller<D> {
             .dataplane
             .revision_stats(&key.0, &key.1, name)
             .map_or(0, |stats| stats.concurrency());
-        let mut state = self.lock();
-        let ready = ready_instances(&state, key, name);
-        let scaler = state
-            .service(key)
+        let cell = self.cell(key);
+        let mut service = cell.lock();
+        let ready = ready_instances(&service, name);
+        let scaler = service
             .scalers
             .entry(name.clone())
             .or_insert_with(|| Scaler {
@@ -194,11 +199,9 @@ impl<D: Driver> Controller<D> {
             .await;
         match written {
             Ok(desired) => {
-                let mut state = self.lock();
-                let scaler = state
-                    .services
-                    .get_mut(key)
-                    .and_then(|service| service.scalers.get_mut(revision));
+                let cell = self.cell(key);
+                let mut service = cell.lock();
+                let scaler = service.scalers.get_mut(revision);
                 if let Some(scaler) = scaler {
                     scaler.last_change.clone_from(&scaler.last);
                     if let Some(event) = &scaler.last {
@@ -225,14 +228,12 @@ impl<D: Driver> Controller<D> {
     /// decisions.
     pub fn scaling(&self, service: &str, env: &str) -> Vec<ScalingSummary> {
         let state = self.lock();
-        let Some(scalers) = state
-            .services
-            .get(&(service.to_owned(), env.to_owned()))
-            .map(|state| &state.scalers)
-        else {
+        let Some(cell) = state.cell(&(service.to_owned(), env.to_owned())) else {
             return Vec::new();
         };
-        let mut summaries: Vec<ScalingSummary> = scalers
+        let cell = cell.lock();
+        let mut summaries: Vec<ScalingSummary> = cell
+            .scalers
             .iter()
             .filter(|(name, _)| state.revisions.contains_key(name.as_str()))
             .map(|(name, scaler)| ScalingSummary {
@@ -255,25 +256,21 @@ impl<D: Driver> Controller<D> {
 }
 
 /// Ready instances of the revision that are not draining, as last observed.
-pub(crate) fn ready_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
-    count_instances(state, key, revision, |status| status.ready)
+pub(crate) fn ready_instances(service: &ServiceState, revision: &str) -> u32 {
+    count_instances(service, revision, |status| status.ready)
 }
 
 /// How many instances of `revision` run or start, draining ones left out: 0 once it has
 /// scaled to zero.
-pub(crate) fn live_instances(state: &crate::state::State, key: &Key, revision: &str) -> u32 {
-    count_instances(state, key, revision, |status| !status.phase.is_final())
+pub(crate) fn live_instances(service: &ServiceState, revision: &str) -> u32 {
+    count_instances(service, revision, |status| !status.phase.is_final())
 }
 
 fn count_instances(
-    state: &crate::state::State,
-    key: &Key,
+    service: &ServiceState,
     revision: &str,
     counted: impl Fn(&runway_driver::Replica) -> bool,
 ) -> u32 {
-    let Some(service) = state.services.get(key) else {
-        return 0;
-    };
     let count = service
         .instances
         .iter()

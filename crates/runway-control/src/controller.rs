@@ -27,7 +27,7 @@ use crate::observe::{failure_reason, instance_state, kind, managed_key, revision
 use crate::propagate::{Entry, Propagator};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
-use crate::state::{Key, ServiceState, StartFailure, State};
+use crate::state::{Cell, Key, ServiceState, StartFailure, State};
 use crate::status::ServiceStatus;
 use crate::table::entry_for;
 use crate::workload::{may_start, start_inputs, workload};
@@ -538,13 +538,13 @@ impl<D: Driver> Controller<D> {
                     instances: by_key.remove(&key).unwrap_or_default(),
                     ..ServiceState::default()
                 };
-                (key, service)
+                (key, Arc::new(Cell::new(service)))
             })
             .collect();
         let board = state
             .services
             .iter()
-            .map(|(key, service)| (key.clone(), ServiceStatus::of(service)))
+            .map(|(key, cell)| (key.clone(), ServiceStatus::of(&cell.lock())))
             .collect();
         drop(state);
         self.status.replace(board);
@@ -797,8 +797,10 @@ impl<D: Driver> Controller<D> {
         errors: &mut Vec<ControlError>,
     ) -> BTreeMap<Key, Vec<Replica>> {
         let ids: BTreeSet<&str> = statuses.iter().map(|s| s.id.as_str()).collect();
-        for service in self.lock().services.values_mut() {
-            service.tracked.retain(|id, _| ids.contains(id.as_str()));
+        for cell in self.lock().services.values() {
+            cell.lock()
+                .tracked
+                .retain(|id, _| ids.contains(id.as_str()));
         }
         let mut by_key: BTreeMap<Key, Vec<Replica>> = BTreeMap::new();
         for status in statuses {
@@ -833,6 +835,7 @@ impl<D: Driver> Controller<D> {
         active: &mut HashSet<i64>,
     ) -> Result<(Option<u64>, Vec<ControlError>)> {
         let now = now_ms();
+        let cell = self.cell(key);
         let (deployment, latest, recent) = match wanted {
             Some(_) => self.deployments(key).await?,
             None => (None, None, Vec::new()),
@@ -853,20 +856,18 @@ impl<D: Driver> Controller<D> {
             _ => (None, None),
         };
         let wanted = rolled.as_ref().or(retired.as_ref()).or(wanted);
-        let (observed, changes) = self.observe(key, &instances, now);
+        let (observed, changes) = self.observe(&cell, &instances, now);
         let policy = self.policy_for(wanted, &instances);
+        let serving = self.lock().adopted.remove(key);
         let routes = {
-            let mut state = self.lock();
-            let fresh = state.planned(key).is_none();
-            let serving = state.adopted.remove(key);
-            let service = state.service(key);
-            service.planned = true;
-            if fresh {
+            let mut service = cell.lock();
+            if !service.planned {
                 service.routes = serving
                     .as_ref()
                     .and_then(weights_of)
                     .unwrap_or_else(|| seed_routes(deployment.as_ref(), wanted));
             }
+            service.planned = true;
             service.instances = instances;
             service.routes.clone()
         };
@@ -877,9 +878,7 @@ impl<D: Driver> Controller<D> {
             now_ms: now,
         };
         let mut plan = plan(&desired, &observed, &policy);
-        if let Some(service) = self.lock().services.get_mut(key) {
-            service.status = plan.status.clone();
-        }
+        cell.lock().status = plan.status.clone();
         self.publish_status(key);
         // A process whose service may no longer run one stops now, not at its next restart.
         for instance in self.barred_processes(key, &observed.instances).await {
@@ -1005,12 +1004,11 @@ impl<D: Driver> Controller<D> {
     /// is about).
     fn observe(
         &self,
-        key: &Key,
+        cell: &Cell,
         instances: &[Replica],
         now: u64,
     ) -> (Vec<ObservedInstance>, Vec<(String, String)>) {
-        let mut state = self.lock();
-        let service = state.service(key);
+        let mut service = cell.lock();
         let mut observed = Vec::with_capacity(instances.len());
         let mut changes = Vec::new();
         let mut lost = Vec::new();
@@ -1117,11 +1115,12 @@ impl<D: Driver> Controller<D> {
     /// The replica's driver is stopping it (its stop signal sent, its grace running: up to an
     /// hour for a worker finishing its jobs), so asking again is needless.
     fn is_stopping(&self, key: &Key, id: &str) -> bool {
-        self.lock()
-            .services
-            .get(key)
-            .and_then(|service| service.instances.iter().find(|i| i.id == id))
-            .is_some_and(|replica| replica.phase == Phase::Stopping)
+        self.lock().cell(key).is_some_and(|cell| {
+            cell.lock()
+                .instances
+                .iter()
+                .any(|replica| replica.id == id && replica.phase == Phase::Stopping)
+        })
     }
 
     /// Starts and stops a revision's replicas as the plan says, in one call to the driver;
@@ -1139,13 +1138,11 @@ impl<D: Driver> Controller<D> {
         }
         let retire: Vec<String> = batch.replace.iter().chain(&batch.stop).cloned().collect();
         let starting = batch.starts + u32::try_from(batch.replace.len()).unwrap_or(u32::MAX);
+        let cell = self.cell(key);
         let (known, kept) = {
-            let state = self.lock();
-            let mine: Vec<&Replica> = state
-                .services
-                .get(key)
-                .map(|service| service.instances.as_slice())
-                .unwrap_or_default()
+            let service = cell.lock();
+            let mine: Vec<&Replica> = service
+                .instances
                 .iter()
                 .filter(|replica| revision_of(&replica.id) == Some(revision))
                 .collect();
@@ -1158,7 +1155,7 @@ impl<D: Driver> Controller<D> {
             (known, u32::try_from(kept).unwrap_or(u32::MAX))
         };
         let mut results = Vec::new();
-        let newly_retiring = self.mark_retiring(key, &retire, told);
+        let newly_retiring = mark_retiring(&cell, &retire, told);
         if !retire.is_empty()
             && let Err(error) = self.apply_route(key).await
         {
@@ -1175,9 +1172,7 @@ impl<D: Driver> Controller<D> {
                 let fresh = replicas.into_iter().filter(|r| !known.contains(&r.id));
                 let fresh: Vec<Replica> = fresh.collect();
                 new_ids = fresh.iter().map(|r| r.id.clone()).collect();
-                if let Some(service) = self.lock().services.get_mut(key) {
-                    service.instances.extend(fresh);
-                }
+                cell.lock().instances.extend(fresh);
             }
             Some(Err(error)) => results.push(Err(error)),
             None => {}
@@ -1270,31 +1265,15 @@ impl<D: Driver> Controller<D> {
             })
     }
 
-    /// Marks the replicas as being stopped: draining in the table, and their stop told to
-    /// `told`'s deployment once they are gone. Returns those not marked before.
-    fn mark_retiring(&self, key: &Key, ids: &[String], told: Option<&Deployment>) -> Vec<String> {
-        let mut state = self.lock();
-        let service = state.service(key);
-        ids.iter()
-            .filter(|id| {
-                service
-                    .retiring
-                    .insert((*id).clone(), told.map(|d| d.id))
-                    .is_none()
-            })
-            .cloned()
-            .collect()
-    }
-
     /// Tells the deployments whose replicas were being stopped which of them are gone.
     fn note_stopped(&self, listed: &[Replica]) {
         let ids: HashSet<&str> = listed.iter().map(|r| r.id.as_str()).collect();
         let gone: Vec<(String, Option<i64>)> = self
             .lock()
             .services
-            .values_mut()
-            .flat_map(|service| {
-                service
+            .values()
+            .flat_map(|cell| {
+                cell.lock()
                     .retiring
                     .extract_if(|id, _| !ids.contains(id.as_str()))
                     .collect::<Vec<_>>()
@@ -1314,16 +1293,11 @@ impl<D: Driver> Controller<D> {
     /// Remembers the weights and sets the whole table; on refusal the old weights stay.
     async fn set_routes(&self, key: &Key, weights: Vec<RouteWeight>) -> Result<String> {
         let message = traffic_message(&weights);
-        let previous = {
-            let mut state = self.lock();
-            let service = state.services.entry(key.clone()).or_default();
-            std::mem::replace(&mut service.routes, weights)
-        };
+        let cell = self.cell(key);
+        let previous = std::mem::replace(&mut cell.lock().routes, weights);
         let applied = self.apply_route(key).await;
-        if applied.is_err()
-            && let Some(service) = self.lock().services.get_mut(key)
-        {
-            service.routes = previous;
+        if applied.is_err() {
+            cell.lock().routes = previous;
         }
         self.publish_status(key);
         applied.map(|()| message)
@@ -1367,7 +1341,8 @@ impl<D: Driver> Controller<D> {
 
     /// Publishes what the API shows of the service, as its state is now.
     fn publish_status(&self, key: &Key) {
-        let status = self.lock().services.get(key).map(ServiceStatus::of);
+        let cell = self.lock().cell(key);
+        let status = cell.map(|cell| ServiceStatus::of(&cell.lock()));
         self.status.publish(key, status);
     }
 
@@ -1401,8 +1376,9 @@ impl<D: Driver> Controller<D> {
                 .cloned()
                 .chain(self.propagator.keys())
                 .collect();
+            let planned = |key: &Key| state.services.get(key).is_some_and(|c| c.lock().planned);
             keys.into_iter()
-                .filter(|key| state.planned(key).is_some() || !state.adopted.contains_key(key))
+                .filter(|key| planned(key) || !state.adopted.contains_key(key))
                 .map(|key| {
                     let entry = entry_for(&state, &key);
                     (key, entry)
@@ -1423,17 +1399,17 @@ impl<D: Driver> Controller<D> {
         permanent: bool,
         reason: Option<String>,
     ) {
-        let mut state = self.lock();
-        let Some(service) = state.services.get_mut(key) else {
+        let Some(cell) = self.lock().cell(key) else {
             return;
         };
+        let mut service = cell.lock();
         match reason {
             Some(reason) => service
                 .start_errors
                 .insert(revision.to_owned(), StartFailure { permanent, reason }),
             None => service.start_errors.remove(revision),
         };
-        drop(state);
+        drop(service);
         self.publish_status(key);
     }
 
@@ -1441,9 +1417,9 @@ impl<D: Driver> Controller<D> {
     /// background; the planner stops it when its grace has passed.
     async fn drain(&self, key: &Key, id: &str, policy: &Policy) -> Result<()> {
         let address = {
-            let mut state = self.lock();
+            let cell = self.cell(key);
+            let mut service = cell.lock();
             let now = now_ms();
-            let service = state.service(key);
             let tracked = service.tracked.entry(id.to_owned()).or_default();
             tracked.draining_since_ms.get_or_insert(now);
             service
@@ -1505,7 +1481,8 @@ impl<D: Driver> Controller<D> {
         let gone: Vec<Key> = state
             .services
             .iter()
-            .filter(|(key, service)| {
+            .filter(|(key, cell)| {
+                let service = cell.lock();
                 service.instances.is_empty()
                     && service.routes.is_empty()
                     && !wanted.contains(&(key.0.as_str(), key.1.as_str()))
@@ -1527,7 +1504,8 @@ impl<D: Driver> Controller<D> {
         for route in state.adopted.values() {
             live.extend(route.revisions.iter().map(|r| r.name.clone()));
         }
-        for service in state.services.values() {
+        for cell in state.services.values() {
+            let service = cell.lock();
             live.extend(service.routes.iter().map(|r| r.revision.clone()));
             live.extend(
                 service
@@ -1541,8 +1519,8 @@ impl<D: Driver> Controller<D> {
             .extract_if(|name, _| !live.contains(name))
             .map(|(_, info)| info)
             .collect();
-        for service in state.services.values_mut() {
-            service
+        for cell in state.services.values() {
+            cell.lock()
                 .readiness_failures
                 .retain(|name, _| live.contains(name));
         }
@@ -1552,7 +1530,8 @@ impl<D: Driver> Controller<D> {
     /// Forgets what it kept for progressive deployments no longer in progress (ended by a
     /// rollback that superseded them, say, rather than by this controller).
     fn forget_finished(&self, active: &HashSet<i64>) {
-        for service in self.lock().services.values_mut() {
+        for cell in self.lock().services.values() {
+            let mut service = cell.lock();
             service.baselines.retain(|id, _| active.contains(id));
             service.rollout_messages.retain(|id, _| active.contains(id));
             service.unready_since.retain(|id, _| active.contains(id));
@@ -1661,10 +1640,31 @@ impl<D: Driver> Controller<D> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The service's own state, made when it has none. The controller's lock is let go
+    /// before the cell is returned (see [`Cell`] for the order).
+    pub(crate) fn cell(&self, key: &Key) -> Arc<Cell> {
+        self.lock().service(key)
+    }
+
     /// The table last given to the ingress (empty before the first).
     pub fn route_table(&self) -> RouteTableConfig {
         self.propagator.applied().unwrap_or_default()
     }
+}
+
+/// Marks the replicas as being stopped: draining in the table, and their stop told to
+/// `told`'s deployment once they are gone. Returns those not marked before.
+fn mark_retiring(cell: &Cell, ids: &[String], told: Option<&Deployment>) -> Vec<String> {
+    let mut service = cell.lock();
+    ids.iter()
+        .filter(|id| {
+            service
+                .retiring
+                .insert((*id).clone(), told.map(|d| d.id))
+                .is_none()
+        })
+        .cloned()
+        .collect()
 }
 
 /// The planner's desired state from the store's.

@@ -88,25 +88,26 @@ impl<D: Driver> Controller<D> {
         let completed = *outcome == Outcome::Completed;
         let target = &deployment.to_revision;
         let (status, routes, start_error, crashed) = {
-            let state = self.lock();
-            let service = state.services.get(key);
+            let cell = self.cell(key);
+            let service = cell.lock();
             // An instance of the new revision that ended before it was ever ready: one backing
             // off or failed, or one started again at once (a first restart has no backoff)
             // whose last run ended.
-            let crashed = service.and_then(|s| {
-                s.instances.iter().find(|i| {
-                    revision_of(&i.id) == Some(target.as_str())
-                        && s.tracked.get(&i.id).is_some_and(|t| {
-                            !t.was_ready
-                                && (matches!(t.kind, "crash_loop" | "failed")
-                                    || i.last_exit.is_some())
-                        })
-                })
+            let crashed = service.instances.iter().find(|i| {
+                revision_of(&i.id) == Some(target.as_str())
+                    && service.tracked.get(&i.id).is_some_and(|t| {
+                        !t.was_ready
+                            && (matches!(t.kind, "crash_loop" | "failed") || i.last_exit.is_some())
+                    })
             });
             (
-                service.and_then(|s| s.status.iter().find(|r| &r.revision == target).cloned()),
-                service.map(|s| s.routes.clone()).unwrap_or_default(),
-                service.and_then(|s| s.start_errors.get(target).cloned()),
+                service
+                    .status
+                    .iter()
+                    .find(|r| &r.revision == target)
+                    .cloned(),
+                service.routes.clone(),
+                service.start_errors.get(target).cloned(),
                 crashed.map(|i| match (&i.last_exit, i.phase) {
                     // Started again: how its last run ended is the reason, not that it starts.
                     (Some(exit), Phase::Starting | Phase::Running) => exit.reason.clone(),
@@ -154,8 +155,8 @@ impl<D: Driver> Controller<D> {
         let now = now_ms();
         let created = u64::try_from(deployment.created_at.unix_millis()).unwrap_or(0);
         let seen = *self
+            .cell(&key_of(deployment))
             .lock()
-            .service(&key_of(deployment))
             .deployments_seen
             .entry(deployment.id)
             .or_insert(now);
@@ -191,14 +192,13 @@ impl<D: Driver> Controller<D> {
                 "deployment ended without succeeding"
             ),
         }
-        {
-            let mut state = self.lock();
-            if let Some(service) = state.services.get_mut(&key_of(deployment)) {
-                service.deployments_seen.remove(&id);
-                service.baselines.remove(&id);
-                service.rollout_messages.remove(&id);
-                service.unready_since.remove(&id);
-            }
+        let cell = self.lock().cell(&key_of(deployment));
+        if let Some(cell) = cell {
+            let mut service = cell.lock();
+            service.deployments_seen.remove(&id);
+            service.baselines.remove(&id);
+            service.rollout_messages.remove(&id);
+            service.unready_since.remove(&id);
         }
         self.db(format!("mark deployment {id} {to}"), move |store| {
             store.deployment_transition(ACTOR, id, to, reason.as_deref())
@@ -249,8 +249,9 @@ impl<D: Driver> Controller<D> {
     /// last process left (a container's termination message).
     async fn failing_output(&self, key: &Key, target: &str) -> Option<(String, Vec<String>)> {
         let candidate = {
-            let state = self.lock();
-            let instances = &state.services.get(key)?.instances;
+            let cell = self.lock().cell(key)?;
+            let service = cell.lock();
+            let instances = &service.instances;
             let mut not_ready: Vec<_> = instances
                 .iter()
                 .filter(|s| revision_of(&s.id) == Some(target) && !s.ready)

@@ -36,7 +36,7 @@ use crate::controller::{ACTOR, Controller};
 use crate::error::{ControlError, Result};
 use crate::observe::revision_of;
 use crate::revision::RevisionInfo;
-use crate::state::{Key, State, key_of};
+use crate::state::{Key, ServiceState, key_of};
 
 /// What a deployment's rollout stores between passes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -345,10 +345,10 @@ impl<D: Driver> Controller<D> {
             strategy: strategy.name().to_owned(),
             progress: step.progress.clone(),
             baseline: self
+                .cell(key)
                 .lock()
-                .services
-                .get(key)
-                .and_then(|service| service.baselines.get(&deployment.id))
+                .baselines
+                .get(&deployment.id)
                 .map(|b| StoredBaseline {
                     step: b.step,
                     canary: b.canary.clone(),
@@ -458,8 +458,8 @@ impl<D: Driver> Controller<D> {
         new_ready: bool,
         now: u64,
     ) -> Option<Verdict> {
-        let mut state = self.lock();
-        let service = state.service(&key_of(deployment));
+        let cell = self.cell(&key_of(deployment));
+        let mut service = cell.lock();
         let under_way = matches!(progress.phase, Phase::Stepping | Phase::Switched { .. });
         if new_ready || !under_way {
             service.unready_since.remove(&deployment.id);
@@ -483,10 +483,11 @@ impl<D: Driver> Controller<D> {
 
     /// The target revision has all its desired instances ready, by the last plan.
     fn fully_ready(&self, key: &Key, revision: &str) -> bool {
-        self.lock()
-            .services
-            .get(key)
-            .and_then(|s| s.status.iter().find(|r| r.revision == revision))
+        self.cell(key)
+            .lock()
+            .status
+            .iter()
+            .find(|r| r.revision == revision)
             .is_some_and(|s| {
                 s.condition == Condition::Ready && s.ready >= s.desired_instances.max(1)
             })
@@ -509,11 +510,12 @@ impl<D: Driver> Controller<D> {
         canary: &str,
         settings: &AnalysisSettings,
     ) -> Option<Verdict> {
-        let mut state = self.lock();
-        let canary_now = self.window(&state, key, canary);
-        let stable_now = self.window(&state, key, stable);
+        let cell = self.cell(key);
+        let mut service = cell.lock();
+        let canary_now = self.window(&service, key, canary);
+        let stable_now = self.window(&service, key, stable);
         let step = (progress.step_index, progress.step_started_ms);
-        let baselines = &mut state.service(key).baselines;
+        let baselines = &mut service.baselines;
         if !baselines.contains_key(&deployment)
             && let Some(stored) = stored.filter(|b| b.step == step)
         {
@@ -575,14 +577,12 @@ impl<D: Driver> Controller<D> {
         pause_ms: u64,
     ) -> AnalysisSummary {
         let now = now_ms();
-        let state = self.lock();
-        let canary_now = self.window(&state, key, canary);
-        let stable_now = self.window(&state, key, stable);
+        let service = self.lock().cell(key).unwrap_or_default();
+        let service = service.lock();
+        let canary_now = self.window(&service, key, canary);
+        let stable_now = self.window(&service, key, stable);
         let step = (progress.step_index, progress.step_started_ms);
-        let baseline = state
-            .services
-            .get(key)
-            .and_then(|service| service.baselines.get(&deployment));
+        let baseline = service.baselines.get(&deployment);
         let (canary_then, stable_then) = match baseline {
             Some(baseline) if baseline.step == step => {
                 (baseline.canary.clone(), baseline.stable.clone())
@@ -592,7 +592,7 @@ impl<D: Driver> Controller<D> {
                 None => (canary_now.clone(), stable_now.clone()),
             },
         };
-        drop(state);
+        drop(service);
         analysis_summary(
             settings,
             pause_ms,
@@ -605,27 +605,24 @@ impl<D: Driver> Controller<D> {
 
     /// A revision's counters now: the ingress's requests and latency, the runtime's restarts
     /// and the readiness failures this controller saw.
-    fn window(&self, state: &State, key: &Key, revision: &str) -> Window {
+    fn window(&self, service: &ServiceState, key: &Key, revision: &str) -> Window {
         let stats = self
             .dataplane
             .revision_stats(&key.0, &key.1, revision)
             .unwrap_or_default();
-        let restarts = state.services.get(key).map_or(0, |service| {
-            service
-                .instances
-                .iter()
-                .filter(|status| revision_of(&status.id) == Some(revision))
-                .map(|status| status.restarts)
-                .sum()
-        });
+        let restarts = service
+            .instances
+            .iter()
+            .filter(|status| revision_of(&status.id) == Some(revision))
+            .map(|status| status.restarts)
+            .sum();
         Window {
             requests: stats.requests,
             errors_5xx: stats.errors_5xx,
             latency_buckets: stats.latency_buckets,
-            readiness_failures: state
-                .services
-                .get(key)
-                .and_then(|service| service.readiness_failures.get(revision))
+            readiness_failures: service
+                .readiness_failures
+                .get(revision)
                 .copied()
                 .unwrap_or(0),
             restarts,
@@ -655,7 +652,7 @@ impl<D: Driver> Controller<D> {
         // runs (none when it has scaled to zero: it is not started only to be stopped); the
         // autoscaler's count once it has one.
         let stable_instances = from.map_or(1, |from| {
-            count(from).unwrap_or_else(|| live_instances(&self.lock(), key, from))
+            count(from).unwrap_or_else(|| live_instances(&self.cell(key).lock(), from))
         });
         // The new revision carries its share of the stable revision's capacity at least
         // (all of it for blue/green, and at 100 %), so a step does not overload it while the
@@ -768,10 +765,10 @@ impl<D: Driver> Controller<D> {
         let judged = !step.progress.promoted;
         let passed = (judged && matches!(step.action, Action::Advance | Action::Complete))
             .then(|| {
-                self.lock()
-                    .services
-                    .get(&key_of(deployment))
-                    .and_then(|service| service.baselines.get(&deployment.id))
+                self.cell(&key_of(deployment))
+                    .lock()
+                    .baselines
+                    .get(&deployment.id)
                     .and_then(|b| b.passed.clone())
             })
             .flatten()
@@ -792,7 +789,7 @@ impl<D: Driver> Controller<D> {
             }
             Action::Switch => {
                 let key = (deployment.service.clone(), deployment.env.clone());
-                let running = live_instances(&self.lock(), &key, from);
+                let running = live_instances(&self.cell(&key).lock(), from);
                 let message = match (strategy.keeps_old_ms(), step.old_stop_at_ms) {
                     // Scaled to zero: kept, but nothing is warm; say so.
                     (Some(keep_old_ms), Some(until)) if running == 0 => {
@@ -844,8 +841,8 @@ impl<D: Driver> Controller<D> {
         if first_wait {
             events.push(format!("{}: {message}", strategy.name()));
         }
-        self.lock()
-            .service(&key_of(deployment))
+        self.cell(&key_of(deployment))
+            .lock()
             .rollout_messages
             .insert(deployment.id, message);
         let mut errors = Vec::new();
@@ -886,10 +883,8 @@ impl<D: Driver> Controller<D> {
         };
         let message = self
             .lock()
-            .services
-            .get(&(service.to_owned(), env.to_owned()))
-            .and_then(|state| state.rollout_messages.get(&deployment.id))
-            .cloned()
+            .cell(&(service.to_owned(), env.to_owned()))
+            .and_then(|cell| cell.lock().rollout_messages.get(&deployment.id).cloned())
             .unwrap_or_default();
         let target = &deployment.to_revision;
         let from = deployment.from_revision.as_deref().filter(|f| f != target);

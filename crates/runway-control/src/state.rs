@@ -4,7 +4,7 @@
 //! the ready instances.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use runway_driver::Replica;
 use runway_ingress::RouteConfig;
@@ -27,7 +27,8 @@ pub(crate) fn key_of(deployment: &runway_store::Deployment) -> Key {
 pub(crate) struct State {
     /// Revisions seen, by name (immutable, so kept until their service is gone).
     pub(crate) revisions: HashMap<String, Arc<RevisionInfo>>,
-    pub(crate) services: BTreeMap<Key, ServiceState>,
+    /// Each service's own state, behind its own lock (see [`Cell`]).
+    pub(crate) services: BTreeMap<Key, Arc<Cell>>,
     /// Every registered service in each of its environments, as the last pass read them: one
     /// with no revision serving is routed still, so its host answers a 503 saying so.
     pub(crate) known: BTreeSet<Key>,
@@ -39,15 +40,31 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// The service's state, made empty (not yet planned) when it has none.
-    pub(crate) fn service(&mut self, key: &Key) -> &mut ServiceState {
-        self.services.entry(key.clone()).or_default()
+    /// The service's cell, made empty (not yet planned) when it has none.
+    pub(crate) fn service(&mut self, key: &Key) -> Arc<Cell> {
+        Arc::clone(self.services.entry(key.clone()).or_default())
     }
 
-    /// The service's state once a pass planned it: one made only to keep something for it
-    /// (a deployment's baseline, say) is not yet its own.
-    pub(crate) fn planned(&self, key: &Key) -> Option<&ServiceState> {
-        self.services.get(key).filter(|service| service.planned)
+    /// The service's cell, when it has one.
+    pub(crate) fn cell(&self, key: &Key) -> Option<Arc<Cell>> {
+        self.services.get(key).map(Arc::clone)
+    }
+}
+
+/// One service's state behind its own lock. Its reconciler holds the cell for its whole pass
+/// and locks it for each step (never across an await); the autoscaler, the rounds and the
+/// API lock it for a look. The lock order is the controller's [`State`] first, then a cell:
+/// code holding a cell never takes the controller's lock, and no two cells are held at once.
+#[derive(Debug, Default)]
+pub(crate) struct Cell(Mutex<ServiceState>);
+
+impl Cell {
+    pub(crate) fn new(service: ServiceState) -> Self {
+        Self(Mutex::new(service))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ServiceState> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

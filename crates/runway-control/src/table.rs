@@ -17,8 +17,10 @@ use crate::state::{Key, ServiceState, State};
 /// and the addresses of its live instances (workers' too, so the private listener knows its
 /// callers). A registered service not reached by a round yet has a route with no revision
 /// (the ingress answers a 503 that says so); one neither registered nor with state, none.
+/// Takes the service's cell: the caller holds the controller's lock, not the cell.
 pub(crate) fn entry_for(state: &State, key: &Key) -> Option<Entry> {
-    let Some(service) = state.planned(key) else {
+    let service = state.services.get(key).map(|cell| cell.lock());
+    let Some(service) = service.filter(|service| service.planned) else {
         return state.known.contains(key).then(|| Entry {
             route: route(state, key, &ServiceState::default()),
             ..Entry::default()
@@ -30,7 +32,7 @@ pub(crate) fn entry_for(state: &State, key: &Key) -> Option<Entry> {
         .filter(|status| !matches!(status.phase, Phase::Stopped | Phase::Exited | Phase::Failed))
         .filter_map(|status| status.address.map(|address| address.ip()))
         .collect();
-    let route = route(state, key, service);
+    let route = route(state, key, &service);
     (route.is_some() || !callers.is_empty()).then_some(Entry {
         route,
         callers,
@@ -248,18 +250,18 @@ mod tests {
             let name = info.record.name.clone();
             let key: Key = ((*service).to_owned(), (*env).to_owned());
             state.known.insert(key.clone());
-            state.services.insert(
-                key,
-                ServiceState {
-                    planned: true,
-                    routes: vec![RouteWeight::new(name.clone(), 100)],
-                    instances: instances
-                        .iter()
-                        .map(|(suffix, phase, address)| replica(&name, suffix, *phase, address))
-                        .collect(),
-                    ..ServiceState::default()
-                },
-            );
+            let service = ServiceState {
+                planned: true,
+                routes: vec![RouteWeight::new(name.clone(), 100)],
+                instances: instances
+                    .iter()
+                    .map(|(suffix, phase, address)| replica(&name, suffix, *phase, address))
+                    .collect(),
+                ..ServiceState::default()
+            };
+            state
+                .services
+                .insert(key, Arc::new(crate::state::Cell::new(service)));
             state.revisions.insert(name, info);
         }
         state

@@ -47,11 +47,12 @@ impl<D: Driver> Controller<D> {
             state
                 .services
                 .iter()
-                .flat_map(|(key, service)| {
-                    service
+                .flat_map(|(key, cell)| {
+                    cell.lock()
                         .routes
                         .iter()
                         .map(|r| (key.0.clone(), key.1.clone(), r.revision.clone()))
+                        .collect::<Vec<_>>()
                 })
                 .collect()
         };
@@ -143,12 +144,13 @@ impl<D: Driver> Controller<D> {
             .lock()
             .services
             .iter()
-            .flat_map(|((service, env), state)| {
-                state
+            .flat_map(|((service, env), cell)| {
+                cell.lock()
                     .routes
                     .iter()
                     .filter(|route| route.weight > 0)
                     .map(|route| (service.clone(), env.clone(), route.revision.clone()))
+                    .collect::<Vec<_>>()
             })
             .collect();
         for (service, env, revision) in routed {
