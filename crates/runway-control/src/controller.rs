@@ -11,7 +11,7 @@ use runway_driver::{Driver, DriverError, Kept, Phase, Replica, Scale, now_ms};
 use runway_ingress::{RouteConfig, RouteTableConfig, ScaleUp};
 use runway_reconciler::{
     Action, Desired as PlanDesired, DesiredRevision as PlanRevision, InstanceState, Observed,
-    ObservedInstance, Policy, RouteWeight, plan,
+    ObservedInstance, Policy, RevisionStatus, RouteWeight, plan,
 };
 use runway_secrets::Sealer;
 use runway_store::{Deployment, Desired, Store, StoreError};
@@ -108,14 +108,20 @@ impl Queued {
     }
 }
 
-/// What reconciling one service in one environment left.
+/// What one pass over a service in an environment left: see [`Controller::reconcile`].
 #[derive(Debug, Default)]
-struct KeyOutcome {
-    /// When to look again for time's sake (a drain grace, a start timeout, a step).
-    requeue_after_ms: Option<u64>,
-    errors: Vec<ControlError>,
-    /// Its deployment in progress.
-    active: Option<i64>,
+#[non_exhaustive]
+pub struct Reconciled {
+    /// Its route in the table the data plane has (`None`: it has none).
+    pub route: Option<RouteConfig>,
+    /// How each of its revisions is doing, as the pass planned.
+    pub status: Vec<RevisionStatus>,
+    /// When to look at it again for time's sake (a drain grace, a start timeout, a step).
+    pub requeue_after_ms: Option<u64>,
+    /// Its deployment in progress, as the pass moved it.
+    pub deployment: Option<i64>,
+    /// What went wrong on the way; the pass went on past each where it could.
+    pub errors: Vec<ControlError>,
 }
 
 /// What one pass asks the driver for one revision.
@@ -419,9 +425,9 @@ impl<D: Driver> Controller<D> {
                                 Ok(work) => controller.reconcile_key(work).await,
                                 Err(error) => (
                                     key,
-                                    KeyOutcome {
+                                    Reconciled {
                                         errors: vec![error],
-                                        ..KeyOutcome::default()
+                                        ..Reconciled::default()
                                     },
                                 ),
                             },
@@ -463,12 +469,12 @@ impl<D: Driver> Controller<D> {
                         let Some(key) = tasks.remove(&id) else {
                             continue;
                         };
-                        let outcome = done.unwrap_or_else(|error| KeyOutcome {
+                        let outcome = done.unwrap_or_else(|error| Reconciled {
                             errors: vec![ControlError::Task(format!(
                                 "reconciling {} in {}: {error}",
                                 key.0, key.1
                             ))],
-                            ..KeyOutcome::default()
+                            ..Reconciled::default()
                         });
                         printed.service(&key, &outcome.errors);
                         let woken = again.remove(&key);
@@ -476,7 +482,7 @@ impl<D: Driver> Controller<D> {
                         looked.wake_at = outcome
                             .requeue_after_ms
                             .map(|ms| Instant::now() + Duration::from_millis(ms.max(10)));
-                        looked.active = outcome.active;
+                        looked.active = outcome.deployment;
                         if woken && !queued.iter().any(|q| *q.key() == key) {
                             queued.push_back(Queued::Look(key));
                         }
@@ -573,14 +579,14 @@ impl<D: Driver> Controller<D> {
         let Some((round, work)) = self.round(&mut errors).await else {
             return errors;
         };
-        let outcomes: Vec<(Key, KeyOutcome)> = futures_util::stream::iter(work)
+        let outcomes: Vec<(Key, Reconciled)> = futures_util::stream::iter(work)
             .map(|work| self.reconcile_key(work))
             .buffer_unordered(self.config.reconcile_concurrency.max(1))
             .collect()
             .await;
         let mut active = HashSet::new();
         for (_, outcome) in outcomes {
-            active.extend(outcome.active);
+            active.extend(outcome.deployment);
             errors.extend(outcome.errors);
         }
         self.finish_round(&round, &active, &mut errors).await;
@@ -715,26 +721,55 @@ impl<D: Driver> Controller<D> {
     }
 
     /// Reconciles one service in one environment, with what its round read.
-    async fn reconcile_key(&self, work: Work) -> (Key, KeyOutcome) {
-        let mut active = HashSet::new();
+    async fn reconcile_key(&self, work: Work) -> (Key, Reconciled) {
         let span = tracing::info_span!("reconcile", service = %work.key.0, env = %work.key.1);
-        let outcome = match self
-            .reconcile_service(&work.key, work.wanted.as_ref(), work.instances, &mut active)
+        let mut deployment = None;
+        let (requeue_after_ms, errors) = match self
+            .reconcile_service(
+                &work.key,
+                work.wanted.as_ref(),
+                work.instances,
+                &mut deployment,
+            )
             .instrument(span)
             .await
         {
-            Ok((requeue_after_ms, errors)) => KeyOutcome {
-                requeue_after_ms,
-                errors,
-                active: active.into_iter().next(),
-            },
-            Err(error) => KeyOutcome {
-                requeue_after_ms: None,
-                errors: vec![error],
-                active: active.into_iter().next(),
-            },
+            Ok(done) => done,
+            Err(error) => (None, vec![error]),
+        };
+        let outcome = Reconciled {
+            route: self.propagator.route_in_force(&work.key),
+            status: self
+                .status
+                .get(&work.key)
+                .map(|status| status.revisions)
+                .unwrap_or_default(),
+            requeue_after_ms,
+            deployment,
+            errors,
         };
         (work.key, outcome)
+    }
+
+    /// One pass over a service in an environment, given its desired state (`None`: it has
+    /// none, so what runs of it drains and stops) and its replicas as the driver lists them;
+    /// its revisions are read from the store once and kept. The pass plans, sets its route,
+    /// asks the driver for its starts and stops, and moves its deployment along, as a round
+    /// does for each service; it returns its route, its status and when to look again. A
+    /// round runs it with what it read; this is for a caller that has its own reading.
+    pub async fn reconcile(
+        &self,
+        service: &str,
+        env: &str,
+        desired: Option<&Desired>,
+        replicas: Vec<Replica>,
+    ) -> Reconciled {
+        let work = Work {
+            key: (service.to_owned(), env.to_owned()),
+            wanted: desired.cloned(),
+            instances: replicas,
+        };
+        self.reconcile_key(work).await.1
     }
 
     /// What a round does once its services are under way: the table (with no service at all,
@@ -825,14 +860,14 @@ impl<D: Driver> Controller<D> {
     }
 
     /// Plans one service in one environment and applies the plan; then moves its deployment
-    /// (its id added to `active`). Returns when to plan again for time's sake, and the
-    /// actions' errors.
+    /// (its id in `active`). Returns when to plan again for time's sake, and the actions'
+    /// errors.
     async fn reconcile_service(
         &self,
         key: &Key,
         wanted: Option<&Desired>,
         instances: Vec<Replica>,
-        active: &mut HashSet<i64>,
+        active: &mut Option<i64>,
     ) -> Result<(Option<u64>, Vec<ControlError>)> {
         let now = now_ms();
         let cell = self.cell(key);
@@ -840,7 +875,7 @@ impl<D: Driver> Controller<D> {
             Some(_) => self.deployments(key).await?,
             None => (None, None, Vec::new()),
         };
-        active.extend(deployment.as_ref().map(|d| d.id));
+        *active = deployment.as_ref().map(|d| d.id);
         // A progressive rollout sets the weights before the planner moves traffic.
         let (outcome, rolled) = match (deployment.as_ref(), wanted) {
             (Some(deployment), Some(wanted)) => self.roll(key, deployment, wanted).await?,

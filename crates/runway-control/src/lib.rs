@@ -138,7 +138,7 @@ mod workload;
 pub use api::InstanceSummary;
 pub use autoscale::ScalingSummary;
 pub use config::ControllerConfig;
-pub use controller::Controller;
+pub use controller::{Controller, Reconciled};
 pub use dataplane::{BoxFuture, DataPlane};
 pub use error::{ControlError, Result};
 pub use rollout::{AnalysisSummary, CheckSummary, RolloutSummary, WindowFigures};

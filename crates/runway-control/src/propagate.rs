@@ -129,6 +129,14 @@ impl Propagator {
         self.lock().entries.keys().cloned().collect()
     }
 
+    /// `key`'s route in the table in force (or the one being set).
+    pub(crate) fn route_in_force(&self, key: &Key) -> Option<RouteConfig> {
+        self.lock()
+            .applied_entries
+            .get(key)
+            .and_then(|entry| entry.route.clone())
+    }
+
     /// Whether `key`'s entry is `entry` now (published, maybe not yet in force).
     pub(crate) fn holds(&self, key: &Key, entry: Option<&Entry>) -> bool {
         self.lock().entries.get(key).map(|(held, _)| held) == entry

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{Behavior, Harness, fast_config};
-use runway_reconciler::RouteWeight;
+use runway_reconciler::{Condition, RouteWeight};
 use runway_secrets::{Context, Sealer, SecretValue};
 use runway_store::{DeploymentState, DesiredRevision, Store};
 
@@ -1009,4 +1009,89 @@ async fn a_process_revision_does_not_start_once_processes_are_no_longer_allowed(
         let _ = strict.reconcile_all().await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// One pass over a service is a function of plain values: its desired state and its replicas
+/// as a driver lists them in, its route, its status and when to look again out; what the
+/// plan asks of the driver goes to the driver.
+#[tokio::test]
+async fn a_pass_over_plain_values_returns_its_route_status_and_next_look() {
+    let harness = Harness::new(fast_config());
+    harness.onboard("hello");
+    harness.driver.behave(V1, Behavior::ReadyAfter(0));
+    let deployment = harness.deploy("hello", BTreeMap::new());
+    let desired = harness.store.desired_get("hello", "dev").unwrap();
+    let controller = &harness.controller;
+
+    // Nothing runs: the driver is asked for one instance, and nothing is routed to yet.
+    let first = controller
+        .reconcile("hello", "dev", desired.as_ref(), Vec::new())
+        .await;
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    assert_eq!(first.deployment, Some(deployment.id));
+    assert_eq!(harness.driver.ids_of(V1).len(), 1);
+    let status = &first.status[0];
+    assert_eq!(
+        (
+            status.revision.as_str(),
+            status.desired_instances,
+            status.ready
+        ),
+        (V1, 1, 0)
+    );
+    assert_eq!(status.condition, Condition::Progressing);
+    assert!(first.route.is_none(), "{:?}", first.route);
+    assert_eq!(harness.state(&deployment), DeploymentState::Progressing);
+
+    // Its replica ready, as the driver lists it: routed whole, the deployment done, nothing
+    // to look at again for time's sake, and nothing more asked of the driver.
+    let listed = runway_driver::Driver::replicas(&*harness.driver)
+        .await
+        .unwrap();
+    assert!(listed[0].ready);
+    let second = controller
+        .reconcile("hello", "dev", desired.as_ref(), listed.clone())
+        .await;
+    assert!(second.errors.is_empty(), "{:?}", second.errors);
+    let route = second.route.expect("its route");
+    assert_eq!(route.revisions.len(), 1);
+    assert_eq!(
+        (route.revisions[0].name.as_str(), route.revisions[0].weight),
+        (V1, 100)
+    );
+    let addresses: Vec<_> = route.revisions[0]
+        .instances
+        .iter()
+        .map(|i| i.address)
+        .collect();
+    assert_eq!(addresses, vec![listed[0].address.unwrap()]);
+    assert_eq!(second.status[0].condition, Condition::Ready);
+    assert_eq!(second.requeue_after_ms, None);
+    assert_eq!(harness.state(&deployment), DeploymentState::Succeeded);
+    assert_eq!(harness.driver.workloads().len(), 1);
+
+    // No desired state: the route leaves the table first; the next pass drains the replica
+    // and asks to be woken when the drain grace is over; the pass after that stops it.
+    let third = controller
+        .reconcile("hello", "dev", None, listed.clone())
+        .await;
+    assert!(third.errors.is_empty(), "{:?}", third.errors);
+    assert!(third.route.is_none(), "{:?}", third.route);
+    let fourth = controller
+        .reconcile("hello", "dev", None, listed.clone())
+        .await;
+    assert!(fourth.errors.is_empty(), "{:?}", fourth.errors);
+    let grace = fast_config().drain_grace_ms;
+    assert!(
+        fourth.requeue_after_ms.is_some_and(|ms| ms <= grace),
+        "{:?}",
+        fourth.requeue_after_ms
+    );
+    assert!(harness.driver.stopped().is_empty());
+    tokio::time::sleep(Duration::from_millis(grace + 10)).await;
+    let fifth = controller
+        .reconcile("hello", "dev", None, listed.clone())
+        .await;
+    assert!(fifth.errors.is_empty(), "{:?}", fifth.errors);
+    assert_eq!(harness.driver.stopped(), vec![listed[0].id.clone()]);
 }

@@ -34,12 +34,12 @@ pub fn plan(desired: &Desired, observed: &Observed, policy: &Policy) -> Plan {
     actions.sort_by_key(application_order);
 
     Plan {
-        actions,
         status: revisions
             .iter()
             .map(|revision| revision_status(revision, policy, now_ms))
             .collect(),
-        requeue_after_ms: requeue_after_ms(&revisions, policy, now_ms),
+        requeue_after_ms: requeue_after_ms(&revisions, &actions, policy, now_ms),
+        actions,
     }
 }
 
@@ -65,13 +65,23 @@ fn application_order(action: &Action) -> u8 {
     }
 }
 
-/// The soonest time-driven change: a drain grace ending, or a start timeout falling due for a
-/// revision still short of ready instances.
-fn requeue_after_ms(revisions: &[Revision<'_>], policy: &Policy, now_ms: u64) -> Option<u64> {
+/// The soonest time-driven change: a drain grace ending (one this plan begins too), or a
+/// start timeout falling due for a revision still short of ready instances.
+fn requeue_after_ms(
+    revisions: &[Revision<'_>],
+    actions: &[Action],
+    policy: &Policy,
+    now_ms: u64,
+) -> Option<u64> {
+    let begun = actions
+        .iter()
+        .any(|action| matches!(action, Action::Drain { .. }))
+        .then_some(now_ms + policy.drain_grace_ms);
     let drains = revisions
         .iter()
         .flat_map(Revision::draining)
-        .map(|instance| drain_deadline(instance, policy));
+        .map(|instance| drain_deadline(instance, policy))
+        .chain(begun);
     let starts = revisions
         .iter()
         .filter(|revision| revision.ready() < revision.desired_instances)

@@ -164,6 +164,11 @@ fn rolling_deploy_drains_the_old_revision_once_the_routes_left_it() {
     );
     assert_eq!(plan.actions, vec![drain("a2"), drain("a1")]);
     assert_eq!(condition(&plan, "v1"), Condition::Progressing);
+    // Their stop is looked at when the grace they begin now is over.
+    assert_eq!(
+        plan.requeue_after_ms,
+        Some(Policy::default().drain_grace_ms)
+    );
 }
 
 #[test]
