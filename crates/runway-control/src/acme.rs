@@ -1,10 +1,12 @@
 //! Certificates for custom domains from an ACME directory (RFC 8555: Let's Encrypt, or any
 //! other), through `instant-acme`.
 //!
-//! The [`Issuer`] runs beside the controller, and only while it leads. Each domain the store
-//! holds is due at its `next_attempt_at`: added (at once), failed (after a back-off doubling
-//! from `retry_ms` up to six hours), or issued (when a third of its certificate's life is left,
-//! 30 days of Let's Encrypt's 90). Due domains are ordered one at a time:
+//! The [`Issuer`], set up by `domains.acme` in `runway server`'s configuration
+//! ([`AcmeConfig`]), runs beside the controller, and orders only while its replica leads
+//! ([`Issuer::leadership`]). Each domain the store holds is due at its `next_attempt_at`:
+//! added (at once), failed (after a back-off doubling from `retry_ms` up to six hours), or
+//! issued (when a third of its certificate's life is left, 30 days of Let's Encrypt's 90). Due
+//! domains are ordered one at a time:
 //!
 //! 1. an order for the name, with the account kept sealed in the store (made on first use);
 //! 2. the challenge (`http-01` by default, or `tls-alpn-01`) published in the edge view, so the

@@ -1,5 +1,7 @@
-//! What the API reads from the controller: the URL, instances, routes, revision status and
-//! logs of a service in an environment.
+//! What the API reads from the controller of a service in an environment: its URL (and a
+//! revision's, by its tag), its instances as the driver lists them now, its routes and each
+//! revision's status from `status.rs`'s board, and its logs, read or followed through the
+//! driver. Its scaling and its rollout are read in `autoscale.rs` and `rollout.rs`.
 
 use runway_driver::{Driver, LogLine, LogQuery, Phase};
 use runway_reconciler::{RevisionStatus, RouteWeight};

@@ -1,4 +1,5 @@
-//! The controller's settings: every wait it makes has a bound named here.
+//! The controller's settings (`control` in `runway server`'s configuration): every wait it
+//! makes has a bound named here.
 
 use std::time::Duration;
 

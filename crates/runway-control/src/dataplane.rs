@@ -1,9 +1,12 @@
-//! The controller's seam to the data plane: what it asks of an ingress, wherever that runs.
+//! The controller's seam to the data plane: what it asks of an ingress, wherever that runs. It
+//! asks for a route table put in force, an instance drained, a revision's figures, the
+//! scale-up signals, and the table served when the controller starts.
 //!
 //! [`runway_ingress::Ingress`] is the in-process one (the controller's tests);
 //! [`runway_ingress::control::RemoteIngress`] is an ingress in its own process, fed over its
-//! control socket (`runway server` on one machine); [`IngressFleet`] is every ingress a name
-//! resolves to, fed over mutual TLS (`runway server` with `ingress.remote`, as in a cluster).
+//! control socket (`runway server` on one machine, the ingress it starts or adopts);
+//! [`IngressFleet`] is every ingress a name resolves to, fed over mutual TLS (`runway server`
+//! with `ingress.remote`: ingresses it does not run, as the Helm chart's Deployment).
 
 use std::future::Future;
 use std::net::SocketAddr;

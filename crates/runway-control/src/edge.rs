@@ -4,7 +4,9 @@
 //! [`Edge`] is shared by the controller, which puts it in every table it builds, and by what
 //! changes it: [`sync_domains`], which reads the store's domains and certificates, and the ACME
 //! issuer ([`crate::acme`]), which publishes its challenges and waits until the ingress has
-//! them ([`Edge::applied`]) before telling the ACME server to look.
+//! them ([`Edge::applied`]) before telling the ACME server to look. A change wakes the
+//! controller, so the next table carries it at once. Why domains are data and their
+//! certificates part of the table: decision 0001 (`docs/decisions/0001-custom-domains.md`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};

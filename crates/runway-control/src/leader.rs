@@ -1,14 +1,22 @@
 //! Which of several control-plane replicas on one store leads: the holder of a lease in the
-//! store ([`runway_store::Store::lease_acquire`]), taken and renewed by an [`Election`].
+//! store ([`runway_store::Store::lease_acquire`]), taken and renewed by an [`Election`] every
+//! third of the lease's length, and given up at shutdown so that another takes over at once.
 //!
-//! The leader alone runs the controller, over a store handle fenced by the lease's token
-//! ([`runway_store::Store::fenced`]): once another replica holds the lease, none of its writes
-//! lands. What it does outside the store (a driver's starts and stops, the ingress's tables)
-//! cannot be fenced by the store, so it acts only while [`Leadership::may_act`]: before its
-//! own deadline, the time it asked for the lease plus the lease's length, less a margin, read
-//! on this machine's monotonic clock. A leader paused (a GC, SIGSTOP, a lost network) past
-//! its lease finds that deadline gone the moment it runs again, before its next renewal says
-//! so, and does nothing more.
+//! The leader alone acts. Its controller's store handle is fenced by the lease's token
+//! ([`runway_store::Store::fenced`], with [`Election::fence_cell`]): once another replica
+//! holds the lease, none of its writes lands. What it does outside the store (a driver's
+//! starts and stops, the ingress's tables and drains) cannot be fenced by the store, so it
+//! acts only while [`Leadership::may_act`]: before its own deadline, the time it asked for the
+//! lease plus the lease's length, less a fifth, read on this machine's monotonic clock. A
+//! leader paused (a GC, SIGSTOP, a lost network) past its lease finds that deadline gone the
+//! moment it runs again, before its next renewal says so, and does nothing more.
+//!
+//! The election publishes [`Leadership`] on a `watch`. A controller given it
+//! ([`Controller::leadership`](crate::Controller::leadership)) only observes while it does not
+//! lead: each service's instances from the driver and the weights the data plane serves, for
+//! the API, with nothing written or sent. When it comes to lead, it starts as a new controller
+//! would, from the table the data plane serves. The ACME issuer
+//! ([`Issuer::leadership`](crate::acme::Issuer::leadership)) orders only while it leads.
 
 use std::sync::Arc;
 use std::time::Duration;

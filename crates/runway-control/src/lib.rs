@@ -5,7 +5,8 @@
 //! cluster) and in the ingress, through the [`DataPlane`] trait (the ingress in its own
 //! process, or in this one), level-triggered, and
 //! moves deployments through their states with events that explain every step and every
-//! failure.
+//! failure. It is generic over the driver and does not link `runway-runtime` or `runway-kube`;
+//! only its tests and benches do.
 //!
 //! # The loop
 //!
@@ -111,6 +112,33 @@
 //! (bound to its service, environment, name and version) just before replicas start, and
 //! reaches the driver only in the workload's `secrets`. A secret that cannot be opened
 //! fails the start with a reason naming the secret and its version, never a value.
+//!
+//! # Files
+//!
+//! - `controller.rs`: [`Controller`]: the loop, one service's pass and its actions on the
+//!   driver and the data plane. `state.rs`: what it keeps in memory between rounds, none of it
+//!   needed to recover.
+//! - `deploy.rs`: moves each deployment through its states, with events; a failed one puts the
+//!   previous revision back. `rollout.rs`: steps a progressive deployment before the planner
+//!   runs, and what the API shows of it. `autoscale.rs`: sets each serving revision's instance
+//!   count from its demand at the ingress, and what the API shows of it.
+//! - `propagate.rs`: the route table's one owner, which alone sets it on the data plane.
+//!   `table.rs`: one service's entry in that table. `dataplane.rs`: the [`DataPlane`] trait,
+//!   all the controller asks of an ingress.
+//! - `observe.rs`: the driver's replicas as the planner's instances. `revision.rs`: a revision
+//!   and its manifest's settings, read once. `workload.rs`: what the driver runs a revision
+//!   with, its secrets opened.
+//! - `status.rs`: each service's weights and revision conditions, published on a `watch` for
+//!   the API. `api.rs`: what the API reads from the controller. `traffic.rs`: each routed
+//!   revision's request rate, 5xx ratio and p99 over the last minutes.
+//! - `leader.rs`: the election among replicas on one store ([`leader::Election`]).
+//! - `edge.rs`: the custom domains, certificates and ACME challenges every table carries.
+//!   `acme.rs`: their certificates from an ACME directory ([`acme::Issuer`]).
+//! - `config.rs`: [`ControllerConfig`]. `error.rs`: [`ControlError`].
+//! - `tests/`: `controller.rs` over an in-memory driver, a real store and a real ingress
+//!   (`tests/common/`); `leader.rs`, the election over a real store; `local.rs`, end to end on
+//!   the real local runtime. `benches/`: `reconcile.rs`, 1,000 services over the in-memory
+//!   driver; `kubernetes.rs`, 1,000 over the Kubernetes driver and a real control plane.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

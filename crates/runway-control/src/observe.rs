@@ -1,5 +1,8 @@
 //! From what the driver reports to what the planner reads: instance ids, states and the
-//! reasons of failures.
+//! reasons of failures. A replica's phase and readiness, with what the controller remembers of
+//! it (ready once, draining), make the planner's [`InstanceState`]; a replica the platform
+//! started whose revision the store no longer has still finds its service and environment, so
+//! it is stopped.
 
 use runway_driver::{Phase, Replica};
 use runway_reconciler::InstanceState;

@@ -1,7 +1,8 @@
 //! The route table's one owner (omicron's `DnsPropagator`). Each service's reconciler
 //! publishes its entry: its route and its instances' addresses. The propagator alone assembles
-//! the whole table from the entries, the operator's fixed routes, the platform's environments
-//! and the edge's domains, certificates and challenges, and gives it to the data plane.
+//! the whole table from the entries, the operator's fixed routes (a cell router's,
+//! `ingress.cells`, given with `Controller::fixed_routes`), the platform's environments and
+//! the edge's domains, certificates and challenges, and gives it to the data plane.
 //!
 //! One table is set at a time. Entries published while one is being set go out together in
 //! the next, so 1,000 services that change at once cost a few tables, not 1,000 (each of them

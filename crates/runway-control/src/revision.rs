@@ -1,5 +1,6 @@
 //! A revision as the controller uses it: the store's immutable record and the settings its
-//! manifest gives, read once and kept.
+//! manifest gives, read once and kept. A manifest that cannot be read is kept as the reason,
+//! which fails the revision's start.
 
 use runway_ingress::Protocol;
 use runway_manifest::{Manifest, ServiceConfig};

@@ -1,7 +1,11 @@
-//! The last minutes of each routed revision's traffic, for `runway status` and `runway top`:
-//! the ingress's counters read every [`SAMPLE_EVERY`] and kept [`KEPT`], so the request rate,
-//! the 5xx ratio and the p99 over that span are the difference of two readings (as
-//! Prometheus's `rate()` is), with no series database.
+//! The last minutes of each routed revision's traffic, for `runway status` and `runway top`
+//! (`GET /v1/traffic`): the ingress's counters read every [`SAMPLE_EVERY`] and kept [`KEPT`],
+//! so the request rate, the 5xx ratio and the p99 over that span are the difference of two
+//! readings (as Prometheus's `rate()` is), with no series database.
+//!
+//! The readings are taken on the autoscaler's turns, while this replica may act, and kept in
+//! its memory: a replica that does not lead, or one with autoscaling off
+//! (`autoscale_interval_ms: 0`), has no figures.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -1,4 +1,6 @@
-//! What the driver is given to run a revision: its workload, with its secrets opened.
+//! What the driver is given to run a revision: its workload, with its secrets opened just
+//! before its replicas start. And whether they may start at all: a plain process only while
+//! the operator or its service allows processes.
 
 use std::collections::BTreeMap;
 
