@@ -56,12 +56,8 @@ pub struct Controller<D: Driver> {
     /// Every service may run plain processes (`runtime.allow_processes`); otherwise those an
     /// admin allowed.
     allow_processes: bool,
-    /// Deployment events the store could not take (a full disk), oldest first: written, in
-    /// order, before any newer one once it can.
-    unwritten: Arc<Mutex<VecDeque<UnwrittenEvent>>>,
-    /// Held while the queue's front is written: services reconciled at once each write the
-    /// queue, and two writers of one front would write it twice and drop the next.
-    writing: tokio::sync::Mutex<()>,
+    /// Deployment events, written in order by their own task (`events.rs`).
+    pub(crate) events: Arc<crate::events::Events>,
     /// Whether this replica leads, when it is one of several (see [`Controller::leadership`]).
     leadership: Option<watch::Receiver<Leadership>>,
     /// The last minutes of each routed revision's counters (`traffic.rs`).
@@ -135,31 +131,6 @@ struct Batch {
     stop: Vec<String>,
 }
 
-/// An event the store refused, with when it happened.
-#[derive(Debug, Clone)]
-struct UnwrittenEvent {
-    deployment: i64,
-    message: String,
-    at_ms: i64,
-}
-
-/// At most this many unwritten events are kept (the oldest go first past it): a disk full for
-/// long must not fill the memory too.
-const MAX_UNWRITTEN_EVENTS: usize = 10_000;
-
-/// Keeps an event the store refused.
-fn keep_unwritten(queue: &Mutex<VecDeque<UnwrittenEvent>>, deployment: i64, message: String) {
-    let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
-    if queue.len() >= MAX_UNWRITTEN_EVENTS {
-        queue.pop_front();
-    }
-    queue.push_back(UnwrittenEvent {
-        deployment,
-        message,
-        at_ms: runway_store::Timestamp::now().unix_millis(),
-    });
-}
-
 /// What the loop keeps of one service in one environment between its reconciliations.
 #[derive(Debug, Default)]
 struct Looked {
@@ -223,6 +194,7 @@ impl<D: Driver> Controller<D> {
     ) -> Self {
         let wake = Arc::new(Notify::new());
         let edge = Arc::new(crate::edge::Edge::new(Arc::clone(&wake)));
+        let events = Arc::new(crate::events::Events::new(Arc::clone(&store)));
         Self {
             propagator: Propagator::new(
                 Arc::clone(&dataplane),
@@ -240,8 +212,7 @@ impl<D: Driver> Controller<D> {
             status: crate::status::Publisher::default(),
             pass: tokio::sync::Mutex::new(()),
             allow_processes: false,
-            unwritten: Arc::default(),
-            writing: tokio::sync::Mutex::new(()),
+            events,
             leadership: None,
             traffic: Mutex::default(),
             started_at_ms: now_ms(),
@@ -348,6 +319,10 @@ impl<D: Driver> Controller<D> {
         let mut printed = Printed::default();
         let mut leadership = self.leadership.clone();
         let mut led = false;
+        // The event writer's task, stopped when this returns (the set is dropped).
+        let mut writer = tokio::task::JoinSet::new();
+        let events = Arc::clone(&self.events);
+        writer.spawn(async move { events.run().await });
         loop {
             // A replica that does not lead changes nothing: it keeps what it sees for the API
             // (each service's instances, the weights the data plane serves) until it leads.
@@ -590,6 +565,10 @@ impl<D: Driver> Controller<D> {
             errors.extend(outcome.errors);
         }
         self.finish_round(&round, &active, &mut errors).await;
+        // No writer task runs beside this: the round's events are written now.
+        if let Err(error) = self.events.write().await {
+            errors.push(error);
+        }
         errors
     }
 
@@ -633,9 +612,6 @@ impl<D: Driver> Controller<D> {
             .iter()
             .filter_map(|replica| revision_of(&replica.id).map(str::to_owned))
             .collect();
-        if let Err(error) = self.write_unwritten().await {
-            errors.push(error);
-        }
         for wanted in &desired {
             for revision in &wanted.revisions {
                 if let Err(error) = self.revision(&revision.revision).await {
@@ -885,9 +861,13 @@ impl<D: Driver> Controller<D> {
         // time is over.
         let mut errors = Vec::new();
         let (retired, warm_until) = match (deployment.as_ref(), latest.as_ref(), wanted) {
-            (None, Some(latest), Some(wanted)) => {
-                self.retire_warm(latest, wanted, &mut errors).await
-            }
+            (None, Some(latest), Some(wanted)) => self
+                .retire_warm(latest, wanted)
+                .await
+                .unwrap_or_else(|error| {
+                    errors.push(error);
+                    (None, None)
+                }),
             _ => (None, None),
         };
         let wanted = rolled.as_ref().or(retired.as_ref()).or(wanted);
@@ -932,7 +912,7 @@ impl<D: Driver> Controller<D> {
         let story =
             |revision: &str| crate::deploy::story_of(revision, deployment.as_ref(), &recent);
         for (revision, change) in changes {
-            self.event(story(&revision), &change, &mut errors).await;
+            self.event(story(&revision), &change);
         }
         // Starts and stops go to the driver together, one call per revision, once the routes
         // and drains before them are done.
@@ -974,14 +954,12 @@ impl<D: Driver> Controller<D> {
                     continue;
                 }
             };
-            self.told(result, told, deployment.as_ref(), &mut errors)
-                .await;
+            self.told(result, told, deployment.as_ref(), &mut errors);
         }
         for (revision, batch) in batches {
             let told = story(&revision);
             for result in self.scale(key, &revision, batch, told).await {
-                self.told(result, told, deployment.as_ref(), &mut errors)
-                    .await;
+                self.told(result, told, deployment.as_ref(), &mut errors);
             }
         }
         if let (Some(deployment), Some(wanted)) = (deployment, wanted) {
@@ -1128,9 +1106,9 @@ impl<D: Driver> Controller<D> {
         }
     }
 
-    /// Writes what an action did as an event of the deployment it is about (`told`), or its
+    /// Tells what an action did as an event of the deployment it is about (`told`), or its
     /// failure as one of the deployment in progress.
-    async fn told(
+    fn told(
         &self,
         result: Result<String>,
         told: Option<&Deployment>,
@@ -1138,10 +1116,9 @@ impl<D: Driver> Controller<D> {
         errors: &mut Vec<ControlError>,
     ) {
         match result {
-            Ok(message) => self.event(told, &message, errors).await,
+            Ok(message) => self.event(told, &message),
             Err(error) => {
-                self.event(current, &runway_log::chain(&error), errors)
-                    .await;
+                self.event(current, &runway_log::chain(&error));
                 errors.push(error);
             }
         }
@@ -1316,11 +1293,8 @@ impl<D: Driver> Controller<D> {
             .collect();
         for (id, told) in gone {
             if let Some(deployment) = told {
-                keep_unwritten(
-                    &self.unwritten,
-                    deployment,
-                    format!("instance {id} stopped"),
-                );
+                self.events
+                    .add(deployment, format!("instance {id} stopped"));
             }
         }
     }
@@ -1589,85 +1563,11 @@ impl<D: Driver> Controller<D> {
         }
     }
 
-    /// Adds an event to the deployment in progress, if there is one.
-    pub(crate) async fn event(
-        &self,
-        deployment: Option<&Deployment>,
-        message: &str,
-        errors: &mut Vec<ControlError>,
-    ) {
-        let Some(deployment) = deployment else {
-            return;
-        };
-        // After the ones still waiting, so the story keeps its order.
-        keep_unwritten(&self.unwritten, deployment.id, message.to_owned());
-        if let Err(error) = self.write_unwritten().await {
-            errors.push(error);
-        }
-    }
-
-    /// Writes the events the store could not take yet, oldest first, until one is refused
-    /// again. One written late says when it happened.
-    async fn write_unwritten(&self) -> Result<()> {
-        let _writing = self.writing.lock().await;
-        loop {
-            let Some(next) = self
-                .unwritten
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .front()
-                .cloned()
-            else {
-                return Ok(());
-            };
-            let now = runway_store::Timestamp::now().unix_millis();
-            let text = if now - next.at_ms > 1_000 {
-                let at = runway_store::Timestamp::from_unix_millis(next.at_ms)
-                    .map(|t| t.to_string())
-                    .unwrap_or_default();
-                format!(
-                    "{} (at {at}; written late, the store could not take it then)",
-                    next.message
-                )
-            } else {
-                next.message.clone()
-            };
-            let id = next.deployment;
-            let added = self
-                .db(format!("add an event to deployment {id}"), move |store| {
-                    store.deployment_add_event(ACTOR, id, &text)
-                })
-                .await;
-            let done = || {
-                self.unwritten
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .pop_front();
-            };
-            match added {
-                // Written, or its deployment is gone (decommissioned): either way done.
-                Ok(_)
-                | Err(ControlError::Store {
-                    source: runway_store::StoreError::NotFound { .. },
-                    ..
-                }) => done(),
-                // A full disk, or a store that fails: everything waits for it.
-                Err(
-                    error @ ControlError::Store {
-                        source:
-                            runway_store::StoreError::Full
-                            | runway_store::StoreError::Sqlite(_)
-                            | runway_store::StoreError::Postgres(_)
-                            | runway_store::StoreError::Unavailable(_),
-                        ..
-                    },
-                ) => return Err(error),
-                // Refused for good: dropped, so it holds none back.
-                Err(error) => {
-                    done();
-                    return Err(error);
-                }
-            }
+    /// Adds an event to the deployment in progress, if there is one: after those still
+    /// waiting, so the story keeps its order (`events.rs` writes them).
+    pub(crate) fn event(&self, deployment: Option<&Deployment>, message: &str) {
+        if let Some(deployment) = deployment {
+            self.events.add(deployment.id, message.to_owned());
         }
     }
 

@@ -200,6 +200,8 @@ impl<D: Driver> Controller<D> {
             service.rollout_messages.remove(&id);
             service.unready_since.remove(&id);
         }
+        // The events before its end are written first: its story keeps its order.
+        self.events.write().await?;
         self.db(format!("mark deployment {id} {to}"), move |store| {
             store.deployment_transition(ACTOR, id, to, reason.as_deref())
         })

@@ -17,9 +17,11 @@
 //! (steps 1 and 2 below) and then reconciles each service in each environment on its own
 //! (steps 3 and 4), up to `reconcile_concurrency` at once: one whose driver call is slow (an
 //! image pull, a cluster's API, a long stop) holds up neither the others nor the next round,
-//! which leaves it alone until it is done. Each keeps its own state; the ingress's table is
-//! built and sent one at a time, from the latest state of all. [`Controller::reconcile_all`]
-//! is one round that waits for every service (the tests' pass).
+//! which leaves it alone until it is done. Each keeps its own state behind its own lock, and
+//! publishes its entry in the ingress's table to the propagator, which sets one table at a
+//! time. [`Controller::reconcile_all`] is one round that waits for every service (the tests'
+//! pass); [`Controller::reconcile`] is one service's pass over a desired state and replicas
+//! the caller read.
 //!
 //! 1. reads every desired state from the store and every replica ("instance") from the
 //!    driver;
@@ -118,8 +120,9 @@
 //! - `controller.rs`: [`Controller`]: the loop, one service's pass and its actions on the
 //!   driver and the data plane. `state.rs`: what it keeps in memory between rounds, none of it
 //!   needed to recover.
-//! - `deploy.rs`: moves each deployment through its states, with events; a failed one puts the
-//!   previous revision back. `rollout.rs`: steps a progressive deployment before the planner
+//! - `deploy.rs`: moves each deployment through its states; a failed one puts the previous
+//!   revision back. `events.rs`: the deployments' events, written in order by their own task,
+//!   kept in memory while the store refuses them. `rollout.rs`: steps a progressive deployment before the planner
 //!   runs, and what the API shows of it. `autoscale.rs`: sets each serving revision's instance
 //!   count from its demand at the ingress, and what the API shows of it.
 //! - `propagate.rs`: the route table's one owner, which alone sets it on the data plane.
@@ -152,6 +155,7 @@ mod dataplane;
 mod deploy;
 pub mod edge;
 mod error;
+mod events;
 pub mod leader;
 mod observe;
 mod propagate;

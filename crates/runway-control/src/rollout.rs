@@ -381,26 +381,10 @@ impl<D: Driver> Controller<D> {
     /// revision, still in the desired state with no traffic, is taken out of it once its warm
     /// time is over. Returns the desired state written then, or when to look again. A rollback
     /// or a newer deploy has rewritten the desired state before: nothing to do.
-    /// Errors go to `errors`: they do not stop the pass.
     pub(crate) async fn retire_warm(
         &self,
         latest: &Deployment,
         wanted: &Desired,
-        errors: &mut Vec<ControlError>,
-    ) -> (Option<Desired>, Option<u64>) {
-        self.retire_warm_inner(latest, wanted, errors)
-            .await
-            .unwrap_or_else(|error| {
-                errors.push(error);
-                (None, None)
-            })
-    }
-
-    async fn retire_warm_inner(
-        &self,
-        latest: &Deployment,
-        wanted: &Desired,
-        errors: &mut Vec<ControlError>,
     ) -> Result<(Option<Desired>, Option<u64>)> {
         let nothing = Ok((None, None));
         let Some(from) = latest.from_revision.as_deref() else {
@@ -443,7 +427,7 @@ impl<D: Driver> Controller<D> {
                 "{from} was kept warm for {} s after the switch: it is stopped now",
                 keep_old_ms / 1000
             );
-            self.event(Some(latest), &message, errors).await;
+            self.event(Some(latest), &message);
         }
         Ok((written, None))
     }
@@ -845,11 +829,10 @@ impl<D: Driver> Controller<D> {
             .lock()
             .rollout_messages
             .insert(deployment.id, message);
-        let mut errors = Vec::new();
         for event in events {
-            self.event(Some(deployment), &event, &mut errors).await;
+            self.event(Some(deployment), &event);
         }
-        errors.into_iter().next().map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// The rollout of the service's deployment in progress, if it is a progressive one.
