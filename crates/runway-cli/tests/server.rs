@@ -528,7 +528,8 @@ fn a_changed_ingress_configuration_replaces_the_ingress_under_load() {
     assert!(ok > 500, "only {ok} requests");
     // No connection is refused (the ports are shared), but the old ingress's graceful stop
     // closes idle HTTP/1.1 keep-alive connections, which can race a client's next request on
-    // them: at most one request per client connection (see ARCHITECTURE.md, "Decisions").
+    // them: at most one request per client connection (see
+    // docs/decisions/0046-data-plane-own-process.md).
     assert!(failed <= 8, "{failed} failed");
     let (status, body) = platform.get(HOST, "/", Duration::from_secs(5));
     assert_eq!(status, 200, "{body}");

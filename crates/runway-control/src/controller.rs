@@ -1,4 +1,23 @@
-//! The controller: the loop, one reconciliation of every service, and the actions.
+//! The controller: the loop, one service's pass, and its actions.
+//!
+//! [`Controller::run`] runs a round on the interval, on [`Controller::wake`], on every tick of
+//! the driver's `changes` and on the ingress's scale-up signal. A round reads the store's
+//! desired states and the driver's replicas once, then reconciles each service and
+//! environment in a task of its own (at most `reconcile_concurrency` at once; one under way is
+//! left alone until done, so a slow driver call holds up no other service). A service woken by
+//! its own timer (a drain grace, a step), or found under way by a round, gets a look of its own:
+//! its desired state and replicas read for it alone, not a round over every service.
+//!
+//! One service's pass ([`Controller::reconcile`]) takes its own state's cell
+//! ([`crate::state::Cell`]), plans with the pure planner, publishes its route to the
+//! propagator and waits until it is in force, then asks the driver for each revision's starts
+//! and stops in one call (`scale` with the replicas to retire, or `retire` alone), and moves
+//! its deployment along. A replica's stop is told in its deployment's events once the driver
+//! lists it no more. After each round, a revision no longer of use is `remove`d from the
+//! driver, and so is one the driver keeps (a cluster's Deployment at zero, `Driver::revisions`)
+//! that nothing uses, left by a control plane that stopped before it removed it. The routes of
+//! `ingress.cells` are set with [`Controller::fixed_routes`] (env `cells`, never adopted as a
+//! service).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt;

@@ -1,7 +1,10 @@
-//! What the controller keeps in memory between reconciliations. None of it is needed to
-//! recover: after a restart the routes start from the table the data plane serves (when it
-//! outlived the last controller), else from the desired state, and the table is rebuilt from
-//! the ready instances.
+//! What the controller keeps in memory between reconciliations: the revision cache and the
+//! registered services, shared by all; and each service's own [`ServiceState`] (its routes,
+//! status, instances and their histories, retiring replicas, autoscalers, readiness failures,
+//! rollout baselines and messages) in its own [`Cell`]. None of it is needed to recover:
+//! after a restart the routes start from the table the data plane serves (when it outlived the
+//! last controller), else from the desired state, and the table is rebuilt from the ready
+//! instances.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
