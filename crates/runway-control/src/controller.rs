@@ -619,26 +619,14 @@ impl<D: Driver> Controller<D> {
             }
             Err(error) => errors.push(error),
         }
-        let statuses = match self.driver.replicas().await {
-            Ok(statuses) => statuses,
+        self.read_revisions(&desired, errors).await;
+        let (running, mut by_key) = match self.replicas(errors).await {
+            Ok(replicas) => replicas,
             Err(error) => {
-                errors.push(ControlError::driver("list replicas", error));
+                errors.push(error);
                 return None;
             }
         };
-        self.note_stopped(&statuses);
-        let running: HashSet<String> = statuses
-            .iter()
-            .filter_map(|replica| revision_of(&replica.id).map(str::to_owned))
-            .collect();
-        for wanted in &desired {
-            for revision in &wanted.revisions {
-                if let Err(error) = self.revision(&revision.revision).await {
-                    errors.push(error);
-                }
-            }
-        }
-        let mut by_key = self.group(statuses, errors).await;
         let mut keys: BTreeSet<Key> = desired
             .iter()
             .map(|d| (d.service.clone(), d.env.clone()))
@@ -690,21 +678,10 @@ impl<D: Driver> Controller<D> {
                 move |store| store.desired_get(&service, &env),
             )
             .await?;
-        for revision in wanted.iter().flat_map(|d| &d.revisions) {
-            self.revision(&revision.revision).await?;
-        }
-        let statuses = self
-            .driver
-            .replicas()
-            .await
-            .map_err(|error| ControlError::driver("list replicas", error))?;
-        self.note_stopped(&statuses);
         let mut errors = Vec::new();
-        let instances = self
-            .group(statuses, &mut errors)
-            .await
-            .remove(key)
-            .unwrap_or_default();
+        self.read_revisions(wanted.as_slice(), &mut errors).await;
+        let (_, mut by_key) = self.replicas(&mut errors).await?;
+        let instances = by_key.remove(key).unwrap_or_default();
         match errors.into_iter().next() {
             Some(error) => Err(error),
             None => Ok(Work {
@@ -813,6 +790,34 @@ impl<D: Driver> Controller<D> {
             }
         }
         self.forget_finished(active);
+    }
+
+    /// The desired states' revisions, read into the cache.
+    async fn read_revisions(&self, desired: &[Desired], errors: &mut Vec<ControlError>) {
+        for revision in desired.iter().flat_map(|d| &d.revisions) {
+            if let Err(error) = self.revision(&revision.revision).await {
+                errors.push(error);
+            }
+        }
+    }
+
+    /// The driver's replicas by service and environment ([`Self::group`]), and the names of
+    /// the revisions they are of; the stops of those gone from the list are told.
+    async fn replicas(
+        &self,
+        errors: &mut Vec<ControlError>,
+    ) -> Result<(HashSet<String>, BTreeMap<Key, Vec<Replica>>)> {
+        let statuses = self
+            .driver
+            .replicas()
+            .await
+            .map_err(|error| ControlError::driver("list replicas", error))?;
+        self.note_stopped(&statuses);
+        let running = statuses
+            .iter()
+            .filter_map(|replica| revision_of(&replica.id).map(str::to_owned))
+            .collect();
+        Ok((running, self.group(statuses, errors).await))
     }
 
     /// Instances by service and environment. An instance goes with its revision's service and

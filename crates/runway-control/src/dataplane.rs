@@ -24,7 +24,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What the controller uses of the ingress.
 pub trait DataPlane: Send + Sync + 'static {
     /// Validates the whole table and puts it in force; `Ok` once it is. On an error the
-    /// table in force stays.
+    /// table in force stays. It returns in bounded time, its own error past it (the remote
+    /// ones bound each call by their control client's timeout): the propagator, and every
+    /// pass waiting for its route to be in force, wait on it.
     fn set_routes<'a>(&'a self, table: &'a RouteTableConfig) -> BoxFuture<'a, Result<(), String>>;
 
     /// Drains an instance of the table in force (no new requests, idle connections closed)
