@@ -33,6 +33,24 @@ pub(crate) struct Scaler {
     last_change: Option<DecisionEvent>,
 }
 
+/// What the API shows of a revision's autoscaler (on the status board).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ScalerStatus {
+    last: Option<DecisionEvent>,
+    last_change: Option<DecisionEvent>,
+    panicking: bool,
+}
+
+impl Scaler {
+    pub(crate) fn status(&self) -> ScalerStatus {
+        ScalerStatus {
+            last: self.last.clone(),
+            last_change: self.last_change.clone(),
+            panicking: self.state.panicking(),
+        }
+    }
+}
+
 /// A revision's scaling as `runway status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScalingSummary {
@@ -66,6 +84,8 @@ impl<D: Driver> Controller<D> {
         };
         let now = now_ms();
         let mut scaled = BTreeSet::new();
+        // The services decided for, whose status (their autoscalers') is published again.
+        let mut touched: BTreeSet<Key> = BTreeSet::new();
         let mut changed = false;
         for wanted in &desired {
             let key: Key = (wanted.service.clone(), wanted.env.clone());
@@ -91,6 +111,7 @@ impl<D: Driver> Controller<D> {
                 .filter(|r| r.weight > 0 && routed.contains(&r.revision))
             {
                 scaled.insert(revision.revision.clone());
+                touched.insert(key.clone());
                 let info = match self.revision(&revision.revision).await {
                     Ok(Some(info)) if !info.is_worker() => info,
                     Ok(_) => continue,
@@ -115,8 +136,17 @@ impl<D: Driver> Controller<D> {
                 }
             }
         }
-        for cell in self.lock().services.values() {
-            cell.lock().scalers.retain(|name, _| scaled.contains(name));
+        // Those whose autoscalers are gone too.
+        for (key, cell) in &self.lock().services {
+            let mut service = cell.lock();
+            let before = service.scalers.len();
+            service.scalers.retain(|name, _| scaled.contains(name));
+            if service.scalers.len() != before {
+                touched.insert(key.clone());
+            }
+        }
+        for key in &touched {
+            self.publish_status(key);
         }
         (changed, errors)
     }
@@ -227,15 +257,12 @@ impl<D: Driver> Controller<D> {
     /// Each autoscaled revision of the service: its demand now and the autoscaler's last
     /// decisions.
     pub fn scaling(&self, service: &str, env: &str) -> Vec<ScalingSummary> {
-        let state = self.lock();
-        let Some(cell) = state.cell(&(service.to_owned(), env.to_owned())) else {
+        let Some(status) = self.status.get(&(service.to_owned(), env.to_owned())) else {
             return Vec::new();
         };
-        let cell = cell.lock();
-        let mut summaries: Vec<ScalingSummary> = cell
+        let mut summaries: Vec<ScalingSummary> = status
             .scalers
             .iter()
-            .filter(|(name, _)| state.revisions.contains_key(name.as_str()))
             .map(|(name, scaler)| ScalingSummary {
                 revision: name.clone(),
                 concurrency: self
@@ -247,7 +274,7 @@ impl<D: Driver> Controller<D> {
                 last_change: scaler.last_change.as_ref().map(DecisionEvent::summary),
                 last_change_at_ms: scaler.last_change.as_ref().map(|e| e.at_ms),
                 last_change_event: scaler.last_change.clone(),
-                panicking: scaler.state.panicking(),
+                panicking: scaler.panicking,
             })
             .collect();
         summaries.sort_by(|a, b| a.revision.cmp(&b.revision));

@@ -1373,7 +1373,7 @@ impl<D: Driver> Controller<D> {
     }
 
     /// Publishes what the API shows of the service, as its state is now.
-    fn publish_status(&self, key: &Key) {
+    pub(crate) fn publish_status(&self, key: &Key) {
         let cell = self.lock().cell(key);
         let status = cell.map(|cell| ServiceStatus::of(&cell.lock()));
         self.status.publish(key, status);

@@ -34,9 +34,9 @@ use serde::{Deserialize, Serialize};
 use crate::autoscale::live_instances;
 use crate::controller::{ACTOR, Controller};
 use crate::error::{ControlError, Result};
-use crate::observe::revision_of;
 use crate::revision::RevisionInfo;
-use crate::state::{Key, ServiceState, key_of};
+use crate::state::{Key, key_of};
+use crate::status::Counters;
 
 /// What a deployment's rollout stores between passes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,7 +70,7 @@ impl RolloutRecord {
 }
 
 /// What a canary step's window started from, in memory.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StepBaseline {
     /// The step it is for: its index and start.
     step: (usize, u64),
@@ -496,8 +496,8 @@ impl<D: Driver> Controller<D> {
     ) -> Option<Verdict> {
         let cell = self.cell(key);
         let mut service = cell.lock();
-        let canary_now = self.window(&service, key, canary);
-        let stable_now = self.window(&service, key, stable);
+        let canary_now = self.window(key, canary, Counters::of(&service, canary));
+        let stable_now = self.window(key, stable, Counters::of(&service, stable));
         let step = (progress.step_index, progress.step_started_ms);
         let baselines = &mut service.baselines;
         if !baselines.contains_key(&deployment)
@@ -561,12 +561,12 @@ impl<D: Driver> Controller<D> {
         pause_ms: u64,
     ) -> AnalysisSummary {
         let now = now_ms();
-        let service = self.lock().cell(key).unwrap_or_default();
-        let service = service.lock();
-        let canary_now = self.window(&service, key, canary);
-        let stable_now = self.window(&service, key, stable);
+        let status = self.status.get(key).unwrap_or_default();
+        let counters = |revision: &str| status.counters.get(revision).copied().unwrap_or_default();
+        let canary_now = self.window(key, canary, counters(canary));
+        let stable_now = self.window(key, stable, counters(stable));
         let step = (progress.step_index, progress.step_started_ms);
-        let baseline = service.baselines.get(&deployment);
+        let baseline = status.baselines.get(&deployment);
         let (canary_then, stable_then) = match baseline {
             Some(baseline) if baseline.step == step => {
                 (baseline.canary.clone(), baseline.stable.clone())
@@ -576,7 +576,6 @@ impl<D: Driver> Controller<D> {
                 None => (canary_now.clone(), stable_now.clone()),
             },
         };
-        drop(service);
         analysis_summary(
             settings,
             pause_ms,
@@ -587,29 +586,19 @@ impl<D: Driver> Controller<D> {
         )
     }
 
-    /// A revision's counters now: the ingress's requests and latency, the runtime's restarts
-    /// and the readiness failures this controller saw.
-    fn window(&self, service: &ServiceState, key: &Key, revision: &str) -> Window {
+    /// A revision's counters now: the ingress's requests and latency, and `counters` (the
+    /// runtime's restarts and the readiness failures this controller saw).
+    fn window(&self, key: &Key, revision: &str, counters: Counters) -> Window {
         let stats = self
             .dataplane
             .revision_stats(&key.0, &key.1, revision)
             .unwrap_or_default();
-        let restarts = service
-            .instances
-            .iter()
-            .filter(|status| revision_of(&status.id) == Some(revision))
-            .map(|status| status.restarts)
-            .sum();
         Window {
             requests: stats.requests,
             errors_5xx: stats.errors_5xx,
             latency_buckets: stats.latency_buckets,
-            readiness_failures: service
-                .readiness_failures
-                .get(revision)
-                .copied()
-                .unwrap_or(0),
-            restarts,
+            readiness_failures: counters.readiness_failures,
+            restarts: counters.restarts,
         }
     }
 
@@ -865,9 +854,9 @@ impl<D: Driver> Controller<D> {
             Phase::RolledBack { .. } => ("rolled_back", None),
         };
         let message = self
-            .lock()
-            .cell(&(service.to_owned(), env.to_owned()))
-            .and_then(|cell| cell.lock().rollout_messages.get(&deployment.id).cloned())
+            .status
+            .get(&(service.to_owned(), env.to_owned()))
+            .and_then(|status| status.rollout_messages.get(&deployment.id).cloned())
             .unwrap_or_default();
         let target = &deployment.to_revision;
         let from = deployment.from_revision.as_deref().filter(|f| f != target);

@@ -1,13 +1,18 @@
-//! What the API shows of each service in each environment: the weights the ingress has, and
-//! how each revision is doing. A service's passes publish it on a `watch` as they change it,
-//! and the API reads the latest snapshot there without the controller's lock; a replica that
-//! does not lead publishes what it observes the same way, so it answers the same questions.
+//! What the API shows of each service in each environment: the weights the ingress has, how
+//! each revision is doing, what its rollout waits for and how far its analysis got, and its
+//! autoscalers' last decisions. A service's passes (and the autoscaler, for its decisions)
+//! publish it on a `watch` as they change it, and the API reads the latest snapshot there
+//! without locking the controller's memory; a replica that does not lead publishes what it
+//! observes the same way, so it answers the same questions.
 
 use std::collections::BTreeMap;
 
 use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
 use tokio::sync::watch;
 
+use crate::autoscale::ScalerStatus;
+use crate::observe::revision_of;
+use crate::rollout::StepBaseline;
 use crate::state::{Key, ServiceState};
 
 /// One service in one environment, as the API shows it.
@@ -17,6 +22,41 @@ pub(crate) struct ServiceStatus {
     pub(crate) routes: Vec<RouteWeight>,
     /// How each revision is doing, as last planned.
     pub(crate) revisions: Vec<RevisionStatus>,
+    /// What each progressive deployment waits for or did last, by id.
+    pub(crate) rollout_messages: BTreeMap<i64, String>,
+    /// Where each progressive deployment's current step's window started, by id.
+    pub(crate) baselines: BTreeMap<i64, StepBaseline>,
+    /// The counters of each revision with instances or readiness failures, by name.
+    pub(crate) counters: BTreeMap<String, Counters>,
+    /// Each autoscaled revision's last decisions, by name.
+    pub(crate) scalers: BTreeMap<String, ScalerStatus>,
+}
+
+/// A revision's counters besides the ingress's: its instances' restarts as the runtime counts
+/// them, and the times one went from ready to not ready as this controller saw them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub(crate) restarts: u32,
+    pub(crate) readiness_failures: u32,
+}
+
+impl Counters {
+    /// The revision's counters in the service's state.
+    pub(crate) fn of(service: &ServiceState, revision: &str) -> Self {
+        Self {
+            restarts: service
+                .instances
+                .iter()
+                .filter(|status| revision_of(&status.id) == Some(revision))
+                .map(|status| status.restarts)
+                .sum(),
+            readiness_failures: service
+                .readiness_failures
+                .get(revision)
+                .copied()
+                .unwrap_or(0),
+        }
+    }
 }
 
 impl ServiceStatus {
@@ -35,9 +75,32 @@ impl ServiceStatus {
                 };
             }
         }
+        let counted = service
+            .instances
+            .iter()
+            .filter_map(|status| revision_of(&status.id))
+            .chain(service.readiness_failures.keys().map(String::as_str));
         Self {
             routes: service.routes.clone(),
             revisions,
+            rollout_messages: service
+                .rollout_messages
+                .iter()
+                .map(|(id, message)| (*id, message.clone()))
+                .collect(),
+            baselines: service
+                .baselines
+                .iter()
+                .map(|(id, baseline)| (*id, baseline.clone()))
+                .collect(),
+            counters: counted
+                .map(|name| (name.to_owned(), Counters::of(service, name)))
+                .collect(),
+            scalers: service
+                .scalers
+                .iter()
+                .map(|(name, scaler)| (name.clone(), scaler.status()))
+                .collect(),
         }
     }
 }
@@ -84,5 +147,10 @@ impl Publisher {
     /// The status of `key` now.
     pub(crate) fn get(&self, key: &Key) -> Option<ServiceStatus> {
         self.board.borrow().get(key).cloned()
+    }
+
+    /// What `read` makes of the board now (held for its call only: keep it short).
+    pub(crate) fn read<T>(&self, read: impl FnOnce(&Board) -> T) -> T {
+        read(&self.board.borrow())
     }
 }

@@ -11,6 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use runway_driver::Driver;
+use runway_reconciler::RouteWeight;
 use runway_rollout::Window;
 
 use crate::controller::Controller;
@@ -41,25 +42,29 @@ pub struct RevisionTraffic {
 }
 
 impl<D: Driver> Controller<D> {
+    /// The service, environment and name of each revision in the routes the API shows (on the
+    /// status board) that `keep` keeps.
+    fn routed(&self, keep: impl Fn(&RouteWeight) -> bool) -> Vec<(String, String, String)> {
+        self.status.read(|board| {
+            board
+                .iter()
+                .flat_map(|((service, env), status)| {
+                    status
+                        .routes
+                        .iter()
+                        .filter(|route| keep(route))
+                        .map(|route| (service.clone(), env.clone(), route.revision.clone()))
+                })
+                .collect()
+        })
+    }
+
     /// Reads every routed revision's counters, at most every [`SAMPLE_EVERY`]; readings older
     /// than [`KEPT`] (but the one just before, the span's start) and revisions no longer
     /// routed are dropped.
     pub(crate) fn sample_traffic(&self) {
         let now = Instant::now();
-        let routed: Vec<(String, String, String)> = {
-            let state = self.lock();
-            state
-                .services
-                .iter()
-                .flat_map(|(key, cell)| {
-                    cell.lock()
-                        .routes
-                        .iter()
-                        .map(|r| (key.0.clone(), key.1.clone(), r.revision.clone()))
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        };
+        let routed = self.routed(|_| true);
         let mut samples = self.traffic_samples();
         if samples.last.is_some_and(|last| now - last < SAMPLE_EVERY) {
             return;
@@ -144,19 +149,7 @@ impl<D: Driver> Controller<D> {
             .collect();
         // A revision routed since the last reading (a deploy a moment ago) is listed too, with
         // no figures yet, rather than missing.
-        let routed: Vec<(String, String, String)> = self
-            .lock()
-            .services
-            .iter()
-            .flat_map(|((service, env), cell)| {
-                cell.lock()
-                    .routes
-                    .iter()
-                    .filter(|route| route.weight > 0)
-                    .map(|route| (service.clone(), env.clone(), route.revision.clone()))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let routed = self.routed(|route| route.weight > 0);
         for (service, env, revision) in routed {
             let known = out
                 .iter()
