@@ -210,9 +210,8 @@ pub(crate) struct DeployArgs {
     #[arg(long)]
     pause: bool,
     /// Roll out with this strategy instead of the manifest's `spec.deployment.strategy` for
-    /// the environment: legacy, expedited, regional_rollout, dryrun, runway_canary or
-    /// runway_blue_green (the CI component's `strategy` input).
-    #[arg(long, value_name = "STRATEGY", value_parser = parse_strategy)]
+    /// the environment (the CI component's `strategy` input).
+    #[arg(long, value_name = "STRATEGY", value_parser = StrategyParser)]
     strategy: Option<runway_manifest::Strategy>,
     #[command(flatten)]
     wait: WaitArgs,
@@ -220,14 +219,40 @@ pub(crate) struct DeployArgs {
     output: OutputArg,
 }
 
-/// A strategy by its name in the manifest (`runway_canary`).
-fn parse_strategy(text: &str) -> Result<runway_manifest::Strategy, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
-        format!(
-            "{text:?} is not a strategy: expected legacy, expedited, regional_rollout, dryrun, \
-             runway_canary or runway_blue_green"
-        )
-    })
+/// A strategy by its name in the manifest (`runway_canary`): the names the manifest's type
+/// knows ([`runway_manifest::Strategy::names`]) are the possible values `--help` lists and a
+/// wrong one is told.
+#[derive(Debug, Clone, Copy)]
+struct StrategyParser;
+
+impl clap::builder::TypedValueParser for StrategyParser {
+    type Value = runway_manifest::Strategy;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let text = value.to_string_lossy();
+        serde_json::from_value(serde_json::Value::String(text.clone().into_owned())).map_err(|_| {
+            let expected = runway_manifest::Strategy::names().join(", ");
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidValue,
+                format!("{text:?} is not a strategy: expected {expected}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names = runway_manifest::Strategy::names();
+        Some(Box::new(
+            names.into_iter().map(clap::builder::PossibleValue::new),
+        ))
+    }
 }
 
 /// What `runway rollout` asks of the rollout in progress.

@@ -734,6 +734,25 @@ impl Component {
     }
 }
 
+/// The component's `strategy` input offers every strategy the manifest knows, and only those
+/// (GitLab needs the list in the file; this keeps it the manifest's).
+#[test]
+fn the_ci_components_strategies_are_the_manifests() {
+    let component = Component::load();
+    let options: Vec<&str> = component.inputs["strategy"]["options"]
+        .as_array()
+        .expect("the strategy input's options")
+        .iter()
+        .map(|option| option.as_str().unwrap())
+        .collect();
+    let names = runway_manifest::Strategy::names();
+    assert!(names.len() >= 6, "{names:?}");
+    let expected: Vec<&str> = std::iter::once("")
+        .chain(names.iter().map(String::as_str))
+        .collect();
+    assert_eq!(options, expected);
+}
+
 #[test]
 fn the_ci_component_lints_against_its_input_rules() {
     let component = Component::load();

@@ -427,6 +427,25 @@ pub enum Strategy {
     RunwayBlueGreen,
 }
 
+impl Strategy {
+    /// Every strategy as a manifest names it, in the order the type declares them. Read from
+    /// the manifest's schema ([`crate::manifest_schema`]), so a new strategy is listed
+    /// wherever this is (the CLI's `--strategy`, the test of the CI component's options)
+    /// with no list to keep.
+    pub fn names() -> Vec<String> {
+        crate::schema::manifest_schema()
+            .pointer("/$defs/Strategy/enum")
+            .and_then(serde_json::Value::as_array)
+            .map(|names| {
+                names
+                    .iter()
+                    .filter_map(|name| name.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// Metrics the platform collects from the service.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -819,3 +819,20 @@ fn the_internal_protocol_is_the_services_when_the_external_entry_point_is_off() 
     );
     assert!(!config.external && config.internal);
 }
+
+/// `Strategy::names` lists the strategies as a manifest writes them, each one the manifest
+/// takes, in the order the type declares them.
+#[test]
+fn strategy_names_are_the_manifests_values() {
+    let names = runway_manifest::Strategy::names();
+    assert_eq!(names.first().map(String::as_str), Some("legacy"));
+    assert!(
+        names.iter().any(|name| name == "runway_blue_green"),
+        "{names:?}"
+    );
+    for name in &names {
+        let strategy: runway_manifest::Strategy =
+            serde_json::from_value(serde_json::Value::String(name.clone())).unwrap();
+        assert_eq!(serde_json::to_value(strategy).unwrap(), name.as_str());
+    }
+}
