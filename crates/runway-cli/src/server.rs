@@ -88,7 +88,9 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match &args.command {
         Some(ServerCommand::CheckConfig) => {
-            runway_server::check_config(&config, &runway_server::drivers())?;
+            for note in runway_server::check_config(&config, &runway_server::drivers())? {
+                eprintln!("runway server: {note}");
+            }
             let text =
                 serde_json::to_string_pretty(&config).context("cannot write the configuration")?;
             crate::print_stdout(&format!("{text}\n"));
@@ -102,7 +104,12 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<()> {
             return Ok(());
         }
         Some(ServerCommand::MigrateStore { to }) => {
-            return runway_server::migrate_store(&config.api.data_dir, to, &config.store.trust()?);
+            let done =
+                runway_server::migrate_store(&config.api.data_dir, to, &config.store.trust()?)?;
+            for line in done {
+                eprintln!("runway server: {line}");
+            }
+            return Ok(());
         }
         _ => {}
     }

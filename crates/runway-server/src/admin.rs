@@ -13,8 +13,10 @@ use crate::driver::Drivers;
 /// `runway server check-config`: the configuration and what it names (the certificate
 /// authority when it exists, the control channel's certificates, OIDC and Vault settings, the
 /// cells' files, the store URL's form, a named master key, the driver's own), checked without
-/// starting anything or reaching the database or a cluster.
-pub fn check_config(config: &ServerConfig, drivers: &Drivers) -> anyhow::Result<()> {
+/// starting anything or reaching the database or a cluster. Returns what the operator should
+/// know besides.
+pub fn check_config(config: &ServerConfig, drivers: &Drivers) -> anyhow::Result<Vec<String>> {
+    let mut notes = Vec::new();
     let ca_dir = config.api.ca_dir();
     if ca_dir.join("ca.pem").exists() || ca_dir.join("ca-key.pem").exists() {
         runway_ingress::LocalCa::load_or_create(&ca_dir).with_context(|| {
@@ -24,10 +26,10 @@ pub fn check_config(config: &ServerConfig, drivers: &Drivers) -> anyhow::Result<
             )
         })?;
     } else {
-        eprintln!(
-            "runway server: the certificate authority will be made in {} at the first start",
+        notes.push(format!(
+            "the certificate authority will be made in {} at the first start",
             ca_dir.display()
-        );
+        ));
     }
     if let Some(remote) = &config.ingress.remote {
         runway_ingress::control_tls::ClientTls::load(&remote.tls_dir, &remote.server_name)
@@ -54,13 +56,18 @@ pub fn check_config(config: &ServerConfig, drivers: &Drivers) -> anyhow::Result<
     }
     drivers
         .chosen(&config.runtime.kind)?
-        .check_config(&config.runtime)
+        .check_config(&config.runtime)?;
+    Ok(notes)
 }
 
 /// `runway server migrate-store`: copies the data directory's SQLite store into the empty
 /// PostgreSQL database `to` (`-`: its URL read from standard input), under the data
-/// directory's lock.
-pub fn migrate_store(data_dir: &Path, to: &str, trust: &DatabaseTrust) -> anyhow::Result<()> {
+/// directory's lock. Returns what was done, a line each.
+pub fn migrate_store(
+    data_dir: &Path,
+    to: &str,
+    trust: &DatabaseTrust,
+) -> anyhow::Result<Vec<String>> {
     let path = data_dir.join("runway.db");
     if !path.is_file() {
         bail!(
@@ -86,19 +93,18 @@ pub fn migrate_store(data_dir: &Path, to: &str, trust: &DatabaseTrust) -> anyhow
         PostgresStore::open_trusting(&url, trust).context("--to: cannot open the target store")?;
     let copied =
         runway_store::copy_sqlite_to_postgres(&from, &target).context("cannot copy the store")?;
-    for (table, rows) in &copied.tables {
-        eprintln!(
-            "runway server: copied {rows} row{} of {table}",
-            plural(*rows)
-        );
-    }
-    eprintln!(
-        "runway server: {} is copied. Set `store: {{url: ...}}` in the configuration, and give \
-         every replica {} (the secrets are sealed with it). The SQLite file is left as it was.",
+    let mut done: Vec<String> = copied
+        .tables
+        .iter()
+        .map(|(table, rows)| format!("copied {rows} row{} of {table}", plural(*rows)))
+        .collect();
+    done.push(format!(
+        "{} is copied. Set `store: {{url: ...}}` in the configuration, and give every replica \
+         {} (the secrets are sealed with it). The SQLite file is left as it was.",
         path.display(),
         data_dir.join("master.key").display()
-    );
-    Ok(())
+    ));
+    Ok(done)
 }
 
 fn plural(n: u64) -> &'static str {

@@ -38,12 +38,14 @@ fn pick_beside_or_own(
     match version_of(&beside) {
         Ok(said) if said == expected => (beside, vec![]),
         said => {
-            let said = said.unwrap_or_else(|error| format!("{error:#}"));
-            eprintln!(
-                "runway: not starting {} (it says {said:?}, this runway is built with \
-                 {expected:?}): `{} {subcommand}` serves instead; install both from one build",
-                beside.display(),
-                program.display()
+            let said = said.unwrap_or_else(|error| runway_log::chain(error.as_ref()));
+            tracing::warn!(
+                program = %beside.display(),
+                says = said,
+                expected,
+                instead = format!("{} {subcommand}", program.display()),
+                "a program beside runway is of another build: not started (install both from \
+                 one build)"
             );
             own
         }

@@ -33,10 +33,11 @@ pub(crate) fn open_data_dir(dir: &Path) {
         }
     });
     if let Err(e) = opened {
-        eprintln!(
-            "runway server: warning: cannot let containers search {} ({e}); images will not \
-             start until others may search it (chmod o+x)",
-            dir.display()
+        tracing::warn!(
+            dir = %dir.display(),
+            error = %e,
+            "containers cannot search the data directory; images will not start until others \
+             may search it (chmod o+x)"
         );
     }
 }
@@ -65,10 +66,10 @@ pub(crate) fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
         Err(std::fs::TryLockError::Error(e))
             if e.kind() == std::io::ErrorKind::Unsupported || e.raw_os_error() == Some(ENOLCK) =>
         {
-            eprintln!(
-                "runway server: warning: cannot lock {} ({e}); a second server on this data \
-                 directory would not be refused",
-                path.display()
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                "the data directory cannot be locked; a second server on it would not be refused"
             );
         }
         Err(std::fs::TryLockError::WouldBlock) => {

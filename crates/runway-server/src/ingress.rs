@@ -160,24 +160,23 @@ pub(crate) async fn keep_ingress(
             runway_ingress::daemon::ensure(&launch, options.clone()).await,
             alone,
         ) {
-            (Ok((remote, _)), Some(old)) => eprintln!(
-                "runway server: the ingress's supervisor is gone; replaced its worker (pid {old}) \
-                 with a supervised ingress (pid {})",
-                remote.hello().pid
+            (Ok((remote, _)), Some(old)) => tracing::warn!(
+                worker = old,
+                pid = remote.hello().pid,
+                "the ingress's supervisor is gone; its worker was replaced by a supervised ingress"
             ),
-            (Ok((remote, _)), None) => eprintln!(
-                "runway server: the ingress stopped answering; started it again (pid {}) on its \
-                 saved table",
-                remote.hello().pid
+            (Ok((remote, _)), None) => tracing::warn!(
+                pid = remote.hello().pid,
+                "the ingress stopped answering; started it again on its saved table"
             ),
-            (Err(error), Some(old)) => eprintln!(
-                "runway server: the ingress's supervisor is gone and its worker (pid {old}) \
-                 cannot be replaced: {:#}",
-                anyhow::Error::new(error)
+            (Err(error), Some(old)) => tracing::error!(
+                worker = old,
+                error = runway_log::chain(&error),
+                "the ingress's supervisor is gone and its worker cannot be replaced"
             ),
-            (Err(error), None) => eprintln!(
-                "runway server: the ingress stopped answering and cannot be started again: {:#}",
-                anyhow::Error::new(error)
+            (Err(error), None) => tracing::error!(
+                error = runway_log::chain(&error),
+                "the ingress stopped answering and cannot be started again"
             ),
         }
     }

@@ -54,6 +54,9 @@
 //! (`CARGO_BIN_EXE_runway`), which the server runs again for `runway ingress` and `runway
 //! supervise`, and which is also the client they drive it with.
 
+// Library code logs through `tracing`; what a command has to say it returns to the CLI.
+#![deny(clippy::print_stderr, clippy::print_stdout)]
+
 mod admin;
 mod beside;
 pub mod cells;

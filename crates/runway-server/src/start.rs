@@ -80,10 +80,10 @@ async fn exit_when_no_longer_leading(mut leadership: watch::Receiver<Leadership>
                 if leader.is_none() {
                     return;
                 }
-                eprintln!(
-                    "runway server: {} leads now; this replica lost the lease and exits, to \
-                     start again as a follower",
-                    leader.unwrap_or_default()
+                tracing::error!(
+                    leader = leader.unwrap_or_default(),
+                    "another replica leads now; this replica lost the lease and exits, to start \
+                     again as a follower"
                 );
                 std::process::exit(EXIT_LOST_LEASE);
             }

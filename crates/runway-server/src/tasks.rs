@@ -48,9 +48,12 @@ pub(crate) async fn collect_sources(
         .await;
         match pass {
             Ok(Ok(0)) => {}
-            Ok(Ok(removed)) => eprintln!("runway server: removed {removed} unused code snapshots"),
-            Ok(Err(e)) => eprintln!("runway server: warning: cannot collect code snapshots: {e:#}"),
-            Err(e) => eprintln!("runway server: warning: cannot collect code snapshots: {e}"),
+            Ok(Ok(removed)) => tracing::info!(removed, "unused code snapshots removed"),
+            Ok(Err(e)) => tracing::warn!(
+                error = runway_log::chain(e.as_ref()),
+                "cannot collect code snapshots"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot collect code snapshots"),
         }
     }
 }
