@@ -709,13 +709,11 @@ impl<D: Driver> Controller<D> {
             Ok(done) => done,
             Err(error) => (None, vec![error]),
         };
+        // Its route and status are on the propagator and the board, for whoever asks: the
+        // loop does not.
         let outcome = Reconciled {
-            route: self.propagator.route_in_force(&work.key),
-            status: self
-                .status
-                .get(&work.key)
-                .map(|status| status.revisions)
-                .unwrap_or_default(),
+            route: None,
+            status: Vec::new(),
             requeue_after_ms,
             deployment,
             errors,
@@ -741,7 +739,14 @@ impl<D: Driver> Controller<D> {
             wanted: desired.cloned(),
             instances: replicas,
         };
-        self.reconcile_key(work).await.1
+        let (key, mut outcome) = self.reconcile_key(work).await;
+        outcome.route = self.propagator.route_in_force(&key);
+        outcome.status = self
+            .status
+            .get(&key)
+            .map(|status| status.revisions)
+            .unwrap_or_default();
+        outcome
     }
 
     /// What a round does once its services are under way: the table (with no service at all,
