@@ -16,11 +16,13 @@ use runway_driver::{Driver, now_ms};
 use runway_store::StoreError;
 use serde::Serialize;
 
-use crate::controller::{ACTOR, Controller};
+use crate::ACTOR;
+use crate::controller::Controller;
 use crate::error::{ControlError, Result};
+use crate::key::Key;
 use crate::observe::revision_of;
 use crate::revision::RevisionInfo;
-use crate::state::{Key, ServiceState};
+use crate::state::ServiceState;
 
 /// One revision's autoscaler: its demand history and its decision state.
 #[derive(Debug)]

@@ -41,18 +41,16 @@ use tracing::Instrument as _;
 use crate::config::ControllerConfig;
 use crate::dataplane::DataPlane;
 use crate::error::{ControlError, Result};
+use crate::key::Key;
 use crate::leader::Leadership;
 use crate::observe::{failure_reason, instance_state, kind, managed_key, revision_of};
 use crate::propagate::{Entry, Propagator};
 use crate::revision::RevisionInfo;
 use crate::rollout::Outcome;
-use crate::state::{Cell, Key, ServiceState, StartFailure, State};
+use crate::state::{Cell, ServiceState, StartFailure, State};
 use crate::status::ServiceStatus;
 use crate::table::entry_for;
 use crate::workload::{may_start, start_inputs, workload};
-
-/// The name the controller writes in the audit log.
-pub(crate) const ACTOR: &str = "reconciler";
 
 /// Makes the store's desired state true on a runtime and in the ingress, and moves
 /// deployments along. See the crate documentation.

@@ -9,11 +9,13 @@ use runway_driver::{Driver, LogQuery, Phase, now_ms};
 use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
 use runway_store::{Deployment, DeploymentState, Desired, DesiredRevision};
 
-use crate::controller::{ACTOR, Controller, traffic_message};
+use crate::ACTOR;
+use crate::controller::{Controller, traffic_message};
 use crate::error::Result;
+use crate::key::{Key, key_of};
 use crate::observe::{final_reason, revision_of};
 use crate::rollout::Outcome;
-use crate::state::{Key, StartFailure, key_of};
+use crate::state::StartFailure;
 
 /// How many lines of a failed instance's output a failure's reason carries.
 const REASON_LOG_LINES: usize = 10;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use runway_store::{Store, StoreError, Timestamp};
 use tokio::sync::Notify;
 
-use crate::controller::ACTOR;
+use crate::ACTOR;
 use crate::error::{ControlError, Result};
 
 /// At most this many events wait (the oldest go first past it): a disk full for long must not

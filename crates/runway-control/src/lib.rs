@@ -137,7 +137,8 @@
 //! - `leader.rs`: the election among replicas on one store ([`leader::Election`]).
 //! - `edge.rs`: the custom domains, certificates and ACME challenges every table carries.
 //!   `acme.rs`: their certificates from an ACME directory ([`acme::Issuer`]).
-//! - `config.rs`: [`ControllerConfig`]. `error.rs`: [`ControlError`].
+//! - `config.rs`: [`ControllerConfig`]. `error.rs`: [`ControlError`]. `key.rs`: a service in
+//!   one environment, as everything above names it.
 //! - `tests/`: `controller.rs` over an in-memory driver, a real store and a real ingress
 //!   (`tests/common/`); `leader.rs`, the election over a real store; `local.rs`, end to end on
 //!   the real local runtime. `benches/`: `reconcile.rs`, 1,000 services over the in-memory
@@ -145,6 +146,9 @@
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
+
+/// The name the controller writes in the audit log.
+pub(crate) const ACTOR: &str = "reconciler";
 
 pub mod acme;
 mod api;
@@ -156,6 +160,7 @@ mod deploy;
 pub mod edge;
 mod error;
 mod events;
+mod key;
 pub mod leader;
 mod observe;
 mod propagate;

@@ -19,7 +19,7 @@ use runway_ingress::{RouteConfig, RouteTableConfig};
 
 use crate::dataplane::DataPlane;
 use crate::edge::{Edge, EdgeView};
-use crate::state::Key;
+use crate::key::Key;
 
 /// What one service in one environment puts in the table.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -31,11 +31,12 @@ use runway_store::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::ACTOR;
 use crate::autoscale::live_instances;
-use crate::controller::{ACTOR, Controller};
+use crate::controller::Controller;
 use crate::error::{ControlError, Result};
+use crate::key::{Key, key_of};
 use crate::revision::RevisionInfo;
-use crate::state::{Key, key_of};
 use crate::status::Counters;
 
 /// What a deployment's rollout stores between passes.

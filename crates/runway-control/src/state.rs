@@ -14,17 +14,10 @@ use runway_ingress::RouteConfig;
 use runway_reconciler::{RevisionStatus, RouteWeight};
 
 use crate::autoscale::Scaler;
+use crate::key::Key;
 use crate::observe::Tracked;
 use crate::revision::RevisionInfo;
 use crate::rollout::StepBaseline;
-
-/// A service in an environment.
-pub(crate) type Key = (String, String);
-
-/// The service and environment a deployment is of.
-pub(crate) fn key_of(deployment: &runway_store::Deployment) -> Key {
-    (deployment.service.clone(), deployment.env.clone())
-}
 
 #[derive(Debug, Default)]
 pub(crate) struct State {

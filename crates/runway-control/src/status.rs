@@ -11,9 +11,10 @@ use runway_reconciler::{Condition, RevisionStatus, RouteWeight};
 use tokio::sync::watch;
 
 use crate::autoscale::ScalerStatus;
+use crate::key::Key;
 use crate::observe::revision_of;
 use crate::rollout::StepBaseline;
-use crate::state::{Key, ServiceState};
+use crate::state::ServiceState;
 
 /// One service in one environment, as the API shows it.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -8,10 +8,11 @@ use runway_driver::Phase;
 use runway_ingress::{InstanceConfig, Protocol, RevisionConfig, RouteConfig};
 use runway_reconciler::Condition;
 
+use crate::key::Key;
 use crate::observe::revision_of;
 use crate::propagate::Entry;
 use crate::revision::RevisionInfo;
-use crate::state::{Key, ServiceState, State};
+use crate::state::{ServiceState, State};
 
 /// One service's entry in the table ([`crate::propagate`]): its route, as [`route`] makes it,
 /// and the addresses of its live instances (workers' too, so the private listener knows its
