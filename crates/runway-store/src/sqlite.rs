@@ -17,6 +17,10 @@ use crate::sql::{Db, Dialect, Param, Row, Value};
 /// locked`.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Prepared statements kept per connection: more than the store's distinct statements (about
+/// seventy), so none is prepared twice.
+const STATEMENT_CACHE: usize = 128;
+
 /// The store in one SQLite file (WAL mode, `synchronous=FULL`, foreign keys on).
 ///
 /// One connection behind a mutex: SQLite has one writer at a time anyway, and the control
@@ -80,6 +84,9 @@ impl SqliteStore {
         make_private(&path)?;
         let mut conn = Connection::open(&path).db()?;
         conn.busy_timeout(BUSY_TIMEOUT).db()?;
+        // Every statement the store runs stays prepared: a few dozen texts, each run often
+        // (a pass over 1,000 services spent about an eighth of its store time preparing them).
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // Before any pragma that writes: a database from a newer Runway stays as it was.
         migrate::check_version(migrate::version(&conn)?)?;
         let mode: String = conn
@@ -196,7 +203,7 @@ impl Db for Sqlite<'_> {
     }
 
     fn execute(&self, sql: &str, args: &[Param<'_>]) -> Result<u64> {
-        let mut statement = self.0.prepare(sql).db()?;
+        let mut statement = self.0.prepare_cached(sql).db()?;
         let changed = statement
             .execute(rusqlite::params_from_iter(args.iter()))
             .db()?;
@@ -204,7 +211,7 @@ impl Db for Sqlite<'_> {
     }
 
     fn query(&self, sql: &str, args: &[Param<'_>]) -> Result<Vec<Row>> {
-        let mut statement = self.0.prepare(sql).db()?;
+        let mut statement = self.0.prepare_cached(sql).db()?;
         let columns = statement.column_count();
         let mut rows = statement
             .query(rusqlite::params_from_iter(args.iter()))
