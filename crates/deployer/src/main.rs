@@ -322,12 +322,9 @@ fn run(command: Command) -> anyhow::Result<i32> {
         }
         Command::Targets(args) => write_targets(&args),
         Command::Version => {
-            let commit = env!("DEPLOYER_BUILD_COMMIT");
             println!("deployer {VERSION}");
-            println!(
-                "commit: {}",
-                if commit.is_empty() { "unknown" } else { commit }
-            );
+            println!("commit: {}", runway_build::commit().unwrap_or("unknown"));
+            println!("date: {}", runway_build::date().unwrap_or("unknown"));
             println!("target: {}", env!("DEPLOYER_BUILD_TARGET"));
             Ok(0)
         }

@@ -51,7 +51,7 @@ mod validate;
 #[derive(Debug, Parser)]
 #[command(
     name = "runway",
-    version,
+    version = runway_build::LINE,
     propagate_version = true,
     max_term_width = 100
 )]

@@ -35,7 +35,7 @@ use crate::{CertificateFiles, Ingress, Options, RouteTableConfig, TlsOptions};
 
 /// Runway's ingress: routes requests by host to the instances of a route table.
 #[derive(Debug, Clone, Parser)]
-#[command(version = crate::VERSION)]
+#[command(version = crate::version())]
 pub struct Args {
     /// The route table, JSON or YAML (by extension); reloaded on SIGHUP. With --state-dir, the
     /// first table when the directory has none saved.

@@ -113,14 +113,19 @@ mod timer;
 pub mod tls;
 mod upstream;
 
-/// What `runway-ingress --version` prints after its name: the package version and the
-/// fingerprint of the source it was built from (see `build.rs`).
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (source ",
-    env!("RUNWAY_INGRESS_SOURCE"),
-    ")"
-);
+/// What `runway-ingress --version` prints after its name: the build's version, commit and
+/// date ([`runway_build::LINE`]) and the fingerprint of the source it was built from (see
+/// `build.rs`), which `runway server` compares before it starts one installed beside it.
+pub fn version() -> &'static str {
+    static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "{}, source {}",
+            runway_build::LINE,
+            env!("RUNWAY_INGRESS_SOURCE")
+        )
+    });
+    &VERSION
+}
 
 use std::net::SocketAddr;
 use std::sync::Arc;

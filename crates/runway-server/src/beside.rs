@@ -99,13 +99,13 @@ mod tests {
 
     #[test]
     fn the_binary_beside_is_started_only_when_it_is_of_this_build() {
-        let this = format!("runway-ingress {}", runway_ingress::VERSION);
+        let this = format!("runway-ingress {}", runway_ingress::version());
         let (dir, runway) = installed(Some(&this));
         let picked = pick_beside_or_own(
             &runway,
             "runway-ingress",
             "ingress",
-            Some(runway_ingress::VERSION),
+            Some(runway_ingress::version()),
         );
         assert_eq!(picked, (dir.path().join("runway-ingress"), vec![]));
 
@@ -121,7 +121,7 @@ mod tests {
                 &runway,
                 "runway-ingress",
                 "ingress",
-                Some(runway_ingress::VERSION),
+                Some(runway_ingress::version()),
             );
             assert_eq!(
                 picked,

@@ -186,7 +186,7 @@ pub(crate) async fn keep_ingress(
 /// binary's own `ingress`.
 fn ingress_command() -> anyhow::Result<IngressCommand> {
     let (program, args) =
-        crate::beside::beside_or_own("runway-ingress", "ingress", Some(runway_ingress::VERSION))?;
+        crate::beside::beside_or_own("runway-ingress", "ingress", Some(runway_ingress::version()))?;
     Ok(IngressCommand { program, args })
 }
 

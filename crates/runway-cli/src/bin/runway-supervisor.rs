@@ -10,6 +10,10 @@ fn main() -> ExitCode {
     use runway_runtime::supervisor::{WATCHDOG_ARG, main, watchdog_main};
     let args: Vec<_> = std::env::args_os().skip(1).collect();
     let code = match args.as_slice() {
+        [flag] if flag == "--version" => {
+            println!("runway-supervisor {}", runway_build::LINE);
+            return ExitCode::SUCCESS;
+        }
         [state_dir] => main(std::path::Path::new(state_dir)),
         [flag, state_dir] if flag == WATCHDOG_ARG => watchdog_main(std::path::Path::new(state_dir)),
         _ => {
