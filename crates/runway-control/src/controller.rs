@@ -86,6 +86,10 @@ pub struct Controller<D: Driver> {
     started_at_ms: u64,
 }
 
+/// How long [`Controller::run`] keeps writing the deployment events still waiting once it is
+/// told to stop.
+const EVENTS_AT_SHUTDOWN: Duration = Duration::from_secs(5);
+
 /// What a round read for all services.
 #[derive(Debug)]
 struct Round {
@@ -309,8 +313,30 @@ impl<D: Driver> Controller<D> {
     /// falls due), at once on [`Controller::wake`], when the driver reports a change (a
     /// replica ready, failed or gone), or when the autoscaler changes a count; runs the autoscaler every `autoscale_interval_ms`
     /// and at once when the ingress holds requests for a revision (a cold start); until
-    /// `shutdown` completes. Instances keep running after it returns.
+    /// `shutdown` completes. Instances keep running after it returns; the deployment events
+    /// still waiting are written first, for at most [`EVENTS_AT_SHUTDOWN`].
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
+        // The event writer's task, stopped when this returns (the set is dropped).
+        let mut writer = tokio::task::JoinSet::new();
+        let events = Arc::clone(&self.events);
+        writer.spawn(async move { events.run().await });
+        Arc::clone(&self).reconcile_until(shutdown).await;
+        writer.abort_all();
+        match tokio::time::timeout(EVENTS_AT_SHUTDOWN, self.events.write()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(
+                error = runway_log::chain(&error),
+                "deployment events still waiting at shutdown were not written"
+            ),
+            Err(_) => tracing::warn!(
+                seconds = EVENTS_AT_SHUTDOWN.as_secs(),
+                "deployment events still waiting at shutdown were not written in time"
+            ),
+        }
+    }
+
+    /// [`Controller::run`]'s loop.
+    async fn reconcile_until(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         let mut scale_up = Some(self.dataplane.subscribe_scale_up());
         let mut changes = self.driver.changes();
         let mut shutdown = std::pin::pin!(shutdown);
@@ -336,10 +362,6 @@ impl<D: Driver> Controller<D> {
         let mut printed = Printed::default();
         let mut leadership = self.leadership.clone();
         let mut led = false;
-        // The event writer's task, stopped when this returns (the set is dropped).
-        let mut writer = tokio::task::JoinSet::new();
-        let events = Arc::clone(&self.events);
-        writer.spawn(async move { events.run().await });
         loop {
             // A replica that does not lead changes nothing: it keeps what it sees for the API
             // (each service's instances, the weights the data plane serves) until it leads.
@@ -738,6 +760,10 @@ impl<D: Driver> Controller<D> {
             instances: replicas,
         };
         let (key, mut outcome) = self.reconcile_key(work).await;
+        // No writer task runs beside this: the pass's events are written now.
+        if let Err(error) = self.events.write().await {
+            outcome.errors.push(error);
+        }
         outcome.route = self.propagator.route_in_force(&key);
         outcome.status = self
             .status
