@@ -54,6 +54,16 @@ pub(crate) struct Args {
     /// repeat for several. Without `--ingress-namespace`, those pods in any namespace.
     #[arg(long = "ingress-label", value_name = "KEY=VALUE", value_parser = parse_label)]
     ingress_labels: Vec<(String, String)>,
+    /// For `kubernetes` and `helm`: the GitLab release the objects are for (`17.6`, say): a
+    /// label of every object and pod (`runway.dev/gitlab-release`) and an annotation of the
+    /// chart, as a release of the chart to a package registry is labelled.
+    #[arg(long, value_name = "VERSION", value_parser = parse_label_value)]
+    gitlab_release: Option<String>,
+    /// For `kubernetes` and `helm`: the deployment stage, a label of every object and pod
+    /// (`runway.dev/stage`) and an annotation of the chart. Default: the environment (`-e`),
+    /// else `default`.
+    #[arg(long, value_name = "STAGE", value_parser = parse_label_value)]
+    stage: Option<String>,
     /// For `observability`: where the alerts' runbooks live. A service's alerts link to
     /// `<URL>/<service>` unless its manifest names a runbook (`spec.workload.slo.runbook_url`).
     #[arg(long, value_name = "URL")]
@@ -62,6 +72,23 @@ pub(crate) struct Args {
 
 fn parse_range(text: &str) -> Result<runway_manifest::egress::Range, String> {
     text.parse()
+}
+
+/// A Kubernetes label value: at most 63 of `A-Z a-z 0-9 . _ -`, a letter or digit at each end.
+fn parse_label_value(text: &str) -> Result<String, String> {
+    let allowed = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    let ends = text.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && text.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if text.len() <= 63 && allowed && ends {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` is not a label value: at most 63 letters, digits, `.`, `_` and `-`, \
+             beginning and ending with a letter or digit"
+        ))
+    }
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -114,8 +141,16 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             vpc_ranges: args.vpc_ranges.clone(),
             ingress,
         },
+        release: runway_render::ReleaseLabels {
+            gitlab_release: args.gitlab_release.clone(),
+            stage: args.stage.clone(),
+        },
     };
     let target = Target::from(args.target);
+    let labelled = args.gitlab_release.is_some() || args.stage.is_some();
+    if labelled && !matches!(target, Target::Kubernetes | Target::Helm) {
+        bail!("--gitlab-release and --stage are for `-t kubernetes` and `-t helm`, not {target}");
+    }
     if let Some(base) = &args.runbook_base {
         if target != Target::Observability {
             bail!("--runbook-base is for `-t observability`, not {target}");

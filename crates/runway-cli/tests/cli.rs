@@ -339,6 +339,56 @@ fn several_services_and_environments_are_found() {
     assert!(stdout(&o).contains("maxReplicas: 2"), "{}", stdout(&o));
     let o = runway(&["render", "-t", "kubernetes", "-s", "nope"], dir.path());
     assert_eq!(o.status.code(), Some(2));
+
+    // The GitLab release and the stage label the objects; a value no label takes, or another
+    // target, is refused.
+    let o = runway(
+        &[
+            "render",
+            "-t",
+            "kubernetes",
+            "-s",
+            "web",
+            "-e",
+            "staging",
+            "--gitlab-release",
+            "17.6",
+            "--stage",
+            "canary",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("runway.dev/gitlab-release: \"17.6\""),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("runway.dev/stage: canary"),
+        "{}",
+        stdout(&o)
+    );
+    let o = runway(
+        &["render", "-t", "helm", "--stage", "not a label"],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("is not a label value"),
+        "{}",
+        stderr(&o)
+    );
+    let o = runway(
+        &["render", "-t", "knative", "--stage", "canary"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("for `-t kubernetes` and `-t helm`"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

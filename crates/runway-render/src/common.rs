@@ -4,7 +4,7 @@
 use runway_manifest::{Artifact, ProbeAction, ProbeConfig, ServiceConfig, StopSignal};
 use serde_json::{Map, Value, json};
 
-use crate::{RenderError, RenderOptions, Target};
+use crate::{ReleaseLabels, RenderError, RenderOptions, Target};
 
 /// The label that selects a service's pods, with [`INSTANCE_LABEL`].
 pub(crate) const NAME_LABEL: &str = "app.kubernetes.io/name";
@@ -112,9 +112,14 @@ pub(crate) fn version(image: Option<&str>) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// The stage label and chart annotation: the environment, `default` without one.
-pub(crate) fn stage(config: &ServiceConfig) -> &str {
-    config.environment.as_deref().unwrap_or("default")
+/// The stage label and chart annotation: the one given, else the environment, `default`
+/// without one.
+pub(crate) fn stage<'a>(config: &'a ServiceConfig, release: &'a ReleaseLabels) -> &'a str {
+    release
+        .stage
+        .as_deref()
+        .or(config.environment.as_deref())
+        .unwrap_or("default")
 }
 
 /// `s` as a Kubernetes label value: at most 63 of `[A-Za-z0-9._-]`, alphanumeric at both ends.
@@ -137,25 +142,43 @@ pub(crate) fn label_value(s: &str) -> String {
 
 /// Labels on every Kubernetes object and pod: the selector's, the version when the image has a
 /// tag, and the descriptive ones.
-pub(crate) fn labels(config: &ServiceConfig, image: Option<&str>) -> Map<String, Value> {
+pub(crate) fn labels(
+    config: &ServiceConfig,
+    release: &ReleaseLabels,
+    image: Option<&str>,
+) -> Map<String, Value> {
     let mut labels = selector_labels(config);
     if let Some(version) = version(image) {
         labels.insert(VERSION_LABEL.into(), json!(label_value(version)));
     }
-    labels.extend(descriptive_labels(config));
+    labels.extend(descriptive_labels(config, release));
     labels
 }
 
 /// The labels that neither select pods nor follow the image: the Helm chart's `labels` value.
-pub(crate) fn descriptive_labels(config: &ServiceConfig) -> Map<String, Value> {
+pub(crate) fn descriptive_labels(
+    config: &ServiceConfig,
+    release: &ReleaseLabels,
+) -> Map<String, Value> {
     let mut labels = Map::new();
     labels.insert("app.kubernetes.io/managed-by".into(), json!("runway"));
     if let Some(env) = &config.environment {
         labels.insert("runway.dev/environment".into(), json!(label_value(env)));
     }
-    labels.insert("runway.dev/stage".into(), json!(label_value(stage(config))));
+    labels.insert(
+        STAGE_LABEL.into(),
+        json!(label_value(stage(config, release))),
+    );
+    if let Some(gitlab) = &release.gitlab_release {
+        labels.insert(GITLAB_RELEASE_LABEL.into(), json!(label_value(gitlab)));
+    }
     labels
 }
+
+/// The label and chart annotation of the deployment stage.
+pub(crate) const STAGE_LABEL: &str = "runway.dev/stage";
+/// The label and chart annotation of the GitLab release a release is compatible with.
+pub(crate) const GITLAB_RELEASE_LABEL: &str = "runway.dev/gitlab-release";
 
 /// The labels that select the pods: they never change over the service's life. A Helm chart
 /// makes them from its name and the release's.

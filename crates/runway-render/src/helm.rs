@@ -27,7 +27,15 @@ pub(crate) fn render(
     if let Some(version) = common::version(image) {
         chart["appVersion"] = json!(version);
     }
-    chart["annotations"] = json!({"runway.dev/stage": common::stage(config)});
+    let mut annotations = Map::new();
+    annotations.insert(
+        common::STAGE_LABEL.into(),
+        json!(common::stage(config, &options.release)),
+    );
+    if let Some(gitlab) = &options.release.gitlab_release {
+        annotations.insert(common::GITLAB_RELEASE_LABEL.into(), json!(gitlab));
+    }
+    chart["annotations"] = Value::Object(annotations);
     let mut values_yaml = format!(
         "# Default values for the {chart} chart, rendered by Runway. Objects are named after the\n\
          # release: `helm install {chart}` names them {chart}, `helm install blue` blue-{chart}\n\
@@ -152,7 +160,7 @@ fn values(
     // The selector's labels come from the chart and the release, the version from image.tag.
     v.insert(
         "labels".into(),
-        Value::Object(common::descriptive_labels(config)),
+        Value::Object(common::descriptive_labels(config, &options.release)),
     );
     v.insert(
         "annotations".into(),

@@ -10,7 +10,7 @@ use runway_manifest::{ServiceConfig, WorkloadKind};
 use serde_json::{Map, Value, json};
 
 use crate::network::{self, NetworkOptions, Scope};
-use crate::{RenderError, RenderOptions, RenderedFile, Target, common, yaml};
+use crate::{ReleaseLabels, RenderError, RenderOptions, RenderedFile, Target, common, yaml};
 
 /// The CPU utilisation the autoscaler keeps pods at, in percent.
 pub(crate) const TARGET_CPU_UTILIZATION: u32 = 70;
@@ -26,7 +26,14 @@ pub(crate) fn render(
     let rules = network::rules(config, &options.network, Scope::Namespace)?;
     let namespace = options.namespace.as_deref();
     let meta = |name: &str, annotations: Map<String, Value>| {
-        metadata(config, name, namespace, Some(&image), annotations)
+        metadata(
+            config,
+            &options.release,
+            name,
+            namespace,
+            Some(&image),
+            annotations,
+        )
     };
     let name = &config.dns_name;
     let shape = Shape::Service;
@@ -172,7 +179,14 @@ pub fn revision_objects(
     )?;
     let shape = Shape::Revision(revision);
     let meta = |name: &str, image: Option<&str>, annotations: Map<String, Value>| {
-        let mut meta = metadata(config, name, Some(revision.namespace), image, annotations);
+        let mut meta = metadata(
+            config,
+            &ReleaseLabels::default(),
+            name,
+            Some(revision.namespace),
+            image,
+            annotations,
+        );
         if let Some(labels) = meta["labels"].as_object_mut() {
             labels.extend(shape.labels(config));
         }
@@ -189,6 +203,7 @@ pub fn revision_objects(
         // No revision's label or image: every revision applies the same object.
         let mut meta = metadata(
             config,
+            &ReleaseLabels::default(),
             &network::internal_name(&config.dns_name),
             Some(revision.namespace),
             None,
@@ -278,6 +293,7 @@ pub(crate) fn port_name(config: &ServiceConfig) -> &'static str {
 
 fn metadata(
     config: &ServiceConfig,
+    release: &ReleaseLabels,
     name: &str,
     namespace: Option<&str>,
     image: Option<&str>,
@@ -290,7 +306,7 @@ fn metadata(
     }
     meta.insert(
         "labels".into(),
-        Value::Object(common::labels(config, image)),
+        Value::Object(common::labels(config, release, image)),
     );
     if !annotations.is_empty() {
         meta.insert("annotations".into(), Value::Object(annotations));
@@ -334,8 +350,8 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
         "strategy".into(),
         json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}}),
     );
-    let mut pod_labels = common::labels(config, Some(image));
-    pod_labels.extend(shape.labels(config));
+    // The pods carry their Deployment's labels (a revision's included).
+    let pod_labels = metadata["labels"].clone();
     // The service's container, for `kubectl logs` and Runway's driver when a mesh adds its own
     // beside it; a revision's pods also carry its full name.
     let mut pod_annotations = Map::new();

@@ -97,6 +97,19 @@ pub struct RenderOptions {
     pub namespace: Option<String>,
     /// The cluster's network, for the NetworkPolicy (Kubernetes and Helm).
     pub network: NetworkOptions,
+    /// What a release of the service is labelled with (Kubernetes and Helm).
+    pub release: ReleaseLabels,
+}
+
+/// The two dimensions a release of a service's objects and chart is labelled with: the GitLab
+/// release it is compatible with, and the deployment stage. Each is a label of every object
+/// and pod (`runway.dev/gitlab-release`, `runway.dev/stage`) and an annotation of the chart.
+#[derive(Debug, Clone, Default)]
+pub struct ReleaseLabels {
+    /// The GitLab release (`17.6`, say); none leaves the label out.
+    pub gitlab_release: Option<String>,
+    /// The deployment stage; none makes it the environment, `default` without one.
+    pub stage: Option<String>,
 }
 
 /// One rendered file, its path relative to the output directory.

@@ -855,3 +855,82 @@ fn long_revision_names_get_object_names_kubernetes_takes() {
     assert!(digit.starts_with("r1password-dev-00001-"), "{digit}");
     assert!(digit.len() <= 63);
 }
+
+/// The GitLab release and the stage given at render time label every object and pod, and
+/// annotate the chart; `helm template` gives the same labels as the Kubernetes target. Without
+/// them the stage is the environment's and there is no GitLab release label.
+#[test]
+fn the_gitlab_release_and_the_stage_label_objects_and_the_chart() {
+    let release = runway_render::ReleaseLabels {
+        gitlab_release: Some("17.6".into()),
+        stage: Some("canary".into()),
+    };
+    let options = RenderOptions {
+        release: release.clone(),
+        ..web_options()
+    };
+    let web = config(WEB, Some("production"));
+    let kubernetes = objects(&stream(
+        &render(&web, Target::Kubernetes, &options).unwrap(),
+    ));
+    assert!(!kubernetes.is_empty());
+    for object in &kubernetes {
+        let labels = &object["metadata"]["labels"];
+        assert_eq!(labels["runway.dev/gitlab-release"], "17.6", "{object}");
+        assert_eq!(labels["runway.dev/stage"], "canary", "{object}");
+        assert_eq!(labels["runway.dev/environment"], "production", "{object}");
+    }
+    let deployment = kubernetes
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(pod["runway.dev/gitlab-release"], "17.6");
+    assert_eq!(pod["runway.dev/stage"], "canary");
+
+    let chart = render(&web, Target::Helm, &options).unwrap();
+    let path = format!("{}/Chart.yaml", web.dns_name);
+    let chart_yaml = chart.iter().find(|f| f.path == path).unwrap();
+    let chart_yaml = &objects_unsorted(&chart_yaml.contents)[0];
+    assert_eq!(
+        chart_yaml["annotations"]["runway.dev/gitlab-release"],
+        "17.6"
+    );
+    assert_eq!(chart_yaml["annotations"]["runway.dev/stage"], "canary");
+
+    let plain = objects(&stream(
+        &render(&web, Target::Kubernetes, &web_options()).unwrap(),
+    ));
+    for object in &plain {
+        let labels = &object["metadata"]["labels"];
+        assert!(
+            labels.get("runway.dev/gitlab-release").is_none(),
+            "{object}"
+        );
+        assert_eq!(labels["runway.dev/stage"], "production", "{object}");
+    }
+
+    if !helm_installed() {
+        return;
+    }
+    let dir = TempDir::new("helm-release-labels");
+    let output = helm_template(&web.dns_name, &write_chart(&dir, &web, &options));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        objects(&String::from_utf8(output.stdout).unwrap()),
+        kubernetes
+    );
+}
+
+/// The documents of a YAML text, in order.
+fn objects_unsorted(text: &str) -> Vec<Value> {
+    Yaml::load_from_str(text)
+        .unwrap()
+        .iter()
+        .map(to_json)
+        .collect()
+}
