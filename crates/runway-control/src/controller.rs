@@ -314,7 +314,7 @@ impl<D: Driver> Controller<D> {
     /// replica ready, failed or gone), or when the autoscaler changes a count; runs the autoscaler every `autoscale_interval_ms`
     /// and at once when the ingress holds requests for a revision (a cold start); until
     /// `shutdown` completes. Instances keep running after it returns; the deployment events
-    /// still waiting are written first, for at most [`EVENTS_AT_SHUTDOWN`].
+    /// still waiting are written first, for at most 5 seconds.
     pub async fn run(self: Arc<Self>, shutdown: impl Future<Output = ()>) {
         // The event writer's task, stopped when this returns (the set is dropped).
         let mut writer = tokio::task::JoinSet::new();
