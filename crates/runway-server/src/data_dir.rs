@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 
-/// The data directory, created private (`0700`); [`open_data_dir`] opens the way through it
+/// The data directory, created private (`0700`); `runway server` opens the way through it
 /// once what is inside is private on its own.
 pub fn create_data_dir(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
