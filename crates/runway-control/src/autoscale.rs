@@ -143,12 +143,9 @@ impl<D: Driver> Controller<D> {
             let mut service = cell.lock();
             let before = service.scalers.len();
             service.scalers.retain(|name, _| scaled.contains(name));
-            if service.scalers.len() != before {
-                touched.insert(key.clone());
+            if service.scalers.len() != before || touched.contains(key) {
+                self.publish_status(key, &service);
             }
-        }
-        for key in &touched {
-            self.publish_status(key);
         }
         (changed, errors)
     }

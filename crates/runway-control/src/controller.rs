@@ -946,8 +946,11 @@ impl<D: Driver> Controller<D> {
             now_ms: now,
         };
         let mut plan = plan(&desired, &observed, &policy);
-        cell.lock().status = plan.status.clone();
-        self.publish_status(key);
+        {
+            let mut service = cell.lock();
+            service.status = plan.status.clone();
+            self.publish_status(key, &service);
+        }
         // A process whose service may no longer run one stops now, not at its next restart.
         for instance in self.barred_processes(key, &observed.instances).await {
             let planned = plan.actions.iter().any(|a| {
@@ -1358,10 +1361,12 @@ impl<D: Driver> Controller<D> {
         let cell = self.cell(key);
         let previous = std::mem::replace(&mut cell.lock().routes, weights);
         let applied = self.apply_route(key).await;
+        let mut service = cell.lock();
         if applied.is_err() {
-            cell.lock().routes = previous;
+            service.routes = previous;
         }
-        self.publish_status(key);
+        self.publish_status(key, &service);
+        drop(service);
         applied.map(|()| message)
     }
 
@@ -1401,11 +1406,9 @@ impl<D: Driver> Controller<D> {
         self.propagator.adopt(table, &adopted);
     }
 
-    /// Publishes what the API shows of the service, as its state is now.
-    pub(crate) fn publish_status(&self, key: &Key) {
-        let cell = self.lock().cell(key);
-        let status = cell.map(|cell| ServiceStatus::of(&cell.lock()));
-        self.status.publish(key, status);
+    /// Publishes what the API shows of the service, from its state as the caller holds it.
+    pub(crate) fn publish_status(&self, key: &Key, service: &ServiceState) {
+        self.status.publish(key, Some(ServiceStatus::of(service)));
     }
 
     /// Publishes the service's entry in the table, when it changed, and waits until the
@@ -1471,8 +1474,7 @@ impl<D: Driver> Controller<D> {
                 .insert(revision.to_owned(), StartFailure { permanent, reason }),
             None => service.start_errors.remove(revision),
         };
-        drop(service);
-        self.publish_status(key);
+        self.publish_status(key, &service);
     }
 
     /// Marks the instance draining, updates the table, and lets the ingress drain it in the

@@ -201,8 +201,7 @@ impl<D: Driver> Controller<D> {
             service.baselines.remove(&id);
             service.rollout_messages.remove(&id);
             service.unready_since.remove(&id);
-            drop(service);
-            self.publish_status(&key_of(deployment));
+            self.publish_status(&key_of(deployment), &service);
         }
         // The events before its end are written first: its story keeps its order.
         self.events.write().await?;

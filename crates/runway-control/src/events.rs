@@ -107,25 +107,21 @@ impl Events {
                 Ok(_) | Err(StoreError::NotFound { .. }) => {
                     self.lock().pop_front();
                 }
-                // A full disk, or a store that fails: everything waits for it.
-                Err(
-                    source @ (StoreError::Full
-                    | StoreError::Sqlite(_)
-                    | StoreError::Postgres(_)
-                    | StoreError::Unavailable(_)),
-                ) => {
-                    return Err(ControlError::store(
-                        format!("add an event to deployment {id}"),
-                        source,
-                    ));
-                }
-                // Refused for good: dropped, so it holds none back.
                 Err(source) => {
-                    self.lock().pop_front();
-                    return Err(ControlError::store(
-                        format!("add an event to deployment {id}"),
+                    // A full disk, or a store that fails: everything waits for it. Refused
+                    // for good: dropped, so it holds none back.
+                    let waits = matches!(
                         source,
-                    ));
+                        StoreError::Full
+                            | StoreError::Sqlite(_)
+                            | StoreError::Postgres(_)
+                            | StoreError::Unavailable(_)
+                    );
+                    if !waits {
+                        self.lock().pop_front();
+                    }
+                    let what = format!("add an event to deployment {id}");
+                    return Err(ControlError::store(what, source));
                 }
             }
         }

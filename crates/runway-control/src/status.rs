@@ -76,11 +76,17 @@ impl ServiceStatus {
                 };
             }
         }
-        let counted = service
-            .instances
-            .iter()
-            .filter_map(|status| revision_of(&status.id))
-            .chain(service.readiness_failures.keys().map(String::as_str));
+        // Each revision's counters, in one look at its instances.
+        let mut counters: BTreeMap<String, Counters> = BTreeMap::new();
+        for status in &service.instances {
+            if let Some(name) = revision_of(&status.id) {
+                let counted = counters.entry(name.to_owned()).or_default();
+                counted.restarts = counted.restarts.saturating_add(status.restarts);
+            }
+        }
+        for (name, failures) in &service.readiness_failures {
+            counters.entry(name.clone()).or_default().readiness_failures = *failures;
+        }
         Self {
             routes: service.routes.clone(),
             revisions,
@@ -94,9 +100,7 @@ impl ServiceStatus {
                 .iter()
                 .map(|(id, baseline)| (*id, baseline.clone()))
                 .collect(),
-            counters: counted
-                .map(|name| (name.to_owned(), Counters::of(service, name)))
-                .collect(),
+            counters,
             scalers: service
                 .scalers
                 .iter()
