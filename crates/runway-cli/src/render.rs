@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::ValueEnum;
 use runway_manifest::{Service, ServiceConfig};
 use runway_render::observability::{self, ServiceSlo};
-use runway_render::{RenderOptions, RenderedFile, Target};
+use runway_render::{ChartRepository, ChartVersion, RenderOptions, RenderedFile, Target};
 
 use crate::repo::{Repository, discover, display, is_named, valid_services};
 use crate::{EXIT_INVALID, RepoArg, print_stdout};
@@ -54,16 +54,32 @@ pub(crate) struct Args {
     /// repeat for several. Without `--ingress-namespace`, those pods in any namespace.
     #[arg(long = "ingress-label", value_name = "KEY=VALUE", value_parser = parse_label)]
     ingress_labels: Vec<(String, String)>,
-    /// For `kubernetes` and `helm`: the GitLab release the objects are for (`17.6`, say): a
-    /// label of every object and pod (`runway.dev/gitlab-release`) and an annotation of the
-    /// chart, as a release of the chart to a package registry is labelled.
+    /// For `kubernetes`, `helm` and `flux`: the GitLab release the objects are for (`17.6`,
+    /// say): a label of every object and pod (`runway.dev/gitlab-release`) and an annotation
+    /// of the chart, as a release of the chart to a package registry is labelled. Flux's
+    /// objects carry it, and give it to the chart's objects they install.
     #[arg(long, value_name = "VERSION", value_parser = parse_label_value)]
     gitlab_release: Option<String>,
-    /// For `kubernetes` and `helm`: the deployment stage, a label of every object and pod
-    /// (`runway.dev/stage`) and an annotation of the chart. Default: the environment (`-e`),
-    /// else `default`.
+    /// For `kubernetes`, `helm` and `flux`: the deployment stage, a label of every object and
+    /// pod (`runway.dev/stage`) and an annotation of the chart. Flux's objects carry it, and
+    /// give it to the chart's objects they install. Default: the environment (`-e`), else
+    /// `default`.
     #[arg(long, value_name = "STAGE", value_parser = parse_label_value)]
     stage: Option<String>,
+    /// For `helm` and `flux`: the chart's version, SemVer 2 (`1.4.0`, `1.5.0-rc.1`):
+    /// Chart.yaml's `version`, and the tag Flux fetches (`helm push` tags `1.4.0+build.7` as
+    /// `1.4.0_build.7`). Default: 0.1.0.
+    #[arg(long, value_name = "VERSION", value_parser = parse_chart_version)]
+    chart_version: Option<ChartVersion>,
+    /// For `flux`, which needs it: the OCI repository the chart is pushed to,
+    /// `oci://HOST[:PORT]/PATH`, as `helm push` takes it. Flux fetches the chart from
+    /// `<URL>/<service>`.
+    #[arg(long, value_name = "URL", value_parser = parse_chart_repository)]
+    chart_repository: Option<ChartRepository>,
+    /// For `flux`: the chart's registry speaks plain HTTP, not HTTPS (`insecure: true` in the
+    /// OCIRepository): a registry in the cluster or on this machine.
+    #[arg(long)]
+    chart_repository_insecure: bool,
     /// For `observability`: where the alerts' runbooks live. A service's alerts link to
     /// `<URL>/<service>` unless its manifest names a runbook (`spec.workload.slo.runbook_url`).
     #[arg(long, value_name = "URL")]
@@ -91,6 +107,16 @@ fn parse_label_value(text: &str) -> Result<String, String> {
     }
 }
 
+fn parse_chart_version(text: &str) -> Result<ChartVersion, String> {
+    text.parse()
+        .map_err(|e: runway_render::RenderError| e.to_string())
+}
+
+fn parse_chart_repository(text: &str) -> Result<ChartRepository, String> {
+    text.parse()
+        .map_err(|e: runway_render::RenderError| e.to_string())
+}
+
 fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
@@ -107,6 +133,9 @@ enum TargetArg {
     Knative,
     /// A Helm chart directory.
     Helm,
+    /// Flux's OCIRepository and HelmRelease, which install the chart pushed to
+    /// `--chart-repository` at `--stage`.
+    Flux,
     /// Monitoring from the ingress's metrics and `spec.workload.slo`: `<service>.rules.yml`,
     /// Prometheus recording rules (request rate, error ratio and apdex over 5m to 3d) and
     /// multi-window, multi-burn-rate alerts (page at 14.4x over 1h and 6x over 6h, ticket at
@@ -120,6 +149,7 @@ impl From<TargetArg> for Target {
             TargetArg::Kubernetes => Self::Kubernetes,
             TargetArg::Knative => Self::Knative,
             TargetArg::Helm => Self::Helm,
+            TargetArg::Flux => Self::Flux,
             TargetArg::Observability => Self::Observability,
         }
     }
@@ -145,11 +175,32 @@ pub(crate) fn run(args: &Args) -> anyhow::Result<ExitCode> {
             gitlab_release: args.gitlab_release.clone(),
             stage: args.stage.clone(),
         },
+        chart: runway_render::ChartOptions {
+            version: args.chart_version.clone().unwrap_or_default(),
+            repository: args.chart_repository.clone(),
+            insecure: args.chart_repository_insecure,
+        },
     };
     let target = Target::from(args.target);
     let labelled = args.gitlab_release.is_some() || args.stage.is_some();
-    if labelled && !matches!(target, Target::Kubernetes | Target::Helm) {
-        bail!("--gitlab-release and --stage are for `-t kubernetes` and `-t helm`, not {target}");
+    if labelled && !matches!(target, Target::Kubernetes | Target::Helm | Target::Flux) {
+        bail!(
+            "--gitlab-release and --stage are for `-t kubernetes`, `-t helm` and `-t flux`, not \
+             {target}"
+        );
+    }
+    if args.chart_version.is_some() && !matches!(target, Target::Helm | Target::Flux) {
+        bail!("--chart-version is for `-t helm` and `-t flux`, not {target}");
+    }
+    if target == Target::Flux {
+        if args.chart_repository.is_none() {
+            bail!(
+                "`-t flux` needs --chart-repository oci://HOST[:PORT]/PATH: the OCI repository \
+                 the chart is pushed to (helm push), which Flux fetches it from"
+            );
+        }
+    } else if args.chart_repository.is_some() || args.chart_repository_insecure {
+        bail!("--chart-repository and --chart-repository-insecure are for `-t flux`, not {target}");
     }
     if let Some(base) = &args.runbook_base {
         if target != Target::Observability {
@@ -303,8 +354,9 @@ fn secrets_note(config: &ServiceConfig, target: Target) -> Option<String> {
             list(|v| format!("key {v}")),
             chart = config.dns_name,
         ),
-        // Rules and a dashboard read no secret.
-        Target::Observability => return None,
+        // The chart Flux installs creates them as `-t helm` said; rules and a dashboard read
+        // no secret.
+        Target::Flux | Target::Observability => return None,
     })
 }
 

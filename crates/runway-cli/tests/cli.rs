@@ -385,10 +385,138 @@ fn several_services_and_environments_are_found() {
     );
     assert!(!o.status.success());
     assert!(
-        stderr(&o).contains("for `-t kubernetes` and `-t helm`"),
+        stderr(&o).contains("for `-t kubernetes`, `-t helm` and `-t flux`"),
         "{}",
         stderr(&o)
     );
+}
+
+/// A directory with one service, `web`, for the render tests below.
+fn one_service() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join(".runway")).unwrap();
+    fs::write(
+        dir.path().join(".runway/runway.yml"),
+        "kind: RunwayService\nmetadata: {name: web}\nspec: {image: web:1}\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn render_flux_writes_the_objects_that_install_the_pushed_chart() {
+    let dir = one_service();
+    let o = runway(
+        &[
+            "render",
+            "-t",
+            "flux",
+            "--chart-repository",
+            "oci://registry.example.com/charts/",
+            "--chart-version",
+            "1.4.0",
+            "--stage",
+            "canary",
+        ],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for line in [
+        "# Source: web/ocirepository.yaml",
+        "# Source: web/helmrelease.yaml",
+        "url: \"oci://registry.example.com/charts/web\"",
+        "tag: \"1.4.0\"",
+        "runway.dev/stage: canary",
+    ] {
+        assert!(out.contains(line), "no {line} in\n{out}");
+    }
+    let o = runway(
+        &["render", "-t", "helm", "--chart-version", "1.4.0"],
+        dir.path(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("version: \"1.4.0\"\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn render_flux_needs_an_oci_chart_repository() {
+    let dir = one_service();
+    let o = runway(&["render", "-t", "flux"], dir.path());
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("`-t flux` needs --chart-repository oci://HOST[:PORT]/PATH"),
+        "{}",
+        stderr(&o)
+    );
+    let o = runway(
+        &[
+            "render",
+            "-t",
+            "flux",
+            "--chart-repository",
+            "registry.example.com/charts",
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("for '--chart-repository <URL>'")
+            && stderr(&o).contains("expected oci://HOST[:PORT]/PATH"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn render_refuses_chart_flags_for_other_targets() {
+    let dir = one_service();
+    for (args, said) in [
+        (
+            [
+                "-t",
+                "helm",
+                "--chart-repository",
+                "oci://registry.example.com/charts",
+            ],
+            "--chart-repository and --chart-repository-insecure are for `-t flux`, not helm",
+        ),
+        (
+            ["-t", "kubernetes", "--chart-version", "1.4.0"],
+            "--chart-version is for `-t helm` and `-t flux`, not kubernetes",
+        ),
+    ] {
+        let o = runway(&[&["render"], &args[..]].concat(), dir.path());
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains(said), "{args:?}: {}", stderr(&o));
+    }
+    let o = runway(
+        &["render", "-t", "kubernetes", "--chart-repository-insecure"],
+        dir.path(),
+    );
+    assert!(!o.status.success());
+}
+
+#[test]
+fn render_refuses_a_chart_version_that_is_not_semver_2() {
+    let dir = one_service();
+    for bad in ["1.4", "v1.4.0", "latest"] {
+        let o = runway(
+            &["render", "-t", "helm", "--chart-version", bad],
+            dir.path(),
+        );
+        assert_eq!(o.status.code(), Some(2), "{bad}");
+        assert!(
+            stderr(&o).contains("for '--chart-version <VERSION>'")
+                && stderr(&o).contains("is not a SemVer 2 version: expected MAJOR.MINOR.PATCH"),
+            "{bad}: {}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]

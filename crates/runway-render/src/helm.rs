@@ -2,6 +2,9 @@
 //! same objects as the Kubernetes target; the templates only place values, so that what a
 //! deployer changes is in `values.yaml`.
 
+use std::fmt;
+use std::str::FromStr;
+
 use runway_manifest::{Artifact, ServiceConfig, WorkloadKind};
 use serde_json::{Map, Value, json};
 
@@ -22,7 +25,7 @@ pub(crate) fn render(
         "name": config.dns_name,
         "description": format!("{}, rendered by Runway from its manifest", config.name),
         "type": "application",
-        "version": "0.1.0",
+        "version": options.chart.version.to_string(),
     });
     if let Some(version) = common::version(image) {
         chart["appVersion"] = json!(version);
@@ -88,6 +91,44 @@ pub(crate) fn render(
         file("templates/networkpolicy.yaml", template(NETWORK_POLICY)),
         file("templates/secrets.yaml", template(SECRETS)),
     ])
+}
+
+/// A chart's version: SemVer 2, as Helm requires of Chart.yaml's `version`. `0.1.0` unless
+/// given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChartVersion(semver::Version);
+
+impl ChartVersion {
+    /// The tag `helm push` gives the chart in an OCI registry: the version, `_` in place of
+    /// `+`, which a tag cannot hold (`1.4.0+build.7` is tagged `1.4.0_build.7`).
+    pub fn oci_tag(&self) -> String {
+        self.0.to_string().replace('+', "_")
+    }
+}
+
+impl Default for ChartVersion {
+    fn default() -> Self {
+        Self(semver::Version::new(0, 1, 0))
+    }
+}
+
+impl FromStr for ChartVersion {
+    type Err = RenderError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        semver::Version::parse(s)
+            .map(Self)
+            .map_err(|e| RenderError::InvalidChartVersion {
+                given: s.to_owned(),
+                reason: e.to_string(),
+            })
+    }
+}
+
+impl fmt::Display for ChartVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
 }
 
 fn values(

@@ -1,8 +1,8 @@
 //! Renders a Runway service to Kubernetes objects, a Knative `serving.knative.dev/v1` Service as
-//! Cloud Run accepts it, and a Helm chart; and its monitoring ([`observability`]): Prometheus
-//! recording rules and alerts, and a Grafana dashboard. Pure: it returns files and writes
-//! nothing. Output is deterministic: stable key order, no timestamps, the same bytes for the
-//! same input.
+//! Cloud Run accepts it, a Helm chart, and the Flux objects that install that chart from an OCI
+//! registry; and its monitoring ([`observability`]): Prometheus recording rules and alerts, and
+//! a Grafana dashboard. Pure: it returns files and writes nothing. Output is deterministic:
+//! stable key order, no timestamps, the same bytes for the same input.
 //!
 //! ```
 //! use runway_manifest::{ServiceFiles, SourceFile, load};
@@ -18,8 +18,11 @@
 //!
 //! # Files
 //!
-//! - `kubernetes.rs`, `knative.rs`, `helm.rs`: the three targets. `kubernetes.rs` also builds one
-//!   revision's objects for the Kubernetes driver (`revision_objects`).
+//! - `kubernetes.rs`, `knative.rs`, `helm.rs`: the three targets that run the service.
+//!   `kubernetes.rs` also builds one revision's objects for the Kubernetes driver
+//!   (`revision_objects`); `helm.rs` has the chart's version ([`ChartVersion`]).
+//! - `flux.rs`: Flux's OCIRepository and HelmRelease, which install the chart as it was pushed
+//!   to an OCI registry ([`ChartRepository`]) at a deployment stage.
 //! - `common.rs`: what they share: labels, image parts, env and secret references with the one way
 //!   a Secret is named (`secret_name`), probes, the container's start.
 //! - `network.rs`: a service's NetworkPolicy and its internal Service's name.
@@ -34,8 +37,9 @@
 //!
 //! Rendered output is checked by its real consumers in the tests: every Kubernetes object by
 //! `kubernetes-validate --strict`, every Helm chart by `helm template`, whose objects (for a
-//! release named after the service) must equal the Kubernetes target's. A secret's value never
-//! appears in rendered output, only its name, as a reference.
+//! release named after the service) must equal the Kubernetes target's, and Flux's objects by
+//! Flux's own CustomResourceDefinitions (`tests/flux.rs`, fetched by `scripts/flux-crds`). A
+//! secret's value never appears in rendered output, only its name, as a reference.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
@@ -45,6 +49,7 @@ use std::fmt;
 use runway_manifest::ServiceConfig;
 
 mod common;
+mod flux;
 mod helm;
 mod knative;
 mod kubernetes;
@@ -52,6 +57,8 @@ mod network;
 pub mod observability;
 mod yaml;
 
+pub use flux::ChartRepository;
+pub use helm::ChartVersion;
 pub use kubernetes::{
     DEFAULT_CONTAINER, REVISION_ANNOTATION, REVISION_LABEL, Revision, RevisionObjects,
     SERVICE_LABEL, object_name, revision_objects,
@@ -70,6 +77,12 @@ pub enum Target {
     /// A chart directory: Chart.yaml, values.yaml, templates/. The image is a value, which
     /// the manifest need not name.
     Helm,
+    /// `ocirepository.yaml` and `helmrelease.yaml`: Flux's `OCIRepository`, which fetches the
+    /// chart pushed to [`ChartOptions::repository`], and its `HelmRelease`, which installs it
+    /// under the service's name and labels its objects with the stage. It names the chart, not
+    /// an image, so a worker or a service without an image renders too; a name longer than a
+    /// Helm release's (53 characters) does not.
+    Flux,
     /// `<service>.rules.yml`, Prometheus recording rules and multi-window, multi-burn-rate
     /// alerts over the ingress's metrics, and `<service>.dashboard.json`, a Grafana dashboard
     /// ([`observability`]). Through [`render`] the alerts have no runbook unless the manifest
@@ -83,6 +96,7 @@ impl fmt::Display for Target {
             Self::Kubernetes => "kubernetes",
             Self::Knative => "knative",
             Self::Helm => "helm",
+            Self::Flux => "flux",
             Self::Observability => "observability",
         })
     }
@@ -97,8 +111,24 @@ pub struct RenderOptions {
     pub namespace: Option<String>,
     /// The cluster's network, for the NetworkPolicy (Kubernetes and Helm).
     pub network: NetworkOptions,
-    /// What a release of the service is labelled with (Kubernetes and Helm).
+    /// What a release of the service is labelled with (Kubernetes, Helm and Flux).
     pub release: ReleaseLabels,
+    /// The chart as it is published (Helm and Flux).
+    pub chart: ChartOptions,
+}
+
+/// A chart as it is published: `helm package` makes `<dns_name>-<version>.tgz` of it, and
+/// `helm push` of that to `oci://HOST/PATH` stores it as `HOST/PATH/<dns_name>:<version>`,
+/// where Flux's objects read it.
+#[derive(Debug, Clone, Default)]
+pub struct ChartOptions {
+    /// Chart.yaml's `version`, and the tag Flux's OCIRepository asks for.
+    pub version: ChartVersion,
+    /// Where the chart is pushed; Flux needs it, the chart itself does not.
+    pub repository: Option<ChartRepository>,
+    /// The registry speaks plain HTTP, not HTTPS: the OCIRepository says `insecure: true`. For a
+    /// registry inside the cluster or on a developer's machine; any other should have TLS.
+    pub insecure: bool,
 }
 
 /// The two dimensions a release of a service's objects and chart is labelled with: the GitLab
@@ -121,7 +151,7 @@ pub struct RenderedFile {
     pub contents: String,
 }
 
-/// Why a service cannot be rendered.
+/// Why a service cannot be rendered, or an option is not what it must be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
     /// The target runs container images and the service names none. (A Helm chart takes its
@@ -155,6 +185,49 @@ pub enum RenderError {
         service: String,
         /// The target asked for.
         target: Target,
+    },
+    /// Flux installs the chart from an OCI repository, and none is given.
+    #[error(
+        "{target} installs the chart of service `{service}` from an OCI repository, and none is given: pass `--chart-repository oci://HOST[:PORT]/PATH`, where the chart is pushed"
+    )]
+    NoChartRepository {
+        /// The service's name.
+        service: String,
+        /// The target asked for.
+        target: Target,
+    },
+    /// The service's name is longer than a Helm release's may be, and Flux installs its chart
+    /// as a release of that name.
+    #[error(
+        "service `{service}`: {target} installs the chart as a Helm release named `{name}`, and a release's name is at most 53 characters ({} here)", name.len()
+    )]
+    ReleaseNameTooLong {
+        /// The service's name.
+        service: String,
+        /// The release's name (the service's as a DNS label).
+        name: String,
+        /// The target asked for.
+        target: Target,
+    },
+    /// A chart version that is not SemVer 2, as Helm requires.
+    #[error(
+        "`{given}` is not a SemVer 2 version: expected MAJOR.MINOR.PATCH with an optional -PRERELEASE and +BUILD, such as 1.4.0 or 1.5.0-rc.1 ({reason})"
+    )]
+    InvalidChartVersion {
+        /// What was given.
+        given: String,
+        /// What the SemVer parser said of it.
+        reason: String,
+    },
+    /// A chart repository that is not an `oci://` address.
+    #[error(
+        "`{given}` is not an OCI repository: expected oci://HOST[:PORT]/PATH, as `helm push` takes it ({reason})"
+    )]
+    InvalidChartRepository {
+        /// What was given.
+        given: String,
+        /// What is wrong with it.
+        reason: &'static str,
     },
     /// One service's objectives were given twice for one environment (or twice for every
     /// environment): their rules would record the same series twice.
@@ -211,6 +284,7 @@ pub fn render(
         Target::Kubernetes => kubernetes::render(config, options),
         Target::Knative => knative::render(config, options),
         Target::Helm => helm::render(config, options),
+        Target::Flux => flux::render(config, options),
         Target::Observability => {
             observability::files(&[observability::ServiceSlo::new(config, None)?])
         }
