@@ -993,12 +993,12 @@ fn the_ci_component_lints_against_its_input_rules() {
     // It pins the Runway it runs: this build's version.
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(variables["RUNWAY_COMPONENT_VERSION"], version);
-    assert!(
-        component.inputs["runway_image"]["default"]
-            .as_str()
-            .unwrap()
-            .ends_with(&format!(":{version}")),
-        "the default image is Runway {version}'s"
+    // The released `runway-cli` image of that version, where scripts/release pushes it by
+    // default (tests/release.rs runs the component's check in it).
+    assert_eq!(
+        component.inputs["runway_image"]["default"],
+        format!("registry.gitlab.com/runway/runway-cli:{version}"),
+        "the default image is Runway {version}'s runway-cli"
     );
 
     // What GitLab would refuse when the pipeline is created.
