@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests")]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -243,5 +245,528 @@ fn the_sbom_lists_every_crate_the_release_links() {
          dev-dependencies only",
         listed.len(),
         packages.len()
+    );
+}
+
+/// The registry the release was pushed to (`RUNWAY_RELEASE_REGISTRY`, `HOST:PORT/PATH`, plain
+/// HTTP on loopback), or `None` (said) where none was given.
+fn registry() -> Option<String> {
+    match std::env::var("RUNWAY_RELEASE_REGISTRY") {
+        Ok(registry) => Some(registry),
+        Err(_) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "RUNWAY_RELEASE_REGISTRY is not set: scripts/test pushes the release to a registry on loopback"
+            );
+            eprintln!(
+                "skipped: the release was not pushed (scripts/release --push, then RUNWAY_RELEASE_REGISTRY)"
+            );
+            None
+        }
+    }
+}
+
+/// `images.txt`: each image's name and its reference by digest.
+fn released_images(dist: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(dist.join("images.txt"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (name, reference) = line.split_once(' ').unwrap();
+            (name.to_owned(), reference.to_owned())
+        })
+        .collect()
+}
+
+/// A blob of the release's OCI layout, as JSON.
+fn layout_blob(dist: &Path, digest: &str) -> serde_json::Value {
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    serde_json::from_slice(&std::fs::read(dist.join("oci/blobs/sha256").join(hex)).unwrap())
+        .unwrap()
+}
+
+/// Both images are in the release's OCI layout under their version, named in `images.txt` by
+/// the layout's digests, annotated with where they came from, and run as the role allows.
+#[test]
+fn the_images_are_annotated_and_named_by_digest() {
+    let Some(dist) = dist() else { return };
+    let version = env!("CARGO_PKG_VERSION");
+    let (commit, _) = expected_build();
+    let images = released_images(&dist);
+    assert_eq!(
+        images.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["runway", "runway-cli"]
+    );
+    let index = layout_blob_index(&dist);
+    for (name, user) in [("runway", "0:0"), ("runway-cli", "65532:65532")] {
+        let entry = index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| {
+                m["annotations"]["org.opencontainers.image.ref.name"] == format!("{name}-{version}")
+            })
+            .unwrap_or_else(|| panic!("{name}-{version} is not in the layout: {index}"));
+        let digest = entry["digest"].as_str().unwrap();
+        assert!(
+            images[name].ends_with(&format!("/{name}:{version}@{digest}")),
+            "{name}: {}",
+            images[name]
+        );
+        let manifest = layout_blob(&dist, digest);
+        let annotations = &manifest["annotations"];
+        assert_eq!(annotations["org.opencontainers.image.version"], version);
+        // The commit, `-dirty` after it when the release was built from a tree with changes.
+        let revision = annotations["org.opencontainers.image.revision"]
+            .as_str()
+            .unwrap();
+        assert!(revision.starts_with(&commit), "{revision}");
+        assert_eq!(
+            annotations["org.opencontainers.image.source"],
+            env!("CARGO_PKG_REPOSITORY")
+        );
+        let config = layout_blob(&dist, manifest["config"]["digest"].as_str().unwrap());
+        assert_eq!(config["config"]["User"], user, "{name}");
+        assert_eq!(
+            config["config"]["Labels"]["org.opencontainers.image.revision"],
+            revision
+        );
+        // No entrypoint: a CI job's shell starts in it.
+        assert!(config["config"]["Entrypoint"].is_null(), "{name}: {config}");
+        let size: u64 = manifest["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["size"].as_u64().unwrap())
+            .sum();
+        eprintln!("{name}: {size} bytes compressed");
+    }
+}
+
+fn layout_blob_index(dist: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dist.join("oci/index.json")).unwrap()).unwrap()
+}
+
+/// The CI component's check that the job's image holds its Runway (templates/runway.yml,
+/// the jobs' `before_script`).
+fn component_check() -> String {
+    let text = std::fs::read_to_string(repo_root().join("templates/runway.yml")).unwrap();
+    let (_, body) = text.split_once("\n---\n").unwrap();
+    let body = runway_manifest::parse(&runway_manifest::SourceFile::new("runway.yml", body))
+        .unwrap()
+        .value;
+    body[".runway-$[[ inputs.environment ]]"]["before_script"][0]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Waits (bounded) until `status` passes `check`; panics with the last status otherwise.
+async fn wait_until(
+    runtime: &runway_runtime::LocalRuntime,
+    id: &str,
+    what: &str,
+    check: impl Fn(&runway_runtime::status::InstanceStatus) -> bool,
+) -> runway_runtime::status::InstanceStatus {
+    use runway_runtime::Runtime as _;
+    let mut status = runtime.watch(id).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let now = status.borrow_and_update().clone();
+        if check(&now) {
+            return now;
+        }
+        let logs = runtime.logs(id, 20).await.unwrap_or_default();
+        match tokio::time::timeout_at(deadline, status.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => panic!("{id}: its status ended before it was {what}: {now:?}\n{logs:?}"),
+            Err(_) => panic!("{id}: not {what} in time: {now:?}\n{logs:?}"),
+        }
+    }
+}
+
+/// The released images, pulled back from the registry they were pushed to by Runway's own
+/// runtime and run under runc: `runway-cli` says its version as user 65532, and `runway
+/// server` from the `runway` image starts and answers `/healthz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pushed_images_are_pulled_back_and_run_by_runway() {
+    use runway_runtime::Runtime as _;
+    use runway_runtime::spec::{Artifact, Check, InstanceSpec, Probe, Probes, RestartMode};
+    let Some(dist) = dist() else { return };
+    let Some(registry) = registry() else { return };
+    let images = released_images(&dist);
+    let host = registry.split('/').next().unwrap().to_owned();
+    for reference in images.values() {
+        assert!(
+            reference.starts_with(&format!("{registry}/")),
+            "{reference}"
+        );
+    }
+    let state = tempfile::tempdir().unwrap();
+    let mut config = runway_runtime::LocalConfig::new(
+        state.path(),
+        runway_runtime::SupervisorCommand {
+            program: env!("CARGO_BIN_EXE_runway-supervisor").into(),
+            args: vec![],
+        },
+    );
+    config.pull.insecure_registries = vec![host];
+    let runtime = runway_runtime::LocalRuntime::new(config);
+    let spec = |id: &str, image: &str, script: &str| InstanceSpec {
+        id: id.to_owned(),
+        service: "release".to_owned(),
+        revision: "release-1".to_owned(),
+        artifact: Artifact::Image {
+            reference: images[image].clone(),
+            command: Some(vec!["/bin/sh".into(), "-c".into()]),
+            args: Some(vec![script.to_owned()]),
+            working_dir: None,
+        },
+        env: BTreeMap::new(),
+        secret_env: BTreeMap::new(),
+        port: None,
+        container_port: None,
+        probes: Probes::default(),
+        stop_signal: "TERM".parse().unwrap(),
+        stop_grace_period: std::time::Duration::from_secs(10),
+        restart: runway_runtime::spec::RestartPolicy {
+            mode: RestartMode::Never,
+            ..Default::default()
+        },
+        limits: Default::default(),
+        logs: Default::default(),
+        managed: false,
+        inherit_env: false,
+        sandbox: None,
+        network: None,
+        egress: Default::default(),
+    };
+    let (commit, _) = expected_build();
+    let version = env!("CARGO_PKG_VERSION");
+
+    let result = async {
+        // The CI component's own check of the job's image, as its jobs run it.
+        let mut cli = spec("release-cli", "runway-cli", &format!("id -u; runway --version; {}", component_check()));
+        cli.env.insert("RUNWAY_COMPONENT_VERSION".into(), version.into());
+        runtime.instance_ensure(cli).await.unwrap();
+        let ended = wait_until(&runtime, "release-cli", "ended", |s| s.phase.is_final()).await;
+        let lines: Vec<String> = runtime
+            .logs("release-cli", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.text)
+            .collect();
+        assert_eq!(ended.last_exit.as_ref().map(|e| e.code), Some(0), "{lines:?}");
+        assert_eq!(lines.first().map(String::as_str), Some("65532"), "{lines:?}");
+        assert!(
+            lines[1].starts_with(&format!("runway {version}, commit {commit}")),
+            "{lines:?}"
+        );
+
+        // The server on the instance's port, plain HTTP, its ingress on ports of its own; its
+        // instances on the container's network (it has no right to make networks of its own).
+        let ports: Vec<u16> = (0..3)
+            .map(|_| {
+                std::net::TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
+            })
+            .collect();
+        let script = format!(
+            "printf 'api:\\n  listen: 127.0.0.1:%s\\n  tls: {{enabled: false}}\\ningress:\\n  https: 127.0.0.1:{}\\n  http: 127.0.0.1:{}\\n  admin: 127.0.0.1:{}\\nruntime: {{instance_network: host}}\\n' \"$PORT\" > /tmp/server.yml && exec runway server --config /tmp/server.yml --data-dir /tmp/runway",
+            ports[0], ports[1], ports[2]
+        );
+        let mut server = spec("release-server", "runway", &script);
+        server.port = Some(0);
+        server.probes.startup = Some(Probe {
+            check: Check::Http {
+                path: "/healthz".into(),
+            },
+            initial_delay: std::time::Duration::ZERO,
+            period: std::time::Duration::from_millis(250),
+            timeout: std::time::Duration::from_secs(2),
+            failure_threshold: 240,
+            success_threshold: 1,
+        });
+        let started = runtime.instance_ensure(server).await.unwrap();
+        wait_until(&runtime, "release-server", "ready", |s| s.ready).await;
+        let port = started.port.unwrap();
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        std::io::Write::write_all(
+            &mut stream,
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    .await;
+    for id in ["release-cli", "release-server"] {
+        let _ = runtime.instance_stop(id).await;
+    }
+    result
+}
+
+/// Bound on one helm, kubectl or kubernetes-validate run.
+const TOOL: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Runs `command`, failing the test with its output when it fails; its stdout.
+fn ran(command: Command, stdin: Option<&[u8]>, what: &str) -> String {
+    let ran = support::run(command, stdin, TOOL);
+    assert!(ran.ok(), "{what}: {}", ran.all());
+    ran.stdout
+}
+
+/// Every container's image in a stream of rendered objects.
+fn images_in(stream: &str) -> BTreeSet<String> {
+    stream
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("image: "))
+        .map(|image| image.trim_matches('"').to_owned())
+        .collect()
+}
+
+/// Runway's chart, pulled back from the registry by helm (the same bytes as the release's
+/// package), runs the released `runway` image by digest, and what `helm template` makes of it
+/// passes `kubernetes-validate --strict` and is created by a real API server.
+#[test]
+fn runways_chart_is_pulled_back_and_accepted_by_the_api_server() {
+    let Some(dist) = dist() else { return };
+    let Some(registry) = registry() else { return };
+    let Some(helm) = support::kube::helm() else {
+        return;
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    let pulled = tempfile::tempdir().unwrap();
+    let mut pull = Command::new(&helm);
+    pull.args(["pull", &format!("oci://{registry}/charts/runway")])
+        .args(["--version", version, "--plain-http", "-d"])
+        .arg(pulled.path());
+    ran(pull, None, "helm pull");
+    let package = format!("runway-{version}.tgz");
+    assert_eq!(
+        std::fs::read(pulled.path().join(&package)).unwrap(),
+        std::fs::read(dist.join("charts").join(&package)).unwrap(),
+        "the registry's chart is the release's"
+    );
+
+    let mut template = Command::new(&helm);
+    template
+        .args(["template", "rel"])
+        .arg(pulled.path().join(&package))
+        .args([
+            "--namespace",
+            "rel-system",
+            "--set",
+            "namespacePattern=rel-{env}",
+        ]);
+    let stream = ran(template, None, "helm template");
+    let runway = &released_images(&dist)["runway"];
+    let (repository, digest) = runway.split_once('@').unwrap();
+    let repository = repository.rsplit_once(':').unwrap().0;
+    assert_eq!(
+        images_in(&stream),
+        BTreeSet::from([format!("{repository}@{digest}")]),
+        "every pod runs the released image by digest"
+    );
+
+    let rendered = pulled.path().join("rendered.yaml");
+    std::fs::write(&rendered, &stream).unwrap();
+    let mut validate = Command::new("kubernetes-validate");
+    validate
+        .args(["--strict", "--kubernetes-version", "1.33.0"])
+        .arg(&rendered);
+    if support::runs(Path::new("kubernetes-validate"), "--version", TOOL) {
+        ran(validate, None, "kubernetes-validate");
+    } else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "kubernetes-validate is not installed (scripts/test installs it)"
+        );
+        eprintln!("skipping kubernetes-validate: not installed");
+    }
+
+    let Some(cluster) = kube_cluster::shared("the released chart") else {
+        return;
+    };
+    let mut namespace = cluster.kubectl();
+    namespace.args(["create", "namespace", "rel-system"]);
+    ran(namespace, None, "kubectl create namespace");
+    let mut apply = cluster.kubectl();
+    apply.args(["apply", "-f", "-"]);
+    ran(apply, Some(stream.as_bytes()), "kubectl apply");
+    let mut get = cluster.kubectl();
+    get.args([
+        "get",
+        "deployments,statefulsets",
+        "-n",
+        "rel-system",
+        "-o",
+        "yaml",
+    ]);
+    let created = ran(get, None, "kubectl get");
+    assert_eq!(
+        images_in(&created),
+        BTreeSet::from([format!("{repository}@{digest}")]),
+        "{created}"
+    );
+}
+
+/// A service's chart, as seed 001 ships it: rendered from the manifest for a stage and a
+/// GitLab release, packaged and pushed to the registry with helm; pulled back, its
+/// annotations say both. `runway render -t flux` names it, and a real API server with Flux's
+/// own CRDs (scripts/flux-crds) creates the OCIRepository and HelmRelease, strict about their
+/// fields.
+#[test]
+fn a_services_chart_goes_through_the_registry_to_flux() {
+    let Some(registry) = registry() else { return };
+    let Some(helm) = support::kube::helm() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let repo = work.path().join("repo");
+    std::fs::create_dir_all(repo.join(".runway")).unwrap();
+    std::fs::write(
+        repo.join(".runway/runway.yml"),
+        "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: ai-gateway\n\
+         spec:\n  image: registry.example.com/ai-gateway:2.4.0\n  container_port: 8080\n",
+    )
+    .unwrap();
+    let runway = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_runway"));
+        command.args(args).arg(&repo);
+        ran(command, None, &format!("runway {}", args.join(" ")))
+    };
+    let charts = format!("oci://{registry}/service-charts");
+    let out = work.path().join("out");
+    runway(&[
+        "render",
+        "-t",
+        "helm",
+        "--chart-version",
+        "2.4.0",
+        "--stage",
+        "canary",
+        "--gitlab-release",
+        "17.6",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let mut package = Command::new(&helm);
+    package
+        .args(["package", "-d"])
+        .arg(work.path())
+        .arg(out.join("ai-gateway"));
+    ran(package, None, "helm package");
+    let mut push = Command::new(&helm);
+    push.args(["push", "--plain-http"])
+        .arg(work.path().join("ai-gateway-2.4.0.tgz"))
+        .arg(&charts);
+    ran(push, None, "helm push");
+    let mut show = Command::new(&helm);
+    show.args(["show", "chart", "--plain-http", "--version", "2.4.0"])
+        .arg(format!("{charts}/ai-gateway"));
+    let chart = ran(show, None, "helm show chart");
+    assert!(chart.contains("runway.dev/stage: canary"), "{chart}");
+    assert!(
+        chart.contains("runway.dev/gitlab-release: \"17.6\""),
+        "{chart}"
+    );
+
+    let flux = work.path().join("flux");
+    runway(&[
+        "render",
+        "-t",
+        "flux",
+        "--chart-repository",
+        &charts,
+        "--chart-version",
+        "2.4.0",
+        "--stage",
+        "canary",
+        "--gitlab-release",
+        "17.6",
+        "-n",
+        "rel-flux",
+        "--chart-repository-insecure",
+        "-o",
+        flux.to_str().unwrap(),
+    ]);
+    let Some(cluster) = kube_cluster::shared("a service's chart to Flux") else {
+        return;
+    };
+    let crds = std::process::Command::new(repo_root().join("scripts/flux-crds"))
+        .output()
+        .unwrap();
+    assert!(
+        crds.status.success(),
+        "{}",
+        String::from_utf8_lossy(&crds.stderr)
+    );
+    let crds = PathBuf::from(
+        String::from_utf8(crds.stdout)
+            .unwrap()
+            .lines()
+            .last()
+            .unwrap(),
+    );
+    let mut apply = cluster.kubectl();
+    apply.args(["apply", "--server-side", "-f"]).arg(&crds);
+    ran(apply, None, "kubectl apply Flux's CRDs");
+    let mut established = cluster.kubectl();
+    established.args([
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/ocirepositories.source.toolkit.fluxcd.io",
+        "crd/helmreleases.helm.toolkit.fluxcd.io",
+    ]);
+    ran(established, None, "kubectl wait for the CRDs");
+    let mut namespace = cluster.kubectl();
+    namespace.args(["create", "namespace", "rel-flux"]);
+    ran(namespace, None, "kubectl create namespace");
+    let mut apply = cluster.kubectl();
+    apply
+        .args(["apply", "--validate=strict", "-f"])
+        .arg(flux.join("ai-gateway"));
+    ran(apply, None, "kubectl apply the Flux objects");
+    let mut get = cluster.kubectl();
+    get.args([
+        "get",
+        "ocirepositories,helmreleases",
+        "-n",
+        "rel-flux",
+        "-l",
+        "runway.dev/stage=canary,runway.dev/gitlab-release=17.6",
+        "-o",
+        "json",
+    ]);
+    let created: serde_json::Value = serde_json::from_str(&ran(get, None, "kubectl get")).unwrap();
+    let items = created["items"].as_array().unwrap();
+    let kinds: BTreeSet<&str> = items.iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["HelmRelease", "OCIRepository"]),
+        "{created}"
+    );
+    let source = items.iter().find(|i| i["kind"] == "OCIRepository").unwrap();
+    assert_eq!(source["spec"]["url"], format!("{charts}/ai-gateway"));
+    assert_eq!(source["spec"]["ref"]["tag"], "2.4.0");
+
+    // A wrong field is refused, so the apply above could not pass by ignoring fields.
+    let wrong = std::fs::read_to_string(flux.join("ai-gateway/helmrelease.yaml"))
+        .unwrap()
+        .replace("releaseName:", "releaseNmae:");
+    let mut apply = cluster.kubectl();
+    apply.args(["apply", "--validate=strict", "-f", "-"]);
+    let refused = support::run(apply, Some(wrong.as_bytes()), TOOL);
+    assert!(
+        !refused.ok() && refused.all().contains("releaseNmae"),
+        "{}",
+        refused.all()
     );
 }
