@@ -770,3 +770,34 @@ fn a_services_chart_goes_through_the_registry_to_flux() {
         refused.all()
     );
 }
+
+/// The binaries, Runway's chart and the CI component are one version (docs/releasing.md,
+/// "Cutting a release"), and CHANGELOG.md has a section for what comes next or for it.
+#[test]
+fn the_binaries_the_chart_and_the_component_share_one_version() {
+    let version = env!("CARGO_PKG_VERSION");
+    let root = repo_root();
+    let chart = std::fs::read_to_string(root.join("deploy/helm/runway/Chart.yaml")).unwrap();
+    let chart = runway_manifest::parse(&runway_manifest::SourceFile::new("Chart.yaml", chart))
+        .unwrap()
+        .value;
+    assert_eq!(chart["version"], version, "Chart.yaml's version");
+    assert_eq!(chart["appVersion"], version, "Chart.yaml's appVersion");
+    let component = std::fs::read_to_string(root.join("templates/runway.yml")).unwrap();
+    assert!(
+        component.contains(&format!("RUNWAY_COMPONENT_VERSION: \"{version}\"")),
+        "templates/runway.yml's RUNWAY_COMPONENT_VERSION is not {version}"
+    );
+    assert!(
+        component.contains(&format!(
+            "default: registry.gitlab.com/runway/runway-cli:{version}\n"
+        )),
+        "templates/runway.yml's runway_image is not {version}'s"
+    );
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
+    assert!(
+        changelog.contains("\n## [Unreleased]\n")
+            || changelog.contains(&format!("\n## [{version}]")),
+        "CHANGELOG.md has no section for {version} or Unreleased"
+    );
+}
