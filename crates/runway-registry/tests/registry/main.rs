@@ -1,5 +1,6 @@
 //! runway-registry's integration tests: the API driven in-process (`api`), hostile input
-//! (`hostile`), and real clients on loopback (`clients`: skopeo, helm, Runway's own puller).
+//! (`hostile`), real clients on loopback (`clients`: skopeo, helm, Runway's own puller) and
+//! the OCI distribution-spec conformance suite (`conformance`).
 
 #![allow(
     clippy::unwrap_used,
@@ -10,5 +11,6 @@
 
 mod api;
 mod clients;
+mod conformance;
 mod hostile;
 mod support;

@@ -1,0 +1,148 @@
+//! The OCI distribution-spec conformance suite, built from its upstream Go module by
+//! `scripts/oci-conformance`, run against the router on loopback as the admin user.
+//!
+//! Enabled: every API (ping, pull, push, blob/manifest/tag deletes, upload cancel, mounts,
+//! tags list, referrers) and every kind of content, except, deliberately:
+//!
+//! - `data.sha512`: content addressed by sha512. Runway's digests are sha256 only (as every
+//!   image it runs is); such a push is refused with `DIGEST_INVALID`.
+//! - `data.sparse`: an index whose manifests were not pushed. Refused by design: an index
+//!   must name manifests already in the repository (`MANIFEST_UNKNOWN`).
+//! - `apis.manifests.tagParam`: `PUT` by digest with `?tag=` parameters, a draft beyond
+//!   distribution-spec v1.1.
+//!
+//! Without Go or the module proxy the test is skipped with the reason, except under
+//! `CI=true`, where it fails.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::{Served, fixture, in_ci, skip};
+
+/// The bound on building the suite (a cold module cache on two cores).
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+/// The bound on one run of the suite.
+const RUN_TIMEOUT: Duration = Duration::from_secs(600);
+
+const CONFIG: &str = r#"version: "1.1"
+registry: "{registry}"
+tls: disabled
+repo1: conformance/repo1
+repo2: conformance/repo2
+username: admin
+password: admin-secret
+cacheAuth: true
+logging: warn
+resultsDir: "{results}"
+apis:
+  ping: true
+  pull: true
+  push: true
+  blobs:
+    atomic: true
+    delete: true
+    digestHeader: true
+    mountAnonymous: true
+    uploadCancel: true
+  manifests:
+    atomic: true
+    delete: true
+    digestHeader: true
+    tagParam: false
+  tags:
+    atomic: true
+    delete: true
+    list: true
+  referrer: true
+data:
+  image: true
+  index: true
+  indexList: true
+  sparse: false
+  artifact: true
+  subject: true
+  subjectMissing: true
+  artifactList: true
+  subjectList: true
+  dataField: true
+  nondistributable: true
+  customFields: true
+  noLayers: true
+  emptyBlob: true
+  sha512: false
+"#;
+
+/// Runs `command` to completion within `timeout`: (success, stdout, stderr).
+fn bounded(command: &mut Command, timeout: Duration) -> (bool, String, String) {
+    let described = format!("{command:?}");
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{described}: {e}"));
+    let id = child.id();
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match waited.recv_timeout(timeout) {
+        Ok(Ok(output)) => (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ),
+        Ok(Err(e)) => panic!("{described}: {e}"),
+        Err(_) => {
+            // Only the process this test started, by its id.
+            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
+            panic!("{described} took longer than {timeout:?}");
+        }
+    }
+}
+
+#[test]
+fn oci_distribution_spec_conformance() {
+    if Command::new("go").arg("version").output().is_err() {
+        skip("go is not installed: the OCI conformance suite is built from its Go module");
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/oci-conformance");
+    let (built, stdout, stderr) = bounded(&mut Command::new("bash").arg(&script), BUILD_TIMEOUT);
+    if !built {
+        let reason = format!("scripts/oci-conformance failed (no Go module proxy?): {stderr}");
+        assert!(!in_ci(), "{reason}");
+        eprintln!("skipping: {reason}");
+        return;
+    }
+    let dir = stdout.lines().last().unwrap_or_default().trim().to_string();
+    let suite = Path::new(&dir).join("conformance");
+    assert!(suite.is_file(), "scripts/oci-conformance printed {dir:?}");
+
+    let f = fixture();
+    let served = Served::start(f.app.clone());
+    let work = tempfile::tempdir().unwrap();
+    let results = work.path().join("results");
+    let config = CONFIG
+        .replace("{registry}", &served.host())
+        .replace("{results}", &results.display().to_string());
+    let config_file = work.path().join("oci-conformance.yaml");
+    std::fs::write(&config_file, config).unwrap();
+    let (passed, report, errors) = bounded(
+        Command::new(&suite)
+            .current_dir(work.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("OCI_CONFIGURATION", &config_file),
+        RUN_TIMEOUT,
+    );
+    eprintln!("{report}");
+    // The suite exits 0 when it could not even load its configuration: the results file is
+    // the proof that it ran.
+    let ran = results.join("results.yaml").is_file();
+    assert!(
+        passed && ran,
+        "the OCI conformance suite failed:\n{report}\n{errors}"
+    );
+}
