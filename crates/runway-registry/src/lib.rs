@@ -35,8 +35,8 @@
 //! `PUT ?digest=`, `GET` status, `DELETE` cancels; `?mount=&from=` mounts only a blob the
 //! caller may pull from a repository that has it, and otherwise starts an ordinary upload);
 //! manifests by tag or digest (`GET`, `HEAD`, `PUT`, `DELETE`); `tags/list` with `n`, `last`
-//! and `Link`; and the referrers API with `artifactType` filtering. `Range` requests on blobs
-//! are not supported (the whole blob is sent). Every request asks the [`Authorizer`] first:
+//! and `Link`; and the referrers API with `artifactType` filtering. A blob `GET` honours one
+//! `Range: bytes=` range (`206`, or `416` when it starts past the end). Every request asks the [`Authorizer`] first:
 //! `GET`/`HEAD` is [`Access::Pull`], the rest [`Access::Push`].
 //!
 //! Manifests may be OCI image manifests and indexes, or Docker v2 schema 2 manifests and

@@ -12,12 +12,14 @@ use axum::extract::{DefaultBodyLimit, Query, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use http::header::{
-    CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, LINK, LOCATION, RANGE, WWW_AUTHENTICATE,
+    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, HeaderName, HeaderValue, LINK,
+    LOCATION, RANGE, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, Method, StatusCode};
 use http_body_util::BodyExt as _;
 use runway_oci::Digest;
 use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _};
 use tokio_util::io::ReaderStream;
 
 use crate::auth::{Access, Authorizer, Refusal};
@@ -217,22 +219,57 @@ impl<A: Authorizer> Req<'_, A> {
             .linked_blob_size(&self.repository, &digest)
             .await
             .ok_or_else(unknown)?;
-        let headers = [
-            (CONTENT_TYPE, "application/octet-stream".to_string()),
-            (CONTENT_LENGTH, size.to_string()),
-            (DOCKER_CONTENT_DIGEST, digest.to_string()),
-        ];
+        let range = match self.headers.get(RANGE).and_then(|v| v.to_str().ok()) {
+            Some(header) => byte_range(header, size),
+            None => Ok(None),
+        };
+        let Ok(range) = range else {
+            return Ok((
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                [
+                    (CONTENT_RANGE, format!("bytes */{size}")),
+                    (DOCKER_CONTENT_DIGEST, digest.to_string()),
+                ],
+            )
+                .into_response());
+        };
+        let (status, start, length) = match range {
+            Some((start, end)) => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
+            None => (StatusCode::OK, 0, size),
+        };
+        let mut response = (
+            status,
+            [
+                (CONTENT_TYPE, "application/octet-stream".to_string()),
+                (CONTENT_LENGTH, length.to_string()),
+                (DOCKER_CONTENT_DIGEST, digest.to_string()),
+                (ACCEPT_RANGES, "bytes".to_string()),
+            ],
+        )
+            .into_response();
+        if status == StatusCode::PARTIAL_CONTENT
+            && let Ok(value) =
+                HeaderValue::from_str(&format!("bytes {start}-{}/{size}", start + length - 1))
+        {
+            response.headers_mut().insert(CONTENT_RANGE, value);
+        }
         if self.method == Method::HEAD {
-            return Ok((StatusCode::OK, headers).into_response());
+            return Ok(response);
         }
         let path = self.registry.blob_path(&digest);
-        let file = match tokio::fs::File::open(&path).await {
+        let mut file = match tokio::fs::File::open(&path).await {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
             Err(e) => return Err(RegistryError::io("opening", path)(e)),
         };
-        let body = Body::from_stream(ReaderStream::with_capacity(file, READ_CHUNK));
-        Ok((StatusCode::OK, headers, body).into_response())
+        if start > 0 {
+            file.seek(std::io::SeekFrom::Start(start))
+                .await
+                .map_err(RegistryError::io("seeking", &path))?;
+        }
+        let stream = ReaderStream::with_capacity(file.take(length), READ_CHUNK);
+        *response.body_mut() = Body::from_stream(stream);
+        Ok(response)
     }
 
     // ---- uploads ----------------------------------------------------------------------
@@ -480,6 +517,49 @@ async fn try_mount<A: Authorizer>(
         return Ok(None);
     }
     Ok(Some(blob_created(target.as_str(), &digest)))
+}
+
+/// The one range of a `Range: bytes=<first>-<last>`, `bytes=<first>-` or `bytes=-<suffix>`
+/// header within `size` bytes, inclusive. `Ok(None)`: serve the whole blob (no range this
+/// reads: several ranges, another unit, a malformed one). `Err(())`: not satisfiable.
+fn byte_range(header: &str, size: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = header.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None);
+    }
+    let Some((first, last)) = spec.split_once('-') else {
+        return Ok(None);
+    };
+    let (first, last) = (first.trim(), last.trim());
+    if first.is_empty() {
+        let Ok(suffix) = last.parse::<u64>() else {
+            return Ok(None);
+        };
+        if suffix == 0 || size == 0 {
+            return Err(());
+        }
+        return Ok(Some((size.saturating_sub(suffix), size - 1)));
+    }
+    let Ok(first) = first.parse::<u64>() else {
+        return Ok(None);
+    };
+    let last = if last.is_empty() {
+        u64::MAX
+    } else {
+        match last.parse::<u64>() {
+            Ok(last) if last >= first => last,
+            // Ends before it starts: refused, as Go's http.ServeContent and the conformance
+            // suite do (RFC 9110 would also allow ignoring it).
+            Ok(_) => return Err(()),
+            Err(_) => return Ok(None),
+        }
+    };
+    if first >= size {
+        return Err(());
+    }
+    Ok(Some((first, last.min(size - 1))))
 }
 
 fn parse_digest(digest: &str) -> Result<Digest, RegistryError> {
@@ -730,5 +810,21 @@ mod tests {
         assert_eq!(route("a/referrers/d"), Some(Route::Referrers("a", "d")));
         assert_eq!(route("a/other/d"), None);
         assert_eq!(route("x"), None);
+    }
+
+    #[test]
+    fn byte_ranges() {
+        assert_eq!(byte_range("bytes=0-9", 100), Ok(Some((0, 9))));
+        assert_eq!(byte_range("bytes=90-", 100), Ok(Some((90, 99))));
+        assert_eq!(byte_range("bytes=90-500", 100), Ok(Some((90, 99))));
+        assert_eq!(byte_range("bytes=-10", 100), Ok(Some((90, 99))));
+        assert_eq!(byte_range("bytes=-500", 100), Ok(Some((0, 99))));
+        assert_eq!(byte_range("bytes=100-", 100), Err(()));
+        assert_eq!(byte_range("bytes=-0", 100), Err(()));
+        assert_eq!(byte_range("bytes=9-0", 100), Err(()));
+        assert_eq!(byte_range("bytes=0-1,5-6", 100), Ok(None));
+        assert_eq!(byte_range("items=0-1", 100), Ok(None));
+        assert_eq!(byte_range("bytes=x-y", 100), Ok(None));
+        assert_eq!(byte_range("bytes=0-", 0), Err(()));
     }
 }

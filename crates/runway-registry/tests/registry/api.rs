@@ -137,6 +137,29 @@ async fn monolithic_upload_then_head_and_get() {
     assert_eq!(get.status, StatusCode::OK);
     assert_eq!(&get.body[..], b"hello blob");
     assert_eq!(get.header("docker-content-digest"), digest.to_string());
+    let range = send(
+        &f.app,
+        Method::GET,
+        &format!("/v2/alice/app/blobs/{digest}"),
+        Some(ALICE),
+        &[("range", "bytes=6-")],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(range.status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(range.header("content-range"), "bytes 6-9/10");
+    assert_eq!(&range.body[..], b"blob");
+    let past = send(
+        &f.app,
+        Method::GET,
+        &format!("/v2/alice/app/blobs/{digest}"),
+        Some(ALICE),
+        &[("range", "bytes=10-")],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(past.status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(past.header("content-range"), "bytes */10");
     let missing = send(
         &f.app,
         Method::GET,

@@ -2,7 +2,14 @@
 //! `scripts/oci-conformance`, run against the router on loopback as the admin user.
 //!
 //! Enabled: every API (ping, pull, push, blob/manifest/tag deletes, upload cancel, mounts,
-//! tags list, referrers) and every kind of content, except, deliberately:
+//! range requests, tags list, referrers) and every kind of content. 724 tests pass. The one
+//! the suite skips, and must be the only one:
+//!
+//! - `blob-mount-anonymous`: a mount with no `from` is answered with an ordinary upload
+//!   session, never a link to a blob found in some other repository (the hostile-tenant
+//!   rule); the suite records that as a skip.
+//!
+//! Disabled, deliberately:
 //!
 //! - `data.sha512`: content addressed by sha512. Runway's digests are sha256 only (as every
 //!   image it runs is); such a push is refused with `DIGEST_INVALID`.
@@ -109,7 +116,7 @@ fn oci_distribution_spec_conformance() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/oci-conformance");
-    let (built, stdout, stderr) = bounded(&mut Command::new("bash").arg(&script), BUILD_TIMEOUT);
+    let (built, stdout, stderr) = bounded(Command::new("bash").arg(&script), BUILD_TIMEOUT);
     if !built {
         let reason = format!("scripts/oci-conformance failed (no Go module proxy?): {stderr}");
         assert!(!in_ci(), "{reason}");
@@ -145,4 +152,11 @@ fn oci_distribution_spec_conformance() {
         passed && ran,
         "the OCI conformance suite failed:\n{report}\n{errors}"
     );
+    let skipped: Vec<&str> = report
+        .lines()
+        .filter(|line| line.trim_end().ends_with(": Skip"))
+        .map(str::trim)
+        .filter(|line| !line.ends_with("/blob-mount-anonymous: Skip"))
+        .collect();
+    assert!(skipped.is_empty(), "skipped by the suite: {skipped:#?}");
 }
