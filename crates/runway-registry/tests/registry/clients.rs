@@ -316,66 +316,80 @@ fn helm_pushes_and_pulls_a_chart() {
     assert!(!refused.status.success(), "bob pulled alice's chart");
 }
 
-/// A 100 MB blob pushed in one PATCH and pulled back over loopback with reqwest; prints the
-/// times. Ignored by default (it measures, it does not check a rule): run with
-/// `cargo test -p runway-registry --release -- --ignored measure`.
+/// One HTTP/1.1 exchange over a fresh connection (`Connection: close`): the status line,
+/// the headers, and how many body bytes came, read as they arrive and dropped.
+fn exchange(host: &str, method: &str, path: &str, body: &[u8]) -> (String, String, usize) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        crate::support::basic(ALICE),
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut reader = BufReader::with_capacity(1 << 16, stream);
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    let mut headers = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        headers.push_str(&line);
+    }
+    let mut received = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = reader.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        received += n;
+    }
+    (status, headers, received)
+}
+
+/// A 100 MiB blob pushed in one PATCH and pulled back over loopback; prints the times.
+/// Ignored by default (it measures, it checks no rule):
+/// `cargo test -p runway-registry --test registry -- --ignored --nocapture measure`.
 #[test]
 #[ignore = "a measurement"]
-fn measure_a_100_mb_blob() {
+fn measure_a_100_mib_blob() {
     const SIZE: usize = 100 << 20;
     let f = fixture();
     let served = Served::start(f.app.clone());
-    let base = format!("http://{}", served.host());
+    let host = served.host();
     let blob: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
     let digest = Digest::of(&blob);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client = reqwest::Client::new();
-        let auth = crate::support::basic(ALICE);
-        let started = Instant::now();
-        let start = client
-            .post(format!("{base}/v2/alice/big/blobs/uploads/"))
-            .header("authorization", &auth)
-            .send()
-            .await
-            .unwrap();
-        let location = start.headers()["location"].to_str().unwrap().to_string();
-        let patch = client
-            .patch(format!("{base}{location}"))
-            .header("authorization", &auth)
-            .body(blob.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(patch.status(), 202);
-        let put = client
-            .put(format!("{base}{location}?digest={digest}"))
-            .header("authorization", &auth)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(put.status(), 201);
-        let pushed = started.elapsed();
-        let started = Instant::now();
-        let mut get = client
-            .get(format!("{base}/v2/alice/big/blobs/{digest}"))
-            .header("authorization", &auth)
-            .send()
-            .await
-            .unwrap();
-        let mut received = 0usize;
-        while let Some(chunk) = get.chunk().await.unwrap() {
-            received += chunk.len();
-        }
-        let pulled = started.elapsed();
-        assert_eq!(received, SIZE);
-        eprintln!(
-            "100 MiB blob on loopback: push {pushed:?} ({:.0} MiB/s), pull {pulled:?} ({:.0} MiB/s)",
-            100.0 / pushed.as_secs_f64(),
-            100.0 / pulled.as_secs_f64()
-        );
-    });
+
+    let started = Instant::now();
+    let (status, headers, _) = exchange(&host, "POST", "/v2/alice/big/blobs/uploads/", b"");
+    assert!(status.contains(" 202 "), "{status}");
+    let location = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("location: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    let (status, _, _) = exchange(&host, "PATCH", &location, &blob);
+    assert!(status.contains(" 202 "), "{status}");
+    let (status, _, _) = exchange(&host, "PUT", &format!("{location}?digest={digest}"), b"");
+    assert!(status.contains(" 201 "), "{status}");
+    let pushed = started.elapsed();
+
+    let started = Instant::now();
+    let (status, _, received) =
+        exchange(&host, "GET", &format!("/v2/alice/big/blobs/{digest}"), b"");
+    let pulled = started.elapsed();
+    assert!(status.contains(" 200 "), "{status}");
+    assert_eq!(received, SIZE);
+    eprintln!(
+        "100 MiB blob on loopback: push {pushed:.2?} ({:.0} MiB/s), pull {pulled:.2?} ({:.0} MiB/s)",
+        100.0 / pushed.as_secs_f64(),
+        100.0 / pulled.as_secs_f64()
+    );
 }
