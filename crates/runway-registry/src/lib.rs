@@ -74,7 +74,7 @@ mod upload;
 pub use auth::{Access, Authorizer, Refusal};
 pub use error::RegistryError;
 pub use manifest::{DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST};
-pub use name::{MAX_NAME_LEN, Reference, Repository, Tag};
+pub use name::{MAX_NAME_LEN, Reference, ReferenceError, Repository, Tag};
 pub use routes::router;
 pub use runway_oci::Digest;
 pub use storage::{Limits, Registry, StoredManifest};
