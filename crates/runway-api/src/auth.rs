@@ -120,13 +120,19 @@ impl FromRequestParts<ApiState> for Caller {
             })
             .map(str::trim)
             .ok_or_else(|| ApiError::unauthorized(UNAUTHORIZED))?;
-        if let Some(verifier) = &state.oidc
-            && crate::oidc::looks_like_jwt(text)
-        {
-            return identity_caller(verifier, text).await;
-        }
-        token_caller(state, text).await
+        caller_for(state, text).await
     }
+}
+
+/// The caller a credential's text proves: a CI job's identity token when OIDC issuers are
+/// configured and it looks like a JWT, else a Runway token.
+pub(crate) async fn caller_for(state: &ApiState, text: &str) -> Result<Caller, ApiError> {
+    if let Some(verifier) = &state.oidc
+        && crate::oidc::looks_like_jwt(text)
+    {
+        return identity_caller(verifier, text).await;
+    }
+    token_caller(state, text).await
 }
 
 /// The caller a Runway token's text proves: well formed, known by its hash, neither revoked

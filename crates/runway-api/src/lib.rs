@@ -85,6 +85,8 @@
 //!   audit actor `oidc:{iss} {sub} pipeline {id}`. `vault.rs`: secrets read from OpenBao or
 //!   Vault (`secrets.vault`, KV v2), signed in with a token file or a JWT auth role.
 //! - `domains.rs`: custom domains (`/v1/domains`), mapped by an admin, the name checked.
+//! - `registry.rs`: who may pull and push at `/v2/`, the platform registry (`runway-registry`)
+//!   served beside the API: the API's tokens, a repository per service.
 //! - `metrics.rs`: the API's own `/metrics` and Prometheus's HTTP service discovery
 //!   (`GET /v1/prometheus/targets`). `observability.rs`: the serving revisions' rule file and
 //!   dashboards (`runway-render`), served, and written by `runway server` to `observability.dir`.
@@ -114,6 +116,7 @@ pub mod observability;
 pub mod oidc;
 pub mod openapi;
 mod platform;
+pub mod registry;
 mod routes;
 mod server;
 mod session;

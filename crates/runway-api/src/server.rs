@@ -50,27 +50,40 @@ impl Default for Limits {
 pub fn router(state: ApiState, limits: Limits) -> Router {
     let metrics = Arc::clone(&state.metrics);
     let (router, _) = crate::routes::api_router_with(crate::openapi::base()).split_for_parts();
-    router
+    let registry = state.registry.clone().map(|registry| {
+        let callers = Arc::new(crate::registry::RegistryCallers(state.clone()));
+        runway_registry::router(registry, callers)
+    });
+    let mut router = router
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)
-        .layer(DefaultBodyLimit::max(limits.body_bytes))
-        .layer(axum::middleware::from_fn(
-            move |req: Request, next: Next| {
-                let timeout = if is_upload(&req) {
-                    limits.upload_timeout
-                } else {
-                    limits.request_timeout
-                };
-                per_request(Arc::clone(&metrics), timeout, req, next)
-            },
-        ))
+        .layer(DefaultBodyLimit::max(limits.body_bytes));
+    // The registry streams blobs and bounds manifests itself.
+    if let Some(registry) = registry {
+        router = router.merge(registry);
+    }
+    router.layer(axum::middleware::from_fn(
+        move |req: Request, next: Next| {
+            let timeout = if is_upload(&req) {
+                limits.upload_timeout
+            } else {
+                limits.request_timeout
+            };
+            per_request(Arc::clone(&metrics), timeout, req, next)
+        },
+    ))
 }
 
-/// Whether the request uploads a code snapshot:
-/// `PUT /v1/services/{service}/environments/{env}/sources/{digest}`.
+/// Whether the request uploads a code snapshot
+/// (`PUT /v1/services/{service}/environments/{env}/sources/{digest}`), or moves a blob to or
+/// from the registry (`/v2/<name>/blobs/...`).
 fn is_upload(req: &Request) -> bool {
-    let segments: Vec<&str> = req.uri().path().split('/').collect();
+    let path = req.uri().path();
+    if path.starts_with("/v2/") && path.contains("/blobs/") {
+        return true;
+    }
+    let segments: Vec<&str> = path.split('/').collect();
     req.method() == axum::http::Method::PUT
         && matches!(
             segments.as_slice(),

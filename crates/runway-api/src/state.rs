@@ -30,6 +30,8 @@ pub struct ApiState {
     pub(crate) metrics: Arc<crate::metrics::ApiMetrics>,
     /// Where the generated alerts' runbooks are (`observability.runbook_base`).
     pub(crate) runbook_base: Option<Arc<str>>,
+    /// The platform registry served at `/v2/` (`crate::registry`).
+    pub(crate) registry: Option<Arc<runway_registry::Registry>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -62,6 +64,7 @@ impl ApiState {
             vault: None,
             metrics: Arc::default(),
             runbook_base: None,
+            registry: None,
         }
     }
 
@@ -99,6 +102,13 @@ impl ApiState {
     #[must_use]
     pub fn runbook_base(mut self, base: Option<String>) -> Self {
         self.runbook_base = base.map(Into::into);
+        self
+    }
+
+    /// Serves `registry` at `/v2/`, to the API's callers (`crate::registry`).
+    #[must_use]
+    pub fn registry(mut self, registry: Arc<runway_registry::Registry>) -> Self {
+        self.registry = Some(registry);
         self
     }
 

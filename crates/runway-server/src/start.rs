@@ -325,7 +325,14 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     )
     .allow_processes(config.runtime.allow_processes)
     .max_source_bytes(config.api.limits.source_bytes)
-    .runbook_base(config.observability.runbook_base.clone());
+    .runbook_base(config.observability.runbook_base.clone())
+    .registry(Arc::new(
+        runway_registry::Registry::open(
+            &config.api.data_dir.join("registry"),
+            runway_registry::Limits::default(),
+        )
+        .context("cannot open the platform registry")?,
+    ));
     let state = if config.api.oidc.issuers.is_empty() {
         state
     } else {
