@@ -92,13 +92,30 @@ struct AnyManifest {
     manifests: Option<Vec<Descriptor>>,
 }
 
-/// Parses a manifest or index; `content_type` is the registry's header, if any.
+/// Parses a manifest or index and checks that an image manifest's config and layers are of
+/// media types this crate runs; `content_type` is the registry's header, if any.
 pub(crate) fn parse_manifest(
     reference: &str,
     digest: &Digest,
     bytes: &[u8],
     content_type: Option<&str>,
 ) -> Result<ManifestOrIndex, OciError> {
+    let (_, document) = read_manifest(reference, digest, bytes, content_type)?;
+    if let ManifestOrIndex::Manifest(manifest) = &document {
+        check_runnable(reference, manifest)?;
+    }
+    Ok(document)
+}
+
+/// Parses a manifest or index and says its media type (the document's `mediaType`, else the
+/// registry's `content_type`, else the OCI type its shape is), leaving an image manifest's
+/// config and layers unjudged: content to copy need not be content this crate runs.
+pub(crate) fn read_manifest(
+    reference: &str,
+    digest: &Digest,
+    bytes: &[u8],
+    content_type: Option<&str>,
+) -> Result<(&'static str, ManifestOrIndex), OciError> {
     let invalid = |reason: String| OciError::InvalidDocument {
         kind: BlobKind::Manifest,
         digest: digest.to_string(),
@@ -115,11 +132,14 @@ pub(crate) fn parse_manifest(
         .media_type
         .clone()
         .or_else(|| content_type.map(str::to_string));
-    let is_index = match media_type.as_deref() {
-        Some(OCI_INDEX | DOCKER_LIST) => true,
-        Some(OCI_MANIFEST | DOCKER_MANIFEST) => false,
+    let media_type = match media_type.as_deref() {
+        Some(OCI_INDEX) => OCI_INDEX,
+        Some(DOCKER_LIST) => DOCKER_LIST,
+        Some(OCI_MANIFEST) => OCI_MANIFEST,
+        Some(DOCKER_MANIFEST) => DOCKER_MANIFEST,
         // The media type is optional in OCI documents: go by shape.
-        None | Some("application/json" | "") => any.manifests.is_some(),
+        None | Some("application/json" | "") if any.manifests.is_some() => OCI_INDEX,
+        None | Some("application/json" | "") => OCI_MANIFEST,
         Some(other) => {
             return Err(OciError::UnsupportedMediaType {
                 reference: reference.to_string(),
@@ -128,24 +148,33 @@ pub(crate) fn parse_manifest(
             });
         }
     };
-    if is_index {
+    if media_type == OCI_INDEX || media_type == DOCKER_LIST {
         let manifests = any
             .manifests
             .ok_or_else(|| invalid("an index without manifests".to_string()))?;
-        return Ok(ManifestOrIndex::Index(manifests));
+        return Ok((media_type, ManifestOrIndex::Index(manifests)));
     }
     let config = any
         .config
         .ok_or_else(|| invalid("a manifest without config".to_string()))?;
-    if !CONFIG_TYPES.contains(&config.media_type.as_str()) {
+    let layers = any.layers.unwrap_or_default();
+    Ok((
+        media_type,
+        ManifestOrIndex::Manifest(Manifest { config, layers }),
+    ))
+}
+
+/// Refuses an image manifest whose config or layers are of media types this crate cannot
+/// unpack and run.
+pub(crate) fn check_runnable(reference: &str, manifest: &Manifest) -> Result<(), OciError> {
+    if !CONFIG_TYPES.contains(&manifest.config.media_type.as_str()) {
         return Err(OciError::UnsupportedMediaType {
             reference: reference.to_string(),
             kind: BlobKind::Config,
-            media_type: config.media_type,
+            media_type: manifest.config.media_type.clone(),
         });
     }
-    let layers = any.layers.unwrap_or_default();
-    for layer in &layers {
+    for layer in &manifest.layers {
         if Compression::of_media_type(&layer.media_type).is_none() {
             return Err(OciError::UnsupportedMediaType {
                 reference: reference.to_string(),
@@ -154,7 +183,7 @@ pub(crate) fn parse_manifest(
             });
         }
     }
-    Ok(ManifestOrIndex::Manifest(Manifest { config, layers }))
+    Ok(())
 }
 
 /// An image platform: `os/architecture[/variant]`.
@@ -393,6 +422,29 @@ mod tests {
                 "r: the image index has no manifest for linux/s390x (it has: linux/arm64/v8, linux/amd64)"
             )
         );
+    }
+
+    #[test]
+    fn media_types_are_read_or_told_by_shape() {
+        let untyped = br#"{"schemaVersion":2,"manifests":[]}"#;
+        assert!(matches!(
+            read_manifest("r", &d(), untyped, None),
+            Ok((OCI_INDEX, ManifestOrIndex::Index(_)))
+        ));
+        // Content to copy: a config of any type is read, and refused only to run.
+        let artifact = br#"{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json",
+          "config":{"mediaType":"application/vnd.in-toto+json","digest":"sha256:aa"},"layers":[]}"#;
+        assert!(matches!(
+            read_manifest("r", &d(), artifact, None),
+            Ok((DOCKER_MANIFEST, ManifestOrIndex::Manifest(_)))
+        ));
+        assert!(matches!(
+            parse_manifest("r", &d(), artifact, None),
+            Err(OciError::UnsupportedMediaType {
+                kind: BlobKind::Config,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -32,6 +32,17 @@
 //! come from a docker-style `config.json` (`auths.<registry>.auth`, base64 `user:password`;
 //! credential helpers are not run). Every pull is bounded by [`PullOptions::timeout`].
 //!
+//! [`Store::fetch`] fetches an image's content into the cache without unpacking it, for copying
+//! it into another registry (Runway's own, so that a revision outlives the upstream image): the
+//! index and every manifest it lists ([`Platforms::All`]), or only the image manifest
+//! [`PullOptions::platform`] picks ([`Platforms::Selected`], pinned to that manifest, as a
+//! registry refuses an index whose other manifests it lacks). [`Fetched`] names the pinned
+//! reference, every manifest with its media type and bytes (an index after the manifests it
+//! lists) and every config and layer as a verified file under `blobs/`, each once. It goes
+//! through the same verified downloads as a pull; cached blobs are re-hashed instead of
+//! fetched, so a reference by digest already fetched makes no request. Configs and layers are
+//! fetched whatever their media types: content to copy need not be content this crate runs.
+//!
 //! Every blob is verified before it becomes visible: manifests and configs against the digest
 //! they were asked for, layers against their digest and size while they download, and the
 //! uncompressed layers against the config's `rootfs.diff_ids` while they unpack. Content that
@@ -130,12 +141,13 @@
 //!
 //! - `store.rs`: pulls through `oci-client` into a content-addressed cache (blobs by digest, one
 //!   unpacked rootfs per image manifest, everything renamed into place only when verified and
-//!   complete); `registry_allowed`, the registry allow-list checked before any connection.
+//!   complete); `fetch`, the same downloads without unpacking, for mirroring; `registry_allowed`,
+//!   the registry allow-list checked before any connection.
 //! - `unpack.rs`: applies layers (tar, gzip, zstd, whiteouts), refusing `..`, writes through
 //!   symlinks and device nodes.
 //! - `source.rs`: code snapshots (`pack`, used by the CLI; `SourceStore`, which the server takes
 //!   uploads into and collects from).
-//! - `image.rs`: reads manifests, indexes and image configs.
+//! - `image.rs`: reads manifests (with their media types), indexes and image configs.
 //! - `bundle.rs` and `spec.rs`: write the OCI runtime bundle (`build_bundle`).
 //! - `auth.rs`: registry credentials. `digest.rs`: sha256 digests. `error.rs`: the crate's error.
 //! - `testing.rs` (feature `test-support`): starts a real registry and builds busybox images with
@@ -166,5 +178,6 @@ pub use digest::Digest;
 pub use error::{BlobKind, OciError, Result};
 pub use image::{ImageConfig, Platform};
 pub use store::{
-    DEFAULT_HOST_ID_BASE, Image, PullOptions, Rootfs, Store, StoreStats, registry_allowed,
+    DEFAULT_HOST_ID_BASE, Fetched, FetchedBlob, FetchedManifest, Image, Platforms, PullOptions,
+    Rootfs, Store, StoreStats, registry_allowed,
 };

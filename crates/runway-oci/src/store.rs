@@ -1,5 +1,6 @@
 //! The content-addressed cache and the pull that fills it.
 
+use std::collections::HashSet;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -15,7 +16,9 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use crate::auth::{self, Credentials};
 use crate::digest::{Digest, Hasher};
 use crate::error::{BlobKind, OciError};
-use crate::image::{self, Compression, ImageConfig, Manifest, ManifestOrIndex, Platform};
+use crate::image::{
+    self, Compression, Descriptor, ImageConfig, Manifest, ManifestOrIndex, Platform,
+};
 use crate::unpack::{self, UnpackOptions};
 
 /// The first host uid and gid that container id 0 maps to, by default (in the rootfs ownership
@@ -189,6 +192,63 @@ pub struct Image {
     pub unpack_warnings: Vec<String>,
 }
 
+/// Which manifests of an image index [`Store::fetch`] fetches. For a reference that names an
+/// image manifest, both fetch that image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platforms {
+    /// The index and every manifest it lists: the index can be put into another registry
+    /// whole, and each node pulling from there picks its own platform.
+    All,
+    /// Only the image manifest [`PullOptions::platform`] picks, as [`Store::pull`] does. The
+    /// index is not part of what is returned (a registry refuses an index whose other
+    /// manifests it lacks): the pin is the picked manifest's.
+    Selected,
+}
+
+/// An image's content in the store's verified blobs, fetched by [`Store::fetch`] to be put
+/// into another registry: blobs first, then the manifests in their order.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The reference as the caller gave it.
+    pub reference: String,
+    /// `registry/repository@sha256:...` of what was fetched: the index with
+    /// [`Platforms::All`], else the image manifest.
+    pub pinned: String,
+    /// The digest in [`Fetched::pinned`].
+    pub digest: Digest,
+    /// With [`Platforms::Selected`], the index the manifest was picked from, if the reference
+    /// named one.
+    pub index_digest: Option<Digest>,
+    /// Every manifest, each once, an index after the manifests it lists (the order a registry
+    /// accepts them in).
+    pub manifests: Vec<FetchedManifest>,
+    /// Every config and layer, each once.
+    pub blobs: Vec<FetchedBlob>,
+}
+
+/// A manifest or index [`Store::fetch`] returns, verified against its digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedManifest {
+    /// Its digest.
+    pub digest: Digest,
+    /// Its media type: the document's `mediaType`, or the OCI type its shape is.
+    pub media_type: String,
+    /// The document as the registry served it.
+    pub bytes: Vec<u8>,
+}
+
+/// A config or layer [`Store::fetch`] returns: a file in the store that hashes to its digest.
+/// Link or copy it; never write to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedBlob {
+    /// Its digest.
+    pub digest: Digest,
+    /// [`BlobKind::Config`] or [`BlobKind::Layer`].
+    pub kind: BlobKind,
+    /// `<root>/blobs/sha256/<hex>`.
+    pub path: PathBuf,
+}
+
 /// Counts of what a store has done since it opened (for metrics and tests).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct StoreStats {
@@ -311,15 +371,13 @@ impl Store {
     /// unpacks it. A reference by digest whose blobs and rootfs are cached touches no network.
     pub async fn pull(&self, reference: &str, opts: &PullOptions) -> Result<Image, OciError> {
         let parsed = allowed_reference(reference, opts)?;
-        let registry = parsed.resolve_registry().to_string();
-        match tokio::time::timeout(opts.timeout, self.pull_inner(reference, &parsed, opts)).await {
-            Ok(result) => result,
-            Err(_) => Err(OciError::Timeout {
-                registry,
-                reference: reference.to_string(),
-                after: opts.timeout,
-            }),
-        }
+        within(
+            opts,
+            &parsed,
+            reference,
+            self.pull_inner(reference, &parsed, opts),
+        )
+        .await
     }
 
     /// `reference` pinned to the digest of what its registry serves for it now (for a
@@ -330,16 +388,13 @@ impl Store {
         let parsed = allowed_reference(reference, opts)?;
         let asked = parsed.digest().map(Digest::parse).transpose()?;
         let mut remote = Remote::new(self, reference, &parsed, opts);
-        let fetched = tokio::time::timeout(
-            opts.timeout,
+        let fetched = within(
+            opts,
+            &parsed,
+            reference,
             self.manifest(&mut remote, &parsed, asked.as_ref()),
         )
-        .await
-        .map_err(|_| OciError::Timeout {
-            registry: parsed.resolve_registry().to_string(),
-            reference: reference.to_string(),
-            after: opts.timeout,
-        })?;
+        .await;
         let (digest, bytes) = fetched?;
         image::parse_manifest(reference, &digest, &bytes, None)?;
         Ok(format!(
@@ -348,6 +403,28 @@ impl Store {
             parsed.repository(),
             digest
         ))
+    }
+
+    /// Fetches `reference`'s manifests, configs and layers into the cache, verified, without
+    /// unpacking anything: for copying the image into another registry. `platforms` says what
+    /// of an index is fetched. Content already cached is re-hashed rather than fetched again
+    /// (a corrupt copy is dropped and fetched); a reference by digest whose content is cached
+    /// touches no network. Manifests must be OCI or Docker v2 schema 2 manifests or indexes;
+    /// configs and layers are fetched whatever their media types.
+    pub async fn fetch(
+        &self,
+        reference: &str,
+        platforms: Platforms,
+        opts: &PullOptions,
+    ) -> Result<Fetched, OciError> {
+        let parsed = allowed_reference(reference, opts)?;
+        within(
+            opts,
+            &parsed,
+            reference,
+            self.fetch_inner(reference, &parsed, platforms, opts),
+        )
+        .await
     }
 
     async fn pull_inner(
@@ -361,25 +438,15 @@ impl Store {
         let asked = parsed.digest().map(Digest::parse).transpose()?;
         let (top_digest, top) = self.manifest(&mut remote, parsed, asked.as_ref()).await?;
         let (digest, manifest, index_digest) =
-            match image::parse_manifest(reference, &top_digest, &top, None)? {
+            match image::read_manifest(reference, &top_digest, &top, None)?.1 {
                 ManifestOrIndex::Manifest(m) => (top_digest, m, None),
                 ManifestOrIndex::Index(list) => {
                     let entry = image::select_platform(reference, &list, &opts.platform)?;
-                    let digest = Digest::parse(&entry.digest)?;
-                    let child = parsed.clone_with_digest(digest.to_string());
-                    let (digest, bytes) = self.manifest(&mut remote, &child, Some(&digest)).await?;
-                    match image::parse_manifest(reference, &digest, &bytes, None)? {
-                        ManifestOrIndex::Manifest(m) => (digest, m, Some(top_digest)),
-                        ManifestOrIndex::Index(_) => {
-                            return Err(OciError::InvalidDocument {
-                                kind: BlobKind::Index,
-                                digest: top_digest.to_string(),
-                                reason: "an index entry is itself an index".to_string(),
-                            });
-                        }
-                    }
+                    let child = self.index_entry(&mut remote, &top_digest, entry).await?;
+                    (child.digest, child.manifest, Some(top_digest))
                 }
             };
+        image::check_runnable(reference, &manifest)?;
 
         let config_digest = Digest::parse(&manifest.config.digest)?;
         let config_bytes = self
@@ -406,6 +473,103 @@ impl Store {
             cache_hit: remote.blob_fetches == 0 && unpacked.is_none(),
             unpack_warnings: unpacked.unwrap_or_default(),
         })
+    }
+
+    async fn fetch_inner(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        platforms: Platforms,
+        opts: &PullOptions,
+    ) -> Result<Fetched, OciError> {
+        let mut remote = Remote::new(self, reference, parsed, opts);
+        let mut content = Content::default();
+
+        let asked = parsed.digest().map(Digest::parse).transpose()?;
+        let (top_digest, top) = self.manifest(&mut remote, parsed, asked.as_ref()).await?;
+        let (media_type, document) = image::read_manifest(reference, &top_digest, &top, None)?;
+        let (digest, index_digest) = match (document, platforms) {
+            (ManifestOrIndex::Manifest(manifest), _) => {
+                self.fetch_image(&mut remote, &manifest, &mut content)
+                    .await?;
+                content.manifest(&top_digest, media_type, top);
+                (top_digest, None)
+            }
+            (ManifestOrIndex::Index(list), Platforms::All) => {
+                for entry in &list {
+                    let child = self.index_entry(&mut remote, &top_digest, entry).await?;
+                    self.fetch_image(&mut remote, &child.manifest, &mut content)
+                        .await?;
+                    content.manifest(&child.digest, child.media_type, child.bytes);
+                }
+                content.manifest(&top_digest, media_type, top);
+                (top_digest, None)
+            }
+            (ManifestOrIndex::Index(list), Platforms::Selected) => {
+                let entry = image::select_platform(reference, &list, &opts.platform)?;
+                let child = self.index_entry(&mut remote, &top_digest, entry).await?;
+                self.fetch_image(&mut remote, &child.manifest, &mut content)
+                    .await?;
+                content.manifest(&child.digest, child.media_type, child.bytes);
+                (child.digest, Some(top_digest))
+            }
+        };
+        Ok(Fetched {
+            reference: reference.to_string(),
+            pinned: format!("{}/{}@{}", parsed.registry(), parsed.repository(), digest),
+            digest,
+            index_digest,
+            manifests: content.manifests,
+            blobs: content.blobs,
+        })
+    }
+
+    /// Fetches an image manifest's config and layers, verified, into `content`.
+    async fn fetch_image(
+        &self,
+        remote: &mut Remote<'_>,
+        manifest: &Manifest,
+        content: &mut Content,
+    ) -> Result<(), OciError> {
+        let blobs = std::iter::once((&manifest.config, BlobKind::Config))
+            .chain(manifest.layers.iter().map(|l| (l, BlobKind::Layer)));
+        for (descriptor, kind) in blobs {
+            let digest = Digest::parse(&descriptor.digest)?;
+            if content.has(&digest) {
+                continue;
+            }
+            let path = self
+                .blob_file(remote, &digest, descriptor.size, kind, Recheck::Yes)
+                .await?;
+            content.blob(digest, kind, path);
+        }
+        Ok(())
+    }
+
+    /// The image manifest an index entry names, from the cache or the registry, verified
+    /// against the entry's digest; an entry that is itself an index is refused.
+    async fn index_entry(
+        &self,
+        remote: &mut Remote<'_>,
+        index: &Digest,
+        entry: &Descriptor,
+    ) -> Result<IndexEntry, OciError> {
+        let digest = Digest::parse(&entry.digest)?;
+        let child = remote.parsed.clone_with_digest(digest.to_string());
+        let (digest, bytes) = self.manifest(remote, &child, Some(&digest)).await?;
+        match image::read_manifest(remote.reference, &digest, &bytes, None)? {
+            (media_type, ManifestOrIndex::Manifest(manifest)) => Ok(IndexEntry {
+                digest,
+                media_type,
+                bytes,
+                manifest,
+            }),
+            (_, ManifestOrIndex::Index(_)) => Err(OciError::InvalidDocument {
+                kind: BlobKind::Index,
+                digest: index.to_string(),
+                reason: "an index entry is itself an index".to_string(),
+            }),
+        }
     }
 
     /// A manifest or index: from the cache when asked by digest, else from the registry.
@@ -461,6 +625,41 @@ impl Store {
                 io::ErrorKind::NotFound.into(),
             )
         })
+    }
+
+    /// A config or layer as a verified file in the cache, fetched when missing. A cached file
+    /// is re-hashed first with [`Recheck::Yes`] (a corrupt one is removed and fetched again).
+    async fn blob_file(
+        &self,
+        remote: &mut Remote<'_>,
+        digest: &Digest,
+        size: Option<i64>,
+        kind: BlobKind,
+        recheck: Recheck,
+    ) -> Result<PathBuf, OciError> {
+        let path = self.blob_path(digest);
+        if path.is_file() {
+            if recheck == Recheck::No {
+                return Ok(path);
+            }
+            let hashed = path.clone();
+            let actual = tokio::task::spawn_blocking(move || hash_file(&hashed))
+                .await
+                .map_err(|e| OciError::Task {
+                    what: "hashing a cached blob",
+                    reason: e.to_string(),
+                })?;
+            match actual {
+                Ok(actual) if actual == *digest => return Ok(path),
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(OciError::io("read", path, e)),
+            }
+        }
+        remote.blob(digest, size, kind).await?;
+        Ok(path)
     }
 
     /// Reads a cached blob, checking its digest; a corrupt one is removed and reported missing.
@@ -522,11 +721,15 @@ impl Store {
         let mut layers = Vec::with_capacity(manifest.layers.len());
         for (i, layer) in manifest.layers.iter().enumerate() {
             let layer_digest = Digest::parse(&layer.digest)?;
-            if !self.blob_path(&layer_digest).is_file() {
-                remote
-                    .blob(&layer_digest, layer.size, BlobKind::Layer)
-                    .await?;
-            }
+            // Trusted as cached: the unpacker hashes every layer as it reads it.
+            self.blob_file(
+                remote,
+                &layer_digest,
+                layer.size,
+                BlobKind::Layer,
+                Recheck::No,
+            )
+            .await?;
             let compression = Compression::of_media_type(&layer.media_type).ok_or_else(|| {
                 OciError::UnsupportedMediaType {
                     reference: remote.reference.to_string(),
@@ -557,6 +760,70 @@ impl Store {
         self.unpacks.fetch_add(1, Ordering::Relaxed);
         Ok((rootfs, Some(warnings)))
     }
+}
+
+/// Whether a cached blob is hashed again before it is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recheck {
+    Yes,
+    No,
+}
+
+/// An image manifest listed in an index.
+#[derive(Debug)]
+struct IndexEntry {
+    digest: Digest,
+    media_type: &'static str,
+    bytes: Vec<u8>,
+    manifest: Manifest,
+}
+
+/// What a fetch has gathered, each digest once.
+#[derive(Debug, Default)]
+struct Content {
+    seen: HashSet<Digest>,
+    manifests: Vec<FetchedManifest>,
+    blobs: Vec<FetchedBlob>,
+}
+
+impl Content {
+    fn has(&self, digest: &Digest) -> bool {
+        self.seen.contains(digest)
+    }
+
+    fn blob(&mut self, digest: Digest, kind: BlobKind, path: PathBuf) {
+        if self.seen.insert(digest.clone()) {
+            self.blobs.push(FetchedBlob { digest, kind, path });
+        }
+    }
+
+    fn manifest(&mut self, digest: &Digest, media_type: &str, bytes: Vec<u8>) {
+        if self.seen.insert(digest.clone()) {
+            self.manifests.push(FetchedManifest {
+                digest: digest.clone(),
+                media_type: media_type.to_string(),
+                bytes,
+            });
+        }
+    }
+}
+
+/// Runs one operation on `reference` within [`PullOptions::timeout`].
+async fn within<T>(
+    opts: &PullOptions,
+    parsed: &Reference,
+    reference: &str,
+    operation: impl std::future::Future<Output = Result<T, OciError>>,
+) -> Result<T, OciError> {
+    tokio::time::timeout(opts.timeout, operation)
+        .await
+        .unwrap_or_else(|_| {
+            Err(OciError::Timeout {
+                registry: parsed.resolve_registry().to_string(),
+                reference: reference.to_string(),
+                after: opts.timeout,
+            })
+        })
 }
 
 struct UnpackJob {
