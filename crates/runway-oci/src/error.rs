@@ -214,6 +214,14 @@ pub enum OciError {
         source: io::Error,
     },
 
+    /// [`PullOptions::extra_roots`](crate::PullOptions::extra_roots) is not PEM certificates a
+    /// TLS client can trust.
+    #[error("invalid extra root certificates: {reason}")]
+    ExtraRoots {
+        /// What is wrong with them.
+        reason: String,
+    },
+
     /// The docker-style credentials file is unreadable or malformed.
     #[error("registry credentials {}: {reason}", path.display())]
     DockerConfig {

@@ -28,7 +28,10 @@
 //! OCI image manifests, Docker v2 schema 2 manifests, OCI indexes and Docker manifest lists are
 //! understood; from an index the first manifest for [`PullOptions::platform`] (the host's by
 //! default) is taken. Registries are HTTPS only, except those listed in
-//! [`PullOptions::insecure_registries`]. Credentials are explicit ([`Credentials::Basic`]) or
+//! [`PullOptions::insecure_registries`]. HTTPS trusts the system's roots and the PEM
+//! certificates in [`PullOptions::extra_roots`] (such as the CA of Runway's own registry); a
+//! certificate signed by neither is an [`OciError::Unreachable`] that says so, and roots that
+//! are not certificates an [`OciError::ExtraRoots`], before any request. Credentials are explicit ([`Credentials::Basic`]) or
 //! come from a docker-style `config.json` (`auths.<registry>.auth`, base64 `user:password`;
 //! credential helpers are not run). Every pull is bounded by [`PullOptions::timeout`].
 //!
@@ -142,7 +145,8 @@
 //! - `store.rs`: pulls through `oci-client` into a content-addressed cache (blobs by digest, one
 //!   unpacked rootfs per image manifest, everything renamed into place only when verified and
 //!   complete); `fetch`, the same downloads without unpacking, for mirroring; `registry_allowed`,
-//!   the registry allow-list checked before any connection.
+//!   the registry allow-list checked before any connection; `extra_roots`, the PEM roots
+//!   handed to the client.
 //! - `unpack.rs`: applies layers (tar, gzip, zstd, whiteouts), refusing `..`, writes through
 //!   symlinks and device nodes.
 //! - `source.rs`: code snapshots (`pack`, used by the CLI; `SourceStore`, which the server takes
@@ -150,8 +154,8 @@
 //! - `image.rs`: reads manifests (with their media types), indexes and image configs.
 //! - `bundle.rs` and `spec.rs`: write the OCI runtime bundle (`build_bundle`).
 //! - `auth.rs`: registry credentials. `digest.rs`: sha256 digests. `error.rs`: the crate's error.
-//! - `testing.rs` (feature `test-support`): starts a real registry and builds busybox images with
-//!   umoci and skopeo.
+//! - `testing.rs` (feature `test-support`): starts a real registry (plain HTTP, or HTTPS over
+//!   another's storage) and builds busybox images with umoci and skopeo.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::{Client, Reference};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -51,6 +51,11 @@ pub struct PullOptions {
     pub connect_timeout: Duration,
     /// Registries images may come from (see [`registry_allowed`]); `None` allows any.
     pub allowed_registries: Option<Vec<String>>,
+    /// Root certificates trusted for HTTPS registries besides the system's: PEM, several
+    /// certificates one after another (other PEM sections are ignored); empty for none. A
+    /// registry served with a certificate from Runway's own CA needs that CA here. Anything
+    /// but certificates a TLS client can trust is [`OciError::ExtraRoots`], before any request.
+    pub extra_roots: Vec<u8>,
 }
 
 /// Whether images may be pulled from `registry` (`host` or `host:port`, as the reference
@@ -152,6 +157,7 @@ impl Default for PullOptions {
             timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(10),
             allowed_registries: None,
+            extra_roots: Vec::new(),
         }
     }
 }
@@ -387,7 +393,7 @@ impl Store {
     pub async fn resolve(&self, reference: &str, opts: &PullOptions) -> Result<String, OciError> {
         let parsed = allowed_reference(reference, opts)?;
         let asked = parsed.digest().map(Digest::parse).transpose()?;
-        let mut remote = Remote::new(self, reference, &parsed, opts);
+        let mut remote = Remote::new(self, reference, &parsed, opts)?;
         let fetched = within(
             opts,
             &parsed,
@@ -433,7 +439,7 @@ impl Store {
         parsed: &Reference,
         opts: &PullOptions,
     ) -> Result<Image, OciError> {
-        let mut remote = Remote::new(self, reference, parsed, opts);
+        let mut remote = Remote::new(self, reference, parsed, opts)?;
 
         let asked = parsed.digest().map(Digest::parse).transpose()?;
         let (top_digest, top) = self.manifest(&mut remote, parsed, asked.as_ref()).await?;
@@ -482,7 +488,7 @@ impl Store {
         platforms: Platforms,
         opts: &PullOptions,
     ) -> Result<Fetched, OciError> {
-        let mut remote = Remote::new(self, reference, parsed, opts);
+        let mut remote = Remote::new(self, reference, parsed, opts)?;
         let mut content = Content::default();
 
         let asked = parsed.digest().map(Digest::parse).transpose()?;
@@ -949,6 +955,7 @@ struct Remote<'a> {
     parsed: &'a Reference,
     opts: &'a PullOptions,
     registry: String,
+    roots: Vec<Certificate>,
     client: Option<Client>,
     blob_fetches: u64,
 }
@@ -959,16 +966,17 @@ impl<'a> Remote<'a> {
         reference: &'a str,
         parsed: &'a Reference,
         opts: &'a PullOptions,
-    ) -> Remote<'a> {
-        Remote {
+    ) -> Result<Remote<'a>, OciError> {
+        Ok(Remote {
             store,
             reference,
             parsed,
             opts,
             registry: parsed.resolve_registry().to_string(),
+            roots: extra_roots(&opts.extra_roots)?,
             client: None,
             blob_fetches: 0,
-        }
+        })
     }
 
     fn insecure(&self) -> bool {
@@ -985,6 +993,7 @@ impl<'a> Remote<'a> {
                 platform_resolver: None,
                 connect_timeout: Some(self.opts.connect_timeout),
                 read_timeout: Some(self.opts.timeout),
+                extra_root_certificates: self.roots.clone(),
                 ..ClientConfig::default()
             };
             let client = Client::try_from(config).map_err(|e| self.error(e))?;
@@ -1148,6 +1157,11 @@ impl<'a> Remote<'a> {
                         " (the registry may speak plain http: list it in insecure_registries if that is intended)",
                     );
                 }
+                if reason.contains("UnknownIssuer") {
+                    reason.push_str(
+                        " (its certificate is not signed by a root this machine trusts: give its CA in extra_roots if that is intended)",
+                    );
+                }
                 if e.is_connect() || e.is_request() {
                     OciError::Unreachable {
                         registry,
@@ -1174,6 +1188,36 @@ impl<'a> Remote<'a> {
             },
         }
     }
+}
+
+/// The certificates in `pem`, each checked to be one a TLS client can trust as a root; none
+/// when `pem` is empty.
+fn extra_roots(pem: &[u8]) -> Result<Vec<Certificate>, OciError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    if pem.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut roots = Vec::new();
+    for (n, certificate) in CertificateDer::pem_slice_iter(pem).enumerate() {
+        let invalid = |reason: String| OciError::ExtraRoots {
+            reason: format!("certificate {}: {reason}", n + 1),
+        };
+        let certificate = certificate.map_err(|e| invalid(e.to_string()))?;
+        rustls::RootCertStore::empty()
+            .add(certificate.clone())
+            .map_err(|e| invalid(e.to_string()))?;
+        roots.push(Certificate {
+            encoding: CertificateEncoding::Der,
+            data: certificate.to_vec(),
+        });
+    }
+    if roots.is_empty() {
+        return Err(OciError::ExtraRoots {
+            reason: "no PEM certificate (-----BEGIN CERTIFICATE-----) in them".to_string(),
+        });
+    }
+    Ok(roots)
 }
 
 /// An async writer that hashes what it writes.

@@ -76,23 +76,48 @@ pub fn free_port() -> anyhow::Result<u16> {
 pub struct Registry {
     child: Option<Child>,
     port: u16,
+    storage: PathBuf,
     dir: tempfile::TempDir,
 }
 
 impl Registry {
     /// Starts a registry and waits until `/v2/` answers.
     pub fn start() -> anyhow::Result<Registry> {
+        Registry::launch(None, None)
+    }
+
+    /// Starts a second registry serving `storage` (another one's [`Registry::storage_dir`])
+    /// over HTTPS with a PEM certificate chain and key, and waits until it accepts
+    /// connections. Content is pushed through the plain-HTTP one: [`Registry::request`] and
+    /// the pushes speak plain HTTP only.
+    pub fn start_tls(
+        storage: &Path,
+        certificate_pem: &[u8],
+        key_pem: &[u8],
+    ) -> anyhow::Result<Registry> {
+        Registry::launch(Some(storage), Some((certificate_pem, key_pem)))
+    }
+
+    fn launch(storage: Option<&Path>, tls: Option<(&[u8], &[u8])>) -> anyhow::Result<Registry> {
         let dir = tempfile::tempdir().context("registry tempdir")?;
         let port = free_port()?;
-        let storage = dir.path().join("storage");
+        let storage = storage.map_or_else(|| dir.path().join("storage"), Path::to_path_buf);
         let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                storage.display()
-            ),
-        )?;
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            storage.display()
+        );
+        if let Some((certificate, key)) = tls {
+            let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+            std::fs::write(&cert_path, certificate)?;
+            std::fs::write(&key_path, key)?;
+            yaml.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert_path.display(),
+                key_path.display()
+            ));
+        }
+        std::fs::write(&config, yaml)?;
         let log = std::fs::File::create(dir.path().join("registry.log"))?;
         let child =
             Command::new(find_tool("docker-registry").unwrap_or_else(|| "docker-registry".into()))
@@ -106,14 +131,19 @@ impl Registry {
         let mut registry = Registry {
             child: Some(child),
             port,
+            storage,
             dir,
         };
         let deadline = Instant::now() + REGISTRY_START;
         loop {
-            if registry
-                .request("GET", "/v2/", &[], &[])
-                .is_ok_and(|r| r.status == 200)
-            {
+            let up = if tls.is_some() {
+                TcpStream::connect(("127.0.0.1", port)).is_ok()
+            } else {
+                registry
+                    .request("GET", "/v2/", &[], &[])
+                    .is_ok_and(|r| r.status == 200)
+            };
+            if up {
                 return Ok(registry);
             }
             let exited = registry
@@ -136,7 +166,7 @@ impl Registry {
 
     /// The registry's storage directory.
     pub fn storage_dir(&self) -> PathBuf {
-        self.dir.path().join("storage")
+        self.storage.clone()
     }
 
     /// Where the registry keeps a blob's bytes (to corrupt it in tests).

@@ -554,6 +554,103 @@ fn bad_inputs_are_clear_errors_and_leave_nothing() {
     }
 }
 
+/// A CA, and a certificate and key for `127.0.0.1` it signed, in PEM.
+fn ca_and_server_certificate() -> (String, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "runway-oci test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_pem = ca.self_signed(&ca_key).expect("ca").pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("key");
+    let mut server = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = server.signed_by(&key, &issuer).expect("sign");
+    (ca_pem, cert.pem(), key.serialize_pem())
+}
+
+/// A registry served over HTTPS with a certificate from a private CA: refused until the CA is
+/// among `extra_roots`.
+#[test]
+fn https_registries_with_a_private_ca_need_extra_roots() {
+    if !require_tools("https registry", &["docker-registry"]) {
+        return;
+    }
+    let plain = Registry::start().expect("registry");
+    let pushed = push_image(
+        &plain,
+        "tls/app",
+        "v1",
+        &[RawLayer::tar(
+            raw_tar(&[(F, "hello", "", b"over tls")]).expect("tar"),
+        )],
+        serde_json::json!({"Cmd": ["/hello"]}),
+    )
+    .expect("push");
+    let (ca, certificate, key) = ca_and_server_certificate();
+    let tls = Registry::start_tls(&plain.storage_dir(), certificate.as_bytes(), key.as_bytes())
+        .expect("https registry");
+    let reference = format!("{}/tls/app:v1", tls.host());
+    let cache = tempfile::tempdir().expect("cache");
+    let store = Store::open(cache.path()).expect("store");
+    let https = PullOptions {
+        insecure_registries: Vec::new(),
+        ..opts(&plain)
+    };
+
+    let err = pull(&store, &reference, &https).expect_err("an unknown CA");
+    eprintln!("without the CA: {err}");
+    assert!(
+        matches!(&err, OciError::Unreachable { scheme: "https", reason, .. } if reason.contains("UnknownIssuer")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("extra_roots"), "{err}");
+    assert_nothing_left(&store);
+
+    // Trusted with the CA, given among other certificates.
+    let (other_ca, _, _) = ca_and_server_certificate();
+    let trusting = PullOptions {
+        extra_roots: format!("{other_ca}{ca}").into_bytes(),
+        ..https.clone()
+    };
+    let image = pull(&store, &reference, &trusting).expect("pull over https");
+    assert_eq!(image.digest, pushed.digest);
+    assert_eq!(
+        std::fs::read_to_string(image.rootfs.path.join("hello")).ok(),
+        Some("over tls".to_owned())
+    );
+    let fetched = block_on(store.fetch(&reference, runway_oci::Platforms::All, &trusting))
+        .expect("fetch over https");
+    assert_eq!(fetched.digest, pushed.digest);
+
+    // Not certificates: a clear error before any request.
+    for (bad, what) in [
+        (b"not pem at all".to_vec(), "no PEM certificate"),
+        (
+            b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n".to_vec(),
+            "certificate 1",
+        ),
+    ] {
+        let err = pull(
+            &store,
+            &reference,
+            &PullOptions {
+                extra_roots: bad,
+                ..https.clone()
+            },
+        )
+        .expect_err("bad PEM");
+        assert!(matches!(err, OciError::ExtraRoots { .. }), "{err}");
+        assert!(err.to_string().contains(what), "{err}");
+    }
+}
+
 static CONTAINER: AtomicU32 = AtomicU32::new(0);
 
 fn container_id() -> String {
