@@ -444,71 +444,100 @@ async fn the_pushed_images_are_pulled_back_and_run_by_runway() {
     let (commit, _) = expected_build();
     let version = env!("CARGO_PKG_VERSION");
 
-    let result = async {
-        // The CI component's own check of the job's image, as its jobs run it.
-        let mut cli = spec("release-cli", "runway-cli", &format!("id -u; runway --version; {}", component_check()));
-        cli.env.insert("RUNWAY_COMPONENT_VERSION".into(), version.into());
-        runtime.instance_ensure(cli).await.unwrap();
-        let ended = wait_until(&runtime, "release-cli", "ended", |s| s.phase.is_final()).await;
-        let lines: Vec<String> = runtime
-            .logs("release-cli", 10)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|l| l.text)
-            .collect();
-        assert_eq!(ended.last_exit.as_ref().map(|e| e.code), Some(0), "{lines:?}");
-        assert_eq!(lines.first().map(String::as_str), Some("65532"), "{lines:?}");
-        assert!(
-            lines[1].starts_with(&format!("runway {version}, commit {commit}")),
-            "{lines:?}"
-        );
+    let _stop = StopAll(runtime.clone());
+    // The CI component's own check of the job's image, as its jobs run it.
+    let mut cli = spec(
+        "release-cli",
+        "runway-cli",
+        &format!("id -u; runway --version; {}", component_check()),
+    );
+    cli.env
+        .insert("RUNWAY_COMPONENT_VERSION".into(), version.into());
+    runtime.instance_ensure(cli).await.unwrap();
+    let ended = wait_until(&runtime, "release-cli", "ended", |s| s.phase.is_final()).await;
+    let lines: Vec<String> = runtime
+        .logs("release-cli", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.text)
+        .collect();
+    assert_eq!(
+        ended.last_exit.as_ref().map(|e| e.code),
+        Some(0),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("65532"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("runway {version}, commit {commit}")),
+        "{lines:?}"
+    );
 
-        // The server on the instance's port, plain HTTP, its ingress on ports of its own; its
-        // instances on the container's network (it has no right to make networks of its own).
-        let ports: Vec<u16> = (0..3)
-            .map(|_| {
-                std::net::TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port()
-            })
-            .collect();
-        let script = format!(
-            "printf 'api:\\n  listen: 127.0.0.1:%s\\n  tls: {{enabled: false}}\\ningress:\\n  https: 127.0.0.1:{}\\n  http: 127.0.0.1:{}\\n  admin: 127.0.0.1:{}\\nruntime: {{instance_network: host}}\\n' \"$PORT\" > /tmp/server.yml && exec runway server --config /tmp/server.yml --data-dir /tmp/runway",
-            ports[0], ports[1], ports[2]
-        );
-        let mut server = spec("release-server", "runway", &script);
-        server.port = Some(0);
-        server.probes.startup = Some(Probe {
-            check: Check::Http {
-                path: "/healthz".into(),
-            },
-            initial_delay: std::time::Duration::ZERO,
-            period: std::time::Duration::from_millis(250),
-            timeout: std::time::Duration::from_secs(2),
-            failure_threshold: 240,
-            success_threshold: 1,
-        });
-        let started = runtime.instance_ensure(server).await.unwrap();
-        wait_until(&runtime, "release-server", "ready", |s| s.ready).await;
-        let port = started.port.unwrap();
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        std::io::Write::write_all(
-            &mut stream,
-            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-        )
-        .unwrap();
-        let mut answer = String::new();
-        std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The server on the instance's port, plain HTTP, its ingress on ports of its own; its
+    // instances on the container's network (it has no right to make networks of its own).
+    let ports: Vec<u16> = (0..3)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        })
+        .collect();
+    let script = format!(
+        "printf 'api:\\n  listen: 127.0.0.1:%s\\n  tls: {{enabled: false}}\\ningress:\\n  https: 127.0.0.1:{}\\n  http: 127.0.0.1:{}\\n  admin: 127.0.0.1:{}\\nruntime: {{instance_network: host}}\\n' \"$PORT\" > /tmp/server.yml && exec runway server --config /tmp/server.yml --data-dir /tmp/runway",
+        ports[0], ports[1], ports[2]
+    );
+    let mut server = spec("release-server", "runway", &script);
+    server.port = Some(0);
+    server.probes.startup = Some(Probe {
+        check: Check::Http {
+            path: "/healthz".into(),
+        },
+        initial_delay: std::time::Duration::ZERO,
+        period: std::time::Duration::from_millis(250),
+        timeout: std::time::Duration::from_secs(2),
+        failure_threshold: 240,
+        success_threshold: 1,
+    });
+    let started = runtime.instance_ensure(server).await.unwrap();
+    wait_until(&runtime, "release-server", "ready", |s| s.ready).await;
+    let port = started.port.unwrap();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(
+        &mut stream,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Stops every instance of a runtime when dropped, a failed test's too.
+struct StopAll(runway_runtime::LocalRuntime);
+
+impl Drop for StopAll {
+    fn drop(&mut self) {
+        use runway_runtime::Runtime as _;
+        let runtime = self.0.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                for status in runtime.instances().await.unwrap_or_default() {
+                    let _ = runtime.instance_stop(&status.id).await;
+                }
+            });
+        })
+        .join();
     }
-    .await;
-    for id in ["release-cli", "release-server"] {
-        let _ = runtime.instance_stop(id).await;
-    }
-    result
 }
 
 /// Bound on one helm, kubectl or kubernetes-validate run.
