@@ -8,6 +8,8 @@
     reason = "test helpers, where a failing unwrap is a failing test, as clippy.toml allows in tests"
 )]
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -18,8 +20,9 @@ use runway_render::{
     ChartOptions, ChartRepository, ChartVersion, ReleaseLabels, RenderError, RenderOptions,
     RenderedFile, Target, render, stream,
 };
-use saphyr::{LoadableYamlNode, Scalar, Yaml};
+use saphyr::{LoadableYamlNode, Yaml};
 use serde_json::{Value, json};
+use support::{TempDir, helm_installed, to_json};
 
 /// A service with secrets, rendered for an environment.
 const WEB: &str = r#"
@@ -102,24 +105,6 @@ fn full() -> RenderOptions {
             insecure: true,
         },
         ..RenderOptions::default()
-    }
-}
-
-/// A YAML node as JSON.
-fn to_json(node: &Yaml<'_>) -> Value {
-    match node {
-        Yaml::Value(Scalar::Null) => Value::Null,
-        Yaml::Value(Scalar::Boolean(b)) => json!(b),
-        Yaml::Value(Scalar::Integer(i)) => json!(i),
-        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
-        Yaml::Value(Scalar::String(s)) => json!(s),
-        Yaml::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Mapping(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.as_str().unwrap().to_owned(), to_json(v)))
-                .collect(),
-        ),
-        other => panic!("unexpected node {other:?}"),
     }
 }
 
@@ -590,45 +575,6 @@ fn chart_versions_are_semver_2() {
             .to_string(),
         "oci://localhost:5000/charts"
     );
-}
-
-/// Whether `helm` is on PATH. `scripts/test` installs it when it is missing; under `CI=true` its
-/// absence is a failure, elsewhere the test is skipped.
-fn helm_installed() -> bool {
-    if Command::new("helm").arg("version").output().is_ok() {
-        return true;
-    }
-    assert_ne!(
-        std::env::var("CI").as_deref(),
-        Ok("true"),
-        "helm is not installed; scripts/test installs it"
-    );
-    eprintln!("skipping: helm not installed (scripts/test installs it)");
-    false
-}
-
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let path = std::env::temp_dir().join(format!(
-            "runway-render-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn helm(args: &[&str], dir: &Path) -> String {

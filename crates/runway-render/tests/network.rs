@@ -8,6 +8,8 @@
     reason = "test helpers, where a failing unwrap is a failing test, as clippy.toml allows in tests"
 )]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -18,6 +20,7 @@ use runway_render::{
 };
 use saphyr::LoadableYamlNode;
 use serde_json::{Value, json};
+use support::{TempDir, to_json};
 
 /// The default: public, the internet and no private name.
 const DEFAULT: &str = "
@@ -90,27 +93,6 @@ spec:
       deny: ['10.20.5.0/24', '192.0.2.25:25']
 ";
 
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("runway-render-network-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn config(text: &str) -> ServiceConfig {
     let files = ServiceFiles {
         base: Some(SourceFile::new(".runway/runway.yml", text)),
@@ -174,25 +156,7 @@ fn network_files(files: &[RenderedFile]) -> Vec<&RenderedFile> {
 }
 
 fn object(file: &RenderedFile) -> Value {
-    saphyr_to_json(&saphyr::Yaml::load_from_str(&file.contents).unwrap()[0])
-}
-
-fn saphyr_to_json(node: &saphyr::Yaml<'_>) -> Value {
-    use saphyr::{Scalar, Yaml};
-    match node {
-        Yaml::Value(Scalar::Null) => Value::Null,
-        Yaml::Value(Scalar::Boolean(b)) => json!(b),
-        Yaml::Value(Scalar::Integer(i)) => json!(i),
-        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
-        Yaml::Value(Scalar::String(s)) => json!(s),
-        Yaml::Sequence(items) => Value::Array(items.iter().map(saphyr_to_json).collect()),
-        Yaml::Mapping(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.as_str().unwrap().to_owned(), saphyr_to_json(v)))
-                .collect(),
-        ),
-        other => panic!("unexpected YAML node {other:?}"),
-    }
+    to_json(&saphyr::Yaml::load_from_str(&file.contents).unwrap()[0])
 }
 
 fn policy_of(name: &str) -> Value {
@@ -532,7 +496,7 @@ fn every_object_passes_strict_schema_validation() {
         eprintln!("skipping: kubernetes-validate not installed (pip install kubernetes-validate)");
         return;
     }
-    let dir = TempDir::new();
+    let dir = TempDir::new("network");
     let mut paths = Vec::new();
     let keys = BTreeMap::new();
     let environments = [("production".to_owned(), "runway-production".to_owned())];
@@ -596,7 +560,7 @@ fn the_chart_carries_the_same_policy() {
         eprintln!("skipping: helm not installed (scripts/test installs it)");
         return;
     }
-    let dir = TempDir::new();
+    let dir = TempDir::new("network");
     for (name, text, options) in cases() {
         let config = config(text);
         for file in render(&config, Target::Helm, &options).unwrap() {
@@ -622,7 +586,7 @@ fn the_chart_carries_the_same_policy() {
             saphyr::Yaml::load_from_str(&text)
                 .unwrap()
                 .iter()
-                .map(saphyr_to_json)
+                .map(to_json)
                 .filter(|o| {
                     o["kind"] == "NetworkPolicy"
                         || o["metadata"]["name"]

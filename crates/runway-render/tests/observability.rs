@@ -11,8 +11,10 @@
     reason = "test helpers, where a failing unwrap is a failing test, as clippy.toml allows in tests"
 )]
 
+mod support;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,7 @@ use runway_manifest::{ServiceConfig, ServiceFiles, SourceFile, load};
 use runway_render::observability::{self, ServiceSlo, dashboard, dashboard_uid, rules};
 use runway_render::{RenderError, RenderOptions, Target, render};
 use serde_json::{Value, json};
+use support::TempDir;
 
 const RUNBOOKS: &str = "https://runbooks.example.com/runway/";
 
@@ -67,30 +70,6 @@ fn config(text: &str, env: Option<&str>) -> ServiceConfig {
 
 fn slo(name: &str, slo_yaml: &str, env: Option<&str>) -> ServiceSlo {
     ServiceSlo::new(&config(&manifest(name, slo_yaml), env), Some(RUNBOOKS)).unwrap()
-}
-
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let path = std::env::temp_dir().join(format!(
-            "runway-observability-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Whether `promtool` is on PATH. `scripts/test` installs it (Debian's `prometheus`); under

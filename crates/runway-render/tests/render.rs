@@ -6,13 +6,16 @@
     reason = "test helpers, where a failing unwrap is a failing test, as clippy.toml allows in tests"
 )]
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 
 use runway_manifest::{ServiceConfig, ServiceFiles, SourceFile, load};
 use runway_render::{RenderError, RenderOptions, RenderedFile, Target, render, stream};
-use saphyr::{LoadableYamlNode, Scalar, Yaml};
+use saphyr::{LoadableYamlNode, Yaml};
 use serde_json::{Value, json};
+use support::{TempDir, helm_installed, to_json};
 
 /// A plain HTTP service with probes, variables and secrets, in an environment.
 const WEB: &str = r#"
@@ -383,30 +386,6 @@ fn stream_joins_documents() {
     assert_eq!(Yaml::load_from_str(&text).unwrap().len(), files.len());
 }
 
-/// A directory of its own under the system's temporary directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let path = std::env::temp_dir().join(format!(
-            "runway-render-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The Kubernetes version whose schemas the objects are checked against.
 const KUBERNETES_VERSION: &str = "1.31.0";
 
@@ -478,24 +457,6 @@ fn kubernetes_output_passes_strict_schema_validation() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// A YAML node as JSON, whose objects compare without regard to key order.
-fn to_json(node: &Yaml<'_>) -> Value {
-    match node {
-        Yaml::Value(Scalar::Null) => Value::Null,
-        Yaml::Value(Scalar::Boolean(b)) => json!(b),
-        Yaml::Value(Scalar::Integer(i)) => json!(i),
-        Yaml::Value(Scalar::FloatingPoint(f)) => json!(f.into_inner()),
-        Yaml::Value(Scalar::String(s)) => json!(s),
-        Yaml::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Yaml::Mapping(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.as_str().unwrap().to_owned(), to_json(v)))
-                .collect(),
-        ),
-        other => panic!("unexpected node {other:?}"),
-    }
 }
 
 /// The objects of a YAML stream, sorted by kind and name.
@@ -592,21 +553,6 @@ fn referenced_secrets_are_rendered_and_named_alike() {
         "{}",
         stub.contents
     );
-}
-
-/// Whether `helm` is on PATH. `scripts/test` installs it when it is missing; under `CI=true` its
-/// absence is a failure, elsewhere the test is skipped.
-fn helm_installed() -> bool {
-    if Command::new("helm").arg("version").output().is_ok() {
-        return true;
-    }
-    assert_ne!(
-        std::env::var("CI").as_deref(),
-        Ok("true"),
-        "helm is not installed; scripts/test installs it"
-    );
-    eprintln!("skipping: helm not installed (scripts/test installs it)");
-    false
 }
 
 /// Writes `config`'s chart under `dir` and returns its directory.
