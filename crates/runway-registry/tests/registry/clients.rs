@@ -9,33 +9,14 @@ use std::time::{Duration, Instant};
 use runway_oci::testing::{busybox_layout, require_tools};
 use runway_oci::{Credentials, Digest, PullOptions, Store};
 
-use crate::support::{ADMIN, ALICE, BOB, Served, fixture, skip};
+use crate::support::{ADMIN, ALICE, BOB, Served, bounded, fixture, skip};
 
 /// The bound on one client command.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Runs `command` with a bound; its output.
+/// Runs `command` within [`CLIENT_TIMEOUT`]; its output.
 fn run(command: &mut Command) -> Output {
-    let described = format!("{command:?}");
-    let child = command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{described}: {e}"));
-    let id = child.id();
-    let (done, waited) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    match waited.recv_timeout(CLIENT_TIMEOUT) {
-        Ok(output) => output.unwrap_or_else(|e| panic!("{described}: {e}")),
-        Err(_) => {
-            // Only the child this test started, by its id.
-            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
-            panic!("{described} took longer than {CLIENT_TIMEOUT:?}");
-        }
-    }
+    bounded(command, CLIENT_TIMEOUT)
 }
 
 fn ok(command: &mut Command) -> String {

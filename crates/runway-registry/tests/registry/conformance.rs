@@ -25,7 +25,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{Served, fixture, in_ci, skip};
+use crate::support::{Served, bounded, fixture, in_ci, skip};
 
 /// The bound on building the suite (a cold module cache on two cores).
 const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
@@ -80,33 +80,8 @@ data:
   sha512: false
 "#;
 
-/// Runs `command` to completion within `timeout`: (success, stdout, stderr).
-fn bounded(command: &mut Command, timeout: Duration) -> (bool, String, String) {
-    let described = format!("{command:?}");
-    let child = command
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{described}: {e}"));
-    let id = child.id();
-    let (done, waited) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done.send(child.wait_with_output());
-    });
-    match waited.recv_timeout(timeout) {
-        Ok(Ok(output)) => (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        ),
-        Ok(Err(e)) => panic!("{described}: {e}"),
-        Err(_) => {
-            // Only the process this test started, by its id.
-            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
-            panic!("{described} took longer than {timeout:?}");
-        }
-    }
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]
@@ -116,8 +91,9 @@ fn oci_distribution_spec_conformance() {
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/oci-conformance");
-    let (built, stdout, stderr) = bounded(Command::new("bash").arg(&script), BUILD_TIMEOUT);
-    if !built {
+    let built = bounded(Command::new("bash").arg(&script), BUILD_TIMEOUT);
+    let (stdout, stderr) = (text(&built.stdout), text(&built.stderr));
+    if !built.status.success() {
         let reason = format!("scripts/oci-conformance failed (no Go module proxy?): {stderr}");
         assert!(!in_ci(), "{reason}");
         eprintln!("skipping: {reason}");
@@ -136,7 +112,7 @@ fn oci_distribution_spec_conformance() {
         .replace("{results}", &results.display().to_string());
     let config_file = work.path().join("oci-conformance.yaml");
     std::fs::write(&config_file, config).unwrap();
-    let (passed, report, errors) = bounded(
+    let ran_suite = bounded(
         Command::new(&suite)
             .current_dir(work.path())
             .env_clear()
@@ -144,6 +120,8 @@ fn oci_distribution_spec_conformance() {
             .env("OCI_CONFIGURATION", &config_file),
         RUN_TIMEOUT,
     );
+    let passed = ran_suite.status.success();
+    let (report, errors) = (text(&ran_suite.stdout), text(&ran_suite.stderr));
     eprintln!("{report}");
     // The suite exits 0 when it could not even load its configuration: the results file is
     // the proof that it ran.

@@ -266,3 +266,33 @@ pub fn skip(reason: &str) {
     assert!(!in_ci(), "{reason}");
     eprintln!("skipping: {reason}");
 }
+
+/// Runs `command` to its end within `timeout`, its output piped; kills it (only the process
+/// this test started, by its id) and fails the test past the bound.
+pub fn bounded(
+    command: &mut std::process::Command,
+    timeout: std::time::Duration,
+) -> std::process::Output {
+    let described = format!("{command:?}");
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{described}: {e}"));
+    let id = child.id();
+    let (done, waited) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match waited.recv_timeout(timeout) {
+        Ok(output) => output.unwrap_or_else(|e| panic!("{described}: {e}")),
+        Err(_) => {
+            let _ = std::process::Command::new("kill")
+                .arg("-9")
+                .arg(id.to_string())
+                .status();
+            panic!("{described} took longer than {timeout:?}");
+        }
+    }
+}
