@@ -793,3 +793,28 @@ fn remove_older_than(dir: &Path, age: Duration) {
         }
     }
 }
+
+/// Pull options for a test registry on loopback: anonymous, plain HTTP to `host`, bounded
+/// (a minute for a pull, five seconds to connect).
+pub fn insecure_pull_options(host: &str) -> crate::PullOptions {
+    crate::PullOptions {
+        credentials: crate::Credentials::Anonymous,
+        insecure_registries: vec![host.to_owned()],
+        timeout: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(5),
+        ..crate::PullOptions::default()
+    }
+}
+
+/// Runs `f` on a runtime of its own, two worker threads.
+///
+/// # Panics
+/// When the runtime cannot be built.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(f)
+}

@@ -4,15 +4,12 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use runway_oci::testing::{
     BusyboxImage, ManifestFormat, PushedImage, RawLayer, Registry, push_busybox_image, push_image,
     raw_tar, require_tools,
 };
-use runway_oci::{
-    BlobKind, Credentials, Digest, Fetched, OciError, Platform, Platforms, PullOptions, Store,
-};
+use runway_oci::{BlobKind, Digest, Fetched, OciError, Platform, Platforms, PullOptions, Store};
 use tar::EntryType::Regular as F;
 
 const REGISTRY_TOOLS: &[&str] = &["docker-registry", "skopeo", "umoci", "busybox"];
@@ -22,22 +19,7 @@ const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+j
 const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
 fn opts(host: &str) -> PullOptions {
-    PullOptions {
-        credentials: Credentials::Anonymous,
-        insecure_registries: vec![host.to_owned()],
-        timeout: Duration::from_secs(60),
-        connect_timeout: Duration::from_secs(5),
-        ..PullOptions::default()
-    }
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(f)
+    runway_oci::testing::insecure_pull_options(host)
 }
 
 fn fetch(
@@ -46,7 +28,7 @@ fn fetch(
     platforms: Platforms,
     opts: &PullOptions,
 ) -> Result<Fetched, OciError> {
-    block_on(store.fetch(reference, platforms, opts))
+    runway_oci::testing::block_on(store.fetch(reference, platforms, opts))
 }
 
 fn platform(architecture: &str) -> Platform {
@@ -431,7 +413,7 @@ fn fetched_content_outlives_upstream_in_the_platform_registry() {
         .expect("open the platform registry"),
     );
     let repo = "team/mirror/app";
-    let pulled = block_on(async {
+    let pulled = runway_oci::testing::block_on(async {
         for blob in &fetched.blobs {
             mirror
                 .put_blob(repo, &blob.digest, &blob.path)

@@ -10,8 +10,8 @@ use runway_oci::testing::{
     raw_tar, require_tools, run_bundle,
 };
 use runway_oci::{
-    BlobKind, BundleOptions, CgroupVersion, Credentials, Digest, Image, OciError, Platform,
-    PullOptions, Store, UserNamespace, build_bundle,
+    BlobKind, BundleOptions, CgroupVersion, Digest, Image, OciError, Platform, PullOptions, Store,
+    UserNamespace, build_bundle,
 };
 use tar::EntryType::{Char, Directory as D, Regular as F, Symlink as S};
 
@@ -19,26 +19,11 @@ const REGISTRY_TOOLS: &[&str] = &["docker-registry", "skopeo", "umoci", "busybox
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn opts(registry: &Registry) -> PullOptions {
-    PullOptions {
-        credentials: Credentials::Anonymous,
-        insecure_registries: vec![registry.host()],
-        timeout: Duration::from_secs(60),
-        connect_timeout: Duration::from_secs(5),
-        ..PullOptions::default()
-    }
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-        .block_on(f)
+    runway_oci::testing::insecure_pull_options(&registry.host())
 }
 
 fn pull(store: &Store, reference: &str, opts: &PullOptions) -> Result<Image, OciError> {
-    block_on(store.pull(reference, opts))
+    runway_oci::testing::block_on(store.pull(reference, opts))
 }
 
 /// Nothing half-made: `tmp/` is empty and no rootfs exists.
@@ -187,24 +172,28 @@ fn resolve_pins_a_tag_without_fetching_a_layer() {
     let cache = tempfile::tempdir().expect("cache");
     let store = Store::open(cache.path()).expect("store");
     let opts = opts(&registry);
-    let pinned = block_on(store.resolve(&pushed.reference, &opts)).expect("resolve");
+    let pinned =
+        runway_oci::testing::block_on(store.resolve(&pushed.reference, &opts)).expect("resolve");
     assert_eq!(pinned, pushed.pinned);
     let stats = store.stats();
     assert_eq!((stats.blob_fetches, stats.unpacks), (0, 0), "{stats:?}");
     // Pinned already: the same, from the cache.
     assert_eq!(
-        block_on(store.resolve(&pinned, &opts)).expect("again"),
+        runway_oci::testing::block_on(store.resolve(&pinned, &opts)).expect("again"),
         pinned
     );
-    let err = block_on(store.resolve(&format!("{}/team/none:v1", registry.host()), &opts))
-        .expect_err("no such image");
+    let err = runway_oci::testing::block_on(
+        store.resolve(&format!("{}/team/none:v1", registry.host()), &opts),
+    )
+    .expect_err("no such image");
     assert!(!err.to_string().is_empty());
     let refused = PullOptions {
         allowed_registries: Some(vec!["registry.example".to_owned()]),
         insecure_registries: Vec::new(),
         ..opts.clone()
     };
-    let err = block_on(store.resolve(&pushed.reference, &refused)).expect_err("not allowed");
+    let err = runway_oci::testing::block_on(store.resolve(&pushed.reference, &refused))
+        .expect_err("not allowed");
     assert!(matches!(err, OciError::NotAllowed { .. }), "{err}");
 }
 
@@ -338,7 +327,7 @@ fn concurrent_pulls_share_one_rootfs() {
     let cache = tempfile::tempdir().expect("cache");
     let store = Store::open(cache.path()).expect("store");
     let opts = opts(&registry);
-    let (a, b, c) = block_on(async {
+    let (a, b, c) = runway_oci::testing::block_on(async {
         tokio::join!(
             store.pull(&pushed.reference, &opts),
             store.pull(&pushed.reference, &opts),
@@ -625,8 +614,12 @@ fn https_registries_with_a_private_ca_need_extra_roots() {
         std::fs::read_to_string(image.rootfs.path.join("hello")).ok(),
         Some("over tls".to_owned())
     );
-    let fetched = block_on(store.fetch(&reference, runway_oci::Platforms::All, &trusting))
-        .expect("fetch over https");
+    let fetched = runway_oci::testing::block_on(store.fetch(
+        &reference,
+        runway_oci::Platforms::All,
+        &trusting,
+    ))
+    .expect("fetch over https");
     assert_eq!(fetched.digest, pushed.digest);
 
     // Not certificates: a clear error before any request.
