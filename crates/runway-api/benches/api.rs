@@ -46,7 +46,9 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use runway_api::types::LogLine;
-use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, SourceRefused, StatusParts};
+use runway_api::{
+    ApiState, BoxFuture, Limits, Platform, ResolvedImage, ServeOptions, SourceRefused, StatusParts,
+};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{
     DeploymentState, NewRevision, NewService, PlannedRevision, PostgresStore, RevisionRef,
@@ -740,8 +742,17 @@ impl Server {
 struct BenchPlatform;
 
 impl Platform for BenchPlatform {
-    fn resolve_image(&self, _reference: &str) -> BoxFuture<'_, Result<String, String>> {
-        Box::pin(async { Ok(PINNED.to_owned()) })
+    fn resolve_image<'a>(
+        &'a self,
+        _service: &'a str,
+        _reference: &'a str,
+    ) -> BoxFuture<'a, Result<ResolvedImage, String>> {
+        Box::pin(async {
+            Ok(ResolvedImage {
+                pinned: PINNED.to_owned(),
+                mirror: None,
+            })
+        })
     }
 
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {

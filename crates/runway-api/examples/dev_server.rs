@@ -12,14 +12,20 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use runway_api::types::LogLine;
-use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, SourceRefused, StatusParts};
+use runway_api::{
+    ApiState, BoxFuture, Limits, Platform, ResolvedImage, ServeOptions, SourceRefused, StatusParts,
+};
 use tokio::sync::mpsc;
 
 #[derive(Debug)]
 struct NoPlatform;
 
 impl Platform for NoPlatform {
-    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
+    fn resolve_image<'a>(
+        &'a self,
+        _service: &'a str,
+        reference: &'a str,
+    ) -> BoxFuture<'a, Result<ResolvedImage, String>> {
         let pinned = match reference.split_once('@') {
             Some(_) => reference.to_owned(),
             None => {
@@ -27,7 +33,12 @@ impl Platform for NoPlatform {
                 format!("{repo}@sha256:{}", "0".repeat(64))
             }
         };
-        Box::pin(async move { Ok(pinned) })
+        Box::pin(async move {
+            Ok(ResolvedImage {
+                pinned,
+                mirror: None,
+            })
+        })
     }
 
     fn status(&self, _: &str, _: &str) -> BoxFuture<'_, StatusParts> {

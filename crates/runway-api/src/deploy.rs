@@ -246,10 +246,18 @@ pub(crate) async fn deploy(
                     .field("image"));
                 }
             };
-            let pinned = state.platform.resolve_image(reference).await.map_err(|e| {
-                ApiError::invalid(format!("cannot resolve image {reference:?}: {e}")).field(field)
-            })?;
-            json!({ "image": pinned })
+            let image = state
+                .platform
+                .resolve_image(service, reference)
+                .await
+                .map_err(|e| {
+                    ApiError::invalid(format!("cannot resolve image {reference:?}: {e}"))
+                        .field(field)
+                })?;
+            match image.mirror {
+                Some(mirror) => json!({ "image": image.pinned, "mirror": mirror }),
+                None => json!({ "image": image.pinned }),
+            }
         }
     };
     let from_vault = read_vault(state, service, env, &config.secrets).await?;

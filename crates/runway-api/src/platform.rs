@@ -35,11 +35,27 @@ pub struct StatusParts {
     pub control_plane: Option<crate::types::ControlPlaneView>,
 }
 
+/// An image a deploy runs, pinned by [`Platform::resolve_image`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedImage {
+    /// The reference given, pinned to its digest: `registry/name@sha256:…`.
+    pub pinned: String,
+    /// Where the platform registry holds a copy, which instances pull:
+    /// `<service>/mirror@sha256:…`, without the registry's host (which may move); `None`
+    /// when images are not mirrored (`registry.mirror: false`).
+    pub mirror: Option<String>,
+}
+
 /// Everything outside the store the API asks about.
 pub trait Platform: Send + Sync + 'static {
-    /// Resolves an image reference to `repository@sha256:…` (once, at deploy). The error is
-    /// shown to the caller, so it must say what is wrong without internals.
-    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>>;
+    /// Resolves an image reference service `service` deploys to `repository@sha256:…`, and
+    /// mirrors it into the platform registry (once, at deploy). The error is shown to the
+    /// caller, so it must say what is wrong without internals.
+    fn resolve_image<'a>(
+        &'a self,
+        service: &'a str,
+        reference: &'a str,
+    ) -> BoxFuture<'a, Result<ResolvedImage, String>>;
 
     /// What runs for `service` in `env` now.
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts>;

@@ -32,6 +32,8 @@ pub struct ApiState {
     pub(crate) runbook_base: Option<Arc<str>>,
     /// The platform registry served at `/v2/` (`crate::registry`).
     pub(crate) registry: Option<Arc<runway_registry::Registry>>,
+    /// The key of the registry's pull-only credentials (`crate::registry::PullKey`).
+    pub(crate) pull_key: Option<Arc<crate::registry::PullKey>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -65,6 +67,7 @@ impl ApiState {
             metrics: Arc::default(),
             runbook_base: None,
             registry: None,
+            pull_key: None,
         }
     }
 
@@ -105,10 +108,16 @@ impl ApiState {
         self
     }
 
-    /// Serves `registry` at `/v2/`, to the API's callers (`crate::registry`).
+    /// Serves `registry` at `/v2/`, to the API's callers and to the pull-only credentials of
+    /// `pull_key` (`crate::registry`).
     #[must_use]
-    pub fn registry(mut self, registry: Arc<runway_registry::Registry>) -> Self {
+    pub fn registry(
+        mut self,
+        registry: Arc<runway_registry::Registry>,
+        pull_key: Arc<crate::registry::PullKey>,
+    ) -> Self {
         self.registry = Some(registry);
+        self.pull_key = Some(pull_key);
         self
     }
 

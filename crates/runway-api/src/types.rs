@@ -523,6 +523,10 @@ pub struct RevisionView {
     pub env: String,
     /// The image pinned to its digest, for an image artifact.
     pub image: Option<String>,
+    /// Where the platform registry holds that image's copy, which its instances pull
+    /// (`<service>/mirror@sha256:…`; absent when images are not mirrored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<String>,
     /// The code snapshot it runs (`sha256:…`), for a process artifact.
     pub source: Option<String>,
     /// The directory it ran from, for a process revision recorded before snapshots (its
@@ -551,6 +555,7 @@ impl From<Revision> for RevisionView {
         let owned = |text: Option<&str>| text.map(str::to_owned);
         Self {
             image: owned(runway_store::artifact_image(&r.artifact)),
+            mirror: owned(runway_store::artifact_mirror(&r.artifact)),
             source: owned(runway_store::artifact_source(&r.artifact)),
             source_dir: owned(
                 r.artifact

@@ -896,23 +896,6 @@ fn blue_green_switches_by_itself_and_rolls_back_to_the_warm_revision() {
     platform.wait_retired("hello-dev-00002", Duration::from_secs(20));
 }
 
-/// A busybox image serving `/www`: `/index.html` says `page`; `/cgi-bin/env` shows what the
-/// platform put in the environment (the variable, the secret's presence, the revision).
-fn web_image(page: &str) -> runway_oci::testing::BusyboxImage {
-    let cgi = "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n\
-               echo \"$GREETING from $K_REVISION secret=${API_KEY:+set}\"\n";
-    runway_oci::testing::BusyboxImage {
-        entrypoint: vec!["/bin/sh".into(), "-c".into()],
-        cmd: vec!["trap 'exit 0' TERM; httpd -f -p $PORT -h /www & wait".into()],
-        env: vec!["PATH=/bin:/usr/bin".into()],
-        files: vec![
-            ("www/index.html".into(), page.as_bytes().to_vec(), 0o644),
-            ("www/cgi-bin/env".into(), cgi.as_bytes().to_vec(), 0o755),
-        ],
-        ..runway_oci::testing::BusyboxImage::default()
-    }
-}
-
 /// `runway deploy --image` through the server: an image from a registry on loopback (plain
 /// HTTP, named in the server's `runtime.insecure_registries`) is pulled, run under runc with
 /// its variables and secret, served through the ingress, replaced by a second image with no
@@ -938,9 +921,13 @@ fn an_image_is_deployed_replaced_and_cold_started() {
     let repo = platform.onboard("hello", &["dev"], "image-secret");
     support::set_image_manifest(&repo, 1, 1);
     let deploy_image = |tag: &str, page: &str| {
-        let pushed =
-            runway_oci::testing::push_busybox_image(&registry, "team/web", tag, &web_image(page))
-                .unwrap();
+        let pushed = runway_oci::testing::push_busybox_image(
+            &registry,
+            "team/web",
+            tag,
+            &support::web_image(page),
+        )
+        .unwrap();
         let ran = platform.deploy_image(&repo, "dev", &pushed.reference);
         assert!(
             ran.ok(),

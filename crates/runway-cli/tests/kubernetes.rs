@@ -838,7 +838,8 @@ fn long_revision_names_run_under_names_kubernetes_takes() {
         &["dev", "staging", "production"],
     );
     let settings = Settings {
-        sections: installed.runtime_section() + "    image_pull_secrets: [registry-credentials]\n",
+        sections: installed.runtime_only()
+            + "    image_pull_secrets: [registry-credentials]\nregistry:\n  mirror: false\n",
         allow_processes: false,
         ..Settings::default()
     };

@@ -2,6 +2,8 @@
 //! TLS (the server's own CA), to the API's tokens: a real client (skopeo) pushes and pulls
 //! with a service's deploy token under that service's repositories, and everything else is
 //! refused: another service's repositories, the mirror the server writes, an anonymous pull.
+//! And the mirror: a deployed image is copied there, and what runs keeps running, scaling and
+//! rolling back from it when the image is deleted and its tag moved where it came from.
 
 #![allow(clippy::unwrap_used, clippy::print_stderr, reason = "tests")]
 
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::json;
-use support::{Platform, Settings, run};
+use support::{FAST_AUTOSCALER, Platform, Settings, run};
 
 /// Bound on one skopeo or helm run.
 const TOOL: Duration = Duration::from_secs(120);
@@ -172,4 +174,161 @@ fn the_platform_registry_takes_a_services_images_and_refuses_the_rest() {
     // The images are under the data directory, not in memory.
     assert!(platform.data.join("registry").is_dir());
     eprintln!("pushed and pulled busybox through {host}");
+}
+
+/// The revision `number` of hello in dev, as the API lists it.
+fn revision(platform: &Platform, number: u64) -> serde_json::Value {
+    let (status, revisions) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/revisions",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(status, 200, "{revisions}");
+    revisions
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["number"] == number))
+        .cloned()
+        .unwrap_or_else(|| panic!("no revision {number}: {revisions:#}"))
+}
+
+/// A deploy copies its image into `hello/mirror` and records both references; the image is then
+/// deleted where it came from (its manifest, then the registry's garbage collection) and its
+/// tag pushed again with other content. The runtime's own image cache is emptied too, so each
+/// instance started from then on is pulled from the mirror: a scale from zero, a restart of
+/// the server, a rollback to the first image all serve what was deployed.
+#[test]
+fn a_deployed_image_outlives_its_deletion_upstream() {
+    const HOST: &str = "hello.dev.localhost";
+    if !runway_oci::testing::require_tools(
+        "mirroring images",
+        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
+    ) {
+        return;
+    }
+    let upstream = runway_oci::testing::Registry::start().unwrap();
+    let mut platform = Platform::start(&Settings {
+        control: FAST_AUTOSCALER.to_owned(),
+        sections: format!(
+            "runtime:\n  insecure_registries: [\"{}\"]\n",
+            upstream.host()
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "mirror-secret");
+    support::set_image_manifest(&repo, 0, 1);
+    let push = |tag: &str, page: &str| {
+        runway_oci::testing::push_busybox_image(
+            &upstream,
+            "team/web",
+            tag,
+            &support::web_image(page),
+        )
+        .unwrap()
+    };
+    let deploy = |reference: &str| {
+        let ran = platform.deploy_image(&repo, "dev", reference);
+        assert!(
+            ran.ok(),
+            "deploy {reference}: {}\n{}",
+            ran.all(),
+            platform.log()
+        );
+    };
+    let serves = |platform: &Platform, page: &str, what: &str| {
+        let (code, body) =
+            platform.get_until(HOST, "/index.html", Duration::from_secs(30), |_, b| {
+                b == page
+            });
+        assert_eq!(
+            (code, body.as_str()),
+            (200, page),
+            "{what}\n{}",
+            platform.log()
+        );
+    };
+
+    let one = push("1", "one\n");
+    let started = std::time::Instant::now();
+    deploy(&one.reference);
+    eprintln!(
+        "deploy with the mirror: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    serves(&platform, "one\n", "the first image");
+    let first = revision(&platform, 1);
+    assert_eq!(first["image"], one.pinned, "{first:#}");
+    assert_eq!(
+        first["mirror"],
+        format!("hello/mirror@{}", one.digest),
+        "{first:#}"
+    );
+    let two = push("2", "two\n");
+    deploy(&two.reference);
+    serves(&platform, "two\n", "the second image");
+
+    // Gone upstream: both manifests deleted and collected, the tags moved to other content.
+    for image in [&one, &two] {
+        upstream
+            .delete_and_collect("team/web", &image.digest)
+            .unwrap();
+        let gone = upstream
+            .request(
+                "GET",
+                &format!("/v2/team/web/manifests/{}", image.digest),
+                &[],
+                &[],
+            )
+            .unwrap();
+        assert_eq!(gone.status, 404, "{} is still upstream", image.digest);
+    }
+    let moved = push("1", "moved\n");
+    push("2", "moved\n");
+    assert_ne!(moved.digest, one.digest);
+    // And gone from the runtime's cache: what starts next is pulled again, from the mirror.
+    let cached = platform.data.join("runtime/images/blobs/sha256");
+    for blob in std::fs::read_dir(&cached).unwrap() {
+        std::fs::remove_file(blob.unwrap().path()).unwrap();
+    }
+
+    // Scale up: scaled to zero, then a request starts an instance.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !platform.status("hello", "dev")["instances"]
+        .as_array()
+        .is_some_and(Vec::is_empty)
+    {
+        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    serves(
+        &platform,
+        "two\n",
+        "a cold start after the image went upstream",
+    );
+    assert!(
+        std::fs::read_dir(&cached).unwrap().count() > 0,
+        "the cold start pulled nothing"
+    );
+
+    // A restart of the server (another API port, so another registry address): what serves
+    // is adopted, and new instances come from the mirror where it now is.
+    platform.kill9();
+    platform.restart();
+    serves(&platform, "two\n", "after a restart");
+
+    // A rollback to the first image, from the mirror.
+    let back = platform.runway(&[
+        "rollback",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--to",
+        "hello-dev-00001",
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    assert!(back.ok(), "{}\n{}", back.all(), platform.log());
+    serves(&platform, "one\n", "after the rollback");
 }

@@ -73,6 +73,9 @@ pub struct Controller<D: Driver> {
     /// Every service may run plain processes (`runtime.allow_processes`); otherwise those an
     /// admin allowed.
     allow_processes: bool,
+    /// The platform registry's `host:port` that revisions' mirrored images are pulled from
+    /// (see [`Controller::pull_mirrors_from`]).
+    registry_host: Option<String>,
     /// Deployment events, written in order by their own task (`events.rs`).
     pub(crate) events: Arc<crate::events::Events>,
     /// Whether this replica leads, when it is one of several (see [`Controller::leadership`]).
@@ -233,6 +236,7 @@ impl<D: Driver> Controller<D> {
             status: crate::status::Publisher::default(),
             pass: tokio::sync::Mutex::new(()),
             allow_processes: false,
+            registry_host: None,
             events,
             leadership: None,
             traffic: Mutex::default(),
@@ -285,6 +289,14 @@ impl<D: Driver> Controller<D> {
     #[must_use]
     pub fn allow_processes(mut self, allow: bool) -> Self {
         self.allow_processes = allow;
+        self
+    }
+
+    /// Runs a revision whose image was mirrored at deploy from the platform registry at
+    /// `host` (`host:port`); without it, from where the image was pinned.
+    #[must_use]
+    pub fn pull_mirrors_from(mut self, host: Option<String>) -> Self {
+        self.registry_host = host;
         self
     }
 
@@ -1325,7 +1337,7 @@ impl<D: Driver> Controller<D> {
         inputs
             .and_then(|(secrets, service)| {
                 may_start(&info, &service, self.allow_processes)?;
-                workload(&info, &service, secrets)
+                workload(&info, &service, secrets, self.registry_host.as_deref())
             })
             .map_err(|reason| {
                 self.remember_start_error(key, revision, true, Some(reason.clone()));

@@ -10,13 +10,15 @@ use runway_store::{Revision, Service, Store};
 
 use crate::revision::RevisionInfo;
 
-/// The revision's workload for the driver: its settings, its pinned image or code snapshot,
-/// and `secrets` (the values of those it pins, or none when only stopping replicas). The
-/// error says why it can never run, and holds no secret value.
+/// The revision's workload for the driver: its settings, its pinned image (its mirror's copy in
+/// the platform registry at `registry_host`, when it has one) or code snapshot, and `secrets`
+/// (the values of those it pins, or none when only stopping replicas). The error says why it
+/// can never run, and holds no secret value.
 pub(crate) fn workload(
     info: &RevisionInfo,
     service: &Service,
     secrets: BTreeMap<String, String>,
+    registry_host: Option<&str>,
 ) -> Result<Workload, String> {
     let config = info.config.as_ref().map_err(Clone::clone)?;
     let record = &info.record;
@@ -35,7 +37,7 @@ pub(crate) fn workload(
         env: record.env.clone(),
         revision: record.name.clone(),
         config: config.clone(),
-        image: info.image(),
+        image: info.image(registry_host),
         source,
         secrets,
         secret_versions: record.secret_versions.clone(),

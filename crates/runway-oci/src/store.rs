@@ -1,6 +1,6 @@
 //! The content-addressed cache and the pull that fills it.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -37,6 +37,10 @@ const STALE_TMP_AGE: Duration = Duration::from_secs(24 * 60 * 60);
 pub struct PullOptions {
     /// Where credentials come from.
     pub credentials: Credentials,
+    /// Credentials for the registries named (`host` or `host:port`, as the reference writes
+    /// it), in place of `credentials`: a platform registry's own, beside the operator's
+    /// `config.json` for the others.
+    pub registry_credentials: BTreeMap<String, Credentials>,
     /// Registries (`host` or `host:port`, as in the reference) reached over plain HTTP. Every
     /// other registry is HTTPS only.
     pub insecure_registries: Vec<String>,
@@ -147,10 +151,22 @@ fn is_internal(host: &str) -> bool {
     }
 }
 
+impl PullOptions {
+    /// The credentials `registry` is reached with: its own in `registry_credentials`, else
+    /// `credentials`.
+    pub fn credentials_for(&self, registry: &str) -> &Credentials {
+        self.registry_credentials
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(registry))
+            .map_or(&self.credentials, |(_, credentials)| credentials)
+    }
+}
+
 impl Default for PullOptions {
     fn default() -> PullOptions {
         PullOptions {
             credentials: Credentials::default(),
+            registry_credentials: BTreeMap::new(),
             insecure_registries: Vec::new(),
             platform: Platform::host(),
             id_shift: DEFAULT_HOST_ID_BASE,
@@ -997,7 +1013,7 @@ impl<'a> Remote<'a> {
                 ..ClientConfig::default()
             };
             let client = Client::try_from(config).map_err(|e| self.error(e))?;
-            let auth = auth::resolve(&self.opts.credentials, &self.registry)?;
+            let auth = auth::resolve(self.opts.credentials_for(&self.registry), &self.registry)?;
             client.store_auth_if_needed(&self.registry, &auth).await;
             self.client = Some(client);
         }
@@ -1008,7 +1024,7 @@ impl<'a> Remote<'a> {
     }
 
     async fn manifest(&mut self, reference: &Reference) -> Result<Vec<u8>, OciError> {
-        let auth = auth::resolve(&self.opts.credentials, &self.registry)?;
+        let auth = auth::resolve(self.opts.credentials_for(&self.registry), &self.registry)?;
         let client = self.client().await?;
         let result = client
             .pull_manifest_raw(reference, &auth, image::MANIFEST_TYPES)

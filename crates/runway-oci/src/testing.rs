@@ -187,6 +187,40 @@ impl Registry {
         }
     }
 
+    /// Deletes manifest `digest` from `repo` and runs the registry's garbage collector
+    /// (`docker-registry garbage-collect --delete-untagged`), which removes every blob and
+    /// manifest no tag refers to any more: the image is gone, as from a registry that
+    /// collected it.
+    pub fn delete_and_collect(&self, repo: &str, digest: &Digest) -> anyhow::Result<()> {
+        let HttpResponse { status, body, .. } = self.request(
+            "DELETE",
+            &format!("/v2/{repo}/manifests/{digest}"),
+            &[],
+            &[],
+        )?;
+        if status != 202 {
+            bail!(
+                "delete manifest {digest}: http {status}: {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        let program = find_tool("docker-registry").unwrap_or_else(|| "docker-registry".into());
+        let output = Command::new(program)
+            .args(["garbage-collect", "--delete-untagged"])
+            .arg(self.dir.path().join("config.yml"))
+            .stdin(Stdio::null())
+            .output()
+            .context("run docker-registry garbage-collect")?;
+        if !output.status.success() {
+            bail!(
+                "docker-registry garbage-collect: {}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// Uploads a blob to `repo` and returns its digest.
     pub fn put_blob(&self, repo: &str, bytes: &[u8]) -> anyhow::Result<Digest> {
         let digest = Digest::of(bytes);

@@ -40,6 +40,8 @@ pub struct ServerConfig {
     pub observability: ObservabilityConfig,
     /// Custom domains (`runway domains add`): where their certificates come from.
     pub domains: DomainsConfig,
+    /// The platform registry: images mirrored at deploy, and where it is reached.
+    pub registry: crate::registry::RegistryConfig,
 }
 
 /// `domains`: custom domains' certificates. Without `acme`, a domain is routed and served
@@ -531,6 +533,15 @@ impl ServerConfig {
             }
             runway_ingress::cloudflare::load(file)
                 .map_err(|error| anyhow::anyhow!("{at}: {}", runway_log::chain(&error)))?;
+        }
+        if let Some(host) = &config.registry.host
+            && !crate::registry::is_registry_host(host)
+        {
+            bail!(
+                "{}: registry.host: `{host}` is not a registry's host: expected `host:port` \
+                 (or `host`), as an image reference begins, e.g. `runway.example.com:7443`",
+                path.display()
+            );
         }
         if let Some(remote) = &config.ingress.remote
             && remote.addresses.is_empty()

@@ -48,6 +48,12 @@ pub trait DriverKind: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What of an image index a deploy mirrors into the platform registry: every platform
+    /// (default), so that each node picks its own, or the one this driver runs.
+    fn mirrored_platforms(&self) -> runway_oci::Platforms {
+        runway_oci::Platforms::All
+    }
+
     /// The address instances reach the platform at (the ingress's private listener and its
     /// resolver), when this driver's instances run on this machine's instance network.
     /// Default: none.
@@ -68,6 +74,8 @@ pub struct Start<'a> {
     pub data_dir: &'a Path,
     /// The code snapshots processes run from.
     pub sources: &'a SourceStore,
+    /// The platform registry instances pull from, when images are mirrored into it.
+    pub registry: Option<&'a crate::registry::PlatformRegistry>,
 }
 
 /// A future the driver's methods return, boxed.

@@ -36,6 +36,8 @@
 //!   this machine's (`runtime.kind: local`), `driver/kubernetes.rs` a cluster's (`kubernetes`:
 //!   a kubeconfig, or the pod's service account; tags pinned by `runway-oci`'s
 //!   `Store::resolve`, no layer fetched); `driver/settings.rs` the `runtime` section.
+//! - `registry.rs`: the platform registry's `registry` section, the images mirrored into it at
+//!   deploy (`Mirror`) and what a driver pulls from it with (`PlatformRegistry`).
 //! - `cells.rs`: the cell-routed routes of `ingress.cells` (and of `runway router`), put in
 //!   every table beside the services'. `beside.rs`: the programs a server starts, the small
 //!   binary beside this one or this binary's own subcommand.
@@ -65,6 +67,7 @@ mod data_dir;
 pub mod driver;
 mod ingress;
 mod platform;
+pub mod registry;
 mod start;
 mod tasks;
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use runway_api::{BoxFuture, Platform, SourceRefused, StatusParts};
+use runway_api::{BoxFuture, Platform, ResolvedImage, SourceRefused, StatusParts};
 use runway_control::Controller;
 use runway_control::leader::Leadership;
 use runway_driver::Driver;
@@ -18,6 +18,8 @@ use crate::driver::ServerDriver;
 #[derive(Clone)]
 pub(crate) struct ServerPlatform {
     pub(crate) controller: Arc<Controller<ServerDriver>>,
+    /// Copies deployed images into the platform registry (`registry.mirror`).
+    pub(crate) mirror: Option<Arc<crate::registry::Mirror>>,
     pub(crate) sources: SourceStore,
     /// This replica's name and whether it leads, when it is one of several.
     pub(crate) leadership: Option<(String, watch::Receiver<Leadership>)>,
@@ -197,18 +199,29 @@ impl Platform for ServerPlatform {
         })
     }
 
-    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
-        let reference = reference.to_owned();
+    fn resolve_image<'a>(
+        &'a self,
+        service: &'a str,
+        reference: &'a str,
+    ) -> BoxFuture<'a, Result<ResolvedImage, String>> {
         Box::pin(async move {
-            self.controller
+            if let Some(mirror) = &self.mirror {
+                return mirror.mirror(service, reference).await;
+            }
+            let pinned = self
+                .controller
                 .driver()
-                .resolve_image(&reference)
+                .resolve_image(reference)
                 .await
                 .map_err(|e| match e {
                     // The caller names the image already.
                     runway_driver::DriverError::Image { message, .. } => message,
                     other => other.to_string(),
-                })
+                })?;
+            Ok(ResolvedImage {
+                pinned,
+                mirror: None,
+            })
         })
     }
 

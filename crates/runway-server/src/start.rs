@@ -21,6 +21,7 @@ use crate::data_dir::{create_data_dir, lock_data_dir, open_data_dir};
 use crate::driver::{Drivers, ServerDriver, Start, drivers};
 use crate::ingress::{IngressProcess, ingress_ensure, keep_ingress};
 use crate::platform::ServerPlatform;
+use crate::registry::{Mirror, PlatformRegistry};
 use crate::tasks::{collect_sources, write_observability};
 
 /// What a running control plane shows its caller (`runway quickstart` uses it in-process).
@@ -127,28 +128,58 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     let ca_pem = ca.cert_pem().to_owned();
     let sources = SourceStore::open(data_dir.join(crate::driver::local::SOURCES_DIR))
         .context("cannot prepare the code snapshots' directory")?;
-    let driver = drivers
-        .chosen(&config.runtime.kind)?
+    let bind = |address: SocketAddr, what: &'static str| async move {
+        TcpListener::bind(address)
+            .await
+            .with_context(|| format!("cannot listen on {address} ({what})"))
+    };
+    // Bound first: the platform registry is reached at the API's address.
+    let api_listener = bind(config.api.listen, "API").await?;
+    let api_address = api_listener.local_addr()?;
+    let registry = Arc::new(
+        runway_registry::Registry::open(
+            &data_dir.join("registry"),
+            runway_registry::Limits::default(),
+        )
+        .context("cannot open the platform registry")?,
+    );
+    let pull_key = Arc::new(
+        runway_api::registry::PullKey::load_or_create(&data_dir.join("registry.key"))
+            .context("cannot set up the platform registry's pull key")?,
+    );
+    let platform_registry = config.registry.mirror.then(|| PlatformRegistry {
+        host: crate::registry::registry_host(&config.registry, api_address),
+        plain_http: !config.api.tls.enabled,
+        ca_pem: ca_pem.as_bytes().to_vec(),
+        key: Arc::clone(&pull_key),
+    });
+    let kind = drivers.chosen(&config.runtime.kind)?;
+    let driver = kind
         .build(&Start {
             runtime: &config.runtime,
             environments: &config.api.environments,
             data_dir: &data_dir,
             sources: &sources,
+            registry: platform_registry.as_ref(),
         })
         .await?;
+    let mirror_host = platform_registry.as_ref().map(|r| r.host.clone());
+    let mirror = match platform_registry {
+        Some(access) => Some(Arc::new(Mirror::new(
+            Arc::clone(&registry),
+            access,
+            &data_dir.join("images"),
+            &config.runtime,
+            kind.mirrored_platforms(),
+        )?)),
+        None => None,
+    };
     open_data_dir(&data_dir);
 
     let (stop, stopped) = watch::channel(false);
     let until = |mut stopped: watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    let bind = |address: SocketAddr, what: &'static str| async move {
-        TcpListener::bind(address)
-            .await
-            .with_context(|| format!("cannot listen on {address} ({what})"))
-    };
-    let api_listener = bind(config.api.listen, "API").await?;
-    let api_address = api_listener.local_addr()?;
     let (dataplane, ingress, launch): (Arc<dyn DataPlane>, _, _) = match &config.ingress.remote {
         Some(remote) => {
             config.control.https_port = remote.https_port;
@@ -186,7 +217,8 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     )
     .environments(config.api.environments.clone())
     .fixed_routes(config.ingress.cell_routes().await?)
-    .allow_processes(config.runtime.allow_processes);
+    .allow_processes(config.runtime.allow_processes)
+    .pull_mirrors_from(mirror_host);
     let replicated = election.is_some();
     if replicated {
         controller = controller.leadership(following.clone());
@@ -305,6 +337,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     }
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
+        mirror,
         sources,
         leadership: replicated.then_some((replica, following)),
         metrics,
@@ -326,13 +359,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     .allow_processes(config.runtime.allow_processes)
     .max_source_bytes(config.api.limits.source_bytes)
     .runbook_base(config.observability.runbook_base.clone())
-    .registry(Arc::new(
-        runway_registry::Registry::open(
-            &config.api.data_dir.join("registry"),
-            runway_registry::Limits::default(),
-        )
-        .context("cannot open the platform registry")?,
-    ));
+    .registry(registry, pull_key);
     let state = if config.api.oidc.issuers.is_empty() {
         state
     } else {

@@ -104,7 +104,8 @@ pub use model::{
     Desired, DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell,
     IssuedCertificate, Lease, NewRevision, NewService, NewToken, PLATFORM_ACTORS, PlannedRevision,
     Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
-    Token, TokenScope, artifact_image, artifact_is_process, artifact_source, revision_name,
+    Token, TokenScope, artifact_image, artifact_is_process, artifact_mirror, artifact_source,
+    revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

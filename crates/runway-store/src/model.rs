@@ -96,6 +96,13 @@ pub fn artifact_image(artifact: &serde_json::Value) -> Option<&str> {
     artifact.get("image").and_then(serde_json::Value::as_str)
 }
 
+/// Where the platform registry holds an image artifact's image (`mirror`,
+/// `<service>/mirror@sha256:…`, without the registry's host, which may change), recorded at
+/// deploy when images are mirrored.
+pub fn artifact_mirror(artifact: &serde_json::Value) -> Option<&str> {
+    artifact.get("mirror").and_then(serde_json::Value::as_str)
+}
+
 /// Whether an artifact is a plain process: it names its code snapshot, or (recorded before
 /// snapshots) the directory it ran from, `source_dir`.
 pub fn artifact_is_process(artifact: &serde_json::Value) -> bool {

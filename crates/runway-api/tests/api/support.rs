@@ -8,7 +8,9 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use runway_api::types::{Condition, InstanceView, LogLine, RevisionStatus, RouteView, Stream};
-use runway_api::{ApiState, BoxFuture, Limits, Platform, ServeOptions, SourceRefused, StatusParts};
+use runway_api::{
+    ApiState, BoxFuture, Limits, Platform, ResolvedImage, ServeOptions, SourceRefused, StatusParts,
+};
 use runway_secrets::{MasterKey, Sealer};
 use runway_store::{SqliteStore, Store};
 use serde_json::{Value, json};
@@ -37,19 +39,25 @@ pub(crate) fn log_line(n: usize) -> LogLine {
 }
 
 impl Platform for FakePlatform {
-    fn resolve_image(&self, reference: &str) -> BoxFuture<'_, Result<String, String>> {
-        let reference = reference.to_owned();
+    /// Pins a tag to `sha256:abab…`, and mirrors every image into `<service>/mirror`.
+    fn resolve_image<'a>(
+        &'a self,
+        service: &'a str,
+        reference: &'a str,
+    ) -> BoxFuture<'a, Result<ResolvedImage, String>> {
         Box::pin(async move {
             if reference.contains("missing") {
                 return Err("manifest unknown".to_owned());
             }
-            if reference.contains("@sha256:") {
-                return Ok(reference);
-            }
-            let repo = reference
-                .rsplit_once(':')
-                .map_or(reference.as_str(), |(r, _)| r);
-            Ok(format!("{repo}@sha256:{}", "ab".repeat(32)))
+            let pinned = if reference.contains("@sha256:") {
+                reference.to_owned()
+            } else {
+                let repo = reference.rsplit_once(':').map_or(reference, |(r, _)| r);
+                format!("{repo}@sha256:{}", "ab".repeat(32))
+            };
+            let digest = pinned.rsplit_once('@').map_or("", |(_, d)| d);
+            let mirror = Some(format!("{service}/mirror@{digest}"));
+            Ok(ResolvedImage { pinned, mirror })
         })
     }
 

@@ -146,8 +146,15 @@ impl Installed {
         self.pattern.replace("{env}", env)
     }
 
-    /// The server's `runtime` section for this installation.
+    /// The server's `runtime` section for this installation, and images not mirrored: the
+    /// tests deploy an image by a digest no registry has, which the simulated node runs
+    /// without pulling (tests/kubernetes.rs's mirror test uses [`Installed::runtime_only`]).
     pub fn runtime_section(&self) -> String {
+        format!("{}registry:\n  mirror: false\n", self.runtime_only())
+    }
+
+    /// The server's `runtime` section for this installation, alone.
+    pub fn runtime_only(&self) -> String {
         format!(
             "runtime:\n  kind: kubernetes\n  kubernetes:\n    kubeconfig: {}\n    namespace_pattern: '{}'\n",
             self.kubeconfig.display(),

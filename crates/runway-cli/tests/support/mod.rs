@@ -252,6 +252,23 @@ pub const FAST_AUTOSCALER: &str = "  autoscale_interval_ms: 250\n  autoscaler:\n
                                    stable_window_ms: 4000\n    panic_window_ms: 1000\n    \
                                    scale_to_zero_grace_ms: 1000\n";
 
+/// A busybox image serving `/www`: `/index.html` says `page`; `/cgi-bin/env` shows what the
+/// platform put in the environment (the variable, the secret's presence, the revision).
+pub fn web_image(page: &str) -> runway_oci::testing::BusyboxImage {
+    let cgi = "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n\
+               echo \"$GREETING from $K_REVISION secret=${API_KEY:+set}\"\n";
+    runway_oci::testing::BusyboxImage {
+        entrypoint: vec!["/bin/sh".into(), "-c".into()],
+        cmd: vec!["trap 'exit 0' TERM; httpd -f -p $PORT -h /www & wait".into()],
+        env: vec!["PATH=/bin:/usr/bin".into()],
+        files: vec![
+            ("www/index.html".into(), page.as_bytes().to_vec(), 0o644),
+            ("www/cgi-bin/env".into(), cgi.as_bytes().to_vec(), 0o755),
+        ],
+        ..runway_oci::testing::BusyboxImage::default()
+    }
+}
+
 /// Running instances of `revision` in a status (`runway status --output json`).
 pub fn live_instances(status: &Value, revision: &str) -> usize {
     status["instances"]

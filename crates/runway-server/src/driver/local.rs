@@ -13,6 +13,7 @@ use runway_runtime::{
 
 use super::settings::RuntimeConfig;
 use super::{BoxFuture, DriverKind, ServerDriver, Start};
+use crate::registry::PlatformRegistry;
 
 /// The code snapshots' directory in a server's data directory.
 pub const SOURCES_DIR: &str = "sources";
@@ -38,6 +39,7 @@ impl DriverKind for Local {
                     config
                         .address_pool()
                         .map_err(|e| anyhow::anyhow!("runtime.instance_network: {e}"))?,
+                    start.registry,
                 )?
                 .with_seccomp(config.seccomp_policy()),
             );
@@ -55,6 +57,11 @@ impl DriverKind for Local {
         })
     }
 
+    /// The one platform instances run here.
+    fn mirrored_platforms(&self) -> runway_oci::Platforms {
+        runway_oci::Platforms::Selected
+    }
+
     /// The first of `runtime.instance_network`'s range; none in the host's network.
     fn platform_address(&self, runtime: &RuntimeConfig) -> Option<Ipv4Addr> {
         let pool = runtime.address_pool().ok().flatten()?;
@@ -64,13 +71,15 @@ impl DriverKind for Local {
 
 /// A local runtime keeping its state under `root` (the control plane's is its data
 /// directory's `runtime/`), pulling from `insecure_registries` over plain HTTP and running
-/// containers with `oci_runtime` (`runway server`'s `runtime` section).
+/// containers with `oci_runtime` (`runway server`'s `runtime` section); and from the platform
+/// `registry`, with the platform's pull credential, when images are mirrored into it.
 fn runtime_with(
     root: PathBuf,
     insecure_registries: &[String],
     allowed_registries: &[String],
     oci_runtime: &Path,
     instance_network: Option<AddressPool>,
+    registry: Option<&PlatformRegistry>,
 ) -> anyhow::Result<LocalRuntime> {
     if let Some(pool) = &instance_network {
         AddressPool::check_tools().map_err(|missing| {
@@ -95,6 +104,9 @@ fn runtime_with(
     let mut config = LocalConfig::new(root, supervisor_command()?);
     config.pull.insecure_registries = insecure_registries.to_vec();
     config.pull.allowed_registries = Some(allowed_registries.to_vec());
+    if let Some(registry) = registry {
+        config.pull = registry.pull_options(config.pull, registry.key.platform());
+    }
     // The server's data directory: the store, the master key, the CA's key; and in it, the
     // code snapshots processes run from.
     let data_dir = config.root.parent().map(Path::to_path_buf);

@@ -164,7 +164,13 @@ fn the_guide_says_what_the_code_does() {
         .collect();
     assert_eq!(
         methods,
-        ["name", "build", "check_config", "platform_address"]
+        [
+            "name",
+            "build",
+            "check_config",
+            "mirrored_platforms",
+            "platform_address"
+        ]
     );
     for method in methods {
         assert!(

@@ -1,0 +1,263 @@
+//! The platform registry in `runway server`: opened in the data directory and served by the
+//! API at `/v2/` (`runway_api::registry`), every image a deploy names mirrored into it
+//! ([`Mirror`]), and what a driver needs to pull from it ([`PlatformRegistry`]).
+//!
+//! A deploy's image is fetched from where its reference points, verified, and put into
+//! `<service>/mirror` before the revision is recorded; the revision records both references
+//! and its instances run from the mirror's, so a tag moved or an image deleted upstream
+//! changes nothing for a revision that exists. The local runtime mirrors the one platform it
+//! runs (an index's other platforms are never fetched); Kubernetes mirrors an index whole, so
+//! each node picks its own.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use runway_api::ResolvedImage;
+use runway_api::registry::{MIRROR, PullKey};
+use runway_oci::{Credentials, Platforms, PullOptions, Store};
+use runway_registry::Registry;
+use serde::{Deserialize, Serialize};
+
+use crate::driver::settings::RuntimeConfig;
+
+/// `registry`: the platform registry the API serves at `/v2/`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryConfig {
+    /// Copy every image a deploy names into the platform registry (`<service>/mirror`) before
+    /// its revision is recorded, and run instances from that copy (default true). Off, the
+    /// runtime pulls from where the image's reference points, whenever it starts an instance.
+    pub mirror: bool,
+    /// The `host:port` the runtime and a cluster's nodes reach the registry at: the API as
+    /// they see it, a name its certificate is for (`api.tls.hostnames`). Default: the API's
+    /// listen address, a wildcard as `127.0.0.1`, which only this machine reaches.
+    pub host: Option<String>,
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self {
+            mirror: true,
+            host: None,
+        }
+    }
+}
+
+/// How a driver pulls from the platform registry: where it is, how it is trusted, and the
+/// pull-only credentials it hands out.
+#[derive(Debug, Clone)]
+pub struct PlatformRegistry {
+    /// `host:port`, as image references write it.
+    pub host: String,
+    /// Reached over plain HTTP (`api.tls.enabled: false`).
+    pub plain_http: bool,
+    /// The API's certificate authority (PEM), when it serves HTTPS.
+    pub ca_pem: Vec<u8>,
+    /// The key of its pull-only credentials.
+    pub key: Arc<PullKey>,
+}
+
+impl PlatformRegistry {
+    /// `options` able to pull from this registry as `credentials` (a `(user, password)` of
+    /// [`PullKey`]): its host allowed, trusted, and its credentials used there alone.
+    pub fn pull_options(
+        &self,
+        mut options: PullOptions,
+        credentials: (String, String),
+    ) -> PullOptions {
+        let (username, password) = credentials;
+        options
+            .registry_credentials
+            .insert(self.host.clone(), Credentials::Basic { username, password });
+        if self.plain_http {
+            options.insecure_registries.push(self.host.clone());
+        } else {
+            options.extra_roots.extend_from_slice(&self.ca_pem);
+        }
+        if let Some(allowed) = &mut options.allowed_registries {
+            allowed.push(self.host.clone());
+        }
+        options
+    }
+}
+
+/// The images a deploy names, copied into the platform registry.
+pub struct Mirror {
+    registry: Arc<Registry>,
+    access: PlatformRegistry,
+    /// Where images are fetched to: verified blobs, hard-linked into the registry.
+    store: Store,
+    /// How images are pulled from where their references point (the `runtime` section's
+    /// registries).
+    upstream: PullOptions,
+    /// What of an index is mirrored: the driver's choice.
+    platforms: Platforms,
+}
+
+impl std::fmt::Debug for Mirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mirror")
+            .field("host", &self.access.host)
+            .field("platforms", &self.platforms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Mirror {
+    /// A mirror into `registry`, fetching into `cache` with the `runtime` section's
+    /// registries.
+    pub fn new(
+        registry: Arc<Registry>,
+        access: PlatformRegistry,
+        cache: &Path,
+        runtime: &RuntimeConfig,
+        platforms: Platforms,
+    ) -> anyhow::Result<Mirror> {
+        let store = Store::open(cache)
+            .with_context(|| format!("cannot prepare the image cache in {}", cache.display()))?;
+        let upstream = PullOptions {
+            insecure_registries: runtime.insecure_registries.clone(),
+            allowed_registries: Some(runtime.allowed_registries.clone()),
+            ..PullOptions::default()
+        };
+        Ok(Mirror {
+            registry,
+            access,
+            store,
+            upstream,
+            platforms,
+        })
+    }
+
+    /// Fetches `reference` (every blob verified) and puts it into `service`'s mirror. An image
+    /// in the platform registry itself is fetched with `service`'s own pull credential, so a
+    /// deploy reads nothing of another service's there. The error says what is wrong, for the
+    /// deploy's caller.
+    pub async fn mirror(&self, service: &str, reference: &str) -> Result<ResolvedImage, String> {
+        let options = self
+            .access
+            .pull_options(self.upstream.clone(), self.access.key.service(service));
+        let fetched = self
+            .store
+            .fetch(reference, self.platforms, &options)
+            .await
+            .map_err(|e| runway_log::chain(&e))?;
+        let repository = format!("{service}/{MIRROR}");
+        let stored = |e: runway_registry::RegistryError| {
+            tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
+            format!(
+                "cannot copy it into the platform registry: {}",
+                runway_log::chain(&e)
+            )
+        };
+        for blob in &fetched.blobs {
+            self.registry
+                .put_blob(&repository, &blob.digest, &blob.path)
+                .await
+                .map_err(stored)?;
+        }
+        for manifest in &fetched.manifests {
+            self.registry
+                .put_manifest(
+                    &repository,
+                    &manifest.digest.to_string(),
+                    &manifest.media_type,
+                    &manifest.bytes,
+                )
+                .await
+                .map_err(stored)?;
+        }
+        Ok(ResolvedImage {
+            mirror: Some(format!("{repository}@{}", fetched.digest)),
+            pinned: fetched.pinned,
+        })
+    }
+}
+
+/// The registry's host as the runtime and the cluster reach it: `registry.host`, else the
+/// API's bound address (a wildcard as loopback).
+pub fn registry_host(config: &RegistryConfig, api: std::net::SocketAddr) -> String {
+    if let Some(host) = &config.host {
+        return host.clone();
+    }
+    let ip = match api.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+        ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    std::net::SocketAddr::new(ip, api.port()).to_string()
+}
+
+/// Whether `host` can begin an image reference: a DNS name or an address, with a port or
+/// not (`[::1]:7443` for IPv6).
+pub fn is_registry_host(host: &str) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') || name.ends_with(']') => (name, Some(port)),
+        _ => (host, None),
+    };
+    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0));
+    let name_ok = match name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !name.is_empty()
+                && name.split('.').all(|label| {
+                    !label.is_empty()
+                        && !label.starts_with('-')
+                        && !label.ends_with('-')
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                })
+        }
+    };
+    port_ok && name_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_registry_host_is_a_name_or_address_and_a_port() {
+        for good in [
+            "127.0.0.1:7443",
+            "runway.example.com",
+            "registry:5000",
+            "[::1]:7443",
+        ] {
+            assert!(is_registry_host(good), "{good}");
+        }
+        for bad in [
+            "",
+            "https://x",
+            "x/y",
+            "x:",
+            "x:0",
+            "x:99999",
+            "-x",
+            "a..b",
+            "::1",
+            "[zz]:1",
+        ] {
+            assert!(!is_registry_host(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_host_defaults_to_the_api_address_with_a_wildcard_as_loopback() {
+        let config = RegistryConfig::default();
+        let at = |a: &str| registry_host(&config, a.parse().unwrap());
+        assert_eq!(at("0.0.0.0:7443"), "127.0.0.1:7443");
+        assert_eq!(at("[::]:7443"), "[::1]:7443");
+        assert_eq!(at("10.1.2.3:7443"), "10.1.2.3:7443");
+        let named = RegistryConfig {
+            host: Some("runway.example.com:7443".to_owned()),
+            ..RegistryConfig::default()
+        };
+        assert_eq!(
+            registry_host(&named, "0.0.0.0:1".parse().unwrap()),
+            "runway.example.com:7443"
+        );
+    }
+}
