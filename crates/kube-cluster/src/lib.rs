@@ -24,6 +24,13 @@
 //! the route needs `CAP_NET_ADMIN` (root); it is removed when the cluster stops, and when the
 //! test process exits (see *Clean-up*).
 //!
+//! # Images
+//!
+//! The simulated node pulls what a pod's `imagePullSecrets` have credentials for: the
+//! manifest of each such image, over HTTPS trusting [`Cluster::trust_registry`]'s roots, again
+//! after a back-off while it fails (the pod `ImagePullBackOff`, with a `Failed` event saying
+//! why). Other images are taken as present (`pull.rs`).
+//!
 //! # Clean-up
 //!
 //! A small shell per cluster (the reaper) holds the read end of a pipe whose write end is the
@@ -98,6 +105,7 @@
 mod kubelet;
 mod node;
 mod pki;
+mod pull;
 
 use std::fmt;
 use std::io::{BufRead, Read, Write};
@@ -734,6 +742,14 @@ impl Cluster {
         let mut command = Command::new(self.bin.join("kubectl"));
         command.env("KUBECONFIG", &self.admin).stdin(Stdio::null());
         command
+    }
+
+    /// Trusts registries whose certificates `pem`'s roots sign, from the node's next pull (see
+    /// *Images*). A real kubelet's containerd trusts what its own configuration says.
+    pub fn trust_registry(&self, pem: &[u8]) {
+        if let NodeKind::Simulated { node, .. } = &self.node {
+            node.trust_registry(pem);
+        }
     }
 
     /// Chooses how the node runs the pods labelled `runway.dev/revision: <revision>` in

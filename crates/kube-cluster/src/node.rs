@@ -35,6 +35,10 @@ use tokio::sync::watch;
 
 use crate::{Behavior, Error, REVISION_LABEL};
 
+/// The first wait after a failed pull; it doubles up to [`MAX_PULL_BACK_OFF`].
+const PULL_BACK_OFF: Duration = Duration::from_millis(500);
+/// The longest wait between two pulls of an image (a kubelet's is 5 minutes).
+const MAX_PULL_BACK_OFF: Duration = Duration::from_secs(4);
 /// How long a crashing container runs before it exits.
 const RUN_BEFORE_CRASH: Duration = Duration::from_millis(100);
 /// How long a crashed container waits in CrashLoopBackOff before its restart.
@@ -72,6 +76,8 @@ pub(crate) struct Node {
     logged: watch::Sender<u64>,
     /// Each running pod's latest object, by uid.
     pods: Mutex<HashMap<String, watch::Sender<Pod>>>,
+    /// The roots (PEM) registries' certificates are trusted by, besides none.
+    registry_roots: Mutex<Vec<Vec<u8>>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -116,6 +122,7 @@ impl Node {
             logs: Mutex::new(HashMap::new()),
             logged,
             pods: Mutex::new(HashMap::new()),
+            registry_roots: Mutex::new(Vec::new()),
         });
         let kubelet = TcpListener::bind((ip, 0))
             .await
@@ -129,6 +136,11 @@ impl Node {
         tokio::spawn(Arc::clone(&node).renew_lease());
         tokio::spawn(Arc::clone(&node).watch_pods());
         Ok(node)
+    }
+
+    /// Trusts registries whose certificates `pem`'s roots sign, from the next pull.
+    pub(crate) fn trust_registry(&self, pem: &[u8]) {
+        lock(&self.registry_roots).push(pem.to_vec());
     }
 
     pub(crate) fn behave(&self, namespace: &str, revision: &str, behavior: Behavior) {
@@ -301,7 +313,10 @@ impl Node {
             last: None,
         };
         tokio::select! {
-            () = run.behave(behavior) => {}
+            () = async {
+                run.pull().await;
+                run.behave(behavior).await;
+            } => {}
             () = deleted(&mut pod) => {}
         }
         // Graceful deletion: the containers stop (their listeners with them), then the final
@@ -685,6 +700,43 @@ impl Run {
         self.node
             .event(&self.pod, "Warning", event.0, event.1, Some(&container))
             .await;
+    }
+
+    /// Pulls the containers' images the pod's pull secrets have credentials for
+    /// ([`crate::pull`]), again after a back-off until each is pulled, saying why meanwhile.
+    async fn pull(&mut self) {
+        let mut back_off = PULL_BACK_OFF;
+        loop {
+            let logins = crate::pull::logins(&self.node.client, &self.pod).await;
+            let roots = lock(&self.node.registry_roots).clone();
+            let mut failed = None;
+            for (_, image) in self.containers() {
+                let login = crate::pull::parse(&image).and_then(|(host, _, _)| logins.get(host));
+                if let Some(login) = login
+                    && let Err(why) = crate::pull::pull(&image, login, &roots).await
+                {
+                    failed = Some((image, why));
+                    break;
+                }
+            }
+            let Some((image, why)) = failed else {
+                return;
+            };
+            self.waiting(
+                "Pending",
+                (
+                    "ImagePullBackOff",
+                    &format!("Back-off pulling image \"{image}\""),
+                ),
+                (
+                    "Failed",
+                    &format!("Failed to pull image \"{image}\": {why}"),
+                ),
+            )
+            .await;
+            tokio::time::sleep(back_off).await;
+            back_off = (back_off * 2).min(MAX_PULL_BACK_OFF);
+        }
     }
 
     async fn pull_fails(&mut self) {

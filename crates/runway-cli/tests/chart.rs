@@ -159,6 +159,7 @@ namespaceLabels: {{pod-security.kubernetes.io/enforce: baseline}}
 namespaceAnnotations: {{owner: platform-team}}
 domain: apps.example.com
 apiHostnames: [runway.example.com, 203.0.113.7]
+registry: {{host: \"registry.apps.example.com:30443\"}}
 persistence: {{size: 20Gi, storageClass: fast-ssd}}
 ingressService:
   type: NodePort
@@ -716,9 +717,16 @@ fn rendered_server_config_is_read_by_runway_server() {
                 "namespace_pattern": "runway-{env}",
                 "image_pull_secrets": [],
             }},
+            // No address the nodes reach the registry at: images are not mirrored.
+            "registry": {"mirror": false},
         })
     );
     let custom = parse(&custom);
+    // With one, they are, and its name is in the API's certificate.
+    assert_eq!(
+        custom["registry"],
+        json!({"mirror": true, "host": "registry.apps.example.com:30443"})
+    );
     assert_eq!(
         custom["api"]["environments"],
         json!(["dev", "staging", "production"])
@@ -749,6 +757,7 @@ fn rendered_server_config_is_read_by_runway_server() {
         "blue-runway-api.platform.svc",
         "runway.example.com",
         "203.0.113.7",
+        "registry.apps.example.com",
     ] {
         assert!(hostnames.contains(&json!(name)), "{name} in {hostnames:?}");
     }

@@ -875,3 +875,202 @@ fn long_revision_names_run_under_names_kubernetes_takes() {
         "{instances:?}"
     );
 }
+
+/// `kubectl ARGS`, failing the test when it fails.
+fn kubectl(kube: &Installed, args: &[&str]) -> String {
+    let mut command = kube.cluster.kubectl();
+    command.args(args);
+    let ran = support::run(command, None, support::COMMAND);
+    assert!(ran.ok(), "kubectl {args:?}: {}", ran.all());
+    ran.stdout
+}
+
+/// With images mirrored (the default): the pods run the platform registry's copy and pull it
+/// with their service's own pull secret, applied by the driver; the node pulls as a kubelet
+/// does, so a wrong credential leaves a pod in `ImagePullBackOff` saying why. The image is
+/// then deleted and its tag moved where it came from, and a pod deleted (a restart) and a
+/// rollback to the first image (its Deployment scaled up again) run from the mirror.
+#[test]
+fn pods_pull_mirrored_images_with_their_services_pull_secret() {
+    if !runway_oci::testing::require_tools(
+        "mirroring images",
+        &["docker-registry", "skopeo", "umoci", "busybox"],
+    ) {
+        return;
+    }
+    let Some(helm) = support::kube::helm() else {
+        return;
+    };
+    let Some(cluster) = kube_cluster::shared("pods_pull_mirrored_images") else {
+        return;
+    };
+    let upstream = runway_oci::testing::Registry::start().unwrap();
+    let kube = support::kube::install(
+        cluster,
+        &helm,
+        &support::kube::release("m"),
+        &["dev", "staging", "production"],
+    );
+    let platform = Platform::start(&Settings {
+        sections: format!(
+            "{}  insecure_registries: [\"{}\"]\n",
+            kube.runtime_only(),
+            upstream.host()
+        ),
+        allow_processes: false,
+        ..Settings::default()
+    });
+    // The nodes trust the platform registry's CA, as an operator configures containerd to.
+    cluster.trust_registry(&std::fs::read(platform.ca()).unwrap());
+    let registry = platform.api().trim_start_matches("https://").to_owned();
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    set_image_manifest(&repo, 1, 1);
+    let push = |tag: &str| {
+        runway_oci::testing::push_busybox_image(
+            &upstream,
+            "team/web",
+            tag,
+            &support::web_image(tag),
+        )
+        .unwrap()
+    };
+    let serves = |revision: &str, what: &str| {
+        let (status, body) = platform.get_until("hello.dev.localhost", "/", BOUND, |s, b| {
+            s == 200 && b.trim() == revision
+        });
+        assert_eq!(
+            (status, body.trim()),
+            (200, revision),
+            "{what}\n{}",
+            platform.log()
+        );
+    };
+
+    let one = push("1");
+    let deploy = platform.deploy_image(&repo, "dev", &one.reference);
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    serves("hello-dev-00001", "the first image");
+    let deployment = kube
+        .object("deployments", "dev", "hello-dev-00001")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["image"],
+        format!("{registry}/hello/mirror@{}", one.digest)
+    );
+    assert_eq!(
+        pod["imagePullSecrets"],
+        serde_json::json!([{"name": "hello.registry"}])
+    );
+    let secret = kube.object("secrets", "dev", "hello.registry").unwrap();
+    assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson");
+
+    let two = push("2");
+    let deploy = platform.deploy_image(&repo, "dev", &two.reference);
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    serves("hello-dev-00002", "the second image");
+
+    // Gone upstream: both manifests deleted and collected, the tags moved elsewhere.
+    for image in [&one, &two] {
+        upstream
+            .delete_and_collect("team/web", &image.digest)
+            .unwrap();
+    }
+    push("1");
+    push("2");
+
+    // A restart: the pod deleted, its replacement pulled from the mirror.
+    let ns = kube.namespace("dev");
+    let selector = "runway.dev/revision=hello-dev-00002";
+    let before = kubectl(
+        &kube,
+        &["get", "pods", "-n", &ns, "-l", selector, "-o", "name"],
+    );
+    kubectl(
+        &kube,
+        &["delete", "pods", "-n", &ns, "-l", selector, "--wait=false"],
+    );
+    let deadline = std::time::Instant::now() + BOUND;
+    loop {
+        let pods = kube.objects("pods", "dev");
+        let replaced = pods.iter().any(|p| {
+            p["metadata"]["labels"]["runway.dev/revision"] == "hello-dev-00002"
+                && p["metadata"]["deletionTimestamp"].is_null()
+                && !before.contains(p["metadata"]["name"].as_str().unwrap_or_default())
+                && p["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        });
+        if replaced {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no new pod became ready: {pods:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    serves("hello-dev-00002", "after a pod was replaced");
+
+    // A wrong credential: the pull is refused, and the pod says so.
+    let forged =
+        serde_json::json!({"auths": {&registry: {"username": "hello", "password": "rwpull_00"}}});
+    let encoded = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(forged.to_string())
+    };
+    kubectl(
+        &kube,
+        &[
+            "patch",
+            "secret",
+            "hello.registry",
+            "-n",
+            &ns,
+            "--type",
+            "merge",
+            "-p",
+            &serde_json::json!({"data": {".dockerconfigjson": encoded}}).to_string(),
+        ],
+    );
+    kubectl(
+        &kube,
+        &["delete", "pods", "-n", &ns, "-l", selector, "--wait=false"],
+    );
+    let deadline = std::time::Instant::now() + BOUND;
+    loop {
+        let pods = kube.objects("pods", "dev");
+        let refused = pods.iter().find_map(|p| {
+            let waiting = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+            (waiting["reason"] == "ImagePullBackOff").then(|| waiting["message"].clone())
+        });
+        if let Some(message) = refused {
+            let events = kubectl(&kube, &["get", "events", "-n", &ns, "-o", "json"]);
+            assert!(events.contains("401 Unauthorized"), "{message}: {events}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pull was refused: {pods:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Deleted, the pull secret is made again by the next scale: a rollback to the first image,
+    // whose Deployment's pods pull it from the mirror.
+    kubectl(&kube, &["delete", "secret", "hello.registry", "-n", &ns]);
+    let back = platform.runway(&[
+        "rollback",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--to",
+        "hello-dev-00001",
+        "--wait",
+        "--timeout",
+        "90s",
+    ]);
+    assert!(back.ok(), "{}\n{}", back.all(), platform.log());
+    serves("hello-dev-00001", "after the rollback");
+}

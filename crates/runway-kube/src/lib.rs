@@ -55,6 +55,11 @@
 //!   quota, a LimitRange, a webhook) fail the deploy with its message, read from the Deployment's
 //!   `ReplicaFailure` condition. Rendered pods meet the `restricted` Pod Security Standard and
 //!   mount no API token.
+//! - The platform registry ([`KubeDriver::with_registry`]): a pod whose image is there pulls it
+//!   with its service's pull secret, `<dns name>.registry` (a `kubernetes.io/dockerconfigjson`
+//!   holding the service's pull-only login), applied before each revision's Deployment (the same
+//!   for every revision) and left in place when revisions go: it lets only the service's own
+//!   images be pulled.
 //! - Secrets: when a revision goes, its field manager applies each of its Secrets with no data, so
 //!   server-side apply drops the keys no other revision pinned, and a Secret left empty is deleted
 //!   (with its resourceVersion as precondition). The driver never reads a Secret.
@@ -91,6 +96,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use base64::Engine as _;
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -136,6 +142,33 @@ pub type Resolver = Arc<
     dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
 >;
 
+/// A service's pull-only `(user, password)` in the platform registry.
+pub type Login = Arc<dyn Fn(&str) -> (String, String) + Send + Sync>;
+
+/// The platform registry that images mirrored at deploy are pulled from: its host, and each
+/// service's pull-only login there.
+#[derive(Clone)]
+pub struct RegistryPull {
+    /// `host:port`, as the mirrored images' references begin.
+    pub host: String,
+    /// A service's `(user, password)`: pulls its own repositories only.
+    pub login: Login,
+}
+
+impl fmt::Debug for RegistryPull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegistryPull")
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name of the pull secret of a service's pods (`<dns name>.registry`): a name with a
+/// `.`, which no Secret of a service's variables has (`<dns name>-<variable>`).
+pub fn pull_secret_name(service: &str) -> String {
+    format!("{}.registry", runway_manifest::dns_name(service))
+}
+
 /// Where the driver runs workloads.
 #[derive(Debug, Clone)]
 pub struct KubeOptions {
@@ -179,6 +212,7 @@ struct Namespace {
 pub struct KubeDriver {
     inner: Arc<Inner>,
     network: Arc<NetworkOptions>,
+    registry: Option<Arc<RegistryPull>>,
 }
 
 struct Inner {
@@ -253,6 +287,7 @@ impl KubeDriver {
                 vpc_ranges: Vec::new(),
                 ingress: Some(Peer::runway_ingress()),
             }),
+            registry: None,
             inner: Arc::new(Inner {
                 client,
                 options,
@@ -302,6 +337,14 @@ impl KubeDriver {
     #[must_use]
     pub fn with_network(mut self, network: NetworkOptions) -> Self {
         self.network = Arc::new(network);
+        self
+    }
+
+    /// Pods whose image is in the platform registry `registry` pull it with their service's
+    /// pull secret, which the driver applies in the namespace (see [`pull_secret_name`]).
+    #[must_use]
+    pub fn with_registry(mut self, registry: RegistryPull) -> Self {
+        self.registry = Some(Arc::new(registry));
         self
     }
 
@@ -437,6 +480,53 @@ impl KubeDriver {
         Ok(keys)
     }
 
+    /// For an image in the platform registry, applies the service's pull secret (a
+    /// `kubernetes.io/dockerconfigjson` with its pull-only login there) and returns its name.
+    async fn apply_pull_secret(
+        &self,
+        namespace: &str,
+        workload: &Workload,
+        image: &str,
+    ) -> Result<Option<String>, DriverError> {
+        let Some(registry) = &self.registry else {
+            return Ok(None);
+        };
+        if !image.starts_with(&format!("{}/", registry.host)) {
+            return Ok(None);
+        }
+        let (username, password) = (registry.login)(&workload.service);
+        let auth =
+            base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
+        let config = json!({"auths": {&registry.host: {
+            "username": username, "password": password, "auth": auth,
+        }}});
+        let name = pull_secret_name(&workload.service);
+        let secret = json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    MANAGED_BY.0: MANAGED_BY.1,
+                    runway_render::SERVICE_LABEL: workload.service,
+                },
+            },
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": ByteString(config.to_string().into_bytes())},
+        });
+        let api: Api<Secret> = Api::namespaced(self.inner.client.clone(), namespace);
+        let params = strict(PatchParams::apply(FIELD_MANAGER));
+        match api.patch(&name, &params, &Patch::Apply(&secret)).await {
+            Ok(_) => Ok(Some(name)),
+            Err(e) if is_conflict(&e) => Err(DriverError::Refused(format!(
+                "its pull secret {namespace}/{name} was changed by hand (the cluster says: {e}); \
+                 delete it, and the next start makes it again"
+            ))),
+            Err(e) => Err(api_error(&format!("apply Secret {namespace}/{name}"), e)),
+        }
+    }
+
     /// Gives up the secret versions the revision (object name `revision`) applied: an apply of
     /// the Secret with no data under the revision's field manager removes the keys no other
     /// revision applied too (server-side apply drops a field its last manager leaves out). A
@@ -565,6 +655,7 @@ impl KubeDriver {
         image: &str,
         replicas: u32,
         secret_keys: &BTreeMap<String, String>,
+        image_pull_secrets: &[String],
     ) -> Result<(), DriverError> {
         let ns = namespace.name.as_str();
         let revision = Revision {
@@ -575,7 +666,7 @@ impl KubeDriver {
             secret_keys,
             network: &self.network,
             environments: &self.inner.environments,
-            image_pull_secrets: &self.inner.options.image_pull_secrets,
+            image_pull_secrets,
             stop_signal_field: self.stop_signal_field().await,
         };
         let objects = runway_render::revision_objects(&workload.config, &revision)
@@ -1026,8 +1117,17 @@ impl Driver for KubeDriver {
             self.mark_for_deletion(ns, &marked).await?;
         }
         let secret_keys = self.apply_secrets(ns, workload).await?;
-        self.apply_revision(namespace, workload, image, scale.replicas, &secret_keys)
-            .await?;
+        let mut pull_secrets = self.inner.options.image_pull_secrets.clone();
+        pull_secrets.extend(self.apply_pull_secret(ns, workload, image).await?);
+        self.apply_revision(
+            namespace,
+            workload,
+            image,
+            scale.replicas,
+            &secret_keys,
+            &pull_secrets,
+        )
+        .await?;
         self.delete_pods(ns, &deleted).await?;
         self.settle(namespace, revision, wanted).await;
         if Self::live_pods(namespace, revision).len() < wanted

@@ -1,6 +1,7 @@
 //! `runtime.kind: kubernetes`: each revision a Deployment on a cluster (`runway_kube::KubeDriver`),
 //! reached with a kubeconfig or the pod's service account; image tags pinned by `runway-oci`'s
-//! `Store::resolve`, no layer fetched.
+//! `Store::resolve`, no layer fetched, when images are not mirrored; mirrored ones pulled by
+//! the nodes from the platform registry with each service's pull secret.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,13 +54,20 @@ impl DriverKind for Kubernetes {
                     .private_ranges,
                 ingress: Some(runway_kube::Peer::runway_ingress()),
             };
-            Ok(ServerDriver::new(
-                runtime
-                    .kubernetes
-                    .driver(start.environments, resolver)
-                    .await?
-                    .with_network(network),
-            ))
+            let mut driver = runtime
+                .kubernetes
+                .driver(start.environments, resolver)
+                .await?
+                .with_network(network);
+            // Pods pull mirrored images with their service's own pull-only login.
+            if let Some(registry) = start.registry {
+                let key = Arc::clone(&registry.key);
+                driver = driver.with_registry(runway_kube::RegistryPull {
+                    host: registry.host.clone(),
+                    login: Arc::new(move |service: &str| key.service(service)),
+                });
+            }
+            Ok(ServerDriver::new(driver))
         })
     }
 

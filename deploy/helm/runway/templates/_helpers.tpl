@@ -253,7 +253,11 @@ database, `store` names the files the pods mount and `leader` the lease's length
 {{- $api := printf "%s-api" $fullname }}
 {{- $ns := .Release.Namespace }}
 {{- $hostnames := list "localhost" "127.0.0.1" $api (printf "%s.%s" $api $ns) (printf "%s.%s.svc" $api $ns) (printf "%s.%s.svc.cluster.local" $api $ns) }}
-{{- $hostnames = concat $hostnames .Values.apiHostnames | uniq }}
+{{- $hostnames = concat $hostnames .Values.apiHostnames }}
+{{- with .Values.registry.host }}
+{{- $hostnames = append $hostnames (regexReplaceAll ":[0-9]+$" . "") }}
+{{- end }}
+{{- $hostnames = uniq $hostnames }}
 {{- $control := printf "%s.%s.svc:%s" (include "runway.controlServiceName" .) $ns (include "runway.controlPort" .) }}
 {{- $managed := dict
   "api" (dict
@@ -266,6 +270,7 @@ database, `store` names the files the pods mount and `leader` the lease's length
       "tls_dir" (include "runway.controlTlsMount" .)
       "https_port" (int .Values.ingressService.httpsPort)))
   "control" (dict "domain" .Values.domain)
+  "registry" (ternary (dict "mirror" true "host" .Values.registry.host) (dict "mirror" false) (not (empty .Values.registry.host)))
   "runtime" (dict
     "kind" "kubernetes"
     "kubernetes" (dict
