@@ -145,6 +145,20 @@ pub enum RegistryError {
         /// The limit.
         limit: usize,
     },
+    /// Storing this would take the content store (and the uploads in progress) past
+    /// [`crate::Limits::max_total_bytes`]. Nothing was stored; deleting what is no longer
+    /// needed and a [`crate::Registry::collect`] pass free space.
+    #[error(
+        "the registry is full: {used} of its {limit} bytes are in use, {needed} more were asked for"
+    )]
+    Full {
+        /// Bytes in use (content and uploads in progress).
+        used: u64,
+        /// Bytes this write needed.
+        needed: u64,
+        /// [`crate::Limits::max_total_bytes`].
+        limit: u64,
+    },
     /// The storage failed (a full disk, permissions).
     #[error("{operation} {}", path.display())]
     Io {

@@ -25,6 +25,9 @@
 //! - `manifest.rs`: what a manifest is (media type) and refers to (blobs, manifests, subject).
 //! - `storage.rs`: [`Registry`] and [`Limits`]: blobs, links, manifests, tags, referrers on disk.
 //! - `upload.rs`: upload sessions, hashed while written.
+//! - `collect.rs`: garbage collection, [`Registry::collect`] with [`Collect`] and
+//!   [`Collected`].
+//! - `usage.rs`: disk use counted against [`Limits::max_total_bytes`]; [`Usage`].
 //! - `routes.rs`: the HTTP API ([`router`]) and the one mapping from errors to responses.
 //! - `error.rs`: [`RegistryError`].
 //!
@@ -60,21 +63,40 @@
 //! so a tenant who learns a digest cannot read another tenant's layers, and a mount is the
 //! only way a link crosses repositories. Everything is written to `uploads/` or `tmp/` and
 //! renamed into place, so a failed write (a digest mismatch, a full disk) leaves nothing
-//! visible. Deleting unlinks; the content stays (there is no garbage collection yet).
-//! Directories are `0700`.
+//! visible. Directories are `0700`.
+//!
+//! Deleting unlinks; the content stays until [`Registry::collect`], a mark-and-sweep pass the
+//! caller runs, finds it unneeded. Per repository a manifest is live when it is tagged, one of
+//! the caller's roots ([`Collect::keep`]), younger than [`Collect::grace`] (by its link's
+//! mtime), listed by a live index, or a referrer of a live subject; a blob link is live when a
+//! live manifest refers to it or it is young. Other links go (a manifest with its referrer
+//! entry), then content files no repository links and older than the grace, then
+//! repositories left with nothing. Writes that create links (an upload's commit,
+//! [`Registry::put_blob`], manifests and tags, mounts) hold a lock shared that a pass holds
+//! exclusively, so content linked during a pass is never deleted by it.
+//!
+//! [`Limits::max_total_bytes`] bounds the content store plus the uploads in progress: a chunk,
+//! a `put_blob` or a new manifest that would go past it is refused before it is written
+//! ([`RegistryError::Full`], `507 Insufficient Storage` over HTTP, as a full disk is) and
+//! leaves nothing. The bytes are counted by one walk at [`Registry::open`] and kept current by
+//! every write and deletion since ([`Registry::usage`]).
 
 mod auth;
+mod collect;
 mod error;
 mod manifest;
 mod name;
 mod routes;
 mod storage;
 mod upload;
+mod usage;
 
 pub use auth::{Access, Authorizer, Refusal};
+pub use collect::{Collect, Collected};
 pub use error::RegistryError;
 pub use manifest::{DOCKER_LIST, DOCKER_MANIFEST, OCI_INDEX, OCI_MANIFEST};
 pub use name::{MAX_NAME_LEN, Reference, ReferenceError, Repository, Tag};
 pub use routes::router;
 pub use runway_oci::Digest;
 pub use storage::{Limits, Registry, StoredManifest};
+pub use usage::Usage;

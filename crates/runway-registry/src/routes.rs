@@ -766,14 +766,18 @@ fn error(e: RegistryError) -> Response {
         E::TooManyUploads { .. } => {
             ApiError::new(StatusCode::TOO_MANY_REQUESTS, "TOOMANYREQUESTS", message)
         }
+        E::Full { .. } => {
+            tracing::warn!(error = %e, "registry refused a write past its bound");
+            storage_full(format!(
+                "{message}: nothing was stored; delete images that are no longer needed (their \
+                 space is freed when the registry next collects garbage) or raise the \
+                 registry's limit, then push again"
+            ))
+        }
         E::Io { source, .. } => {
             tracing::error!(error = %runway_log::chain(&e), "registry storage failed");
             if source.kind() == std::io::ErrorKind::StorageFull {
-                ApiError::new(
-                    StatusCode::INSUFFICIENT_STORAGE,
-                    "UNKNOWN",
-                    "the registry's storage is full",
-                )
+                storage_full("the registry's storage is full".to_string())
             } else {
                 ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -784,6 +788,11 @@ fn error(e: RegistryError) -> Response {
         }
     };
     error_response(&api)
+}
+
+/// `507 Insufficient Storage`: the registry's bound or its disk is full.
+fn storage_full(message: String) -> ApiError {
+    ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "UNKNOWN", message)
 }
 
 #[cfg(test)]

@@ -11,11 +11,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use runway_oci::Digest;
 use sha2::{Digest as _, Sha256};
+use tokio::sync::OwnedRwLockReadGuard;
 
 use crate::error::RegistryError;
 use crate::manifest::{self, ReferrerDescriptor};
 use crate::name::{Reference, Repository, Tag};
 use crate::upload::Session;
+use crate::usage::{Pending, Space, Usage, commit_file};
 
 /// Bounds on what the registry accepts.
 #[derive(Debug, Clone)]
@@ -30,6 +32,11 @@ pub struct Limits {
     pub max_uploads: usize,
     /// The most tags one `tags/list` answer holds (a larger `n` is lowered to this).
     pub max_tags_page: usize,
+    /// The most bytes the content store (`blobs/sha256`) and the uploads in progress may hold
+    /// together; `None`, the default, bounds them only by the disk. A write that would go past
+    /// it (an upload's chunk, [`Registry::put_blob`], a new manifest) is refused with
+    /// [`RegistryError::Full`] (`507` over HTTP) and leaves nothing.
+    pub max_total_bytes: Option<u64>,
 }
 
 impl Default for Limits {
@@ -40,6 +47,7 @@ impl Default for Limits {
             upload_idle_timeout: Duration::from_secs(15 * 60),
             max_uploads: 1024,
             max_tags_page: 10_000,
+            max_total_bytes: None,
         }
     }
 }
@@ -52,6 +60,15 @@ pub struct Registry {
     pub(crate) limits: Limits,
     /// Upload sessions by id. Held only to look up, insert or remove; never across an await.
     pub(crate) uploads: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
+    /// Writes that create links hold it shared; [`Registry::collect`] holds it exclusively for
+    /// its mark and sweep, so nothing is linked to content while it decides what is unlinked.
+    /// In an `Arc` so that a pass's blocking task keeps it even when its caller goes away.
+    pub(crate) gc: Arc<tokio::sync::RwLock<()>>,
+    /// Held from "is this content stored?" to its rename into the store, so that two writes
+    /// of one digest store (and count) it once.
+    commit: Arc<tokio::sync::Mutex<()>>,
+    /// Disk use, against [`Limits::max_total_bytes`].
+    pub(crate) space: Arc<Space>,
 }
 
 /// A manifest as stored.
@@ -100,16 +117,25 @@ impl Registry {
                 removed.map_err(RegistryError::io("removing a stale upload", &stale))?;
             }
         }
+        let space = Space::measure(&root.join("blobs/sha256"), limits.max_total_bytes)?;
         Ok(Registry {
             root: root.to_path_buf(),
             limits,
             uploads: Mutex::new(HashMap::new()),
+            gc: Arc::new(tokio::sync::RwLock::new(())),
+            commit: Arc::new(tokio::sync::Mutex::new(())),
+            space: Arc::new(space),
         })
     }
 
     /// The limits it was opened with.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// How much the content store and the uploads in progress hold now.
+    pub fn usage(&self) -> Usage {
+        self.space.usage()
     }
 
     // ---- paths -------------------------------------------------------------------------
@@ -159,9 +185,10 @@ impl Registry {
     /// Writes `bytes` to `path` through a file in `tmp/` renamed into place.
     async fn write_atomic(&self, path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
         let tmp = self.tmp_path()?;
-        tokio::fs::write(&tmp, bytes)
-            .await
-            .map_err(RegistryError::io("writing", &tmp))?;
+        if let Err(e) = tokio::fs::write(&tmp, bytes).await {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(RegistryError::io("writing", &tmp)(e));
+        }
         self.rename_into_place(&tmp, path).await
     }
 
@@ -213,21 +240,46 @@ impl Registry {
             .await
     }
 
-    /// Moves a verified file into the content store (dropping it when the blob is there
-    /// already) and links it in `repository`.
+    /// Moves a verified file, which `pending` holds, into the content store (dropping it when
+    /// the blob is there already) and links it in `repository`. Its bytes' reservation becomes
+    /// the stored blob's or is released, even when the caller goes away midway.
     pub(crate) async fn commit_blob(
         &self,
         repository: &Repository,
-        verified: &Path,
+        pending: Pending,
         digest: &Digest,
     ) -> Result<(), RegistryError> {
-        let path = self.blob_path(digest);
-        if exists(&path).await {
-            let _ = tokio::fs::remove_file(verified).await;
-        } else {
-            self.rename_into_place(verified, &path).await?;
-        }
-        self.link_blob(repository, digest).await
+        let gc = self.gc.clone().read_owned().await;
+        let gc = self.commit_content(gc, pending, digest).await?;
+        let linked = self.link_blob(repository, digest).await;
+        drop(gc);
+        linked
+    }
+
+    /// Commits `pending`'s file as content `digest` ([`commit_file`]) in a blocking task that
+    /// holds the commit lock and `gc`, and so finishes (its accounting too) whatever becomes of
+    /// its caller. Gives `gc` back for the link that follows.
+    async fn commit_content(
+        &self,
+        gc: OwnedRwLockReadGuard<()>,
+        pending: Pending,
+        digest: &Digest,
+    ) -> Result<OwnedRwLockReadGuard<()>, RegistryError> {
+        let commit = self.commit.clone().lock_owned().await;
+        let to = self.blob_path(digest);
+        let failed = to.clone();
+        let (gc, committed) = tokio::task::spawn_blocking(move || {
+            let committed = commit_file(pending, &to);
+            drop(commit);
+            (gc, committed)
+        })
+        .await
+        .map_err(|e| RegistryError::Io {
+            operation: "storing",
+            path: failed,
+            source: io::Error::other(e),
+        })?;
+        committed.map(|()| gc)
     }
 
     /// Links `digest` in `target` when `from` may read it: a cross-repository mount. `false`
@@ -238,6 +290,7 @@ impl Registry {
         from: &Repository,
         digest: &Digest,
     ) -> Result<bool, RegistryError> {
+        let _gc = self.gc.read().await;
         if !exists(&self.blob_link(from, digest)).await || !exists(&self.blob_path(digest)).await {
             return Ok(false);
         }
@@ -245,8 +298,8 @@ impl Registry {
         Ok(true)
     }
 
-    /// Removes `digest`'s link from `repository`. The content stays on disk (no garbage
-    /// collection yet). `BlobUnknown` when it was not linked.
+    /// Removes `digest`'s link from `repository`. The content stays on disk until a
+    /// [`Registry::collect`] pass finds it unlinked. `BlobUnknown` when it was not linked.
     pub(crate) async fn unlink_blob(
         &self,
         repository: &Repository,
@@ -266,7 +319,8 @@ impl Registry {
     /// Stores the file at `source` as blob `digest` in `repository`, for content the server
     /// fetched itself. The file is hard-linked (or copied, across file systems) into `tmp/`,
     /// hashed there, and renamed into place only when it is `digest`; `source` is left as it
-    /// was.
+    /// was. [`RegistryError::Full`] when new content would go past
+    /// [`Limits::max_total_bytes`].
     pub async fn put_blob(
         &self,
         repository: &str,
@@ -274,35 +328,42 @@ impl Registry {
         source: &Path,
     ) -> Result<(), RegistryError> {
         let repository = parse_repository(repository)?;
-        if exists(&self.blob_path(digest)).await {
-            return self.link_blob(&repository, digest).await;
+        {
+            let _gc = self.gc.read().await;
+            if exists(&self.blob_path(digest)).await {
+                return self.link_blob(&repository, digest).await;
+            }
         }
+        let size = tokio::fs::metadata(source)
+            .await
+            .map_err(RegistryError::io("reading the size of", source))?
+            .len();
+        let mut pending = Pending::reserve(&self.space, size)?;
         let tmp = self.tmp_path()?;
+        pending.hold(tmp.clone());
         if tokio::fs::hard_link(source, &tmp).await.is_err() {
             tokio::fs::copy(source, &tmp)
                 .await
                 .map_err(RegistryError::io("copying", source))?;
         }
+        // The source may have changed since its size was read.
+        let copied = tokio::fs::metadata(&tmp)
+            .await
+            .map_err(RegistryError::io("reading the size of", &tmp))?
+            .len();
+        pending.resize(copied)?;
         let hashed = tmp.clone();
         let actual = tokio::task::spawn_blocking(move || hash_file(&hashed))
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)))
-            .map_err(RegistryError::io("hashing", &tmp));
-        let actual = match actual {
-            Ok(actual) => actual,
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&tmp).await;
-                return Err(e);
-            }
-        };
+            .map_err(RegistryError::io("hashing", &tmp))?;
         if actual != *digest {
-            let _ = tokio::fs::remove_file(&tmp).await;
             return Err(RegistryError::DigestMismatch {
                 expected: digest.clone(),
                 actual,
             });
         }
-        self.commit_blob(&repository, &tmp, digest).await
+        self.commit_blob(&repository, pending, digest).await
     }
 
     // ---- manifests --------------------------------------------------------------------
@@ -339,6 +400,9 @@ impl Registry {
         content_type: Option<&str>,
         bytes: &[u8],
     ) -> Result<PutManifest, RegistryError> {
+        // Shared with other writes, excluded from a collection's pass: the blobs and
+        // manifests checked below stay linked until this manifest's link is written.
+        let gc = self.gc.clone().read_owned().await;
         let limit = self.limits.max_manifest_bytes;
         if bytes.len() > limit {
             return Err(RegistryError::ManifestTooLarge { limit });
@@ -369,10 +433,7 @@ impl Registry {
                 });
             }
         }
-        let content = self.blob_path(&digest);
-        if !exists(&content).await {
-            self.write_atomic(&content, bytes).await?;
-        }
+        let gc = self.store_content(gc, &digest, bytes).await?;
         self.write_atomic(
             &self.manifest_link(repository, &digest),
             parsed.media_type.as_bytes(),
@@ -404,10 +465,31 @@ impl Registry {
             )
             .await?;
         }
+        drop(gc);
         Ok(PutManifest {
             digest,
             subject: parsed.subject,
         })
+    }
+
+    /// Writes `bytes` into the content store as `digest` unless it is there, within
+    /// [`Limits::max_total_bytes`]. Takes and gives back the caller's `gc` guard.
+    async fn store_content(
+        &self,
+        gc: OwnedRwLockReadGuard<()>,
+        digest: &Digest,
+        bytes: &[u8],
+    ) -> Result<OwnedRwLockReadGuard<()>, RegistryError> {
+        if exists(&self.blob_path(digest)).await {
+            return Ok(gc);
+        }
+        let mut pending = Pending::reserve(&self.space, bytes.len() as u64)?;
+        let tmp = self.tmp_path()?;
+        pending.hold(tmp.clone());
+        tokio::fs::write(&tmp, bytes)
+            .await
+            .map_err(RegistryError::io("writing", &tmp))?;
+        self.commit_content(gc, pending, digest).await
     }
 
     /// The digest a tag or digest names in `repository`, when it has that manifest.

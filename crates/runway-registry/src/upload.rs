@@ -21,6 +21,7 @@ use tokio::sync::OwnedMutexGuard;
 use crate::error::RegistryError;
 use crate::name::Repository;
 use crate::storage::{Registry, hex_digest, lock, random_id};
+use crate::usage::Pending;
 
 /// One upload in progress.
 #[derive(Debug)]
@@ -28,6 +29,9 @@ pub(crate) struct Session {
     repository: Repository,
     /// Bytes received, all of them written and hashed.
     offset: u64,
+    /// Bytes reserved against [`Limits::max_total_bytes`](crate::Limits::max_total_bytes)
+    /// for this upload (at least `offset`): released when it ends, or handed to its blob.
+    reserved: u64,
     hasher: Sha256,
     last_used: Instant,
     /// Finished or aborted: a request that got the session after that sees it unknown.
@@ -59,6 +63,7 @@ impl Registry {
         let session = Session {
             repository: repository.clone(),
             offset: 0,
+            reserved: 0,
             hasher: Sha256::new(),
             last_used: Instant::now(),
             closed: false,
@@ -86,15 +91,19 @@ impl Registry {
         let timeout = self.limits.upload_idle_timeout;
         let expired: Vec<String> = {
             let mut uploads = lock(&self.uploads);
-            let expired: Vec<String> = uploads
-                .iter()
-                .filter(|(_, session)| {
-                    session
-                        .try_lock()
-                        .is_ok_and(|s| s.last_used.elapsed() > timeout)
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
+            let mut expired = Vec::new();
+            for (id, session) in uploads.iter() {
+                // Closed while held: whoever takes the session next sees it unknown, so its
+                // bytes are released here once.
+                if let Ok(mut s) = session.try_lock()
+                    && !s.closed
+                    && s.last_used.elapsed() > timeout
+                {
+                    s.closed = true;
+                    self.space.release(std::mem::take(&mut s.reserved));
+                    expired.push(id.clone());
+                }
+            }
             for id in &expired {
                 uploads.remove(id);
             }
@@ -125,6 +134,7 @@ impl Registry {
     /// Ends a session and removes its bytes.
     async fn abort(&self, id: &str, mut guard: Guard) {
         guard.closed = true;
+        self.space.release(std::mem::take(&mut guard.reserved));
         lock(&self.uploads).remove(id);
         let _ = tokio::fs::remove_file(self.upload_path(id)).await;
     }
@@ -181,8 +191,14 @@ impl Registry {
         }
         guard.closed = true;
         lock(&self.uploads).remove(id);
-        self.commit_blob(repository, &self.upload_path(id), digest)
-            .await
+        // The session's bytes, reserved as they came, become the blob's (or are released).
+        let pending = Pending::adopt(
+            &self.space,
+            std::mem::take(&mut guard.reserved),
+            Some(self.upload_path(id)),
+        );
+        drop(guard);
+        self.commit_blob(repository, pending, digest).await
     }
 
     /// Cancels an upload.
@@ -232,6 +248,10 @@ impl Registry {
         {
             return Err(RegistryError::BlobTooLarge { limit });
         }
+        // An announced chunk that cannot fit is refused before a byte of it is read.
+        if let Some(length) = chunk.length {
+            self.space.check(length)?;
+        }
         let path = self.upload_path(id);
         let mut file = tokio::fs::OpenOptions::new()
             .append(true)
@@ -263,6 +283,8 @@ impl Registry {
                     actual: written.saturating_add(len),
                 });
             }
+            self.space.reserve(len)?;
+            session.reserved += len;
             write_all(&mut file, &path, &data).await?;
             session.hasher.update(&data);
             session.offset += len;

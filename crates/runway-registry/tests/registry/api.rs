@@ -7,51 +7,10 @@ use http::{Method, StatusCode};
 use runway_registry::{Digest, Limits, OCI_INDEX, OCI_MANIFEST, RegistryError};
 use serde_json::json;
 
-use crate::support::{ADMIN, ALICE, BOB, READER, fixture, fixture_with, push_blob, send, tree};
-
-const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
-const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-
-fn descriptor(media_type: &str, bytes: &[u8]) -> serde_json::Value {
-    json!({ "mediaType": media_type, "digest": Digest::of(bytes), "size": bytes.len() })
-}
-
-fn image_manifest(config: &[u8], layers: &[&[u8]]) -> Vec<u8> {
-    json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": descriptor(CONFIG_TYPE, config),
-        "layers": layers.iter().map(|l| descriptor(LAYER_TYPE, l)).collect::<Vec<_>>(),
-    })
-    .to_string()
-    .into_bytes()
-}
-
-/// Pushes a config and a layer and a manifest under `tag`; returns the manifest's bytes.
-async fn push_image(
-    app: &axum::Router,
-    credentials: &str,
-    repository: &str,
-    tag: &str,
-    seed: &str,
-) -> Vec<u8> {
-    let config = format!("{{\"seed\":\"{seed}\"}}").into_bytes();
-    let layer = format!("layer of {seed}").into_bytes();
-    push_blob(app, credentials, repository, &config).await;
-    push_blob(app, credentials, repository, &layer).await;
-    let manifest = image_manifest(&config, &[&layer]);
-    let put = send(
-        app,
-        Method::PUT,
-        &format!("/v2/{repository}/manifests/{tag}"),
-        Some(credentials),
-        &[("content-type", OCI_MANIFEST)],
-        manifest.clone(),
-    )
-    .await;
-    assert_eq!(put.status, StatusCode::CREATED, "{put:?}");
-    manifest
-}
+use crate::support::{
+    ADMIN, ALICE, BOB, CONFIG_TYPE, LAYER_TYPE, READER, descriptor, fixture, fixture_with,
+    image_manifest, push_blob, push_image, send, tree,
+};
 
 #[tokio::test]
 async fn base_asks_for_basic_credentials() {

@@ -1,6 +1,7 @@
-//! runway-registry's integration tests: the API driven in-process (`api`), hostile input
-//! (`hostile`), real clients on loopback (`clients`: skopeo, helm, Runway's own puller) and
-//! the OCI distribution-spec conformance suite (`conformance`).
+//! runway-registry's integration tests: the API driven in-process (`api`), garbage
+//! collection and the bound on disk use (`collect`), hostile input (`hostile`), real clients
+//! on loopback (`clients`: skopeo, helm, Runway's own puller) and the OCI distribution-spec
+//! conformance suite (`conformance`).
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +12,7 @@
 
 mod api;
 mod clients;
+mod collect;
 mod conformance;
 mod hostile;
 mod support;

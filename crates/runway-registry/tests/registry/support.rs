@@ -11,7 +11,10 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt as _;
-use runway_registry::{Access, Authorizer, Digest, Limits, Refusal, Registry, router};
+use runway_registry::{
+    Access, Authorizer, Digest, Limits, OCI_MANIFEST, Refusal, Registry, router,
+};
+use serde_json::json;
 use tower::ServiceExt as _;
 
 /// `admin` may do anything; `alice` and `bob` push and pull below `alice/` and `bob/`;
@@ -178,6 +181,50 @@ pub async fn push_blob(app: &Router, credentials: &str, repository: &str, bytes:
     .await;
     assert_eq!(answer.status, StatusCode::CREATED, "{answer:?}");
     digest
+}
+
+pub const CONFIG_TYPE: &str = "application/vnd.oci.image.config.v1+json";
+pub const LAYER_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+pub fn descriptor(media_type: &str, bytes: &[u8]) -> serde_json::Value {
+    json!({ "mediaType": media_type, "digest": Digest::of(bytes), "size": bytes.len() })
+}
+
+pub fn image_manifest(config: &[u8], layers: &[&[u8]]) -> Vec<u8> {
+    json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": descriptor(CONFIG_TYPE, config),
+        "layers": layers.iter().map(|l| descriptor(LAYER_TYPE, l)).collect::<Vec<_>>(),
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Pushes a config and a layer and a manifest under `tag`; returns the manifest's bytes.
+pub async fn push_image(
+    app: &axum::Router,
+    credentials: &str,
+    repository: &str,
+    tag: &str,
+    seed: &str,
+) -> Vec<u8> {
+    let config = format!("{{\"seed\":\"{seed}\"}}").into_bytes();
+    let layer = format!("layer of {seed}").into_bytes();
+    push_blob(app, credentials, repository, &config).await;
+    push_blob(app, credentials, repository, &layer).await;
+    let manifest = image_manifest(&config, &[&layer]);
+    let put = send(
+        app,
+        Method::PUT,
+        &format!("/v2/{repository}/manifests/{tag}"),
+        Some(credentials),
+        &[("content-type", OCI_MANIFEST)],
+        manifest.clone(),
+    )
+    .await;
+    assert_eq!(put.status, StatusCode::CREATED, "{put:?}");
+    manifest
 }
 
 /// Every file and directory below `dir`, relative.
