@@ -15,7 +15,7 @@ use axum::body::Body;
 use http_body_util::BodyExt as _;
 use runway_oci::Digest;
 use sha2::{Digest as _, Sha256};
-use tokio::io::AsyncWriteExt as _;
+use tokio::io::{AsyncSeekExt as _, AsyncWriteExt as _};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::RegistryError;
@@ -254,10 +254,25 @@ impl Registry {
         }
         let path = self.upload_path(id);
         let mut file = tokio::fs::OpenOptions::new()
-            .append(true)
+            .write(true)
             .open(&path)
             .await
             .map_err(RegistryError::io("opening", &path))?;
+        // The file holds what was hashed, no more: a chunk cut short in the middle of a write
+        // (its client went away) may have left bytes past the offset.
+        let length = file
+            .metadata()
+            .await
+            .map_err(RegistryError::io("reading", &path))?
+            .len();
+        if length > session.offset {
+            file.set_len(session.offset)
+                .await
+                .map_err(RegistryError::io("truncating", &path))?;
+        }
+        file.seek(std::io::SeekFrom::Start(session.offset))
+            .await
+            .map_err(RegistryError::io("seeking in", &path))?;
         let mut written: u64 = 0;
         let mut ended = None;
         while let Some(frame) = body.frame().await {

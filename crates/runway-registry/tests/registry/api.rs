@@ -564,6 +564,58 @@ async fn a_full_disk_is_a_5xx_and_leaves_no_blob() {
     assert!(tree(&f.root.join("blobs/sha256")).is_empty());
 }
 
+/// A chunk cut short in the middle of its write (its client went away) can leave bytes past
+/// what was hashed in the upload's file; the next chunk starts where the hash ended, so the
+/// blob holds exactly the bytes its digest names.
+#[tokio::test]
+async fn bytes_past_a_torn_chunk_never_reach_the_blob() {
+    let f = fixture();
+    let start = send(
+        &f.app,
+        Method::POST,
+        "/v2/alice/app/blobs/uploads/",
+        Some(ALICE),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    let id = start.header("docker-upload-uuid").to_string();
+    let location = start.header("location").to_string();
+    let first = send(&f.app, Method::PATCH, &location, Some(ALICE), &[], "abc").await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{first:?}");
+    let location = first.header("location").to_string();
+    // What a torn write leaves: bytes the session never hashed.
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.root.join("uploads").join(&id))
+        .unwrap()
+        .write_all(b"TORN")
+        .unwrap();
+    let digest = Digest::of(b"abcdef");
+    let sep = if location.contains('?') { '&' } else { '?' };
+    let done = send(
+        &f.app,
+        Method::PUT,
+        &format!("{location}{sep}digest={digest}"),
+        Some(ALICE),
+        &[],
+        "def",
+    )
+    .await;
+    assert_eq!(done.status, StatusCode::CREATED, "{done:?}");
+    let blob = send(
+        &f.app,
+        Method::GET,
+        &format!("/v2/alice/app/blobs/{digest}"),
+        Some(ALICE),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(blob.body.as_ref(), b"abcdef");
+}
+
 #[tokio::test]
 async fn a_tenant_cannot_read_another_tenants_blob_by_digest() {
     let f = fixture();
