@@ -238,10 +238,11 @@ pub(crate) async fn deploy(
                 (None, Some(reference)) => (reference.as_str(), "manifest.spec.image"),
                 (None, None) => {
                     return Err(ApiError::invalid(
-                        "no image to deploy: give `image`, set spec.image in the manifest, or \
-                         run the code as a plain process with spec.workload.process.command, \
-                         which `runway init` writes for a Python or Node app, a Procfile or a \
-                         built binary",
+                        "no image to deploy: give `image`, set spec.image in the manifest, \
+                         build one from the repository's files on a base image with \
+                         spec.workload.build (a Dockerfile is not built), or run the code as a \
+                         plain process with spec.workload.process.command, which `runway init` \
+                         writes for a Python or Node app, a Procfile or a built binary",
                     )
                     .field("image"));
                 }

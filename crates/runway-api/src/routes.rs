@@ -912,7 +912,18 @@ async fn status(
     Path((service, env)): Path<(String, String)>,
 ) -> JsonResponse<StatusView> {
     caller.allow(Read, Some(&service), Some(&env))?;
-    Ok(axum::Json(status_view(&state, service, env).await?))
+    let mut view = status_view(&state, service, env).await?;
+    if caller.is_admin() {
+        view.registry = state.registry.as_ref().map(|registry| {
+            let usage = registry.usage();
+            crate::types::RegistryUsageView {
+                bytes: usage.bytes,
+                blobs: usage.blobs,
+                max_bytes: usage.max_bytes,
+            }
+        });
+    }
+    Ok(axum::Json(view))
 }
 
 /// The status document of `service` in `env` (for `GET …/status` and the watch stream); 404
@@ -943,6 +954,7 @@ pub(crate) async fn status_view(
         scaling: parts.scaling,
         rollout: parts.rollout,
         control_plane: parts.control_plane,
+        registry: None,
         warnings: parts.warnings,
     })
 }

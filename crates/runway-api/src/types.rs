@@ -783,6 +783,17 @@ pub struct ControlPlaneView {
     pub leader: Option<String>,
 }
 
+/// The platform registry's disk, shown to admins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RegistryUsageView {
+    /// Bytes its content takes (each blob once, uploads in progress included).
+    pub bytes: u64,
+    /// Blobs (layers, configs, manifests) it holds.
+    pub blobs: u64,
+    /// The bound on `bytes` (`registry.max_bytes`): a push or mirror past it is refused.
+    pub max_bytes: Option<u64>,
+}
+
 /// The progressive rollout in progress.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RolloutView {
@@ -967,6 +978,9 @@ pub struct StatusView {
     /// Which replica answered and which leads, when the control plane has several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<ControlPlaneView>,
+    /// The platform registry's disk: to an admin only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistryUsageView>,
     /// Parts of this status that could not be read (the runtime or the store did not answer),
     /// each saying which and why; those parts are empty rather than wrong.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

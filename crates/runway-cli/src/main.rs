@@ -32,6 +32,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 mod api;
+mod build;
 mod cells;
 mod config;
 mod domains;

@@ -22,7 +22,7 @@ use crate::local::table;
 use crate::repo::{Repository, discover, display, is_named, valid_services};
 use crate::terminal;
 use crate::{EXIT_INVALID, Output, print_stdout};
-use runway_oci::source::Packed;
+use runway_oci::source::{Packed, human_bytes};
 
 /// A deployment that ended badly.
 pub(crate) const EXIT_FAILED: u8 = 1;
@@ -840,6 +840,25 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     if let Some(code) = code {
         rt.block_on(upload_code(&client, &name, env, code))?;
     }
+    let config = service.config(Some(env))?;
+    let build = config
+        .manifest
+        .spec
+        .workload
+        .as_ref()
+        .and_then(|w| w.build.as_ref());
+    if let (Some(build), None) = (build, &request.image) {
+        let settings = crate::config::resolve()?;
+        let root = repository_root(&repo.runway_dir);
+        let pinned = rt.block_on(crate::build::build_and_push(
+            &settings,
+            &name,
+            &root,
+            build,
+            config.port,
+        ))?;
+        request.image = Some(pinned);
+    }
     let deployment = rt.block_on(client.deploy(&name, env, &request))?;
     if args.output.output == Output::Text {
         print_stdout(&format!(
@@ -938,7 +957,7 @@ pub(crate) async fn upload_code(
         "runway: uploading code {} ({} files, {} compressed)...",
         short_digest(&digest),
         code.files,
-        runway_oci::source::human_bytes(code.gzip.len() as u64)
+        human_bytes(code.gzip.len() as u64)
     );
     client
         .upload_source(service, env, &digest, code.gzip)
@@ -1469,6 +1488,17 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             )
         };
         out.push_str(&format!("\ncontrol plane: {leads} leads{through}\n"));
+    }
+    if let Some(registry) = &status.registry {
+        let bound = registry.max_bytes.map_or_else(
+            || "no bound".to_owned(),
+            |max| format!("of {}", human_bytes(max)),
+        );
+        out.push_str(&format!(
+            "\nplatform registry: {} {bound}, {} blobs\n",
+            human_bytes(registry.bytes),
+            registry.blobs
+        ));
     }
     print_stdout(&out);
     for warning in &status.warnings {

@@ -266,6 +266,33 @@ fn a_deployed_image_outlives_its_deletion_upstream() {
     let two = push("2", "two\n");
     deploy(&two.reference);
     serves(&platform, "two\n", "the second image");
+    // An admin's status shows the registry's disk; a service's token's does not.
+    let status = platform.status("hello", "dev");
+    assert!(
+        status["registry"]["bytes"].as_u64().unwrap() > 0,
+        "{status:#}"
+    );
+    let text = platform.runway(&["status", "--service", "hello", "--env", "dev"]);
+    assert!(
+        text.stdout.contains("platform registry: "),
+        "{}",
+        text.all()
+    );
+    let token = deploy_token(&platform, "ci-hello", "hello", &["dev"]);
+    let theirs = platform.runway_as(
+        &token,
+        &[
+            "status",
+            "--service",
+            "hello",
+            "--env",
+            "dev",
+            "--output",
+            "json",
+        ],
+    );
+    assert!(theirs.ok(), "{}", theirs.all());
+    assert!(theirs.json().get("registry").is_none(), "{}", theirs.stdout);
 
     // Gone upstream: both manifests deleted and collected, the tags moved to other content.
     for image in [&one, &two] {
@@ -331,4 +358,123 @@ fn a_deployed_image_outlives_its_deletion_upstream() {
     ]);
     assert!(back.ok(), "{}\n{}", back.all(), platform.log());
     serves(&platform, "one\n", "after the rollback");
+}
+
+/// The Python service of [`a_folder_of_python_is_built_and_served_without_docker`]: it
+/// answers every GET with `page`.
+fn python_app(page: &str) -> String {
+    format!(
+        "import http.server, os\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       body = b\"{page}\\n\"\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header(\"Content-Length\", str(len(body)))\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(body)\n\
+         http.server.HTTPServer((\"\", int(os.environ[\"PORT\"])), H).serve_forever()\n"
+    )
+}
+
+/// A folder with `main.py` and a manifest naming a Python base image (built here from the
+/// machine's Debian Python, kept in the platform registry) becomes a served URL with `runway
+/// deploy --wait`: the image is built and pushed by the CLI, without Docker. A change of code
+/// uploads only the files' layer, the config and the manifest; the base's layers are reused.
+#[test]
+fn a_folder_of_python_is_built_and_served_without_docker() {
+    const HOST: &str = "hello.dev.localhost";
+    if !runway_oci::testing::require_tools(
+        "building images",
+        &["skopeo", "umoci", "busybox", "runc", "ldd"],
+    ) {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "build-secret");
+    let host = platform.api().trim_start_matches("https://").to_owned();
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::copy(platform.ca(), certs.path().join("ca.crt")).unwrap();
+    // The base, pushed where the team keeps it: under its service in the platform registry.
+    let layout = runway_oci::testing::python_layout().unwrap();
+    let digest_file = certs.path().join("digest");
+    let mut copy = Command::new("skopeo");
+    copy.args(["copy", "--quiet", "--digestfile"])
+        .arg(&digest_file)
+        .arg("--dest-cert-dir")
+        .arg(certs.path())
+        .arg(format!("--dest-creds=ci:{}", platform.token))
+        .arg(format!("oci:{}:python", layout.display()))
+        .arg(format!("docker://{host}/hello/base:3.11"));
+    let pushed = run(copy, None, TOOL);
+    assert!(pushed.ok(), "{}", pushed.all());
+    let base = format!(
+        "{host}/hello/base@{}",
+        std::fs::read_to_string(&digest_file).unwrap().trim()
+    );
+
+    std::fs::remove_file(repo.join("app.py")).unwrap();
+    std::fs::write(
+        repo.join(".runway/runway.yml"),
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: hello\n  \
+             owner_email_handle: platform-team\n  department: engineering\nspec:\n  \
+             container_port: 8080\n  regions: [local]\n  scalability:\n    min_instances: 1\n    \
+             max_instances: 1\n  startup_probe:\n    path: /\n    period_seconds: 1\n    \
+             failure_threshold: 60\n  deployment:\n    strategy: legacy\n  workload:\n    \
+             secrets: [API_KEY]\n    build:\n      base: {base}\n      \
+             command: [python3, main.py]\n      include: [main.py]\n"
+        ),
+    )
+    .unwrap();
+
+    let deploy = |page: &str| {
+        std::fs::write(repo.join("main.py"), python_app(page)).unwrap();
+        let started = std::time::Instant::now();
+        let ran = platform.runway_for(
+            &["deploy", "--env", "dev", "--wait", repo.to_str().unwrap()],
+            Duration::from_secs(180),
+        );
+        assert!(ran.ok(), "deploy: {}\n{}", ran.all(), platform.log());
+        let (code, body) = platform.get_until(HOST, "/", Duration::from_secs(30), |_, body| {
+            body.trim() == page
+        });
+        assert_eq!((code, body.trim()), (200, page), "{}", platform.log());
+        let took = started.elapsed();
+        // "runway: pushed HOST/hello/build@sha256:… (12.3 KiB uploaded in 3 blobs, 4 already there)"
+        let line = ran
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("runway: pushed "))
+            .unwrap_or_else(|| panic!("no push said: {}", ran.all()))
+            .to_owned();
+        (took, line)
+    };
+    let (first, first_push) = deploy("built one");
+    let (second, second_push) = deploy("built two");
+    eprintln!(
+        "source to serving: {:.1} s the first time ({first_push}); {:.1} s after a code change \
+         ({second_push})",
+        first.as_secs_f64(),
+        second.as_secs_f64()
+    );
+    // The second push: the files' layer, the config and the manifest's blobs only.
+    assert!(second_push.contains("in 2 blobs"), "{second_push}");
+    assert!(!second_push.contains(" 0 already there"), "{second_push}");
+    assert!(
+        second_push.contains(" B uploaded") || second_push.contains("KiB uploaded"),
+        "more than the code was uploaded: {second_push}"
+    );
+    // What runs is the image built, mirrored like any other.
+    let revision = revision(&platform, 2);
+    let image = revision["image"].as_str().unwrap();
+    assert!(
+        image.starts_with(&format!("{host}/hello/build@sha256:")),
+        "{revision:#}"
+    );
+    assert!(
+        revision["mirror"]
+            .as_str()
+            .unwrap()
+            .starts_with("hello/mirror@sha256:")
+    );
 }

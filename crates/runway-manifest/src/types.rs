@@ -493,6 +493,11 @@ pub struct Workload {
     /// or `runway deploy --image`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
+    /// Build the image from the repository's files, without Docker: `runway deploy` packs them
+    /// as one layer on `base` (whose runtime runs them), sets the command and `PORT`, pushes
+    /// the image to the platform registry and deploys it. A `Dockerfile` is not built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub build: Option<Build>,
     /// Environment variables for every environment; `.runway/env-<env>.yml` adds to and
     /// overrides them per environment.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -679,6 +684,30 @@ pub struct Process {
     /// Working directory, relative to the directory holding `.runway/`. Default: that directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+}
+
+/// An image built from the repository's files on a base image (`spec.workload.build`), as ko
+/// and jib build them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Build {
+    /// The base image, pinned by its digest (`docker.io/library/python:3.12-slim@sha256:…`):
+    /// it holds the runtime (Python, Node, a JVM…) the files run on, and its layers are
+    /// uploaded once.
+    #[schemars(length(min = 1))]
+    pub base: String,
+    /// The program and its arguments, run in `workdir` (the image's entrypoint; its default
+    /// arguments are cleared). `$PORT` is not expanded: run a shell (`[sh, -c, "…"]`) for that.
+    #[schemars(length(min = 1))]
+    pub command: Vec<String>,
+    /// The files and directories to pack, relative to the directory holding `.runway/`.
+    /// Default: all of it. `.gitignore` and `.runwayignore` leave files out either way, and
+    /// `.git/` and `.runway/` are never packed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    /// Where the files go in the image, an absolute path. Default `/app`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 /// What the workload does.

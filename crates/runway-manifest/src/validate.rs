@@ -7,8 +7,8 @@ use crate::diagnostic::{Diagnostic, dotted_path};
 use crate::quantity::Quantity;
 use crate::source::SpanMap;
 use crate::types::{
-    APDEX_TOLERATING_FACTOR, ApiVersion, BackendProtocol, DEFAULT_MAX_INSTANCES, LoadBalancer,
-    Manifest, Percent, Slo, Spec, WorkloadKind, apdex_thresholds,
+    APDEX_TOLERATING_FACTOR, ApiVersion, BackendProtocol, Build, DEFAULT_MAX_INSTANCES,
+    LoadBalancer, Manifest, Percent, Slo, Spec, Workload, WorkloadKind, apdex_thresholds,
 };
 
 /// Environment variable names the platform sets itself.
@@ -242,6 +242,9 @@ pub(crate) fn check(
             c.error("/spec/workload/process/command/0", "the program is empty")
                 .expected("a program name or path");
         }
+    }
+    if let Some(build) = &workload.build {
+        check_build(&mut c, spec, &workload, build);
     }
     if workload.kind == Some(WorkloadKind::Worker) {
         for field in [
@@ -703,6 +706,79 @@ fn percentages(c: &mut Checker<'_>, pointer: &str, steps: &[Percent]) {
         }
         None => {
             c.error(pointer, "the list is empty").expected(expected);
+        }
+    }
+}
+
+/// `spec.workload.build`: one artifact, a base pinned by digest, a program, paths inside the
+/// repository and the image.
+fn check_build(c: &mut Checker<'_>, spec: &Spec, workload: &Workload, build: &Build) {
+    let at = "/spec/workload/build";
+    if workload.process.is_some() {
+        c.error(
+            at,
+            "`spec.workload.build` builds an image, and `spec.workload.process` runs a plain process",
+        )
+        .expected("one artifact: a process, a built image or an image");
+    }
+    for (field, set) in [
+        ("image", spec.image.is_some()),
+        ("command", spec.command.is_some()),
+        ("args", spec.args.is_some()),
+    ] {
+        if set {
+            c.error(
+                &format!("/spec/{field}"),
+                format!(
+                    "`spec.{field}` names an image of its own, and `spec.workload.build` builds one"
+                ),
+            )
+            .expected("the command in `spec.workload.build.command`, or no `build`");
+        }
+    }
+    let pinned = build.base.rsplit_once("@sha256:").is_some_and(|(_, hex)| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !build.base.trim().is_empty() {
+        image_reference(c, &format!("{at}/base"), &build.base);
+        if !pinned {
+            c.error(
+                &format!("{at}/base"),
+                format!("`{}` is not pinned by its digest", build.base),
+            )
+            .expected(
+                "`registry/repository@sha256:<64 hex>`, so a build cannot change under you \
+                 (`skopeo inspect docker://IMAGE` prints the digest)",
+            );
+        }
+    }
+    if build.command.first().is_some_and(|p| p.trim().is_empty()) {
+        c.error(&format!("{at}/command/0"), "the program is empty")
+            .expected("a program name or path in the base image");
+    }
+    if let Some(workdir) = &build.workdir
+        && (!workdir.starts_with('/') || workdir.split('/').any(|part| part == ".."))
+    {
+        c.error(
+            &format!("{at}/workdir"),
+            format!("`{workdir}` is not an absolute path"),
+        )
+        .expected("a directory in the image, e.g. `/app`");
+    }
+    for (i, path) in build.include.iter().flatten().enumerate() {
+        let outside = path.starts_with('/')
+            || std::path::Path::new(path)
+                .components()
+                .any(|part| matches!(part, std::path::Component::ParentDir));
+        if path.trim().is_empty() || outside {
+            c.error(
+                &format!("{at}/include/{i}"),
+                format!("`{path}` is not a path inside the repository"),
+            )
+            .expected("a file or directory relative to the directory holding `.runway/`");
         }
     }
 }

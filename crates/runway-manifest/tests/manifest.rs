@@ -196,6 +196,42 @@ spec:
 }
 
 #[test]
+fn a_built_image_is_one_artifact_on_a_pinned_base() {
+    let text = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: web
+spec:
+  image: busybox
+  workload:
+    process:
+      command: [python3, main.py]
+    build:
+      base: docker.io/library/python:3.12-slim
+      command: ['', main.py]
+      include: [main.py, ../secrets, /etc]
+      workdir: app
+";
+    let loaded = load(&base("m.yml", text));
+    insta::assert_snapshot!("build", render(&loaded.diagnostics));
+    let good = "\
+apiVersion: runway/v1
+kind: RunwayService
+metadata:
+  name: web
+spec:
+  workload:
+    build:
+      base: docker.io/library/python@sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
+      command: [python3, main.py]
+      include: [main.py, app/]
+";
+    let ok = load(&base("m.yml", good));
+    assert_eq!(ok.diagnostics, vec![]);
+}
+
+#[test]
 fn structural_errors_of_every_kind() {
     let text = "\
 apiVersion: runway/v2

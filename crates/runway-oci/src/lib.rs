@@ -149,6 +149,8 @@
 //!   handed to the client.
 //! - `unpack.rs`: applies layers (tar, gzip, zstd, whiteouts), refusing `..`, writes through
 //!   symlinks and device nodes.
+//! - `build.rs`: images built from a directory on a base image, without Docker (`build`),
+//!   pushed with `Store::push`.
 //! - `source.rs`: code snapshots (`pack`, used by the CLI; `SourceStore`, which the server takes
 //!   uploads into and collects from).
 //! - `image.rs`: reads manifests (with their media types), indexes and image configs.
@@ -161,6 +163,7 @@
 #![deny(clippy::print_stderr)]
 
 mod auth;
+pub mod build;
 mod bundle;
 mod digest;
 mod error;
@@ -182,6 +185,6 @@ pub use digest::Digest;
 pub use error::{BlobKind, OciError, Result};
 pub use image::{ImageConfig, Platform};
 pub use store::{
-    DEFAULT_HOST_ID_BASE, Fetched, FetchedBlob, FetchedManifest, Image, Platforms, PullOptions,
-    Rootfs, Store, StoreStats, registry_allowed,
+    BlobSource, DEFAULT_HOST_ID_BASE, Fetched, FetchedBlob, FetchedManifest, Image, Platforms,
+    PullOptions, PushBlob, Pushed, Rootfs, Store, StoreStats, registry_allowed,
 };

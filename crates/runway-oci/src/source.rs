@@ -20,6 +20,10 @@ use crate::digest::{Digest, Hasher, HashingReader};
 use crate::error::OciError;
 use crate::unpack::{UnpackOptions, apply_layer};
 
+/// The time `tar`'s deterministic headers carry (1153704088, as `tar::HeaderMode::Deterministic`
+/// writes), for the entries made here.
+const DETERMINISTIC_MTIME: u64 = 1_153_704_088;
+
 /// The default bound on a snapshot's archive, uncompressed: 128 MiB.
 pub const DEFAULT_MAX_SOURCE_BYTES: u64 = 128 << 20;
 
@@ -115,12 +119,46 @@ impl<W: Write> Write for Counting<W> {
 /// Packs `root` (see the module documentation), refusing an archive over `max_bytes`; the
 /// error then names the largest files, which are what to ignore.
 pub fn pack(root: &Path, max_bytes: u64) -> Result<Packed, SourceError> {
+    pack_with(root, max_bytes, &PackOptions::default())
+}
+
+/// What [`pack_with`] packs besides [`pack`]'s rules.
+#[derive(Debug, Clone, Default)]
+pub struct PackOptions {
+    /// The directory the files are put under in the archive (`app` for `/app`), its parents
+    /// made as directories; none, at the archive's root.
+    pub prefix: Option<PathBuf>,
+    /// Only these paths (files, or directories and what they hold), relative to the root;
+    /// none, everything.
+    pub include: Option<Vec<PathBuf>>,
+    /// Leave `.runway/` out too (an image has no use for the manifests).
+    pub without_runway_dir: bool,
+}
+
+/// Whether `rel` is one of `include`, under one, or a directory on the way to one.
+fn included(include: &[PathBuf], rel: &Path, is_dir: bool) -> bool {
+    include
+        .iter()
+        .any(|path| rel.starts_with(path) || (is_dir && path.starts_with(rel)))
+}
+
+/// Packs `root` as [`pack`] does, with `options`: an image layer's files under a directory,
+/// some paths only.
+pub fn pack_with(
+    root: &Path,
+    max_bytes: u64,
+    options: &PackOptions,
+) -> Result<Packed, SourceError> {
+    let without_runway = options.without_runway_dir;
     let walk = ignore::WalkBuilder::new(root)
         .standard_filters(false)
         .git_ignore(true)
         .require_git(false)
         .add_custom_ignore_filename(IGNORE_FILE)
-        .filter_entry(|entry| entry.file_name() != ".git")
+        .filter_entry(move |entry| {
+            entry.file_name() != ".git"
+                && !(without_runway && entry.depth() == 1 && entry.file_name() == ".runway")
+        })
         .sort_by_file_name(std::ffi::OsStr::cmp)
         .build();
     let gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -131,6 +169,21 @@ pub fn pack(root: &Path, max_bytes: u64) -> Result<Packed, SourceError> {
     });
     archive.mode(tar::HeaderMode::Deterministic);
     archive.follow_symlinks(false);
+    let prefix = options.prefix.clone().unwrap_or_default();
+    let mut made = PathBuf::new();
+    for part in prefix.components() {
+        made.push(part);
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(0);
+        header.set_mtime(DETERMINISTIC_MTIME);
+        archive
+            .append_data(&mut header, &made, io::empty())
+            .map_err(|e| SourceError::io("pack", root, e))?;
+    }
     let mut files = 0u64;
     let mut skipped = Vec::new();
     let mut sizes: Vec<(u64, PathBuf)> = Vec::new();
@@ -146,6 +199,11 @@ pub fn pack(root: &Path, max_bytes: u64) -> Result<Packed, SourceError> {
         }
         let meta = fs::symlink_metadata(path).map_err(|e| SourceError::io("read", path, e))?;
         let kind = meta.file_type();
+        if let Some(include) = &options.include
+            && !included(include, rel, kind.is_dir())
+        {
+            continue;
+        }
         if !(kind.is_dir() || kind.is_file() || kind.is_symlink()) {
             skipped.push(format!("{}: not a file, directory or link", rel.display()));
             continue;
@@ -159,7 +217,7 @@ pub fn pack(root: &Path, max_bytes: u64) -> Result<Packed, SourceError> {
         if over {
             continue;
         }
-        match archive.append_path_with_name(path, rel) {
+        match archive.append_path_with_name(path, prefix.join(rel)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::FileTooLarge => over = true,
             Err(e) => return Err(SourceError::io("pack", path, e)),
@@ -462,6 +520,71 @@ mod tests {
                 (!rel.is_empty()).then_some(rel)
             })
             .collect()
+    }
+
+    /// The entries of a packed archive: path, uid, gid, mode.
+    fn entries(packed: &Packed) -> Vec<(String, u64, u64, u32)> {
+        let gzip = flate2::read::GzDecoder::new(packed.gzip.as_slice());
+        let mut archive = tar::Archive::new(gzip);
+        archive
+            .entries()
+            .expect("entries")
+            .map(|entry| {
+                let entry = entry.expect("entry");
+                let header = entry.header();
+                (
+                    entry.path().expect("path").to_string_lossy().into_owned(),
+                    header.uid().expect("uid"),
+                    header.gid().expect("gid"),
+                    header.mode().expect("mode"),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_layer_holds_the_included_files_under_its_directory_and_no_manifests() {
+        let source = tree();
+        let options = PackOptions {
+            prefix: Some(PathBuf::from("srv/app")),
+            include: Some(vec![PathBuf::from("app.py"), PathBuf::from("src")]),
+            without_runway_dir: true,
+        };
+        let packed = pack_with(source.path(), DEFAULT_MAX_SOURCE_BYTES, &options).expect("pack");
+        let names: Vec<String> = entries(&packed).into_iter().map(|e| e.0).collect();
+        assert_eq!(
+            names,
+            [
+                "srv",
+                "srv/app",
+                "srv/app/app.py",
+                "srv/app/src",
+                "srv/app/src/deep",
+                "srv/app/src/deep/lib.py",
+            ]
+        );
+        // Every header is whole (owner root), as an image's layer must be.
+        assert!(entries(&packed).iter().all(|e| e.1 == 0 && e.2 == 0));
+        let again = pack_with(source.path(), DEFAULT_MAX_SOURCE_BYTES, &options).expect("pack");
+        assert_eq!(again.digest, packed.digest);
+        // Without `include`, everything but `.git/`, `.runway/` and what is ignored.
+        let all = PackOptions {
+            include: None,
+            ..options
+        };
+        let packed = pack_with(source.path(), DEFAULT_MAX_SOURCE_BYTES, &all).expect("pack");
+        let names: Vec<String> = entries(&packed).into_iter().map(|e| e.0).collect();
+        assert!(names.contains(&"srv/app/main.py".to_owned()), "{names:?}");
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains(".runway/") || n.contains(".git/"))
+        );
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("debug.log") || n.contains("node_modules"))
+        );
     }
 
     #[test]

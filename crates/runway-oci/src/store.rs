@@ -227,6 +227,35 @@ pub enum Platforms {
     Selected,
 }
 
+/// A blob to push: its digest and where its bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushBlob {
+    /// Its digest.
+    pub digest: Digest,
+    /// Its bytes: a file (a blob of the store's), or in memory.
+    pub source: BlobSource,
+}
+
+/// Where a blob's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BlobSource {
+    /// A file that hashes to the digest.
+    File(PathBuf),
+    /// The bytes themselves.
+    Bytes(Vec<u8>),
+}
+
+/// What [`Store::push`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pushed {
+    /// `registry/repository@sha256:…` of the manifest pushed.
+    pub pinned: String,
+    /// Blobs uploaded, and their bytes.
+    pub uploaded: (usize, u64),
+    /// Blobs the registry had already, so not uploaded.
+    pub reused: usize,
+}
+
 /// An image's content in the store's verified blobs, fetched by [`Store::fetch`] to be put
 /// into another registry: blobs first, then the manifests in their order.
 #[derive(Debug, Clone)]
@@ -425,6 +454,80 @@ impl Store {
             parsed.repository(),
             digest
         ))
+    }
+
+    /// Pushes `blobs` to `target` (`registry/repository[:tag]`), each unless the registry has
+    /// it already (asked first, so an image on a base the registry holds uploads only its own
+    /// layers), then `manifest` (of `media_type`) under `target`'s tag, or by its digest.
+    /// `opts` gives the credentials, the roots and the bounds, as for a pull.
+    pub async fn push(
+        &self,
+        target: &str,
+        blobs: &[PushBlob],
+        manifest: &[u8],
+        media_type: &str,
+        opts: &PullOptions,
+    ) -> Result<Pushed, OciError> {
+        let parsed = allowed_reference(target, opts)?;
+        within(opts, &parsed, target, async {
+            let mut remote = Remote::new(self, target, &parsed, opts)?;
+            remote.client().await?;
+            let client = remote.client.as_ref().ok_or_else(|| OciError::Task {
+                what: "creating the registry client",
+                reason: "no client".to_string(),
+            })?;
+            let mut pushed = Pushed {
+                pinned: String::new(),
+                uploaded: (0, 0),
+                reused: 0,
+            };
+            for blob in blobs {
+                let digest = blob.digest.to_string();
+                if client
+                    .blob_exists(&parsed, &digest)
+                    .await
+                    .map_err(|e| remote.error_for(e, BlobKind::Layer))?
+                {
+                    pushed.reused += 1;
+                    continue;
+                }
+                let bytes = match &blob.source {
+                    BlobSource::Bytes(bytes) => bytes.clone(),
+                    BlobSource::File(path) => tokio::fs::read(path)
+                        .await
+                        .map_err(|e| OciError::io("read", path, e))?,
+                };
+                let size = bytes.len() as u64;
+                client
+                    .push_blob(&parsed, bytes, &digest)
+                    .await
+                    .map_err(|e| remote.error_for(e, BlobKind::Layer))?;
+                pushed.uploaded.0 += 1;
+                pushed.uploaded.1 += size;
+            }
+            let content_type = http::HeaderValue::from_str(media_type).map_err(|e| {
+                OciError::InvalidReference {
+                    reference: target.to_string(),
+                    reason: format!("media type {media_type:?}: {e}"),
+                }
+            })?;
+            let digest = Digest::of(manifest);
+            let at = match parsed.tag() {
+                Some(_) if parsed.digest().is_none() => parsed.clone(),
+                _ => Reference::with_digest(
+                    parsed.registry().to_string(),
+                    parsed.repository().to_string(),
+                    digest.to_string(),
+                ),
+            };
+            client
+                .push_manifest_raw(&at, manifest.to_vec(), content_type)
+                .await
+                .map_err(|e| remote.error(e))?;
+            pushed.pinned = format!("{}/{}@{digest}", parsed.registry(), parsed.repository());
+            Ok(pushed)
+        })
+        .await
     }
 
     /// Fetches `reference`'s manifests, configs and layers into the cache, verified, without

@@ -406,6 +406,119 @@ pub fn busybox_layout() -> anyhow::Result<PathBuf> {
         .map_err(anyhow::Error::msg)
 }
 
+/// The standard library directories a Python base leaves out: tests, tools, and what
+/// building C extensions needs.
+const PYTHON_LEFT_OUT: &[&str] = &[
+    "test",
+    "idlelib",
+    "tkinter",
+    "lib2to3",
+    "ensurepip",
+    "pydoc_data",
+    "__pycache__",
+    "dist-packages",
+    "site-packages",
+    "turtledemo",
+];
+
+/// An OCI layout with tag `python`: the busybox base ([`busybox_layout`]) and this machine's
+/// Debian Python (`/usr/bin/python3`, the libraries it links and its standard library, less
+/// tests and tools, about 15 MB), `PATH` set: a base image for a Python service, built here.
+/// Built once per process; callers push it or copy it.
+pub fn python_layout() -> anyhow::Result<PathBuf> {
+    static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| build_python_layout().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
+fn build_python_layout() -> anyhow::Result<PathBuf> {
+    let base = busybox_layout()?;
+    let parent = std::env::temp_dir().join("runway-oci-fixtures");
+    let work = tempfile::Builder::new()
+        .prefix("python-")
+        .tempdir_in(&parent)?
+        .keep();
+    let layout = work.join("layout");
+    run(Command::new("cp").arg("-a").arg(&base).arg(&layout))?;
+    let bundle = work.join("unpacked");
+    run(&mut unpack_cmd(&layout, "base", &bundle))?;
+    let rootfs = bundle.join("rootfs");
+    let python = std::fs::canonicalize("/usr/bin/python3")
+        .context("/usr/bin/python3 (Debian's python3) is not installed")?;
+    let version = python
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("python3's name")?
+        .to_owned();
+    let copy = |from: &Path| -> anyhow::Result<()> {
+        let to = rootfs.join(from.strip_prefix("/")?);
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::copy(from, &to)?;
+        Ok(())
+    };
+    copy(&python)?;
+    std::os::unix::fs::symlink(&version, rootfs.join("usr/bin/python3"))?;
+    let ldd = Command::new("ldd").arg(&python).output().context("ldd")?;
+    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+        let path = line
+            .split_whitespace()
+            .find(|word| word.starts_with('/'))
+            .map(PathBuf::from);
+        if let Some(path) = path {
+            copy(&path)?;
+            let real = std::fs::canonicalize(&path)?;
+            if real != path {
+                copy(&real)?;
+            }
+        }
+    }
+    let stdlib = Path::new("/usr/lib").join(&version);
+    for entry in walkdir_files(&stdlib)? {
+        let rel = entry.strip_prefix(&stdlib)?;
+        let left_out = rel
+            .components()
+            .any(|c| PYTHON_LEFT_OUT.contains(&c.as_os_str().to_str().unwrap_or_default()))
+            || rel.starts_with("config-");
+        if !left_out {
+            copy(&entry)?;
+        }
+    }
+    run(Command::new("umoci")
+        .args(["repack", "--image"])
+        .arg(image_arg(&layout, "python"))
+        .arg(&bundle))?;
+    run(Command::new("umoci")
+        .args(["config", "--image"])
+        .arg(image_arg(&layout, "python"))
+        .args(["--tag", "python", "--config.env=PATH=/usr/bin:/bin"])
+        .arg("--config.cmd=python3"))?;
+    std::fs::remove_dir_all(&bundle)?;
+    Ok(layout)
+}
+
+/// Every file (not directory; links as files) under `root`, sorted.
+fn walkdir_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
 fn build_busybox_layout() -> anyhow::Result<PathBuf> {
     // Kept for the process's life; removed by the next process that starts (by age).
     let parent = std::env::temp_dir().join("runway-oci-fixtures");

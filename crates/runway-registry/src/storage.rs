@@ -385,6 +385,11 @@ impl Registry {
             .digest)
     }
 
+    /// Whether the content store holds `digest` (a blob or manifest of any repository).
+    pub fn contains(&self, digest: &Digest) -> bool {
+        self.blob_path(digest).is_file()
+    }
+
     /// Whether manifest `digest` is in `repository`.
     pub fn has_manifest(&self, repository: &str, digest: &Digest) -> bool {
         let Ok(repository) = Repository::parse(repository) else {

@@ -33,6 +33,12 @@ pub struct RegistryConfig {
     /// they see it, a name its certificate is for (`api.tls.hostnames`). Default: the API's
     /// listen address, a wildcard as `127.0.0.1`, which only this machine reaches.
     pub host: Option<String>,
+    /// How long an image no revision refers to (nor a tag, in a repository a service pushes
+    /// to) is kept before it is collected, in hours (default 168, a week).
+    pub retention_hours: u64,
+    /// The most bytes the registry's content may take: a push or a mirror past it is refused
+    /// (507), and running services are not touched. Default: no bound but the disk's.
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for RegistryConfig {
@@ -40,6 +46,23 @@ impl Default for RegistryConfig {
         Self {
             mirror: true,
             host: None,
+            retention_hours: 168,
+            max_bytes: None,
+        }
+    }
+}
+
+impl RegistryConfig {
+    /// How long what nothing refers to is kept.
+    pub fn retention(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.retention_hours.saturating_mul(3600))
+    }
+
+    /// The registry's limits: the defaults, and `max_bytes`.
+    pub fn limits(&self) -> runway_registry::Limits {
+        runway_registry::Limits {
+            max_total_bytes: self.max_bytes,
+            ..runway_registry::Limits::default()
         }
     }
 }
@@ -56,9 +79,27 @@ pub struct PlatformRegistry {
     pub ca_pem: Vec<u8>,
     /// The key of its pull-only credentials.
     pub key: Arc<PullKey>,
+    /// The other `host:port`s clients reach it at (the API's names with its port): an image
+    /// a CI job pushed there as `runway.example.com:7443/hello/build` is fetched from `host`.
+    pub aliases: Vec<String>,
 }
 
 impl PlatformRegistry {
+    /// `reference` with the registry's own address when it names it by another of its names.
+    fn local(&self, reference: &str) -> String {
+        match reference.split_once('/') {
+            Some((registry, rest))
+                if self
+                    .aliases
+                    .iter()
+                    .any(|alias| alias.eq_ignore_ascii_case(registry)) =>
+            {
+                format!("{}/{rest}", self.host)
+            }
+            _ => reference.to_owned(),
+        }
+    }
+
     /// `options` able to pull from this registry as `credentials` (a `(user, password)` of
     /// [`PullKey`]): its host allowed, trusted, and its credentials used there alone.
     pub fn pull_options(
@@ -135,6 +176,7 @@ impl Mirror {
     /// deploy reads nothing of another service's there. The error says what is wrong, for the
     /// deploy's caller.
     pub async fn mirror(&self, service: &str, reference: &str) -> Result<ResolvedImage, String> {
+        let reference = &self.access.local(reference);
         let options = self
             .access
             .pull_options(self.upstream.clone(), self.access.key.service(service));

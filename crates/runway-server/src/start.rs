@@ -22,7 +22,7 @@ use crate::driver::{Drivers, ServerDriver, Start, drivers};
 use crate::ingress::{IngressProcess, ingress_ensure, keep_ingress};
 use crate::platform::ServerPlatform;
 use crate::registry::{Mirror, PlatformRegistry};
-use crate::tasks::{collect_sources, write_observability};
+use crate::tasks::{collect_images, collect_sources, write_observability};
 
 /// What a running control plane shows its caller (`runway quickstart` uses it in-process).
 #[derive(Debug)]
@@ -137,11 +137,8 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     let api_listener = bind(config.api.listen, "API").await?;
     let api_address = api_listener.local_addr()?;
     let registry = Arc::new(
-        runway_registry::Registry::open(
-            &data_dir.join("registry"),
-            runway_registry::Limits::default(),
-        )
-        .context("cannot open the platform registry")?,
+        runway_registry::Registry::open(&data_dir.join("registry"), config.registry.limits())
+            .context("cannot open the platform registry")?,
     );
     let pull_key = Arc::new(
         runway_api::registry::PullKey::load_or_create(&data_dir.join("registry.key"))
@@ -152,6 +149,13 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         plain_http: !config.api.tls.enabled,
         ca_pem: ca_pem.as_bytes().to_vec(),
         key: Arc::clone(&pull_key),
+        aliases: config
+            .api
+            .tls
+            .hostnames
+            .iter()
+            .map(|name| format!("{name}:{}", api_address.port()))
+            .collect(),
     });
     let kind = drivers.chosen(&config.runtime.kind)?;
     let driver = kind
@@ -258,6 +262,13 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             Ok(())
         }
     }));
+    tasks.push(tokio::spawn(collect_images(
+        Arc::clone(&store),
+        Arc::clone(&registry),
+        config.registry.mirror.then(|| data_dir.join("images")),
+        config.registry.retention(),
+        stopped.clone(),
+    )));
     tasks.push(tokio::spawn(collect_sources(
         Arc::clone(&store),
         sources.clone(),

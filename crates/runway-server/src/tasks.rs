@@ -1,5 +1,5 @@
-//! The server's chores beside the controller: code snapshots no revision names collected, and
-//! the generated observability files written.
+//! The server's chores beside the controller: code snapshots and images no revision names
+//! collected, and the generated observability files written.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,6 +14,9 @@ use crate::config::ObservabilityConfig;
 
 /// How long an uploaded snapshot no revision names is kept: its deploy may be on its way.
 const SOURCE_GRACE: Duration = Duration::from_secs(3600);
+/// How long a blob fetched for the mirror is kept in the image cache before it is known to be
+/// in the registry: its mirror may be on its way.
+const CACHE_GRACE: Duration = Duration::from_secs(3600);
 
 /// Removes, every ten minutes, the code snapshots no revision names (see
 /// [`SourceStore::collect`]); the first pass a minute after the start.
@@ -56,6 +59,96 @@ pub(crate) async fn collect_sources(
             Err(e) => tracing::warn!(error = %e, "cannot collect code snapshots"),
         }
     }
+}
+
+/// Collects, every ten minutes (the first pass a minute after the start), the platform
+/// registry's images that no revision refers to and no tag names, once older than
+/// `retention` (see `runway_registry::Registry::collect`); then, when images are mirrored,
+/// drops from the image cache `cache` (where the mirror fetches to, its blobs hard links of
+/// the registry's) every blob older than an hour that the registry no longer holds, so the
+/// space is freed.
+pub(crate) async fn collect_images(
+    store: Arc<dyn Store>,
+    registry: Arc<runway_registry::Registry>,
+    cache: Option<PathBuf>,
+    retention: Duration,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut wait = Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = Duration::from_secs(600);
+        match collect_images_once(&store, &registry, cache.as_deref(), retention).await {
+            Ok(collected) if collected.manifests + collected.blobs == 0 => {}
+            Ok(collected) => tracing::info!(
+                manifests = collected.manifests,
+                blobs = collected.blobs,
+                bytes = collected.bytes,
+                "unused images collected from the platform registry"
+            ),
+            Err(e) => tracing::warn!(
+                error = runway_log::chain(e.as_ref()),
+                "cannot collect the platform registry's unused images"
+            ),
+        }
+    }
+}
+
+/// One pass of [`collect_images`].
+pub(crate) async fn collect_images_once(
+    store: &Arc<dyn Store>,
+    registry: &runway_registry::Registry,
+    cache: Option<&Path>,
+    retention: Duration,
+) -> anyhow::Result<runway_registry::Collected> {
+    let store = Arc::clone(store);
+    let keep = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut keep = std::collections::BTreeSet::new();
+        for service in store.service_list()? {
+            for env in &service.environments {
+                for revision in store.revision_list(&service.name, env)? {
+                    let mirror = runway_store::artifact_mirror(&revision.artifact);
+                    if let Some((repository, digest)) = mirror.and_then(|m| m.split_once('@'))
+                        && let Ok(digest) = runway_registry::Digest::parse(digest)
+                    {
+                        keep.insert((repository.to_owned(), digest));
+                    }
+                }
+            }
+        }
+        Ok(keep)
+    })
+    .await??;
+    let collected = registry
+        .collect(&runway_registry::Collect {
+            keep,
+            grace: retention,
+        })
+        .await?;
+    // The cache's blobs the registry no longer has (each was a link of its copy), but those
+    // of a mirror in progress.
+    let blobs = cache.map(|cache| cache.join("blobs/sha256"));
+    let entries = blobs.as_deref().and_then(|dir| std::fs::read_dir(dir).ok());
+    for entry in entries.into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let held = name
+            .to_str()
+            .and_then(|hex| runway_registry::Digest::parse(&format!("sha256:{hex}")).ok())
+            .is_some_and(|digest| registry.contains(&digest));
+        let recent = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|at| at.elapsed().ok())
+            .is_none_or(|age| age < CACHE_GRACE);
+        if !held && !recent {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    Ok(collected)
 }
 
 /// Writes the generated rule file and dashboards to `dir` every `interval_ms` when they
@@ -137,4 +230,135 @@ fn replace_if_changed(path: &Path, text: &str) -> anyhow::Result<bool> {
     std::fs::rename(&temporary, path)
         .with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::SystemTime;
+
+    use runway_registry::{Digest, Limits, OCI_MANIFEST, Registry};
+    use runway_store::{NewRevision, NewService, PlannedRevision, RevisionRef, SqliteStore};
+    use serde_json::json;
+
+    use super::*;
+
+    /// Puts an image (a config and one layer, `seed` making it unique) into `repository`.
+    async fn image(registry: &Registry, dir: &Path, repository: &str, seed: &str) -> Digest {
+        let mut descriptors = Vec::new();
+        for (kind, bytes) in [
+            ("config", format!("{{\"seed\":\"{seed}\"}}")),
+            ("layer", seed.repeat(100)),
+        ] {
+            let digest = Digest::of(bytes.as_bytes());
+            let path = dir.join(digest.hex());
+            std::fs::write(&path, &bytes).unwrap();
+            registry.put_blob(repository, &digest, &path).await.unwrap();
+            descriptors.push((kind, digest, bytes.len()));
+        }
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": descriptors[0].1.to_string(), "size": descriptors[0].2},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                        "digest": descriptors[1].1.to_string(), "size": descriptors[1].2}],
+        })
+        .to_string();
+        let digest = Digest::of(manifest.as_bytes());
+        registry
+            .put_manifest(
+                repository,
+                &digest.to_string(),
+                OCI_MANIFEST,
+                manifest.as_bytes(),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// What a revision's mirror refers to stays; an image no revision refers to goes, and so
+    /// does a decommissioned service's; the image cache loses what the registry no longer
+    /// holds, once it is old.
+    #[tokio::test]
+    async fn images_no_revision_refers_to_are_collected() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        let registry = Registry::open(&dir.path().join("registry"), Limits::default()).unwrap();
+        let blobs = dir.path().join("blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        store
+            .service_create(
+                "admin",
+                &NewService {
+                    name: "hello".into(),
+                    owners: vec!["team@example.com".into()],
+                    environments: vec!["dev".into()],
+                },
+            )
+            .unwrap();
+        let running = image(&registry, &blobs, "hello/mirror", "running").await;
+        let orphan = image(&registry, &blobs, "hello/mirror", "orphan").await;
+        store
+            .record_deploy(
+                "admin",
+                &NewRevision {
+                    service: "hello".into(),
+                    env: "dev".into(),
+                    manifest: json!({}),
+                    artifact: json!({
+                        "image": format!("upstream.example/web@{running}"),
+                        "mirror": format!("hello/mirror@{running}"),
+                    }),
+                    env_vars: BTreeMap::new(),
+                    set_vars: BTreeSet::new(),
+                    secret_versions: BTreeMap::new(),
+                },
+                &[PlannedRevision {
+                    revision: RevisionRef::New,
+                    instances: 1,
+                    weight: 100,
+                }],
+            )
+            .unwrap();
+        // The image cache: a fetched copy of a blob the registry does not hold, old, and one
+        // fetched a moment ago (a mirror on its way).
+        let cache = dir.path().join("images");
+        std::fs::create_dir_all(cache.join("blobs/sha256")).unwrap();
+        let old = Digest::of(b"old");
+        let fresh = Digest::of(b"fresh");
+        for digest in [&old, &fresh] {
+            std::fs::write(cache.join("blobs/sha256").join(digest.hex()), "x").unwrap();
+        }
+        std::fs::File::options()
+            .write(true)
+            .open(cache.join("blobs/sha256").join(old.hex()))
+            .unwrap()
+            .set_modified(SystemTime::now() - 2 * CACHE_GRACE)
+            .unwrap();
+
+        // Kept a while: nothing goes before the retention.
+        let none = collect_images_once(&store, &registry, Some(&cache), Duration::from_secs(3600))
+            .await
+            .unwrap();
+        assert_eq!(none.manifests, 0);
+        let collected = collect_images_once(&store, &registry, Some(&cache), Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(collected.manifests, 1, "{collected:?}");
+        assert!(registry.has_manifest("hello/mirror", &running));
+        assert!(!registry.has_manifest("hello/mirror", &orphan));
+        assert!(!cache.join("blobs/sha256").join(old.hex()).exists());
+        assert!(cache.join("blobs/sha256").join(fresh.hex()).exists());
+
+        // Decommissioned: its revisions go, and its images with them.
+        store.service_decommission("admin", "hello").unwrap();
+        collect_images_once(&store, &registry, Some(&cache), Duration::ZERO)
+            .await
+            .unwrap();
+        assert!(!registry.has_manifest("hello/mirror", &running));
+        assert_eq!(registry.usage().bytes, 0, "{:?}", registry.usage());
+    }
 }

@@ -829,6 +829,8 @@ impl Platform {
             .env_remove("RUNWAY_TOKEN")
             .env_remove("RUNWAY_CA")
             .env_remove("RUNWAY_STATE_DIR")
+            // What the CLI caches (a build's base image) stays in the test's directory.
+            .env("XDG_CACHE_HOME", self.dir.path().join("cache"))
             .current_dir(self.dir.path());
         command
     }
