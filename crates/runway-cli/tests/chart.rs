@@ -1003,6 +1003,11 @@ fn schema_refuses_unknown_keys_and_a_pattern_without_env() {
             "store.urlSecret.name=db,podSecurityContext.runAsGroup=1000",
             "runAsGroup (1000) is not fsGroup (65532)",
         ),
+        // Replicas each keep their own registry: no mirror across them.
+        (
+            "store.urlSecret.name=db,registry.host=runway.example.com:30443",
+            "each server pod keeps its own data directory",
+        ),
     ] {
         let ran = template(&helm, "runway", "runway-system", None, &["--set", set]);
         assert!(!ran.ok(), "--set {set} rendered");

@@ -477,4 +477,18 @@ fn a_folder_of_python_is_built_and_served_without_docker() {
             .unwrap()
             .starts_with("hello/mirror@sha256:")
     );
+    // Another service cannot deploy hello's image, nor hello's mirror, though it knows both:
+    // the mirror copies only from the deploying service's own repositories.
+    let other = platform.onboard("other", &["dev"], "other-secret");
+    support::set_image_manifest(&other, 1, 1);
+    let mirrored = format!("{host}/{}", revision["mirror"].as_str().unwrap());
+    for stolen in [image, mirrored.as_str()] {
+        let ran = platform.deploy_image(&other, "dev", stolen);
+        assert!(!ran.ok(), "other deployed {stolen}: {}", ran.all());
+        assert!(
+            ran.stderr.contains("is not one of other's repositories"),
+            "{}",
+            ran.all()
+        );
+    }
 }

@@ -1,8 +1,9 @@
 //! Images built from a directory without Docker, as ko and jib build them: the files packed as
 //! one layer ([`crate::source::pack_with`]) on a base image pinned by digest, the base's
 //! config with the command as entrypoint, the working directory and `PORT` set. The image is
-//! the base's layers (never fetched again once the target registry has them) and the files'
-//! layer; two builds of the same files on the same base are the same image, byte for byte.
+//! the base's layers (fetched into the local cache once, pushed only where the target lacks
+//! them) and the files' layer; two builds of the same files on the same base are the same
+//! image, byte for byte.
 
 use serde_json::{Value, json};
 

@@ -385,6 +385,52 @@ impl Registry {
             .digest)
     }
 
+    /// Copies the image `reference` (a tag or digest) names in `from` into `to`, within the
+    /// registry: its blobs are linked in `to` only as `from` links them (a mount), then its
+    /// manifests stored by digest, an index's after its children. Nothing is read from
+    /// anywhere but `from`, so what `to` gets is what `from` may be pulled for. Returns the
+    /// manifest's digest; `ManifestUnknown` or `BlobUnknown` when `from` lacks a part.
+    pub async fn copy_image(
+        &self,
+        from: &str,
+        reference: &str,
+        to: &str,
+    ) -> Result<Digest, RegistryError> {
+        let (source, target) = (parse_repository(from)?, parse_repository(to)?);
+        let top = self.manifest(&source, &parse_reference(reference)?).await?;
+        let mut pending = vec![top.clone()];
+        let mut ordered = Vec::new();
+        while let Some(stored) = pending.pop() {
+            let parsed = crate::manifest::parse(Some(&stored.media_type), &stored.bytes)?;
+            for blob in &parsed.blobs {
+                if !self.mount_blob(&target, &source, blob).await? {
+                    return Err(RegistryError::BlobUnknown {
+                        repository: source.to_string(),
+                        digest: blob.clone(),
+                    });
+                }
+            }
+            for child in &parsed.manifests {
+                let child = self
+                    .manifest(&source, &Reference::Digest(child.clone()))
+                    .await?;
+                pending.push(child);
+            }
+            ordered.push(stored);
+        }
+        // Children first: an index is taken only once the manifests it lists are there.
+        for stored in ordered.iter().rev() {
+            self.store_manifest(
+                &target,
+                &Reference::Digest(stored.digest.clone()),
+                Some(&stored.media_type),
+                &stored.bytes,
+            )
+            .await?;
+        }
+        Ok(top.digest)
+    }
+
     /// Whether the content store holds `digest` (a blob or manifest of any repository).
     pub fn contains(&self, digest: &Digest) -> bool {
         self.blob_path(digest).is_file()

@@ -270,6 +270,11 @@ impl Registry {
                 .await
                 .map_err(RegistryError::io("truncating", &path))?;
         }
+        // And the space reserved for what was cut off is given back.
+        if session.reserved > session.offset {
+            self.space.release(session.reserved - session.offset);
+            session.reserved = session.offset;
+        }
         file.seek(std::io::SeekFrom::Start(session.offset))
             .await
             .map_err(RegistryError::io("seeking in", &path))?;

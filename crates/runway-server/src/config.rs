@@ -534,6 +534,13 @@ impl ServerConfig {
             runway_ingress::cloudflare::load(file)
                 .map_err(|error| anyhow::anyhow!("{at}: {}", runway_log::chain(&error)))?;
         }
+        if config.registry.retention_hours == 0 {
+            bail!(
+                "{}: registry.retention_hours: 0 would collect an image a deploy is copying \
+                 before its revision names it: expected at least 1 (hours)",
+                path.display()
+            );
+        }
         if let Some(host) = &config.registry.host
             && !crate::registry::is_registry_host(host)
         {

@@ -171,49 +171,96 @@ impl Mirror {
         })
     }
 
-    /// Fetches `reference` (every blob verified) and puts it into `service`'s mirror. An image
-    /// in the platform registry itself is fetched with `service`'s own pull credential, so a
-    /// deploy reads nothing of another service's there. The error says what is wrong, for the
-    /// deploy's caller.
+    /// Puts `reference` into `service`'s mirror. An image in the platform registry itself is
+    /// copied there within the registry, and only from one of `service`'s own repositories; any
+    /// other is fetched (every blob verified) and put. The error says what is wrong, for the
+    /// deploy's caller, without the server's internals.
     pub async fn mirror(&self, service: &str, reference: &str) -> Result<ResolvedImage, String> {
-        let reference = &self.access.local(reference);
-        let options = self
-            .access
-            .pull_options(self.upstream.clone(), self.access.key.service(service));
+        let reference = self.access.local(reference);
+        let mirror = format!("{service}/{MIRROR}");
+        let told = |e: runway_registry::RegistryError| {
+            tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
+            told(&e)
+        };
+        if let Some(rest) = reference.strip_prefix(&format!("{}/", self.access.host)) {
+            let (repository, tag_or_digest) = split_reference(rest);
+            if repository.split('/').next() != Some(service) {
+                return Err(format!(
+                    "{repository} is not one of {service}'s repositories in the platform \
+                     registry ({service}/...): a service deploys only its own images from there"
+                ));
+            }
+            let digest = self
+                .registry
+                .copy_image(repository, tag_or_digest, &mirror)
+                .await
+                .map_err(told)?;
+            return Ok(ResolvedImage {
+                pinned: format!("{}/{repository}@{digest}", self.access.host),
+                mirror: Some(format!("{mirror}@{digest}")),
+            });
+        }
         let fetched = self
             .store
-            .fetch(reference, self.platforms, &options)
+            .fetch(&reference, self.platforms, &self.upstream)
             .await
             .map_err(|e| runway_log::chain(&e))?;
-        let repository = format!("{service}/{MIRROR}");
-        let stored = |e: runway_registry::RegistryError| {
-            tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
-            format!(
-                "cannot copy it into the platform registry: {}",
-                runway_log::chain(&e)
-            )
-        };
         for blob in &fetched.blobs {
             self.registry
-                .put_blob(&repository, &blob.digest, &blob.path)
+                .put_blob(&mirror, &blob.digest, &blob.path)
                 .await
-                .map_err(stored)?;
+                .map_err(told)?;
         }
         for manifest in &fetched.manifests {
             self.registry
                 .put_manifest(
-                    &repository,
+                    &mirror,
                     &manifest.digest.to_string(),
                     &manifest.media_type,
                     &manifest.bytes,
                 )
                 .await
-                .map_err(stored)?;
+                .map_err(told)?;
         }
         Ok(ResolvedImage {
-            mirror: Some(format!("{repository}@{}", fetched.digest)),
+            mirror: Some(format!("{mirror}@{}", fetched.digest)),
             pinned: fetched.pinned,
         })
+    }
+}
+
+/// The `host:port`s an image reference may name the platform registry by: the API's names
+/// with its port (and bare, when the port is HTTPS's own, as references then write them).
+pub fn aliases(hostnames: &[String], port: u16) -> Vec<String> {
+    let mut aliases: Vec<String> = hostnames.iter().map(|n| format!("{n}:{port}")).collect();
+    if port == 443 {
+        aliases.extend(hostnames.iter().cloned());
+    }
+    aliases
+}
+
+/// What a deploy's caller is told of a registry error: what it says of the image, or that the
+/// registry is full; never a path of the server's.
+fn told(e: &runway_registry::RegistryError) -> String {
+    use runway_registry::RegistryError as E;
+    match e {
+        E::Io { .. } | E::Body { .. } => {
+            "the platform registry could not store it (the server's log says why)".to_owned()
+        }
+        E::ManifestUnknown { .. } => "the platform registry has no such image".to_owned(),
+        other => format!("cannot copy it into the platform registry: {other}"),
+    }
+}
+
+/// A reference's repository and its tag or digest (`latest` when it names neither), from
+/// what follows its registry: `hello/build:1`, `hello/build@sha256:…`.
+fn split_reference(rest: &str) -> (&str, &str) {
+    if let Some((repository, digest)) = rest.split_once('@') {
+        return (repository, digest);
+    }
+    match rest.rsplit_once(':') {
+        Some((repository, tag)) if !tag.contains('/') => (repository, tag),
+        _ => (rest, "latest"),
     }
 }
 
@@ -284,6 +331,41 @@ mod tests {
         ] {
             assert!(!is_registry_host(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_reference_naming_the_api_by_another_name_is_the_registrys_own() {
+        let access = PlatformRegistry {
+            host: "127.0.0.1:7443".to_owned(),
+            plain_http: false,
+            ca_pem: Vec::new(),
+            key: Arc::new(PullKey::from_bytes(&[1; 32])),
+            aliases: aliases(
+                &["runway.example.com".to_owned(), "localhost".to_owned()],
+                7443,
+            ),
+        };
+        assert_eq!(
+            access.local("runway.example.com:7443/hello/build@sha256:ab"),
+            "127.0.0.1:7443/hello/build@sha256:ab"
+        );
+        assert_eq!(
+            access.local("LOCALHOST:7443/hello/build:1"),
+            "127.0.0.1:7443/hello/build:1"
+        );
+        // Another port on a name of the API's is another registry.
+        assert_eq!(access.local("localhost:5000/x:1"), "localhost:5000/x:1");
+        assert_eq!(
+            access.local("docker.io/library/x:1"),
+            "docker.io/library/x:1"
+        );
+        assert!(aliases(&["a.example".to_owned()], 443).contains(&"a.example".to_owned()));
+        assert_eq!(
+            split_reference("hello/build@sha256:ab"),
+            ("hello/build", "sha256:ab")
+        );
+        assert_eq!(split_reference("hello/build:1"), ("hello/build", "1"));
+        assert_eq!(split_reference("hello/build"), ("hello/build", "latest"));
     }
 
     #[test]

@@ -149,13 +149,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         plain_http: !config.api.tls.enabled,
         ca_pem: ca_pem.as_bytes().to_vec(),
         key: Arc::clone(&pull_key),
-        aliases: config
-            .api
-            .tls
-            .hostnames
-            .iter()
-            .map(|name| format!("{name}:{}", api_address.port()))
-            .collect(),
+        aliases: crate::registry::aliases(&config.api.tls.hostnames, api_address.port()),
     });
     let kind = drivers.chosen(&config.runtime.kind)?;
     let driver = kind

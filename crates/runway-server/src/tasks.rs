@@ -100,7 +100,7 @@ pub(crate) async fn collect_images(
 /// One pass of [`collect_images`].
 pub(crate) async fn collect_images_once(
     store: &Arc<dyn Store>,
-    registry: &runway_registry::Registry,
+    registry: &Arc<runway_registry::Registry>,
     cache: Option<&Path>,
     retention: Duration,
 ) -> anyhow::Result<runway_registry::Collected> {
@@ -110,11 +110,22 @@ pub(crate) async fn collect_images_once(
         for service in store.service_list()? {
             for env in &service.environments {
                 for revision in store.revision_list(&service.name, env)? {
-                    let mirror = runway_store::artifact_mirror(&revision.artifact);
-                    if let Some((repository, digest)) = mirror.and_then(|m| m.split_once('@'))
-                        && let Ok(digest) = runway_registry::Digest::parse(digest)
+                    // Its mirror, and the image itself when it is in this registry (a revision
+                    // recorded with the mirror off runs it from there): `repository@digest`
+                    // after the registry's host, whatever names it.
+                    let artifact = &revision.artifact;
+                    let image = runway_store::artifact_image(artifact)
+                        .and_then(|image| image.split_once('/'))
+                        .map(|(_, rest)| rest);
+                    for pinned in [runway_store::artifact_mirror(artifact), image]
+                        .into_iter()
+                        .flatten()
                     {
-                        keep.insert((repository.to_owned(), digest));
+                        if let Some((repository, digest)) = pinned.split_once('@')
+                            && let Ok(digest) = runway_registry::Digest::parse(digest)
+                        {
+                            keep.insert((repository.to_owned(), digest));
+                        }
                     }
                 }
             }
@@ -130,8 +141,17 @@ pub(crate) async fn collect_images_once(
         .await?;
     // The cache's blobs the registry no longer has (each was a link of its copy), but those
     // of a mirror in progress.
-    let blobs = cache.map(|cache| cache.join("blobs/sha256"));
-    let entries = blobs.as_deref().and_then(|dir| std::fs::read_dir(dir).ok());
+    if let Some(cache) = cache {
+        let (cache, registry) = (cache.to_owned(), Arc::clone(registry));
+        tokio::task::spawn_blocking(move || sweep_cache(&cache, &registry)).await?;
+    }
+    Ok(collected)
+}
+
+/// Removes from the image cache `cache` every blob older than [`CACHE_GRACE`] that `registry`
+/// does not hold.
+fn sweep_cache(cache: &Path, registry: &runway_registry::Registry) {
+    let entries = std::fs::read_dir(cache.join("blobs/sha256")).ok();
     for entry in entries.into_iter().flatten().flatten() {
         let name = entry.file_name();
         let held = name
@@ -148,7 +168,6 @@ pub(crate) async fn collect_images_once(
             let _ = std::fs::remove_file(entry.path());
         }
     }
-    Ok(collected)
 }
 
 /// Writes the generated rule file and dashboards to `dir` every `interval_ms` when they
@@ -286,7 +305,8 @@ mod tests {
     async fn images_no_revision_refers_to_are_collected() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
-        let registry = Registry::open(&dir.path().join("registry"), Limits::default()).unwrap();
+        let registry =
+            Arc::new(Registry::open(&dir.path().join("registry"), Limits::default()).unwrap());
         let blobs = dir.path().join("blobs");
         std::fs::create_dir_all(&blobs).unwrap();
         store
@@ -301,28 +321,50 @@ mod tests {
             .unwrap();
         let running = image(&registry, &blobs, "hello/mirror", "running").await;
         let orphan = image(&registry, &blobs, "hello/mirror", "orphan").await;
+        // Another service's revision, recorded with the mirror off, runs its build from here.
+        let built = image(&registry, &blobs, "other/build", "built").await;
+        let deploy = |service: &str, artifact: serde_json::Value| {
+            store
+                .record_deploy(
+                    "admin",
+                    &NewRevision {
+                        service: service.into(),
+                        env: "dev".into(),
+                        manifest: json!({}),
+                        artifact,
+                        env_vars: BTreeMap::new(),
+                        set_vars: BTreeSet::new(),
+                        secret_versions: BTreeMap::new(),
+                    },
+                    &[PlannedRevision {
+                        revision: RevisionRef::New,
+                        instances: 1,
+                        weight: 100,
+                    }],
+                )
+                .unwrap();
+        };
         store
-            .record_deploy(
+            .service_create(
                 "admin",
-                &NewRevision {
-                    service: "hello".into(),
-                    env: "dev".into(),
-                    manifest: json!({}),
-                    artifact: json!({
-                        "image": format!("upstream.example/web@{running}"),
-                        "mirror": format!("hello/mirror@{running}"),
-                    }),
-                    env_vars: BTreeMap::new(),
-                    set_vars: BTreeSet::new(),
-                    secret_versions: BTreeMap::new(),
+                &NewService {
+                    name: "other".into(),
+                    owners: vec!["team@example.com".into()],
+                    environments: vec!["dev".into()],
                 },
-                &[PlannedRevision {
-                    revision: RevisionRef::New,
-                    instances: 1,
-                    weight: 100,
-                }],
             )
             .unwrap();
+        deploy(
+            "hello",
+            json!({
+                "image": format!("upstream.example/web@{running}"),
+                "mirror": format!("hello/mirror@{running}"),
+            }),
+        );
+        deploy(
+            "other",
+            json!({"image": format!("runway.example:7443/other/build@{built}")}),
+        );
         // The image cache: a fetched copy of a blob the registry does not hold, old, and one
         // fetched a moment ago (a mirror on its way).
         let cache = dir.path().join("images");
@@ -349,6 +391,7 @@ mod tests {
             .unwrap();
         assert_eq!(collected.manifests, 1, "{collected:?}");
         assert!(registry.has_manifest("hello/mirror", &running));
+        assert!(registry.has_manifest("other/build", &built));
         assert!(!registry.has_manifest("hello/mirror", &orphan));
         assert!(!cache.join("blobs/sha256").join(old.hex()).exists());
         assert!(cache.join("blobs/sha256").join(fresh.hex()).exists());
@@ -359,6 +402,10 @@ mod tests {
             .await
             .unwrap();
         assert!(!registry.has_manifest("hello/mirror", &running));
+        store.service_decommission("admin", "other").unwrap();
+        collect_images_once(&store, &registry, Some(&cache), Duration::ZERO)
+            .await
+            .unwrap();
         assert_eq!(registry.usage().bytes, 0, "{:?}", registry.usage());
     }
 }

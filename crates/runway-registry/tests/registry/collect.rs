@@ -605,3 +605,52 @@ async fn a_manifest_past_the_bound_is_refused() {
     assert_eq!(f.registry.usage().bytes, 62);
     assert_eq!(f.registry.usage().bytes, disk_bytes(&f.root));
 }
+
+/// `copy_image` links in the target only what the source links, and stores the manifests
+/// there: an image copied whole is pulled from the target; a copy from a repository that
+/// lacks a part fails and stores no manifest.
+#[tokio::test]
+async fn an_image_is_copied_only_from_a_repository_that_has_it() {
+    let f = fixture();
+    let manifest = push_image(&f.app, ALICE, "alice/build", "1", "copied").await;
+    let digest = f
+        .registry
+        .copy_image("alice/build", "1", "alice/mirror")
+        .await
+        .unwrap();
+    assert_eq!(digest, Digest::of(&manifest));
+    assert!(f.registry.has_manifest("alice/mirror", &digest));
+    let get = send(
+        &f.app,
+        Method::GET,
+        &format!("/v2/alice/mirror/manifests/{digest}"),
+        Some(ALICE),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(get.status, StatusCode::OK, "{get:?}");
+
+    // A source whose layer's link is gone (deleted) cannot give it: the copy fails and
+    // stores no manifest, whatever the content store holds.
+    let layer = Digest::of(b"layer of copied");
+    let deleted = send(
+        &f.app,
+        Method::DELETE,
+        &format!("/v2/alice/build/blobs/{layer}"),
+        Some(ALICE),
+        &[],
+        Body::empty(),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::ACCEPTED, "{deleted:?}");
+    let refused = f
+        .registry
+        .copy_image("alice/build", "1", "alice/other")
+        .await;
+    assert!(
+        matches!(refused, Err(RegistryError::BlobUnknown { .. })),
+        "{refused:?}"
+    );
+    assert!(!f.registry.has_manifest("alice/other", &digest));
+}

@@ -128,6 +128,9 @@ fsGroup: the server reads it through its own group, so that group must be fsGrou
 {{- fail "store: caSecret.name and caConfigMap.name are both set: give the database's authority from one of the two" }}
 {{- end }}
 {{- if $store.urlSecret.name }}
+{{- if .Values.registry.host }}
+{{- fail "registry.host: with a database (store.urlSecret) each server pod keeps its own data directory, and so its own platform registry: images cannot be mirrored yet; leave registry.host empty" }}
+{{- end }}
 {{- $pod := .Values.podSecurityContext | default dict }}
 {{- if not (hasKey $pod "fsGroup") }}
 {{- fail "podSecurityContext.fsGroup: with a database (store.urlSecret) the master key's Secret is mounted 0440 for the pod's fsGroup, the group the server reads it through: set one" }}
