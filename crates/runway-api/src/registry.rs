@@ -12,9 +12,10 @@
 //! The server hands out pull-only credentials of its own ([`PullKey`]): the platform's, which
 //! pulls every repository (the local runtime starting instances from the mirror), and each
 //! service's, which pulls only under that service (a Kubernetes pull secret, the server
-//! fetching an image a service names in this registry). They are HMACs of their subject under
-//! a key kept in the registry's directory, so nothing is stored per credential, and a new key
-//! revokes them all.
+//! fetching an image a service names in this registry). They are HMACs of their subject (the
+//! platform's user name, or a service's name and id, so a service onboarded again under an old
+//! name is not pulled for by the old credential) under a key kept in the data directory, so
+//! nothing is stored per credential, and a new key revokes them all.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -113,14 +114,27 @@ impl PullKey {
         )
     }
 
-    /// Service `service`'s credential, `(user, password)`: pulls its repositories only.
-    pub fn service(&self, service: &str) -> (String, String) {
-        (service.to_owned(), self.password_of(service))
+    /// Service `service`'s credential, `(user, password)`: pulls its repositories only. It is
+    /// bound to the service's id too, so a service decommissioned and onboarded again under
+    /// its name is another subject, which the old credential does not pull for.
+    pub fn service(&self, service: &str, id: i64) -> (String, String) {
+        (
+            service.to_owned(),
+            self.password_of(&service_subject(service, id)),
+        )
     }
 
-    /// Who `user` and `password` prove to be, when they are a credential of this key.
-    fn puller<'a>(&self, user: &'a str, password: &str) -> Option<Puller<'a>> {
+    /// Who `user` and `password` prove to be, when they are a credential of this key; `id` is
+    /// the id of the service named `user` (none for the platform's user).
+    fn puller<'a>(&self, user: &'a str, password: &str, id: Option<i64>) -> Option<Puller<'a>> {
         let hex = password.strip_prefix(PULL_PREFIX)?;
+        if hex.len() != 64
+            || !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return None;
+        }
         let tag: Vec<u8> = (0..hex.len())
             .step_by(2)
             .map(|i| {
@@ -128,13 +142,23 @@ impl PullKey {
                     .and_then(|b| u8::from_str_radix(b, 16).ok())
             })
             .collect::<Option<_>>()?;
-        hmac::verify(&self.0, user.as_bytes(), &tag).ok()?;
-        Some(if user == PLATFORM_PULLER {
-            Puller::Platform
-        } else {
-            Puller::Service(user)
-        })
+        match id {
+            None if user == PLATFORM_PULLER => {
+                hmac::verify(&self.0, user.as_bytes(), &tag).ok()?;
+                Some(Puller::Platform)
+            }
+            Some(id) if user != PLATFORM_PULLER => {
+                hmac::verify(&self.0, service_subject(user, id).as_bytes(), &tag).ok()?;
+                Some(Puller::Service(user))
+            }
+            _ => None,
+        }
     }
+}
+
+/// What a service's pull credential is the HMAC of: its name and its id.
+fn service_subject(service: &str, id: i64) -> String {
+    format!("{service}#{id}")
 }
 
 /// The API's callers, as the registry asks about them.
@@ -226,7 +250,20 @@ impl Authorizer for RegistryCallers {
         if let (Credential::Basic(user, password), Some(key)) = (&credential, &self.0.pull_key)
             && password.starts_with(PULL_PREFIX)
         {
-            let puller = key.puller(user, password).ok_or(Refusal::Unauthenticated)?;
+            let id = if user == PLATFORM_PULLER {
+                None
+            } else {
+                let name = user.clone();
+                let service = self
+                    .0
+                    .store(move |s| Ok(s.service_get(&name)?))
+                    .await
+                    .map_err(|_| Refusal::Unauthenticated)?;
+                Some(service.id)
+            };
+            let puller = key
+                .puller(user, password, id)
+                .ok_or(Refusal::Unauthenticated)?;
             return pull_refusal(puller, repository, access).map_or(Ok(()), Err);
         }
         let caller = crate::auth::caller_for(&self.0, credential.token())
@@ -250,8 +287,8 @@ mod tests {
     #[test]
     fn a_service_pull_credential_pulls_its_own_repositories_only() {
         let key = key();
-        let (user, password) = key.service("hello");
-        let puller = key.puller(&user, &password).unwrap();
+        let (user, password) = key.service("hello", 7);
+        let puller = key.puller(&user, &password, Some(7)).unwrap();
         assert_eq!(puller, Puller::Service("hello"));
         assert_eq!(
             pull_refusal(puller, Some("hello/mirror"), Access::Pull),
@@ -277,7 +314,7 @@ mod tests {
     fn the_platform_credential_pulls_everything_and_pushes_nothing() {
         let key = key();
         let (user, password) = key.platform();
-        let puller = key.puller(&user, &password).unwrap();
+        let puller = key.puller(&user, &password, None).unwrap();
         assert_eq!(puller, Puller::Platform);
         assert_eq!(pull_refusal(puller, Some("any/mirror"), Access::Pull), None);
         assert!(pull_refusal(puller, Some("any/mirror"), Access::Push).is_some());
@@ -286,26 +323,30 @@ mod tests {
     #[test]
     fn a_credential_is_its_subject_s_alone_and_its_key_s() {
         let key = key();
-        let (_, hello) = key.service("hello");
-        // Another user with hello's password, a changed password, another key's.
-        assert_eq!(key.puller("other", &hello), None);
-        assert_eq!(key.puller(PLATFORM_PULLER, &hello), None);
+        let (_, hello) = key.service("hello", 7);
+        // Another user with hello's password, a changed password, another key's, another
+        // service of the same name (onboarded again: another id).
+        assert_eq!(key.puller("other", &hello, Some(7)), None);
+        assert_eq!(key.puller(PLATFORM_PULLER, &hello, None), None);
+        assert_eq!(key.puller("hello", &hello, Some(8)), None);
+        assert_eq!(key.puller("hello", &hello, None), None);
         let mut changed = hello.clone();
         let last = changed.pop();
         changed.push(if last == Some('0') { '1' } else { '0' });
-        assert_eq!(key.puller("hello", &changed), None);
-        assert_eq!(key.puller("hello", "rwpull_zz"), None);
-        assert_eq!(key.puller("hello", "rwpull_"), None);
-        let (_, foreign) = PullKey::from_bytes(&[8; 32]).service("hello");
-        assert_eq!(key.puller("hello", &foreign), None);
+        assert_eq!(key.puller("hello", &changed, Some(7)), None);
+        assert_eq!(key.puller("hello", &hello.to_uppercase(), Some(7)), None);
+        assert_eq!(key.puller("hello", "rwpull_zz", Some(7)), None);
+        assert_eq!(key.puller("hello", "rwpull_", Some(7)), None);
+        let (_, foreign) = PullKey::from_bytes(&[8; 32]).service("hello", 7);
+        assert_eq!(key.puller("hello", &foreign, Some(7)), None);
     }
 
     #[test]
     fn the_key_is_made_once_and_kept() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("registry.key");
-        let first = PullKey::load_or_create(&path).unwrap().service("hello");
-        let again = PullKey::load_or_create(&path).unwrap().service("hello");
+        let first = PullKey::load_or_create(&path).unwrap().service("hello", 1);
+        let again = PullKey::load_or_create(&path).unwrap().service("hello", 1);
         assert_eq!(first, again);
         use std::os::unix::fs::PermissionsExt as _;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();

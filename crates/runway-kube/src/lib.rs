@@ -142,8 +142,8 @@ pub type Resolver = Arc<
     dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
 >;
 
-/// A service's pull-only `(user, password)` in the platform registry.
-pub type Login = Arc<dyn Fn(&str) -> (String, String) + Send + Sync>;
+/// A service's pull-only `(user, password)` in the platform registry, by its name and id.
+pub type Login = Arc<dyn Fn(&str, i64) -> (String, String) + Send + Sync>;
 
 /// The platform registry that images mirrored at deploy are pulled from: its host, and each
 /// service's pull-only login there.
@@ -494,7 +494,7 @@ impl KubeDriver {
         if !image.starts_with(&format!("{}/", registry.host)) {
             return Ok(None);
         }
-        let (username, password) = (registry.login)(&workload.service);
+        let (username, password) = (registry.login)(&workload.service, workload.service_id);
         let auth =
             base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
         let config = json!({"auths": {&registry.host: {

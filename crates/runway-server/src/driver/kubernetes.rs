@@ -64,7 +64,7 @@ impl DriverKind for Kubernetes {
                 let key = Arc::clone(&registry.key);
                 driver = driver.with_registry(runway_kube::RegistryPull {
                     host: registry.host.clone(),
-                    login: Arc::new(move |service: &str| key.service(service)),
+                    login: Arc::new(move |service: &str, id: i64| key.service(service, id)),
                 });
             }
             Ok(ServerDriver::new(driver))
