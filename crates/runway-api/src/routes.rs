@@ -793,7 +793,9 @@ async fn rollback(
 /// manifest's, the repository's).
 #[utoipa::path(post, path = "/v1/services/{service}/environments/{env}/variables",
     params(("service" = String, Path), ("env" = String, Path)), request_body = SetVariables,
-    responses((status = 202, body = DeploymentView)))]
+    responses((status = 202, body = DeploymentView),
+        (status = 422, description = "A variable's name is not one an environment can hold, or \
+            the platform sets it", body = crate::error::ErrorBody)))]
 async fn set_variables(
     caller: Caller,
     state: axum::extract::State<ApiState>,
