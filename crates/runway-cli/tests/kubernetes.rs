@@ -990,10 +990,8 @@ fn pods_pull_mirrored_images_with_their_services_pull_secret() {
         &kube,
         &["delete", "pods", "-n", &ns, "-l", selector, "--wait=false"],
     );
-    let deadline = std::time::Instant::now() + BOUND;
-    loop {
-        let pods = kube.objects("pods", "dev");
-        let replaced = pods.iter().any(|p| {
+    kube.wait_for(BOUND, "a new pod of hello-dev-00002 ready", |kube| {
+        kube.objects("pods", "dev").iter().any(|p| {
             p["metadata"]["labels"]["runway.dev/revision"] == "hello-dev-00002"
                 && p["metadata"]["deletionTimestamp"].is_null()
                 && !before.contains(p["metadata"]["name"].as_str().unwrap_or_default())
@@ -1001,16 +999,8 @@ fn pods_pull_mirrored_images_with_their_services_pull_secret() {
                     c.iter()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
                 })
-        });
-        if replaced {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no new pod became ready: {pods:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        })
+    });
     serves("hello-dev-00002", "after a pod was replaced");
 
     // A wrong credential: the pull is refused, and the pod says so.
@@ -1038,24 +1028,13 @@ fn pods_pull_mirrored_images_with_their_services_pull_secret() {
         &kube,
         &["delete", "pods", "-n", &ns, "-l", selector, "--wait=false"],
     );
-    let deadline = std::time::Instant::now() + BOUND;
-    loop {
-        let pods = kube.objects("pods", "dev");
-        let refused = pods.iter().find_map(|p| {
-            let waiting = &p["status"]["containerStatuses"][0]["state"]["waiting"];
-            (waiting["reason"] == "ImagePullBackOff").then(|| waiting["message"].clone())
-        });
-        if let Some(message) = refused {
-            let events = kubectl(&kube, &["get", "events", "-n", &ns, "-o", "json"]);
-            assert!(events.contains("401 Unauthorized"), "{message}: {events}");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no pull was refused: {pods:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    kube.wait_for(BOUND, "a pod in ImagePullBackOff", |kube| {
+        kube.objects("pods", "dev").iter().any(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
+        })
+    });
+    let events = kubectl(&kube, &["get", "events", "-n", &ns, "-o", "json"]);
+    assert!(events.contains("401 Unauthorized"), "{events}");
     // Deleted, the pull secret is made again by the next scale: a rollback to the first image,
     // whose Deployment's pods pull it from the mirror.
     kubectl(&kube, &["delete", "secret", "hello.registry", "-n", &ns]);

@@ -100,14 +100,10 @@ impl PlatformRegistry {
         }
     }
 
-    /// `options` able to pull from this registry as `credentials` (a `(user, password)` of
-    /// [`PullKey`]): its host allowed, trusted, and its credentials used there alone.
-    pub fn pull_options(
-        &self,
-        mut options: PullOptions,
-        credentials: (String, String),
-    ) -> PullOptions {
-        let (username, password) = credentials;
+    /// `options` able to pull from this registry with the platform's pull credential: its host
+    /// allowed, trusted, and the credential used there alone.
+    pub fn pull_options(&self, mut options: PullOptions) -> PullOptions {
+        let (username, password) = self.key.platform();
         options
             .registry_credentials
             .insert(self.host.clone(), Credentials::Basic { username, password });

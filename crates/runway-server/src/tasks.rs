@@ -23,15 +23,9 @@ const CACHE_GRACE: Duration = Duration::from_secs(3600);
 pub(crate) async fn collect_sources(
     store: Arc<dyn Store>,
     sources: SourceStore,
-    mut stopped: watch::Receiver<bool>,
+    stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let mut wait = Duration::from_secs(60);
-    loop {
-        tokio::select! {
-            _ = stopped.wait_for(|s| *s) => return Ok(()),
-            () = tokio::time::sleep(wait) => {}
-        }
-        wait = Duration::from_secs(600);
+    every_ten_minutes(stopped, || async {
         let (store, sources) = (Arc::clone(&store), sources.clone());
         let pass = tokio::task::spawn_blocking(move || -> anyhow::Result<usize> {
             let mut services = std::collections::BTreeSet::new();
@@ -58,6 +52,24 @@ pub(crate) async fn collect_sources(
             ),
             Err(e) => tracing::warn!(error = %e, "cannot collect code snapshots"),
         }
+    })
+    .await
+}
+
+/// Runs `pass` a minute after the start, then every ten minutes, until `stopped`.
+async fn every_ten_minutes<F, P>(mut stopped: watch::Receiver<bool>, pass: P) -> anyhow::Result<()>
+where
+    P: Fn() -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let mut wait = Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+        }
+        wait = Duration::from_secs(600);
+        pass().await;
     }
 }
 
@@ -72,15 +84,9 @@ pub(crate) async fn collect_images(
     registry: Arc<runway_registry::Registry>,
     cache: Option<PathBuf>,
     retention: Duration,
-    mut stopped: watch::Receiver<bool>,
+    stopped: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let mut wait = Duration::from_secs(60);
-    loop {
-        tokio::select! {
-            _ = stopped.wait_for(|s| *s) => return Ok(()),
-            () = tokio::time::sleep(wait) => {}
-        }
-        wait = Duration::from_secs(600);
+    every_ten_minutes(stopped, || async {
         match collect_images_once(&store, &registry, cache.as_deref(), retention).await {
             Ok(collected) if collected.manifests + collected.blobs == 0 => {}
             Ok(collected) => tracing::info!(
@@ -94,7 +100,8 @@ pub(crate) async fn collect_images(
                 "cannot collect the platform registry's unused images"
             ),
         }
-    }
+    })
+    .await
 }
 
 /// One pass of [`collect_images`].

@@ -105,7 +105,7 @@ fn runtime_with(
     config.pull.insecure_registries = insecure_registries.to_vec();
     config.pull.allowed_registries = Some(allowed_registries.to_vec());
     if let Some(registry) = registry {
-        config.pull = registry.pull_options(config.pull, registry.key.platform());
+        config.pull = registry.pull_options(config.pull);
     }
     // The server's data directory: the store, the master key, the CA's key; and in it, the
     // code snapshots processes run from.
