@@ -281,7 +281,11 @@ fn the_first_restart_after_a_crash_is_at_once() {
     let _ = platform
         .rt
         .block_on(async move { client.get(url).timeout(Duration::from_secs(5)).send().await });
-    let (code, body) = platform.get(HOST, "/", Duration::from_secs(20));
+    // Until the app answers: between the crash and the route's withdrawal the dead instance's
+    // loopback port can be bound by another test's process (an axum 404 was seen in CI).
+    let (code, body) = platform.get_until(HOST, "/", Duration::from_secs(20), |status, body| {
+        status == 200 && body.contains(" pid ")
+    });
     let back = crashed.elapsed();
     assert_eq!(code, 200, "{body}");
     let instance = platform
