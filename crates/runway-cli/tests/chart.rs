@@ -2633,3 +2633,77 @@ async fn drive(installed: &support::kube::Installed) {
         .unwrap();
     driver.remove("hello", "dev", revision).await.unwrap();
 }
+
+/// `registry.external` mirrors to the operator's registry, also with a database (every
+/// replica pushes to the one registry): server.yml names it, and the server pod reads the
+/// push Secret's logins as its docker `config.json`, read-only. Without the Secret, or with a
+/// repository no image reference could begin with, nothing renders.
+#[test]
+fn an_external_mirror_is_pushed_to_with_its_secret() {
+    let Some(helm) = helm() else { return };
+    const REPOSITORY: &str = "registry.gitlab.com/acme/runway";
+    let rendered = objects(&template_of(
+        &helm,
+        &[
+            "--set",
+            "store.urlSecret.name=runway-db",
+            "--set",
+            &format!("registry.external.repository={REPOSITORY}"),
+            "--set",
+            "registry.external.pushSecret=mirror-push",
+        ],
+    ));
+    let config = server_yml(&rendered);
+    let parsed = runway_manifest::parse(&SourceFile::new("server.yml", config.clone()))
+        .unwrap()
+        .value;
+    assert_eq!(
+        parsed["registry"],
+        json!({"mirror": true, "external": {"repository": REPOSITORY}})
+    );
+    // The server takes that section (the rest names the database's files, not here).
+    let dir = TempDir::new("external-mirror");
+    let section = format!("registry: {}\n", parsed["registry"]);
+    let read = runway_reads(&dir, "server.yml", &section);
+    assert!(read_cleanly(&read), "{section}{}", read.all());
+
+    let pod = &named(&rendered, "Deployment", "runway")["spec"]["template"]["spec"];
+    assert_eq!(
+        volumes(pod)["registry-push"]["secret"],
+        json!({
+            "secretName": "mirror-push",
+            "items": [{"key": ".dockerconfigjson", "path": "config.json"}],
+        })
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(
+        read_only_mounts(container)
+            .get("registry-push")
+            .map(String::as_str),
+        Some("/etc/runway-docker")
+    );
+    assert_eq!(
+        container["env"],
+        json!([{"name": "DOCKER_CONFIG", "value": "/etc/runway-docker"}])
+    );
+    // Without it: no push login, no env, no volume.
+    let plain = objects(&template_of(&helm, &[]));
+    let plain_pod = &one(&plain, "StatefulSet")["spec"]["template"]["spec"];
+    assert!(plain_pod["containers"][0].get("env").is_none());
+    assert!(!volumes(plain_pod).contains_key("registry-push"));
+
+    for (set, why) in [
+        (
+            format!("registry.external.repository={REPOSITORY}"),
+            "registry.external.pushSecret",
+        ),
+        (
+            "registry.external.repository=Acme/runway".to_owned(),
+            "registry.external.repository",
+        ),
+    ] {
+        let ran = template_of(&helm, &["--set", &set]);
+        assert!(!ran.ok(), "--set {set} rendered");
+        assert!(ran.stderr.contains(why), "--set {set}: {}", ran.all());
+    }
+}

@@ -360,6 +360,127 @@ fn a_deployed_image_outlives_its_deletion_upstream() {
     serves(&platform, "one\n", "after the rollback");
 }
 
+/// An operator's registry as the mirror (`registry.external`), one that serves only its users
+/// as GitLab's and Harbor's do: a deploy's image is pushed there with the server's docker
+/// login, not into the platform registry, and the instances pull it from there, so the image
+/// deleted where it came from still starts. Without the login the deploy fails, saying where
+/// it could not push, and records no revision.
+#[test]
+fn an_external_registry_is_the_mirror() {
+    const HOST: &str = "hello.dev.localhost";
+    if !runway_oci::testing::require_tools(
+        "mirroring to an external registry",
+        &["docker-registry", "skopeo", "umoci", "busybox", "runc"],
+    ) {
+        return;
+    }
+    let upstream = runway_oci::testing::Registry::start().unwrap();
+    let external = runway_oci::testing::Registry::start_with_login().unwrap();
+    let platform = Platform::start(&Settings {
+        control: FAST_AUTOSCALER.to_owned(),
+        sections: format!(
+            "runtime:\n  insecure_registries: [\"{}\", \"{}\"]\nregistry:\n  external:\n    \
+             repository: {}/mirrors/runway\n",
+            upstream.host(),
+            external.host(),
+            external.host()
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "external-secret");
+    support::set_image_manifest(&repo, 0, 1);
+    let image = runway_oci::testing::push_busybox_image(
+        &upstream,
+        "team/web",
+        "1",
+        &support::web_image("one\n"),
+    )
+    .unwrap();
+    let target = format!("{}/mirrors/runway/hello/mirror", external.host());
+
+    // No login for it yet: refused there, and the deploy says where.
+    let refused = platform.deploy_image(&repo, "dev", &image.reference);
+    assert!(!refused.ok(), "{}", refused.all());
+    assert!(
+        refused
+            .all()
+            .contains(&format!("cannot push it to the mirror {target}")),
+        "{}",
+        refused.all()
+    );
+    let (_, revisions) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/revisions",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(revisions.as_array().map(Vec::len), Some(0), "{revisions:#}");
+
+    // The operator's login, as `docker login` writes it.
+    let (user, password, _) = runway_oci::testing::REGISTRY_LOGIN;
+    let docker = platform.dir.path().join("docker");
+    std::fs::create_dir_all(&docker).unwrap();
+    let auth = base64_encode(format!("{user}:{password}").as_bytes());
+    std::fs::write(
+        docker.join("config.json"),
+        json!({"auths": {external.host(): {"auth": auth}}}).to_string(),
+    )
+    .unwrap();
+    let deployed = platform.deploy_image(&repo, "dev", &image.reference);
+    assert!(deployed.ok(), "{}\n{}", deployed.all(), platform.log());
+    let first = revision(&platform, 1);
+    assert_eq!(first["image"], image.pinned, "{first:#}");
+    assert_eq!(
+        first["mirror"],
+        format!("{target}@{}", image.digest),
+        "{first:#}"
+    );
+    // There, and not in the platform registry.
+    let manifest = external
+        .request(
+            "GET",
+            &format!("/v2/mirrors/runway/hello/mirror/manifests/{}", image.digest),
+            &[
+                ("authorization", &format!("Basic {auth}")),
+                ("accept", "application/vnd.oci.image.manifest.v1+json"),
+            ],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(manifest.status, 200);
+    assert!(
+        !platform.data.join("registry/repositories/hello").exists(),
+        "the platform registry has a mirror too"
+    );
+
+    // Gone upstream and from the runtime's cache: a cold start pulls the external mirror.
+    upstream
+        .delete_and_collect("team/web", &image.digest)
+        .unwrap();
+    let cached = platform.data.join("runtime/images/blobs/sha256");
+    for blob in std::fs::read_dir(&cached).unwrap() {
+        std::fs::remove_file(blob.unwrap().path()).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !platform.status("hello", "dev")["instances"]
+        .as_array()
+        .is_some_and(Vec::is_empty)
+    {
+        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (code, body) = platform.get_until(HOST, "/index.html", Duration::from_secs(30), |_, b| {
+        b == "one\n"
+    });
+    assert_eq!((code, body.as_str()), (200, "one\n"), "{}", platform.log());
+}
+
+/// Standard base64 with padding, as a docker `config.json`'s `auth` is written.
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
 /// The Python service of [`a_folder_of_python_is_built_and_served_without_docker`]: it
 /// answers every GET with `page`.
 fn python_app(page: &str) -> String {

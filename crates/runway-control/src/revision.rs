@@ -33,12 +33,15 @@ impl RevisionInfo {
         format!("r{}", self.record.number)
     }
 
-    /// The image its instances pull, for an image artifact: its copy in the platform registry
-    /// at `registry_host`, or (not mirrored, or no longer pulled from the mirror) the image
-    /// pinned at deploy.
+    /// The image its instances pull, for an image artifact: its mirror (in the platform
+    /// registry at `registry_host`, or an external mirror's whole reference), or (not
+    /// mirrored, or no longer pulled from the mirror) the image pinned at deploy.
     pub(crate) fn image(&self, registry_host: Option<&str>) -> Option<String> {
         let artifact = &self.record.artifact;
         match (runway_store::artifact_mirror(artifact), registry_host) {
+            (Some(mirror), Some(_)) if runway_store::mirror_is_external(mirror) => {
+                Some(mirror.to_owned())
+            }
             (Some(mirror), Some(host)) => Some(format!("{host}/{mirror}")),
             _ => runway_store::artifact_image(artifact).map(str::to_owned),
         }

@@ -70,6 +70,14 @@ pub fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// The one user of [`Registry::start_with_login`]: name, password, and the password's bcrypt
+/// hash (its htpasswd line's; made once with Python's `bcrypt`, cost 5).
+pub const REGISTRY_LOGIN: (&str, &str, &str) = (
+    "mirror",
+    "mirror-s3cret",
+    "$2b$05$2CiVvLnSMYUXsoj8HBx20.bxge.bAfmM3k4GSeFKMhN6H.R7O4RqO",
+);
+
 /// A `docker-registry` (distribution 2.8) on `127.0.0.1:<free port>`, plain HTTP, filesystem
 /// storage in a temporary directory. Killed on drop.
 #[derive(Debug)]
@@ -83,7 +91,13 @@ pub struct Registry {
 impl Registry {
     /// Starts a registry and waits until `/v2/` answers.
     pub fn start() -> anyhow::Result<Registry> {
-        Registry::launch(None, None)
+        Registry::launch(None, None, false)
+    }
+
+    /// Starts a registry that serves only [`REGISTRY_LOGIN`] (htpasswd, over plain HTTP), as a
+    /// GitLab or Harbor registry serves only its users, and waits until `/v2/` asks for it.
+    pub fn start_with_login() -> anyhow::Result<Registry> {
+        Registry::launch(None, None, true)
     }
 
     /// Starts a second registry serving `storage` (another one's [`Registry::storage_dir`])
@@ -95,10 +109,14 @@ impl Registry {
         certificate_pem: &[u8],
         key_pem: &[u8],
     ) -> anyhow::Result<Registry> {
-        Registry::launch(Some(storage), Some((certificate_pem, key_pem)))
+        Registry::launch(Some(storage), Some((certificate_pem, key_pem)), false)
     }
 
-    fn launch(storage: Option<&Path>, tls: Option<(&[u8], &[u8])>) -> anyhow::Result<Registry> {
+    fn launch(
+        storage: Option<&Path>,
+        tls: Option<(&[u8], &[u8])>,
+        login: bool,
+    ) -> anyhow::Result<Registry> {
         let dir = tempfile::tempdir().context("registry tempdir")?;
         let port = free_port()?;
         let storage = storage.map_or_else(|| dir.path().join("storage"), Path::to_path_buf);
@@ -115,6 +133,15 @@ impl Registry {
                 "  tls:\n    certificate: {}\n    key: {}\n",
                 cert_path.display(),
                 key_path.display()
+            ));
+        }
+        if login {
+            let htpasswd = dir.path().join("htpasswd");
+            let (user, _, hash) = REGISTRY_LOGIN;
+            std::fs::write(&htpasswd, format!("{user}:{hash}\n"))?;
+            yaml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: runway-tests\n    path: {}\n",
+                htpasswd.display()
             ));
         }
         std::fs::write(&config, yaml)?;
@@ -139,9 +166,10 @@ impl Registry {
             let up = if tls.is_some() {
                 TcpStream::connect(("127.0.0.1", port)).is_ok()
             } else {
+                let wanted = if login { 401 } else { 200 };
                 registry
                     .request("GET", "/v2/", &[], &[])
-                    .is_ok_and(|r| r.status == 200)
+                    .is_ok_and(|r| r.status == wanted)
             };
             if up {
                 return Ok(registry);

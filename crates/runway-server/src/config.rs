@@ -550,6 +550,17 @@ impl ServerConfig {
                 path.display()
             );
         }
+        if let Some(external) = &config.registry.external
+            && !crate::registry::is_external_repository(&external.repository)
+        {
+            bail!(
+                "{}: registry.external.repository: `{}` is not a repository to push mirrors \
+                 to: expected a registry's host and a lower-case path, as an image reference \
+                 begins, e.g. `registry.gitlab.com/acme/runway`",
+                path.display(),
+                external.repository
+            );
+        }
         if let Some(remote) = &config.ingress.remote
             && remote.addresses.is_empty()
         {
@@ -659,5 +670,41 @@ mod tests {
             ..defaults
         };
         assert_eq!(host.address_pool(), Ok(None));
+    }
+
+    #[test]
+    fn the_registry_section_refuses_what_no_reference_can_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.yml");
+        std::fs::write(
+            &path,
+            "registry:\n  external:\n    repository: registry.gitlab.com/acme/runway\n",
+        )
+        .unwrap();
+        let config = ServerConfig::load(Some(&path)).unwrap();
+        assert_eq!(
+            config.registry.external.map(|e| e.repository).as_deref(),
+            Some("registry.gitlab.com/acme/runway")
+        );
+        for (text, expected) in [
+            (
+                "registry:\n  retention_hours: 0\n",
+                "registry.retention_hours: 0",
+            ),
+            ("registry:\n  host: x/y\n", "registry.host: `x/y`"),
+            (
+                "registry:\n  external:\n    repository: acme/runway\n",
+                "registry.external.repository: `acme/runway` is not a repository",
+            ),
+            (
+                "registry:\n  external:\n    repositry: registry.gitlab.com/a\n",
+                "registry.external.repositry",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+            assert!(error.contains(expected), "{text}: {error}");
+            assert!(error.contains("server.yml"), "{text}: {error}");
+        }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use runway_api::ResolvedImage;
 use runway_api::registry::{MIRROR, PullKey};
-use runway_oci::{Credentials, Platforms, PullOptions, Store};
+use runway_oci::{BlobSource, Credentials, Fetched, Platforms, PullOptions, PushBlob, Store};
 use runway_registry::Registry;
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +39,24 @@ pub struct RegistryConfig {
     /// The most bytes the registry's content may take: a push or a mirror past it is refused
     /// (507), and running services are not touched. Default: no bound but the disk's.
     pub max_bytes: Option<u64>,
+    /// A registry of the operator's that mirrors are pushed to instead of the platform
+    /// registry (which still serves builds and CI pushes).
+    pub external: Option<ExternalMirror>,
+}
+
+/// `registry.external`: the operator's registry (the GitLab container registry, Harbor) as the
+/// mirror.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExternalMirror {
+    /// Where mirrors go, `host[:port]/path`: each service's to `<repository>/<service>/mirror`,
+    /// e.g. `registry.gitlab.com/acme/runway`. The server pushes there with the credentials of
+    /// its docker `config.json` (`$DOCKER_CONFIG`, as for every registry it pulls from); the
+    /// local runtime pulls with them too, and pods on Kubernetes with
+    /// `runtime.kubernetes.image_pull_secrets`. What is kept there is that registry's own policy
+    /// (GitLab's cleanup policies, Harbor's retention rules): it must keep every `mirror` tag-less
+    /// manifest a revision names, or revisions lose their image as they would upstream.
+    pub repository: String,
 }
 
 impl Default for RegistryConfig {
@@ -48,6 +66,7 @@ impl Default for RegistryConfig {
             host: None,
             retention_hours: 168,
             max_bytes: None,
+            external: None,
         }
     }
 }
@@ -82,6 +101,9 @@ pub struct PlatformRegistry {
     /// The other `host:port`s clients reach it at (the API's names with its port): an image
     /// a CI job pushed there as `runway.example.com:7443/hello/build` is fetched from `host`.
     pub aliases: Vec<String>,
+    /// The external mirror's host (`registry.external`), pulled from with the operator's
+    /// credentials, when there is one.
+    pub external_host: Option<String>,
 }
 
 impl PlatformRegistry {
@@ -114,6 +136,7 @@ impl PlatformRegistry {
         }
         if let Some(allowed) = &mut options.allowed_registries {
             allowed.push(self.host.clone());
+            allowed.extend(self.external_host.clone());
         }
         options
     }
@@ -130,6 +153,9 @@ pub struct Mirror {
     upstream: PullOptions,
     /// What of an index is mirrored: the driver's choice.
     platforms: Platforms,
+    /// Where mirrors are pushed instead of the platform registry (`registry.external`), and
+    /// how: the operator's credentials, plain HTTP when `runtime.insecure_registries` says so.
+    external: Option<(String, PullOptions)>,
 }
 
 impl std::fmt::Debug for Mirror {
@@ -137,19 +163,21 @@ impl std::fmt::Debug for Mirror {
         f.debug_struct("Mirror")
             .field("host", &self.access.host)
             .field("platforms", &self.platforms)
+            .field("external", &self.external.as_ref().map(|(to, _)| to))
             .finish_non_exhaustive()
     }
 }
 
 impl Mirror {
-    /// A mirror into `registry`, fetching into `cache` with the `runtime` section's
-    /// registries.
+    /// A mirror into `registry`, or into `external` when the operator names one, fetching into
+    /// `cache` with the `runtime` section's registries.
     pub fn new(
         registry: Arc<Registry>,
         access: PlatformRegistry,
         cache: &Path,
         runtime: &RuntimeConfig,
         platforms: Platforms,
+        external: Option<&ExternalMirror>,
     ) -> anyhow::Result<Mirror> {
         let store = Store::open(cache)
             .with_context(|| format!("cannot prepare the image cache in {}", cache.display()))?;
@@ -158,19 +186,29 @@ impl Mirror {
             allowed_registries: Some(runtime.allowed_registries.clone()),
             ..PullOptions::default()
         };
+        // The operator named it: no `allowed_registries` bound.
+        let external = external.map(|external| {
+            let push = PullOptions {
+                insecure_registries: runtime.insecure_registries.clone(),
+                ..PullOptions::default()
+            };
+            (external.repository.trim_end_matches('/').to_owned(), push)
+        });
         Ok(Mirror {
             registry,
             access,
             store,
             upstream,
             platforms,
+            external,
         })
     }
 
     /// Puts `reference` into `service`'s mirror. An image in the platform registry itself is
-    /// copied there within the registry, and only from one of `service`'s own repositories; any
-    /// other is fetched (every blob verified) and put. The error says what is wrong, for the
-    /// deploy's caller, without the server's internals.
+    /// taken only from one of `service`'s own repositories (copied within the registry, or
+    /// fetched to be pushed to an external mirror); any other is fetched (every blob verified)
+    /// and put, or pushed. The error says what is wrong, for the deploy's caller, without the
+    /// server's internals.
     pub async fn mirror(&self, service: &str, reference: &str) -> Result<ResolvedImage, String> {
         let reference = self.access.local(reference);
         let mirror = format!("{service}/{MIRROR}");
@@ -178,6 +216,8 @@ impl Mirror {
             tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
             told(&e)
         };
+        let mut fetch_with = &self.upstream;
+        let platform_pull;
         if let Some(rest) = reference.strip_prefix(&format!("{}/", self.access.host)) {
             let (repository, tag_or_digest) = split_reference(rest);
             if repository.split('/').next() != Some(service) {
@@ -186,21 +226,36 @@ impl Mirror {
                      registry ({service}/...): a service deploys only its own images from there"
                 ));
             }
-            let digest = self
-                .registry
-                .copy_image(repository, tag_or_digest, &mirror)
-                .await
-                .map_err(told)?;
-            return Ok(ResolvedImage {
-                pinned: format!("{}/{repository}@{digest}", self.access.host),
-                mirror: Some(format!("{mirror}@{digest}")),
-            });
+            if self.external.is_none() {
+                let digest = self
+                    .registry
+                    .copy_image(repository, tag_or_digest, &mirror)
+                    .await
+                    .map_err(told)?;
+                return Ok(ResolvedImage {
+                    pinned: format!("{}/{repository}@{digest}", self.access.host),
+                    mirror: Some(format!("{mirror}@{digest}")),
+                });
+            }
+            platform_pull = self.access.pull_options(self.upstream.clone());
+            fetch_with = &platform_pull;
         }
         let fetched = self
             .store
-            .fetch(&reference, self.platforms, &self.upstream)
+            .fetch(&reference, self.platforms, fetch_with)
             .await
             .map_err(|e| runway_log::chain(&e))?;
+        if let Some((repository, push)) = &self.external {
+            let target = format!("{repository}/{mirror}");
+            self.push(&target, &fetched, push).await.map_err(|e| {
+                tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
+                format!("cannot push it to the mirror {target}: {}", runway_log::chain(&e))
+            })?;
+            return Ok(ResolvedImage {
+                mirror: Some(format!("{target}@{}", fetched.digest)),
+                pinned: fetched.pinned,
+            });
+        }
         for blob in &fetched.blobs {
             self.registry
                 .put_blob(&mirror, &blob.digest, &blob.path)
@@ -223,6 +278,54 @@ impl Mirror {
             pinned: fetched.pinned,
         })
     }
+
+    /// Pushes what was fetched to `target` by digest (no tag): the blobs the registry lacks,
+    /// then each manifest, an index after those it lists.
+    async fn push(
+        &self,
+        target: &str,
+        fetched: &Fetched,
+        options: &PullOptions,
+    ) -> Result<(), runway_oci::OciError> {
+        let mut blobs: Vec<PushBlob> = fetched
+            .blobs
+            .iter()
+            .map(|blob| PushBlob {
+                digest: blob.digest.clone(),
+                source: BlobSource::File(blob.path.clone()),
+            })
+            .collect();
+        for manifest in &fetched.manifests {
+            let at = format!("{target}@{}", manifest.digest);
+            self.store
+                .push(&at, &blobs, &manifest.bytes, &manifest.media_type, options)
+                .await?;
+            // Every blob went with the first.
+            blobs.clear();
+        }
+        Ok(())
+    }
+}
+
+/// Whether `repository` can be `registry.external.repository`: a registry's host (with a dot or
+/// a port, so it cannot be read as Docker Hub's, nor as a service's name) and at least one
+/// path component of the distribution spec's grammar.
+pub fn is_external_repository(repository: &str) -> bool {
+    let Some((host, path)) = repository.trim_end_matches('/').split_once('/') else {
+        return false;
+    };
+    host.contains(['.', ':']) && is_registry_host(host) && path.split('/').all(is_path_component)
+}
+
+/// A repository's path component: lower-case letters and digits in runs joined by `.`, `_`,
+/// `__` or dashes (`[a-z0-9]+((\.|_|__|[-]+)[a-z0-9]+)*`).
+fn is_path_component(component: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    // The maximal runs of anything else between them are the separators.
+    let mut separators = component.split(alnum).filter(|s| !s.is_empty());
+    component.starts_with(alnum)
+        && component.ends_with(alnum)
+        && separators.all(|s| matches!(s, "." | "_" | "__") || s.bytes().all(|b| b == b'-'))
 }
 
 /// The `host:port`s an image reference may name the platform registry by: the API's names
@@ -304,6 +407,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_external_mirror_is_a_registry_host_and_a_path() {
+        for good in [
+            "registry.gitlab.com/acme/runway",
+            "harbor.example.com:8443/runway",
+            "localhost:5000/a",
+            "127.0.0.1:5000/mirrors/runway-1/a__b/c--d/e.f",
+            "registry.example.com/runway/",
+        ] {
+            assert!(is_external_repository(good), "{good}");
+        }
+        for bad in [
+            "registry.gitlab.com",
+            "acme/runway",
+            "localhost/runway",
+            "registry.gitlab.com/Acme",
+            "registry.gitlab.com/acme//runway",
+            "registry.gitlab.com/-acme",
+            "registry.gitlab.com/acme.",
+            "registry.gitlab.com/a.-b",
+            "registry.gitlab.com/a___b",
+            "https://registry.gitlab.com/acme",
+            "registry.gitlab.com/acme:latest",
+        ] {
+            assert!(!is_external_repository(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_registry_host_is_a_name_or_address_and_a_port() {
         for good in [
             "127.0.0.1:7443",
@@ -340,6 +471,7 @@ mod tests {
                 &["runway.example.com".to_owned(), "localhost".to_owned()],
                 7443,
             ),
+            external_host: None,
         };
         assert_eq!(
             access.local("runway.example.com:7443/hello/build@sha256:ab"),

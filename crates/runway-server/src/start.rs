@@ -150,6 +150,12 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         ca_pem: ca_pem.as_bytes().to_vec(),
         key: Arc::clone(&pull_key),
         aliases: crate::registry::aliases(&config.api.tls.hostnames, api_address.port()),
+        external_host: config
+            .registry
+            .external
+            .as_ref()
+            .and_then(|external| external.repository.split_once('/'))
+            .map(|(host, _)| host.to_owned()),
     });
     let kind = drivers.chosen(&config.runtime.kind)?;
     let driver = kind
@@ -169,6 +175,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             &data_dir.join("images"),
             &config.runtime,
             kind.mirrored_platforms(),
+            config.registry.external.as_ref(),
         )?)),
         None => None,
     };

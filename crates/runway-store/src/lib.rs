@@ -105,7 +105,7 @@ pub use model::{
     IssuedCertificate, Lease, NewRevision, NewService, NewToken, PLATFORM_ACTORS, PlannedRevision,
     Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
     Token, TokenScope, artifact_image, artifact_is_process, artifact_mirror, artifact_source,
-    revision_name,
+    mirror_is_external, revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

@@ -96,11 +96,20 @@ pub fn artifact_image(artifact: &serde_json::Value) -> Option<&str> {
     artifact.get("image").and_then(serde_json::Value::as_str)
 }
 
-/// Where the platform registry holds an image artifact's image (`mirror`,
-/// `<service>/mirror@sha256:…`, without the registry's host, which may change), recorded at
-/// deploy when images are mirrored.
+/// Where an image artifact's image is mirrored (`mirror`), recorded at deploy when images
+/// are: `<service>/mirror@sha256:…` in the platform registry, without its host (which may
+/// change), or an external mirror's whole reference.
 pub fn artifact_mirror(artifact: &serde_json::Value) -> Option<&str> {
     artifact.get("mirror").and_then(serde_json::Value::as_str)
+}
+
+/// Whether a `mirror` is in an external registry (`registry.external`): it begins with that
+/// registry's host, where the platform registry's begin with a service's name, which has no
+/// `.` or `:`.
+pub fn mirror_is_external(mirror: &str) -> bool {
+    mirror
+        .split_once('/')
+        .is_some_and(|(first, _)| first.contains(['.', ':']))
 }
 
 /// Whether an artifact is a plain process: it names its code snapshot, or (recorded before

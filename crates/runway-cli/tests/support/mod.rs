@@ -616,6 +616,9 @@ impl Platform {
             .arg("--data-dir")
             .arg(&self.data)
             .env_remove("RUNWAY_DATA_DIR")
+            // Registry logins of its own (none unless a test writes `docker/config.json`),
+            // never the machine's.
+            .env("DOCKER_CONFIG", self.dir.path().join("docker"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -129,7 +129,7 @@ fsGroup: the server reads it through its own group, so that group must be fsGrou
 {{- end }}
 {{- if $store.urlSecret.name }}
 {{- if .Values.registry.host }}
-{{- fail "registry.host: with a database (store.urlSecret) each server pod keeps its own data directory, and so its own platform registry: images cannot be mirrored yet; leave registry.host empty" }}
+{{- fail "registry.host: with a database (store.urlSecret) each server pod keeps its own data directory, and so its own platform registry: images cannot be mirrored into it; leave registry.host empty, or mirror to a registry of your own (registry.external)" }}
 {{- end }}
 {{- $pod := .Values.podSecurityContext | default dict }}
 {{- if not (hasKey $pod "fsGroup") }}
@@ -273,7 +273,7 @@ database, `store` names the files the pods mount and `leader` the lease's length
       "tls_dir" (include "runway.controlTlsMount" .)
       "https_port" (int .Values.ingressService.httpsPort)))
   "control" (dict "domain" .Values.domain)
-  "registry" (ternary (dict "mirror" true "host" .Values.registry.host) (dict "mirror" false) (not (empty .Values.registry.host)))
+  "registry" (include "runway.registryConfig" . | fromYaml)
   "runtime" (dict
     "kind" "kubernetes"
     "kubernetes" (dict
@@ -298,4 +298,29 @@ database, `store` names the files the pods mount and `leader` the lease's length
 {{- define "runway.apiScheme" -}}
 {{- $tls := dig "api" "tls" "enabled" true .Values.serverConfig }}
 {{- if $tls }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+
+{{/*
+server.yml's registry section: mirrors into the platform registry at registry.host, or
+pushed to registry.external.repository with pushSecret's logins, or none.
+*/}}
+{{- define "runway.registryConfig" -}}
+{{- $registry := .Values.registry }}
+{{- $external := $registry.external | default dict }}
+{{- if $external.repository }}
+{{- if not $external.pushSecret }}
+{{- fail "registry.external.pushSecret: name the kubernetes.io/dockerconfigjson Secret whose logins may push to registry.external.repository" }}
+{{- end }}
+mirror: true
+external:
+  repository: {{ $external.repository | quote }}
+{{- with $registry.host }}
+host: {{ . | quote }}
+{{- end }}
+{{- else if $registry.host }}
+mirror: true
+host: {{ $registry.host | quote }}
+{{- else }}
+mirror: false
+{{- end }}
 {{- end }}

@@ -9,7 +9,8 @@ The data volume is the StatefulSet's claim, or the Deployment's emptyDir.
 {{- $fullname := include "runway.fullname" . }}
 {{- $grace := dig "api" "limits" "shutdown_grace_seconds" 30 .Values.serverConfig | int }}
 {{- $database := include "runway.database" . }}
-{{- $store := .Values.store -}}
+{{- $store := .Values.store }}
+{{- $pushSecret := and .Values.registry.external.repository .Values.registry.external.pushSecret -}}
 metadata:
   labels:
     {{- include "runway.labels" . | nindent 4 }}
@@ -46,6 +47,12 @@ spec:
       imagePullPolicy: {{ .Values.image.pullPolicy }}
       command: [runway]
       args: [server, --config, /etc/runway/server.yml, --data-dir, /var/lib/runway]
+      {{- if $pushSecret }}
+      # The logins mirrors are pushed to registry.external with.
+      env:
+        - name: DOCKER_CONFIG
+          value: /etc/runway-docker
+      {{- end }}
       ports:
         - name: api
           containerPort: 7443
@@ -99,6 +106,11 @@ spec:
         - name: control-tls
           mountPath: {{ include "runway.controlTlsMount" . }}
           readOnly: true
+        {{- if $pushSecret }}
+        - name: registry-push
+          mountPath: /etc/runway-docker
+          readOnly: true
+        {{- end }}
         {{- if $database }}
         # The database's URL (store.url_file), read at the start.
         - name: store-url
@@ -127,6 +139,14 @@ spec:
         secretName: {{ include "runway.serverControlSecretName" . | quote }}
     - name: tmp
       emptyDir: {}
+    {{- if $pushSecret }}
+    - name: registry-push
+      secret:
+        secretName: {{ $pushSecret | quote }}
+        items:
+          - key: .dockerconfigjson
+            path: config.json
+    {{- end }}
     {{- if $database }}
     # Nothing here outlives the pod: the store is the database, the certificate authority
     # and the master key are Secrets; the image cache (tags pinned to digests) fills again.
