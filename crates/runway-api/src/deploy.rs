@@ -202,7 +202,10 @@ pub(crate) async fn deploy(
             ))
             .field("image"));
         }
-        Artifact::Process { .. } => {
+        Artifact::Process {
+            command,
+            working_dir,
+        } => {
             let (name, allow_all) = (service.to_owned(), state.allow_processes);
             let id = state
                 .store(move |s| {
@@ -230,7 +233,25 @@ pub(crate) async fn deploy(
                 ))
                 .field("source"));
             }
-            json!({ "source": digest })
+            let process = crate::platform::ProcessImage {
+                command: command.clone(),
+                working_dir: working_dir.clone(),
+                port: (config.kind == runway_manifest::WorkloadKind::Service)
+                    .then_some(config.port)
+                    .flatten(),
+            };
+            let image = state
+                .platform
+                .process_image(service, id, digest, &process)
+                .await
+                .map_err(|e| {
+                    ApiError::invalid(format!("cannot make the image of its code: {e}"))
+                        .field("source")
+                })?;
+            match image {
+                Some(mirror) => json!({ "source": digest, "mirror": mirror }),
+                None => json!({ "source": digest }),
+            }
         }
         Artifact::Image { reference, .. } => {
             let (reference, field) = match (&body.image, reference) {

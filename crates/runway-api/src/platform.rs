@@ -46,6 +46,17 @@ pub struct ResolvedImage {
     pub mirror: Option<String>,
 }
 
+/// What runs a process revision's code as an image ([`Platform::process_image`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessImage {
+    /// The program and its arguments: the image's entrypoint.
+    pub command: Vec<String>,
+    /// Where it runs, relative to the code (`spec.workload.process.working_dir`).
+    pub working_dir: Option<String>,
+    /// `PORT`, for a service; none for a worker.
+    pub port: Option<u16>,
+}
+
 /// Everything outside the store the API asks about.
 pub trait Platform: Send + Sync + 'static {
     /// Resolves an image reference service `service` deploys to `repository@sha256:…`, and
@@ -97,6 +108,21 @@ pub trait Platform: Send + Sync + 'static {
         max_bytes: u64,
         chunks: mpsc::Receiver<Result<Bytes, String>>,
     ) -> BoxFuture<'_, Result<(), SourceRefused>>;
+
+    /// A process revision's code snapshot (service `service_id`'s `digest`) as an image that
+    /// runs it (`process`): the operator's process base with the code under `/app`, mirrored as
+    /// a deployed image is, so a runtime that runs only images (a cluster) runs it too. `None`
+    /// when the platform builds no such images (no `registry.process_base`, the default here).
+    /// The error is shown to the caller.
+    fn process_image<'a>(
+        &'a self,
+        _service: &'a str,
+        _service_id: i64,
+        _digest: &'a str,
+        _process: &'a ProcessImage,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// The desired state changed: the reconciler should look again now.
     fn wake(&self);

@@ -1053,3 +1053,106 @@ fn pods_pull_mirrored_images_with_their_services_pull_secret() {
     assert!(back.ok(), "{}\n{}", back.all(), platform.log());
     serves("hello-dev-00001", "after the rollback");
 }
+
+/// A plain process on a cluster, which runs only images: refused while the server has no
+/// process base, saying what to set; with `registry.process_base`, its code is built onto that
+/// base as an image in the platform registry, and its pods run that image (its entrypoint
+/// the process's command: the Deployment replaces no command), pulled with the service's own
+/// pull secret.
+#[test]
+fn process_revisions_run_on_a_cluster_as_their_images() {
+    if !runway_oci::testing::require_tools(
+        "process images",
+        &["docker-registry", "skopeo", "umoci", "busybox", "ldd"],
+    ) {
+        return;
+    }
+    let Some(helm) = support::kube::helm() else {
+        return;
+    };
+    let Some(cluster) = kube_cluster::shared("process_images") else {
+        return;
+    };
+    let upstream = runway_oci::testing::Registry::start().unwrap();
+    let layout = runway_oci::testing::python_layout().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let digest_file = scratch.path().join("digest");
+    let mut copy = std::process::Command::new("skopeo");
+    copy.args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
+        .arg(&digest_file)
+        .arg(format!("oci:{}:python", layout.display()))
+        .arg(format!("docker://{}/base/python:3", upstream.host()));
+    let pushed = support::run(copy, None, BOUND);
+    assert!(pushed.ok(), "{}", pushed.all());
+    let base = format!(
+        "{}/base/python@{}",
+        upstream.host(),
+        std::fs::read_to_string(&digest_file).unwrap().trim()
+    );
+    let kube = support::kube::install(
+        cluster,
+        &helm,
+        &support::kube::release("p"),
+        &["dev", "staging", "production"],
+    );
+    let runtime = format!(
+        "{}  insecure_registries: [\"{}\"]\n",
+        kube.runtime_only(),
+        upstream.host()
+    );
+
+    // No process base: the deploy fails, saying what to set.
+    let without = Platform::start(&Settings {
+        sections: runtime.clone(),
+        ..Settings::default()
+    });
+    let repo = without.onboard("hello", &["dev"], "s3cr3t");
+    let refused = without.deploy(&repo, "dev");
+    assert!(!refused.ok(), "{}", refused.all());
+    assert!(
+        refused.all().contains("registry.process_base"),
+        "{}\n{}",
+        refused.all(),
+        without.log()
+    );
+    drop(without);
+
+    let platform = Platform::start(&Settings {
+        sections: format!("{runtime}registry:\n  process_base: {base}\n"),
+        ..Settings::default()
+    });
+    cluster.trust_registry(&std::fs::read(platform.ca()).unwrap());
+    let registry = platform.api().trim_start_matches("https://").to_owned();
+    let repo = platform.onboard("hello", &["dev"], "s3cr3t");
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "deploy: {}\n{}", deploy.all(), platform.log());
+    let (status, body) = platform.get_until("hello.dev.localhost", "/", BOUND, |s, b| {
+        s == 200 && b.trim() == "hello-dev-00001"
+    });
+    assert_eq!(
+        (status, body.trim()),
+        (200, "hello-dev-00001"),
+        "{}",
+        platform.log()
+    );
+    let (_, revisions) = platform.call(
+        reqwest::Method::GET,
+        "/v1/services/hello/environments/dev/revisions",
+        Some(&platform.token),
+        None,
+    );
+    let mirror = revisions[0]["mirror"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{revisions:#}"));
+    let deployment = kube
+        .object("deployments", "dev", "hello-dev-00001")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["image"], format!("{registry}/{mirror}"));
+    assert!(container.get("command").is_none(), "{container:#}");
+    assert_eq!(
+        pod["imagePullSecrets"],
+        serde_json::json!([{"name": "hello.registry"}])
+    );
+}

@@ -613,3 +613,81 @@ fn a_folder_of_python_is_built_and_served_without_docker() {
         );
     }
 }
+
+/// With `registry.process_base`, a process revision is an image too: its code snapshot built
+/// onto the operator's base (here a Python base built from this machine's Debian Python, in a
+/// loopback registry) under `/app`, its command the entrypoint, and mirrored as any deployed
+/// image is. The process runs from its snapshot on this machine, as before; that image, deployed
+/// as an image, runs the same code in a container and serves the same answers: the one artifact
+/// a runtime that runs only images (a cluster) runs.
+#[test]
+fn a_process_revision_is_an_image_that_serves_as_the_process_does() {
+    const HOST: &str = "hello.dev.localhost";
+    if !runway_oci::testing::require_tools(
+        "process images",
+        &[
+            "docker-registry",
+            "skopeo",
+            "umoci",
+            "busybox",
+            "runc",
+            "ldd",
+        ],
+    ) {
+        return;
+    }
+    let upstream = runway_oci::testing::Registry::start().unwrap();
+    let layout = runway_oci::testing::python_layout().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let digest_file = scratch.path().join("digest");
+    let mut copy = Command::new("skopeo");
+    copy.args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
+        .arg(&digest_file)
+        .arg(format!("oci:{}:python", layout.display()))
+        .arg(format!("docker://{}/base/python:3", upstream.host()));
+    let pushed = run(copy, None, TOOL);
+    assert!(pushed.ok(), "{}", pushed.all());
+    let base = format!(
+        "{}/base/python@{}",
+        upstream.host(),
+        std::fs::read_to_string(&digest_file).unwrap().trim()
+    );
+    let platform = Platform::start(&Settings {
+        sections: format!(
+            "runtime:\n  insecure_registries: [\"{}\"]\nregistry:\n  process_base: {base}\n",
+            upstream.host()
+        ),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "process-image-secret");
+    let deployed = platform.deploy(&repo, "dev");
+    assert!(deployed.ok(), "{}\n{}", deployed.all(), platform.log());
+    let (code, body) = platform.get(HOST, "/", Duration::from_secs(20));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.starts_with("hello from hello-dev-00001"), "{body}");
+    let first = revision(&platform, 1);
+    assert!(first["source"].is_string(), "{first:#}");
+    let mirror = first["mirror"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first:#}"));
+    assert!(mirror.starts_with("hello/mirror@sha256:"), "{first:#}");
+
+    // That image, as an image: the same manifest without `process`, so the image's own
+    // entrypoint (the process's command, in /app) runs.
+    let path = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let process = "    process:\n      command: [\"python3\", \"app.py\"]\n";
+    assert!(text.contains(process), "{text}");
+    std::fs::write(&path, text.replace(process, "")).unwrap();
+    let registry = platform.api().trim_start_matches("https://").to_owned();
+    let image = format!("{registry}/{mirror}");
+    let as_image = platform.deploy_image(&repo, "dev", &image);
+    assert!(as_image.ok(), "{}\n{}", as_image.all(), platform.log());
+    let (code, body) = platform.get_until(HOST, "/", Duration::from_secs(30), |_, body| {
+        body.starts_with("hello from hello-dev-00002")
+    });
+    assert_eq!(code, 200, "{body}\n{}", platform.log());
+    let second = revision(&platform, 2);
+    assert!(second["source"].is_null(), "{second:#}");
+    assert_eq!(second["mirror"], mirror, "the same image: {second:#}");
+}

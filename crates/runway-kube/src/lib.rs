@@ -1091,7 +1091,9 @@ impl Driver for KubeDriver {
     async fn scale(&self, workload: &Workload, scale: &Scale) -> Result<Vec<Replica>, DriverError> {
         let Some(image) = workload.image.as_deref() else {
             return Err(DriverError::Refused(format!(
-                "{} runs a plain process, which a cluster cannot run: deploy an image",
+                "{} runs a plain process, which a cluster runs only as an image of it: set \
+                 registry.process_base in the server's configuration (an image its code is \
+                 built onto), or deploy an image",
                 workload.service
             )));
         };

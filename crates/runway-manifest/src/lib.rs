@@ -76,4 +76,4 @@ pub use schema::{manifest_reference_markdown, manifest_schema, manifest_schema_j
 pub use service::{ConfigError, Loaded, Service, ServiceFiles, load, merge};
 pub use source::{Document, NodeSpan, SourceFile, SpanMap, parse, yaml_lines};
 pub use types::*;
-pub use validate::{EnvFile, RESERVED_ENV, is_secret_name};
+pub use validate::{EnvFile, RESERVED_ENV, is_pinned, is_secret_name};

@@ -710,6 +710,16 @@ fn percentages(c: &mut Checker<'_>, pointer: &str, steps: &[Percent]) {
     }
 }
 
+/// Whether an image reference is pinned by its digest: `…@sha256:<64 lower-case hex>`.
+pub fn is_pinned(reference: &str) -> bool {
+    reference.rsplit_once("@sha256:").is_some_and(|(_, hex)| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// `spec.workload.build`: one artifact, a base pinned by digest, a program, paths inside the
 /// repository and the image.
 fn check_build(c: &mut Checker<'_>, spec: &Spec, workload: &Workload, build: &Build) {
@@ -736,12 +746,7 @@ fn check_build(c: &mut Checker<'_>, spec: &Spec, workload: &Workload, build: &Bu
             .expected("the command in `spec.workload.build.command`, or no `build`");
         }
     }
-    let pinned = build.base.rsplit_once("@sha256:").is_some_and(|(_, hex)| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    });
+    let pinned = is_pinned(&build.base);
     if !build.base.trim().is_empty() {
         image_reference(c, &format!("{at}/base"), &build.base);
         if !pinned {

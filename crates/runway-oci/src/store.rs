@@ -382,6 +382,18 @@ impl Store {
         self.root.join("blobs/sha256").join(digest.hex())
     }
 
+    /// Keeps `bytes` as a verified blob (its digest is computed here) and returns where: for
+    /// content made on this machine (a built image's config and layer) that is then put
+    /// where blobs are taken from a file.
+    pub fn put_bytes(&self, bytes: &[u8]) -> Result<PathBuf, OciError> {
+        let digest = Digest::of(bytes);
+        let path = self.blob_path(&digest);
+        if !path.exists() {
+            self.write_blob(&digest, bytes)?;
+        }
+        Ok(path)
+    }
+
     /// Where the rootfs of the image with manifest `digest`, owned with `id_shift`, lives.
     pub fn rootfs_path(&self, digest: &Digest, id_shift: u32) -> PathBuf {
         self.root

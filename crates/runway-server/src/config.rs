@@ -561,6 +561,16 @@ impl ServerConfig {
                 external.repository
             );
         }
+        if let Some(base) = &config.registry.process_base
+            && !runway_manifest::is_pinned(base)
+        {
+            bail!(
+                "{}: registry.process_base: `{base}` is not pinned by digest: expected \
+                 `registry/repository@sha256:<64 hex digits>` (`skopeo inspect \
+                 docker://IMAGE` prints the digest), so that no process's image changes under it",
+                path.display()
+            );
+        }
         if let Some(remote) = &config.ingress.remote
             && remote.addresses.is_empty()
         {
@@ -699,6 +709,10 @@ mod tests {
             (
                 "registry:\n  external:\n    repositry: registry.gitlab.com/a\n",
                 "registry.external.repositry",
+            ),
+            (
+                "registry:\n  process_base: python:3\n",
+                "registry.process_base: `python:3` is not pinned by digest",
             ),
         ] {
             std::fs::write(&path, text).unwrap();

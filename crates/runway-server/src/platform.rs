@@ -225,6 +225,23 @@ impl Platform for ServerPlatform {
         })
     }
 
+    fn process_image<'a>(
+        &'a self,
+        service: &'a str,
+        service_id: i64,
+        digest: &'a str,
+        process: &'a runway_api::ProcessImage,
+    ) -> BoxFuture<'a, Result<Option<String>, String>> {
+        Box::pin(async move {
+            let Some(mirror) = &self.mirror else {
+                return Ok(None);
+            };
+            let digest = runway_oci::Digest::parse(digest).map_err(|e| e.to_string())?;
+            let code = self.sources.path(service_id, &digest);
+            mirror.process_image(service, &code, process).await
+        })
+    }
+
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
         let (service, env) = (service.to_owned(), env.to_owned());
         Box::pin(async move {

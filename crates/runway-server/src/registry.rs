@@ -9,12 +9,13 @@
 //! runs (an index's other platforms are never fetched); Kubernetes mirrors an index whole, so
 //! each node picks its own.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use runway_api::ResolvedImage;
 use runway_api::registry::{MIRROR, PullKey};
+use runway_api::{ProcessImage, ResolvedImage};
+use runway_oci::source::PackOptions;
 use runway_oci::{BlobSource, Credentials, Fetched, Platforms, PullOptions, PushBlob, Store};
 use runway_registry::Registry;
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,12 @@ pub struct RegistryConfig {
     /// A registry of the operator's that mirrors are pushed to instead of the platform
     /// registry (which still serves builds and CI pushes).
     pub external: Option<ExternalMirror>,
+    /// An image pinned by digest that holds what services' plain processes run on (an
+    /// interpreter, the system's libraries): each process revision's code is then also built
+    /// onto it as an image (the code under `/app`, its command the entrypoint) and mirrored,
+    /// so a runtime that runs only images runs processes too. Needed for processes on
+    /// Kubernetes; on this machine processes run from their code snapshot either way.
+    pub process_base: Option<String>,
 }
 
 /// `registry.external`: the operator's registry (the GitLab container registry, Harbor) as the
@@ -67,6 +74,7 @@ impl Default for RegistryConfig {
             retention_hours: 168,
             max_bytes: None,
             external: None,
+            process_base: None,
         }
     }
 }
@@ -147,7 +155,7 @@ pub struct Mirror {
     registry: Arc<Registry>,
     access: PlatformRegistry,
     /// Where images are fetched to: verified blobs, hard-linked into the registry.
-    store: Store,
+    store: Arc<Store>,
     /// How images are pulled from where their references point (the `runtime` section's
     /// registries).
     upstream: PullOptions,
@@ -156,6 +164,8 @@ pub struct Mirror {
     /// Where mirrors are pushed instead of the platform registry (`registry.external`), and
     /// how: the operator's credentials, plain HTTP when `runtime.insecure_registries` says so.
     external: Option<(String, PullOptions)>,
+    /// What processes' images are built on (`registry.process_base`).
+    process_base: Option<String>,
 }
 
 impl std::fmt::Debug for Mirror {
@@ -169,7 +179,7 @@ impl std::fmt::Debug for Mirror {
 }
 
 impl Mirror {
-    /// A mirror into `registry`, or into `external` when the operator names one, fetching into
+    /// A mirror into `registry`, or into the external one `config` names, fetching into
     /// `cache` with the `runtime` section's registries.
     pub fn new(
         registry: Arc<Registry>,
@@ -177,7 +187,7 @@ impl Mirror {
         cache: &Path,
         runtime: &RuntimeConfig,
         platforms: Platforms,
-        external: Option<&ExternalMirror>,
+        config: &RegistryConfig,
     ) -> anyhow::Result<Mirror> {
         let store = Store::open(cache)
             .with_context(|| format!("cannot prepare the image cache in {}", cache.display()))?;
@@ -187,7 +197,7 @@ impl Mirror {
             ..PullOptions::default()
         };
         // The operator named it: no `allowed_registries` bound.
-        let external = external.map(|external| {
+        let external = config.external.as_ref().map(|external| {
             let push = PullOptions {
                 insecure_registries: runtime.insecure_registries.clone(),
                 ..PullOptions::default()
@@ -197,10 +207,11 @@ impl Mirror {
         Ok(Mirror {
             registry,
             access,
-            store,
+            store: Arc::new(store),
             upstream,
             platforms,
             external,
+            process_base: config.process_base.clone(),
         })
     }
 
@@ -277,6 +288,109 @@ impl Mirror {
             mirror: Some(format!("{mirror}@{}", fetched.digest)),
             pinned: fetched.pinned,
         })
+    }
+
+    /// Builds the process `process` of `service` (its code snapshot unpacked at `code`) onto
+    /// the process base as an image, the code under `/app`, and puts it into `service`'s mirror
+    /// (or pushes it to the external one): the mirror's reference, as a deploy's revision
+    /// records it; `None` without a process base. The base's layers are fetched once; the
+    /// same code on the same base is the same image.
+    pub async fn process_image(
+        &self,
+        service: &str,
+        code: &Path,
+        process: &ProcessImage,
+    ) -> Result<Option<String>, String> {
+        let Some(base) = &self.process_base else {
+            return Ok(None);
+        };
+        let dir = code.to_owned();
+        let packed = tokio::task::spawn_blocking(move || {
+            let options = PackOptions {
+                prefix: Some(PathBuf::from("app")),
+                ..PackOptions::default()
+            };
+            // The snapshot was bounded when it was taken.
+            runway_oci::source::pack_with(&dir, u64::MAX, &options)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| {
+            tracing::warn!(%service, error = %runway_log::chain(&e), "cannot pack a code snapshot");
+            "cannot pack its code snapshot (the server's log says why)".to_owned()
+        })?;
+        let workdir = match &process.working_dir {
+            Some(dir) => format!("/app/{}", dir.trim_matches('/')),
+            None => "/app".to_owned(),
+        };
+        let created_by = format!("runway deploy: {service} (process)");
+        let spec = runway_oci::build::BuildSpec {
+            base: &self.access.local(base),
+            command: &process.command,
+            workdir: &workdir,
+            port: process.port,
+            created_by: &created_by,
+        };
+        // The operator named the base: wherever it is, the platform registry included.
+        let options = PullOptions {
+            allowed_registries: None,
+            ..self.access.pull_options(self.upstream.clone())
+        };
+        let built = runway_oci::build::build(&self.store, &spec, &packed, &options)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot build it on the process base {base}: {}",
+                    runway_log::chain(&e)
+                )
+            })?;
+        let mirror = format!("{service}/{MIRROR}");
+        if let Some((repository, push)) = &self.external {
+            let target = format!("{repository}/{mirror}@{}", built.digest);
+            self.store
+                .push(
+                    &target,
+                    &built.blobs,
+                    &built.manifest,
+                    built.media_type,
+                    push,
+                )
+                .await
+                .map_err(|e| format!("cannot push it to {target}: {}", runway_log::chain(&e)))?;
+            return Ok(Some(target));
+        }
+        let told = |e: runway_registry::RegistryError| {
+            tracing::warn!(%service, error = %runway_log::chain(&e), "cannot mirror a process's image");
+            told(&e)
+        };
+        for blob in &built.blobs {
+            match &blob.source {
+                BlobSource::File(path) => self.registry.put_blob(&mirror, &blob.digest, path).await,
+                BlobSource::Bytes(bytes) => {
+                    let (store, bytes) = (Arc::clone(&self.store), bytes.clone());
+                    let path = tokio::task::spawn_blocking(move || store.put_bytes(&bytes))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| {
+                            tracing::warn!(error = %runway_log::chain(&e), "cannot keep a process image's blob");
+                            "the platform registry could not store it (the server's log says why)"
+                                .to_owned()
+                        })?;
+                    self.registry.put_blob(&mirror, &blob.digest, &path).await
+                }
+            }
+            .map_err(told)?;
+        }
+        self.registry
+            .put_manifest(
+                &mirror,
+                &built.digest.to_string(),
+                built.media_type,
+                &built.manifest,
+            )
+            .await
+            .map_err(told)?;
+        Ok(Some(format!("{mirror}@{}", built.digest)))
     }
 
     /// Pushes what was fetched to `target` by digest (no tag): the blobs the registry lacks,

@@ -175,7 +175,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             &data_dir.join("images"),
             &config.runtime,
             kind.mirrored_platforms(),
-            config.registry.external.as_ref(),
+            &config.registry,
         )?)),
         None => None,
     };
