@@ -1836,12 +1836,132 @@ fn gitlab_ci_local() -> Option<&'static str> {
     Some("gitlab-ci-local")
 }
 
+/// A service repository that includes the CI component (`templates/runway.yml`), run with
+/// `gitlab-ci-local`'s shell executor against a real `runway server`: [`Pipeline::new`] copies
+/// the component into the repository as `ci/runway.yml`, includes it once per environment and
+/// commits the repository on `main`, its GitLab remote's default branch; [`Pipeline::run`] runs
+/// the pipeline, or some of its jobs, with a job identity token the test issuer signs (standing
+/// in for GitLab's: gitlab-ci-local makes no `id_tokens`).
+struct Pipeline<'a> {
+    glci: &'static str,
+    repo: &'a Path,
+    issuer: &'a TestIssuer,
+    /// gitlab-ci-local's home, the jobs' CLI configurations and the CLI's image cache.
+    home: tempfile::TempDir,
+    /// `PATH` with the directory of the `runway` under test first.
+    path: String,
+}
+
+impl<'a> Pipeline<'a> {
+    /// Includes the component in `repo` once for each of `envs` (deploying `hello` to
+    /// `platform` with the `expedited` strategy, waiting at most 90 s) and commits the
+    /// repository as it is: its files are written before.
+    fn new(
+        glci: &'static str,
+        platform: &Platform,
+        issuer: &'a TestIssuer,
+        repo: &'a Path,
+        envs: &[&str],
+    ) -> Self {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        std::fs::create_dir_all(repo.join("ci")).unwrap();
+        std::fs::copy(
+            root.join("templates/runway.yml"),
+            repo.join("ci/runway.yml"),
+        )
+        .unwrap();
+        let includes: String = envs
+            .iter()
+            .map(|env| {
+                format!(
+                    "  - local: ci/runway.yml\n    inputs:\n      service: hello\n      environment: {env}\n      \
+                     server: {}\n      ca: {}\n      strategy: expedited\n      timeout: 90s\n",
+                    platform.api(),
+                    platform.ca().display()
+                )
+            })
+            .collect();
+        std::fs::write(
+            repo.join(".gitlab-ci.yml"),
+            format!("stages: [test, deploy]\ninclude:\n{includes}"),
+        )
+        .unwrap();
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .args(["-c", "user.email=ci@example.com", "-c", "user.name=ci"])
+                .args(args)
+                .current_dir(repo)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {args:?}: {out:?}");
+        };
+        git(&["init", "-q", "-b", "main"]);
+        git(&["add", "-A"]);
+        git(&["commit", "-q", "-m", "hello"]);
+        git(&[
+            "remote",
+            "add",
+            "origin",
+            "https://gitlab.example.com/group/hello.git",
+        ]);
+        git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
+        git(&[
+            "symbolic-ref",
+            "refs/remotes/origin/HEAD",
+            "refs/remotes/origin/main",
+        ]);
+        let runway_dir = Path::new(support::RUNWAY).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            runway_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        Pipeline {
+            glci,
+            repo,
+            issuer,
+            home: tempfile::tempdir().unwrap(),
+            path,
+        }
+    }
+
+    /// `gitlab-ci-local ARGS` (`--list`, jobs, or nothing for the whole pipeline) for a protected
+    /// branch, the jobs' identity token that of a protected ref (`protected` is `"true"`) or
+    /// not; at most 240 s.
+    fn run(&self, args: &[&str], protected: &str) -> support::Ran {
+        let home = self.home.path();
+        let mut command = Command::new(self.glci);
+        command
+            .args(["--force-shell-executor", "--home"])
+            .arg(home)
+            .arg("--variable")
+            .arg(format!("RUNWAY_ID_TOKEN={}", self.issuer.token(protected)))
+            // A protected branch's pipeline, as GitLab marks it (the component deploys only
+            // from one); the token's own claim is what the server judges.
+            .arg("--variable")
+            .arg("CI_COMMIT_REF_PROTECTED=true")
+            .arg("--variable")
+            .arg(format!(
+                "RUNWAY_CONFIG={}",
+                home.join(format!("cli-{protected}.json")).display()
+            ))
+            .args(args)
+            .current_dir(self.repo)
+            .env("PATH", &self.path)
+            // What the CLI caches (a build's base image) stays in the test's directory.
+            .env("XDG_CACHE_HOME", home.join("cache"))
+            .env_remove("RUNWAY_SERVER")
+            .env_remove("RUNWAY_TOKEN")
+            .env_remove("RUNWAY_CA")
+            .env_remove("CI");
+        support::run(command, None, Duration::from_secs(240))
+    }
+}
+
 /// The CI component (`templates/runway.yml`) run for real: a service repository includes it
-/// for dev and production, and `gitlab-ci-local` runs the pipeline with its shell executor
-/// against a real `runway server`, the job's identity token signed by a test issuer standing
-/// in for GitLab's (gitlab-ci-local makes no `id_tokens`). The validate and deploy jobs pass,
-/// the service serves the commit, the audit log names the pipeline, production waits for a
-/// person, and an unprotected ref's job fails.
+/// for dev and production, and `gitlab-ci-local` runs the pipeline ([`Pipeline`]). The validate
+/// and deploy jobs pass, the service serves the commit, the audit log names the pipeline,
+/// production waits for a person, and an unprotected ref's job fails.
 #[test]
 fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
     let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
@@ -1858,89 +1978,9 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
     });
     let repo = platform.onboard("hello", &["dev", "production"], &secret_value());
     set_env_file(&repo, "dev", &[("GREETING", "from the component")]);
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    std::fs::create_dir_all(repo.join("ci")).unwrap();
-    std::fs::copy(
-        root.join("templates/runway.yml"),
-        repo.join("ci/runway.yml"),
-    )
-    .unwrap();
-    let include = |env: &str| {
-        format!(
-            "  - local: ci/runway.yml\n    inputs:\n      service: hello\n      environment: {env}\n      \
-             server: {}\n      ca: {}\n      strategy: expedited\n      timeout: 90s\n",
-            platform.api(),
-            platform.ca().display()
-        )
-    };
-    std::fs::write(
-        repo.join(".gitlab-ci.yml"),
-        format!(
-            "stages: [test, deploy]\ninclude:\n{}{}",
-            include("dev"),
-            include("production")
-        ),
-    )
-    .unwrap();
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args(["-c", "user.email=ci@example.com", "-c", "user.name=ci"])
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "hello"]);
-    git(&[
-        "remote",
-        "add",
-        "origin",
-        "https://gitlab.example.com/group/hello.git",
-    ]);
-    git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
-    git(&[
-        "symbolic-ref",
-        "refs/remotes/origin/HEAD",
-        "refs/remotes/origin/main",
-    ]);
+    let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev", "production"]);
 
-    let runway_dir = Path::new(support::RUNWAY).parent().unwrap();
-    let path = format!(
-        "{}:{}",
-        runway_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let ci = tempfile::tempdir().unwrap();
-    let pipeline = |args: &[&str], protected: &str| {
-        let mut command = Command::new(glci);
-        command
-            .args(["--force-shell-executor", "--home"])
-            .arg(ci.path())
-            .arg("--variable")
-            .arg(format!("RUNWAY_ID_TOKEN={}", issuer.token(protected)))
-            // A protected branch's pipeline, as GitLab marks it (the component deploys only
-            // from one); the token's own claim is what the server judges.
-            .arg("--variable")
-            .arg("CI_COMMIT_REF_PROTECTED=true")
-            .arg("--variable")
-            .arg(format!(
-                "RUNWAY_CONFIG={}",
-                ci.path().join(format!("cli-{protected}.json")).display()
-            ))
-            .args(args)
-            .current_dir(&repo)
-            .env("PATH", &path)
-            .env_remove("RUNWAY_SERVER")
-            .env_remove("RUNWAY_TOKEN")
-            .env_remove("RUNWAY_CA")
-            .env_remove("CI");
-        support::run(command, None, Duration::from_secs(240))
-    };
-
-    let listed = pipeline(&["--list"], "true");
+    let listed = pipeline.run(&["--list"], "true");
     assert!(listed.ok(), "{}", listed.all());
     let production = listed
         .stdout
@@ -1949,7 +1989,7 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
         .unwrap_or_else(|| panic!("{}", listed.all()));
     assert!(production.contains("manual"), "{production}");
 
-    let ran = pipeline(&[], "true");
+    let ran = pipeline.run(&[], "true");
     assert!(ran.ok(), "{}\n{}", ran.all(), platform.log());
     for job in [
         "runway-validate-dev",
@@ -1985,13 +2025,167 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
     );
 
     // The same job on an unprotected ref: its token is bound to nothing, the job fails.
-    let refused = pipeline(&["runway-deploy-dev"], "false");
+    let refused = pipeline.run(&["runway-deploy-dev"], "false");
     assert!(!refused.ok(), "{}", refused.all());
     assert!(
         refused.stdout.contains("FAIL  runway-deploy-dev"),
         "{}",
         refused.all()
     );
+}
+
+/// A Python service answering every GET with `page` (as tests/registry.rs's `python_app`).
+fn python_app(page: &str) -> String {
+    format!(
+        "import http.server, os\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       body = b\"{page}\\n\"\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header(\"Content-Length\", str(len(body)))\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(body)\n\
+         http.server.HTTPServer((\"\", int(os.environ[\"PORT\"])), H).serve_forever()\n"
+    )
+}
+
+/// The same build runs in the CI component as on a laptop (docs/building.md): a repository with
+/// `main.py` and a manifest whose `spec.workload.build` names a Python base image by digest
+/// (built from the machine's Python, kept in the platform registry under `hello/base`). The
+/// component's deploy job, logged in with its identity token alone, builds the image, pushes it
+/// to the platform registry under `hello/build` and deploys it; the service serves main.py's
+/// page, and the revision that runs is the image the job pushed, which the registry holds.
+#[test]
+fn the_ci_component_builds_the_image_from_source() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python()
+        || !runway_oci::testing::require_tools(
+            "building images in the CI component",
+            &["skopeo", "umoci", "busybox", "runc", "ldd"],
+        )
+    {
+        return;
+    }
+    let Some(glci) = gitlab_ci_local() else {
+        return;
+    };
+    let issuer = TestIssuer::start();
+    let platform = Platform::start(&Settings {
+        api: issuer.api_config("dev"),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], &secret_value());
+    let host = platform.api().trim_start_matches("https://").to_owned();
+
+    // The base, pushed where the team keeps it: under its service in the platform registry.
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::copy(platform.ca(), certs.path().join("ca.crt")).unwrap();
+    let layout = runway_oci::testing::python_layout().unwrap();
+    let digest_file = certs.path().join("digest");
+    let mut copy = Command::new("skopeo");
+    copy.args(["copy", "--quiet", "--digestfile"])
+        .arg(&digest_file)
+        .arg("--dest-cert-dir")
+        .arg(certs.path())
+        .arg(format!("--dest-creds=ci:{}", platform.token))
+        .arg(format!("oci:{}:python", layout.display()))
+        .arg(format!("docker://{host}/hello/base:3.11"));
+    let pushed = support::run(copy, None, Duration::from_secs(120));
+    assert!(pushed.ok(), "{}", pushed.all());
+    let base = format!(
+        "{host}/hello/base@{}",
+        std::fs::read_to_string(&digest_file).unwrap().trim()
+    );
+
+    std::fs::remove_file(repo.join("app.py")).unwrap();
+    std::fs::write(
+        repo.join(".runway/runway.yml"),
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: hello\n  \
+             owner_email_handle: platform-team\n  department: engineering\nspec:\n  \
+             container_port: 8080\n  regions: [local]\n  scalability:\n    min_instances: 1\n    \
+             max_instances: 1\n  startup_probe:\n    path: /\n    period_seconds: 1\n    \
+             failure_threshold: 60\n  deployment:\n    strategy: legacy\n  workload:\n    \
+             secrets: [API_KEY]\n    build:\n      base: {base}\n      \
+             command: [python3, main.py]\n      include: [main.py]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(repo.join("main.py"), python_app("built in ci")).unwrap();
+    let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev"]);
+
+    let ran = pipeline.run(&[], "true");
+    assert!(ran.ok(), "{}\n{}", ran.all(), platform.log());
+    for job in ["runway-validate-dev", "runway-deploy-dev"] {
+        assert!(
+            ran.stdout.contains(&format!("PASS  {job}")),
+            "{job}: {}",
+            ran.all()
+        );
+    }
+    // What `runway deploy` says on stderr as it builds and pushes (crates/runway-cli/src/
+    // build.rs), which gitlab-ci-local passes on to its own stderr after the job's name:
+    // "runway: building hello on BASE (1 files, 355 bytes compressed)..." and
+    // "runway: pushed HOST/hello/build@sha256:… (17.4 MiB uploaded in 4 blobs, 0 already there)".
+    assert!(
+        ran.stderr
+            .contains(&format!("runway: building hello on {base} (1 files, ")),
+        "{}",
+        ran.all()
+    );
+    let push = ran
+        .stderr
+        .lines()
+        .find_map(|l| l.split_once("runway: pushed ").map(|(_, said)| said.trim()))
+        .unwrap_or_else(|| panic!("no push said: {}", ran.all()));
+    let pinned = push
+        .split_once(" (")
+        .map_or(push, |(pinned, _)| pinned)
+        .to_owned();
+    assert!(
+        pinned.starts_with(&format!("{host}/hello/build@sha256:")),
+        "{}",
+        ran.all()
+    );
+    eprintln!(
+        "the component's pipeline built, pushed and deployed in {:.1} s: {push}",
+        ran.took.as_secs_f64()
+    );
+    let (code, body) = platform.get_until(HOST, "/", Duration::from_secs(30), |_, body| {
+        body.trim() == "built in ci"
+    });
+    assert_eq!(
+        (code, body.trim()),
+        (200, "built in ci"),
+        "{}",
+        platform.log()
+    );
+
+    // What runs is the image the job pushed, and the platform registry holds it.
+    let (status, revisions) = platform.call(
+        Method::GET,
+        "/v1/services/hello/environments/dev/revisions",
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(status, 200, "{revisions}");
+    let revision = revisions
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["number"] == 1))
+        .unwrap_or_else(|| panic!("no revision 1: {revisions:#}"));
+    assert_eq!(
+        revision["image"].as_str(),
+        Some(pinned.as_str()),
+        "{revision:#}"
+    );
+    let digest = pinned.rsplit_once('@').unwrap().1;
+    let (status, manifest) = platform.call(
+        Method::GET,
+        &format!("/v2/hello/build/manifests/{digest}"),
+        Some(&platform.token),
+        None,
+    );
+    assert_eq!(status, 200, "{manifest}");
 }
 
 /// A real Prometheus (Debian's) discovers the platform through `GET /v1/prometheus/targets`
