@@ -2642,6 +2642,8 @@ async fn drive(installed: &support::kube::Installed) {
 fn an_external_mirror_is_pushed_to_with_its_secret() {
     let Some(helm) = helm() else { return };
     const REPOSITORY: &str = "registry.gitlab.com/acme/runway";
+    const PROCESS_BASE: &str = "registry.example.com/platform/python@sha256:\
+                                0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
     let rendered = objects(&template_of(
         &helm,
         &[
@@ -2651,6 +2653,8 @@ fn an_external_mirror_is_pushed_to_with_its_secret() {
             &format!("registry.external.repository={REPOSITORY}"),
             "--set",
             "registry.external.pushSecret=mirror-push",
+            "--set",
+            &format!("registry.processBase={PROCESS_BASE}"),
         ],
     ));
     let config = server_yml(&rendered);
@@ -2659,7 +2663,7 @@ fn an_external_mirror_is_pushed_to_with_its_secret() {
         .value;
     assert_eq!(
         parsed["registry"],
-        json!({"mirror": true, "external": {"repository": REPOSITORY}})
+        json!({"mirror": true, "external": {"repository": REPOSITORY}, "process_base": PROCESS_BASE})
     );
     // The server takes that section (the rest names the database's files, not here).
     let dir = TempDir::new("external-mirror");
@@ -2700,6 +2704,10 @@ fn an_external_mirror_is_pushed_to_with_its_secret() {
         (
             "registry.external.repository=Acme/runway".to_owned(),
             "registry.external.repository",
+        ),
+        (
+            "registry.processBase=python:3".to_owned(),
+            "registry.processBase",
         ),
     ] {
         let ran = template_of(&helm, &["--set", &set]);

@@ -323,4 +323,7 @@ host: {{ $registry.host | quote }}
 {{- else }}
 mirror: false
 {{- end }}
+{{- if and $registry.processBase (or $external.repository $registry.host) }}
+process_base: {{ $registry.processBase | quote }}
+{{- end }}
 {{- end }}
