@@ -1075,3 +1075,97 @@ fn blue_green_from_zero_neither_wakes_the_stable_revision_nor_calls_it_warm() {
     );
     assert_eq!(live_instances(&status(&platform), "hello-dev-00001"), 0);
 }
+
+/// `spec.workload.tag_header`, through the real ingress: before the service enables it, a
+/// request carrying `Runway-Tag` is refused (400). Enabled, the header reaches the revision with
+/// that tag on the service's own name, a blue/green revision staged with no traffic too, and
+/// never the instance; a tag no revision serves is a 404, not the revision the weights give.
+#[test]
+fn a_tag_header_reaches_a_revision_where_the_service_enables_it() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "tag-header-secret");
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "{}\n{}", deploy.all(), platform.log());
+    let client = platform.ingress_client(HOST);
+    let get = |path: &str, tag: Option<&str>| {
+        let mut request = client.get(platform.ingress_url(HOST, path));
+        if let Some(tag) = tag {
+            request = request.header("Runway-Tag", tag);
+        }
+        platform.rt.block_on(async {
+            let response = request
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap_or_default())
+        })
+    };
+    let (status, body) = get("/", Some("r1"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("spec.workload.tag_header"), "{body}");
+
+    // Enabled by the revision that serves (the route's settings are its heaviest revision's),
+    // then a third staged beside it with no traffic.
+    let path = repo.join(".runway/runway.yml");
+    let enable = || {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let enabled = text.replacen(
+            "  workload:\n",
+            "  workload:\n    tag_header: Runway-Tag\n",
+            1,
+        );
+        std::fs::write(&path, enabled).unwrap();
+    };
+    enable();
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "{}\n{}", deploy.all(), platform.log());
+    set_manifest(
+        &repo,
+        "runway_blue_green",
+        "      keep_old_seconds: 30\n",
+        1,
+        1,
+        100,
+    );
+    enable();
+    set_env_file(&repo, "dev", &[("GREETING", "staged")]);
+    deploy_nowait(&platform, &repo, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let staged = loop {
+        let (status, body) = get("/", Some("r3"));
+        if status == 200 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "r3 never served: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        staged.starts_with("staged from hello-dev-00003"),
+        "{staged}"
+    );
+    // Without the header, the weights: all of it still on the second.
+    for _ in 0..5 {
+        let (status, body) = get("/", None);
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("hello-dev-00002"), "{body}");
+    }
+    let (_, body) = get("/", Some("r2"));
+    assert!(body.contains("hello-dev-00002"), "{body}");
+    // The first is retired: its tag gets no answer of another revision's (a 503 while its
+    // instance drains, a 404 once it is gone from the table).
+    let (status, body) = get("/", Some("r1"));
+    assert!(matches!(status, 404 | 503), "{status} {body}");
+    let (status, body) = get("/", Some("r7"));
+    assert_eq!(status, 404, "{body}");
+    let (_, body) = get("/header?name=Runway-Tag", Some("r3"));
+    assert_eq!(body, "Runway-Tag=None\n", "the instance saw the header");
+}

@@ -43,7 +43,8 @@ pub(crate) fn entry_for(state: &State, key: &Key) -> Option<Entry> {
 
 /// Who reaches a route, from its heaviest revision's manifest: the public listeners unless
 /// `external_load_balancer.enabled` is false; the private name when it is internal, to its
-/// callers; only Cloudflare's addresses when `network_policies.cloudflare` is true. A revision
+/// callers; only Cloudflare's addresses when `network_policies.cloudflare` is true; and the
+/// header that picks a revision by its tag (`spec.workload.tag_header`). A revision
 /// whose manifest cannot be read leaves the route public only, as before these fields.
 fn access(route: &mut RouteConfig, info: Option<&RevisionInfo>) {
     let Some(Ok(config)) = info.map(|info| &info.config) else {
@@ -59,6 +60,12 @@ fn access(route: &mut RouteConfig, info: Option<&RevisionInfo>) {
         .as_ref()
         .and_then(|policies| policies.cloudflare)
         .unwrap_or(false);
+    route.tag_header = config
+        .manifest
+        .spec
+        .workload
+        .as_ref()
+        .and_then(|workload| workload.tag_header.clone());
 }
 
 fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig> {

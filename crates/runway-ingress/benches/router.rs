@@ -88,6 +88,7 @@ fn main() {
         private: false,
         callers: Vec::new(),
         cloudflare: false,
+        tag_header: None,
     }));
     let topology = StaticTopology::parse(
         Path::new("topology"),

@@ -221,6 +221,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
             private: false,
             callers: Vec::new(),
             cloudflare: false,
+            tag_header: None,
         }],
         ..RouteTableConfig::default()
     })?;

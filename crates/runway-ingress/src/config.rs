@@ -323,6 +323,11 @@ pub struct RouteConfig {
     /// `<tag>---<service>.<env>.internal`), to the platform's own instances.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub private: bool,
+    /// The request header whose value picks a revision by its tag on the route's own names
+    /// (the manifest's `spec.workload.tag_header`); stripped before the instance. None: a
+    /// request carrying `Runway-Tag` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag_header: Option<String>,
     /// Who may call the private name: `service` (any of its environments) or `service/env`;
     /// empty, any instance of the platform.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -348,6 +353,7 @@ impl RouteConfig {
             private: false,
             callers: Vec::new(),
             cloudflare: false,
+            tag_header: None,
         }
     }
 
@@ -727,6 +733,14 @@ impl RouteTableConfig {
                     ));
                 }
             }
+            if let Some(name) = &route.tag_header
+                && http::HeaderName::from_bytes(name.as_bytes()).is_err()
+            {
+                return Err(invalid(
+                    &id,
+                    format!("tag header {name:?} is not a header name"),
+                ));
+            }
             let mut claim = |host: String| -> Result<(), ConfigError> {
                 if let Some(other) = hosts.insert(host.clone(), id.clone()) {
                     return Err(invalid(&id, format!("host {host} is also used by {other}")));
@@ -808,6 +822,7 @@ mod tests {
                 private: false,
                 callers: Vec::new(),
                 cloudflare: false,
+                tag_header: None,
                 revisions: weights
                     .iter()
                     .enumerate()

@@ -68,6 +68,10 @@ pub enum ProxyError {
     },
     #[error("{host} admits only Cloudflare's addresses, and the platform has no Cloudflare ranges")]
     NoCloudflareRanges { host: String },
+    #[error("no revision of the service at {host} has tag {tag:?}")]
+    UnknownTag { tag: String, host: String },
+    #[error("the service at {host} does not pick revisions by {header}")]
+    TagHeaderOff { header: String, host: String },
     #[error("service at {host} has no revision serving")]
     NotServing { host: String },
     #[error("revision {revision} fails to start")]
@@ -104,7 +108,8 @@ impl ProxyError {
             Self::Misdirected { .. } => StatusCode::MISDIRECTED_REQUEST,
             Self::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            Self::NoRoute { .. } => StatusCode::NOT_FOUND,
+            Self::NoRoute { .. } | Self::UnknownTag { .. } => StatusCode::NOT_FOUND,
+            Self::TagHeaderOff { .. } => StatusCode::BAD_REQUEST,
             Self::UnknownCaller { .. }
             | Self::CallerRefused { .. }
             | Self::NotCloudflare { .. }
@@ -133,6 +138,8 @@ impl ProxyError {
             Self::CallerRefused { .. } => Some("caller_refused"),
             Self::NotCloudflare { .. } => Some("not_cloudflare"),
             Self::NoCloudflareRanges { .. } => Some("no_cloudflare_ranges"),
+            Self::UnknownTag { .. } => Some("unknown_tag"),
+            Self::TagHeaderOff { .. } => Some("tag_header_off"),
             Self::NoRoute { .. }
             | Self::NotServing { .. }
             | Self::RevisionFailing { .. }
@@ -177,6 +184,11 @@ impl ProxyError {
             Self::BodyBroken { .. } => "request body broke off or was malformed\n",
             Self::BodyTimeout { .. } => "request body took too long\n",
             Self::NoRoute { .. } => "no service has this name\n",
+            Self::UnknownTag { .. } => "no revision of this service has that tag\n",
+            Self::TagHeaderOff { .. } => {
+                "this service does not pick revisions by the Runway-Tag header (its manifest's \
+                 spec.workload.tag_header)\n"
+            }
             Self::NotServing { .. } => {
                 "this service has no revision serving yet: none was deployed, or none became ready\n"
             }

@@ -29,6 +29,9 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 /// Who called, on the private listener: `service/env`, set by the ingress alone.
 pub const RUNWAY_CALLER: HeaderName = HeaderName::from_static("runway-caller");
+/// The tag header a route without one of its own refuses (`spec.workload.tag_header`): no
+/// client may count on reaching a revision by a header the service did not ask for.
+pub(crate) const RUNWAY_TAG: HeaderName = HeaderName::from_static("runway-tag");
 /// The client's address as Cloudflare saw it: passed on only for a Cloudflare route, whose
 /// peers are all Cloudflare's.
 pub const CF_CONNECTING_IP: HeaderName = HeaderName::from_static("cf-connecting-ip");
@@ -317,7 +320,13 @@ async fn proxy(
         route,
         revision: weighed,
         caller,
+        tag_header,
     } = resolve(shared, peer, &host, request.headers())?;
+    // The tag header is the platform's to read: the instance never sees it.
+    let by_tag_header = tag_header.is_some_and(|(name, picked)| {
+        request.headers_mut().remove(&name);
+        picked
+    });
     let (revision, cell) = match (&route.cells, weighed) {
         (Some(cells), _) => {
             // Cell routing reads rules (and perhaps the body's first bytes): off the usual
@@ -360,7 +369,20 @@ async fn proxy(
     };
     let (instance, revision, deadline) = match picked {
         Some(instance) => (instance, revision, start + route.request_timeout),
-        None => Box::pin(acquire(shared, peer, &host, route, revision, start, chosen)).await?,
+        None => {
+            // A revision the tag header named is the only one that may serve the request.
+            let choose_again = (!by_tag_header).then_some(&*host);
+            Box::pin(acquire(
+                shared,
+                peer,
+                choose_again,
+                route,
+                revision,
+                start,
+                chosen,
+            ))
+            .await?
+        }
     };
     revision.metrics.in_flight.inc();
     if let Some(record) = record {
@@ -490,11 +512,13 @@ fn misdirected(shared: &Shared, peer: &Peer, host: &str) -> Result<(), ProxyErro
 }
 
 /// What [`resolve`] found: the route, its revision (none for a cell-routed route, whose rules
-/// choose), and on the private listener the caller's `Runway-Caller`.
+/// choose), on the private listener the caller's `Runway-Caller`, and the tag header the
+/// request carried (to strip) with whether it picked the revision.
 struct Resolved {
     route: Arc<Route>,
     revision: Option<Arc<Revision>>,
     caller: Option<HeaderValue>,
+    tag_header: Option<(HeaderName, bool)>,
 }
 
 /// The route for `host` on the peer's listener, and its revision: the tag's, else the sticky
@@ -541,8 +565,16 @@ fn resolve(
             route: Arc::clone(route),
             revision: None,
             caller,
+            tag_header: None,
         });
     }
+    // The route's tag header picks a revision by its tag on the route's own names (a tag
+    // host's revision is its own); a route without one refuses `Runway-Tag`.
+    let (header, tags) = match &route.tag_header {
+        Some((name, tags)) => (name, Some(tags)),
+        None => (&RUNWAY_TAG, None),
+    };
+    let asked = headers.get(header);
     // The cookie is read only for a route with sticky sessions.
     let sticky = || {
         let name = sticky_cookie(headers)?;
@@ -552,19 +584,37 @@ fn resolve(
             .find(|(weight, r)| *weight > 0 && r.name == name)
             .map(|(_, r)| r)
     };
-    let revision = match &target.revision {
-        Some(tagged) => Arc::clone(tagged),
-        None => match route.sticky.then(sticky).flatten() {
-            Some(sticky) => Arc::clone(sticky),
-            None => Arc::clone(route.choose().ok_or_else(|| ProxyError::NotServing {
+    let (revision, picked) = match (&target.revision, asked, tags) {
+        (Some(tagged), _, _) => (Arc::clone(tagged), false),
+        (None, Some(value), Some(tags)) => {
+            let tag = value.to_str().unwrap_or_default().trim();
+            let revision = tags.get(tag).ok_or_else(|| ProxyError::UnknownTag {
+                tag: tag.to_owned(),
                 host: host.to_owned(),
-            })?),
+            })?;
+            (Arc::clone(revision), true)
+        }
+        (None, Some(_), None) => {
+            return Err(ProxyError::TagHeaderOff {
+                header: header.to_string(),
+                host: host.to_owned(),
+            });
+        }
+        (None, None, _) => match route.sticky.then(sticky).flatten() {
+            Some(sticky) => (Arc::clone(sticky), false),
+            None => (
+                Arc::clone(route.choose().ok_or_else(|| ProxyError::NotServing {
+                    host: host.to_owned(),
+                })?),
+                false,
+            ),
         },
     };
     Ok(Resolved {
         route: Arc::clone(route),
         revision: Some(revision),
         caller,
+        tag_header: asked.map(|_| (header.clone(), picked)),
     })
 }
 
@@ -718,12 +768,13 @@ impl Drop for Waiting<'_> {
 }
 
 /// Waits for a slot on a ready instance: held (bounded) while the revision has none ready,
-/// queued (bounded) while all are full. Returns the instance, the revision (another one if the
-/// table dropped the first meanwhile) and the request's deadline.
+/// queued (bounded) while all are full. Returns the instance, the revision (another one,
+/// chosen again at `choose_again`'s host, if the table dropped the first meanwhile; none
+/// when the request's tag header named it) and the request's deadline.
 async fn acquire(
     shared: &Shared,
     peer: &Peer,
-    host: &str,
+    choose_again: Option<&str>,
     route: Arc<Route>,
     revision: Arc<Revision>,
     start: Instant,
@@ -811,9 +862,10 @@ async fn acquire(
         drop((held, queued));
         match outcome {
             Some(instance) => return Ok((instance, revision, start + held_for + timeout)),
-            None if !rerouted => {
+            None if !rerouted && choose_again.is_some() => {
                 // The table dropped this revision while we waited: choose again, once.
                 rerouted = true;
+                let host = choose_again.unwrap_or_default();
                 let Resolved {
                     route: new_route,
                     revision: new_revision,

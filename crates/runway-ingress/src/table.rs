@@ -348,6 +348,9 @@ pub struct Route {
     pub cloudflare: bool,
     /// Who may call its private name (`service` or `service/env`); empty, any instance.
     pub callers: Vec<String>,
+    /// The header that picks a revision by its tag on the route's own names, and the
+    /// revisions by tag; none, a request carrying [`crate::proxy::RUNWAY_TAG`] is refused.
+    pub tag_header: Option<(http::HeaderName, HashMap<String, Arc<Revision>>)>,
 }
 
 impl Route {
@@ -719,6 +722,18 @@ impl Routes {
                     crate::cells::CellRouting::new(config, &revisions, kept, &self.metrics)
                 })
                 .map(Arc::new);
+            // Validated with the table.
+            let tag_header = rc
+                .tag_header
+                .as_ref()
+                .and_then(|name| http::HeaderName::from_bytes(name.as_bytes()).ok())
+                .map(|name| {
+                    let tags = tagged
+                        .iter()
+                        .map(|(tag, revision)| (tag.clone(), Arc::clone(revision)))
+                        .collect();
+                    (name, tags)
+                });
             let route = Arc::new(Route {
                 service: rc.service.clone(),
                 env: rc.env.clone(),
@@ -728,6 +743,7 @@ impl Routes {
                 cells,
                 cloudflare: rc.cloudflare,
                 callers: rc.callers.clone(),
+                tag_header,
             });
             let target = |revision| Target {
                 route: Arc::clone(&route),
@@ -873,6 +889,7 @@ mod tests {
                 private: false,
                 callers: Vec::new(),
                 cloudflare: false,
+                tag_header: None,
             }],
             ..RouteTableConfig::default()
         }
@@ -1052,6 +1069,7 @@ mod tests {
                         private: false,
                         callers: Vec::new(),
                         cloudflare: false,
+                        tag_header: None,
                     })
                     .collect(),
                 ..RouteTableConfig::default()

@@ -101,6 +101,7 @@ fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> Rout
             private: false,
             callers: Vec::new(),
             cloudflare: false,
+            tag_header: None,
         }],
         ..RouteTableConfig::default()
     }

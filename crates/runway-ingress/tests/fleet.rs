@@ -94,6 +94,7 @@ fn table(revision: &str, instance: SocketAddr) -> RouteTableConfig {
             private: false,
             callers: Vec::new(),
             cloudflare: false,
+            tag_header: None,
         }],
         ..RouteTableConfig::default()
     }

@@ -96,6 +96,7 @@ async fn upstream(name: &'static str) -> Upstream {
                         };
                         let (forwarded, host, id) =
                             (saw("x-forwarded-for"), saw("host"), saw("x-request-id"));
+                        let tag_header = saw("runway-tag") + &saw("x-pick");
                         // Read the whole body first, as an application does.
                         let received = request
                             .into_body()
@@ -119,6 +120,7 @@ async fn upstream(name: &'static str) -> Upstream {
                         headers.insert("x-saw-host", host.parse().unwrap());
                         headers.insert("x-saw-request-id", id.parse().unwrap());
                         headers.insert("x-saw-body-bytes", received.into());
+                        headers.insert("x-saw-tag-header", tag_header.parse().unwrap());
                         Ok::<_, Infallible>(response)
                     }
                 });
@@ -306,6 +308,7 @@ fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
             private: false,
             callers: Vec::new(),
             cloudflare: false,
+            tag_header: None,
         }],
         ..RouteTableConfig::default()
     }
@@ -1472,6 +1475,75 @@ async fn a_sticky_cookie_keeps_a_client_on_its_revision() {
         let (_, headers, body) = send_one(running.address, with_cookie).await;
         assert!(headers.contains_key("set-cookie"));
         assert_ne!(body, first);
+    })
+    .await
+    .unwrap();
+}
+
+/// A route with a tag header (`X-Pick` here) sends a request carrying a revision's tag to that
+/// revision, whatever the weights, and strips the header; a tag no revision has is a 404,
+/// never another revision. A route without one refuses `Runway-Tag` (400), and on a tag host
+/// the header changes nothing but is stripped all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_header_picks_a_revision_where_the_route_enables_it() {
+    tokio::time::timeout(BOUND, async {
+        let (blue, green) = (upstream("blue").await, upstream("green").await);
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = table(
+            5.0,
+            vec![
+                revision("hello-1", 100, vec![instance(blue.address, true, 0)]),
+                revision("hello-2", 0, vec![instance(green.address, true, 0)]),
+            ],
+        );
+        config.routes[0].revisions[0].tag = Some("r1".to_owned());
+        config.routes[0].revisions[1].tag = Some("r2".to_owned());
+        let send = |header: &'static str, value: &'static str, host: &'static str| {
+            let address = running.address;
+            async move {
+                send_one(
+                    address,
+                    Request::get("/").header("host", host).header(header, value),
+                )
+                .await
+            }
+        };
+
+        // Not enabled: the platform's header is refused, another passes as any header does.
+        running.ingress.set_routes(&config).unwrap();
+        let (status, _, body) = send("runway-tag", "r2", HOST).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("spec.workload.tag_header"), "{body}");
+        let (status, headers, body) = send("x-pick", "r2", HOST).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "blue"));
+        assert_eq!(
+            headers["x-saw-tag-header"], "r2",
+            "not the route's: passed on"
+        );
+
+        config.routes[0].tag_header = Some("X-Pick".to_owned());
+        running.ingress.set_routes(&config).unwrap();
+        for _ in 0..20 {
+            let (status, headers, body) = send("x-pick", "r2", HOST).await;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "green"));
+            assert_eq!(headers["x-saw-tag-header"], "", "stripped");
+        }
+        let (_, _, body) = send("x-pick", "r1", HOST).await;
+        assert_eq!(body, "blue");
+        let (status, _, body) = send("x-pick", "r9", HOST).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(body.contains("tag"), "{body}");
+        // On a tag host its own revision serves; the header is stripped.
+        let (_, headers, body) = send("x-pick", "r2", "r1---hello.dev.localhost").await;
+        assert_eq!(body, "blue");
+        assert_eq!(headers["x-saw-tag-header"], "");
+        // The route's header is its own: `Runway-Tag` is now any header.
+        let (status, _, body) = send("runway-tag", "r2", HOST).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "blue"));
+
+        // A name that is no header's is refused with the table.
+        config.routes[0].tag_header = Some("bad name".to_owned());
+        assert!(running.ingress.set_routes(&config).is_err());
     })
     .await
     .unwrap();

@@ -538,6 +538,16 @@ pub struct Workload {
     /// platform, in `Runway-Caller: service/env`. Not part of upstream's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub callers: Option<Vec<String>>,
+    /// The request header that picks a revision by its tag, as the revision's tag host does:
+    /// with `tag_header: Runway-Tag`, a request to the service's own name carrying
+    /// `Runway-Tag: r7` reaches revision 7 (or a traffic tag's revision), to try a canary or
+    /// an old revision where a client cannot change the host. A tag no revision has gets a
+    /// 404, never another revision. Stripped before the instance. Without it, a request
+    /// carrying `Runway-Tag` is refused (400): no client can count on a header the service did
+    /// not ask for. Like the service's other routing settings, it is the serving revision's
+    /// (the one with the most traffic). Not part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag_header: Option<String>,
 }
 
 /// What a service's instances may reach outside the platform. Each entry of `allow` and `deny`

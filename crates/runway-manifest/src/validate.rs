@@ -346,6 +346,27 @@ pub(crate) fn check(
         }
     }
 
+    if let Some(name) = &workload.tag_header {
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        let lower = name.to_ascii_lowercase();
+        if !token {
+            c.error(
+                "/spec/workload/tag_header",
+                format!("`{name}` is not an HTTP header's name"),
+            )
+            .expected("a header name such as `Runway-Tag`: letters, digits and `-`");
+        } else if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("x-forwarded-") {
+            c.error(
+                "/spec/workload/tag_header",
+                format!("`{name}` is a header the platform or HTTP itself uses"),
+            )
+            .expected("a header of the service's own, such as `Runway-Tag`");
+        }
+    }
+
     // Environment variables and secrets share one namespace: the process's environment.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for name in workload.env.iter().flatten().map(|(k, _)| k) {
@@ -709,6 +730,27 @@ fn percentages(c: &mut Checker<'_>, pointer: &str, steps: &[Percent]) {
         }
     }
 }
+
+/// Headers `spec.workload.tag_header` cannot name: HTTP's own, and those the platform sets or
+/// reads (the ingress stamps `Runway-Caller` and request ids, passes Cloudflare's client).
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "content-type",
+    "cookie",
+    "authorization",
+    "forwarded",
+    "x-request-id",
+    "runway-caller",
+    "cf-connecting-ip",
+];
 
 /// Whether an image reference is pinned by its digest: `…@sha256:<64 lower-case hex>`.
 pub fn is_pinned(reference: &str) -> bool {

@@ -232,6 +232,36 @@ spec:
 }
 
 #[test]
+fn a_tag_header_is_a_header_of_the_services_own() {
+    let manifest = |name: &str| {
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: web\nspec:\n  \
+             image: busybox\n  workload:\n    tag_header: {name}\n"
+        )
+    };
+    let ok = load(&base("m.yml", &manifest("Runway-Tag")));
+    assert_eq!(ok.diagnostics, vec![]);
+    for (name, says) in [
+        ("'bad name'", "is not an HTTP header's name"),
+        ("Host", "is a header the platform or HTTP itself uses"),
+        (
+            "runway-caller",
+            "is a header the platform or HTTP itself uses",
+        ),
+        (
+            "X-Forwarded-Host",
+            "is a header the platform or HTTP itself uses",
+        ),
+    ] {
+        let loaded = load(&base("m.yml", &manifest(name)));
+        let text = render(&loaded.diagnostics);
+        assert!(text.contains("m.yml:8"), "{name}: {text}");
+        assert!(text.contains("spec.workload.tag_header"), "{name}: {text}");
+        assert!(text.contains(says), "{name}: {text}");
+    }
+}
+
+#[test]
 fn structural_errors_of_every_kind() {
     let text = "\
 apiVersion: runway/v2

@@ -145,6 +145,9 @@ class Handler(BaseHTTPRequestHandler):
             except Exception as e:
                 reason = getattr(e, "reason", None)
                 body = f"{type(reason or e).__name__}\n".encode()
+        elif url.path == "/header":
+            name = parse_qs(url.query).get("name", [""])[0]
+            body = f"{name}={self.headers.get(name)}\n".encode()
         elif url.path == "/whoami":
             body = f"caller={self.headers.get('Runway-Caller')}\n".encode()
         elif url.path == "/secret":

@@ -33,6 +33,7 @@ pub(crate) fn one_route(instance: SocketAddr) -> RouteTableConfig {
             private: false,
             callers: Vec::new(),
             cloudflare: false,
+            tag_header: None,
         }],
         ..RouteTableConfig::default()
     }
