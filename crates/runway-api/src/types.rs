@@ -593,6 +593,7 @@ pub struct RollbackRequest {
 pub struct SetVariables {
     /// Variables to set, by name (added, or replacing the value they had).
     #[serde(default)]
+    #[schema(schema_with = variables_schema)]
     pub set: BTreeMap<String, String>,
     /// Variables to remove. Only those set outside the manifest can be (by a previous
     /// `set`, or `.runway/env-<env>.yml`).
@@ -1295,6 +1296,26 @@ pub struct AddDomain {
 /// inner `-` (1 to 63 each, any case, lower-cased by the server), at least two, 253 characters
 /// at most, final dots dropped; not all digits (an address). Two patterns, as one regular
 /// expression without look-ahead cannot say both.
+/// `set`'s schema: values by a variable's name, which is letters, digits and `_`, not starting
+/// with a digit (a name the platform sets itself is refused all the same, with 422).
+fn variables_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "Variables to set, by name (added, or replacing the value they had).",
+            ))
+            .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
+            .property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some("^[A-Za-z_][A-Za-z0-9_]*$")),
+            ))
+            .build(),
+    )
+}
+
 fn domain_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{AllOfBuilder, ObjectBuilder, Schema, Type};
     let label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
