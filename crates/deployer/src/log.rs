@@ -7,6 +7,9 @@
 //! `error`, `wrapper_address`, `status`, `attempt`...
 //!
 //! A line is written with one `write` on a locked stderr, so concurrent tasks never interleave.
+//!
+//! `--log-format text` writes the same lines for a person (a CI job's log): `time LEVEL
+//! manager: msg key=value...`.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,10 +18,16 @@ use std::time::SystemTime;
 use serde_json::{Map, Value};
 
 static DEBUG: AtomicBool = AtomicBool::new(false);
+static TEXT: AtomicBool = AtomicBool::new(false);
 
 /// Turns debug lines on (`--debug`).
 pub(crate) fn set_debug(on: bool) {
     DEBUG.store(on, Ordering::Relaxed);
+}
+
+/// Writes lines as text instead of JSON (`--log-format text`).
+pub(crate) fn set_text(on: bool) {
+    TEXT.store(on, Ordering::Relaxed);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +102,62 @@ impl Event {
         if self.level == Level::Debug && !DEBUG.load(Ordering::Relaxed) {
             return;
         }
-        let mut line = Value::Object(self.fields).to_string();
+        let mut line = if TEXT.load(Ordering::Relaxed) {
+            text(&self.fields)
+        } else {
+            Value::Object(self.fields).to_string()
+        };
         line.push('\n');
         // Nowhere to report a failed write to stderr.
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}
+
+/// `time LEVEL manager: msg key=value...`: a value with a space, a quote or an `=` is quoted
+/// as JSON writes strings.
+fn text(fields: &Map<String, Value>) -> String {
+    let get = |key: &str| fields.get(key).and_then(Value::as_str).unwrap_or_default();
+    let mut line = format!("{} {:<5} ", get("time"), get("level"));
+    if let Some(manager) = fields.get("manager").and_then(Value::as_str) {
+        line.push_str(manager);
+        line.push_str(": ");
+    }
+    line.push_str(get("msg"));
+    for (key, value) in fields {
+        if matches!(key.as_str(), "time" | "level" | "msg" | "manager") {
+            continue;
+        }
+        let value = match value {
+            Value::String(s) if !s.is_empty() && !s.contains([' ', '"', '=', '\n']) => s.clone(),
+            other => other.to_string(),
+        };
+        line.push_str(&format!(" {key}={value}"));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_line_reads_as_the_json_says() {
+        let fields = serde_json::json!({
+            "time": "2026-11-29T12:00:00.000Z",
+            "level": "INFO",
+            "msg": "the runner process is healthy",
+            "manager": "green-0",
+            "attempt": 2,
+            "error": "connection refused: no such file",
+            "wrapper_address": "unix:///run/wrapper.sock",
+        })
+        .as_object()
+        .cloned()
+        .unwrap();
+        assert_eq!(
+            text(&fields),
+            "2026-11-29T12:00:00.000Z INFO  green-0: the runner process is healthy attempt=2 \
+             error=\"connection refused: no such file\" wrapper_address=unix:///run/wrapper.sock"
+        );
     }
 }

@@ -101,6 +101,12 @@ struct Cli {
     #[arg(long, global = true)]
     debug: bool,
 
+    /// How log lines are written on stderr: `json` (NDJSON, as upstream's deployer writes
+    /// them) or `text` (a line a person reads, as in a CI job's log)
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "json",
+          value_parser = ["json", "text"])]
+    log_format: String,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -292,6 +298,7 @@ fn main() {
         }
     };
     log::set_debug(cli.debug);
+    log::set_text(cli.log_format == "text");
     let code = match run(cli.command) {
         Ok(code) => code,
         Err(error) => {

@@ -1130,3 +1130,164 @@ fn twenty_managers_shut_down_concurrently() {
     }
     assert!(total < Duration::from_secs(20), "not concurrent: {total:?}");
 }
+
+/// `gitlab-ci-local` (npm), which runs a pipeline's jobs on this machine; `None` (skipped) when
+/// it is missing outside CI.
+fn gitlab_ci_local() -> Option<&'static str> {
+    let found = Command::new("gitlab-ci-local")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "gitlab-ci-local is not installed, and CI=true (scripts/test installs it from npm)"
+        );
+        eprintln!("SKIPPED: gitlab-ci-local is not installed (scripts/test installs it from npm)");
+        return None;
+    }
+    Some("gitlab-ci-local")
+}
+
+/// The deployer's CI component (`templates/deployer.yml`) run for real by `gitlab-ci-local`'s
+/// shell executor: blue in service, a pipeline takes green up and healthy, drains blue with
+/// its jobs finished, and destroys it (`down: automatic`), one job per step in stages, each
+/// step's log readable text, not NDJSON. With `down: manual` the last job waits for a person;
+/// without `old_target` only the first two jobs exist.
+#[test]
+fn the_ci_component_deploys_blue_to_green_in_stages() {
+    let Some(_) = terraform() else { return };
+    let Some(glci) = gitlab_ci_local() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let repo = root.path().join("repo");
+    std::fs::create_dir_all(repo.join("ci")).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/deployer.yml"),
+        repo.join("ci/deployer.yml"),
+    )
+    .unwrap();
+    let mut blue = Version::new(root.path(), "blue", 2, 2);
+    let mut green = Version::new(root.path(), "green", 2, 2);
+    blue.up().assert_code(0);
+    deployer(&["wait-healthy", "--tf-target", blue.target(), "--direct"]).assert_code(0);
+    // Green is applied by the pipeline: the guard destroys it either way.
+    green.applied = true;
+
+    let pipeline = |inputs: &str, args: &[&str]| {
+        std::fs::write(
+            repo.join(".gitlab-ci.yml"),
+            format!(
+                "stages: [deployer-up, deployer-wait-healthy, deployer-shutdown, \
+                 deployer-wait-terminated, deployer-down]\ninclude:\n  - local: ci/deployer.yml\n    \
+                 inputs:\n      image: unused-by-the-shell-executor\n      connect: direct\n      \
+                 timeout: 2m\n{inputs}"
+            ),
+        )
+        .unwrap();
+        for git in [
+            &["init", "-q", "-b", "main"][..],
+            &["add", "-A"],
+            &[
+                "-c",
+                "user.email=ci@example.com",
+                "-c",
+                "user.name=ci",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "pipeline",
+            ],
+        ] {
+            let out = Command::new("git")
+                .args(git)
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "git {git:?}: {out:?}");
+        }
+        let deployer_dir = Path::new(DEPLOYER).parent().unwrap();
+        let path = format!(
+            "{}:{}",
+            deployer_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        run_bounded(
+            Command::new(glci)
+                .args(["--force-shell-executor", "--home"])
+                .arg(root.path().join("glci-home"))
+                .args(args)
+                .current_dir(&repo)
+                .env("PATH", path)
+                .env("TF_CLI_CONFIG_FILE", "/dev/null")
+                .env_remove("CI"),
+            Duration::from_secs(300),
+        )
+    };
+    let targets = format!(
+        "      old_target: {}\n      new_target: {}\n",
+        blue.target(),
+        green.target()
+    );
+
+    // A first deployment: up and wait-healthy only. With `down: manual`, down waits.
+    let first = pipeline(
+        &format!("      new_target: {}\n", green.target()),
+        &["--list"],
+    );
+    assert_eq!(first.code, 0, "{first:#?}");
+    assert!(first.stdout.contains("deployer-wait-healthy"), "{first:#?}");
+    assert!(!first.stdout.contains("deployer-shutdown"), "{first:#?}");
+    let manual = pipeline(&targets, &["--list"]);
+    let down = manual
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("deployer-down"))
+        .unwrap_or_else(|| panic!("{manual:#?}"));
+    assert!(down.contains("manual"), "{down}");
+
+    let started = Instant::now();
+    let ran = pipeline(&format!("{targets}      down: automatic\n"), &[]);
+    eprintln!("the pipeline took {:?}", started.elapsed());
+    assert_eq!(ran.code, 0, "{ran:#?}");
+    for job in [
+        "deployer-up",
+        "deployer-wait-healthy",
+        "deployer-shutdown",
+        "deployer-wait-terminated",
+        "deployer-down",
+    ] {
+        assert!(
+            ran.stdout.contains(&format!("PASS  {job}")),
+            "{job}: {ran:#?}"
+        );
+    }
+    // Readable: the log's lines as text, the manager first (the deployer's stderr, which
+    // gitlab-ci-local passes on as its own).
+    let log = format!("{}{}", ran.stdout, ran.stderr);
+    assert!(
+        log.contains("INFO  green-0: the runner process is healthy"),
+        "{ran:#?}"
+    );
+    assert!(
+        !log.contains("{\"time\""),
+        "NDJSON in the job log: {ran:#?}"
+    );
+    assert!(ran.stdout.contains("Destroy complete!"), "{ran:#?}");
+    blue.applied = false;
+    for manager in blue.manager_dirs() {
+        let jobs = blue.jobs(&manager);
+        let started = jobs.iter().filter(|l| l.starts_with("started ")).count();
+        let finished = jobs.iter().filter(|l| l.starts_with("finished ")).count();
+        assert_eq!(
+            started, finished,
+            "a job was interrupted: {manager:?}: {jobs:?}"
+        );
+        assert!(!alive(&manager.join("wrapper.pid")), "{manager:?}");
+    }
+    for manager in green.manager_dirs() {
+        assert!(alive(&manager.join("wrapper.pid")), "{manager:?}");
+    }
+}
