@@ -1074,21 +1074,7 @@ fn process_revisions_run_on_a_cluster_as_their_images() {
         return;
     };
     let upstream = runway_oci::testing::Registry::start().unwrap();
-    let layout = runway_oci::testing::python_layout().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    let digest_file = scratch.path().join("digest");
-    let mut copy = std::process::Command::new("skopeo");
-    copy.args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
-        .arg(&digest_file)
-        .arg(format!("oci:{}:python", layout.display()))
-        .arg(format!("docker://{}/base/python:3", upstream.host()));
-    let pushed = support::run(copy, None, BOUND);
-    assert!(pushed.ok(), "{}", pushed.all());
-    let base = format!(
-        "{}/base/python@{}",
-        upstream.host(),
-        std::fs::read_to_string(&digest_file).unwrap().trim()
-    );
+    let base = support::push_python_base(&format!("{}/base/python:3", upstream.host()), None);
     let kube = support::kube::install(
         cluster,
         &helm,

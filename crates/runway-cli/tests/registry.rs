@@ -176,6 +176,24 @@ fn the_platform_registry_takes_a_services_images_and_refuses_the_rest() {
     eprintln!("pushed and pulled busybox through {host}");
 }
 
+/// Empties the runtime's image cache, so that what starts next is pulled again, and waits (at
+/// most 30 s) until hello in dev has scaled to zero. Returns the cache's blobs directory.
+fn cold(platform: &Platform) -> std::path::PathBuf {
+    let cached = platform.data.join("runtime/images/blobs/sha256");
+    for blob in std::fs::read_dir(&cached).unwrap() {
+        std::fs::remove_file(blob.unwrap().path()).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !platform.status("hello", "dev")["instances"]
+        .as_array()
+        .is_some_and(Vec::is_empty)
+    {
+        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cached
+}
+
 /// The revision `number` of hello in dev, as the API lists it.
 fn revision(platform: &Platform, number: u64) -> serde_json::Value {
     let (status, revisions) = platform.call(
@@ -313,20 +331,8 @@ fn a_deployed_image_outlives_its_deletion_upstream() {
     push("2", "moved\n");
     assert_ne!(moved.digest, one.digest);
     // And gone from the runtime's cache: what starts next is pulled again, from the mirror.
-    let cached = platform.data.join("runtime/images/blobs/sha256");
-    for blob in std::fs::read_dir(&cached).unwrap() {
-        std::fs::remove_file(blob.unwrap().path()).unwrap();
-    }
-
     // Scale up: scaled to zero, then a request starts an instance.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !platform.status("hello", "dev")["instances"]
-        .as_array()
-        .is_some_and(Vec::is_empty)
-    {
-        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let cached = cold(&platform);
     serves(
         &platform,
         "two\n",
@@ -457,18 +463,7 @@ fn an_external_registry_is_the_mirror() {
     upstream
         .delete_and_collect("team/web", &image.digest)
         .unwrap();
-    let cached = platform.data.join("runtime/images/blobs/sha256");
-    for blob in std::fs::read_dir(&cached).unwrap() {
-        std::fs::remove_file(blob.unwrap().path()).unwrap();
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !platform.status("hello", "dev")["instances"]
-        .as_array()
-        .is_some_and(Vec::is_empty)
-    {
-        assert!(std::time::Instant::now() < deadline, "never scaled to zero");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cold(&platform);
     let (code, body) = platform.get_until(HOST, "/index.html", Duration::from_secs(30), |_, b| {
         b == "one\n"
     });
@@ -479,22 +474,6 @@ fn an_external_registry_is_the_mirror() {
 fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// The Python service of [`a_folder_of_python_is_built_and_served_without_docker`]: it
-/// answers every GET with `page`.
-fn python_app(page: &str) -> String {
-    format!(
-        "import http.server, os\n\
-         class H(http.server.BaseHTTPRequestHandler):\n\
-         \x20   def do_GET(self):\n\
-         \x20       body = b\"{page}\\n\"\n\
-         \x20       self.send_response(200)\n\
-         \x20       self.send_header(\"Content-Length\", str(len(body)))\n\
-         \x20       self.end_headers()\n\
-         \x20       self.wfile.write(body)\n\
-         http.server.HTTPServer((\"\", int(os.environ[\"PORT\"])), H).serve_forever()\n"
-    )
 }
 
 /// A folder with `main.py` and a manifest naming a Python base image (built here from the
@@ -513,25 +492,8 @@ fn a_folder_of_python_is_built_and_served_without_docker() {
     let platform = Platform::start(&Settings::default());
     let repo = platform.onboard("hello", &["dev"], "build-secret");
     let host = platform.api().trim_start_matches("https://").to_owned();
-    let certs = tempfile::tempdir().unwrap();
-    std::fs::copy(platform.ca(), certs.path().join("ca.crt")).unwrap();
     // The base, pushed where the team keeps it: under its service in the platform registry.
-    let layout = runway_oci::testing::python_layout().unwrap();
-    let digest_file = certs.path().join("digest");
-    let mut copy = Command::new("skopeo");
-    copy.args(["copy", "--quiet", "--digestfile"])
-        .arg(&digest_file)
-        .arg("--dest-cert-dir")
-        .arg(certs.path())
-        .arg(format!("--dest-creds=ci:{}", platform.token))
-        .arg(format!("oci:{}:python", layout.display()))
-        .arg(format!("docker://{host}/hello/base:3.11"));
-    let pushed = run(copy, None, TOOL);
-    assert!(pushed.ok(), "{}", pushed.all());
-    let base = format!(
-        "{host}/hello/base@{}",
-        std::fs::read_to_string(&digest_file).unwrap().trim()
-    );
+    let base = support::push_python_base(&format!("{host}/hello/base:3.11"), Some(&platform));
 
     std::fs::remove_file(repo.join("app.py")).unwrap();
     std::fs::write(
@@ -549,7 +511,7 @@ fn a_folder_of_python_is_built_and_served_without_docker() {
     .unwrap();
 
     let deploy = |page: &str| {
-        std::fs::write(repo.join("main.py"), python_app(page)).unwrap();
+        std::fs::write(repo.join("main.py"), support::python_app(page)).unwrap();
         let started = std::time::Instant::now();
         let ran = platform.runway_for(
             &["deploy", "--env", "dev", "--wait", repo.to_str().unwrap()],
@@ -637,21 +599,7 @@ fn a_process_revision_is_an_image_that_serves_as_the_process_does() {
         return;
     }
     let upstream = runway_oci::testing::Registry::start().unwrap();
-    let layout = runway_oci::testing::python_layout().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    let digest_file = scratch.path().join("digest");
-    let mut copy = Command::new("skopeo");
-    copy.args(["copy", "--quiet", "--dest-tls-verify=false", "--digestfile"])
-        .arg(&digest_file)
-        .arg(format!("oci:{}:python", layout.display()))
-        .arg(format!("docker://{}/base/python:3", upstream.host()));
-    let pushed = run(copy, None, TOOL);
-    assert!(pushed.ok(), "{}", pushed.all());
-    let base = format!(
-        "{}/base/python@{}",
-        upstream.host(),
-        std::fs::read_to_string(&digest_file).unwrap().trim()
-    );
+    let base = support::push_python_base(&format!("{}/base/python:3", upstream.host()), None);
     let platform = Platform::start(&Settings {
         sections: format!(
             "runtime:\n  insecure_registries: [\"{}\"]\nregistry:\n  process_base: {base}\n",

@@ -2034,21 +2034,6 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
     );
 }
 
-/// A Python service answering every GET with `page` (as tests/registry.rs's `python_app`).
-fn python_app(page: &str) -> String {
-    format!(
-        "import http.server, os\n\
-         class H(http.server.BaseHTTPRequestHandler):\n\
-         \x20   def do_GET(self):\n\
-         \x20       body = b\"{page}\\n\"\n\
-         \x20       self.send_response(200)\n\
-         \x20       self.send_header(\"Content-Length\", str(len(body)))\n\
-         \x20       self.end_headers()\n\
-         \x20       self.wfile.write(body)\n\
-         http.server.HTTPServer((\"\", int(os.environ[\"PORT\"])), H).serve_forever()\n"
-    )
-}
-
 /// The same build runs in the CI component as on a laptop (docs/building.md): a repository with
 /// `main.py` and a manifest whose `spec.workload.build` names a Python base image by digest
 /// (built from the machine's Python, kept in the platform registry under `hello/base`). The
@@ -2078,24 +2063,7 @@ fn the_ci_component_builds_the_image_from_source() {
     let host = platform.api().trim_start_matches("https://").to_owned();
 
     // The base, pushed where the team keeps it: under its service in the platform registry.
-    let certs = tempfile::tempdir().unwrap();
-    std::fs::copy(platform.ca(), certs.path().join("ca.crt")).unwrap();
-    let layout = runway_oci::testing::python_layout().unwrap();
-    let digest_file = certs.path().join("digest");
-    let mut copy = Command::new("skopeo");
-    copy.args(["copy", "--quiet", "--digestfile"])
-        .arg(&digest_file)
-        .arg("--dest-cert-dir")
-        .arg(certs.path())
-        .arg(format!("--dest-creds=ci:{}", platform.token))
-        .arg(format!("oci:{}:python", layout.display()))
-        .arg(format!("docker://{host}/hello/base:3.11"));
-    let pushed = support::run(copy, None, Duration::from_secs(120));
-    assert!(pushed.ok(), "{}", pushed.all());
-    let base = format!(
-        "{host}/hello/base@{}",
-        std::fs::read_to_string(&digest_file).unwrap().trim()
-    );
+    let base = support::push_python_base(&format!("{host}/hello/base:3.11"), Some(&platform));
 
     std::fs::remove_file(repo.join("app.py")).unwrap();
     std::fs::write(
@@ -2111,7 +2079,7 @@ fn the_ci_component_builds_the_image_from_source() {
         ),
     )
     .unwrap();
-    std::fs::write(repo.join("main.py"), python_app("built in ci")).unwrap();
+    std::fs::write(repo.join("main.py"), support::python_app("built in ci")).unwrap();
     let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev"]);
 
     let ran = pipeline.run(&[], "true");

@@ -368,9 +368,18 @@ async fn test_upstream() -> SocketAddr {
         }
         response.to_vec().unwrap()
     }
-    let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let address = udp.local_addr().unwrap();
-    let tcp = TcpListener::bind(address).await.unwrap();
+    // One port for both: a free UDP port's number may be taken for TCP by another test's
+    // listener, so another is tried then.
+    let mut bound = None;
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let address = udp.local_addr().unwrap();
+        if let Ok(tcp) = TcpListener::bind(address).await {
+            bound = Some((udp, tcp, address));
+            break;
+        }
+    }
+    let (udp, tcp, address) = bound.expect("no loopback port free for both UDP and TCP");
     tokio::spawn(async move {
         let mut buffer = vec![0u8; 65535];
         while let Ok((length, from)) = udp.recv_from(&mut buffer).await {
@@ -414,9 +423,18 @@ async fn resolver(upstream: SocketAddr) -> SocketAddr {
     let ingress = Ingress::new(Options::default());
     ingress.set_routes(&platform().await).unwrap();
     let dns = Dns::new(ingress, DnsOptions::new(PLATFORM, vec![upstream]));
-    let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let address = udp.local_addr().unwrap();
-    let tcp = TcpListener::bind(address).await.unwrap();
+    // One port for both: a free UDP port's number may be taken for TCP by another test's
+    // listener, so another is tried then.
+    let mut bound = None;
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let address = udp.local_addr().unwrap();
+        if let Ok(tcp) = TcpListener::bind(address).await {
+            bound = Some((udp, tcp, address));
+            break;
+        }
+    }
+    let (udp, tcp, address) = bound.expect("no loopback port free for both UDP and TCP");
     tokio::spawn(std::sync::Arc::clone(&dns).serve_udp(udp));
     tokio::spawn(dns.serve_tcp(tcp));
     address

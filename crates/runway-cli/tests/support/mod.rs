@@ -1398,3 +1398,50 @@ pub fn test_database(purpose: &str) -> Option<String> {
         .unwrap();
     Some(runway_store::PostgresStore::url_for_database(&admin, &name))
 }
+
+/// Pushes the Python base image ([`runway_oci::testing::python_layout`]) to `target`
+/// (`host/repository:tag`) with skopeo, and returns it pinned (`host/repository@sha256:…`):
+/// into `platform`'s registry, trusting its CA, with its admin token; or, with none, to a
+/// plain-HTTP registry on loopback.
+pub fn push_python_base(target: &str, platform: Option<&Platform>) -> String {
+    let scratch = tempfile::tempdir().unwrap();
+    let digest_file = scratch.path().join("digest");
+    let layout = runway_oci::testing::python_layout().unwrap();
+    let mut copy = Command::new("skopeo");
+    copy.args(["copy", "--quiet", "--digestfile"])
+        .arg(&digest_file);
+    match platform {
+        Some(platform) => {
+            std::fs::copy(platform.ca(), scratch.path().join("ca.crt")).unwrap();
+            copy.arg("--dest-cert-dir")
+                .arg(scratch.path())
+                .arg(format!("--dest-creds=ci:{}", platform.token));
+        }
+        None => {
+            copy.arg("--dest-tls-verify=false");
+        }
+    }
+    copy.arg(format!("oci:{}:python", layout.display()))
+        .arg(format!("docker://{target}"));
+    let pushed = run(copy, None, Duration::from_secs(120));
+    assert!(pushed.ok(), "skopeo copy to {target}: {}", pushed.all());
+    let (repository, _tag) = target.rsplit_once(':').unwrap();
+    let digest = std::fs::read_to_string(&digest_file).unwrap();
+    format!("{repository}@{}", digest.trim())
+}
+
+/// A Python service answering every GET with `page` on `$PORT`: the `main.py` of the tests
+/// that build images from source.
+pub fn python_app(page: &str) -> String {
+    format!(
+        "import http.server, os\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       body = b\"{page}\\n\"\n\
+         \x20       self.send_response(200)\n\
+         \x20       self.send_header(\"Content-Length\", str(len(body)))\n\
+         \x20       self.end_headers()\n\
+         \x20       self.wfile.write(body)\n\
+         http.server.HTTPServer((\"\", int(os.environ[\"PORT\"])), H).serve_forever()\n"
+    )
+}
