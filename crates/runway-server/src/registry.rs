@@ -16,7 +16,7 @@ use anyhow::Context;
 use runway_api::registry::{MIRROR, PullKey};
 use runway_api::{ProcessImage, ResolvedImage};
 use runway_oci::source::PackOptions;
-use runway_oci::{BlobSource, Credentials, Fetched, Platforms, PullOptions, PushBlob, Store};
+use runway_oci::{BlobSource, Credentials, Digest, Platforms, PullOptions, PushBlob, Store};
 use runway_registry::Registry;
 use serde::{Deserialize, Serialize};
 
@@ -256,36 +256,24 @@ impl Mirror {
             .fetch(&reference, self.platforms, fetch_with)
             .await
             .map_err(|e| runway_log::chain(&e))?;
-        if let Some((repository, push)) = &self.external {
-            let target = format!("{repository}/{mirror}");
-            self.push(&target, &fetched, push).await.map_err(|e| {
-                tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
-                format!("cannot push it to the mirror {target}: {}", runway_log::chain(&e))
-            })?;
-            return Ok(ResolvedImage {
-                mirror: Some(format!("{target}@{}", fetched.digest)),
-                pinned: fetched.pinned,
-            });
-        }
-        for blob in &fetched.blobs {
-            self.registry
-                .put_blob(&mirror, &blob.digest, &blob.path)
-                .await
-                .map_err(told)?;
-        }
-        for manifest in &fetched.manifests {
-            self.registry
-                .put_manifest(
-                    &mirror,
-                    &manifest.digest.to_string(),
-                    &manifest.media_type,
-                    &manifest.bytes,
-                )
-                .await
-                .map_err(told)?;
-        }
+        let blobs: Vec<PushBlob> = fetched
+            .blobs
+            .iter()
+            .map(|blob| PushBlob {
+                digest: blob.digest.clone(),
+                source: BlobSource::File(blob.path.clone()),
+            })
+            .collect();
+        let manifests: Vec<_> = fetched
+            .manifests
+            .iter()
+            .map(|m| (&m.digest, m.media_type.as_str(), m.bytes.as_slice()))
+            .collect();
+        let mirror = self
+            .keep(service, &blobs, &manifests, &fetched.digest)
+            .await?;
         Ok(ResolvedImage {
-            mirror: Some(format!("{mirror}@{}", fetched.digest)),
+            mirror: Some(mirror),
             pinned: fetched.pinned,
         })
     }
@@ -344,26 +332,45 @@ impl Mirror {
                     runway_log::chain(&e)
                 )
             })?;
+        let manifest = (&built.digest, built.media_type, built.manifest.as_slice());
+        self.keep(service, &built.blobs, &[manifest], &built.digest)
+            .await
+            .map(Some)
+    }
+
+    /// Keeps an image as `service`'s mirror: its blobs, then its manifests in their order (an
+    /// index after those it lists), pushed by digest to the external mirror or put into the
+    /// platform registry. Returns the reference of `digest` there, as a revision records it.
+    async fn keep(
+        &self,
+        service: &str,
+        blobs: &[PushBlob],
+        manifests: &[(&Digest, &str, &[u8])],
+        digest: &Digest,
+    ) -> Result<String, String> {
         let mirror = format!("{service}/{MIRROR}");
         if let Some((repository, push)) = &self.external {
-            let target = format!("{repository}/{mirror}@{}", built.digest);
-            self.store
-                .push(
-                    &target,
-                    &built.blobs,
-                    &built.manifest,
-                    built.media_type,
-                    push,
-                )
-                .await
-                .map_err(|e| format!("cannot push it to {target}: {}", runway_log::chain(&e)))?;
-            return Ok(Some(target));
+            let target = format!("{repository}/{mirror}");
+            let mut blobs = blobs;
+            for (manifest, media_type, bytes) in manifests {
+                let at = format!("{target}@{manifest}");
+                self.store
+                    .push(&at, blobs, bytes, media_type, push)
+                    .await
+                    .map_err(|e| {
+                        tracing::warn!(%service, error = %runway_log::chain(&e), "cannot mirror an image");
+                        format!("cannot push it to the mirror {target}: {}", runway_log::chain(&e))
+                    })?;
+                // Every blob went with the first.
+                blobs = &[];
+            }
+            return Ok(format!("{target}@{digest}"));
         }
         let told = |e: runway_registry::RegistryError| {
-            tracing::warn!(%service, error = %runway_log::chain(&e), "cannot mirror a process's image");
+            tracing::warn!(%service, error = %runway_log::chain(&e), "cannot mirror an image");
             told(&e)
         };
-        for blob in &built.blobs {
+        for blob in blobs {
             match &blob.source {
                 BlobSource::File(path) => self.registry.put_blob(&mirror, &blob.digest, path).await,
                 BlobSource::Bytes(bytes) => {
@@ -372,7 +379,7 @@ impl Mirror {
                         .await
                         .map_err(|e| e.to_string())?
                         .map_err(|e| {
-                            tracing::warn!(error = %runway_log::chain(&e), "cannot keep a process image's blob");
+                            tracing::warn!(error = %runway_log::chain(&e), "cannot keep a built image's blob");
                             "the platform registry could not store it (the server's log says why)"
                                 .to_owned()
                         })?;
@@ -381,43 +388,13 @@ impl Mirror {
             }
             .map_err(told)?;
         }
-        self.registry
-            .put_manifest(
-                &mirror,
-                &built.digest.to_string(),
-                built.media_type,
-                &built.manifest,
-            )
-            .await
-            .map_err(told)?;
-        Ok(Some(format!("{mirror}@{}", built.digest)))
-    }
-
-    /// Pushes what was fetched to `target` by digest (no tag): the blobs the registry lacks,
-    /// then each manifest, an index after those it lists.
-    async fn push(
-        &self,
-        target: &str,
-        fetched: &Fetched,
-        options: &PullOptions,
-    ) -> Result<(), runway_oci::OciError> {
-        let mut blobs: Vec<PushBlob> = fetched
-            .blobs
-            .iter()
-            .map(|blob| PushBlob {
-                digest: blob.digest.clone(),
-                source: BlobSource::File(blob.path.clone()),
-            })
-            .collect();
-        for manifest in &fetched.manifests {
-            let at = format!("{target}@{}", manifest.digest);
-            self.store
-                .push(&at, &blobs, &manifest.bytes, &manifest.media_type, options)
-                .await?;
-            // Every blob went with the first.
-            blobs.clear();
+        for (manifest, media_type, bytes) in manifests {
+            self.registry
+                .put_manifest(&mirror, &manifest.to_string(), media_type, bytes)
+                .await
+                .map_err(told)?;
         }
-        Ok(())
+        Ok(format!("{mirror}@{digest}"))
     }
 }
 
