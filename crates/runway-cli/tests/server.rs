@@ -2065,20 +2065,7 @@ fn the_ci_component_builds_the_image_from_source() {
     // The base, pushed where the team keeps it: under its service in the platform registry.
     let base = support::push_python_base(&format!("{host}/hello/base:3.11"), Some(&platform));
 
-    std::fs::remove_file(repo.join("app.py")).unwrap();
-    std::fs::write(
-        repo.join(".runway/runway.yml"),
-        format!(
-            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: hello\n  \
-             owner_email_handle: platform-team\n  department: engineering\nspec:\n  \
-             container_port: 8080\n  regions: [local]\n  scalability:\n    min_instances: 1\n    \
-             max_instances: 1\n  startup_probe:\n    path: /\n    period_seconds: 1\n    \
-             failure_threshold: 60\n  deployment:\n    strategy: legacy\n  workload:\n    \
-             secrets: [API_KEY]\n    build:\n      base: {base}\n      \
-             command: [python3, main.py]\n      include: [main.py]\n"
-        ),
-    )
-    .unwrap();
+    support::set_build_manifest(&repo, &base);
     std::fs::write(repo.join("main.py"), support::python_app("built in ci")).unwrap();
     let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev"]);
 

@@ -368,18 +368,7 @@ async fn test_upstream() -> SocketAddr {
         }
         response.to_vec().unwrap()
     }
-    // One port for both: a free UDP port's number may be taken for TCP by another test's
-    // listener, so another is tried then.
-    let mut bound = None;
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let address = udp.local_addr().unwrap();
-        if let Ok(tcp) = TcpListener::bind(address).await {
-            bound = Some((udp, tcp, address));
-            break;
-        }
-    }
-    let (udp, tcp, address) = bound.expect("no loopback port free for both UDP and TCP");
+    let (udp, tcp, address) = udp_and_tcp().await;
     tokio::spawn(async move {
         let mut buffer = vec![0u8; 65535];
         while let Ok((length, from)) = udp.recv_from(&mut buffer).await {
@@ -395,6 +384,19 @@ async fn test_upstream() -> SocketAddr {
         }
     });
     address
+}
+
+/// A UDP socket and a TCP listener on one loopback port: a free UDP port's number may be taken
+/// for TCP by another test's listener, so another is tried then.
+async fn udp_and_tcp() -> (UdpSocket, TcpListener, SocketAddr) {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let address = udp.local_addr().unwrap();
+        if let Ok(tcp) = TcpListener::bind(address).await {
+            return (udp, tcp, address);
+        }
+    }
+    panic!("no loopback port free for both UDP and TCP");
 }
 
 async fn read_framed(stream: &mut TcpStream) -> Vec<u8> {
@@ -423,18 +425,7 @@ async fn resolver(upstream: SocketAddr) -> SocketAddr {
     let ingress = Ingress::new(Options::default());
     ingress.set_routes(&platform().await).unwrap();
     let dns = Dns::new(ingress, DnsOptions::new(PLATFORM, vec![upstream]));
-    // One port for both: a free UDP port's number may be taken for TCP by another test's
-    // listener, so another is tried then.
-    let mut bound = None;
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let address = udp.local_addr().unwrap();
-        if let Ok(tcp) = TcpListener::bind(address).await {
-            bound = Some((udp, tcp, address));
-            break;
-        }
-    }
-    let (udp, tcp, address) = bound.expect("no loopback port free for both UDP and TCP");
+    let (udp, tcp, address) = udp_and_tcp().await;
     tokio::spawn(std::sync::Arc::clone(&dns).serve_udp(udp));
     tokio::spawn(dns.serve_tcp(tcp));
     address

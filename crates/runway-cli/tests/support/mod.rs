@@ -1430,6 +1430,25 @@ pub fn push_python_base(target: &str, platform: Option<&Platform>) -> String {
     format!("{repository}@{}", digest.trim())
 }
 
+/// Turns the test repository of `hello` into a folder of Python built on `base` (pinned):
+/// no `app.py`, and a manifest whose `spec.workload.build` runs [`python_app`]'s `main.py`.
+pub fn set_build_manifest(repo: &Path, base: &str) {
+    std::fs::remove_file(repo.join("app.py")).unwrap();
+    std::fs::write(
+        repo.join(".runway/runway.yml"),
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: hello\n  \
+             owner_email_handle: platform-team\n  department: engineering\nspec:\n  \
+             container_port: 8080\n  regions: [local]\n  scalability:\n    min_instances: 1\n    \
+             max_instances: 1\n  startup_probe:\n    path: /\n    period_seconds: 1\n    \
+             failure_threshold: 60\n  deployment:\n    strategy: legacy\n  workload:\n    \
+             secrets: [API_KEY]\n    build:\n      base: {base}\n      \
+             command: [python3, main.py]\n      include: [main.py]\n"
+        ),
+    )
+    .unwrap();
+}
+
 /// A Python service answering every GET with `page` on `$PORT`: the `main.py` of the tests
 /// that build images from source.
 pub fn python_app(page: &str) -> String {
