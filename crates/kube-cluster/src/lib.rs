@@ -818,8 +818,11 @@ impl Cluster {
             .collect()
     }
 
-    /// Compacts etcd's history up to now: a watch or an exact list from before gets 410 Gone
-    /// once the API server's watch cache no longer holds it (see [`Cluster::restart_api_server`]).
+    /// Compacts etcd's history up to now, then writes a key of its own: a watch or an exact
+    /// list from before gets 410 Gone once the API server's watch cache no longer holds it (see
+    /// [`Cluster::restart_api_server`]). The write puts etcd's present past every resource
+    /// version a client holds, even one that was the present when compacted (a watch at
+    /// exactly the cache's start would be served, not refused).
     pub fn compact(&self) -> Result<(), Error> {
         let range = etcd_post(&self.etcd, "/v3/kv/range", &json!({"key": "AA=="}))?;
         let revision = range
@@ -834,6 +837,12 @@ impl Cluster {
             &self.etcd,
             "/v3/kv/compaction",
             &json!({"revision": revision, "physical": true}),
+        )?;
+        // `/kube-cluster/compacted`, base64: outside the API server's `/registry` prefix.
+        etcd_post(
+            &self.etcd,
+            "/v3/kv/put",
+            &json!({"key": "L2t1YmUtY2x1c3Rlci9jb21wYWN0ZWQ=", "value": "MQ=="}),
         )?;
         Ok(())
     }

@@ -256,7 +256,21 @@ fn a_restart_of_runway_adopts_what_runs_with_no_write() {
             .count()
     };
     // Pods, EndpointSlices, Deployments and events, each after its watch's back-off.
-    kube.wait_for(BOUND, "every watch listing again", |k| relisted(k) >= 4);
+    let deadline = std::time::Instant::now() + BOUND;
+    while relisted(&kube) < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every watch listing again: {} lists in {namespace} within {BOUND:?}; the driver's \
+             requests since the restart: {:?}\n{}",
+            relisted(&kube),
+            kube.requests()[seen..]
+                .iter()
+                .map(|r| format!("{} {} {:?} {}", r.verb, r.resource, r.namespace, r.code))
+                .collect::<Vec<_>>(),
+            platform.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(
         kube.writes(),
         before,

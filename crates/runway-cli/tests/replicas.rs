@@ -352,7 +352,12 @@ fn a_rollout_survives_its_leader_killed_at_several_moments() {
             None,
             support::COMMAND,
         );
-        assert!(started.ok(), "{}", started.all());
+        assert!(
+            started.ok(),
+            "{}\n--- the follower's log\n{}",
+            started.all(),
+            replicas[follower].log()
+        );
         let id = started.json()["id"].clone();
         std::thread::sleep(Duration::from_millis(moment));
         replicas[leader].kill9();
