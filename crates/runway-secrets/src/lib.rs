@@ -7,6 +7,8 @@
 //! - [`name`]: what a secret's name may be, and clashes with environment variables.
 //! - [`token`]: API tokens' text (prefix, checksum) and the hash the store keeps.
 //! - [`policy`]: whether a token's scope allows an action; pure.
+//! - [`preview`]: preview environments' names (`mr-12--app`), whose tokens and secrets they
+//!   use.
 //!
 //! # Threat model
 //!
@@ -64,7 +66,8 @@
 //! - `name.rs`: secret names (upstream's rules, reserved names, clashes with variables).
 //! - `token.rs`: `runway_admin_…` and `runway_deploy_…` tokens with a checksum, stored as
 //!   SHA-256.
-//! - `policy.rs`: whether a scope allows an action (pure). `error.rs`: the crate's errors.
+//! - `policy.rs`: whether a scope allows an action (pure). `preview.rs`: previews' names.
+//!   `error.rs`: the crate's errors.
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
@@ -73,6 +76,7 @@ pub mod error;
 pub mod key;
 pub mod name;
 pub mod policy;
+pub mod preview;
 pub mod seal;
 pub mod token;
 

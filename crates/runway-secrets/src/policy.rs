@@ -2,8 +2,8 @@
 //! whether the token was revoked.
 //!
 //! - An admin token may do anything until it is revoked.
-//! - A deploy token may read and write its own service only, in its listed environments only,
-//!   until it expires or is revoked; it never performs admin actions (creating services or
+//! - A deploy token may read and write its own service only (and its previews, see
+//!   [`crate::preview`]), in its listed environments only, until it expires or is revoked; it never performs admin actions (creating services or
 //!   tokens). An empty list of environments allows no environment. Reading the service as a
 //!   whole (no environment) is allowed; writing to it as a whole is not, since that would
 //!   reach environments outside the list.
@@ -115,7 +115,10 @@ pub fn authorize(
     }
     match action.service {
         None => return Err(Denied::ServiceRequired),
-        Some(s) if s != service => return Err(Denied::OtherService),
+        // A preview (`mr-12--app`) is its parent's: app's tokens act on it.
+        Some(s) if s != service && crate::preview::owner(s) != service => {
+            return Err(Denied::OtherService);
+        }
         Some(_) => {}
     }
     match (action.env, action.kind) {
@@ -187,6 +190,9 @@ mod tests {
             ("no environments allows none", &nowhere, action(Some("billing"), Some("staging"), Read), NOW, false, not_env("staging")),
             ("deploy on another service", &billing, action(Some("search"), Some("staging"), Read), NOW, false, Err(Denied::OtherService)),
             ("service names are exact", &billing, action(Some("billing2"), Some("staging"), Write), NOW, false, Err(Denied::OtherService)),
+            ("deploy on its preview", &billing, action(Some("mr-1--billing"), Some("staging"), Write), NOW, false, Ok(())),
+            ("deploy on its preview, not its env", &billing, action(Some("mr-1--billing"), Some("preview"), Write), NOW, false, not_env("preview")),
+            ("deploy on another's preview", &billing, action(Some("billing--search"), Some("staging"), Read), NOW, false, Err(Denied::OtherService)),
             ("deploy across services", &billing, action(None, None, Read), NOW, false, Err(Denied::ServiceRequired)),
             ("deploy admin action on its service", &billing, action(Some("billing"), Some("staging"), Admin), NOW, false, Err(Denied::AdminOnly)),
             ("deploy creates a service", &billing, action(None, None, Admin), NOW, false, Err(Denied::AdminOnly)),

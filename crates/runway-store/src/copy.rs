@@ -21,6 +21,7 @@ const TABLES: &[(&str, &[&str], bool)] = &[
             "created_by",
             "id",
             "allow_processes",
+            "inventory",
         ],
         false,
     ),
@@ -43,6 +44,21 @@ const TABLES: &[(&str, &[&str], bool)] = &[
         true,
     ),
     ("revision_numbers", &["service", "env", "last"], false),
+    (
+        "previews",
+        &[
+            "service",
+            "parent",
+            "name",
+            "base_env",
+            "origin",
+            "expires_at",
+            "created_at",
+            "created_by",
+            "updated_at",
+        ],
+        false,
+    ),
     (
         "deployments",
         &[

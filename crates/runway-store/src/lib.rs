@@ -102,10 +102,11 @@ pub use error::{Result, StoreError};
 pub use model::{
     AuditBy, AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
     Desired, DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell,
-    IssuedCertificate, Lease, NewRevision, NewService, NewToken, PLATFORM_ACTORS, PlannedRevision,
-    Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate,
-    Token, TokenScope, artifact_image, artifact_is_process, artifact_mirror, artifact_source,
-    mirror_is_external, revision_name,
+    InventoryChanges, InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision,
+    NewService, NewToken, PLATFORM_ACTORS, PlannedRevision, Preview, Revision, RevisionRef,
+    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
+    artifact_image, artifact_is_process, artifact_mirror, artifact_source, mirror_is_external,
+    revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

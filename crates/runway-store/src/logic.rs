@@ -15,9 +15,10 @@ use crate::sql::{Db, DbExt, Param, Row, args};
 use crate::{
     AuditBy, AuditEntry, AuditFilter, DeployRecord, Deployment, DeploymentEvent, DeploymentKind,
     DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, DomainState, FenceCell,
-    IssuedCertificate, Lease, NewRevision, NewService, NewToken, PlannedRevision, Revision,
-    RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Store,
-    Timestamp, Token, TokenScope, revision_name,
+    InventoryChanges, InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision,
+    NewService, NewToken, PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand,
+    SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Timestamp, Token, TokenScope,
+    revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -79,7 +80,7 @@ fn limit_param(limit: u32) -> i64 {
 // --- records -------------------------------------------------------------------------------
 
 const SERVICE_COLUMNS: &str =
-    "id, name, owners, environments, created_at, created_by, allow_processes";
+    "id, name, owners, environments, created_at, created_by, allow_processes, inventory";
 
 fn service_from_row(row: &Row) -> Result<Service> {
     Ok(Service {
@@ -90,8 +91,43 @@ fn service_from_row(row: &Row) -> Result<Service> {
         created_at: get_ts(row, 4)?,
         created_by: row.get(5)?,
         allow_processes: row.get(6)?,
+        inventory: row
+            .get::<Option<String>>(7)?
+            .map(|text| {
+                serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("service inventory: {e}")))
+            })
+            .transpose()?,
     })
 }
+
+const PREVIEW_COLUMNS: &str = "service, parent, name, base_env, origin, expires_at, created_at, \
+                               created_by, updated_at";
+
+fn preview_from_row(row: &Row) -> Result<Preview> {
+    Ok(Preview {
+        service: row.get(0)?,
+        parent: row.get(1)?,
+        name: row.get(2)?,
+        base_env: row.get(3)?,
+        origin: get_json(row, 4, "preview origin")?,
+        expires_at: get_ts(row, 5)?,
+        created_at: get_ts(row, 6)?,
+        created_by: row.get(7)?,
+        updated_at: get_ts(row, 8)?,
+    })
+}
+
+fn load_preview(db: &dyn Db, service: &str) -> Result<Option<Preview>> {
+    db.query_one(
+        &format!("SELECT {PREVIEW_COLUMNS} FROM previews WHERE service = ?1"),
+        args![service],
+        preview_from_row,
+    )
+}
+
+/// The one environment of every preview (`runway_secrets::preview::ENVIRONMENT`).
+const PREVIEW_ENV: &str = "preview";
 
 const REVISION_COLUMNS: &str = "id, service, env, number, name, manifest, artifact, env_vars, \
                                 secret_versions, created_by, created_at, set_vars";
@@ -245,6 +281,184 @@ fn load_service_env(db: &dyn Db, service: &str, env: &str) -> Result<Service> {
         return Err(not_found("environment", format!("{service}/{env}")));
     }
     Ok(found)
+}
+
+/// What a new service must be, whatever creates it.
+fn check_new_service(service: &NewService) -> Result<()> {
+    if service.name.is_empty() {
+        return Err(StoreError::Invalid("a service needs a name".to_owned()));
+    }
+    check_list("environments", &service.environments, false)?;
+    check_list("owners", &service.owners, true)
+}
+
+/// What a change of a service must be, whatever makes it.
+fn check_update(update: &ServiceUpdate) -> Result<()> {
+    if let Some(environments) = &update.environments {
+        check_list("environments", environments, false)?;
+    }
+    if let Some(owners) = &update.owners {
+        check_list("owners", owners, true)?;
+    }
+    Ok(())
+}
+
+/// Onboards `service` (checked by [`check_new_service`]), audited: its new identity.
+fn create_service(db: &dyn Db, now: Timestamp, actor: &str, service: &NewService) -> Result<i64> {
+    if load_service(db, &service.name).is_ok() {
+        return Err(StoreError::AlreadyExists {
+            kind: "service",
+            name: service.name.clone(),
+        });
+    }
+    let id = db.insert_returning_id(
+        "INSERT INTO service_ids (name) VALUES (?1) RETURNING id",
+        args![&service.name],
+    )?;
+    db.execute(
+        "INSERT INTO services (id, name, owners, environments, created_at, created_by) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        args![
+            id,
+            &service.name,
+            &to_json(&service.owners)?,
+            &to_json(&service.environments)?,
+            now.unix_millis(),
+            actor
+        ],
+    )?;
+    audit(
+        db,
+        now,
+        actor,
+        "service.create",
+        &format!("service/{}", service.name),
+        &json!({ "owners": service.owners, "environments": service.environments }),
+    )?;
+    Ok(id)
+}
+
+/// Changes service `name` as `update` says (checked by [`check_update`]), audited; an
+/// environment with revisions or domains is not removed.
+fn update_service(
+    db: &dyn Db,
+    now: Timestamp,
+    actor: &str,
+    name: &str,
+    update: &ServiceUpdate,
+) -> Result<()> {
+    let current = load_service(db, name)?;
+    if let Some(environments) = &update.environments {
+        for removed in current
+            .environments
+            .iter()
+            .filter(|e| !environments.contains(e))
+        {
+            let revisions: i64 = db.query_value(
+                "SELECT COUNT(*) FROM revisions WHERE service = ?1 AND env = ?2",
+                args![name, removed],
+            )?;
+            if revisions > 0 {
+                return Err(StoreError::Conflict(format!(
+                    "environment {removed:?} of {name} has {revisions} revisions and cannot be \
+                     removed"
+                )));
+            }
+            let domains: Vec<String> = db.query_all(
+                "SELECT name FROM domains WHERE service = ?1 AND env = ?2 ORDER BY name",
+                args![name, removed],
+                |row| row.get(0),
+            )?;
+            if !domains.is_empty() {
+                return Err(StoreError::Conflict(format!(
+                    "environment {removed:?} of {name} has domains ({}): remove them first",
+                    domains.join(", ")
+                )));
+            }
+        }
+    }
+    let owners = update.owners.as_ref().unwrap_or(&current.owners);
+    let environments = update
+        .environments
+        .as_ref()
+        .unwrap_or(&current.environments);
+    let allow_processes = update.allow_processes.unwrap_or(current.allow_processes);
+    db.execute(
+        "UPDATE services SET owners = ?2, environments = ?3, allow_processes = ?4 WHERE name = ?1",
+        args![
+            name,
+            &to_json(owners)?,
+            &to_json(environments)?,
+            allow_processes
+        ],
+    )?;
+    audit(
+        db,
+        now,
+        actor,
+        "service.update",
+        &format!("service/{name}"),
+        &json!({
+            "owners": { "from": current.owners, "to": owners },
+            "environments": { "from": current.environments, "to": environments },
+            "allow_processes": { "from": current.allow_processes, "to": allow_processes },
+        }),
+    )
+}
+
+/// [`decommission`]s `name` and its previews.
+fn decommission_with_previews(db: &dyn Db, now: Timestamp, actor: &str, name: &str) -> Result<()> {
+    let previews: Vec<String> = db.query_all(
+        "SELECT service FROM previews WHERE parent = ?1 ORDER BY service",
+        args![name],
+        |row| row.get(0),
+    )?;
+    for preview in &previews {
+        decommission(db, now, actor, preview)?;
+    }
+    decommission(db, now, actor, name)
+}
+
+/// Removes `name` with everything it had (see [`Store::service_decommission`]), audited.
+fn decommission(db: &dyn Db, now: Timestamp, actor: &str, name: &str) -> Result<()> {
+    let service = load_service(db, name)?;
+    let revisions: i64 = db.query_value(
+        "SELECT COUNT(*) FROM revisions WHERE service = ?1",
+        args![name],
+    )?;
+    let domains: i64 = db.query_value(
+        "SELECT COUNT(*) FROM domains WHERE service = ?1",
+        args![name],
+    )?;
+    db.execute("DELETE FROM services WHERE name = ?1", args![name])?;
+    // What the service had dies with it: a service onboarded again under this name is
+    // another service, for another team, that must not get these.
+    let secrets = db.execute("DELETE FROM secrets WHERE service = ?1", args![name])?;
+
+    let dialect = db.dialect();
+    let tokens = db.execute(
+        &format!(
+            "UPDATE tokens SET revoked_at = ?2 WHERE revoked_at IS NULL \
+             AND {} = 'deploy' AND {} = ?1",
+            dialect.json_field("scope", "type"),
+            dialect.json_field("scope", "service"),
+        ),
+        args![name, now.unix_millis()],
+    )?;
+    audit(
+        db,
+        now,
+        actor,
+        "service.decommission",
+        &format!("service/{name}"),
+        &json!({
+            "id": service.id,
+            "revisions_removed": revisions,
+            "secret_versions_removed": secrets,
+            "deploy_tokens_revoked": tokens,
+            "domains_removed": domains,
+        }),
+    )
 }
 
 fn load_revision(db: &dyn Db, name: &str) -> Result<Revision> {
@@ -722,42 +936,9 @@ fn env_target(service: &str, env: &str) -> String {
 
 impl<B: Backend> Store for B {
     fn service_create(&self, actor: &str, service: &NewService) -> Result<Service> {
-        if service.name.is_empty() {
-            return Err(StoreError::Invalid("a service needs a name".to_owned()));
-        }
-        check_list("environments", &service.environments, false)?;
-        check_list("owners", &service.owners, true)?;
+        check_new_service(service)?;
         self.write(|db, now| {
-            if load_service(db, &service.name).is_ok() {
-                return Err(StoreError::AlreadyExists {
-                    kind: "service",
-                    name: service.name.clone(),
-                });
-            }
-            let id = db.insert_returning_id(
-                "INSERT INTO service_ids (name) VALUES (?1) RETURNING id",
-                args![&service.name],
-            )?;
-            db.execute(
-                "INSERT INTO services (id, name, owners, environments, created_at, created_by) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                args![
-                    id,
-                    &service.name,
-                    &to_json(&service.owners)?,
-                    &to_json(&service.environments)?,
-                    now.unix_millis(),
-                    actor
-                ],
-            )?;
-            audit(
-                db,
-                now,
-                actor,
-                "service.create",
-                &format!("service/{}", service.name),
-                &json!({ "owners": service.owners, "environments": service.environments }),
-            )?;
+            create_service(db, now, actor, service)?;
             load_service(db, &service.name)
         })
     }
@@ -777,115 +958,185 @@ impl<B: Backend> Store for B {
     }
 
     fn service_update(&self, actor: &str, name: &str, update: &ServiceUpdate) -> Result<Service> {
-        if let Some(environments) = &update.environments {
-            check_list("environments", environments, false)?;
+        check_update(update)?;
+        self.write(|db, now| {
+            update_service(db, now, actor, name, update)?;
+            load_service(db, name)
+        })
+    }
+
+    fn inventory_apply(&self, actor: &str, changes: &InventoryChanges, digest: &str) -> Result<()> {
+        let new = |record: &InventoryRecord| NewService {
+            name: record.name.clone(),
+            owners: record.owners.clone(),
+            environments: record.environments.clone(),
+        };
+        let update = |record: &InventoryRecord| ServiceUpdate {
+            owners: Some(record.owners.clone()),
+            environments: Some(record.environments.clone()),
+            allow_processes: Some(record.allow_processes),
+        };
+        for record in &changes.create {
+            check_new_service(&new(record))?;
         }
-        if let Some(owners) = &update.owners {
-            check_list("owners", owners, true)?;
+        for record in &changes.update {
+            check_update(&update(record))?;
         }
         self.write(|db, now| {
-            let current = load_service(db, name)?;
-            if let Some(environments) = &update.environments {
-                for removed in current
-                    .environments
-                    .iter()
-                    .filter(|e| !environments.contains(e))
-                {
-                    let revisions: i64 = db.query_value(
-                        "SELECT COUNT(*) FROM revisions WHERE service = ?1 AND env = ?2",
-                        args![name, removed],
-                    )?;
-                    if revisions > 0 {
-                        return Err(StoreError::Conflict(format!(
-                            "environment {removed:?} of {name} has {revisions} revisions and \
-                             cannot be removed"
-                        )));
-                    }
-                    let domains: Vec<String> = db.query_all(
-                        "SELECT name FROM domains WHERE service = ?1 AND env = ?2 ORDER BY name",
-                        args![name, removed],
-                        |row| row.get(0),
-                    )?;
-                    if !domains.is_empty() {
-                        return Err(StoreError::Conflict(format!(
-                            "environment {removed:?} of {name} has domains ({}): remove them first",
-                            domains.join(", ")
-                        )));
-                    }
-                }
+            for record in &changes.create {
+                create_service(db, now, actor, &new(record))?;
             }
-            let owners = update.owners.as_ref().unwrap_or(&current.owners);
-            let environments = update
-                .environments
-                .as_ref()
-                .unwrap_or(&current.environments);
-            let allow_processes = update.allow_processes.unwrap_or(current.allow_processes);
+            for record in &changes.update {
+                update_service(db, now, actor, &record.name, &update(record))?;
+            }
+            for record in changes.create.iter().chain(&changes.update) {
+                db.execute(
+                    "UPDATE services SET allow_processes = ?2, inventory = ?3 WHERE name = ?1",
+                    args![
+                        &record.name,
+                        record.allow_processes,
+                        &to_json(&record.upstream)?
+                    ],
+                )?;
+            }
+            for name in &changes.decommission {
+                decommission_with_previews(db, now, actor, name)?;
+            }
+            let names = |records: &[InventoryRecord]| -> Vec<String> {
+                records.iter().map(|r| r.name.clone()).collect()
+            };
+            audit(
+                db,
+                now,
+                actor,
+                "inventory.apply",
+                "inventory",
+                &json!({
+                    "digest": digest,
+                    "created": names(&changes.create),
+                    "updated": names(&changes.update),
+                    "decommissioned": changes.decommission,
+                    "unlisted_kept": changes.unlisted,
+                }),
+            )
+        })
+    }
+
+    fn service_decommission(&self, actor: &str, name: &str) -> Result<()> {
+        self.write(|db, now| decommission_with_previews(db, now, actor, name))
+    }
+
+    fn preview_put(&self, actor: &str, new: &NewPreview) -> Result<(Preview, bool)> {
+        let service = format!("{}--{}", new.name, new.parent);
+        let ttl = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
+        self.write(|db, now| {
+            let parent = load_service(db, &new.parent)?;
+            let expires_at = now.add_millis(ttl).unix_millis();
+            let origin = to_json(&new.origin)?;
+            if load_preview(db, &service)?.is_some() {
+                db.execute(
+                    "UPDATE previews SET base_env = ?2, origin = ?3, expires_at = ?4, \
+                     updated_at = ?5 WHERE service = ?1",
+                    args![
+                        &service,
+                        &new.base_env,
+                        &origin,
+                        expires_at,
+                        now.unix_millis()
+                    ],
+                )?;
+                // It acts as its parent does now: the same owners, the same leave.
+                db.execute(
+                    "UPDATE services SET owners = ?2, allow_processes = ?3 WHERE name = ?1",
+                    args![&service, &to_json(&parent.owners)?, parent.allow_processes],
+                )?;
+                let preview =
+                    load_preview(db, &service)?.ok_or_else(|| not_found("preview", &service))?;
+                return Ok((preview, false));
+            }
+            if load_service(db, &service).is_ok() {
+                return Err(StoreError::Conflict(format!(
+                    "{service} is a service of its own, not a preview of {}",
+                    new.parent
+                )));
+            }
+            let count: i64 = db.query_value(
+                "SELECT COUNT(*) FROM previews WHERE parent = ?1",
+                args![&new.parent],
+            )?;
+            if count >= i64::from(new.max_per_parent) {
+                return Err(StoreError::Conflict(format!(
+                    "{} has {count} previews, the most a service may have ({}): stop one \
+                     (`runway preview stop NAME`) or let one expire",
+                    new.parent, new.max_per_parent
+                )));
+            }
+            let id = db.insert_returning_id(
+                "INSERT INTO service_ids (name) VALUES (?1) RETURNING id",
+                args![&service],
+            )?;
+            let environments = vec![PREVIEW_ENV.to_owned()];
             db.execute(
-                "UPDATE services SET owners = ?2, environments = ?3, allow_processes = ?4 \
-                 WHERE name = ?1",
+                "INSERT INTO services (id, name, owners, environments, created_at, created_by, \
+                 allow_processes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 args![
-                    name,
-                    &to_json(owners)?,
-                    &to_json(environments)?,
-                    allow_processes
+                    id,
+                    &service,
+                    &to_json(&parent.owners)?,
+                    &to_json(&environments)?,
+                    now.unix_millis(),
+                    actor,
+                    parent.allow_processes
+                ],
+            )?;
+            db.execute(
+                "INSERT INTO previews (service, parent, name, base_env, origin, expires_at, \
+                 created_at, created_by, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?7)",
+                args![
+                    &service,
+                    &new.parent,
+                    &new.name,
+                    &new.base_env,
+                    &origin,
+                    expires_at,
+                    now.unix_millis(),
+                    actor
                 ],
             )?;
             audit(
                 db,
                 now,
                 actor,
-                "service.update",
-                &format!("service/{name}"),
+                "preview.create",
+                &format!("service/{service}"),
                 &json!({
-                    "owners": { "from": current.owners, "to": owners },
-                    "environments": { "from": current.environments, "to": environments },
-                    "allow_processes": { "from": current.allow_processes, "to": allow_processes },
+                    "id": id,
+                    "parent": new.parent,
+                    "base_env": new.base_env,
+                    "origin": new.origin,
+                    "expires_at": expires_at,
                 }),
             )?;
-            load_service(db, name)
+            let preview =
+                load_preview(db, &service)?.ok_or_else(|| not_found("preview", &service))?;
+            Ok((preview, true))
         })
     }
 
-    fn service_decommission(&self, actor: &str, name: &str) -> Result<()> {
-        self.write(|db, now| {
-            let service = load_service(db, name)?;
-            let revisions: i64 = db.query_value(
-                "SELECT COUNT(*) FROM revisions WHERE service = ?1",
-                args![name],
-            )?;
-            let domains: i64 = db.query_value(
-                "SELECT COUNT(*) FROM domains WHERE service = ?1",
-                args![name],
-            )?;
-            db.execute("DELETE FROM services WHERE name = ?1", args![name])?;
-            // What the service had dies with it: a service onboarded again under this name is
-            // another service, for another team, that must not get these.
-            let secrets = db.execute("DELETE FROM secrets WHERE service = ?1", args![name])?;
-
-            let dialect = db.dialect();
-            let tokens = db.execute(
+    fn preview_list(&self, parent: Option<&str>) -> Result<Vec<Preview>> {
+        self.read(|db| match parent {
+            Some(parent) => db.query_all(
                 &format!(
-                    "UPDATE tokens SET revoked_at = ?2 WHERE revoked_at IS NULL \
-                     AND {} = 'deploy' AND {} = ?1",
-                    dialect.json_field("scope", "type"),
-                    dialect.json_field("scope", "service"),
+                    "SELECT {PREVIEW_COLUMNS} FROM previews WHERE parent = ?1 ORDER BY service"
                 ),
-                args![name, now.unix_millis()],
-            )?;
-            audit(
-                db,
-                now,
-                actor,
-                "service.decommission",
-                &format!("service/{name}"),
-                &json!({
-                    "id": service.id,
-                    "revisions_removed": revisions,
-                    "secret_versions_removed": secrets,
-                    "deploy_tokens_revoked": tokens,
-                    "domains_removed": domains,
-                }),
-            )
+                args![parent],
+                preview_from_row,
+            ),
+            None => db.query_all(
+                &format!("SELECT {PREVIEW_COLUMNS} FROM previews ORDER BY service"),
+                args![],
+                preview_from_row,
+            ),
         })
     }
 

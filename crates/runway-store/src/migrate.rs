@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0005_secret_origin.sql"),
     include_str!("../migrations/0006_sessions_domains.sql"),
     include_str!("../migrations/0007_revision_set_vars.sql"),
+    include_str!("../migrations/0008_previews_inventory.sql"),
 ];
 
 /// The schema version this code writes.

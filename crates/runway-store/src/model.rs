@@ -26,6 +26,39 @@ pub struct Service {
     pub created_by: String,
     /// An admin let it run plain processes where the server does not allow them for all.
     pub allow_processes: bool,
+    /// Upstream's keys of a service onboarded through the inventory (`project_id`, `members`,
+    /// `groups`, `regions`…); `None` for one onboarded by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<serde_json::Value>,
+}
+
+/// A service as the inventory document has it ([`Store::inventory_apply`](crate::Store::inventory_apply)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryRecord {
+    /// The service.
+    pub name: String,
+    /// Its owners.
+    pub owners: Vec<String>,
+    /// Its environments.
+    pub environments: Vec<String>,
+    /// Whether it may run plain processes.
+    pub allow_processes: bool,
+    /// Upstream's keys, kept with it ([`Service::inventory`]).
+    pub upstream: serde_json::Value,
+}
+
+/// What applying an inventory document changes, as its caller decided against the services
+/// there are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryChanges {
+    /// Services to onboard.
+    pub create: Vec<InventoryRecord>,
+    /// Services to change to what the document says.
+    pub update: Vec<InventoryRecord>,
+    /// Services to decommission (the document does not list them, and pruning was asked).
+    pub decommission: Vec<String>,
+    /// Services the document does not list, kept (no pruning asked): for the audit log.
+    pub unlisted: Vec<String>,
 }
 
 /// What onboarding a service takes.
@@ -48,6 +81,50 @@ pub struct ServiceUpdate {
     pub environments: Option<Vec<String>>,
     /// Let it run plain processes, or no longer.
     pub allow_processes: Option<bool>,
+}
+
+/// A preview environment: the service `<name>--<parent>` (its one environment `preview`),
+/// deployed with the settings of its parent's `base_env`, until `expires_at` unless a deploy
+/// extends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Preview {
+    /// The preview's service: `mr-12--app`.
+    pub service: String,
+    /// Whose preview it is: `app`.
+    pub parent: String,
+    /// Its name: `mr-12`.
+    pub name: String,
+    /// The parent's environment whose settings (overrides, variables) its deploys take.
+    pub base_env: String,
+    /// What made it, as the deploy said: a merge request, its ref, its pipeline, and whether
+    /// it came from a fork.
+    pub origin: serde_json::Value,
+    /// When it is decommissioned unless a deploy extends it.
+    pub expires_at: Timestamp,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// Who created it.
+    pub created_by: String,
+    /// Its last deploy.
+    pub updated_at: Timestamp,
+}
+
+/// A deploy of a preview: what [`Store::preview_put`](crate::Store::preview_put) creates, or
+/// extends when it exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewPreview {
+    /// Whose preview: a service onboarded in `preview`.
+    pub parent: String,
+    /// Its name: a DNS label short enough that `<name>--<parent>` is one.
+    pub name: String,
+    /// See [`Preview::base_env`].
+    pub base_env: String,
+    /// See [`Preview::origin`].
+    pub origin: serde_json::Value,
+    /// How long from now it lives.
+    pub ttl: std::time::Duration,
+    /// The most previews the parent may have; a new one past it is refused.
+    pub max_per_parent: u32,
 }
 
 /// An immutable revision of a service in one environment: the merged manifest, the artifact

@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0003_secret_origin.sql"),
     include_str!("../migrations/postgres/0004_sessions_domains.sql"),
     include_str!("../migrations/postgres/0005_revision_set_vars.sql"),
+    include_str!("../migrations/postgres/0006_previews_inventory.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.

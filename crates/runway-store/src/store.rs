@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentState, Desired,
-    DesiredRevision, Domain, DomainCertificate, FenceCell, IssuedCertificate, Lease, NewRevision,
-    NewService, NewToken, PlannedRevision, Result, Revision, RolloutCommand, SecretInfo,
-    SecretVersion, Service, ServiceUpdate, Timestamp, Token,
+    DesiredRevision, Domain, DomainCertificate, FenceCell, InventoryChanges, IssuedCertificate,
+    Lease, NewPreview, NewRevision, NewService, NewToken, PlannedRevision, Preview, Result,
+    Revision, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Timestamp, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -49,9 +49,28 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Decommissions a service: removes it with its revisions, deployments and desired state
     /// (so the reconciler stops its instances), deletes its secrets and revokes its deploy
     /// tokens, all in one transaction: a service onboarded again under this name is another
-    /// service, with another [`Service::id`](crate::Service::id), and gets none of them. The
-    /// audit log keeps everything it recorded.
+    /// service, with another [`Service::id`](crate::Service::id), and gets none of them. Its
+    /// previews go with it. The audit log keeps everything it recorded.
     fn service_decommission(&self, actor: &str, name: &str) -> Result<()>;
+
+    /// Makes the services what an inventory document says, in one transaction: onboards
+    /// `create`, changes `update` (owners, environments, leave to run processes, upstream's
+    /// keys; an environment that has revisions cannot be removed), decommissions
+    /// `decommission` as [`Store::service_decommission`] does. Each change is audited as
+    /// that change, and the whole as `inventory.apply` with the document's `digest`.
+    fn inventory_apply(&self, actor: &str, changes: &InventoryChanges, digest: &str) -> Result<()>;
+
+    // --- previews -------------------------------------------------------------------------
+
+    /// Creates preview `name` of `parent` (the service `<name>--<parent>`, with the parent's
+    /// owners, in `preview` alone) or, when it exists, extends it: `expires_at` from now,
+    /// `base_env` and `origin` as given. `NotFound` without the parent; `Conflict` when the
+    /// parent has `max_per_parent` previews already, or the name is another service's.
+    /// Returns it, and whether it was created.
+    fn preview_put(&self, actor: &str, preview: &NewPreview) -> Result<(Preview, bool)>;
+
+    /// The previews of `parent`, or of every service, by service name.
+    fn preview_list(&self, parent: Option<&str>) -> Result<Vec<Preview>>;
 
     // --- revisions ------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ fn everything(store: &dyn Store) -> serde_json::Value {
     serde_json::json!({
         "services": services,
         "per_env": per_env,
+        "previews": store.preview_list(None).unwrap(),
         "tokens": format!("{:?}", store.token_list().unwrap()),
         "audit": store.audit_list(0, 10_000).unwrap(),
     })
@@ -72,6 +73,20 @@ fn a_sqlite_store_is_copied_whole_into_an_empty_postgres_one() {
             None,
         )
         .unwrap();
+    sqlite
+        .preview_put(
+            "ci",
+            &runway_store::NewPreview {
+                parent: "hello".into(),
+                name: "mr-1".into(),
+                base_env: "staging".into(),
+                origin: serde_json::json!({"merge_request": "1"}),
+                ttl: std::time::Duration::from_secs(60),
+                max_per_parent: 5,
+            },
+        )
+        .unwrap();
+    deploy_ok(&sqlite, "mr-1--hello", "preview", "sha256:cc");
     let token = sqlite
         .token_create(
             "alice",
@@ -92,7 +107,7 @@ fn a_sqlite_store_is_copied_whole_into_an_empty_postgres_one() {
     let f = fixture();
     let postgres = f.reopen_postgres();
     let copied = copy_sqlite_to_postgres(&sqlite, &postgres).unwrap();
-    assert!(copied.tables.contains(&("revisions", 2)), "{copied:?}");
+    assert!(copied.tables.contains(&("revisions", 3)), "{copied:?}");
     assert_eq!(everything(&postgres), everything(&sqlite));
 
     // What PostgreSQL hands out next follows what was copied.

@@ -8,6 +8,7 @@ mod durability;
 mod lease;
 mod migrations;
 mod postgres;
+mod previews;
 mod props;
 mod rollout;
 mod support;
