@@ -1,5 +1,5 @@
-//! Any bytes as a manifest, an override and an environment file: loading must never panic, and
-//! every error must carry a location inside the file it names.
+//! Any bytes as a manifest, an override, an environment file and an inventory document: loading
+//! must never panic, and every error must carry a location inside the file it names.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -15,6 +15,14 @@ fuzz_target!(|data: &[u8]| {
     files.overrides.insert("prod".into(), SourceFile::new("runway-prod.yml", text));
     files.env_files.insert("prod".into(), SourceFile::new("env-prod.yml", text));
     check(&files, text);
+    let inventory = runway_manifest::load_inventory(&SourceFile::new("inventory.yml", text), &["prod".to_owned()]);
+    assert!(inventory.inventory.is_some() == inventory.diagnostics.is_empty(), "{text:?}");
+    let count = runway_manifest::yaml_lines(text).len().max(1);
+    for d in &inventory.diagnostics {
+        if let Some(at) = &d.location {
+            assert!(at.line >= 1 && at.line <= count + 1 && at.column >= 1, "{d} is outside {text:?}");
+        }
+    }
 });
 
 fn check(files: &ServiceFiles, text: &str) {

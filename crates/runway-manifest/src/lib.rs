@@ -30,6 +30,8 @@
 //! - `service.rs`: one service's files to per-environment manifests (deep merge of overrides,
 //!   environment files).
 //! - `config.rs`: `ServiceConfig`, every default applied.
+//! - `inventory.rs`: the platform's inventory (which services are onboarded), its schema and
+//!   its loader.
 //! - `quantity.rs`: CPU and memory quantities. `egress.rs`: egress ranges and ports.
 //!   `diagnostic.rs`: located findings.
 //!
@@ -59,6 +61,7 @@
 mod config;
 mod diagnostic;
 pub mod egress;
+mod inventory;
 mod quantity;
 mod schema;
 mod service;
@@ -71,6 +74,10 @@ pub use config::{
     SloConfig, dns_name, secret_suffix,
 };
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
+pub use inventory::{
+    Inventory, InventoryService, LoadedInventory, inventory_schema, inventory_schema_json,
+    load_inventory,
+};
 pub use quantity::{Quantity, QuantityError};
 pub use schema::{manifest_reference_markdown, manifest_schema, manifest_schema_json};
 pub use service::{ConfigError, Loaded, Service, ServiceFiles, load, merge};

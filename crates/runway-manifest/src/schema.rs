@@ -174,7 +174,7 @@ fn type_label(node: &Value) -> String {
     }
 }
 
-fn strip_null(value: &mut Value) {
+pub(crate) fn strip_null(value: &mut Value) {
     match value {
         Value::Object(map) => {
             if let Some(Value::Array(types)) = map.get_mut("type") {
@@ -203,7 +203,7 @@ fn strip_null(value: &mut Value) {
     }
 }
 
-fn consts_to_enum(value: &mut Value) {
+pub(crate) fn consts_to_enum(value: &mut Value) {
     match value {
         Value::Object(map) => {
             let variants = map
@@ -260,21 +260,31 @@ fn validator() -> Option<&'static jsonschema::Validator> {
         .as_ref()
 }
 
-/// Checks `value` against the schema and returns every violation, located through `spans`, and
-/// the pointers of the nodes at fault.
+/// Checks `value` against the manifest's schema and returns every violation, located through
+/// `spans`, and the pointers of the nodes at fault.
 pub(crate) fn check(value: &Value, spans: &SpanMap) -> (Vec<Diagnostic>, Vec<String>) {
-    let Some(validator) = validator() else {
+    check_against(manifest_schema(), validator(), "manifest", value, spans)
+}
+
+/// [`check`] against `schema` (the `what` schema), whose compiled `validator` it is.
+pub(crate) fn check_against(
+    schema: &Value,
+    validator: Option<&jsonschema::Validator>,
+    what: &str,
+    value: &Value,
+    spans: &SpanMap,
+) -> (Vec<Diagnostic>, Vec<String>) {
+    let Some(validator) = validator else {
         // The schema is generated from our own types; a test proves it compiles.
         return (
             vec![Diagnostic::error(
                 None,
                 "",
-                "internal error: the manifest schema does not compile",
+                format!("internal error: the {what} schema does not compile"),
             )],
             Vec::new(),
         );
     };
-    let schema = manifest_schema();
     let mut out = Vec::new();
     let mut faulty = Vec::new();
     for error in validator.iter_errors(value) {

@@ -669,6 +669,15 @@ mod no_panic {
                     prop_assert!(at.line >= 1 && at.line <= runway_manifest::yaml_lines(&text).len() + 1, "{d}");
                 }
             }
+            // The same text as an inventory document.
+            let known = ["dev".to_owned()];
+            let inventory = runway_manifest::load_inventory(&SourceFile::new("i.yml", text.clone()), &known);
+            prop_assert!(inventory.inventory.is_some() == inventory.diagnostics.is_empty(), "{text:?}");
+            for d in &inventory.diagnostics {
+                if let Some(at) = &d.location {
+                    prop_assert!(at.line >= 1 && at.line <= runway_manifest::yaml_lines(&text).len() + 1, "{d}");
+                }
+            }
         }
     }
 }
