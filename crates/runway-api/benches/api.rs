@@ -305,6 +305,7 @@ fn identity_tokens() {
             jwks_url: Some(format!("http://{keys_at}/keys")),
             ca_file: None,
             bindings: vec![runway_api::oidc::Binding {
+                role: runway_api::oidc::Role::Deploy,
                 claims: [("project_path".to_owned(), "group/app".to_owned())].into(),
                 service: service(0),
                 environments: vec!["dev".into()],
@@ -755,6 +756,10 @@ impl Platform for BenchPlatform {
         })
     }
 
+    fn url(&self, service: &str, env: &str) -> String {
+        format!("https://{service}.{env}.localhost:8443/")
+    }
+
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
         let url = format!("https://{service}.{env}.localhost:8443/");
         Box::pin(async move {
@@ -788,6 +793,11 @@ impl Platform for BenchPlatform {
 
     fn source_claim(&self, _service_id: i64, _digest: &str) -> BoxFuture<'_, Result<bool, String>> {
         Box::pin(async { Ok(false) })
+    }
+
+    fn source_share(&self, _: i64, _: i64, digest: &str) -> BoxFuture<'_, Result<(), String>> {
+        let said = format!("there is no code snapshot {digest} to share");
+        Box::pin(async move { Err(said) })
     }
 
     fn source_put(

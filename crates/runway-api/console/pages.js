@@ -5,14 +5,17 @@
 import { api, get, enc, envPath, followLogs } from './api.js';
 import {
   h, fill, table, badge, announce, problem, confirmAction, when, percent, rate, millis,
-  shortDigest, mayWrite, isAdmin, sparkline,
+  shortDigest, mayWrite, isAdmin, sparkline, ownerOf,
 } from './ui.js';
+
+/** The environment previews run in (`mr-12--app`, a service of its own, is app's preview). */
+const PREVIEW = 'preview';
 
 /** The environments of `service` this token may read, in the service's order. */
 function readableEnvs(who, service) {
   if (who.scope.admin) return service.environments;
   const deploy = who.scope.deploy;
-  if (!deploy || deploy.service !== service.name) return [];
+  if (!deploy || deploy.service !== ownerOf(service.name)) return [];
   return service.environments.filter((env) => deploy.environments.includes(env));
 }
 
@@ -71,7 +74,7 @@ function lastDeployment(d) {
 }
 
 /** `/ui/`: every service the token may read, each environment on a row. */
-export async function overview({ main, who, signal }) {
+export async function overview({ main, who, signal, go }) {
   const services = await get('/v1/services', signal);
   const heading = h('h1', null, 'Services');
   if (services.length === 0) {
@@ -82,7 +85,12 @@ export async function overview({ main, who, signal }) {
     return;
   }
   const sections = await Promise.all(services.map(async (service) => {
-    const envs = readableEnvs(who, service);
+    const readable = readableEnvs(who, service);
+    // `preview` holds the service's previews, each a service of its own, listed below.
+    const envs = readable.filter((env) => env !== PREVIEW);
+    const previews = readable.includes(PREVIEW)
+      ? await get(`/v1/services/${enc(service.name)}/previews`, signal).catch(() => null)
+      : null;
     const rows = await Promise.all(envs.map(async (env) => {
       const [status, deployments] = await Promise.allSettled([
         get(`${envPath(service.name, env)}/status`, signal),
@@ -105,16 +113,51 @@ export async function overview({ main, who, signal }) {
         s.url && state !== 'not deployed' ? h('a', { href: s.url, rel: 'noreferrer', class: 'wrap-any' }, s.url) : '—',
       ];
     }));
-    const hidden = service.environments.length - envs.length;
+    const hidden = service.environments.length - readable.length;
     return h('section', { class: 'card', 'aria-labelledby': `svc-${service.name}` },
       h('h2', { id: `svc-${service.name}` }, h('a', { href: `/ui/services/${enc(service.name)}` }, service.name)),
       h('p', { class: 'muted' }, `Owners: ${service.owners.join(', ') || 'none'}`),
       table(null, [['Environment'], ['State'], ['Serving'], ['Traffic'], ['Instances'], ['Last deployment'], ['URL']], rows,
         'This token may read none of its environments.'),
+      previews ? previewsTable(who, service.name, previews, go) : null,
       hidden > 0 ? h('p', { class: 'muted' }, `${hidden} other environment(s) are not readable with this token.`) : null);
   }));
   fill(main, heading, sections);
   done(main);
+}
+
+/** A service's previews: each one's page, URL, base, last deploy and expiry, and a stop button. */
+function previewsTable(who, service, previews, go) {
+  const writable = mayWrite(who, service, PREVIEW);
+  const rows = previews.map((p) => [
+    h('a', { href: `/ui/services/${enc(p.service)}/${PREVIEW}` }, p.name),
+    h('a', { href: p.url, rel: 'noreferrer', class: 'wrap-any' }, p.url),
+    p.origin.fork ? `${p.base_env} (a fork: no secrets)` : p.base_env,
+    h('span', null, when(p.updated_at), ` by ${p.origin.deployed_by || p.created_by}`),
+    when(p.expires_at),
+    writable ? h('button', { type: 'button', 'aria-label': `Stop ${p.name}`, onclick: () => stopPreview(service, p, go) }, 'Stop') : '',
+  ]);
+  return h('div', null,
+    h('h3', null, 'Previews'),
+    table(null, [['Preview'], ['URL'], ['From'], ['Last deploy'], ['Expires'], ['']], rows,
+      'No previews: a merge request\'s pipeline (or `runway deploy --preview NAME`) makes one.'));
+}
+
+async function stopPreview(service, preview, go) {
+  const ok = await confirmAction({
+    title: `Stop preview ${preview.name} of ${service}?`,
+    body: [`Its instances stop and its revisions go. A new deploy of ${preview.name} makes it again.`],
+    action: 'Stop preview',
+    danger: true,
+  });
+  if (!ok) return;
+  try {
+    await api('DELETE', `/v1/services/${enc(service)}/previews/${enc(preview.name)}`);
+    go('/ui/');
+    announce(`Preview ${preview.name} of ${service} was stopped.`, 'ok');
+  } catch (e) {
+    announce(`Stopping preview ${preview.name} failed: ${e.message}`, 'bad');
+  }
 }
 
 /** Marks the page as drawn (the tests and the load-time figure wait for it). */

@@ -212,7 +212,13 @@ export function shortDigest(text) {
 export function mayWrite(who, service, env) {
   if (who.scope.admin) return true;
   const deploy = who.scope.deploy;
-  return Boolean(deploy && deploy.service === service && deploy.environments.includes(env));
+  return Boolean(deploy && deploy.service === ownerOf(service) && deploy.environments.includes(env));
+}
+
+/** The service whose tokens act on `name`: a preview's parent (`mr-12--app` is app's), else itself. */
+export function ownerOf(name) {
+  const at = name.indexOf('--');
+  return at > 0 ? name.slice(at + 2) : name;
 }
 
 export const isAdmin = (who) => Boolean(who.scope.admin);

@@ -41,6 +41,10 @@ impl Platform for NoPlatform {
         })
     }
 
+    fn url(&self, service: &str, env: &str) -> String {
+        format!("https://{service}.{env}.localhost:8443/")
+    }
+
     fn status(&self, _: &str, _: &str) -> BoxFuture<'_, StatusParts> {
         Box::pin(async { StatusParts::default() })
     }
@@ -68,6 +72,11 @@ impl Platform for NoPlatform {
 
     fn source_claim(&self, _: i64, _: &str) -> BoxFuture<'_, Result<bool, String>> {
         Box::pin(async { Ok(false) })
+    }
+
+    fn source_share(&self, _: i64, _: i64, digest: &str) -> BoxFuture<'_, Result<(), String>> {
+        let said = format!("there is no code snapshot {digest} to share");
+        Box::pin(async move { Err(said) })
     }
 
     /// Reads the upload to its end and keeps nothing.

@@ -25,6 +25,7 @@ use runway_secrets::{Action, ActionKind, Denied, PlaintextToken, Scope, TokenKin
 use runway_store::{NewToken, Store, Timestamp, TokenScope};
 
 use crate::error::ApiError;
+use crate::oidc::Role;
 use crate::state::ApiState;
 
 /// The one message for a missing, malformed or unknown token.
@@ -53,6 +54,10 @@ pub struct Caller {
     pub(crate) hash: Vec<u8>,
     /// For a console session, the token it was made from.
     pub(crate) parent: Option<i64>,
+    /// A CI job of a merge request from a fork: its previews get no secrets.
+    pub(crate) fork: bool,
+    /// Reads only, whatever its scope allows (an identity bound with role `reader`).
+    pub(crate) read_only: bool,
 }
 
 impl Caller {
@@ -83,6 +88,11 @@ impl Caller {
                 expires_at: self.expires_at,
             },
         };
+        if self.read_only && kind != ActionKind::Read {
+            return Err(ApiError::forbidden(
+                "this identity reads only (its binding's role is `reader`): it changes nothing",
+            ));
+        }
         let action = Action { service, env, kind };
         runway_secrets::authorize(&scope, &action, Timestamp::now().unix_millis(), false).map_err(
             |denied| match denied {
@@ -158,6 +168,8 @@ pub(crate) async fn token_caller(state: &ApiState, text: &str) -> Result<Caller,
         expires_at: found.expires_at.map(Timestamp::unix_millis),
         hash,
         parent: found.parent,
+        fork: false,
+        read_only: false,
     })
 }
 
@@ -216,13 +228,18 @@ async fn identity_caller(
         Ok(identity) => Ok(Caller {
             id: 0,
             name: identity.actor(),
-            scope: TokenScope::Deploy {
-                service: identity.service.clone(),
-                environments: identity.environments.clone(),
+            scope: match identity.role {
+                Role::Deploy => TokenScope::Deploy {
+                    service: identity.service.clone(),
+                    environments: identity.environments.clone(),
+                },
+                Role::Admin | Role::Reader => TokenScope::Admin,
             },
             expires_at: Some(identity.expires_at),
             hash: Vec::new(),
             parent: None,
+            fork: identity.fork,
+            read_only: identity.role == Role::Reader,
         }),
         Err(refusal) => {
             tracing::warn!(reason = %refusal, "identity token refused");

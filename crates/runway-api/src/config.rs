@@ -8,7 +8,10 @@
 //!   enabled: true          # false: plain HTTP (tests, or behind a TLS proxy)
 //!   ca_dir: null           # default {data_dir}/ca, shared with the ingress
 //!   hostnames: [localhost, 127.0.0.1]
-//! environments: [dev, staging, production]   # also the promotion order
+//! environments: [dev, staging, production]   # also the promotion order; `preview` adds previews
+//! previews:
+//!   ttl_seconds: 259200    # a preview goes 3 days after its last deploy
+//!   max_per_service: 10
 //! limits:
 //!   body_bytes: 1048576
 //!   request_timeout_seconds: 30
@@ -41,6 +44,38 @@ pub struct ApiConfig {
     pub limits: LimitsConfig,
     /// Identity tokens from CI (OIDC issuers) accepted as bearer tokens.
     pub oidc: crate::oidc::OidcConfig,
+    /// Preview environments, where `environments` lists `preview`.
+    pub previews: PreviewsConfig,
+}
+
+/// The longest a preview may live after its last deploy: a year.
+const MAX_PREVIEW_TTL_SECONDS: u64 = 365 * 24 * 3600;
+
+/// Preview environments (`runway deploy --preview NAME`): how long one lives after its last
+/// deploy, and how many a service may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PreviewsConfig {
+    /// Seconds from a preview's last deploy to its decommission.
+    pub ttl_seconds: u64,
+    /// The most previews one service may have at once; a new one past it is refused.
+    pub max_per_service: u32,
+}
+
+impl Default for PreviewsConfig {
+    fn default() -> Self {
+        Self {
+            ttl_seconds: 3 * 24 * 3600,
+            max_per_service: 10,
+        }
+    }
+}
+
+impl PreviewsConfig {
+    /// [`Self::ttl_seconds`] as a duration.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_secs(self.ttl_seconds)
+    }
 }
 
 impl Default for ApiConfig {
@@ -52,6 +87,7 @@ impl Default for ApiConfig {
             environments: ["dev", "staging", "production"].map(str::to_owned).to_vec(),
             limits: LimitsConfig::default(),
             oidc: crate::oidc::OidcConfig::default(),
+            previews: PreviewsConfig::default(),
         }
     }
 }
@@ -270,6 +306,31 @@ impl ApiConfig {
                     ),
                 ));
             }
+        }
+        for (i, issuer) in self.oidc.issuers.iter().enumerate() {
+            for (j, binding) in issuer.bindings.iter().enumerate() {
+                binding
+                    .check()
+                    .map_err(|why| invalid(&format!("oidc.issuers[{i}].bindings[{j}]"), why))?;
+            }
+        }
+        if !(1..=MAX_PREVIEW_TTL_SECONDS).contains(&self.previews.ttl_seconds) {
+            return Err(invalid(
+                "previews.ttl_seconds",
+                format!(
+                    "{} is out of range: a preview lives from 1 second to a year \
+                     ({MAX_PREVIEW_TTL_SECONDS}) after its last deploy",
+                    self.previews.ttl_seconds
+                ),
+            ));
+        }
+        if self.previews.max_per_service == 0 {
+            return Err(invalid(
+                "previews.max_per_service",
+                "0 would refuse every preview: give at least 1, or leave `preview` out of \
+                 `environments` to have none"
+                    .into(),
+            ));
         }
         if self.tls.enabled && self.tls.hostnames.is_empty() {
             return Err(invalid(

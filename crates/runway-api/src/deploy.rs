@@ -169,6 +169,27 @@ pub(crate) fn keep_set_variables(
     (body, kept, changes)
 }
 
+/// A deploy that is a preview's: whose, with which environment's settings, and whether it
+/// gets its parent's `preview` secrets (not when it comes from a fork).
+#[derive(Debug, Clone)]
+pub(crate) struct PreviewOf {
+    pub(crate) parent: String,
+    pub(crate) base_env: String,
+    pub(crate) secrets: bool,
+}
+
+/// Sets `spec.scalability.min_instances` to 0: an idle preview runs no instance. The revision
+/// keeps the manifest as changed, so what runs is what it says.
+fn scale_to_zero(manifest: &mut Value) {
+    let Some(spec) = manifest.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let scalability = spec.entry("scalability").or_insert_with(|| json!({}));
+    if let Some(scalability) = scalability.as_object_mut() {
+        scalability.insert("min_instances".to_owned(), json!(0));
+    }
+}
+
 /// Records a deploy: see the module's documentation. `set_vars` are the names among the
 /// request's variables set with `runway env set`, which later deploys keep.
 pub(crate) async fn deploy(
@@ -176,10 +197,20 @@ pub(crate) async fn deploy(
     caller: &Caller,
     service: &str,
     env: &str,
-    body: DeployRequest,
+    mut body: DeployRequest,
     set_vars: BTreeSet<String>,
+    preview: Option<&PreviewOf>,
 ) -> ApiResult<Deployment> {
-    let config = validate_off_loop(service, env, &body.manifest, &body.env_vars).await?;
+    // A preview's manifest is its parent's, for its base environment; what it builds or pulls,
+    // and the secrets it reads, are its parent's too.
+    let (owner, settings_env) = match preview {
+        Some(p) => {
+            scale_to_zero(&mut body.manifest);
+            (p.parent.as_str(), p.base_env.as_str())
+        }
+        None => (service, env),
+    };
+    let config = validate_off_loop(owner, settings_env, &body.manifest, &body.env_vars).await?;
     // Refused whatever the artifact (an image's ignores it), as the document says.
     if let Some(digest) = &body.source {
         crate::routes::check_digest(digest).map_err(|e| e.field("source"))?;
@@ -206,11 +237,12 @@ pub(crate) async fn deploy(
             command,
             working_dir,
         } => {
-            let (name, allow_all) = (service.to_owned(), state.allow_processes);
-            let id = state
+            let (name, runs_as, allow_all) =
+                (owner.to_owned(), service.to_owned(), state.allow_processes);
+            let (id, runs_as) = state
                 .store(move |s| {
                     check_may_run_processes(s, allow_all, &name)?;
-                    Ok(s.service_get(&name)?.id)
+                    Ok((s.service_get(&name)?.id, s.service_get(&runs_as)?.id))
                 })
                 .await?;
             let digest = body.source.as_deref().ok_or_else(|| {
@@ -228,10 +260,19 @@ pub(crate) async fn deploy(
                 .map_err(ApiError::internal)?;
             if !present {
                 return Err(ApiError::invalid(format!(
-                    "{service} has no code snapshot {digest}: upload it first with PUT \
-                     /v1/services/{service}/environments/{env}/sources/{digest}"
+                    "{owner} has no code snapshot {digest}: upload it first with PUT \
+                     /v1/services/{owner}/environments/{settings_env}/sources/{digest}"
                 ))
                 .field("source"));
+            }
+            if runs_as != id {
+                // A preview's code is a snapshot of its own (its parent's, shared), kept and
+                // collected with its revisions.
+                state
+                    .platform
+                    .source_share(id, runs_as, digest)
+                    .await
+                    .map_err(ApiError::internal)?;
             }
             let process = crate::platform::ProcessImage {
                 command: command.clone(),
@@ -242,7 +283,7 @@ pub(crate) async fn deploy(
             };
             let image = state
                 .platform
-                .process_image(service, id, digest, &process)
+                .process_image(owner, id, digest, &process)
                 .await
                 .map_err(|e| {
                     ApiError::invalid(format!("cannot make the image of its code: {e}"))
@@ -270,7 +311,7 @@ pub(crate) async fn deploy(
             };
             let image = state
                 .platform
-                .resolve_image(service, reference)
+                .resolve_image(owner, reference)
                 .await
                 .map_err(|e| {
                     ApiError::invalid(format!("cannot resolve image {reference:?}: {e}"))
@@ -282,13 +323,25 @@ pub(crate) async fn deploy(
             }
         }
     };
-    let from_vault = read_vault(state, service, env, &config.secrets).await?;
+    // A preview reads its parent's `preview` secrets; one from a fork reads none.
+    let no_secrets = preview.is_some_and(|p| !p.secrets);
+    let declared = if no_secrets {
+        Vec::new()
+    } else {
+        config.secrets.clone()
+    };
+    let from_vault = read_vault(state, owner, env, &declared).await?;
     let instances = instances_for(&config);
     let max_instances = config.max_instances.max(instances);
     let dry_run = strategy.is_dry_run();
     let pause = body.pause;
+    let withheld = if no_secrets {
+        config.secrets.clone()
+    } else {
+        Vec::new()
+    };
     let (service, env, actor) = (service.to_owned(), env.to_owned(), caller.name.clone());
-    let declared = config.secrets.clone();
+    let owner = owner.to_owned();
     let env_names: Vec<String> = config.env.keys().cloned().collect();
     let revision = NewRevision {
         service: service.clone(),
@@ -303,7 +356,7 @@ pub(crate) async fn deploy(
     let sealer = std::sync::Arc::clone(&state.sealer);
     let deployment = state
         .store(move |s| {
-            check_processes_allowed(s, allow_all, &service, &revision.artifact)?;
+            check_processes_allowed(s, allow_all, &owner, &revision.artifact)?;
             let current = s
                 .desired_get(&service, &env)?
                 .map(|d| d.revisions)
@@ -319,8 +372,8 @@ pub(crate) async fn deploy(
             // Only once the request's own checks pass: what Vault holds becomes the sealed
             // store's latest version (a refusal below, a clash or a missing secret, leaves
             // that mirror, Vault's current values, in place).
-            let mirrored = mirror(s, &sealer, &actor, [&service, &env], from_vault)?;
-            let secrets = s.secret_list(&service, &env)?;
+            let mirrored = mirror(s, &sealer, &actor, [&owner, &env], from_vault)?;
+            let secrets = s.secret_list(&owner, &env)?;
             let mut revision = revision;
             // Only what the manifest names: a secret set for the service but not used stays
             // out of the revision and of its instances' environment.
@@ -343,7 +396,7 @@ pub(crate) async fn deploy(
                 .find(|n| !revision.secret_versions.contains_key(*n))
             {
                 return Err(ApiError::invalid(format!(
-                    "the manifest uses secret {missing} but it is not set for {service} in {env}"
+                    "the manifest uses secret {missing} but it is not set for {owner} in {env}"
                 ))
                 .field("manifest.spec.workload.secrets"));
             }
@@ -375,6 +428,14 @@ pub(crate) async fn deploy(
             };
             let record = s.record_deploy(&actor, &revision, &desired)?;
             if let Some(event) = mirrored {
+                s.deployment_add_event(&actor, record.deployment.id, &event)?;
+            }
+            if !withheld.is_empty() {
+                let event = format!(
+                    "a merge request from a fork: its preview runs without the secrets its \
+                     manifest uses ({})",
+                    withheld.join(", ")
+                );
                 s.deployment_add_event(&actor, record.deployment.id, &event)?;
             }
             if pause {
@@ -584,6 +645,15 @@ pub(crate) async fn promote(
     service: &str,
     body: PromoteRequest,
 ) -> ApiResult<Deployment> {
+    for (env, field) in [(&body.from, "from"), (&body.to, "to")] {
+        if env == runway_secrets::preview::ENVIRONMENT {
+            return Err(ApiError::invalid(format!(
+                "`{env}` holds previews, which are not promoted: deploy the change to the \
+                 environment the preview was made from"
+            ))
+            .field(field));
+        }
+    }
     let order = &state.environments;
     let position = |env: &str, field: &str| {
         order.iter().position(|e| e == env).ok_or_else(|| {

@@ -65,10 +65,55 @@ pub struct Binding {
     /// Each claim's required value, as text (`ref_protected: "true"`,
     /// `project_path: group/app`). A claim the token lacks does not match.
     pub claims: BTreeMap<String, String>,
-    /// The service it may deploy and read.
+    /// What its tokens are: a deploy token's (the default), an admin's, or a reader's.
+    #[serde(default)]
+    pub role: Role,
+    /// The service a `deploy` binding may deploy and read; none for the other roles.
+    #[serde(default)]
     pub service: String,
-    /// The environments it may act in. A token with an `environment` claim is narrowed to it.
+    /// The environments a `deploy` binding may act in; none for the other roles. A token with
+    /// an `environment` claim is narrowed to it.
+    #[serde(default)]
     pub environments: Vec<String>,
+}
+
+/// What a binding's tokens may do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Act on one service in some environments, as a deploy token.
+    #[default]
+    Deploy,
+    /// Anything, as an admin token: bind it to protected refs only.
+    Admin,
+    /// Read anything, change nothing (`runway inventory diff` in a merge request).
+    Reader,
+}
+
+impl Binding {
+    /// Why this binding cannot be used, if it cannot: a `deploy` binding names a service, the
+    /// other roles none and no environments.
+    pub fn check(&self) -> Result<(), String> {
+        match self.role {
+            Role::Deploy if self.service.is_empty() => {
+                Err("a deploy binding names its `service`".to_owned())
+            }
+            Role::Admin | Role::Reader
+                if !self.service.is_empty() || !self.environments.is_empty() =>
+            {
+                Err(format!(
+                    "a binding with role `{}` acts on every service: it names no `service` and \
+                     no `environments`",
+                    if self.role == Role::Admin {
+                        "admin"
+                    } else {
+                        "reader"
+                    }
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A token's identity, as the audit log records it.
@@ -78,9 +123,14 @@ pub struct Identity {
     pub subject: String,
     pub project: Option<String>,
     pub pipeline: Option<String>,
-    /// What the binding allows.
+    /// What the binding allows: its role, and for `deploy` its service and environments.
+    pub role: Role,
     pub service: String,
     pub environments: Vec<String>,
+    /// A merge request's pipeline from a fork, run in the project (GitLab names the fork in
+    /// `project_path` and the project the job runs in in `job_project_path`): its previews
+    /// get no secrets.
+    pub fork: bool,
     /// `exp` and the skew allowed, in Unix milliseconds.
     pub expires_at: i64,
 }
@@ -233,23 +283,34 @@ impl Verifier {
                 issuer: issuer.config.issuer.clone(),
                 subject: claims.sub.clone(),
             })?;
-        // A job's `environment` narrows what its binding allows.
+        // A job's `environment` narrows what its binding allows; GitLab's review apps
+        // (`review/…`) are previews.
         let environments = match text("environment") {
-            Some(env) => binding
-                .environments
-                .iter()
-                .filter(|e| **e == env)
-                .cloned()
-                .collect(),
+            Some(env) => {
+                let env = if env.starts_with("review/") {
+                    runway_secrets::preview::ENVIRONMENT.to_owned()
+                } else {
+                    env
+                };
+                binding
+                    .environments
+                    .iter()
+                    .filter(|e| **e == env)
+                    .cloned()
+                    .collect()
+            }
             None => binding.environments.clone(),
         };
+        let fork = text("job_project_path").is_some_and(|job| Some(job) != text("project_path"));
         Ok(Identity {
             issuer: issuer.config.issuer.clone(),
             subject: claims.sub.clone(),
             project: text("project_path"),
             pipeline: text("pipeline_id"),
+            role: binding.role,
             service: binding.service.clone(),
             environments,
+            fork,
             // Its `exp`, with the same skew the check above allowed.
             expires_at: claims
                 .exp

@@ -71,6 +71,10 @@ pub trait Platform: Send + Sync + 'static {
     /// What runs for `service` in `env` now.
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts>;
 
+    /// Where `service` in `env` is served (its host under the platform's domain), whether it
+    /// runs or not: `https://hello.dev.localhost:8443/`.
+    fn url(&self, service: &str, env: &str) -> String;
+
     /// The last `lines` lines of the service's instances in `env` (or one instance), oldest
     /// first; with `previous`, of those that ended (kept a while: `--previous`).
     fn logs(
@@ -95,6 +99,10 @@ pub trait Platform: Send + Sync + 'static {
     /// Whether service `service_id` has code snapshot `digest` (`sha256:…`), which is then
     /// kept from garbage collection a while longer (a deploy naming it is on its way).
     fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>>;
+
+    /// Gives service `to` the code snapshot `digest` of service `from`, which has it: a
+    /// preview runs its parent's code as a snapshot of its own.
+    fn source_share(&self, from: i64, to: i64, digest: &str) -> BoxFuture<'_, Result<(), String>>;
 
     /// Takes the gzip-compressed snapshot archive arriving on `chunks` as service
     /// `service_id`'s snapshot `digest`, checked against it and at most `max_bytes`

@@ -212,9 +212,11 @@ fn pull_refusal(puller: Puller<'_>, repository: Option<&str>, access: Access) ->
     match (puller, repository) {
         (Puller::Platform, _) | (_, None) => None,
         (Puller::Service(service), Some(repository)) => {
-            (repository.split('/').next() != Some(service)).then(|| {
+            // A preview runs its parent's images.
+            let owner = runway_secrets::preview::owner(service);
+            (repository.split('/').next() != Some(owner)).then(|| {
                 Refusal::Denied(format!(
-                    "this credential pulls only {service}'s repositories ({service}/...)"
+                    "this credential pulls only {owner}'s repositories ({owner}/...)"
                 ))
             })
         }
@@ -308,6 +310,15 @@ mod tests {
             pull_refusal(puller, Some("hello/app"), Access::Push),
             Some(Refusal::Denied(_))
         ));
+        // A preview's pulls its parent's images, and only those.
+        let (user, password) = key.service("mr-1--hello", 8);
+        let preview = key.puller(&user, &password, Some(8)).unwrap();
+        assert_eq!(
+            pull_refusal(preview, Some("hello/mirror"), Access::Pull),
+            None
+        );
+        assert!(pull_refusal(preview, Some("mr-1--hello/mirror"), Access::Pull).is_some());
+        assert!(pull_refusal(preview, Some("other/mirror"), Access::Pull).is_some());
     }
 
     #[test]

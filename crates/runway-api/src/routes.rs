@@ -64,6 +64,10 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
             crate::session::end_session
         ))
         .routes(routes!(crate::watch::watch))
+        .routes(routes!(crate::previews::list_previews))
+        .routes(routes!(crate::previews::stop_preview))
+        .routes(routes!(crate::previews::list_all_previews))
+        .routes(routes!(crate::inventory::inventory))
         .merge(crate::console::routes(OpenApiRouter::new()))
 }
 
@@ -143,7 +147,7 @@ pub(crate) fn service_env(s: &dyn runway_store::Store, service: &str, env: &str)
 }
 
 /// Whether the server knows `env`; 404 if not.
-fn known_env(state: &ApiState, env: &str) -> ApiResult<()> {
+pub(crate) fn known_env(state: &ApiState, env: &str) -> ApiResult<()> {
     if state.environments.iter().any(|e| e == env) {
         Ok(())
     } else {
@@ -310,6 +314,7 @@ async fn whoami(caller: Caller) -> axum::Json<WhoAmI> {
     axum::Json(WhoAmI {
         token_id: caller.id,
         scope: ScopeView::from(&caller.scope),
+        read_only: caller.read_only,
         name: caller.name,
     })
 }
@@ -327,6 +332,15 @@ async fn create_service(
         return Err(ApiError::invalid(format!(
             "service name {:?} is not a DNS label ({LABEL_RULE})",
             body.name
+        ))
+        .field("name"));
+    }
+    if body.name.contains(runway_secrets::preview::SEPARATOR) {
+        return Err(ApiError::invalid(format!(
+            "service name {:?} holds `{}`, which separates a preview's name from its \
+             service's (`mr-12--app`)",
+            body.name,
+            runway_secrets::preview::SEPARATOR
         ))
         .field("name"));
     }
@@ -424,6 +438,8 @@ async fn list_services(
     Ok(axum::Json(
         services
             .into_iter()
+            // Previews are listed with their parent (`GET …/previews`).
+            .filter(|s| runway_secrets::preview::split(&s.name).is_none())
             .filter(|s| caller.allow(Read, Some(&s.name), None).is_ok())
             .map(ServiceView::from)
             .collect(),
@@ -485,8 +501,17 @@ async fn deploy_handler(
     Path((service, env)): Path<(String, String)>,
     Json(body): Json<DeployRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
+    if let Some(name) = body.preview.clone() {
+        return crate::previews::deploy_preview(&caller, &state, &service, &env, &name, body).await;
+    }
     caller.allow(Write, Some(&service), Some(&env))?;
     known_env(&state, &env)?;
+    if env == runway_secrets::preview::ENVIRONMENT {
+        return Err(ApiError::invalid(format!(
+            "`{env}` is where previews run: deploy one from the environment whose settings it              takes, with `preview` set (`runway deploy --env staging --preview NAME`)"
+        ))
+        .field("env"));
+    }
     // Before anything slow (resolving an image): the service deploys to this environment.
     let (s2, e2) = (service.clone(), env.clone());
     let serving = state
@@ -496,7 +521,7 @@ async fn deploy_handler(
         })
         .await?;
     let (body, set_vars, changes) = deploy::keep_set_variables(body, serving.as_ref());
-    let deployment = deploy::deploy(&state, &caller, &service, &env, body, set_vars).await?;
+    let deployment = deploy::deploy(&state, &caller, &service, &env, body, set_vars, None).await?;
     let mut view = DeploymentView::from(deployment);
     view.variables = Some(changes).filter(|changes| !changes.is_empty());
     Ok((StatusCode::ACCEPTED, axum::Json(view)))
@@ -811,14 +836,15 @@ async fn set_variables(
         return Err(ApiError::invalid(format!("{name} is both set and unset")).field("unset"));
     }
     let (s2, e2) = (service.clone(), env.clone());
-    let serving = state
+    let (serving, preview) = state
         .store(move |s| {
             service_env(s, &s2, &e2)?;
-            deploy::serving(s, &s2, &e2)?.ok_or_else(|| {
+            let serving = deploy::serving(s, &s2, &e2)?.ok_or_else(|| {
                 ApiError::conflict(format!(
                     "nothing is deployed for {s2} in {e2}: deploy it first (`runway deploy`)"
                 ))
-            })
+            })?;
+            Ok((serving, crate::previews::preview_of(s, &s2)?))
         })
         .await?;
     let mut env_vars = serving.env_vars.clone();
@@ -853,8 +879,18 @@ async fn set_variables(
         image: runway_store::artifact_image(&serving.artifact).map(str::to_owned),
         source: runway_store::artifact_source(&serving.artifact).map(str::to_owned),
         pause: body.pause,
+        preview: None,
     };
-    let deployment = deploy::deploy(&state, &caller, &service, &env, request, set_vars).await?;
+    let deployment = deploy::deploy(
+        &state,
+        &caller,
+        &service,
+        &env,
+        request,
+        set_vars,
+        preview.as_ref(),
+    )
+    .await?;
     Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
 }
 

@@ -34,6 +34,8 @@ pub struct ApiState {
     pub(crate) registry: Option<Arc<runway_registry::Registry>>,
     /// The key of the registry's pull-only credentials (`crate::registry::PullKey`).
     pub(crate) pull_key: Option<Arc<crate::registry::PullKey>>,
+    /// How long previews live and how many a service may have (`api.previews`).
+    pub(crate) previews: crate::config::PreviewsConfig,
 }
 
 impl fmt::Debug for ApiState {
@@ -68,7 +70,22 @@ impl ApiState {
             runbook_base: None,
             registry: None,
             pull_key: None,
+            previews: crate::config::PreviewsConfig::default(),
         }
+    }
+
+    /// Previews live and are capped as `previews` says.
+    #[must_use]
+    pub fn previews(mut self, previews: crate::config::PreviewsConfig) -> Self {
+        self.previews = previews;
+        self
+    }
+
+    /// Whether this platform has previews: its environments list `preview`.
+    pub(crate) fn has_previews(&self) -> bool {
+        self.environments
+            .iter()
+            .any(|e| e == runway_secrets::preview::ENVIRONMENT)
     }
 
     /// Lets every service deploy plain processes, not only those an admin allowed (off by

@@ -89,6 +89,9 @@ pub struct WhoAmI {
     pub name: String,
     /// What it allows.
     pub scope: ScopeView,
+    /// It reads only, whatever its scope says (an identity token bound with role `reader`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// A service onboarded onto the platform.
@@ -109,6 +112,11 @@ pub struct ServiceView {
     pub created_by: String,
     /// An admin let it deploy plain processes (see `UpdateService`).
     pub allow_processes: bool,
+    /// Upstream's keys from the inventory it was onboarded through (`project_id`,
+    /// `members`, `groups`, `regions`…); absent for one onboarded by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub inventory: Option<serde_json::Value>,
 }
 
 impl From<Service> for ServiceView {
@@ -121,6 +129,7 @@ impl From<Service> for ServiceView {
             created_at: ts(s.created_at),
             created_by: s.created_by,
             allow_processes: s.allow_processes,
+            inventory: s.inventory,
         }
     }
 }
@@ -213,6 +222,14 @@ pub struct DeployRequest {
     /// (`regional_rollout`, `runway_canary`, `runway_blue_green`) have steps to pause.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause: bool,
+    /// Deploy this as preview NAME of the service instead (`mr-12`, a DNS label without
+    /// `--`): the service `NAME--{service}` in environment `preview`, with this
+    /// environment's settings, the service's `preview` secrets (none for a merge request
+    /// from a fork), scaled to zero when idle, created on its first deploy and extended by
+    /// each one. Needs leave to act in `preview`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 61)]
+    pub preview: Option<String>,
 }
 
 impl fmt::Debug for DeployRequest {
@@ -221,6 +238,7 @@ impl fmt::Debug for DeployRequest {
             .field("image", &self.image)
             .field("source", &self.source)
             .field("pause", &self.pause)
+            .field("preview", &self.preview)
             .finish_non_exhaustive()
     }
 }
@@ -349,6 +367,53 @@ pub struct DeploymentView {
     /// serving before (names only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variables: Option<VariableChanges>,
+    /// In the answer to a preview's deploy: the preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preview: Option<PreviewView>,
+}
+
+/// A preview environment: a service of its own, `{name}--{parent}`, in environment `preview`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PreviewView {
+    /// Its name: `mr-12`.
+    pub name: String,
+    /// Its service: `mr-12--app`.
+    pub service: String,
+    /// Whose preview it is.
+    pub parent: String,
+    /// The parent's environment whose settings its deploys take.
+    pub base_env: String,
+    /// Where it is served.
+    pub url: String,
+    /// What made it, as its last deploy said (`merge_request`, `ref`, `pipeline`, `fork`).
+    #[schema(value_type = Object)]
+    pub origin: serde_json::Value,
+    /// When it is decommissioned unless a deploy extends it (RFC 3339).
+    pub expires_at: String,
+    /// Who created it.
+    pub created_by: String,
+    /// When (RFC 3339).
+    pub created_at: String,
+    /// Its last deploy (RFC 3339).
+    pub updated_at: String,
+}
+
+impl PreviewView {
+    /// `preview` as served at `url`.
+    pub(crate) fn new(preview: runway_store::Preview, url: String) -> Self {
+        Self {
+            name: preview.name,
+            service: preview.service,
+            parent: preview.parent,
+            base_env: preview.base_env,
+            url,
+            origin: preview.origin,
+            expires_at: ts(preview.expires_at),
+            created_by: preview.created_by,
+            created_at: ts(preview.created_at),
+            updated_at: ts(preview.updated_at),
+        }
+    }
 }
 
 /// How a new revision's environment variables differ from those of the revision serving
@@ -420,6 +485,7 @@ impl From<Deployment> for DeploymentView {
             created_at: ts(d.created_at),
             updated_at: ts(d.updated_at),
             variables: None,
+            preview: None,
         }
     }
 }
@@ -1409,4 +1475,79 @@ mod tests {
             assert!(expiry(refused).is_err(), "{refused}");
         }
     }
+}
+
+/// `POST /v1/inventory`: an inventory document (`runway inventory diff|apply`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InventoryRequest {
+    /// The document as its file holds it (YAML or JSON, `schemas/inventory-v1.json`); its
+    /// SHA-256 is what the audit log records.
+    pub document: String,
+    /// The file's name, in the located errors (`inventory.yml:12:5: …`). Default
+    /// `inventory.yml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Make the services what the document says (admin); otherwise only say what would change.
+    #[serde(default)]
+    pub apply: bool,
+    /// Decommission the services the document does not list (with their previews); otherwise
+    /// they are kept, and said to be unlisted.
+    #[serde(default)]
+    pub prune: bool,
+}
+
+/// What an inventory document changes, or changed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+pub struct InventoryPlan {
+    /// The document's SHA-256 (`sha256:…`), as the audit log records it.
+    pub digest: String,
+    /// Whether the changes were made (`apply`), or only said.
+    pub applied: bool,
+    /// Services to onboard.
+    pub create: Vec<InventoryCreate>,
+    /// Services whose record changes.
+    pub update: Vec<InventoryUpdate>,
+    /// Services the document does not list, decommissioned (`prune`).
+    pub decommission: Vec<String>,
+    /// Services the document does not list, kept (no `prune`).
+    pub unlisted: Vec<String>,
+    /// Services as the document says already.
+    pub unchanged: Vec<String>,
+}
+
+/// A service an inventory onboards.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InventoryCreate {
+    /// Its name.
+    pub name: String,
+    /// Its owners.
+    pub owners: Vec<String>,
+    /// Its environments.
+    pub environments: Vec<String>,
+    /// The unlisted service of the same GitLab project it seems to replace (a rename): a
+    /// service is not renamed; the old one goes only with `prune`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<String>,
+}
+
+/// A service an inventory changes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct InventoryUpdate {
+    /// Its name.
+    pub name: String,
+    /// What changes.
+    pub changes: Vec<FieldChange>,
+}
+
+/// One field's change.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FieldChange {
+    /// The field (`owners`, `environments`, `allow_processes`, or an upstream key such as
+    /// `project_id`).
+    pub field: String,
+    /// Its value now (`null`: none).
+    pub from: serde_json::Value,
+    /// Its value after.
+    pub to: serde_json::Value,
 }

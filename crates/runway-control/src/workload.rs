@@ -87,17 +87,19 @@ fn open_secrets(
     revision: &Revision,
 ) -> Result<BTreeMap<String, String>, String> {
     let mut values = BTreeMap::new();
+    // A preview's secrets are its parent's, for `preview`.
+    let owner = runway_secrets::preview::owner(&revision.service);
     for (name, &version) in &revision.secret_versions {
         let what = format!("secret {name} version {version}");
         let stored = store
-            .secret_read(&revision.service, &revision.env, name, version)
+            .secret_read(owner, &revision.env, name, version)
             .map_err(|e| format!("{what} cannot be read: {}", runway_log::chain(&e)))?;
         let sealed = Sealed {
             nonce: stored.nonce.clone(),
             ciphertext: stored.ciphertext.clone(),
         };
         let context = Context {
-            service: &revision.service,
+            service: owner,
             env: &revision.env,
             name,
             version: u64::from(version),

@@ -425,6 +425,38 @@ impl SourceStore {
         }
     }
 
+    /// Gives service `to` the snapshot `digest` of service `from` (a preview runs its parent's
+    /// code): hard links of its files in a tree of `to`'s own, which [`SourceStore::collect`]
+    /// keeps or removes as `to`'s. When `to` has it already, nothing is linked.
+    pub fn share(&self, from: i64, to: i64, digest: &Digest) -> Result<PathBuf, SourceError> {
+        use std::os::unix::fs::PermissionsExt;
+        let target = self.path(to, digest);
+        if self.claim(to, digest) {
+            return Ok(target);
+        }
+        let source = self.path(from, digest);
+        if !source.is_dir() {
+            return Err(SourceError::Invalid(format!(
+                "there is no code snapshot {digest} to share"
+            )));
+        }
+        let service_dir = self.root.join(to.to_string());
+        fs::create_dir_all(&service_dir).map_err(|e| SourceError::io("create", &service_dir, e))?;
+        fs::set_permissions(&service_dir, fs::Permissions::from_mode(0o711))
+            .map_err(|e| SourceError::io("set the mode of", &service_dir, e))?;
+        let staging = tempfile::Builder::new()
+            .prefix(".upload-")
+            .tempdir_in(&service_dir)
+            .map_err(|e| SourceError::io("create a directory in", &service_dir, e))?;
+        let tree = staging.path().join("tree");
+        link_tree(&source, &tree)?;
+        match fs::rename(&tree, &target) {
+            Ok(()) => Ok(target),
+            Err(_) if target.is_dir() => Ok(target),
+            Err(e) => Err(SourceError::io("rename into", &target, e)),
+        }
+    }
+
     /// Removes what no revision names: every snapshot of a service not in `services`, and a
     /// service's snapshot not in `keep` once it is older than `grace` (an upload whose deploy
     /// may still come). Returns how many went.
@@ -472,6 +504,42 @@ impl SourceStore {
         }
         Ok(removed)
     }
+}
+
+/// `to`, a new tree of hard links to the files of `from` (its directories made anew with their
+/// modes, its symbolic links copied), walked without recursion: a tenant's tree may be deep.
+fn link_tree(from: &Path, to: &Path) -> Result<(), SourceError> {
+    // Directories get their modes once filled: a read-only one could take no entry after.
+    let mut modes = Vec::new();
+    let mut pending = vec![(from.to_owned(), to.to_owned())];
+    while let Some((source, target)) = pending.pop() {
+        let mode = fs::symlink_metadata(&source)
+            .map_err(|e| SourceError::io("read", &source, e))?
+            .permissions();
+        fs::create_dir(&target).map_err(|e| SourceError::io("create", &target, e))?;
+        modes.push((target.clone(), mode));
+        let entries = fs::read_dir(&source).map_err(|e| SourceError::io("list", &source, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| SourceError::io("list", &source, e))?;
+            let (path, into) = (entry.path(), target.join(entry.file_name()));
+            let kind = entry
+                .file_type()
+                .map_err(|e| SourceError::io("read", &path, e))?;
+            if kind.is_dir() {
+                pending.push((path, into));
+            } else if kind.is_symlink() {
+                let link = fs::read_link(&path).map_err(|e| SourceError::io("read", &path, e))?;
+                std::os::unix::fs::symlink(&link, &into)
+                    .map_err(|e| SourceError::io("create", &into, e))?;
+            } else {
+                fs::hard_link(&path, &into).map_err(|e| SourceError::io("link", &into, e))?;
+            }
+        }
+    }
+    for (dir, mode) in modes.into_iter().rev() {
+        fs::set_permissions(&dir, mode).map_err(|e| SourceError::io("set the mode of", &dir, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -762,5 +830,50 @@ mod tests {
         );
         assert!(store.contains(1, &packed.digest));
         assert!(!store.contains(2, &packed.digest));
+    }
+
+    #[test]
+    fn a_shared_snapshot_is_a_tree_of_its_own_with_the_same_files() {
+        let source = tree();
+        fs::create_dir_all(source.path().join("ro")).expect("mkdir");
+        fs::write(source.path().join("ro/file"), "x").expect("write");
+        symlink("app.py", source.path().join("link.py")).expect("symlink");
+        fs::set_permissions(source.path().join("ro"), fs::Permissions::from_mode(0o555))
+            .expect("chmod");
+        let packed = pack(source.path(), DEFAULT_MAX_SOURCE_BYTES).expect("pack");
+        let store_dir = tempfile::tempdir().expect("tempdir");
+        let store = SourceStore::open(store_dir.path()).expect("open");
+        store
+            .put(
+                1,
+                &packed.digest,
+                packed.gzip.as_slice(),
+                DEFAULT_MAX_SOURCE_BYTES,
+            )
+            .expect("put");
+        let shared = store.share(1, 2, &packed.digest).expect("share");
+        assert_eq!(shared, store.path(2, &packed.digest));
+        assert_eq!(
+            fs::read_to_string(shared.join("src/deep/lib.py")).expect("read"),
+            "x = 1\n"
+        );
+        assert_eq!(
+            fs::read_link(shared.join("link.py")).expect("link"),
+            Path::new("app.py")
+        );
+        let mode = |p: &Path| fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        let original = store.path(1, &packed.digest);
+        assert_eq!(mode(&shared.join("ro")), mode(&original.join("ro")));
+        // Sharing again links nothing; the original may go and the share stays.
+        assert_eq!(store.share(1, 2, &packed.digest).expect("again"), shared);
+        let keep = BTreeSet::from([(2, packed.digest.to_string())]);
+        store
+            .collect(&BTreeSet::from([2]), &keep, Duration::ZERO)
+            .expect("gc");
+        assert!(!store.contains(1, &packed.digest));
+        assert!(shared.join("app.py").is_file());
+        // Nothing to share is said so.
+        let err = store.share(3, 4, &packed.digest).expect_err("none");
+        assert!(err.to_string().contains("no code snapshot"), "{err}");
     }
 }

@@ -29,7 +29,8 @@
 //! - `start.rs`: `start` and `Running`; `ingress.rs`: the ingress process started or adopted,
 //!   and the keeper that starts it again when it stops answering; `data_dir.rs`: the data
 //!   directory made private, opened for containers, and locked by one server at a time;
-//!   `tasks.rs`: code snapshots no revision names collected, observability files written.
+//!   `tasks.rs`: code snapshots and images no revision names collected, previews past their
+//!   time decommissioned, observability files written.
 //! - `platform.rs`: `ServerPlatform`, the API's `runway_api::Platform` over the controller, the
 //!   driver and the code snapshots.
 //! - `driver.rs`: the driver choice (`DriverKind`, `Drivers`, `ServerDriver`); `driver/local.rs`

@@ -165,6 +165,19 @@ impl Platform for ServerPlatform {
         })
     }
 
+    fn source_share(&self, from: i64, to: i64, digest: &str) -> BoxFuture<'_, Result<(), String>> {
+        let digest = runway_oci::Digest::parse(digest);
+        Box::pin(async move {
+            let digest = digest.map_err(|e| e.to_string())?;
+            let sources = self.sources.clone();
+            tokio::task::spawn_blocking(move || sources.share(from, to, &digest))
+                .await
+                .map_err(|e| e.to_string())?
+                .map(drop)
+                .map_err(|e| runway_log::chain(&e))
+        })
+    }
+
     fn source_put(
         &self,
         service_id: i64,
@@ -240,6 +253,10 @@ impl Platform for ServerPlatform {
             let code = self.sources.path(service_id, &digest);
             mirror.process_image(service, &code, process).await
         })
+    }
+
+    fn url(&self, service: &str, env: &str) -> String {
+        self.controller.url(service, env)
     }
 
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {

@@ -22,7 +22,7 @@ use crate::driver::{Drivers, ServerDriver, Start, drivers};
 use crate::ingress::{IngressProcess, ingress_ensure, keep_ingress};
 use crate::platform::ServerPlatform;
 use crate::registry::{Mirror, PlatformRegistry};
-use crate::tasks::{collect_images, collect_sources, write_observability};
+use crate::tasks::{collect_images, collect_sources, expire_previews, write_observability};
 
 /// What a running control plane shows its caller (`runway quickstart` uses it in-process).
 #[derive(Debug)]
@@ -275,6 +275,15 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         sources.clone(),
         stopped.clone(),
     )));
+    tasks.push(tokio::spawn(expire_previews(
+        Arc::clone(&controller_store),
+        config.api.previews.ttl(),
+        {
+            let controller = Arc::clone(&controller);
+            move || controller.wake()
+        },
+        stopped.clone(),
+    )));
     // Custom domains: the store's domains and certificates kept in every table, and (with
     // `domains.acme`) certificates ordered and renewed while this replica leads.
     let domains_read = Arc::new(Notify::new());
@@ -371,6 +380,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     .allow_processes(config.runtime.allow_processes)
     .max_source_bytes(config.api.limits.source_bytes)
     .runbook_base(config.observability.runbook_base.clone())
+    .previews(config.api.previews)
     .registry(registry, pull_key);
     let state = if config.api.oidc.issuers.is_empty() {
         state

@@ -1,5 +1,6 @@
 //! The server's chores beside the controller: code snapshots and images no revision names
-//! collected, and the generated observability files written.
+//! collected, previews past their time decommissioned, and the generated observability files
+//! written.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -54,6 +55,64 @@ pub(crate) async fn collect_sources(
         }
     })
     .await
+}
+
+/// The actor the audit log names for a preview decommissioned at the end of its life.
+const PREVIEW_REAPER: &str = "runway (preview expired)";
+
+/// Decommissions, every `min(ttl, 30 s)`, each preview whose time has passed (its last deploy
+/// more than `api.previews.ttl_seconds` ago), and wakes `wake` so its instances stop. A
+/// replica that does not lead writes nothing (its store is fenced): the leader's pass does it.
+pub(crate) async fn expire_previews(
+    store: Arc<dyn Store>,
+    ttl: Duration,
+    wake: impl Fn() + Send + 'static,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let period = ttl.clamp(Duration::from_secs(1), Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(period) => {}
+        }
+        let store = Arc::clone(&store);
+        let pass = tokio::task::spawn_blocking(move || expire_previews_once(store.as_ref())).await;
+        match pass {
+            Ok(Ok(expired)) if expired.is_empty() => {}
+            Ok(Ok(expired)) => {
+                tracing::info!(previews = ?expired, "previews past their time decommissioned");
+                wake();
+            }
+            Ok(Err(
+                runway_store::StoreError::NotLeading | runway_store::StoreError::Fenced { .. },
+            )) => {}
+            Ok(Err(e)) => tracing::warn!(
+                error = runway_log::chain(&e),
+                "cannot decommission the previews past their time"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot decommission the previews past their time")
+            }
+        }
+    }
+}
+
+/// One pass of [`expire_previews`]: the previews it decommissioned.
+pub(crate) fn expire_previews_once(store: &dyn Store) -> runway_store::Result<Vec<String>> {
+    let now = runway_store::Timestamp::now();
+    let mut expired = Vec::new();
+    for preview in store.preview_list(None)? {
+        if preview.expires_at > now {
+            continue;
+        }
+        match store.service_decommission(PREVIEW_REAPER, &preview.service) {
+            // Stopped by hand meanwhile.
+            Ok(()) | Err(runway_store::StoreError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        expired.push(preview.service);
+    }
+    Ok(expired)
 }
 
 /// Runs `pass` a minute after the start, then every ten minutes, until `stopped`.

@@ -10,6 +10,7 @@ mod flows;
 mod observability;
 mod oidc;
 mod openapi_doc;
+mod previews;
 mod secrets;
 mod session;
 mod support;

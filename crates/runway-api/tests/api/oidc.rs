@@ -172,6 +172,7 @@ fn verifier(issuer: &Issuer) -> Verifier {
             jwks_url: None,
             ca_file: Some(issuer.ca.path().join("ca.pem")),
             bindings: vec![Binding {
+                role: runway_api::oidc::Role::Deploy,
                 claims: [
                     ("project_path".to_owned(), "group/app".to_owned()),
                     ("ref_protected".to_owned(), "true".to_owned()),
@@ -247,6 +248,44 @@ async fn a_ci_jobs_identity_token_acts_within_its_binding() {
         audit.to_string().contains("oidc:https://127.0.0.1"),
         "{audit}"
     );
+}
+
+/// A merge request's review job (`environment: review/…`) is narrowed to the service's
+/// previews; one from a fork (GitLab names the fork in `project_path` and the project it runs
+/// in in `job_project_path`) is marked, so its previews get no secrets.
+#[tokio::test]
+async fn a_review_job_acts_on_previews_and_a_forks_is_marked() {
+    let issuer = issuer().await;
+    let key = es256("es-1");
+    *issuer.keys.lock().unwrap() = vec![key.jwk.clone()];
+    let verifier = Verifier::new(&OidcConfig {
+        issuers: vec![IssuerConfig {
+            issuer: issuer.url.clone(),
+            audience: AUDIENCE.to_owned(),
+            jwks_url: None,
+            ca_file: Some(issuer.ca.path().join("ca.pem")),
+            bindings: vec![Binding {
+                role: runway_api::oidc::Role::Deploy,
+                claims: [("job_project_path".to_owned(), "group/app".to_owned())].into(),
+                service: "app".to_owned(),
+                environments: vec!["staging".to_owned(), "preview".to_owned()],
+            }],
+        }],
+    })
+    .unwrap();
+    let mut review = claims(&issuer.url);
+    review["job_project_path"] = json!("group/app");
+    review["environment"] = json!("review/app/mr-4");
+    let identity = verifier.verify(&key.sign(&review)).await.unwrap();
+    assert_eq!(identity.environments, ["preview"]);
+    assert!(!identity.fork);
+    review["project_path"] = json!("fork/app");
+    let identity = verifier.verify(&key.sign(&review)).await.unwrap();
+    assert!(identity.fork);
+    // Without the claim (an older GitLab), nothing says it is a fork's, and nothing binds it.
+    let mut older = claims(&issuer.url);
+    older["environment"] = json!("staging");
+    assert!(verifier.verify(&key.sign(&older)).await.is_err());
 }
 
 #[tokio::test]

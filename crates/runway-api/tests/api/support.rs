@@ -61,6 +61,10 @@ impl Platform for FakePlatform {
         })
     }
 
+    fn url(&self, service: &str, env: &str) -> String {
+        format!("https://{service}.{env}.localhost:8443/")
+    }
+
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts> {
         let (service, env) = (service.to_owned(), env.to_owned());
         Box::pin(async move {
@@ -135,6 +139,18 @@ impl Platform for FakePlatform {
     fn source_claim(&self, service_id: i64, digest: &str) -> BoxFuture<'_, Result<bool, String>> {
         let key = (service_id, digest.to_owned());
         Box::pin(async move { Ok(self.sources.lock().unwrap().contains_key(&key)) })
+    }
+
+    fn source_share(&self, from: i64, to: i64, digest: &str) -> BoxFuture<'_, Result<(), String>> {
+        let mut sources = self.sources.lock().unwrap();
+        let shared = match sources.get(&(from, digest.to_owned())).cloned() {
+            Some(code) => {
+                sources.insert((to, digest.to_owned()), code);
+                Ok(())
+            }
+            None => Err(format!("there is no code snapshot {digest} to share")),
+        };
+        Box::pin(async move { shared })
     }
 
     /// Takes anything but what starts with `bad`, as a snapshot that is not one.
@@ -239,6 +255,40 @@ async fn start_new(limits: Limits, allow_processes: bool) -> Server {
     start_fresh(limits, allow_processes, Box::new(|state| state)).await
 }
 
+/// The environments of a test server.
+const ENVIRONMENTS: [&str; 3] = ["dev", "staging", "production"];
+
+/// A server with previews (`preview` among its environments), living and capped as
+/// `previews` says, accepting the identity tokens of `verifier` when given.
+pub(crate) async fn start_with_previews(
+    previews: runway_api::config::PreviewsConfig,
+    verifier: Option<runway_api::oidc::Verifier>,
+) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
+    let admin = runway_api::bootstrap_admin(store.as_ref())
+        .unwrap()
+        .unwrap();
+    let key = Arc::new(MasterKey::generate().unwrap());
+    serve_with(
+        dir,
+        store,
+        key,
+        admin.expose().to_owned(),
+        &["dev", "staging", "production", "preview"],
+        Limits::default(),
+        true,
+        Box::new(move |state| {
+            let state = state.previews(previews);
+            match verifier {
+                Some(verifier) => state.oidc(verifier),
+                None => state,
+            }
+        }),
+    )
+    .await
+}
+
 /// What a test sets on the state beyond the defaults.
 type Configure = Box<dyn FnOnce(ApiState) -> ApiState + Send>;
 
@@ -255,6 +305,7 @@ async fn start_fresh(limits: Limits, allow_processes: bool, configure: Configure
         store,
         key,
         admin.expose().to_owned(),
+        &ENVIRONMENTS,
         limits,
         allow_processes,
         configure,
@@ -272,6 +323,7 @@ pub(crate) async fn replica_of(server: &Server) -> Server {
         store,
         Arc::clone(&server.key),
         server.admin.clone(),
+        &ENVIRONMENTS,
         Limits::default(),
         true,
         Box::new(|state| state),
@@ -279,11 +331,16 @@ pub(crate) async fn replica_of(server: &Server) -> Server {
     .await
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "a test helper, each caller names every setting"
+)]
 async fn serve_with(
     dir: TempDir,
     store: Arc<SqliteStore>,
     key: Arc<MasterKey>,
     admin: String,
+    environments: &[&str],
     limits: Limits,
     allow_processes: bool,
     configure: Configure,
@@ -293,7 +350,7 @@ async fn serve_with(
         Arc::clone(&store) as Arc<dyn Store>,
         Arc::clone(&platform) as Arc<dyn Platform>,
         Sealer::new(&key),
-        ["dev", "staging", "production"].map(str::to_owned).to_vec(),
+        environments.iter().map(|e| (*e).to_owned()).collect(),
     )
     .allow_processes(allow_processes)
     .max_source_bytes(SOURCE_LIMIT);
