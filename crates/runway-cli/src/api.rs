@@ -24,10 +24,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 use runway_api::ErrorBody;
 pub(crate) use runway_api::types::{
     AddDomain, AuditEntryView, CreateService, CreateToken, CreatedToken, Decommissioned,
-    DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView, DomainView, LogLine,
-    PromoteRequest, RevisionView, RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView,
-    SecretInfoView, ServiceView, SetSecret, SetVariables, StatusView, TokenInfo, UpdateService,
-    WhoAmI,
+    DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView, DomainView,
+    InventoryPlan, InventoryRequest, LogLine, PreviewView, PromoteRequest, RevisionView,
+    RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, SecretInfoView, ServiceView,
+    SetSecret, SetVariables, StatusView, TokenInfo, UpdateService, WhoAmI,
 };
 
 /// Everything that can go wrong talking to the server.
@@ -65,7 +65,9 @@ impl fmt::Display for ApiError {
                 write!(f, "{message}")?;
                 match field.as_deref() {
                     // Request fields the CLI fills from a flag of the same name.
-                    Some(flag @ ("image" | "pause")) => write!(f, " (flag `--{flag}`)")?,
+                    Some(flag @ ("image" | "pause" | "preview")) => {
+                        write!(f, " (flag `--{flag}`)")?;
+                    }
                     Some(field) => write!(f, " (field `{field}`)")?,
                     None => {}
                 }
@@ -92,6 +94,13 @@ impl fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+impl ApiError {
+    /// The server answered 404.
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, Self::Api { status, .. } if *status == StatusCode::NOT_FOUND)
+    }
+}
 
 /// Parses and checks a server URL: HTTPS, or plain HTTP on a loopback address only (tests and
 /// local use), so that a token never crosses a network in clear text.
@@ -370,6 +379,37 @@ impl Client {
             &["v1", "services", service],
             &[("confirm", confirm.to_owned())],
         );
+        self.call(Method::DELETE, url, None::<&()>).await
+    }
+
+    /// `POST /v1/inventory`: what an inventory document changes, or changed.
+    pub(crate) async fn inventory(
+        &self,
+        request: &InventoryRequest,
+    ) -> Result<InventoryPlan, ApiError> {
+        let url = self.url(&["v1", "inventory"], &[]);
+        self.call(Method::POST, url, Some(request)).await
+    }
+
+    /// `GET /v1/services/{service}/previews`, or every service's (`GET /v1/previews`, admin).
+    pub(crate) async fn previews(
+        &self,
+        service: Option<&str>,
+    ) -> Result<Vec<PreviewView>, ApiError> {
+        let url = match service {
+            Some(service) => self.url(&["v1", "services", service, "previews"], &[]),
+            None => self.url(&["v1", "previews"], &[]),
+        };
+        self.get(url).await
+    }
+
+    /// `DELETE /v1/services/{service}/previews/{name}`.
+    pub(crate) async fn stop_preview(
+        &self,
+        service: &str,
+        name: &str,
+    ) -> Result<Decommissioned, ApiError> {
+        let url = self.url(&["v1", "services", service, "previews", name], &[]);
         self.call(Method::DELETE, url, None::<&()>).await
     }
 

@@ -38,8 +38,10 @@ mod config;
 mod domains;
 mod everyday;
 mod init;
+mod inventory;
 mod local;
 mod platform;
+mod preview;
 mod quickstart;
 mod render;
 mod repo;
@@ -125,6 +127,14 @@ enum Command {
     /// Register, list and decommission services on the control plane.
     #[command(subcommand)]
     Services(platform::ServicesCommand),
+    /// The platform's inventory as a document: validate it, see what it would change, apply
+    /// it (admin).
+    ///
+    /// The document lists the services onboarded (upstream's `name`, `project_id`, `members`,
+    /// `groups`, `regions` with Runway's `owners`, `environments`, `allow_processes`); kept
+    /// in a repository, it is changed through review and applied from CI.
+    #[command(subcommand)]
+    Inventory(inventory::InventoryCommand),
     /// Deploy the repository's service to an environment of the control plane.
     ///
     /// Validates `.runway/` first (as `runway validate`), then sends the manifest merged for the
@@ -171,6 +181,10 @@ enum Command {
     /// the server's ACME directory; list them with their certificates' state; remove them.
     #[command(subcommand)]
     Domains(domains::DomainsCommand),
+    /// Preview environments (made by `runway deploy --preview NAME`): list them with their
+    /// URLs and expiry, or stop one.
+    #[command(subcommand)]
+    Preview(preview::PreviewCommand),
     /// The audit log (admin only): who changed what, when; the last 50 entries by default.
     Audit(everyday::AuditArgs),
     /// Every routed revision's traffic over the last minutes (requests per second, 5xx
@@ -287,6 +301,8 @@ fn main() -> ExitCode {
         Command::Secrets(command) => platform::secrets(&command),
         Command::Tokens(command) => platform::tokens(&command),
         Command::Domains(command) => domains::domains(&command),
+        Command::Preview(command) => preview::preview(&command),
+        Command::Inventory(command) => inventory::inventory(&command),
         Command::Server(args) => server::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Quickstart(args) => quickstart::run(&args),
         Command::Supervise(args) => return local::supervise(&args),

@@ -213,6 +213,13 @@ pub(crate) struct DeployArgs {
     /// the environment (the CI component's `strategy` input).
     #[arg(long, value_name = "STRATEGY", value_parser = StrategyParser)]
     strategy: Option<runway_manifest::Strategy>,
+    /// Deploy as preview NAME of the service instead (`mr-12`): a service of its own,
+    /// `NAME--SERVICE`, served at its own URL (`NAME--SERVICE.preview.<domain>`), with the
+    /// settings of `--env` and the service's `preview` secrets, scaled to zero when idle. Its
+    /// first deploy makes it, each one extends its life; it goes after the server's time to
+    /// live (`api.previews.ttl_seconds`) or with `runway preview stop NAME`.
+    #[arg(long, value_name = "NAME", conflicts_with = "pause")]
+    preview: Option<String>,
     #[command(flatten)]
     wait: WaitArgs,
     #[command(flatten)]
@@ -555,12 +562,17 @@ pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
             "name": who.name,
             "token_id": who.token_id,
             "scope": who.scope,
+            "read_only": who.read_only,
             "config": path,
         }))?,
         Output::Text => print_stdout(&format!(
             "logged in to {server} as {} ({}); settings saved in {}\n",
             if who.name.is_empty() { "?" } else { &who.name },
-            describe_scope(&who.scope),
+            if who.read_only {
+                "reader: reads everything, changes nothing".to_owned()
+            } else {
+                describe_scope(&who.scope)
+            },
             path.display()
         )),
     }
@@ -835,10 +847,18 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
         request.manifest["spec"]["deployment"]["strategy"] =
             serde_json::to_value(strategy).context("cannot encode the strategy as JSON")?;
     }
+    request.preview.clone_from(&args.preview);
     let client = client()?;
     let rt = tokio()?;
     if let Some(code) = code {
-        rt.block_on(upload_code(&client, &name, env, code))?;
+        // A preview's code is its service's, uploaded where previews are: a job allowed only
+        // previews may upload there.
+        let to = if args.preview.is_some() {
+            runway_secrets::preview::ENVIRONMENT
+        } else {
+            env
+        };
+        rt.block_on(upload_code(&client, &name, to, code))?;
     }
     let config = service.config(Some(env))?;
     let build = config
@@ -861,12 +881,24 @@ pub(crate) fn deploy(args: &DeployArgs) -> anyhow::Result<ExitCode> {
     }
     let deployment = rt.block_on(client.deploy(&name, env, &request))?;
     if args.output.output == Output::Text {
-        print_stdout(&format!(
-            "deployment {} of {name} to {env}: revision {} ({})\n",
-            deployment.id,
-            deployment.to_revision.as_str(),
-            deployment.state.as_str()
-        ));
+        match &deployment.preview {
+            Some(preview) => print_stdout(&format!(
+                "deployment {} of preview {} of {name} (from {env}): revision {} ({})\n  {}\n  \
+                 expires {} unless deployed again\n",
+                deployment.id,
+                preview.name,
+                deployment.to_revision.as_str(),
+                deployment.state.as_str(),
+                preview.url,
+                preview.expires_at
+            )),
+            None => print_stdout(&format!(
+                "deployment {} of {name} to {env}: revision {} ({})\n",
+                deployment.id,
+                deployment.to_revision.as_str(),
+                deployment.state.as_str()
+            )),
+        }
         if let Some(changes) = &deployment.variables {
             eprint!("{}", variable_changes(changes));
         }
@@ -929,6 +961,7 @@ pub(crate) fn deploy_request(
         image,
         source: code.as_ref().map(|c| c.digest.to_string()),
         pause: false,
+        preview: None,
     };
     Ok((service.name().to_owned(), request, code))
 }

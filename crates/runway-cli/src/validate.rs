@@ -107,13 +107,23 @@ fn check(repo: &Repository) -> Report {
 
 /// Each finding with its location and the line it points at, a caret under the column.
 fn findings(report: &Report, repo: &Repository) -> String {
-    let mut out = String::new();
-    let lines: BTreeMap<&str, Vec<&str>> = repo
+    let texts: Vec<(&str, &str)> = repo
         .texts
         .iter()
-        .map(|(name, text)| (name.as_str(), runway_manifest::yaml_lines(text)))
+        .map(|(name, text)| (name.as_str(), text.as_str()))
         .collect();
-    for d in &report.diagnostics {
+    show(&report.diagnostics, &texts)
+}
+
+/// `diagnostics`, each with its location and the line of `texts` (file name, text) it points
+/// at, a caret under the column.
+pub(crate) fn show(diagnostics: &[Diagnostic], texts: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    let lines: BTreeMap<&str, Vec<&str>> = texts
+        .iter()
+        .map(|(name, text)| (*name, runway_manifest::yaml_lines(text)))
+        .collect();
+    for d in diagnostics {
         let severity = match d.severity {
             Severity::Error => "error",
             Severity::Warning => "warning",

@@ -2,8 +2,9 @@
 //! deployed service, and `tests/console/console.mjs` driving Debian's headless Chromium
 //! through `playwright-core` against it (sign in, the services, a deploy followed live, a
 //! rollback from the page, a canary watched under load and aborted from the page, a custom
-//! domain added and removed through its page with bad names refused at the field, a deploy
-//! token's view, a cross-site POST refused, sign out). The server has no `domains.acme`: a
+//! domain added and removed through its page with bad names refused at the field, a preview
+//! listed under its service and stopped from the page, a deploy token's view, a cross-site
+//! POST refused, sign out). The server has no `domains.acme`: a
 //! domain added stays pending, saying why.
 //! The script asks for the deploy (`deploy-now` on its stdout) so that it happens while the
 //! page is open; this test runs it with the CLI and says `deployed` on the script's stdin.
@@ -110,11 +111,22 @@ fn the_console_in_chromium() {
     if !have_python() || !have_browser() {
         return;
     }
-    let platform = Platform::start(&Settings::default());
-    let repo = platform.onboard("hello", &["dev", "staging"], "s3cret-console");
+    let platform = Platform::start(&Settings {
+        api: "  environments: [dev, staging, preview]\n".to_owned(),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev", "staging", "preview"], "s3cret-console");
     set_env_file(&repo, "dev", &[("GREETING", "first")]);
     let first = platform.deploy(&repo, "dev");
     assert!(first.ok(), "first deploy: {}", first.all());
+    // A merge request's preview, which the page lists under hello and stops.
+    let preview = platform.runway_with(
+        &["deploy", "--env", "dev", "--preview", "mr-5"],
+        Some(repo.as_os_str()),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(preview.ok(), "preview: {}", preview.all());
     platform.onboard("other", &["dev"], "s3cret-other");
     let (status, created) = platform.call(
         Method::POST,

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use support::gitlab::{Pipeline, TestIssuer, gitlab_ci_local};
 use support::{Load, Platform, Settings, have_python, revision_of, set_env_file};
 
 /// Load tests run alone; the others share the machine.
@@ -1653,77 +1654,6 @@ fn plain_cell(number: u64) -> std::net::SocketAddr {
 /// login --oidc-token-env` keeps the variable's name, not the short-lived token; the deploy
 /// goes through the real CLI and server, the audit log names the job's identity; a token of
 /// an unprotected ref is bound to nothing and refused.
-/// A test OIDC issuer standing in for GitLab's: its key set served on loopback (plain HTTP,
-/// `jwks_url`), and tokens it signs for a job of `group/hello` on `main`, whose ref is
-/// protected or not.
-struct TestIssuer {
-    keys_at: std::net::SocketAddr,
-    pkcs8: ring::pkcs8::Document,
-}
-
-impl TestIssuer {
-    fn start() -> TestIssuer {
-        use base64::Engine as _;
-        use ring::signature::KeyPair as _;
-        let rng = ring::rand::SystemRandom::new();
-        let alg = &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING;
-        let pkcs8 = ring::signature::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
-        let pair = ring::signature::EcdsaKeyPair::from_pkcs8(alg, pkcs8.as_ref(), &rng).unwrap();
-        let point = pair.public_key().as_ref();
-        let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
-        let jwks = serde_json::json!({"keys": [{"kty": "EC", "crv": "P-256", "alg": "ES256",
-            "kid": "k1", "x": b64(&point[1..33]), "y": b64(&point[33..65])}]})
-        .to_string();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let keys_at = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                let mut head = [0u8; 4096];
-                let _ = stream.read(&mut head);
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{jwks}",
-                    jwks.len()
-                );
-            }
-        });
-        TestIssuer { keys_at, pkcs8 }
-    }
-
-    /// `api.oidc` trusting it, with `group/hello`'s protected refs bound to `hello` in `envs`.
-    fn api_config(&self, envs: &str) -> String {
-        format!(
-            "  oidc:\n    issuers:\n      - issuer: https://gitlab.test\n        audience: runway\n        \
-             jwks_url: http://{}/keys\n        bindings:\n          - claims: \
-             {{project_path: group/hello, ref_protected: 'true'}}\n            service: hello\n            \
-             environments: [{envs}]\n",
-            self.keys_at
-        )
-    }
-
-    /// A job's identity token, its ref protected (`"true"`) or not.
-    fn token(&self, protected: &str) -> String {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let claims = serde_json::json!({"iss": "https://gitlab.test", "aud": "runway",
-            "iat": now, "exp": now + 600, "sub": "project_path:group/hello:ref_type:branch:ref:main",
-            "project_path": "group/hello", "ref": "main", "ref_protected": protected,
-            "pipeline_id": "77"});
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-        header.kid = Some("k1".to_owned());
-        jsonwebtoken::encode(
-            &header,
-            &claims,
-            &jsonwebtoken::EncodingKey::from_ec_der(self.pkcs8.as_ref()),
-        )
-        .unwrap()
-    }
-}
-
 #[test]
 fn a_ci_job_deploys_with_its_identity_token() {
     let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
@@ -1820,144 +1750,6 @@ fn a_ci_job_deploys_with_its_identity_token() {
     );
 }
 
-/// `gitlab-ci-local` (npm), which runs a pipeline's jobs on this machine; `None` (skip) when
-/// it is missing outside CI.
-fn gitlab_ci_local() -> Option<&'static str> {
-    let found = Command::new("gitlab-ci-local")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        let reason = "gitlab-ci-local is not installed (scripts/test installs it from npm)";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
-        eprintln!("skipped: {reason}");
-        return None;
-    }
-    Some("gitlab-ci-local")
-}
-
-/// A service repository that includes the CI component (`templates/runway.yml`), run with
-/// `gitlab-ci-local`'s shell executor against a real `runway server`: [`Pipeline::new`] copies
-/// the component into the repository as `ci/runway.yml`, includes it once per environment and
-/// commits the repository on `main`, its GitLab remote's default branch; [`Pipeline::run`] runs
-/// the pipeline, or some of its jobs, with a job identity token the test issuer signs (standing
-/// in for GitLab's: gitlab-ci-local makes no `id_tokens`).
-struct Pipeline<'a> {
-    glci: &'static str,
-    repo: &'a Path,
-    issuer: &'a TestIssuer,
-    /// gitlab-ci-local's home, the jobs' CLI configurations and the CLI's image cache.
-    home: tempfile::TempDir,
-    /// `PATH` with the directory of the `runway` under test first.
-    path: String,
-}
-
-impl<'a> Pipeline<'a> {
-    /// Includes the component in `repo` once for each of `envs` (deploying `hello` to
-    /// `platform` with the `expedited` strategy, waiting at most 90 s) and commits the
-    /// repository as it is: its files are written before.
-    fn new(
-        glci: &'static str,
-        platform: &Platform,
-        issuer: &'a TestIssuer,
-        repo: &'a Path,
-        envs: &[&str],
-    ) -> Self {
-        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-        std::fs::create_dir_all(repo.join("ci")).unwrap();
-        std::fs::copy(
-            root.join("templates/runway.yml"),
-            repo.join("ci/runway.yml"),
-        )
-        .unwrap();
-        let includes: String = envs
-            .iter()
-            .map(|env| {
-                format!(
-                    "  - local: ci/runway.yml\n    inputs:\n      service: hello\n      environment: {env}\n      \
-                     server: {}\n      ca: {}\n      strategy: expedited\n      timeout: 90s\n",
-                    platform.api(),
-                    platform.ca().display()
-                )
-            })
-            .collect();
-        std::fs::write(
-            repo.join(".gitlab-ci.yml"),
-            format!("stages: [test, deploy]\ninclude:\n{includes}"),
-        )
-        .unwrap();
-        let git = |args: &[&str]| {
-            let out = Command::new("git")
-                .args(["-c", "user.email=ci@example.com", "-c", "user.name=ci"])
-                .args(args)
-                .current_dir(repo)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "git {args:?}: {out:?}");
-        };
-        git(&["init", "-q", "-b", "main"]);
-        git(&["add", "-A"]);
-        git(&["commit", "-q", "-m", "hello"]);
-        git(&[
-            "remote",
-            "add",
-            "origin",
-            "https://gitlab.example.com/group/hello.git",
-        ]);
-        git(&["update-ref", "refs/remotes/origin/main", "HEAD"]);
-        git(&[
-            "symbolic-ref",
-            "refs/remotes/origin/HEAD",
-            "refs/remotes/origin/main",
-        ]);
-        let runway_dir = Path::new(support::RUNWAY).parent().unwrap();
-        let path = format!(
-            "{}:{}",
-            runway_dir.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        Pipeline {
-            glci,
-            repo,
-            issuer,
-            home: tempfile::tempdir().unwrap(),
-            path,
-        }
-    }
-
-    /// `gitlab-ci-local ARGS` (`--list`, jobs, or nothing for the whole pipeline) for a protected
-    /// branch, the jobs' identity token that of a protected ref (`protected` is `"true"`) or
-    /// not; at most 240 s.
-    fn run(&self, args: &[&str], protected: &str) -> support::Ran {
-        let home = self.home.path();
-        let mut command = Command::new(self.glci);
-        command
-            .args(["--force-shell-executor", "--home"])
-            .arg(home)
-            .arg("--variable")
-            .arg(format!("RUNWAY_ID_TOKEN={}", self.issuer.token(protected)))
-            // A protected branch's pipeline, as GitLab marks it (the component deploys only
-            // from one); the token's own claim is what the server judges.
-            .arg("--variable")
-            .arg("CI_COMMIT_REF_PROTECTED=true")
-            .arg("--variable")
-            .arg(format!(
-                "RUNWAY_CONFIG={}",
-                home.join(format!("cli-{protected}.json")).display()
-            ))
-            .args(args)
-            .current_dir(self.repo)
-            .env("PATH", &self.path)
-            // What the CLI caches (a build's base image) stays in the test's directory.
-            .env("XDG_CACHE_HOME", home.join("cache"))
-            .env_remove("RUNWAY_SERVER")
-            .env_remove("RUNWAY_TOKEN")
-            .env_remove("RUNWAY_CA")
-            .env_remove("CI");
-        support::run(command, None, Duration::from_secs(240))
-    }
-}
-
 /// The CI component (`templates/runway.yml`) run for real: a service repository includes it
 /// for dev and production, and `gitlab-ci-local` runs the pipeline ([`Pipeline`]). The validate
 /// and deploy jobs pass, the service serves the commit, the audit log names the pipeline,
@@ -1978,7 +1770,7 @@ fn the_ci_component_validates_and_deploys_with_the_jobs_identity() {
     });
     let repo = platform.onboard("hello", &["dev", "production"], &secret_value());
     set_env_file(&repo, "dev", &[("GREETING", "from the component")]);
-    let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev", "production"]);
+    let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev", "production"], "");
 
     let listed = pipeline.run(&["--list"], "true");
     assert!(listed.ok(), "{}", listed.all());
@@ -2067,7 +1859,7 @@ fn the_ci_component_builds_the_image_from_source() {
 
     support::set_build_manifest(&repo, &base);
     std::fs::write(repo.join("main.py"), support::python_app("built in ci")).unwrap();
-    let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev"]);
+    let pipeline = Pipeline::new(glci, &platform, &issuer, &repo, &["dev"], "");
 
     let ran = pipeline.run(&[], "true");
     assert!(ran.ok(), "{}\n{}", ran.all(), platform.log());

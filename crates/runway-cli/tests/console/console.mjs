@@ -459,6 +459,25 @@ try {
   const domainErrors = consoleErrors.splice(errorsBeforeDomains);
   consoleErrors.push(...domainErrors.filter((e) => !/status of (400|409)/.test(e)));
 
+  // ---- previews -------------------------------------------------------------------------
+  step('previews: listed under their service, stopped from the page');
+  await page.goto(`${API}/ui/`);
+  await page.locator('main[data-ready="true"] h1', { hasText: 'Services' }).waitFor();
+  const previewRow = helloCard.getByRole('row').filter({ hasText: 'mr-5' });
+  await previewRow.waitFor();
+  check(await previewRow.getByRole('link', { name: /^https:\/\/mr-5--hello\.preview\.localhost:\d+\/$/ }).count() === 1,
+    'the preview\'s URL is linked');
+  check(await helloCard.getByRole('row').filter({ hasText: /^preview/ }).count() === 0,
+    'preview is not shown as an environment of hello');
+  await shot(page, '09b-previews');
+  await previewRow.getByRole('button', { name: 'Stop mr-5' }).click();
+  const previewDialog = page.locator('dialog#confirm');
+  await previewDialog.getByRole('heading', { name: 'Stop preview mr-5 of hello?' }).waitFor();
+  await previewDialog.getByRole('button', { name: 'Stop preview' }).click();
+  await page.locator('#outcome').getByText('Preview mr-5 of hello was stopped.').waitFor();
+  await page.locator('main[data-ready="true"]').getByText('No previews').waitFor();
+  check((await apiAs(page.request, ADMIN, 'GET', '/v1/previews')).body.length === 0, 'the API still has the stopped preview');
+
   // ---- a cross-site change with the cookie --------------------------------------------
   step('a cross-site POST with the cookie is refused');
   for (const extra of [{}, { 'X-Runway-Console': '1', Origin: 'https://evil.example' }]) {

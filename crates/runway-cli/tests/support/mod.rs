@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod gitlab;
 pub mod kube;
 
 pub const RUNWAY: &str = env!("CARGO_BIN_EXE_runway");
@@ -827,7 +828,8 @@ impl Platform {
         run(command, None, COMMAND)
     }
 
-    fn command(&self) -> Command {
+    /// `runway` as this platform's CLI: logged in, in the test's directory (a caller may move it).
+    pub fn command(&self) -> Command {
         let mut command = self.runway_command();
         command
             .env("RUNWAY_CONFIG", &self.cli_config)
