@@ -114,11 +114,7 @@ fn main() {
     );
 }
 
+/// The resident set of `pid` in KiB, as a figure.
 fn rss_kib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
+    support::rss_kib(pid).map_or(f64::NAN, |kib| kib as f64)
 }

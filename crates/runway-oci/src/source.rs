@@ -355,14 +355,7 @@ impl SourceStore {
         if self.claim(service_id, digest) {
             return Ok(target);
         }
-        let service_dir = self.root.join(service_id.to_string());
-        fs::create_dir_all(&service_dir).map_err(|e| SourceError::io("create", &service_dir, e))?;
-        fs::set_permissions(&service_dir, fs::Permissions::from_mode(0o711))
-            .map_err(|e| SourceError::io("set the mode of", &service_dir, e))?;
-        let staging = tempfile::Builder::new()
-            .prefix(".upload-")
-            .tempdir_in(&service_dir)
-            .map_err(|e| SourceError::io("create a directory in", &service_dir, e))?;
+        let staging = self.staging(service_id)?;
         let tree = staging.path().join("tree");
         fs::create_dir(&tree).map_err(|e| SourceError::io("create", &tree, e))?;
         let decoded = flate2::read::GzDecoder::new(gzip);
@@ -417,19 +410,27 @@ impl SourceStore {
         }
         fs::set_permissions(&tree, fs::Permissions::from_mode(0o755))
             .map_err(|e| SourceError::io("set the mode of", &tree, e))?;
-        match fs::rename(&tree, &target) {
-            Ok(()) => Ok(target),
-            // Another upload of the same snapshot got there first: the same bytes.
-            Err(_) if target.is_dir() => Ok(target),
-            Err(e) => Err(SourceError::io("rename into", &target, e)),
-        }
+        into_place(&tree, target)
+    }
+
+    /// A new directory for a snapshot on its way in, in service `service_id`'s (made `0711`
+    /// if need be), removed when dropped; [`SourceStore::collect`] removes one left behind.
+    fn staging(&self, service_id: i64) -> Result<tempfile::TempDir, SourceError> {
+        use std::os::unix::fs::PermissionsExt;
+        let service_dir = self.root.join(service_id.to_string());
+        fs::create_dir_all(&service_dir).map_err(|e| SourceError::io("create", &service_dir, e))?;
+        fs::set_permissions(&service_dir, fs::Permissions::from_mode(0o711))
+            .map_err(|e| SourceError::io("set the mode of", &service_dir, e))?;
+        tempfile::Builder::new()
+            .prefix(".upload-")
+            .tempdir_in(&service_dir)
+            .map_err(|e| SourceError::io("create a directory in", &service_dir, e))
     }
 
     /// Gives service `to` the snapshot `digest` of service `from` (a preview runs its parent's
     /// code): hard links of its files in a tree of `to`'s own, which [`SourceStore::collect`]
     /// keeps or removes as `to`'s. When `to` has it already, nothing is linked.
     pub fn share(&self, from: i64, to: i64, digest: &Digest) -> Result<PathBuf, SourceError> {
-        use std::os::unix::fs::PermissionsExt;
         let target = self.path(to, digest);
         if self.claim(to, digest) {
             return Ok(target);
@@ -440,21 +441,10 @@ impl SourceStore {
                 "there is no code snapshot {digest} to share"
             )));
         }
-        let service_dir = self.root.join(to.to_string());
-        fs::create_dir_all(&service_dir).map_err(|e| SourceError::io("create", &service_dir, e))?;
-        fs::set_permissions(&service_dir, fs::Permissions::from_mode(0o711))
-            .map_err(|e| SourceError::io("set the mode of", &service_dir, e))?;
-        let staging = tempfile::Builder::new()
-            .prefix(".upload-")
-            .tempdir_in(&service_dir)
-            .map_err(|e| SourceError::io("create a directory in", &service_dir, e))?;
+        let staging = self.staging(to)?;
         let tree = staging.path().join("tree");
         link_tree(&source, &tree)?;
-        match fs::rename(&tree, &target) {
-            Ok(()) => Ok(target),
-            Err(_) if target.is_dir() => Ok(target),
-            Err(e) => Err(SourceError::io("rename into", &target, e)),
-        }
+        into_place(&tree, target)
     }
 
     /// Removes what no revision names: every snapshot of a service not in `services`, and a
@@ -503,6 +493,16 @@ impl SourceStore {
             }
         }
         Ok(removed)
+    }
+}
+
+/// Renames the finished snapshot `tree` to `target`; another of the same snapshot that got
+/// there first is the same bytes.
+fn into_place(tree: &Path, target: PathBuf) -> Result<PathBuf, SourceError> {
+    match fs::rename(tree, &target) {
+        Ok(()) => Ok(target),
+        Err(_) if target.is_dir() => Ok(target),
+        Err(e) => Err(SourceError::io("rename into", &target, e)),
     }
 }
 

@@ -1071,23 +1071,19 @@ impl<B: Backend> Store for B {
                     new.parent, new.max_per_parent
                 )));
             }
-            let id = db.insert_returning_id(
-                "INSERT INTO service_ids (name) VALUES (?1) RETURNING id",
-                args![&service],
+            let id = create_service(
+                db,
+                now,
+                actor,
+                &NewService {
+                    name: service.clone(),
+                    owners: parent.owners.clone(),
+                    environments: vec![PREVIEW_ENV.to_owned()],
+                },
             )?;
-            let environments = vec![PREVIEW_ENV.to_owned()];
             db.execute(
-                "INSERT INTO services (id, name, owners, environments, created_at, created_by, \
-                 allow_processes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                args![
-                    id,
-                    &service,
-                    &to_json(&parent.owners)?,
-                    &to_json(&environments)?,
-                    now.unix_millis(),
-                    actor,
-                    parent.allow_processes
-                ],
+                "UPDATE services SET allow_processes = ?2 WHERE name = ?1",
+                args![&service, parent.allow_processes],
             )?;
             db.execute(
                 "INSERT INTO previews (service, parent, name, base_env, origin, expires_at, \

@@ -165,22 +165,30 @@ fn claims(issuer: &str) -> Value {
 }
 
 fn verifier(issuer: &Issuer) -> Verifier {
+    verifier_with(
+        issuer,
+        Binding {
+            claims: [
+                ("project_path".to_owned(), "group/app".to_owned()),
+                ("ref_protected".to_owned(), "true".to_owned()),
+            ]
+            .into(),
+            role: runway_api::oidc::Role::Deploy,
+            service: "app".to_owned(),
+            environments: vec!["staging".to_owned(), "production".to_owned()],
+        },
+    )
+}
+
+/// A verifier trusting `issuer`, with `binding` alone.
+fn verifier_with(issuer: &Issuer, binding: Binding) -> Verifier {
     Verifier::new(&OidcConfig {
         issuers: vec![IssuerConfig {
             issuer: issuer.url.clone(),
             audience: AUDIENCE.to_owned(),
             jwks_url: None,
             ca_file: Some(issuer.ca.path().join("ca.pem")),
-            bindings: vec![Binding {
-                role: runway_api::oidc::Role::Deploy,
-                claims: [
-                    ("project_path".to_owned(), "group/app".to_owned()),
-                    ("ref_protected".to_owned(), "true".to_owned()),
-                ]
-                .into(),
-                service: "app".to_owned(),
-                environments: vec!["staging".to_owned(), "production".to_owned()],
-            }],
+            bindings: vec![binding],
         }],
     })
     .unwrap()
@@ -258,21 +266,15 @@ async fn a_review_job_acts_on_previews_and_a_forks_is_marked() {
     let issuer = issuer().await;
     let key = es256("es-1");
     *issuer.keys.lock().unwrap() = vec![key.jwk.clone()];
-    let verifier = Verifier::new(&OidcConfig {
-        issuers: vec![IssuerConfig {
-            issuer: issuer.url.clone(),
-            audience: AUDIENCE.to_owned(),
-            jwks_url: None,
-            ca_file: Some(issuer.ca.path().join("ca.pem")),
-            bindings: vec![Binding {
-                role: runway_api::oidc::Role::Deploy,
-                claims: [("job_project_path".to_owned(), "group/app".to_owned())].into(),
-                service: "app".to_owned(),
-                environments: vec!["staging".to_owned(), "preview".to_owned()],
-            }],
-        }],
-    })
-    .unwrap();
+    let verifier = verifier_with(
+        &issuer,
+        Binding {
+            claims: [("job_project_path".to_owned(), "group/app".to_owned())].into(),
+            role: runway_api::oidc::Role::Deploy,
+            service: "app".to_owned(),
+            environments: vec!["staging".to_owned(), "preview".to_owned()],
+        },
+    );
     let mut review = claims(&issuer.url);
     review["job_project_path"] = json!("group/app");
     review["environment"] = json!("review/app/mr-4");

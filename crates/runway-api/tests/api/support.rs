@@ -264,17 +264,7 @@ pub(crate) async fn start_with_previews(
     previews: runway_api::config::PreviewsConfig,
     verifier: Option<runway_api::oidc::Verifier>,
 ) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
-    let admin = runway_api::bootstrap_admin(store.as_ref())
-        .unwrap()
-        .unwrap();
-    let key = Arc::new(MasterKey::generate().unwrap());
-    serve_with(
-        dir,
-        store,
-        key,
-        admin.expose().to_owned(),
+    start_in(
         &["dev", "staging", "production", "preview"],
         Limits::default(),
         true,
@@ -294,6 +284,16 @@ type Configure = Box<dyn FnOnce(ApiState) -> ApiState + Send>;
 
 /// A server over a new store, with a new admin token and master key.
 async fn start_fresh(limits: Limits, allow_processes: bool, configure: Configure) -> Server {
+    start_in(&ENVIRONMENTS, limits, allow_processes, configure).await
+}
+
+/// [`start_fresh`] with these environments.
+async fn start_in(
+    environments: &[&str],
+    limits: Limits,
+    allow_processes: bool,
+    configure: Configure,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path().join("runway.db")).unwrap());
     let admin = runway_api::bootstrap_admin(store.as_ref())
@@ -305,7 +305,7 @@ async fn start_fresh(limits: Limits, allow_processes: bool, configure: Configure
         store,
         key,
         admin.expose().to_owned(),
-        &ENVIRONMENTS,
+        environments,
         limits,
         allow_processes,
         configure,
