@@ -90,6 +90,11 @@ const SERVER_CONFIG: &str = "  api:
             - claims: {project_path: group/app, ref_protected: 'true'}
               service: app
               environments: [production]
+            - claims: {project_path: platform/inventory, ref: main, ref_protected: 'true'}
+              role: admin
+    previews:
+      ttl_seconds: 86400
+      max_per_service: 5
   ingress:
     control_timeout_ms: 5000
     stats_interval_ms: 500
