@@ -27,7 +27,9 @@ fn main() {
         return;
     }
     let platform = Platform::start(&Settings {
-        api: "  environments: [dev, preview]\n".to_owned(),
+        api: format!(
+            "  environments: [dev, preview]\n  previews:\n    max_per_service: {PREVIEWS}\n"
+        ),
         control: FAST_AUTOSCALER.to_owned(),
         ..Settings::default()
     });
