@@ -593,13 +593,13 @@ async fn rollback_promote_and_decommission() {
         .await;
     // Let the first deployment finish so the second may start.
     let id = first["id"].as_i64().unwrap();
-    finish(&server, id);
+    server.finish(id);
     let second = server
         .admin("POST", deploy, Some(json!({"manifest": manifest("hello"), "env_vars": {"GREETING": "hey"}, "image": "registry.local/hello:2"})), 202)
         .await;
     assert_eq!(second["from_revision"], "hello-dev-00001");
     assert_eq!(second["to_revision"], "hello-dev-00002");
-    finish(&server, second["id"].as_i64().unwrap());
+    server.finish(second["id"].as_i64().unwrap());
 
     // Rollback without `to`: the revision before the serving one.
     let rollback = server
@@ -626,7 +626,7 @@ async fn rollback_promote_and_decommission() {
         .await;
     assert_eq!(to["to_revision"], "hello-dev-00002");
     // Once it serves alone, rolling back to it again is refused as the no-op it is.
-    finish(&server, to["id"].as_i64().unwrap());
+    server.finish(to["id"].as_i64().unwrap());
     let again = server
         .call(
             "POST",
@@ -747,18 +747,6 @@ async fn rollback_promote_and_decommission() {
 }
 
 /// Moves a deployment to succeeded, as the reconciler would.
-fn finish(server: &crate::support::Server, id: i64) {
-    use runway_store::DeploymentState::{Progressing, Succeeded};
-    server
-        .store
-        .deployment_transition("reconciler", id, Progressing, None)
-        .unwrap();
-    server
-        .store
-        .deployment_transition("reconciler", id, Succeeded, None)
-        .unwrap();
-}
-
 #[tokio::test]
 async fn bodies_over_the_limit_are_413() {
     let server = start_with(runway_api::Limits {
@@ -1197,7 +1185,7 @@ async fn rollout_commands_reach_the_deployment_in_progress() {
         message(&one_step).contains("rolls out in one step (a first deploy)"),
         "{one_step}"
     );
-    finish(&server, first["id"].as_i64().unwrap());
+    server.finish(first["id"].as_i64().unwrap());
     // The autoscaler has grown the serving revision meanwhile.
     server
         .store
@@ -1289,7 +1277,7 @@ async fn a_deploy_that_would_ignore_part_of_itself_is_refused() {
     let dry = server
         .admin("POST", deploy, Some(json!({"manifest": dry})), 202)
         .await;
-    finish(&server, dry["id"].as_i64().unwrap());
+    server.finish(dry["id"].as_i64().unwrap());
     refused(
         json!({"manifest": canary, "pause": true}),
         "pause",
@@ -1299,7 +1287,7 @@ async fn a_deploy_that_would_ignore_part_of_itself_is_refused() {
     let first = server
         .admin("POST", deploy, Some(deploy_body("hello")), 202)
         .await;
-    finish(&server, first["id"].as_i64().unwrap());
+    server.finish(first["id"].as_i64().unwrap());
     refused(
         json!({"manifest": manifest("hello"), "pause": true}),
         "pause",
@@ -1362,7 +1350,7 @@ async fn a_dry_run_records_its_revision_and_leaves_the_desired_state_as_it_was()
     let first = server
         .admin("POST", deploy, Some(deploy_body("hello")), 202)
         .await;
-    finish(&server, first["id"].as_i64().unwrap());
+    server.finish(first["id"].as_i64().unwrap());
     let before = server.store.desired_get("hello", "dev").unwrap().unwrap();
     let mut manifest = manifest("hello");
     manifest["spec"]["deployment"] = json!({"strategy": "dryrun"});
@@ -1434,7 +1422,7 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
     let mut body = deploy_body("hello");
     body["manifest"]["spec"]["workload"] = json!({"env": {"FROM_MANIFEST": "1"}});
     let first = server.admin("POST", deploy, Some(body), 202).await;
-    finish(&server, first["id"].as_i64().unwrap());
+    server.finish(first["id"].as_i64().unwrap());
 
     let changed = server
         .admin(
@@ -1470,7 +1458,7 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
         (&new.manifest, &new.artifact),
         (&old.manifest, &old.artifact)
     );
-    finish(&server, changed["id"].as_i64().unwrap());
+    server.finish(changed["id"].as_i64().unwrap());
 
     // A deploy from the repository keeps them over its own values, and says what changed.
     let mut body = deploy_body("hello");
@@ -1481,7 +1469,7 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
         deployed["variables"],
         json!({"kept": ["GREETING", "MODE"], "added": ["FROM_FILE"]})
     );
-    finish(&server, deployed["id"].as_i64().unwrap());
+    server.finish(deployed["id"].as_i64().unwrap());
     let revision = server.store.revision_get("hello-dev-00003").unwrap();
     assert_eq!(revision.env_vars["GREETING"], "hey");
     assert_eq!(revision.env_vars["FROM_FILE"], "1");
@@ -1508,7 +1496,7 @@ async fn variables_are_set_and_unset_in_a_new_revision_of_the_serving_one() {
     let unset = server
         .admin("POST", path, Some(json!({"unset": ["MODE"]})), 202)
         .await;
-    finish(&server, unset["id"].as_i64().unwrap());
+    server.finish(unset["id"].as_i64().unwrap());
     let revision = server.store.revision_get("hello-dev-00004").unwrap();
     assert!(!revision.env_vars.contains_key("MODE"));
     assert_eq!(revision.set_vars, ["GREETING".to_owned()].into());
@@ -1557,7 +1545,7 @@ async fn an_environment_is_added_to_a_service_keeping_its_history() {
     let first = server
         .admin("POST", deploy, Some(deploy_body("hello")), 202)
         .await;
-    finish(&server, first["id"].as_i64().unwrap());
+    server.finish(first["id"].as_i64().unwrap());
 
     let updated = server
         .admin(

@@ -86,6 +86,39 @@ async fn a_preview_runs_its_parents_settings_with_its_preview_secrets_and_scales
         .unwrap();
     assert!(!sealed.ciphertext.is_empty());
 
+    // `runway env set` on a preview: a new revision with the same settings, still at zero.
+    server.finish(deployed["id"].as_i64().unwrap());
+    let previews_token = server.deploy_token("app", &["preview"], None).await;
+    let changed = server
+        .call(
+            "POST",
+            "/v1/services/mr-1--app/environments/preview/variables",
+            Some(&previews_token),
+            Some(json!({"set": {"MODE": "review"}})),
+        )
+        .await;
+    assert_eq!(changed.status, StatusCode::ACCEPTED, "{}", changed.text);
+    assert_eq!(changed.body["to_revision"], "mr-1--app-preview-00002");
+    let revisions = server
+        .admin(
+            "GET",
+            "/v1/services/mr-1--app/environments/preview/revisions",
+            None,
+            200,
+        )
+        .await;
+    let second = revisions
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["number"] == 2))
+        .unwrap_or_else(|| panic!("{revisions}"));
+    assert_eq!(second["env_vars"]["MODE"], "review", "{second}");
+    assert_eq!(
+        second["manifest"]["spec"]["scalability"]["min_instances"],
+        0
+    );
+    assert_eq!(second["secret_versions"]["API_KEY"], 1, "{second}");
+    server.finish(changed.body["id"].as_i64().unwrap());
+
     // It is listed with its parent, not among the services.
     let listed = server
         .admin("GET", "/v1/services/app/previews", None, 200)

@@ -3,7 +3,7 @@
 
 use hyper::StatusCode;
 use runway_secrets::{Context, Sealed, Sealer};
-use runway_store::{DeploymentState, NewRevision, PlannedRevision, RevisionRef, Store};
+use runway_store::{NewRevision, PlannedRevision, RevisionRef, Store};
 use serde_json::json;
 
 use crate::support::{Server, deploy_body_with_secrets, manifest, replica_of, start};
@@ -26,15 +26,6 @@ pub(crate) fn open(server: &Server, env: &str, name: &str, version: u32) -> Stri
     };
     let value = Sealer::new(&server.key).open(&sealed, &context).unwrap();
     String::from_utf8(value.expose().to_vec()).unwrap()
-}
-
-fn finish(server: &Server, id: i64) {
-    for state in [DeploymentState::Progressing, DeploymentState::Succeeded] {
-        server
-            .store
-            .deployment_transition("reconciler", id, state, None)
-            .unwrap();
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -93,7 +84,7 @@ async fn promotion_pins_the_target_environments_secrets_and_needs_them_all() {
             202,
         )
         .await;
-    finish(&server, deployed["id"].as_i64().unwrap());
+    server.finish(deployed["id"].as_i64().unwrap());
     let dev = server.store.revision_get("hello-dev-00001").unwrap();
     assert_eq!(dev.secret_versions["DB_PASSWORD"], 3);
 
@@ -177,7 +168,7 @@ async fn promotion_refuses_a_secret_clashing_with_an_env_var() {
             }],
         )
         .unwrap();
-    finish(&server, record.deployment.id);
+    server.finish(record.deployment.id);
     let refused = server
         .call(
             "POST",
