@@ -137,8 +137,11 @@ pub(crate) async fn stop_preview(
     Path((parent, name)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<Decommissioned>> {
     caller.allow(Write, Some(&parent), Some(preview::ENVIRONMENT))?;
-    let service = preview_service(&parent, &name)?;
+    let missing = || ApiError::not_found(format!("{parent} has no preview {name:?}"));
+    // A name no preview can have names none there is.
+    let service = preview_service(&parent, &name).map_err(|_| missing())?;
     let (actor, target) = (caller.name.clone(), service.clone());
+    let gone = missing();
     state
         .store(move |s| {
             if !s
@@ -146,9 +149,7 @@ pub(crate) async fn stop_preview(
                 .iter()
                 .any(|p| p.service == target)
             {
-                return Err(ApiError::not_found(format!(
-                    "{parent} has no preview {name:?}"
-                )));
+                return Err(gone);
             }
             Ok(s.service_decommission(&actor, &target)?)
         })

@@ -944,8 +944,8 @@ fn schemathesis_finds_the_api_as_documented() {
     // variables the serving revision has (`unset`), an instance the service does not have
     // (logs), a confirmation that repeats the path's service, `last` with `after` or `limit`
     // (both in the parameters' descriptions), a sign-out with a token that is no console
-    // session (400); a manifest's own schema and rules, a snapshot that is no gzip of a tar
-    // archive or not the digest's (422, documented).
+    // session (400); a manifest's or an inventory document's own schema and rules, a snapshot
+    // that is no gzip of a tar archive or not the digest's (422, documented).
     let config = platform.dir.path().join("schemathesis.toml");
     std::fs::write(
         &config,
@@ -967,7 +967,7 @@ include-operation-id = ["create_service", "update_service", "create_token", "pro
 checks.positive_data_acceptance.expected-statuses = ["2XX", "400", "401", "403", "404", "409"]
 
 [[operations]]
-include-operation-id = ["deploy_handler", "put_source"]
+include-operation-id = ["deploy_handler", "put_source", "inventory"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "401", "403", "404", "409", "422"]
 "#,
     )
