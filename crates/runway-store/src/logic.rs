@@ -126,9 +126,6 @@ fn load_preview(db: &dyn Db, service: &str) -> Result<Option<Preview>> {
     )
 }
 
-/// The one environment of every preview (`runway_secrets::preview::ENVIRONMENT`).
-const PREVIEW_ENV: &str = "preview";
-
 const REVISION_COLUMNS: &str = "id, service, env, number, name, manifest, artifact, env_vars, \
                                 secret_versions, created_by, created_at, set_vars";
 
@@ -985,11 +982,6 @@ impl<B: Backend> Store for B {
         self.write(|db, now| {
             for record in &changes.create {
                 create_service(db, now, actor, &new(record))?;
-            }
-            for record in &changes.update {
-                update_service(db, now, actor, &record.name, &update(record))?;
-            }
-            for record in changes.create.iter().chain(&changes.update) {
                 db.execute(
                     "UPDATE services SET allow_processes = ?2, inventory = ?3 WHERE name = ?1",
                     args![
@@ -997,6 +989,14 @@ impl<B: Backend> Store for B {
                         record.allow_processes,
                         &to_json(&record.upstream)?
                     ],
+                )?;
+            }
+            for record in &changes.update {
+                // Its leave to run processes is the update's; upstream's keys are the column's.
+                update_service(db, now, actor, &record.name, &update(record))?;
+                db.execute(
+                    "UPDATE services SET inventory = ?2 WHERE name = ?1",
+                    args![&record.name, &to_json(&record.upstream)?],
                 )?;
             }
             for name in &changes.decommission {
@@ -1027,7 +1027,7 @@ impl<B: Backend> Store for B {
     }
 
     fn preview_put(&self, actor: &str, new: &NewPreview) -> Result<(Preview, bool)> {
-        let service = format!("{}--{}", new.name, new.parent);
+        let service = runway_secrets::preview::service_name(&new.name, &new.parent);
         let ttl = i64::try_from(new.ttl.as_millis()).unwrap_or(i64::MAX);
         self.write(|db, now| {
             let parent = load_service(db, &new.parent)?;
@@ -1078,7 +1078,7 @@ impl<B: Backend> Store for B {
                 &NewService {
                     name: service.clone(),
                     owners: parent.owners.clone(),
-                    environments: vec![PREVIEW_ENV.to_owned()],
+                    environments: vec![runway_secrets::preview::ENVIRONMENT.to_owned()],
                 },
             )?;
             db.execute(
