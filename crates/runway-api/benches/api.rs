@@ -198,6 +198,7 @@ fn vault_secrets() {
                         name: service(n),
                         owners: vec!["team".into()],
                         environments: vec!["dev".into()],
+                        team: None,
                     },
                 )
                 .unwrap();
@@ -305,7 +306,7 @@ fn identity_tokens() {
             jwks_url: Some(format!("http://{keys_at}/keys")),
             ca_file: None,
             bindings: vec![runway_api::oidc::Binding {
-                role: runway_api::oidc::Role::Deploy,
+                role: runway_api::oidc::Role::Deployer,
                 claims: [("project_path".to_owned(), "group/app".to_owned())].into(),
                 service: service(0),
                 environments: vec!["dev".into()],
@@ -375,6 +376,7 @@ fn run(backend: &str, store: Arc<dyn Store>, services: usize) {
                     name: name.clone(),
                     owners: vec!["team".into()],
                     environments: vec!["dev".into()],
+                    team: None,
                 },
             )
             .unwrap();

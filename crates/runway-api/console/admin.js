@@ -1,19 +1,14 @@
 // The admin's pages (tokens, the audit log) and custom domains.
 
 import { api, get, enc } from './api.js';
-import { h, fill, table, badge, announce, problem, confirmAction, when, isAdmin } from './ui.js';
+import { h, fill, table, badge, announce, problem, confirmAction, when, may, isAdmin, scopeText } from './ui.js';
 
 function done(main) {
   main.dataset.ready = 'true';
   performance.mark('runway:rendered');
 }
 
-function scopeText(scope) {
-  if (scope.admin) return 'admin';
-  return `deploy: ${scope.deploy.service} in ${scope.deploy.environments.join(', ')}`;
-}
-
-/** `/ui/tokens`: every token (admin), never a token's text. */
+/** `/ui/tokens`: the tokens this one may manage (an admin's: all), never a token's text. */
 export async function tokens({ main, signal }) {
   const heading = h('h1', null, 'Tokens');
   let list;
@@ -90,10 +85,13 @@ export async function audit({ main, signal }) {
   done(main);
 }
 
-/** `/ui/domains`: custom domains, their certificates' state; an admin adds and removes them. */
+/** `/ui/domains`: custom domains, their certificates' state; a service's maintainer adds and
+ * removes its own. */
 export async function domains(context) {
   const { main, who, signal } = context;
-  const admin = isAdmin(who);
+  // A maintainer of some service adds domains to it, and removes its own.
+  const adds = may(who, 'POST', '/v1/domains');
+  const removes = (d) => may(who, 'DELETE', '/v1/domains/{domain}', d.service, d.env);
   const heading = h('h1', null, 'Custom domains');
   let list;
   try {
@@ -105,7 +103,7 @@ export async function domains(context) {
     return;
   }
   const columns = [['Domain'], ['Routes to'], ['Certificate'], ['Valid until'], ['Detail'], ['Added']];
-  if (admin) columns.push(['Action']);
+  if (list.some(removes)) columns.push(['Action']);
   const rows = list.map((d) => {
     const cells = [
       h('a', { href: d.url, title: d.url }, h('strong', null, breakable(d.domain))),
@@ -115,23 +113,24 @@ export async function domains(context) {
       domainDetail(d),
       h('span', null, when(d.created_at), ` by ${d.created_by}`),
     ];
-    if (admin) {
+    if (removes(d)) {
       cells.push(h('button', {
         type: 'button', class: 'quiet danger', 'data-key': `domain-${d.domain}`,
         'aria-label': `Remove ${d.domain}`,
         onclick: () => removeDomain(context, d),
       }, 'Remove'));
     }
+    else if (columns.length > 6) cells.push('');
     return cells;
   });
-  const form = admin ? await addForm(context) : null;
+  const form = adds ? await addForm(context) : null;
   fill(main, heading,
     h('p', { class: 'muted' }, 'A domain routes to a service in an environment once its DNS points at the ingress; ',
       'its certificate is issued by ACME and renewed before it expires.'),
-    table(null, columns, rows, admin ? 'No custom domains.' : 'No custom domains route to your service.'),
+    table(null, columns, rows, isAdmin(who) ? 'No custom domains.' : 'No custom domains route to the services you may see.'),
     form,
-    admin ? null : h('p', { class: 'muted' }, 'Only an admin adds or removes a domain (',
-      h('code', null, 'runway domains add'), '); your token sees its own service\u2019s.'));
+    adds ? null : h('p', { class: 'muted' }, 'A service\u2019s maintainer adds or removes its domains (',
+      h('code', null, 'runway domains add'), '); you see those of the services you have a role on.'));
   done(main);
 }
 
@@ -153,9 +152,11 @@ function domainDetail(d) {
   return parts.length ? h('span', null, parts) : '—';
 }
 
-/** The admin's form: a domain, the service and environment it routes to. */
+/** The form: a domain, the service and environment it routes to (those this token maintains). */
 async function addForm(context) {
-  const services = await get('/v1/services', context.signal);
+  const { who } = context;
+  const maintains = (service, env) => may(who, 'POST', '/v1/domains', service, env);
+  const services = (await get('/v1/services', context.signal)).filter((s) => maintains(s.name));
   if (services.length === 0) {
     return h('p', { class: 'muted' }, 'Onboard a service before routing a domain to it.');
   }
@@ -165,7 +166,8 @@ async function addForm(context) {
   });
   const service = h('select', { id: 'domain-service', name: 'service' }, services.map((s) => h('option', { value: s.name }, s.name)));
   const env = h('select', { id: 'domain-env', name: 'env' });
-  const envs = () => fill(env, (services.find((s) => s.name === service.value)?.environments || []).map((e) => h('option', { value: e }, e)));
+  const envs = () => fill(env, (services.find((s) => s.name === service.value)?.environments || [])
+    .filter((e) => maintains(service.value, e)).map((e) => h('option', { value: e }, e)));
   service.addEventListener('change', envs);
   envs();
   const fields = { domain, service, env };

@@ -2,7 +2,7 @@
 // endpoints), and the pages by path under /ui/ (history navigation, no reloads).
 
 import { api, ApiError } from './api.js';
-import { h, fill, announce, clearAnnouncement, isAdmin } from './ui.js';
+import { h, fill, announce, clearAnnouncement, may, setAccess, scopeText } from './ui.js';
 import { overview, serviceEnv, serviceHome } from './pages.js';
 import { tokens, audit, domains } from './admin.js';
 
@@ -25,7 +25,9 @@ let leave = new AbortController();
 
 async function boot() {
   try {
-    who = await api('GET', '/v1/whoami');
+    const [signedIn, access] = await Promise.all([api('GET', '/v1/whoami'), api('GET', '/v1/access')]);
+    who = signedIn;
+    setAccess(access);
   } catch (e) {
     if (e instanceof ApiError && e.status === 401) {
       signIn();
@@ -34,11 +36,14 @@ async function boot() {
     fill(main, h('div', { class: 'note bad', role: 'alert' }, h('p', null, `Cannot reach the control plane: ${e.message}`)));
     return;
   }
-  const scope = who.scope.admin ? 'admin' : `deploy token for ${who.scope.deploy.service}`;
-  fill(document.getElementById('who-name'), 'Signed in as ', h('strong', null, who.name), ` (${scope})`);
+  fill(document.getElementById('who-name'), 'Signed in as ', h('strong', null, who.name), ` (${scopeText(who.scope)})`);
   whoBox.hidden = false;
   nav.hidden = false;
-  for (const item of nav.querySelectorAll('[data-admin]')) item.hidden = !isAdmin(who);
+  // Each page shows where its route's role is had (`data-route`: the access table's).
+  for (const item of nav.querySelectorAll('[data-route]')) {
+    const [method, path] = item.dataset.route.split(' ');
+    item.hidden = !may(who, method, path);
+  }
   await render();
 }
 

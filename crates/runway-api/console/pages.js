@@ -5,7 +5,7 @@
 import { api, get, enc, envPath, followLogs } from './api.js';
 import {
   h, fill, table, badge, announce, problem, confirmAction, when, percent, rate, millis,
-  shortDigest, mayWrite, isAdmin, sparkline, ownerOf,
+  shortDigest, may, ENV_ROUTE, isAdmin, sparkline, ownerOf,
 } from './ui.js';
 
 /** The environment previews run in (`mr-12--app`, a service of its own, is app's preview). */
@@ -13,10 +13,7 @@ const PREVIEW = 'preview';
 
 /** The environments of `service` this token may read, in the service's order. */
 function readableEnvs(who, service) {
-  if (who.scope.admin) return service.environments;
-  const deploy = who.scope.deploy;
-  if (!deploy || deploy.service !== ownerOf(service.name)) return [];
-  return service.environments.filter((env) => deploy.environments.includes(env));
+  return service.environments.filter((env) => may(who, 'GET', `${ENV_ROUTE}/status`, service.name, env));
 }
 
 /**
@@ -128,7 +125,7 @@ export async function overview({ main, who, signal, go }) {
 
 /** A service's previews: each one's page, URL, base, last deploy and expiry, and a stop button. */
 function previewsTable(who, service, previews, go) {
-  const writable = mayWrite(who, service, PREVIEW);
+  const writable = may(who, 'DELETE', '/v1/services/{service}/previews/{name}', service, PREVIEW);
   const rows = previews.map((p) => [
     h('a', { href: `/ui/services/${enc(p.service)}/${PREVIEW}` }, p.name),
     h('a', { href: p.url, rel: 'noreferrer', class: 'wrap-any' }, p.url),
@@ -229,7 +226,10 @@ export async function serviceEnv(context) {
     // charts' points (the control plane keeps 5 minutes; the page keeps what it saw).
     samples: new Map(),
   };
-  const writable = mayWrite(who, name, env);
+  const writable = {
+    rollback: may(who, 'POST', `${ENV_ROUTE}/rollback`, name, env),
+    rollout: may(who, 'POST', `${ENV_ROUTE}/rollout`, name, env),
+  };
   const next = service.environments[service.environments.indexOf(env) + 1];
   const others = readableEnvs(who, service).filter((e) => e !== env);
 
@@ -249,13 +249,13 @@ export async function serviceEnv(context) {
       page.secrets.map((s) => [h('code', null, s.name), String(s.version), s.created_by, when(s.created_at), s.origin || 'the API']),
       'No secrets set in this environment.'));
 
-  const promoting = next && mayWrite(who, name, next);
+  const promoting = next && may(who, 'POST', '/v1/services/{service}/promote', name, next);
   const actions = promoting
     ? h('div', { class: 'actions' },
       h('button', { type: 'button', 'data-key': 'promote-env', onclick: () => promote(page, next) }, `Promote to ${next}`))
     : null;
   // What cannot be undone, at the bottom, away from the everyday buttons.
-  const danger = isAdmin(who)
+  const danger = may(who, 'DELETE', '/v1/services/{service}', name)
     ? h('section', { class: 'card danger-zone', 'aria-labelledby': 'danger-h' },
       h('h2', { id: 'danger-h' }, 'Danger zone'),
       h('p', null, `Deleting ${name} stops it in every environment (${service.environments.join(', ')}), `,
@@ -458,7 +458,7 @@ function renderRollout(page) {
         h('dt', null, 'New revision'), h('dd', null, target ? `${target}: ` : '', `${rollout.new_weight} % of the traffic`),
         h('dt', null, 'The controller says'), h('dd', { id: 'rollout-message' }, rollout.message || '—')),
       rollout.analysis ? analysis(rollout.analysis) : null,
-      page.writable ? h('div', { class: 'actions' },
+      page.writable.rollout ? h('div', { class: 'actions' },
         rollout.paused ? command('Resume', 'resume') : command('Pause', 'pause', 'quiet'),
         command('Promote now', 'promote'),
         command('Abort', 'abort', 'danger')) : null));
@@ -535,7 +535,7 @@ function renderRevisions(page) {
           when(r.created_at),
           weights.has(r.name) ? `${weights.get(r.name)} %` : '—',
           // A rejected revision is not offered back: it failed once already.
-          page.writable && r.name !== soleServing && !rejected.has(r.name)
+          page.writable.rollback && r.name !== soleServing && !rejected.has(r.name)
             ? h('button', { type: 'button', class: 'quiet', 'data-key': `rollback-${r.name}`, onclick: () => rollback(page, r) }, `Roll back to ${r.name.replace(/^.*-(\d+)$/, '#$1')}`)
             : '',
         ]),

@@ -208,12 +208,44 @@ export function shortDigest(text) {
   return h('span', { class: 'mono wrap-any', title: text }, `${text.slice(0, at)}sha256:${text.slice(at + 7, at + 19)}`);
 }
 
-/** Whether the signed-in token may write in `service`/`env` (the API decides; this hides buttons). */
-export function mayWrite(who, service, env) {
-  if (who.scope.admin) return true;
-  const deploy = who.scope.deploy;
-  return Boolean(deploy && deploy.service === ownerOf(service) && deploy.environments.includes(env));
+/** The access table (GET /v1/access): what each route needs, which the server enforces. */
+let ACCESS = [];
+export function setAccess(table) { ACCESS = table; }
+
+const RANK = { viewer: 1, deployer: 2, maintainer: 3 };
+
+/** The signed-in token's grants: `[{role, service | team | every_service, environments}]`. */
+function grantsOf(who) {
+  if (who.scope.deploy) return [{ role: 'deployer', ...who.scope.deploy }];
+  if (who.scope.role) return [who.scope.role];
+  return [];
 }
+
+/** Whether `grant` is on `service` (a preview is its parent's); any service when none is named. */
+function covers(who, grant, service) {
+  if (grant.every_service || service === undefined) return true;
+  const owner = ownerOf(service);
+  if (grant.service) return grant.service === owner;
+  return Boolean(grant.team && (who.team_services?.[grant.team] || []).includes(owner));
+}
+
+/**
+ * Whether the signed-in token may call `method path` (as the access table names it) on
+ * `service` in `env`: each console action names its route, and the table says the role. The
+ * API decides; this hides what would be refused. Without a service, whether it may somewhere.
+ */
+export function may(who, method, path, service, env) {
+  const entry = ACCESS.find((e) => e.method === method && e.path === path);
+  if (!entry) return false;
+  if (entry.needs === 'public' || entry.needs === 'signed') return true;
+  if (who.scope.admin) return true;
+  if (entry.needs === 'admin') return false;
+  return grantsOf(who).some((g) => RANK[g.role] >= RANK[entry.needs] && covers(who, g, service)
+    && (!env || !g.environments || g.environments.includes(env)));
+}
+
+/** The path of a service's routes in an environment, as the access table names them. */
+export const ENV_ROUTE = '/v1/services/{service}/environments/{env}';
 
 /** The service whose tokens act on `name`: a preview's parent (`mr-12--app` is app's), else itself. */
 export function ownerOf(name) {
@@ -222,3 +254,12 @@ export function ownerOf(name) {
 }
 
 export const isAdmin = (who) => Boolean(who.scope.admin);
+
+/** A token's scope in a few words. */
+export function scopeText(scope) {
+  if (scope.admin) return 'admin';
+  if (scope.deploy) return `deploy: ${scope.deploy.service} in ${scope.deploy.environments.join(', ')}`;
+  const g = scope.role;
+  const on = g.service || (g.team ? `team ${g.team}'s services` : 'every service');
+  return `${g.role}: ${on} in ${g.environments ? g.environments.join(', ') : 'every environment'}`;
+}

@@ -15,17 +15,17 @@
 //! the browser says where it comes from (`Origin`), come from the API's own origin; it is
 //! refused with a 403 otherwise ([`from_console`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::header::{AUTHORIZATION, COOKIE, HOST, ORIGIN};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use runway_secrets::{Action, ActionKind, Denied, PlaintextToken, Scope, TokenKind};
+use runway_secrets::{Action, Denied, Env, Grant, Need, PlaintextToken, Scope, Target, TokenKind};
 use runway_store::{NewToken, Store, Timestamp, TokenScope};
 
 use crate::error::ApiError;
-use crate::oidc::Role;
 use crate::state::ApiState;
 
 /// The one message for a missing, malformed or unknown token.
@@ -47,6 +47,10 @@ pub struct Caller {
     pub name: String,
     /// What it allows, as the store keeps it.
     pub scope: TokenScope,
+    /// What it allows, as the policy reads it.
+    pub(crate) policy: Scope,
+    /// The team of each service a team it has a grant on owns.
+    pub(crate) teams: Arc<BTreeMap<String, String>>,
     /// When it stops working (Unix milliseconds).
     pub(crate) expires_at: Option<i64>,
     /// The token's hash (empty for an identity token, which the store does not hold): how a
@@ -56,8 +60,9 @@ pub struct Caller {
     pub(crate) parent: Option<i64>,
     /// A CI job of a merge request from a fork: its previews get no secrets.
     pub(crate) fork: bool,
-    /// Reads only, whatever its scope allows (an identity bound with role `reader`).
-    pub(crate) read_only: bool,
+    /// What the request's route needs ([`crate::access::ROUTES`]), for the handler's checks of
+    /// the services it finds.
+    pub(crate) route: Option<Need>,
 }
 
 impl Caller {
@@ -66,45 +71,55 @@ impl Caller {
         &self.name
     }
 
-    /// Whether this token may act on `service` (or across services) in `env` (or the whole
-    /// service): 403 if not.
+    /// Whether this caller has `need` on `service` (or across services) at `env`: 403 if not
+    /// (401 once the token expired).
     ///
     /// # Errors
-    /// The refusal, as a 403.
-    pub fn allow(
+    /// The refusal.
+    pub(crate) fn check(
         &self,
-        kind: ActionKind,
+        need: Need,
         service: Option<&str>,
-        env: Option<&str>,
+        env: Env<'_>,
     ) -> Result<(), ApiError> {
-        let scope = match &self.scope {
-            TokenScope::Admin => Scope::Admin,
-            TokenScope::Deploy {
-                service,
-                environments,
-            } => Scope::Deploy {
-                service: service.clone(),
-                environments: environments.clone(),
-                expires_at: self.expires_at,
-            },
+        let team = service
+            .and_then(|s| self.teams.get(runway_secrets::preview::owner(s)))
+            .map(String::as_str);
+        let action = Action {
+            service,
+            team,
+            env,
+            need,
         };
-        if self.read_only && kind != ActionKind::Read {
-            return Err(ApiError::forbidden(
-                "this identity reads only (its binding's role is `reader`): it changes nothing",
-            ));
-        }
-        let action = Action { service, env, kind };
-        runway_secrets::authorize(&scope, &action, Timestamp::now().unix_millis(), false).map_err(
-            |denied| match denied {
+        runway_secrets::authorize(&self.policy, &action, Timestamp::now().unix_millis(), false)
+            .map_err(|denied| match denied {
                 Denied::Revoked | Denied::Expired => ApiError::unauthorized(denied.to_string()),
                 other => ApiError::forbidden(other.to_string()),
-            },
-        )
+            })
     }
 
-    /// Whether this token is an admin token.
+    /// [`Caller::check`] with what the route needs: for a service the handler found.
+    ///
+    /// # Errors
+    /// The refusal.
+    pub(crate) fn allow(&self, service: &str, env: Env<'_>) -> Result<(), ApiError> {
+        self.check(self.need(), Some(service), env)
+    }
+
+    /// Whether the route's need is met on `service` at `env`: what a list shows.
+    pub(crate) fn shows(&self, service: &str, env: Env<'_>) -> bool {
+        self.allow(service, env).is_ok()
+    }
+
+    /// What the route needs; an admin when the route said nothing (a handler called outside
+    /// the gate asks the most).
+    fn need(&self) -> Need {
+        self.route.unwrap_or(Need::Admin)
+    }
+
+    /// Whether this token is a platform admin's.
     pub fn is_admin(&self) -> bool {
-        matches!(self.scope, TokenScope::Admin)
+        self.policy == Scope::Admin
     }
 }
 
@@ -112,26 +127,35 @@ impl FromRequestParts<ApiState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, ApiError> {
-        if parts.headers.get(AUTHORIZATION).is_none()
-            && let Some(text) = session_cookie(&parts.headers)
-        {
-            if parts.method != Method::GET && parts.method != Method::HEAD {
-                from_console(&parts.headers)?;
-            }
-            return token_caller(state, text).await;
+        match parts.extensions.get::<Self>() {
+            Some(caller) => Ok(caller.clone()),
+            None => authenticate(parts, state).await,
         }
-        let text = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .ok_or_else(|| ApiError::unauthorized(UNAUTHORIZED))?;
-        caller_for(state, text).await
     }
+}
+
+/// The caller a request's credential proves: its bearer token, or the console's session
+/// cookie (a change made with which must be the console's own, see [`from_console`]).
+pub(crate) async fn authenticate(parts: &Parts, state: &ApiState) -> Result<Caller, ApiError> {
+    if parts.headers.get(AUTHORIZATION).is_none()
+        && let Some(text) = session_cookie(&parts.headers)
+    {
+        if parts.method != Method::GET && parts.method != Method::HEAD {
+            from_console(&parts.headers)?;
+        }
+        return token_caller(state, text).await;
+    }
+    let text = parts
+        .headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .ok_or_else(|| ApiError::unauthorized(UNAUTHORIZED))?;
+    caller_for(state, text).await
 }
 
 /// The caller a credential's text proves: a CI job's identity token when OIDC issuers are
@@ -140,7 +164,7 @@ pub(crate) async fn caller_for(state: &ApiState, text: &str) -> Result<Caller, A
     if let Some(verifier) = &state.oidc
         && crate::oidc::looks_like_jwt(text)
     {
-        return identity_caller(verifier, text).await;
+        return identity_caller(state, verifier, text).await;
     }
     token_caller(state, text).await
 }
@@ -161,16 +185,49 @@ pub(crate) async fn token_caller(state: &ApiState, text: &str) -> Result<Caller,
     if !found.is_active_at(Timestamp::now()) {
         return Err(ApiError::unauthorized(Denied::Expired.to_string()));
     }
+    let expires_at = found.expires_at.map(Timestamp::unix_millis);
+    let policy = found.scope.policy(expires_at);
     Ok(Caller {
         id: found.id,
         name: found.name,
         scope: found.scope,
-        expires_at: found.expires_at.map(Timestamp::unix_millis),
+        teams: team_services(state, &policy).await?,
+        policy,
+        expires_at,
         hash,
         parent: found.parent,
         fork: false,
-        read_only: false,
+        route: None,
     })
+}
+
+/// The team of each service owned by a team `policy` has a grant on: one look at the store,
+/// only for a caller with such a grant.
+async fn team_services(
+    state: &ApiState,
+    policy: &Scope,
+) -> Result<Arc<BTreeMap<String, String>>, ApiError> {
+    let teams: Vec<String> = match policy {
+        Scope::Grants { grants, .. } => grants
+            .iter()
+            .filter_map(|g| match &g.on {
+                Target::Team(team) => Some(team.clone()),
+                _ => None,
+            })
+            .collect(),
+        Scope::Admin => Vec::new(),
+    };
+    if teams.is_empty() {
+        return Ok(Arc::default());
+    }
+    let services = state.store(|s| Ok(s.service_list()?)).await?;
+    Ok(Arc::new(
+        services
+            .into_iter()
+            .filter_map(|s| Some((s.name, s.team?)))
+            .filter(|(_, team)| teams.contains(team))
+            .collect(),
+    ))
 }
 
 /// The console session's token, from the `Cookie` headers; none when absent or empty.
@@ -218,43 +275,53 @@ pub(crate) fn from_console(headers: &HeaderMap) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The caller an identity token proves: a deploy scope from its binding, until its `exp`.
-/// The reason for a refusal goes to the server's log; the client learns only 401 or 403.
+/// The caller an identity token proves: its binding's role, until its `exp`. The reason for
+/// a refusal goes to the server's log; the client learns only 401 or 403.
 async fn identity_caller(
+    state: &ApiState,
     verifier: &crate::oidc::Verifier,
     token: &str,
 ) -> Result<Caller, ApiError> {
-    match verifier.verify(token).await {
-        Ok(identity) => Ok(Caller {
-            id: 0,
-            name: identity.actor(),
-            scope: match identity.role {
-                Role::Deploy => TokenScope::Deploy {
-                    service: identity.service.clone(),
-                    environments: identity.environments.clone(),
-                },
-                Role::Admin | Role::Reader => TokenScope::Admin,
-            },
-            expires_at: Some(identity.expires_at),
-            hash: Vec::new(),
-            parent: None,
-            fork: identity.fork,
-            read_only: identity.role == Role::Reader,
-        }),
+    let identity = match verifier.verify(token).await {
+        Ok(identity) => identity,
         Err(refusal) => {
             tracing::warn!(reason = %refusal, "identity token refused");
-            Err(match refusal {
+            return Err(match refusal {
                 crate::oidc::Refusal::Unbound { .. } => {
                     ApiError::forbidden("this identity token may do nothing here")
                 }
                 _ => ApiError::unauthorized(UNAUTHORIZED),
-            })
+            });
         }
-    }
+    };
+    let scope = match identity.role.grant() {
+        None => TokenScope::Admin,
+        Some(role) => TokenScope::Grant {
+            grant: Grant {
+                role,
+                on: if identity.service.is_empty() {
+                    Target::AnyService
+                } else {
+                    Target::Service(identity.service.clone())
+                },
+                environments: identity.environments.clone(),
+            },
+        },
+    };
+    let policy = scope.policy(Some(identity.expires_at));
+    Ok(Caller {
+        id: 0,
+        name: identity.actor(),
+        scope,
+        teams: team_services(state, &policy).await?,
+        policy,
+        expires_at: Some(identity.expires_at),
+        hash: Vec::new(),
+        parent: None,
+        fork: identity.fork,
+        route: None,
+    })
 }
-
-/// Read, write or admin: shorthand for handlers.
-pub(crate) use ActionKind::{Admin, Read, Write};
 
 /// Makes the first admin token, named `admin`, when the store has no admin token yet, and
 /// returns its text, which exists nowhere else: the server prints it once at its first start.

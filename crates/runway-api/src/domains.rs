@@ -7,7 +7,9 @@
 
 use axum::http::StatusCode;
 
-use crate::auth::{Admin, Caller, Read};
+use runway_secrets::{Env, Need, Role};
+
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path};
 use crate::state::ApiState;
@@ -90,7 +92,7 @@ pub fn check_domain(name: &str, reserved: &[String]) -> ApiResult<String> {
     Ok(name)
 }
 
-/// Every custom domain (a deploy token sees its own service's).
+/// Every custom domain the caller may see (those of the services it has a role on).
 #[utoipa::path(get, path = "/v1/domains", responses((status = 200, body = Vec<DomainView>)))]
 pub(crate) async fn list_domains(
     caller: Caller,
@@ -101,13 +103,14 @@ pub(crate) async fn list_domains(
     Ok(axum::Json(
         domains
             .into_iter()
-            .filter(|d| caller.allow(Read, Some(&d.service), Some(&d.env)).is_ok())
+            .filter(|d| caller.shows(&d.service, Env::One(&d.env)))
             .map(|d| settings.view(d))
             .collect(),
     ))
 }
 
-/// Routes a custom domain to a service's environment and orders its certificate (admin).
+/// Routes a custom domain to a service's environment and orders its certificate (a
+/// maintainer of that environment).
 #[utoipa::path(post, path = "/v1/domains", request_body = AddDomain,
     responses((status = 201, body = DomainView)))]
 pub(crate) async fn add_domain(
@@ -115,10 +118,10 @@ pub(crate) async fn add_domain(
     state: axum::extract::State<ApiState>,
     Json(body): Json<AddDomain>,
 ) -> ApiResult<(StatusCode, axum::Json<DomainView>)> {
-    caller.allow(Admin, None, None)?;
+    caller.allow(&body.service, Env::One(&body.env))?;
     let settings = state.platform.domains();
     let name = check_domain(&body.domain, &settings.reserved)?;
-    let actor = caller.name.clone();
+    let (actor, admin) = (caller.name.clone(), caller.is_admin());
     let (service, env) = (body.service, body.env);
     let added = state
         .store(move |s| {
@@ -135,14 +138,22 @@ pub(crate) async fn add_domain(
                 ))
                 .field("env"));
             }
-            Ok(s.domain_add(&actor, &name, &service, &env)?)
+            s.domain_add(&actor, &name, &service, &env)
+                .map_err(|e| match e {
+                    // Whose it is is an admin's to know, not another tenant's.
+                    runway_store::StoreError::Conflict(_) if !admin => {
+                        ApiError::conflict(format!("{name} is routed to another service already"))
+                            .field("domain")
+                    }
+                    other => other.into(),
+                })
         })
         .await?;
     state.platform.domains_changed();
     Ok((StatusCode::CREATED, axum::Json(settings.view(added))))
 }
 
-/// Removes a custom domain and its certificate (admin).
+/// Removes a custom domain and its certificate (a maintainer of its service's environment).
 #[utoipa::path(delete, path = "/v1/domains/{domain}", params(("domain" = String, Path)),
     responses((status = 204)))]
 pub(crate) async fn remove_domain(
@@ -150,15 +161,26 @@ pub(crate) async fn remove_domain(
     state: axum::extract::State<ApiState>,
     Path(domain): Path<String>,
 ) -> ApiResult<StatusCode> {
-    caller.allow(Admin, None, None)?;
     let actor = caller.name.clone();
     let name = domain.trim_end_matches('.').to_ascii_lowercase();
+    let not_found = || ApiError::not_found(format!("domain {name:?} not found"));
+    let domains = state.store(|s| Ok(s.domain_list()?)).await?;
+    // Another service's domain is not found by whoever may not see that service.
+    let found = domains
+        .into_iter()
+        .find(|d| d.name == name)
+        .filter(|d| {
+            caller
+                .check(Need::Role(Role::Viewer), Some(&d.service), Env::One(&d.env))
+                .is_ok()
+        })
+        .ok_or_else(not_found)?;
+    caller.allow(&found.service, Env::One(&found.env))?;
+    let gone = not_found();
     state
         .store(move |s| {
             s.domain_remove(&actor, &name).map_err(|e| match e {
-                runway_store::StoreError::NotFound { .. } => {
-                    ApiError::not_found(format!("domain {name:?} not found"))
-                }
+                runway_store::StoreError::NotFound { .. } => gone,
                 other => other.into(),
             })
         })

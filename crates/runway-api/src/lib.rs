@@ -79,12 +79,16 @@
 //!   validated by `runway-manifest`, the image pinned to a digest through the platform, Vault's
 //!   values mirrored into the sealed store when their version changed). `platform.rs`: the
 //!   `Platform` trait, what the API needs from outside the store; `runway-server` implements it.
+//! - `access.rs`: the one table of what every route needs (public, signed, a role on the
+//!   path's service, admin), enforced before a handler runs and served at `GET /v1/access`.
 //! - `auth.rs`: bearer tokens and the console's session cookie, the first admin token and its
 //!   recovery (`runway server admin-token`). `session.rs`: `POST` and `DELETE /v1/session`.
-//! - `oidc.rs`: CI identity tokens (OIDC JWTs from `api.oidc.issuers`) bound to a deploy scope;
+//!   `teams.rs`: teams (`/v1/teams`), whose members have a role on the services they own.
+//! - `oidc.rs`: CI identity tokens (OIDC JWTs from `api.oidc.issuers`) bound to a role;
 //!   audit actor `oidc:{iss} {sub} pipeline {id}`. `vault.rs`: secrets read from OpenBao or
 //!   Vault (`secrets.vault`, KV v2), signed in with a token file or a JWT auth role.
-//! - `domains.rs`: custom domains (`/v1/domains`), mapped by an admin, the name checked.
+//! - `domains.rs`: custom domains (`/v1/domains`), mapped by a service's maintainer, the name
+//!   checked.
 //! - `registry.rs`: who may pull and push at `/v2/`, the platform registry (`runway-registry`)
 //!   served beside the API: the API's tokens, a repository per service.
 //! - `metrics.rs`: the API's own `/metrics` and Prometheus's HTTP service discovery
@@ -104,6 +108,7 @@
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
 
+pub mod access;
 mod auth;
 pub mod config;
 pub mod console;
@@ -124,6 +129,7 @@ mod server;
 mod session;
 mod state;
 mod stream;
+mod teams;
 mod tls;
 pub mod types;
 pub mod vault;

@@ -65,14 +65,16 @@ pub struct Binding {
     /// Each claim's required value, as text (`ref_protected: "true"`,
     /// `project_path: group/app`). A claim the token lacks does not match.
     pub claims: BTreeMap<String, String>,
-    /// What its tokens are: a deploy token's (the default), an admin's, or a reader's.
+    /// What its tokens may do: a role on `service` (every service when it names none), or
+    /// `admin`. `deployer` by default.
     #[serde(default)]
     pub role: Role,
-    /// The service a `deploy` binding may deploy and read; none for the other roles.
+    /// The service its tokens act on; none for every service (and for `admin`).
     #[serde(default)]
     pub service: String,
-    /// The environments a `deploy` binding may act in; none for the other roles. A token with
-    /// an `environment` claim is narrowed to it.
+    /// The environments its tokens act in: for a binding on one service, these only (none
+    /// when empty); for one on every service, these, or every one when empty. A token with an
+    /// `environment` claim is narrowed to it.
     #[serde(default)]
     pub environments: Vec<String>,
 }
@@ -81,38 +83,43 @@ pub struct Binding {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
-    /// Act on one service in some environments, as a deploy token.
+    /// Read (`reader`, the name earlier versions gave it on every service).
+    #[serde(alias = "reader")]
+    Viewer,
+    /// Deploy (`deploy`, the name earlier versions gave it).
     #[default]
-    Deploy,
+    #[serde(alias = "deploy")]
+    Deployer,
+    /// Also secrets, tokens and domains.
+    Maintainer,
     /// Anything, as an admin token: bind it to protected refs only.
     Admin,
-    /// Read anything, change nothing (`runway inventory diff` in a merge request).
-    Reader,
+}
+
+impl Role {
+    /// The role on services it grants; `None` for `admin`.
+    pub fn grant(self) -> Option<runway_secrets::Role> {
+        match self {
+            Self::Viewer => Some(runway_secrets::Role::Viewer),
+            Self::Deployer => Some(runway_secrets::Role::Deployer),
+            Self::Maintainer => Some(runway_secrets::Role::Maintainer),
+            Self::Admin => None,
+        }
+    }
 }
 
 impl Binding {
-    /// Why this binding cannot be used, if it cannot: a `deploy` binding names a service, the
-    /// other roles none and no environments.
+    /// Why this binding cannot be used, if it cannot: an `admin` binding names no service and
+    /// no environments.
     pub fn check(&self) -> Result<(), String> {
-        match self.role {
-            Role::Deploy if self.service.is_empty() => {
-                Err("a deploy binding names its `service`".to_owned())
-            }
-            Role::Admin | Role::Reader
-                if !self.service.is_empty() || !self.environments.is_empty() =>
-            {
-                Err(format!(
-                    "a binding with role `{}` acts on every service: it names no `service` and \
-                     no `environments`",
-                    if self.role == Role::Admin {
-                        "admin"
-                    } else {
-                        "reader"
-                    }
-                ))
-            }
-            _ => Ok(()),
+        if self.role == Role::Admin && (!self.service.is_empty() || !self.environments.is_empty()) {
+            return Err(
+                "a binding with role `admin` acts on everything: it names no `service` and no \
+                 `environments`"
+                    .to_owned(),
+            );
         }
+        Ok(())
     }
 }
 
@@ -123,10 +130,11 @@ pub struct Identity {
     pub subject: String,
     pub project: Option<String>,
     pub pipeline: Option<String>,
-    /// What the binding allows: its role, and for `deploy` its service and environments.
+    /// What the binding allows: its role, its service (none for every service) and its
+    /// environments (`None` for every one).
     pub role: Role,
     pub service: String,
-    pub environments: Vec<String>,
+    pub environments: Option<Vec<String>>,
     /// A merge request's pipeline from a fork, run in the project (GitLab names the fork in
     /// `project_path` and the project the job runs in in `job_project_path`): its previews
     /// get no secrets.
@@ -283,6 +291,10 @@ impl Verifier {
                 issuer: issuer.config.issuer.clone(),
                 subject: claims.sub.clone(),
             })?;
+        // A binding on one service acts in its list; one on every service in its list, or
+        // everywhere when it lists none.
+        let allowed = (!binding.service.is_empty() || !binding.environments.is_empty())
+            .then(|| binding.environments.clone());
         // A job's `environment` narrows what its binding allows; GitLab's review apps
         // (`review/…`) are previews.
         let environments = match text("environment") {
@@ -292,14 +304,12 @@ impl Verifier {
                 } else {
                     env
                 };
-                binding
-                    .environments
-                    .iter()
-                    .filter(|e| **e == env)
-                    .cloned()
-                    .collect()
+                Some(match allowed {
+                    None => vec![env],
+                    Some(list) => list.into_iter().filter(|e| *e == env).collect(),
+                })
             }
-            None => binding.environments.clone(),
+            None => allowed,
         };
         let fork = text("job_project_path").is_some_and(|job| Some(job) != text("project_path"));
         Ok(Identity {

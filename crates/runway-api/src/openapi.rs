@@ -11,16 +11,19 @@ use utoipa::OpenApi;
 use crate::error::{ErrorBody, ErrorDetail};
 use crate::types::{DIGEST_PATTERN, LABEL_MAX, LABEL_PATTERN};
 
-/// The routes that need no token.
-pub const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/openapi.json", "/metrics"];
+/// The routes that need no credential at all ([`crate::access::Needs::Public`]; signing in
+/// takes one in its body).
+pub const PUBLIC_PATHS: [&str; 4] = ["/healthz", "/openapi.json", "/metrics", "/v1/access"];
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Runway control-plane API",
         description = "Services, deployments, revisions, secrets, tokens and the audit log. \
-            Every route but /healthz, /metrics and /openapi.json needs `Authorization: Bearer \
-            <token>` (or the web console's session cookie, `POST /v1/session`). Errors are \
+            Every route but /healthz, /metrics, /openapi.json and /v1/access needs \
+            `Authorization: Bearer <token>` (or the web console's session cookie, `POST \
+            /v1/session`); what each needs (a role on the service, or an admin) is its \
+            `x-runway-access`, the table `GET /v1/access` serves. Errors are \
             `{\"error\": {\"code\", \"message\", \"field\"}}`."
     ),
     // The watch stream's events (a text/event-stream body the handler cannot type).
@@ -107,6 +110,12 @@ fn complete(doc: &mut Value) {
             let Some(operation) = operation.as_object_mut() else {
                 continue;
             };
+            if let Some(entry) = crate::access::find(method, path) {
+                operation.insert(
+                    "x-runway-access".into(),
+                    json!({ "needs": entry.needs, "on": entry.on }),
+                );
+            }
             let has_body = operation.contains_key("requestBody");
             constrain_path_parameters(operation);
             if let Some(body) = operation.get_mut("requestBody") {

@@ -16,7 +16,9 @@ use runway_secrets::preview;
 use runway_store::NewPreview;
 use serde_json::json;
 
-use crate::auth::{Caller, Read, Write};
+use runway_secrets::Env;
+
+use crate::auth::Caller;
 use crate::deploy::{self, PreviewOf};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Path;
@@ -36,7 +38,7 @@ pub(crate) async fn deploy_preview(
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
     let env = preview::ENVIRONMENT;
     caller
-        .allow(Write, Some(parent), Some(env))
+        .allow(parent, Env::One(env))
         .map_err(|e| e.field("preview"))?;
     check_enabled(state)?;
     known_env(state, base_env)?;
@@ -102,11 +104,9 @@ pub(crate) async fn deploy_preview(
 #[utoipa::path(get, path = "/v1/services/{service}/previews",
     params(("service" = String, Path)), responses((status = 200, body = Vec<PreviewView>)))]
 pub(crate) async fn list_previews(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path(service): Path<String>,
 ) -> ApiResult<axum::Json<Vec<PreviewView>>> {
-    caller.allow(Read, Some(&service), Some(preview::ENVIRONMENT))?;
     let previews = state
         .store(move |s| {
             s.service_get(&service)?;
@@ -116,14 +116,17 @@ pub(crate) async fn list_previews(
     Ok(axum::Json(views(&state, previews)))
 }
 
-/// Every service's previews (admin).
+/// The previews of every service the caller may see.
 #[utoipa::path(get, path = "/v1/previews", responses((status = 200, body = Vec<PreviewView>)))]
 pub(crate) async fn list_all_previews(
     caller: Caller,
     state: axum::extract::State<ApiState>,
 ) -> ApiResult<axum::Json<Vec<PreviewView>>> {
-    caller.allow(Read, None, None)?;
     let previews = state.store(|s| Ok(s.preview_list(None)?)).await?;
+    let previews = previews
+        .into_iter()
+        .filter(|p| caller.shows(&p.service, Env::One(preview::ENVIRONMENT)))
+        .collect();
     Ok(axum::Json(views(&state, previews)))
 }
 
@@ -136,7 +139,6 @@ pub(crate) async fn stop_preview(
     state: axum::extract::State<ApiState>,
     Path((parent, name)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<Decommissioned>> {
-    caller.allow(Write, Some(&parent), Some(preview::ENVIRONMENT))?;
     let missing = || ApiError::not_found(format!("{parent} has no preview {name:?}"));
     // A name no preview can have names none there is.
     let service = preview_service(&parent, &name).map_err(|_| missing())?;

@@ -26,7 +26,9 @@ use base64::Engine as _;
 use ring::hmac;
 use runway_registry::{Access, Authorizer, Refusal};
 
-use crate::auth::{Caller, Read};
+use runway_secrets::{Env, Need, Role};
+
+use crate::auth::Caller;
 use crate::state::ApiState;
 
 /// The path component, after the service's, of the repositories the server mirrors into.
@@ -227,7 +229,12 @@ fn pull_refusal(puller: Puller<'_>, repository: Option<&str>, access: Access) ->
 fn refusal(caller: &Caller, repository: &str, access: Access) -> Option<Refusal> {
     let mut parts = repository.split('/');
     let service = parts.next().unwrap_or_default();
-    if let Err(e) = caller.allow(Read, Some(service), None) {
+    // What crate::access::REGISTRY says: pulling reads the service, pushing deploys it.
+    let (need, at) = match access {
+        Access::Pull => (Role::Viewer, Env::Whole),
+        Access::Push => (Role::Deployer, Env::Any),
+    };
+    if let Err(e) = caller.check(Need::Role(need), Some(service), at) {
         return Some(Refusal::Denied(e.message().to_owned()));
     }
     if access == Access::Pull {

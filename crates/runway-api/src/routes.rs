@@ -1,18 +1,21 @@
-//! The handlers, one per route of the contract. Each authenticates ([`Caller`] comes first
-//! among its extractors, so no body is read for a caller without a token), authorizes its
-//! action, and calls the store off the async threads or the platform.
+//! The handlers, one per route of the contract. The gate ([`crate::access`]) has
+//! authenticated the caller and checked the route's role on the path's service before a
+//! handler runs (so no body is read for a caller without a token); a handler checks the
+//! services it finds itself, and calls the store off the async threads or the platform.
+
+use std::collections::BTreeMap;
 
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use runway_secrets::{SecretValue, TokenKind};
+use runway_secrets::{Env, SecretValue, Target, TokenKind};
 use runway_store::{
     DesiredRevision, NewService, NewToken, ServiceUpdate, StoreError, Timestamp, TokenScope,
 };
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::auth::{Admin, Caller, Read, Write};
+use crate::auth::Caller;
 use crate::deploy;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
@@ -36,6 +39,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(service_dashboard))
         .routes(routes!(openapi_json))
         .routes(routes!(whoami))
+        .routes(routes!(crate::access::access_table))
         .routes(routes!(create_service, list_services))
         .routes(routes!(get_service, update_service, decommission_service))
         .routes(routes!(deploy_handler, list_deployments))
@@ -68,6 +72,12 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(crate::previews::stop_preview))
         .routes(routes!(crate::previews::list_all_previews))
         .routes(routes!(crate::inventory::inventory))
+        .routes(routes!(crate::teams::list_teams))
+        .routes(routes!(
+            crate::teams::get_team,
+            crate::teams::put_team,
+            crate::teams::delete_team
+        ))
         .merge(crate::console::routes(OpenApiRouter::new()))
 }
 
@@ -190,10 +200,8 @@ async fn metrics(state: axum::extract::State<ApiState>) -> Response {
 #[utoipa::path(get, path = "/v1/prometheus/targets",
     responses((status = 200, body = Vec<crate::metrics::TargetGroup>)))]
 async fn prometheus_targets(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
 ) -> JsonResponse<Vec<crate::metrics::TargetGroup>> {
-    caller.allow(Admin, None, None)?;
     let desired = state.store(|s| Ok(s.desired_list()?)).await?;
     let mut groups = state.platform.metrics_endpoints();
     for wanted in desired {
@@ -233,11 +241,7 @@ async fn prometheus_targets(
 #[utoipa::path(get, path = "/v1/observability/rules",
     responses((status = 200, description = "A Prometheus rule file (YAML): `groups`",
         body = Object, content_type = "application/yaml")))]
-async fn observability_rules(
-    caller: Caller,
-    state: axum::extract::State<ApiState>,
-) -> ApiResult<Response> {
-    caller.allow(Admin, None, None)?;
+async fn observability_rules(state: axum::extract::State<ApiState>) -> ApiResult<Response> {
     let base = state.runbook_base.clone();
     let generated = state
         .store(move |s| {
@@ -257,11 +261,9 @@ async fn observability_rules(
     params(("service" = String, Path)),
     responses((status = 200, description = "A Grafana dashboard", body = Object)))]
 async fn service_dashboard(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path(service): Path<String>,
 ) -> JsonResponse<serde_json::Value> {
-    caller.allow(Read, Some(&service), None)?;
     let base = state.runbook_base.clone();
     let name = service.clone();
     let slos = state
@@ -292,7 +294,7 @@ async fn traffic(
     let all = state.platform.traffic();
     Ok(axum::Json(
         all.into_iter()
-            .filter(|t| caller.allow(Read, Some(&t.service), Some(&t.env)).is_ok())
+            .filter(|t| caller.shows(&t.service, Env::One(&t.env)))
             .collect(),
     ))
 }
@@ -311,10 +313,17 @@ async fn openapi_json() -> Response {
 /// The token making the request.
 #[utoipa::path(get, path = "/v1/whoami", responses((status = 200, body = WhoAmI)))]
 async fn whoami(caller: Caller) -> axum::Json<WhoAmI> {
+    let mut team_services: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (service, team) in caller.teams.iter() {
+        team_services
+            .entry(team.clone())
+            .or_default()
+            .push(service.clone());
+    }
     axum::Json(WhoAmI {
         token_id: caller.id,
         scope: ScopeView::from(&caller.scope),
-        read_only: caller.read_only,
+        team_services,
         name: caller.name,
     })
 }
@@ -327,7 +336,6 @@ async fn create_service(
     state: axum::extract::State<ApiState>,
     Json(body): Json<CreateService>,
 ) -> ApiResult<(StatusCode, axum::Json<ServiceView>)> {
-    caller.allow(Admin, None, None)?;
     if !is_label(&body.name) {
         return Err(ApiError::invalid(format!(
             "service name {:?} is not a DNS label ({LABEL_RULE})",
@@ -352,12 +360,24 @@ async fn create_service(
         name: body.name,
         owners: body.owners,
         environments,
+        team: body.team,
     };
     let actor = caller.name.clone();
     let service = state
-        .store(move |s| Ok(s.service_create(&actor, &new)?))
+        .store(move |s| s.service_create(&actor, &new).map_err(no_such_team))
         .await?;
     Ok((StatusCode::CREATED, axum::Json(service.into())))
+}
+
+/// A team named in a request that does not exist: the request's mistake (`team`).
+fn no_such_team(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound { kind: "team", name } => ApiError::invalid(format!(
+            "there is no team {name:?}: an admin makes it first (`runway team set {name}`)"
+        ))
+        .field("team"),
+        other => other.into(),
+    }
 }
 
 /// A service's environments: at least one, each one of the server's.
@@ -380,7 +400,7 @@ fn check_environments(state: &ApiState, environments: &[String]) -> ApiResult<()
     Ok(())
 }
 
-/// Changes a service's owners, environments or leave to deploy plain processes (admin).
+/// Changes a service's owners, environments, team or leave to deploy plain processes (admin).
 #[utoipa::path(patch, path = "/v1/services/{service}", params(("service" = String, Path)),
     request_body = Option<UpdateService>, responses((status = 200, body = ServiceView)))]
 async fn update_service(
@@ -389,7 +409,6 @@ async fn update_service(
     Path(service): Path<String>,
     Json(body): Json<UpdateService>,
 ) -> JsonResponse<ServiceView> {
-    caller.allow(Admin, Some(&service), None)?;
     if let Some(environments) = &body.environments {
         check_environments(&state, environments)?;
     }
@@ -408,6 +427,7 @@ async fn update_service(
         owners: body.owners,
         environments: body.environments,
         allow_processes: body.allow_processes,
+        team: body.team.map(|team| Some(team).filter(|t| !t.is_empty())),
     };
     let (actor, add) = (caller.name.clone(), body.add_environments);
     let updated = state
@@ -421,14 +441,15 @@ async fn update_service(
                 }
                 update.environments = Some(environments);
             }
-            Ok(s.service_update(&actor, &service, &update)?)
+            s.service_update(&actor, &service, &update)
+                .map_err(no_such_team)
         })
         .await?;
     state.platform.wake();
     Ok(axum::Json(updated.into()))
 }
 
-/// Every service (a deploy token sees its own only).
+/// Every service the caller has a role on (an admin's: all of them).
 #[utoipa::path(get, path = "/v1/services", responses((status = 200, body = Vec<ServiceView>)))]
 async fn list_services(
     caller: Caller,
@@ -440,7 +461,7 @@ async fn list_services(
             .into_iter()
             // Previews are listed with their parent (`GET …/previews`).
             .filter(|s| runway_secrets::preview::split(&s.name).is_none())
-            .filter(|s| caller.allow(Read, Some(&s.name), None).is_ok())
+            .filter(|s| caller.shows(&s.name, Env::Whole))
             .map(ServiceView::from)
             .collect(),
     ))
@@ -450,11 +471,9 @@ async fn list_services(
 #[utoipa::path(get, path = "/v1/services/{service}", params(("service" = String, Path)),
     responses((status = 200, body = ServiceView)))]
 async fn get_service(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path(service): Path<String>,
 ) -> JsonResponse<ServiceView> {
-    caller.allow(Read, Some(&service), None)?;
     let found = state.store(move |s| Ok(s.service_get(&service)?)).await?;
     Ok(axum::Json(found.into()))
 }
@@ -471,7 +490,6 @@ async fn decommission_service(
     Path(service): Path<String>,
     Query(query): Query<DecommissionQuery>,
 ) -> JsonResponse<Decommissioned> {
-    caller.allow(Admin, Some(&service), None)?;
     if query.confirm.as_deref() != Some(service.as_str()) {
         return Err(ApiError::invalid(format!(
             "to decommission {service:?}, repeat its name: `confirm={service}`"
@@ -504,7 +522,7 @@ async fn deploy_handler(
     if let Some(name) = body.preview.clone() {
         return crate::previews::deploy_preview(&caller, &state, &service, &env, &name, body).await;
     }
-    caller.allow(Write, Some(&service), Some(&env))?;
+    caller.allow(&service, Env::One(&env))?;
     known_env(&state, &env)?;
     if env == runway_secrets::preview::ENVIRONMENT {
         return Err(ApiError::invalid(format!(
@@ -532,12 +550,10 @@ async fn deploy_handler(
     params(("service" = String, Path), ("env" = String, Path), LimitQuery),
     responses((status = 200, body = Vec<DeploymentView>)))]
 async fn list_deployments(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path((service, env)): Path<(String, String)>,
     Query(query): Query<LimitQuery>,
 ) -> JsonResponse<Vec<DeploymentView>> {
-    caller.allow(Read, Some(&service), Some(&env))?;
     in_range(query.limit, 1, 1000, "limit")?;
     let limit = query.limit.unwrap_or(20);
     let list = state
@@ -571,10 +587,7 @@ async fn readable_deployment(
     id: i64,
 ) -> ApiResult<runway_store::Deployment> {
     let found = state.store(move |s| Ok(s.deployment_get(id)?)).await?;
-    if caller
-        .allow(Read, Some(&found.service), Some(&found.env))
-        .is_err()
-    {
+    if !caller.shows(&found.service, Env::One(&found.env)) {
         return Err(StoreError::NotFound {
             kind: "deployment",
             name: id.to_string(),
@@ -607,11 +620,9 @@ async fn deployment_events(
     params(("service" = String, Path), ("env" = String, Path)),
     responses((status = 200, body = Vec<RevisionView>)))]
 async fn list_revisions(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path((service, env)): Path<(String, String)>,
 ) -> JsonResponse<Vec<RevisionView>> {
-    caller.allow(Read, Some(&service), Some(&env))?;
     let list = state
         .store(move |s| {
             service_env(s, &service, &env)?;
@@ -639,15 +650,13 @@ pub(crate) fn check_digest(digest: &str) -> ApiResult<()> {
     }
 }
 
-/// The caller may write to the service in `env`, which has it; gives the service's id.
+/// The service, which has `env`, and may run code: its id.
 async fn source_service(
-    caller: &Caller,
     state: &ApiState,
     service: &str,
     env: &str,
     digest: &str,
 ) -> ApiResult<i64> {
-    caller.allow(Write, Some(service), Some(env))?;
     known_env(state, env)?;
     check_digest(digest)?;
     let (service, env, allow_all) = (service.to_owned(), env.to_owned(), state.allow_processes);
@@ -668,11 +677,10 @@ async fn source_service(
     responses((status = 200, body = SourceView),
         (status = 404, description = "Not uploaded (or collected)", body = crate::error::ErrorBody)))]
 async fn get_source(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path((service, env, digest)): Path<(String, String, String)>,
 ) -> JsonResponse<SourceView> {
-    let id = source_service(&caller, &state, &service, &env, &digest).await?;
+    let id = source_service(&state, &service, &env, &digest).await?;
     if state
         .platform
         .source_claim(id, &digest)
@@ -701,13 +709,12 @@ async fn get_source(
         (status = 413, description = "Over `api.limits.source_bytes`", body = crate::error::ErrorBody),
         (status = 422, description = "Not a snapshot, or not this one", body = crate::error::ErrorBody)))]
 async fn put_source(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path((service, env, digest)): Path<(String, String, String)>,
     body: Body,
 ) -> ApiResult<(StatusCode, axum::Json<SourceView>)> {
     use futures_core::Stream;
-    let id = source_service(&caller, &state, &service, &env, &digest).await?;
+    let id = source_service(&state, &service, &env, &digest).await?;
     let limit = state.max_source_bytes;
     // gzip adds a little to what does not compress.
     let wire_limit = limit.saturating_add(limit / 64).saturating_add(64 << 10);
@@ -765,7 +772,6 @@ async fn rollback(
     Path((service, env)): Path<(String, String)>,
     Json(body): Json<RollbackRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
-    caller.allow(Write, Some(&service), Some(&env))?;
     let actor = caller.name.clone();
     let allow_all = state.allow_processes;
     let record = state
@@ -827,7 +833,6 @@ async fn set_variables(
     Path((service, env)): Path<(String, String)>,
     Json(body): Json<SetVariables>,
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
-    caller.allow(Write, Some(&service), Some(&env))?;
     known_env(&state, &env)?;
     if body.set.is_empty() && body.unset.is_empty() {
         return Err(ApiError::invalid("nothing to set or unset").field("set"));
@@ -906,8 +911,12 @@ async fn promote(
     Path(service): Path<String>,
     Json(body): Json<PromoteRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
-    caller.allow(Read, Some(&service), Some(&body.from))?;
-    caller.allow(Write, Some(&service), Some(&body.to))?;
+    caller.check(
+        runway_secrets::Need::Role(runway_secrets::Role::Viewer),
+        Some(&service),
+        Env::One(&body.from),
+    )?;
+    caller.allow(&service, Env::One(&body.to))?;
     let deployment = deploy::promote(&state, &caller, &service, body).await?;
     Ok((StatusCode::ACCEPTED, axum::Json(deployment.into())))
 }
@@ -926,7 +935,6 @@ async fn rollout_command(
     Path((service, env)): Path<(String, String)>,
     Json(body): Json<RolloutRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<DeploymentView>)> {
-    caller.allow(Write, Some(&service), Some(&env))?;
     known_env(&state, &env)?;
     let actor = caller.name.clone();
     let deployment = state
@@ -949,7 +957,6 @@ async fn status(
     state: axum::extract::State<ApiState>,
     Path((service, env)): Path<(String, String)>,
 ) -> JsonResponse<StatusView> {
-    caller.allow(Read, Some(&service), Some(&env))?;
     let mut view = status_view(&state, service, env).await?;
     if caller.is_admin() {
         view.registry = state.registry.as_ref().map(|registry| {
@@ -1004,12 +1011,10 @@ pub(crate) async fn status_view(
     responses((status = 200, description = "The lines, oldest first; NDJSON with follow=true",
         content((Vec<LogLine> = "application/json"), (LogLine = "application/x-ndjson")))))]
 async fn logs(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path((service, env)): Path<(String, String)>,
     Query(query): Query<LogsQuery>,
 ) -> ApiResult<Response> {
-    caller.allow(Read, Some(&service), Some(&env))?;
     let (s2, e2) = (service.clone(), env.clone());
     state.store(move |s| service_env(s, &s2, &e2)).await?;
     in_range(query.lines, 0, 10_000, "lines")?;
@@ -1055,7 +1060,6 @@ async fn set_secret(
     Path((service, env, name)): Path<(String, String, String)>,
     Json(body): Json<SetSecret>,
 ) -> JsonResponse<SecretInfoView> {
-    caller.allow(Write, Some(&service), Some(&env))?;
     runway_secrets::validate_name(&name)
         .map_err(|e| ApiError::invalid(e.to_string()).field("name"))?;
     refuse_with_vault(&state, &service, &env, &name)?;
@@ -1096,7 +1100,6 @@ async fn delete_secret(
     state: axum::extract::State<ApiState>,
     Path((service, env, name)): Path<(String, String, String)>,
 ) -> ApiResult<StatusCode> {
-    caller.allow(Write, Some(&service), Some(&env))?;
     refuse_with_vault(&state, &service, &env, &name)?;
     let actor = caller.name.clone();
     state
@@ -1110,18 +1113,17 @@ async fn delete_secret(
     params(("service" = String, Path), ("env" = String, Path)),
     responses((status = 200, body = Vec<SecretInfoView>)))]
 async fn list_secrets(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Path((service, env)): Path<(String, String)>,
 ) -> JsonResponse<Vec<SecretInfoView>> {
-    caller.allow(Read, Some(&service), Some(&env))?;
     let list = state
         .store(move |s| Ok(s.secret_list(&service, &env)?))
         .await?;
     Ok(axum::Json(list.into_iter().map(Into::into).collect()))
 }
 
-/// Creates a token (admin). Its text is in this answer only.
+/// Creates a token. Its text is in this answer only. An admin makes any; a maintainer makes
+/// tokens on the services it maintains, in the environments it maintains them in.
 #[utoipa::path(post, path = "/v1/tokens", request_body = CreateToken,
     responses((status = 201, body = CreatedToken)))]
 async fn create_token(
@@ -1129,7 +1131,6 @@ async fn create_token(
     state: axum::extract::State<ApiState>,
     Json(body): Json<CreateToken>,
 ) -> ApiResult<(StatusCode, axum::Json<CreatedToken>)> {
-    caller.allow(Admin, None, None)?;
     if body.name.trim().is_empty() {
         return Err(ApiError::invalid("a token needs a name").field("name"));
     }
@@ -1151,10 +1152,14 @@ async fn create_token(
         // In range: at most ten years, so the product fits.
         Timestamp::now().add_millis(i64::try_from(seconds * 1000).unwrap_or(i64::MAX))
     });
-    let scope = TokenScope::from(body.scope);
+    let scope = body.scope.scope().ok_or_else(|| {
+        ApiError::invalid("a role is on exactly one of `service`, `team` and `every_service`")
+            .field("scope.role")
+    })?;
+    may_manage(&caller, &scope)?;
     let kind = match &scope {
         TokenScope::Admin => TokenKind::Admin,
-        TokenScope::Deploy { .. } => TokenKind::Deploy,
+        TokenScope::Deploy { .. } | TokenScope::Grant { .. } => TokenKind::Deploy,
     };
     let (text, hash) = runway_secrets::Token::generate(kind)
         .map_err(|e| ApiError::internal(format!("generating a token: {e}")))?;
@@ -1162,28 +1167,7 @@ async fn create_token(
     let name = body.name;
     let token = state
         .store(move |s| {
-            if let TokenScope::Deploy {
-                service,
-                environments,
-            } = &scope
-            {
-                let found = s.service_get(service).map_err(|e| match e {
-                    StoreError::NotFound { .. } => {
-                        ApiError::not_found(format!("service {service:?} not found"))
-                            .field("scope.deploy.service")
-                    }
-                    other => other.into(),
-                })?;
-                if let Some(env) = environments
-                    .iter()
-                    .find(|e| !found.environments.contains(e))
-                {
-                    return Err(ApiError::invalid(format!(
-                        "service {service:?} has no environment {env:?}"
-                    ))
-                    .field("scope.deploy.environments"));
-                }
-            }
+            check_token_scope(s, &scope)?;
             let new = NewToken {
                 name,
                 hash: hash.as_bytes().to_vec(),
@@ -1203,18 +1187,90 @@ async fn create_token(
     ))
 }
 
-/// Every token (admin); never a token's text or hash.
+/// Whether `caller` may make, see and revoke tokens of `scope`: an admin any; a maintainer
+/// those on a service it maintains wherever the token reaches.
+fn may_manage(caller: &Caller, scope: &TokenScope) -> ApiResult<()> {
+    let (service, environments) = match scope {
+        TokenScope::Deploy {
+            service,
+            environments,
+        } => (service, Some(environments)),
+        TokenScope::Grant { grant } => match &grant.on {
+            Target::Service(service) => (service, grant.environments.as_ref()),
+            Target::Team(_) | Target::AnyService => {
+                return caller.check(runway_secrets::Need::Admin, None, Env::Whole);
+            }
+        },
+        TokenScope::Admin => return caller.check(runway_secrets::Need::Admin, None, Env::Whole),
+    };
+    match environments {
+        Some(environments) => environments
+            .iter()
+            .try_for_each(|env| caller.allow(service, Env::One(env))),
+        None => caller.allow(service, Env::Whole),
+    }
+}
+
+/// A token's service (or team) exists, with the environments it names.
+fn check_token_scope(s: &dyn runway_store::Store, scope: &TokenScope) -> ApiResult<()> {
+    if let Some(team) = scope.team() {
+        s.team_get(team).map_err(|e| match e {
+            StoreError::NotFound { .. } => {
+                ApiError::not_found(format!("team {team:?} not found")).field("scope.role.team")
+            }
+            other => other.into(),
+        })?;
+    }
+    let (Some(service), field) = (
+        scope.service(),
+        match scope {
+            TokenScope::Deploy { .. } => "scope.deploy",
+            _ => "scope.role",
+        },
+    ) else {
+        return Ok(());
+    };
+    let environments = match scope {
+        TokenScope::Deploy { environments, .. } => Some(environments),
+        TokenScope::Grant { grant } => grant.environments.as_ref(),
+        TokenScope::Admin => None,
+    };
+    let found = s.service_get(service).map_err(|e| match e {
+        StoreError::NotFound { .. } => {
+            ApiError::not_found(format!("service {service:?} not found"))
+                .field(format!("{field}.service"))
+        }
+        other => other.into(),
+    })?;
+    if let Some(env) = environments
+        .into_iter()
+        .flatten()
+        .find(|e| !found.environments.contains(e))
+    {
+        return Err(
+            ApiError::invalid(format!("service {service:?} has no environment {env:?}"))
+                .field(format!("{field}.environments")),
+        );
+    }
+    Ok(())
+}
+
+/// The tokens the caller may manage (an admin's: all); never a token's text or hash.
 #[utoipa::path(get, path = "/v1/tokens", responses((status = 200, body = Vec<TokenInfo>)))]
 async fn list_tokens(
     caller: Caller,
     state: axum::extract::State<ApiState>,
 ) -> JsonResponse<Vec<TokenInfo>> {
-    caller.allow(Admin, None, None)?;
     let list = state.store(|s| Ok(s.token_list()?)).await?;
-    Ok(axum::Json(list.into_iter().map(Into::into).collect()))
+    Ok(axum::Json(
+        list.into_iter()
+            .filter(|t| may_manage(&caller, &t.scope).is_ok())
+            .map(Into::into)
+            .collect(),
+    ))
 }
 
-/// Revokes a token (admin).
+/// Revokes a token (one the caller may manage; any other is not found).
 #[utoipa::path(delete, path = "/v1/tokens/{id}", params(("id" = i64, Path)),
     responses((status = 200, body = TokenInfo)))]
 async fn revoke_token(
@@ -1222,7 +1278,12 @@ async fn revoke_token(
     state: axum::extract::State<ApiState>,
     Path(id): Path<i64>,
 ) -> JsonResponse<TokenInfo> {
-    caller.allow(Admin, None, None)?;
+    let not_found = || ApiError::not_found(format!("token {id} not found"));
+    if !caller.is_admin() {
+        let tokens = state.store(|s| Ok(s.token_list()?)).await?;
+        let found = tokens.iter().find(|t| t.id == id).ok_or_else(not_found)?;
+        may_manage(&caller, &found.scope).map_err(|_| not_found())?;
+    }
     let actor = caller.name.clone();
     let token = state
         .store(move |s| Ok(s.token_revoke(&actor, id)?))
@@ -1235,11 +1296,9 @@ async fn revoke_token(
 #[utoipa::path(get, path = "/v1/audit", params(AuditQuery),
     responses((status = 200, body = Vec<AuditEntryView>)))]
 async fn audit(
-    caller: Caller,
     state: axum::extract::State<ApiState>,
     Query(query): Query<AuditQuery>,
 ) -> JsonResponse<Vec<AuditEntryView>> {
-    caller.allow(Admin, None, None)?;
     in_range(query.after, 0, i64::MAX, "after")?;
     in_range(query.limit, 1, 1000, "limit")?;
     in_range(query.last, 1, 1000, "last")?;

@@ -55,6 +55,10 @@ pub fn router(state: ApiState, limits: Limits) -> Router {
         runway_registry::router(registry, callers)
     });
     let mut router = router
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::access::gate,
+        ))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .with_state(state)

@@ -83,7 +83,7 @@ pub(crate) async fn create_session(
         .ok_or_else(|| ApiError::internal("a session's expiry is out of range"))?;
     let kind = match &parent.scope {
         TokenScope::Admin => TokenKind::Admin,
-        TokenScope::Deploy { .. } => TokenKind::Deploy,
+        TokenScope::Deploy { .. } | TokenScope::Grant { .. } => TokenKind::Deploy,
     };
     let (token, hash) = runway_secrets::Token::generate(kind)
         .map_err(|e| ApiError::internal(format!("generating a session token: {e}")))?;

@@ -32,7 +32,9 @@ pub struct Health {
     pub status: String,
 }
 
-/// What a token allows: `{"admin": {}}` or `{"deploy": {"service", "environments"}}`.
+/// What a token allows: `{"admin": {}}`, `{"role": {"role", "service" | "team" |
+/// "every_service", "environments"}}`, or (as tokens made before roles were)
+/// `{"deploy": {"service", "environments"}}`, the role `deployer` on a service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ScopeView {
@@ -48,6 +50,98 @@ pub enum ScopeView {
             pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
         environments: Vec<String>,
     },
+    /// A role on one service, on every service a team owns, or on every service.
+    Role(GrantView),
+}
+
+/// A role's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RoleName {
+    /// Reads: status, logs, events, revisions, deployments, secret names.
+    Viewer,
+    /// Also deploys, rolls back, promotes, pauses, sets variables.
+    Deployer,
+    /// Also sets secrets, makes the service's tokens, adds its domains.
+    Maintainer,
+}
+
+impl From<runway_secrets::Role> for RoleName {
+    fn from(role: runway_secrets::Role) -> Self {
+        match role {
+            runway_secrets::Role::Viewer => Self::Viewer,
+            runway_secrets::Role::Deployer => Self::Deployer,
+            runway_secrets::Role::Maintainer => Self::Maintainer,
+        }
+    }
+}
+
+impl From<RoleName> for runway_secrets::Role {
+    fn from(role: RoleName) -> Self {
+        match role {
+            RoleName::Viewer => Self::Viewer,
+            RoleName::Deployer => Self::Deployer,
+            RoleName::Maintainer => Self::Maintainer,
+        }
+    }
+}
+
+/// A role on some services: exactly one of `service`, `team` and `every_service`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantView {
+    /// What it allows.
+    pub role: RoleName,
+    /// One service (and its previews).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
+    pub service: Option<String>,
+    /// Every service this team owns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
+    pub team: Option<String>,
+    /// Every service.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_service: bool,
+    /// These environments only, each once; every one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeSet<String>>, min_items = 1,
+        pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
+    pub environments: Option<Vec<String>>,
+}
+
+impl From<&runway_secrets::Grant> for GrantView {
+    fn from(grant: &runway_secrets::Grant) -> Self {
+        let (service, team, every_service) = match &grant.on {
+            runway_secrets::Target::AnyService => (None, None, true),
+            runway_secrets::Target::Service(s) => (Some(s.clone()), None, false),
+            runway_secrets::Target::Team(t) => (None, Some(t.clone()), false),
+        };
+        Self {
+            role: grant.role.into(),
+            service,
+            team,
+            every_service,
+            environments: grant.environments.clone(),
+        }
+    }
+}
+
+impl GrantView {
+    /// The grant, when it names exactly one of a service, a team and every service.
+    pub(crate) fn grant(self) -> Option<runway_secrets::Grant> {
+        let on = match (self.service, self.team, self.every_service) {
+            (Some(s), None, false) => runway_secrets::Target::Service(s),
+            (None, Some(t), false) => runway_secrets::Target::Team(t),
+            (None, None, true) => runway_secrets::Target::AnyService,
+            _ => return None,
+        };
+        Some(runway_secrets::Grant {
+            role: self.role.into(),
+            on,
+            environments: self.environments,
+        })
+    }
 }
 
 impl From<&TokenScope> for ScopeView {
@@ -61,22 +155,28 @@ impl From<&TokenScope> for ScopeView {
                 service: service.clone(),
                 environments: environments.clone(),
             },
+            TokenScope::Grant { grant } => Self::Role(grant.into()),
         }
     }
 }
 
-impl From<ScopeView> for TokenScope {
-    fn from(scope: ScopeView) -> Self {
-        match scope {
-            ScopeView::Admin {} => Self::Admin,
-            ScopeView::Deploy {
+impl ScopeView {
+    /// The scope as the store keeps it; `None` for a role that names not exactly one of a
+    /// service, a team and every service.
+    pub(crate) fn scope(self) -> Option<TokenScope> {
+        Some(match self {
+            Self::Admin {} => TokenScope::Admin,
+            Self::Deploy {
                 service,
                 environments,
-            } => Self::Deploy {
+            } => TokenScope::Deploy {
                 service,
                 environments,
             },
-        }
+            Self::Role(grant) => TokenScope::Grant {
+                grant: grant.grant()?,
+            },
+        })
     }
 }
 
@@ -89,9 +189,9 @@ pub struct WhoAmI {
     pub name: String,
     /// What it allows.
     pub scope: ScopeView,
-    /// It reads only, whatever its scope says (an identity token bound with role `reader`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
+    /// The services a team it has a role on owns, by team: where a team's role reaches.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub team_services: BTreeMap<String, Vec<String>>,
 }
 
 /// A service onboarded onto the platform.
@@ -117,6 +217,9 @@ pub struct ServiceView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub inventory: Option<serde_json::Value>,
+    /// The team that owns it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
 }
 
 impl From<Service> for ServiceView {
@@ -130,6 +233,87 @@ impl From<Service> for ServiceView {
             created_by: s.created_by,
             allow_processes: s.allow_processes,
             inventory: s.inventory,
+            team: s.team,
+        }
+    }
+}
+
+/// A team: people with a role on every service it owns.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TeamView {
+    /// Its name.
+    pub name: String,
+    /// Who is in it.
+    pub members: Vec<TeamMemberView>,
+    /// The services it owns.
+    pub services: Vec<String>,
+    /// When it was made (RFC 3339), and by whom.
+    pub created_at: String,
+    pub created_by: String,
+    /// When its members last changed (RFC 3339).
+    pub updated_at: String,
+}
+
+/// Someone in a team, and their role on its services.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TeamMemberView {
+    /// `user:<name>` (a person, as the sign-in provider names them) or `group:<path>` (everyone
+    /// in the provider's group).
+    #[schema(pattern = r"^(user|group):\S.*$", max_length = 255)]
+    pub subject: String,
+    /// Their role on the team's services.
+    pub role: RoleName,
+    /// These environments only, each once; every one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeSet<String>>,
+        pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
+    pub environments: Option<Vec<String>>,
+}
+
+/// `PUT /v1/teams/{team}`: the team's members, all of them.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutTeam {
+    /// Who is in it (none is a team with no one yet).
+    #[serde(default)]
+    pub members: Vec<TeamMemberView>,
+}
+
+impl From<&runway_store::TeamMember> for TeamMemberView {
+    fn from(m: &runway_store::TeamMember) -> Self {
+        Self {
+            subject: m.subject.clone(),
+            role: m.role.into(),
+            environments: m.environments.clone(),
+        }
+    }
+}
+
+impl From<TeamMemberView> for runway_store::TeamMember {
+    fn from(m: TeamMemberView) -> Self {
+        Self {
+            subject: m.subject,
+            role: m.role.into(),
+            environments: m.environments,
+        }
+    }
+}
+
+impl TeamView {
+    /// The team, with the services it owns among `services`.
+    pub(crate) fn new(team: runway_store::Team, services: &[Service]) -> Self {
+        Self {
+            members: team.members.iter().map(Into::into).collect(),
+            services: services
+                .iter()
+                .filter(|s| s.team.as_deref() == Some(team.name.as_str()))
+                .map(|s| s.name.clone())
+                .collect(),
+            name: team.name,
+            created_at: ts(team.created_at),
+            created_by: team.created_by,
+            updated_at: ts(team.updated_at),
         }
     }
 }
@@ -150,6 +334,10 @@ pub struct CreateService {
     #[schema(value_type = Option<BTreeSet<String>>, min_items = 1,
         pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
     pub environments: Option<Vec<String>>,
+    /// The team that owns it, which must exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*$", max_length = 63)]
+    pub team: Option<String>,
 }
 
 /// `DELETE /v1/services/{service}` query.
@@ -187,6 +375,10 @@ pub struct UpdateService {
     /// not allow them for every service, or no longer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_processes: Option<bool>,
+    /// Give it to this team (which must exist), or to none with `""`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^([a-z0-9]([a-z0-9]|-{1,2}[a-z0-9])*)?$", max_length = 63)]
+    pub team: Option<String>,
 }
 
 /// `DELETE /v1/services/{service}` answer.

@@ -24,10 +24,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 use runway_api::ErrorBody;
 pub(crate) use runway_api::types::{
     AddDomain, AuditEntryView, CreateService, CreateToken, CreatedToken, Decommissioned,
-    DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView, DomainView,
-    InventoryPlan, InventoryRequest, LogLine, PreviewView, PromoteRequest, RevisionView,
-    RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, SecretInfoView, ServiceView,
-    SetSecret, SetVariables, StatusView, TokenInfo, UpdateService, WhoAmI,
+    DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView, DomainView, GrantView,
+    InventoryPlan, InventoryRequest, LogLine, PreviewView, PromoteRequest, PutTeam, RevisionView,
+    RoleName, RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, SecretInfoView,
+    ServiceView, SetSecret, SetVariables, StatusView, TeamMemberView, TeamView, TokenInfo,
+    UpdateService, WhoAmI,
 };
 
 /// Everything that can go wrong talking to the server.
@@ -309,6 +310,34 @@ impl Client {
     /// `GET /v1/tokens`.
     pub(crate) async fn tokens(&self) -> Result<Vec<TokenInfo>, ApiError> {
         self.get(self.url(&["v1", "tokens"], &[])).await
+    }
+
+    /// `GET /v1/teams`.
+    pub(crate) async fn teams(&self) -> Result<Vec<TeamView>, ApiError> {
+        self.get(self.url(&["v1", "teams"], &[])).await
+    }
+
+    /// `GET /v1/teams/{team}`.
+    pub(crate) async fn team(&self, name: &str) -> Result<TeamView, ApiError> {
+        self.get(self.url(&["v1", "teams", name], &[])).await
+    }
+
+    /// `PUT /v1/teams/{team}`: makes it, or replaces its members.
+    pub(crate) async fn put_team(&self, name: &str, team: &PutTeam) -> Result<TeamView, ApiError> {
+        self.call(
+            Method::PUT,
+            self.url(&["v1", "teams", name], &[]),
+            Some(team),
+        )
+        .await
+    }
+
+    /// `DELETE /v1/teams/{team}`.
+    pub(crate) async fn delete_team(&self, name: &str) -> Result<(), ApiError> {
+        let url = self.url(&["v1", "teams", name], &[]);
+        self.send(Method::DELETE, url, None, Some(REQUEST_TIMEOUT))
+            .await
+            .map(drop)
     }
 
     /// `DELETE /v1/tokens/{id}`: revokes it.

@@ -47,6 +47,7 @@ mod render;
 mod repo;
 mod router;
 mod server;
+mod team;
 mod terminal;
 mod validate;
 
@@ -174,9 +175,13 @@ enum Command {
     /// Set, list and unset a service's secrets in an environment (values are never shown).
     #[command(subcommand)]
     Secrets(platform::SecretsCommand),
-    /// API tokens (admin only): create admin or per-service deploy tokens, list, revoke.
+    /// API tokens: create (an admin any; a service's maintainer tokens on it), list, revoke.
     #[command(subcommand)]
     Tokens(platform::TokensCommand),
+    /// Teams: people (by name, or a sign-in provider's groups) with a role on every service
+    /// the team owns.
+    #[command(subcommand)]
+    Team(team::TeamCommand),
     /// Custom domains: route a domain to a service's environment, with a certificate from
     /// the server's ACME directory; list them with their certificates' state; remove them.
     #[command(subcommand)]
@@ -300,6 +305,7 @@ fn main() -> ExitCode {
         Command::Logs(args) => platform::logs(&args),
         Command::Secrets(command) => platform::secrets(&command),
         Command::Tokens(command) => platform::tokens(&command),
+        Command::Team(command) => team::team(&command),
         Command::Domains(command) => domains::domains(&command),
         Command::Preview(command) => preview::preview(&command),
         Command::Inventory(command) => inventory::inventory(&command),

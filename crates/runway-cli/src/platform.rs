@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use crate::api::{
     ApiError, Client, CreateService, CreateToken, DeployRequest, DeploymentEventView,
-    DeploymentStateView, DeploymentView, LogLine, LogsQuery, PromoteRequest, RollbackRequest,
-    RolloutCommandView, RolloutRequest, ScopeView, UpdateService,
+    DeploymentStateView, DeploymentView, GrantView, LogLine, LogsQuery, PromoteRequest, RoleName,
+    RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, UpdateService,
 };
 use crate::config;
 use crate::local::table;
@@ -157,6 +157,10 @@ pub(crate) struct UpdateArgs {
     /// service's own unprivileged user, isolated from the host and other services.
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     allow_processes: Option<bool>,
+    /// Give it to this team, whose members then act on it with their roles (`""`: to no
+    /// team).
+    #[arg(long, value_name = "TEAM")]
+    team: Option<String>,
     #[command(flatten)]
     output: OutputArg,
 }
@@ -172,6 +176,9 @@ pub(crate) struct CreateArgs {
     /// the server has.
     #[arg(long = "env", value_name = "ENV")]
     environments: Vec<String>,
+    /// The team that owns it: its members act on it with their roles (`runway team`).
+    #[arg(long, value_name = "TEAM")]
+    team: Option<String>,
     #[command(flatten)]
     output: OutputArg,
 }
@@ -405,13 +412,25 @@ pub(crate) enum TokensCommand {
 pub(crate) struct TokenCreateArgs {
     /// A name for people; the audit log shows it as the actor.
     name: String,
-    /// Scope the token to this service (a deploy token).
-    #[arg(long)]
+    /// The token's role: `viewer` (reads), `deployer` (also deploys, rolls back, promotes,
+    /// pauses) or `maintainer` (also secrets, tokens and domains). Without it, a token with
+    /// `--service` is a deployer limited to its `--env`s, as deploy tokens always were.
+    #[arg(long, value_enum)]
+    role: Option<RoleArg>,
+    /// The service the token acts on (and its previews).
+    #[arg(long, conflicts_with_all = ["team", "every_service"])]
     service: Option<String>,
+    /// Every service this team owns, now and later.
+    #[arg(long, requires = "role", conflicts_with = "every_service")]
+    team: Option<String>,
+    /// Every service (a platform-wide `viewer`, say).
+    #[arg(long, requires = "role")]
+    every_service: bool,
     /// An admin token, which may do everything: said outright, never a missing `--service`.
-    #[arg(long, conflicts_with_all = ["service", "environments"])]
+    #[arg(long, conflicts_with_all = ["service", "environments", "role", "team", "every_service"])]
     admin: bool,
-    /// An environment the deploy token may act in (repeat for more).
+    /// An environment the token may act in (repeat for more); with `--role`, every one when
+    /// none is given.
     #[arg(long = "env", value_name = "ENV")]
     environments: Vec<String>,
     /// Expire the token after this long (`90d`, `12h`, `30m`); never by default.
@@ -419,6 +438,24 @@ pub(crate) struct TokenCreateArgs {
     expires_in: Option<Duration>,
     #[command(flatten)]
     output: OutputArg,
+}
+
+/// A role on services, as `--role` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum RoleArg {
+    Viewer,
+    Deployer,
+    Maintainer,
+}
+
+impl From<RoleArg> for RoleName {
+    fn from(role: RoleArg) -> Self {
+        match role {
+            RoleArg::Viewer => Self::Viewer,
+            RoleArg::Deployer => Self::Deployer,
+            RoleArg::Maintainer => Self::Maintainer,
+        }
+    }
 }
 
 fn parse_lifetime(text: &str) -> Result<Duration, String> {
@@ -562,17 +599,13 @@ pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
             "name": who.name,
             "token_id": who.token_id,
             "scope": who.scope,
-            "read_only": who.read_only,
+            "team_services": who.team_services,
             "config": path,
         }))?,
         Output::Text => print_stdout(&format!(
             "logged in to {server} as {} ({}); settings saved in {}\n",
             if who.name.is_empty() { "?" } else { &who.name },
-            if who.read_only {
-                "reader: reads everything, changes nothing".to_owned()
-            } else {
-                describe_scope(&who.scope)
-            },
+            describe_scope(&who.scope),
             path.display()
         )),
     }
@@ -600,6 +633,23 @@ fn describe_scope(scope: &ScopeView) -> String {
             service,
             environments,
         } => format!("deploy {service} to {}", environments.join(", ")),
+        ScopeView::Role(grant) => {
+            let role = match grant.role {
+                RoleName::Viewer => "viewer",
+                RoleName::Deployer => "deployer",
+                RoleName::Maintainer => "maintainer",
+            };
+            let on = match (&grant.service, &grant.team) {
+                (Some(service), _) => format!("of {service}"),
+                (None, Some(team)) => format!("of team {team}'s services"),
+                (None, None) => "of every service".to_owned(),
+            };
+            let envs = grant
+                .environments
+                .as_ref()
+                .map_or_else(|| "every environment".to_owned(), |envs| envs.join(", "));
+            format!("{role} {on} in {envs}")
+        }
     }
 }
 
@@ -631,15 +681,17 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
                 name: args.name.clone(),
                 owners: args.owners.clone(),
                 environments: (!args.environments.is_empty()).then(|| args.environments.clone()),
+                team: args.team.clone(),
             };
             let service = rt.block_on(client.create_service(&request))?;
             match args.output.output {
                 Output::Json => print_json(&service)?,
                 Output::Text => print_stdout(&format!(
-                    "created service {} (environments: {}; owners: {})\n",
+                    "created service {} (environments: {}; owners: {}; team: {})\n",
                     service.name,
                     list_or_none(&service.environments),
-                    list_or_none(&service.owners)
+                    list_or_none(&service.owners),
+                    service.team.as_deref().unwrap_or("-")
                 )),
             }
         }
@@ -652,6 +704,7 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
                         "NAME".to_owned(),
                         "ENVIRONMENTS".to_owned(),
                         "OWNERS".to_owned(),
+                        "TEAM".to_owned(),
                         "CREATED".to_owned(),
                     ]];
                     for s in &services {
@@ -659,6 +712,7 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
                             s.name.clone(),
                             list_or_none(&s.environments),
                             list_or_none(&s.owners),
+                            s.team.clone().unwrap_or_else(|| "-".to_owned()),
                             s.created_at.clone(),
                         ]);
                     }
@@ -672,25 +726,29 @@ pub(crate) fn services(command: &ServicesCommand) -> anyhow::Result<ExitCode> {
                 environments: (!args.environments.is_empty()).then(|| args.environments.clone()),
                 add_environments: args.add_environments.clone(),
                 allow_processes: args.allow_processes,
+                team: args.team.clone(),
             };
             if update.owners.is_none()
                 && update.environments.is_none()
                 && update.add_environments.is_empty()
                 && update.allow_processes.is_none()
+                && update.team.is_none()
             {
                 anyhow::bail!(
-                    "nothing to change: give --owner, --env, --add-env or --allow-processes (see \
-                     --help)"
+                    "nothing to change: give --owner, --env, --add-env, --allow-processes or \
+                     --team (see --help)"
                 );
             }
             let service = rt.block_on(client.update_service(&args.name, &update))?;
             match args.output.output {
                 Output::Json => print_json(&service)?,
                 Output::Text => print_stdout(&format!(
-                    "updated service {} (environments: {}; owners: {}; plain processes: {})\n",
+                    "updated service {} (environments: {}; owners: {}; team: {}; plain \
+                     processes: {})\n",
                     service.name,
                     list_or_none(&service.environments),
                     list_or_none(&service.owners),
+                    service.team.as_deref().unwrap_or("-"),
                     if service.allow_processes {
                         "allowed"
                     } else {
@@ -1798,11 +1856,21 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
     let rt = tokio()?;
     match command {
         TokensCommand::Create(args) => {
+            let environments =
+                || (!args.environments.is_empty()).then(|| args.environments.clone());
             let scope = match &args.service {
+                _ if args.role.is_some() => ScopeView::Role(GrantView {
+                    role: args.role.map_or(RoleName::Viewer, Into::into),
+                    service: args.service.clone(),
+                    team: args.team.clone(),
+                    every_service: args.every_service,
+                    environments: environments(),
+                }),
                 None if args.admin => ScopeView::Admin {},
                 None if args.environments.is_empty() => bail!(
-                    "say what the token may do: --service NAME --env ENV for a deploy token, or \
-                     --admin for one that may do everything"
+                    "say what the token may do: --role ROLE with --service NAME, --team NAME or \
+                     --every-service; --service NAME --env ENV for a deploy token; or --admin for \
+                     one that may do everything"
                 ),
                 None => bail!("--env scopes a deploy token: give --service too"),
                 Some(_) if args.environments.is_empty() => {

@@ -233,6 +233,7 @@ async fn demonstrate(
             name: SERVICE.to_owned(),
             owners: vec!["quickstart@localhost".to_owned()],
             environments: None,
+            team: None,
         })
         .await?;
     say(&format!("onboarded service {SERVICE}"));

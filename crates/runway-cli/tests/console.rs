@@ -137,6 +137,18 @@ fn the_console_in_chromium() {
     );
     assert_eq!(status, 201, "{created}");
     let deploy_token = created["token"].as_str().unwrap().to_owned();
+    let role_token = |role: &str| {
+        let (status, created) = platform.call(
+            Method::POST,
+            "/v1/tokens",
+            Some(&platform.token),
+            Some(json!({"name": format!("{role} of hello"),
+                "scope": {"role": {"role": role, "service": "hello"}}})),
+        );
+        assert_eq!(status, 201, "{created}");
+        created["token"].as_str().unwrap().to_owned()
+    };
+    let (viewer_token, maintainer_token) = (role_token("viewer"), role_token("maintainer"));
 
     let shots = target_dir().join("console-screenshots");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console/console.mjs");
@@ -147,6 +159,8 @@ fn the_console_in_chromium() {
         .env("RUNWAY_API", platform.api())
         .env("RUNWAY_ADMIN_TOKEN", &platform.token)
         .env("RUNWAY_DEPLOY_TOKEN", &deploy_token)
+        .env("RUNWAY_VIEWER_TOKEN", &viewer_token)
+        .env("RUNWAY_MAINTAINER_TOKEN", &maintainer_token)
         .env("RUNWAY_SCREENSHOTS", &shots)
         .env("RUNWAY_CHROMIUM", chromium())
         .stdin(Stdio::piped())

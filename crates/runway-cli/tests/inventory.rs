@@ -2,7 +2,7 @@
 //! real `runway server` (three services onboarded, then one renamed and one removed: the diff
 //! says so, apply keeps the removed one until `--prune`), its mistakes named with their file
 //! and line, and the CI component (`templates/inventory.yml`) run by `gitlab-ci-local`: a
-//! merge request's pipeline diffs with a reader's identity, which cannot apply; the default
+//! merge request's pipeline diffs with a viewer's identity, which cannot apply; the default
 //! branch's applies with an admin's.
 
 #![allow(clippy::unwrap_used, reason = "tests")]
@@ -229,7 +229,7 @@ fn a_document_onboards_changes_and_decommissions_only_when_pruned() {
 }
 
 /// The component in the inventory's repository: a merge request's pipeline validates and
-/// diffs with a reader's identity (which cannot apply), the default branch's applies with an
+/// diffs with a viewer's identity (which cannot apply), the default branch's applies with an
 /// admin's.
 #[test]
 fn the_inventory_component_diffs_in_merge_requests_and_applies_on_the_default_branch() {
@@ -241,7 +241,7 @@ fn the_inventory_component_diffs_in_merge_requests_and_applies_on_the_default_br
         api: issuer.api_config_with(
             "          - claims: {project_path: platform/inventory, ref: main, ref_protected: 'true'}\n            \
              role: admin\n          - claims: {project_path: platform/inventory}\n            \
-             role: reader\n",
+             role: viewer\n",
         ),
         ..Settings::default()
     });
@@ -292,7 +292,7 @@ fn the_inventory_component_diffs_in_merge_requests_and_applies_on_the_default_br
         services(&platform).is_empty(),
         "a merge request's pipeline changed something"
     );
-    // The reader's identity cannot apply, even by running the job itself.
+    // The viewer's identity cannot apply, even by running the job itself.
     let forced = pipeline.run_as(
         &["runway-inventory-apply"],
         &review,

@@ -155,6 +155,7 @@ fn record(store: &SqliteStore, name: &str) {
                 name: name.to_owned(),
                 owners: vec!["team".to_owned()],
                 environments: vec!["dev".to_owned()],
+                team: None,
             },
         )
         .unwrap();

@@ -231,6 +231,7 @@ async fn rolling_deploy_on_the_local_runtime() {
                 name: "hello".to_owned(),
                 owners: vec!["team".to_owned()],
                 environments: vec!["dev".to_owned()],
+                team: None,
             },
         )
         .unwrap();

@@ -83,7 +83,7 @@ pub mod token;
 pub use error::{Error, TokenError};
 pub use key::{KEY_LEN, MasterKey};
 pub use name::{NameError, check_clashes, validate_name};
-pub use policy::{Action, ActionKind, Denied, Scope, authorize};
+pub use policy::{Action, Denied, Env, Grant, Need, Role, Scope, Target, authorize};
 pub use seal::{Context, MAX_VALUE_BYTES, Sealed, Sealer, SecretValue, ValueError};
 pub use token::{PlaintextToken, Token, TokenHash, TokenKind};
 

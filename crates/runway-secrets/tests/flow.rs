@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use runway_secrets::{
-    Action, ActionKind, Context, Denied, MasterKey, Scope, Sealer, SecretValue, Token, TokenKind,
-    authorize, check_clashes, validate_name,
+    Action, Context, Denied, Env, Grant, MasterKey, Need, Role, Scope, Sealer, SecretValue, Target,
+    Token, TokenKind, authorize, check_clashes, validate_name,
 };
 
 #[test]
@@ -39,9 +39,12 @@ fn a_secret_is_set_stored_and_read_back_after_a_restart() {
 #[test]
 fn a_deploy_token_is_issued_presented_and_checked() {
     let (plaintext, stored_hash) = Token::generate(TokenKind::Deploy).unwrap();
-    let scope = Scope::Deploy {
-        service: "billing".to_owned(),
-        environments: vec!["staging".to_owned()],
+    let scope = Scope::Grants {
+        grants: vec![Grant {
+            role: Role::Deployer,
+            on: Target::Service("billing".to_owned()),
+            environments: Some(vec!["staging".to_owned()]),
+        }],
         expires_at: Some(2_000),
     };
 
@@ -52,8 +55,9 @@ fn a_deploy_token_is_issued_presented_and_checked() {
 
     let deploy = Action {
         service: Some("billing"),
-        env: Some("staging"),
-        kind: ActionKind::Write,
+        team: None,
+        env: Env::One("staging"),
+        need: Need::Role(Role::Deployer),
     };
     assert_eq!(authorize(&scope, &deploy, 1_000, false), Ok(()));
     assert_eq!(
@@ -66,8 +70,9 @@ fn a_deploy_token_is_issued_presented_and_checked() {
     );
     let create_token = Action {
         service: None,
-        env: None,
-        kind: ActionKind::Admin,
+        team: None,
+        env: Env::Whole,
+        need: Need::Admin,
     };
     assert_eq!(
         authorize(&scope, &create_token, 1_000, false),

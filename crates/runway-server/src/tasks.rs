@@ -382,6 +382,7 @@ mod tests {
                     name: "hello".into(),
                     owners: vec!["team@example.com".into()],
                     environments: vec!["dev".into()],
+                    team: None,
                 },
             )
             .unwrap();
@@ -417,6 +418,7 @@ mod tests {
                     name: "other".into(),
                     owners: vec!["team@example.com".into()],
                     environments: vec!["dev".into()],
+                    team: None,
                 },
             )
             .unwrap();

@@ -64,6 +64,7 @@ fn run(backend: &str, store: &Arc<dyn Store>, services: usize) {
                     name: name.clone(),
                     owners: vec!["team".into()],
                     environments: vec!["dev".into()],
+                    team: None,
                 },
             )
             .unwrap();

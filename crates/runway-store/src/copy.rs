@@ -12,6 +12,11 @@ use crate::{PostgresStore, SqliteStore};
 const TABLES: &[(&str, &[&str], bool)] = &[
     ("service_ids", &["id", "name"], true),
     (
+        "teams",
+        &["name", "members", "created_at", "created_by", "updated_at"],
+        false,
+    ),
+    (
         "services",
         &[
             "name",
@@ -22,6 +27,7 @@ const TABLES: &[(&str, &[&str], bool)] = &[
             "id",
             "allow_processes",
             "inventory",
+            "team",
         ],
         false,
     ),

@@ -104,9 +104,9 @@ pub use model::{
     Desired, DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell,
     InventoryChanges, InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision,
     NewService, NewToken, PLATFORM_ACTORS, PlannedRevision, Preview, Revision, RevisionRef,
-    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Token, TokenScope,
-    artifact_image, artifact_is_process, artifact_mirror, artifact_source, mirror_is_external,
-    revision_name,
+    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Team, TeamMember, Token,
+    TokenScope, artifact_image, artifact_is_process, artifact_mirror, artifact_source,
+    mirror_is_external, revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

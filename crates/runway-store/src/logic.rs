@@ -17,8 +17,8 @@ use crate::{
     DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, DomainState, FenceCell,
     InventoryChanges, InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision,
     NewService, NewToken, PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand,
-    SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Timestamp, Token, TokenScope,
-    revision_name,
+    SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Team, TeamMember, Timestamp, Token,
+    TokenScope, revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -80,7 +80,7 @@ fn limit_param(limit: u32) -> i64 {
 // --- records -------------------------------------------------------------------------------
 
 const SERVICE_COLUMNS: &str =
-    "id, name, owners, environments, created_at, created_by, allow_processes, inventory";
+    "id, name, owners, environments, created_at, created_by, allow_processes, inventory, team";
 
 fn service_from_row(row: &Row) -> Result<Service> {
     Ok(Service {
@@ -98,7 +98,62 @@ fn service_from_row(row: &Row) -> Result<Service> {
                     .map_err(|e| StoreError::Corrupt(format!("service inventory: {e}")))
             })
             .transpose()?,
+        team: row.get(8)?,
     })
+}
+
+const TEAM_COLUMNS: &str = "name, members, created_at, created_by, updated_at";
+
+fn team_from_row(row: &Row) -> Result<Team> {
+    Ok(Team {
+        name: row.get(0)?,
+        members: get_json(row, 1, "team members")?,
+        created_at: get_ts(row, 2)?,
+        created_by: row.get(3)?,
+        updated_at: get_ts(row, 4)?,
+    })
+}
+
+fn load_team(db: &dyn Db, name: &str) -> Result<Team> {
+    db.query_one(
+        &format!("SELECT {TEAM_COLUMNS} FROM teams WHERE name = ?1"),
+        args![name],
+        team_from_row,
+    )?
+    .ok_or_else(|| not_found("team", name))
+}
+
+/// A team's members: each subject `user:<name>` or `group:<path>`, once.
+fn check_members(members: &[TeamMember]) -> Result<()> {
+    let mut seen = BTreeSet::new();
+    for member in members {
+        let valid = ["user:", "group:"].iter().any(|kind| {
+            member
+                .subject
+                .strip_prefix(kind)
+                .is_some_and(|rest| !rest.is_empty() && !rest.chars().any(char::is_control))
+        });
+        if !valid {
+            return Err(StoreError::Invalid(format!(
+                "team member {:?}: a member is `user:<name>` or `group:<path>`",
+                member.subject
+            )));
+        }
+        if !seen.insert(member.subject.as_str()) {
+            return Err(StoreError::Invalid(format!(
+                "team member {:?} appears twice",
+                member.subject
+            )));
+        }
+        if let Some(environments) = &member.environments {
+            check_list(
+                &format!("environments of team member {:?}", member.subject),
+                environments,
+                true,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 const PREVIEW_COLUMNS: &str = "service, parent, name, base_env, origin, expires_at, created_at, \
@@ -308,20 +363,24 @@ fn create_service(db: &dyn Db, now: Timestamp, actor: &str, service: &NewService
             name: service.name.clone(),
         });
     }
+    if let Some(team) = &service.team {
+        load_team(db, team)?;
+    }
     let id = db.insert_returning_id(
         "INSERT INTO service_ids (name) VALUES (?1) RETURNING id",
         args![&service.name],
     )?;
     db.execute(
-        "INSERT INTO services (id, name, owners, environments, created_at, created_by) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO services (id, name, owners, environments, created_at, created_by, team) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         args![
             id,
             &service.name,
             &to_json(&service.owners)?,
             &to_json(&service.environments)?,
             now.unix_millis(),
-            actor
+            actor,
+            &service.team
         ],
     )?;
     audit(
@@ -330,7 +389,7 @@ fn create_service(db: &dyn Db, now: Timestamp, actor: &str, service: &NewService
         actor,
         "service.create",
         &format!("service/{}", service.name),
-        &json!({ "owners": service.owners, "environments": service.environments }),
+        &json!({ "owners": service.owners, "environments": service.environments, "team": service.team }),
     )?;
     Ok(id)
 }
@@ -380,13 +439,19 @@ fn update_service(
         .as_ref()
         .unwrap_or(&current.environments);
     let allow_processes = update.allow_processes.unwrap_or(current.allow_processes);
+    let team = update.team.as_ref().unwrap_or(&current.team);
+    if let Some(team) = team {
+        load_team(db, team)?;
+    }
     db.execute(
-        "UPDATE services SET owners = ?2, environments = ?3, allow_processes = ?4 WHERE name = ?1",
+        "UPDATE services SET owners = ?2, environments = ?3, allow_processes = ?4, team = ?5 \
+         WHERE name = ?1",
         args![
             name,
             &to_json(owners)?,
             &to_json(environments)?,
-            allow_processes
+            allow_processes,
+            team
         ],
     )?;
     audit(
@@ -399,8 +464,28 @@ fn update_service(
             "owners": { "from": current.owners, "to": owners },
             "environments": { "from": current.environments, "to": environments },
             "allow_processes": { "from": current.allow_processes, "to": allow_processes },
+            "team": { "from": current.team, "to": team },
         }),
     )
+}
+
+/// Revokes every active token whose scope `which` picks; how many.
+fn revoke_tokens(db: &dyn Db, now: Timestamp, which: impl Fn(&TokenScope) -> bool) -> Result<u64> {
+    let active = db.query_all(
+        &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE revoked_at IS NULL"),
+        args![],
+        token_from_row,
+    )?;
+    let mut revoked = 0;
+    for token in active.iter().filter(|t| which(&t.scope)) {
+        // Its console sessions go with it.
+        revoked += db.execute(
+            "UPDATE tokens SET revoked_at = ?2 WHERE (id = ?1 OR parent_id = ?1) \
+             AND revoked_at IS NULL",
+            args![token.id, now.unix_millis()],
+        )?;
+    }
+    Ok(revoked)
 }
 
 /// [`decommission`]s `name` and its previews.
@@ -432,16 +517,7 @@ fn decommission(db: &dyn Db, now: Timestamp, actor: &str, name: &str) -> Result<
     // another service, for another team, that must not get these.
     let secrets = db.execute("DELETE FROM secrets WHERE service = ?1", args![name])?;
 
-    let dialect = db.dialect();
-    let tokens = db.execute(
-        &format!(
-            "UPDATE tokens SET revoked_at = ?2 WHERE revoked_at IS NULL \
-             AND {} = 'deploy' AND {} = ?1",
-            dialect.json_field("scope", "type"),
-            dialect.json_field("scope", "service"),
-        ),
-        args![name, now.unix_millis()],
-    )?;
+    let tokens = revoke_tokens(db, now, |scope| scope.service() == Some(name))?;
     audit(
         db,
         now,
@@ -967,11 +1043,13 @@ impl<B: Backend> Store for B {
             name: record.name.clone(),
             owners: record.owners.clone(),
             environments: record.environments.clone(),
+            team: None,
         };
         let update = |record: &InventoryRecord| ServiceUpdate {
             owners: Some(record.owners.clone()),
             environments: Some(record.environments.clone()),
             allow_processes: Some(record.allow_processes),
+            team: None,
         };
         for record in &changes.create {
             check_new_service(&new(record))?;
@@ -1079,6 +1157,7 @@ impl<B: Backend> Store for B {
                     name: service.clone(),
                     owners: parent.owners.clone(),
                     environments: vec![runway_secrets::preview::ENVIRONMENT.to_owned()],
+                    team: parent.team.clone(),
                 },
             )?;
             db.execute(
@@ -1802,6 +1881,84 @@ impl<B: Backend> Store for B {
         })
     }
 
+    fn team_put(&self, actor: &str, name: &str, members: &[TeamMember]) -> Result<Team> {
+        if name.is_empty() {
+            return Err(StoreError::Invalid("a team needs a name".to_owned()));
+        }
+        check_members(members)?;
+        self.write(|db, now| {
+            let before = load_team(db, name).ok();
+            let text = to_json(&members)?;
+            if before.is_some() {
+                db.execute(
+                    "UPDATE teams SET members = ?2, updated_at = ?3 WHERE name = ?1",
+                    args![name, &text, now.unix_millis()],
+                )?;
+            } else {
+                db.execute(
+                    "INSERT INTO teams (name, members, created_at, created_by, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?3)",
+                    args![name, &text, now.unix_millis(), actor],
+                )?;
+            }
+            audit(
+                db,
+                now,
+                actor,
+                if before.is_some() {
+                    "team.update"
+                } else {
+                    "team.create"
+                },
+                &format!("team/{name}"),
+                &json!({ "members": { "from": before.map(|t| t.members), "to": members } }),
+            )?;
+            load_team(db, name)
+        })
+    }
+
+    fn team_get(&self, name: &str) -> Result<Team> {
+        self.read(|db| load_team(db, name))
+    }
+
+    fn team_list(&self) -> Result<Vec<Team>> {
+        self.read(|db| {
+            db.query_all(
+                &format!("SELECT {TEAM_COLUMNS} FROM teams ORDER BY name"),
+                args![],
+                team_from_row,
+            )
+        })
+    }
+
+    fn team_delete(&self, actor: &str, name: &str) -> Result<()> {
+        self.write(|db, now| {
+            let team = load_team(db, name)?;
+            let owned: Vec<String> = db.query_all(
+                "SELECT name FROM services WHERE team = ?1 ORDER BY name",
+                args![name],
+                |row| row.get(0),
+            )?;
+            if !owned.is_empty() {
+                return Err(StoreError::Conflict(format!(
+                    "team {name} owns services ({}): give them to another team first",
+                    owned.join(", ")
+                )));
+            }
+            db.execute("DELETE FROM teams WHERE name = ?1", args![name])?;
+            // Its tokens stop with it: a team made again under this name is another team.
+            let revoked = revoke_tokens(db, now, |scope| scope.team() == Some(name))?;
+            audit(
+                db,
+                now,
+                actor,
+                "team.delete",
+                &format!("team/{name}"),
+                &json!({ "members": team.members, "tokens_revoked": revoked }),
+            )
+        })
+    }
+
     fn token_create(&self, actor: &str, token: &NewToken) -> Result<Token> {
         if token.name.is_empty() {
             return Err(StoreError::Invalid("a token needs a name".to_owned()));
@@ -1809,16 +1966,29 @@ impl<B: Backend> Store for B {
         if token.hash.is_empty() {
             return Err(StoreError::Invalid("a token needs a hash".to_owned()));
         }
-        if let TokenScope::Deploy {
-            service,
-            environments,
-        } = &token.scope
-        {
-            check_list("token environments", environments, false)?;
-            if service.is_empty() {
-                return Err(StoreError::Invalid(
-                    "a deploy token needs a service".to_owned(),
-                ));
+        match &token.scope {
+            TokenScope::Admin => {}
+            TokenScope::Deploy {
+                service,
+                environments,
+            } => {
+                check_list("token environments", environments, false)?;
+                if service.is_empty() {
+                    return Err(StoreError::Invalid(
+                        "a deploy token needs a service".to_owned(),
+                    ));
+                }
+            }
+            TokenScope::Grant { grant } => {
+                if let Some(environments) = &grant.environments {
+                    check_list("token environments", environments, false)?;
+                }
+                if matches!(&grant.on, runway_secrets::Target::Service(n) | runway_secrets::Target::Team(n) if n.is_empty())
+                {
+                    return Err(StoreError::Invalid(
+                        "a token's grant names its service or team".to_owned(),
+                    ));
+                }
             }
         }
         self.write(|db, now| {

@@ -30,6 +30,37 @@ pub struct Service {
     /// `groups`, `regions`…); `None` for one onboarded by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<serde_json::Value>,
+    /// The team that owns it: its members act on it with their roles in the team.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+}
+
+/// A team: people (by name or by their sign-in provider's group) with a role on every
+/// service the team owns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Team {
+    /// The team's name, a DNS label.
+    pub name: String,
+    /// Who is in it, and with which role; at most one entry per subject.
+    pub members: Vec<TeamMember>,
+    /// When it was made.
+    pub created_at: Timestamp,
+    /// Who made it.
+    pub created_by: String,
+    /// When its members last changed.
+    pub updated_at: Timestamp,
+}
+
+/// Someone in a team: a person, or everyone in a group of the sign-in provider.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TeamMember {
+    /// `user:<name>` or `group:<path>`, as the sign-in provider names them.
+    pub subject: String,
+    /// Their role on the team's services.
+    pub role: runway_secrets::Role,
+    /// The environments the role is for; `None` for every one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environments: Option<Vec<String>>,
 }
 
 /// A service as the inventory document has it ([`Store::inventory_apply`](crate::Store::inventory_apply)).
@@ -70,6 +101,9 @@ pub struct NewService {
     pub owners: Vec<String>,
     /// Its environments; at least one, no duplicates.
     pub environments: Vec<String>,
+    /// The team that owns it, if any; the team must exist.
+    #[serde(default)]
+    pub team: Option<String>,
 }
 
 /// A change to a service's inventory record; `None` leaves a field as it is.
@@ -81,6 +115,9 @@ pub struct ServiceUpdate {
     pub environments: Option<Vec<String>>,
     /// Let it run plain processes, or no longer.
     pub allow_processes: Option<bool>,
+    /// Give it to a team (`Some(Some(team))`), or to none (`Some(None)`).
+    #[serde(default)]
+    pub team: Option<Option<String>>,
 }
 
 /// A preview environment: the service `<name>--<parent>` (its one environment `preview`),
@@ -536,13 +573,73 @@ pub struct SecretInfo {
 pub enum TokenScope {
     /// Everything.
     Admin,
-    /// Deploying one service, to some of its environments.
+    /// Deploying one service, to some of its environments: the role `deployer` on it (every
+    /// deploy token made before roles were).
     Deploy {
         /// The service.
         service: String,
         /// The environments it may deploy to.
         environments: Vec<String>,
     },
+    /// A role on a service, on a team's services, or on every service.
+    Grant {
+        /// What it allows.
+        grant: runway_secrets::Grant,
+    },
+}
+
+impl TokenScope {
+    /// The scope as the policy reads it, with the token's expiry (Unix milliseconds).
+    #[must_use]
+    pub fn policy(&self, expires_at: Option<i64>) -> runway_secrets::Scope {
+        let grant = match self {
+            Self::Admin => return runway_secrets::Scope::Admin,
+            Self::Deploy {
+                service,
+                environments,
+            } => runway_secrets::Grant {
+                role: runway_secrets::Role::Deployer,
+                on: runway_secrets::Target::Service(service.clone()),
+                environments: Some(environments.clone()),
+            },
+            Self::Grant { grant } => grant.clone(),
+        };
+        runway_secrets::Scope::Grants {
+            grants: vec![grant],
+            expires_at,
+        }
+    }
+
+    /// The one service the scope is on, if it is on exactly one.
+    #[must_use]
+    pub fn service(&self) -> Option<&str> {
+        match self {
+            Self::Deploy { service, .. } => Some(service),
+            Self::Grant {
+                grant:
+                    runway_secrets::Grant {
+                        on: runway_secrets::Target::Service(service),
+                        ..
+                    },
+            } => Some(service),
+            _ => None,
+        }
+    }
+
+    /// The team the scope is on, if it is on one.
+    #[must_use]
+    pub fn team(&self) -> Option<&str> {
+        match self {
+            Self::Grant {
+                grant:
+                    runway_secrets::Grant {
+                        on: runway_secrets::Target::Team(team),
+                        ..
+                    },
+            } => Some(team),
+            _ => None,
+        }
+    }
 }
 
 /// An API token. The store keeps only its hash; the plaintext is shown once, by the caller.

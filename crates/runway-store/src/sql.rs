@@ -1,7 +1,6 @@
 //! The little the store's logic needs of a SQL database, so that one body of queries and
 //! rules serves every backend: statements with numbered parameters (`?1`, written once and
-//! given to each backend in its own syntax), rows of plain values, and the one place a
-//! backend's dialect differs.
+//! given to each backend in its own syntax) and rows of plain values.
 //!
 //! Only integers, text, bytes and NULL cross this line: booleans are `0` and `1`, JSON is
 //! text, times are Unix milliseconds. Every backend's schema stores exactly these, so a value
@@ -89,27 +88,8 @@ macro_rules! args {
 }
 pub(crate) use args;
 
-/// What sets one backend's SQL apart, where the shared statements cannot avoid it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dialect {
-    Sqlite,
-    Postgres,
-}
-
-impl Dialect {
-    /// A top-level string field of a JSON text column, as text.
-    pub(crate) fn json_field(self, column: &str, field: &str) -> String {
-        match self {
-            Self::Sqlite => format!("json_extract({column}, '$.{field}')"),
-            Self::Postgres => format!("(({column})::jsonb ->> '{field}')"),
-        }
-    }
-}
-
 /// A database inside one transaction, as the store's logic sees it.
 pub(crate) trait Db {
-    fn dialect(&self) -> Dialect;
-
     /// Runs a statement; the number of rows it changed.
     fn execute(&self, sql: &str, args: &[Param<'_>]) -> Result<u64>;
 
@@ -245,17 +225,5 @@ mod tests {
         assert!(matches!(row.get::<i64>(9), Err(StoreError::Corrupt(_))));
         let two = Row(vec![Value::Int(2)]);
         assert!(two.get::<bool>(0).is_err());
-    }
-
-    #[test]
-    fn json_fields_in_each_dialect() {
-        assert_eq!(
-            Dialect::Sqlite.json_field("scope", "type"),
-            "json_extract(scope, '$.type')"
-        );
-        assert_eq!(
-            Dialect::Postgres.json_field("scope", "type"),
-            "((scope)::jsonb ->> 'type')"
-        );
     }
 }

@@ -11,7 +11,7 @@ use crate::Timestamp;
 use crate::error::{DbResult, Result, StoreError};
 use crate::logic::Backend;
 use crate::migrate;
-use crate::sql::{Db, Dialect, Param, Row, Value};
+use crate::sql::{Db, Param, Row, Value};
 
 /// How long a writer waits for another process's write transaction before `database is
 /// locked`.
@@ -198,10 +198,6 @@ impl ToSql for Param<'_> {
 }
 
 impl Db for Sqlite<'_> {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
     fn execute(&self, sql: &str, args: &[Param<'_>]) -> Result<u64> {
         let mut statement = self.0.prepare_cached(sql).db()?;
         let changed = statement

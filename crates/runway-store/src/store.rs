@@ -10,7 +10,8 @@ use crate::{
     AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentState, Desired,
     DesiredRevision, Domain, DomainCertificate, FenceCell, InventoryChanges, IssuedCertificate,
     Lease, NewPreview, NewRevision, NewService, NewToken, PlannedRevision, Preview, Result,
-    Revision, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Timestamp, Token,
+    Revision, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Team, TeamMember,
+    Timestamp, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -274,6 +275,21 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Revokes a token, and the console sessions made from it; revoking it again keeps the
     /// first date.
     fn token_revoke(&self, actor: &str, id: i64) -> Result<Token>;
+
+    // --- teams ----------------------------------------------------------------------------
+
+    /// Makes team `name` with these members, or replaces the members it has. `Invalid` for a
+    /// subject that is not `user:<name>` or `group:<path>`, or that is listed twice.
+    fn team_put(&self, actor: &str, name: &str, members: &[TeamMember]) -> Result<Team>;
+
+    /// One team, or `NotFound`.
+    fn team_get(&self, name: &str) -> Result<Team>;
+
+    /// Every team, by name.
+    fn team_list(&self) -> Result<Vec<Team>>;
+
+    /// Removes a team. `Conflict` while it owns services (give them to another team first).
+    fn team_delete(&self, actor: &str, name: &str) -> Result<()>;
 
     // --- custom domains -------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ fn documented_routes() -> Vec<(String, String, bool)> {
                 .replace("{name}", "API_KEY")
                 .replace("{id}", "1")
                 .replace("{domain}", "www.example.com")
+                .replace("{team}", "web")
                 .replace(
                     "{digest}",
                     "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
@@ -117,7 +118,9 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
             Some(json!({"value": "v"})),
         )
         .await;
-    assert_eq!(secret.status, StatusCode::OK, "{}", secret.text);
+    // Secrets are a maintainer's: a deploy token is a deployer.
+    assert_eq!(secret.status, StatusCode::FORBIDDEN, "{}", secret.text);
+    assert!(secret.message().contains("`maintainer`"), "{}", secret.text);
     assert_eq!(
         server
             .call("GET", "/v1/services/alpha", t, None)
@@ -214,6 +217,12 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
             answer.text
         );
     }
+    // Tokens are a maintainer's: it sees none, and the admin's is not there for it.
+    let tokens = server.call("GET", "/v1/tokens", t, None).await;
+    assert_eq!(tokens.body, json!([]), "{}", tokens.text);
+    let revoke = server.call("DELETE", "/v1/tokens/1", t, None).await;
+    assert_eq!(revoke.status, StatusCode::NOT_FOUND, "{}", revoke.text);
+
     // Admin actions.
     for (method, path, body) in [
         ("POST", "/v1/services", Some(json!({"name": "gamma"}))),
@@ -222,8 +231,6 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
             "/v1/tokens",
             Some(json!({"name": "x", "scope": {"admin": {}}})),
         ),
-        ("GET", "/v1/tokens", None),
-        ("DELETE", "/v1/tokens/1", None),
         ("GET", "/v1/audit", None),
         ("DELETE", "/v1/services/alpha?confirm=alpha", None),
     ] {

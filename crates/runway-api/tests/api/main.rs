@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod access;
 mod auth;
 mod config;
 mod domains;

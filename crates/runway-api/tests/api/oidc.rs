@@ -173,7 +173,8 @@ fn verifier(issuer: &Issuer) -> Verifier {
                 ("ref_protected".to_owned(), "true".to_owned()),
             ]
             .into(),
-            role: runway_api::oidc::Role::Deploy,
+            // It sets secrets, which a maintainer does.
+            role: runway_api::oidc::Role::Maintainer,
             service: "app".to_owned(),
             environments: vec!["staging".to_owned(), "production".to_owned()],
         },
@@ -207,6 +208,59 @@ async fn set_secret(server: &Server, token: &str, env: &str) -> u16 {
         .await
         .status
         .as_u16()
+}
+
+/// A binding's role is what its tokens have: a deployer deploys, and sets no secret.
+#[tokio::test]
+async fn a_bindings_role_is_its_tokens_role() {
+    let issuer = issuer().await;
+    let key = es256("es-1");
+    *issuer.keys.lock().unwrap() = vec![key.jwk.clone()];
+    let deployer = verifier_with(
+        &issuer,
+        Binding {
+            claims: [("project_path".to_owned(), "group/app".to_owned())].into(),
+            role: runway_api::oidc::Role::Deployer,
+            service: "app".to_owned(),
+            environments: vec!["staging".to_owned()],
+        },
+    );
+    let server = start_with_oidc(deployer).await;
+    server.onboard("app").await;
+    let token = key.sign(&claims(&issuer.url));
+    let refused = server
+        .call(
+            "PUT",
+            "/v1/services/app/environments/staging/secrets/API_KEY",
+            Some(&token),
+            Some(json!({"value": "s3cr3t"})),
+        )
+        .await;
+    assert_eq!(refused.status.as_u16(), 403, "{}", refused.text);
+    assert!(
+        refused.message().contains("`maintainer`"),
+        "{}",
+        refused.text
+    );
+    let deployed = server
+        .call(
+            "POST",
+            "/v1/services/app/environments/staging/deployments",
+            Some(&token),
+            Some(crate::support::deploy_body("app")),
+        )
+        .await;
+    assert_eq!(deployed.status.as_u16(), 202, "{}", deployed.text);
+    // `deploy`, the name earlier versions had, is the same role.
+    let old: Binding = serde_json::from_value(json!({
+        "claims": {"project_path": "group/app"}, "role": "deploy", "service": "app",
+        "environments": ["staging"],
+    }))
+    .unwrap();
+    assert_eq!(old.role, runway_api::oidc::Role::Deployer);
+    let reader: Binding =
+        serde_json::from_value(json!({"claims": {"a": "b"}, "role": "reader"})).unwrap();
+    assert_eq!(reader.role, runway_api::oidc::Role::Viewer);
 }
 
 #[tokio::test]
@@ -270,7 +324,7 @@ async fn a_review_job_acts_on_previews_and_a_forks_is_marked() {
         &issuer,
         Binding {
             claims: [("job_project_path".to_owned(), "group/app".to_owned())].into(),
-            role: runway_api::oidc::Role::Deploy,
+            role: runway_api::oidc::Role::Deployer,
             service: "app".to_owned(),
             environments: vec!["staging".to_owned(), "preview".to_owned()],
         },
@@ -279,7 +333,7 @@ async fn a_review_job_acts_on_previews_and_a_forks_is_marked() {
     review["job_project_path"] = json!("group/app");
     review["environment"] = json!("review/app/mr-4");
     let identity = verifier.verify(&key.sign(&review)).await.unwrap();
-    assert_eq!(identity.environments, ["preview"]);
+    assert_eq!(identity.environments, Some(vec!["preview".to_owned()]));
     assert!(!identity.fork);
     review["project_path"] = json!("fork/app");
     let identity = verifier.verify(&key.sign(&review)).await.unwrap();

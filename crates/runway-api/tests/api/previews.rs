@@ -335,11 +335,23 @@ async fn who_may_deploy_a_preview_what_it_may_be_named_and_how_many() {
         .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.text);
     server.admin("POST", DEPLOY, Some(body("mr-3")), 202).await;
-    // Listing every service's previews is an admin's.
+    // Listing every service's previews shows a token its own service's.
+    server.onboard("other").await;
     let all = server
         .call("GET", "/v1/previews", Some(&previews), None)
         .await;
-    assert_eq!(all.status, StatusCode::FORBIDDEN, "{}", all.text);
+    let parents: Vec<&str> = all
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["parent"].as_str().unwrap())
+        .collect();
+    assert!(
+        !parents.is_empty() && parents.iter().all(|p| *p == "app"),
+        "{}",
+        all.text
+    );
 
     // The parent's decommission takes its previews.
     server

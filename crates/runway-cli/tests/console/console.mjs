@@ -26,6 +26,8 @@ const { chromium } = require('playwright-core');
 const API = process.env.RUNWAY_API;
 const ADMIN = process.env.RUNWAY_ADMIN_TOKEN;
 const DEPLOY = process.env.RUNWAY_DEPLOY_TOKEN;
+const VIEWER = process.env.RUNWAY_VIEWER_TOKEN;
+const MAINTAINER = process.env.RUNWAY_MAINTAINER_TOKEN;
 const SHOTS = process.env.RUNWAY_SCREENSHOTS;
 const CHROMIUM = process.env.RUNWAY_CHROMIUM || '/usr/bin/chromium';
 for (const [name, value] of Object.entries({ RUNWAY_API: API, RUNWAY_ADMIN_TOKEN: ADMIN, RUNWAY_DEPLOY_TOKEN: DEPLOY, RUNWAY_SCREENSHOTS: SHOTS })) {
@@ -525,7 +527,7 @@ try {
   check(tenantDomains.length === 1 && tenantDomains[0] === 'other.example.test', `a deploy token's domains: ${tenantDomains}`);
   check(await tenantPage.locator('#domain, form').count() === 0, 'a deploy token is offered the add form');
   check(await tenantPage.getByRole('button', { name: /Remove/ }).count() === 0, 'a deploy token is offered a Remove button');
-  await tenantPage.getByText('Only an admin adds or removes a domain').waitFor();
+  await tenantPage.getByText('A service\u2019s maintainer adds or removes its domains').waitFor();
   const tenantPost = await tenantPage.evaluate(async () => {
     const response = await fetch('/v1/domains', {
       method: 'POST',
@@ -537,6 +539,57 @@ try {
   check(tenantPost === 403, `a deploy token's session adding a domain: ${tenantPost}`);
   await shot(tenantPage, '11-deploy-token-domains');
   await tenant.close();
+
+  // ---- roles ---------------------------------------------------------------------------
+  // Each action names its route, and the access table its role: a viewer is offered none of
+  // what it may not do, and the API refuses it anyway; a maintainer adds its own domains.
+  step('a viewer reads and is offered no action');
+  const signInAs = async (token) => {
+    const ctx = await browser.newContext({ ignoreHTTPSErrors: true, viewport: { width: 1280, height: 900 } });
+    const p = await ctx.newPage();
+    watchRequests(p);
+    await p.goto(`${API}/ui/`);
+    await p.getByLabel('Runway token').fill(token);
+    await p.getByRole('button', { name: 'Sign in' }).click();
+    await p.locator('main[data-ready="true"] h1', { hasText: 'Services' }).waitFor();
+    return [ctx, p];
+  };
+  const [viewerContext, viewerPage] = await signInAs(VIEWER);
+  await viewerPage.getByText('viewer: hello in every environment').waitFor();
+  check(await viewerPage.getByRole('link', { name: 'Tokens' }).isHidden(), 'a viewer is offered Tokens');
+  await viewerPage.goto(`${API}/ui/services/hello/dev`);
+  await viewerPage.locator('main[data-ready="true"]').waitFor();
+  await viewerPage.getByRole('heading', { name: 'Revisions' }).waitFor();
+  for (const name of [/Roll back/, /Promote to/, /Delete service/, /^Pause$/]) {
+    check(await viewerPage.getByRole('button', { name }).count() === 0, `a viewer is offered ${name}`);
+  }
+  const viewerRollback = await viewerPage.evaluate(async () => {
+    const response = await fetch('/v1/services/hello/environments/dev/rollback', {
+      method: 'POST', credentials: 'same-origin',
+      headers: { 'content-type': 'application/json', 'x-runway-console': '1' }, body: '{}',
+    });
+    return [response.status, (await response.json()).error.message];
+  });
+  check(viewerRollback[0] === 403 && viewerRollback[1].includes('`deployer`'), `a viewer's rollback: ${viewerRollback}`);
+  await shot(viewerPage, '12-viewer');
+  await viewerContext.close();
+
+  step('a maintainer adds a domain to its own service');
+  const [maintainerContext, maintainerPage] = await signInAs(MAINTAINER);
+  check(await maintainerPage.getByRole('link', { name: 'Tokens' }).isVisible(), 'a maintainer is not offered Tokens');
+  await maintainerPage.getByRole('link', { name: 'Domains' }).click();
+  await maintainerPage.locator('main[data-ready="true"] h1', { hasText: 'Custom domains' }).waitFor();
+  const offered = await maintainerPage.locator('#domain-service option').allTextContents();
+  check(offered.length === 1 && offered[0] === 'hello', `a maintainer of hello is offered ${offered}`);
+  await maintainerPage.getByRole('textbox', { name: 'Domain' }).fill('maintained.example.test');
+  await maintainerPage.getByRole('button', { name: 'Add domain' }).click();
+  await maintainerPage.locator('main tbody tr td:first-child', { hasText: 'maintained.example.test' }).waitFor();
+  await maintainerPage.getByRole('button', { name: 'Remove maintained.example.test' }).waitFor();
+  await shot(maintainerPage, '13-maintainer-domains');
+  await maintainerContext.close();
+  const maintained = await apiAs(page.request, ADMIN, 'DELETE', '/v1/domains/maintained.example.test');
+  check(maintained.status === 204, `removing maintained.example.test: ${maintained.status}`);
+
   for (const domain of ['hello.example.test', 'other.example.test']) {
     const removed = await apiAs(page.request, ADMIN, 'DELETE', `/v1/domains/${domain}`);
     check(removed.status === 204, `removing ${domain}: ${removed.status}`);

@@ -518,6 +518,7 @@ impl Harness {
                     name: service.to_owned(),
                     owners: vec!["team".to_owned()],
                     environments: vec!["dev".to_owned()],
+                    team: None,
                 },
             )
             .unwrap();

@@ -55,6 +55,7 @@ fn services_create_get_list_and_refuse_duplicates() {
             name: "hello".into(),
             owners: vec![],
             environments: vec!["dev".into()],
+            team: None,
         },
     );
     let err = again.unwrap_err();
@@ -75,16 +76,19 @@ fn services_create_get_list_and_refuse_duplicates() {
             name: "x".into(),
             owners: vec![],
             environments: vec![],
+            team: None,
         },
         NewService {
             name: "x".into(),
             owners: vec![],
             environments: vec!["a".into(), "a".into()],
+            team: None,
         },
         NewService {
             name: String::new(),
             owners: vec![],
             environments: vec!["a".into()],
+            team: None,
         },
     ] {
         assert!(matches!(
@@ -1361,6 +1365,7 @@ fn services_update_owners_and_environments() {
                 owners: Some(vec!["bob".into(), "carol".into()]),
                 environments: Some(vec!["production".into(), "dev".into()]),
                 allow_processes: Some(true),
+                team: None,
             },
         )
         .unwrap();
@@ -1379,6 +1384,7 @@ fn services_update_owners_and_environments() {
                 owners: None,
                 environments: Some(vec!["dev".into()]),
                 allow_processes: None,
+                team: None,
             },
         )
         .unwrap_err();
@@ -1403,6 +1409,7 @@ fn services_update_owners_and_environments() {
                 owners: None,
                 environments: Some(vec![]),
                 allow_processes: None,
+                team: None,
             }
         ),
         Err(StoreError::Invalid(_))

@@ -39,6 +39,7 @@ fn everything(store: &dyn Store) -> serde_json::Value {
         "services": services,
         "per_env": per_env,
         "previews": store.preview_list(None).unwrap(),
+        "teams": store.team_list().unwrap(),
         "tokens": format!("{:?}", store.token_list().unwrap()),
         "audit": store.audit_list(0, 10_000).unwrap(),
     })
@@ -56,6 +57,27 @@ fn a_sqlite_store_is_copied_whole_into_an_empty_postgres_one() {
     deploy_ok(&sqlite, "gone", "staging", "sha256:00");
     sqlite.service_decommission("alice", "gone").unwrap();
     onboard(&sqlite, "hello");
+    sqlite
+        .team_put(
+            "alice",
+            "web",
+            &[runway_store::TeamMember {
+                subject: "group:acme/web".into(),
+                role: runway_secrets::Role::Deployer,
+                environments: Some(vec!["production".into()]),
+            }],
+        )
+        .unwrap();
+    sqlite
+        .service_update(
+            "alice",
+            "hello",
+            &runway_store::ServiceUpdate {
+                team: Some(Some("web".into())),
+                ..Default::default()
+            },
+        )
+        .unwrap();
     deploy_ok(&sqlite, "hello", "production", "sha256:aa");
     let second = deploy_ok(&sqlite, "hello", "production", "sha256:bb");
     sqlite

@@ -12,3 +12,4 @@ mod previews;
 mod props;
 mod rollout;
 mod support;
+mod teams;

@@ -156,6 +156,7 @@ pub(crate) fn onboard(store: &dyn Store, name: &str) -> runway_store::Service {
                 name: name.into(),
                 owners: vec!["alice".into()],
                 environments: vec!["staging".into(), "production".into()],
+                team: None,
             },
         )
         .unwrap()
