@@ -138,6 +138,13 @@ function signIn(message) {
   });
   fill(main, form);
   input.focus();
+  // With a sign-in provider (api.sso), people sign in there instead.
+  api('GET', '/v1/sso').then((sso) => {
+    if (!sso.enabled) return;
+    const to = location.pathname.startsWith('/ui/') ? location.pathname : '/ui/';
+    const link = h('a', { class: 'button', href: `/v1/sso/login?to=${encodeURIComponent(to)}` }, 'Sign in with single sign-on');
+    form.insertBefore(h('p', { class: 'sso' }, link, h('span', { class: 'muted' }, ' or with a token:')), form.children[message ? 2 : 1]);
+  }).catch(() => {});
 }
 
 document.getElementById('sign-out').addEventListener('click', async () => {

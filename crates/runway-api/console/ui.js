@@ -214,12 +214,6 @@ export function setAccess(table) { ACCESS = table; }
 
 const RANK = { viewer: 1, deployer: 2, maintainer: 3 };
 
-/** The signed-in token's grants: `[{role, service | team | every_service, environments}]`. */
-function grantsOf(who) {
-  if (who.scope.deploy) return [{ role: 'deployer', ...who.scope.deploy }];
-  if (who.scope.role) return [who.scope.role];
-  return [];
-}
 
 /** Whether `grant` is on `service` (a preview is its parent's); any service when none is named. */
 function covers(who, grant, service) {
@@ -238,9 +232,9 @@ export function may(who, method, path, service, env) {
   const entry = ACCESS.find((e) => e.method === method && e.path === path);
   if (!entry) return false;
   if (entry.needs === 'public' || entry.needs === 'signed') return true;
-  if (who.scope.admin) return true;
+  if (who.admin) return true;
   if (entry.needs === 'admin') return false;
-  return grantsOf(who).some((g) => RANK[g.role] >= RANK[entry.needs] && covers(who, g, service)
+  return who.grants.some((g) => RANK[g.role] >= RANK[entry.needs] && covers(who, g, service)
     && (!env || !g.environments || g.environments.includes(env)));
 }
 
@@ -253,11 +247,12 @@ export function ownerOf(name) {
   return at > 0 ? name.slice(at + 2) : name;
 }
 
-export const isAdmin = (who) => Boolean(who.scope.admin);
+export const isAdmin = (who) => Boolean(who.admin);
 
 /** A token's scope in a few words. */
 export function scopeText(scope) {
   if (scope.admin) return 'admin';
+  if (scope.person) return `${scope.person.user}${scope.person.admin ? ', admin' : ''}${scope.person.groups.length ? ` in ${scope.person.groups.join(', ')}` : ''}`;
   if (scope.deploy) return `deploy: ${scope.deploy.service} in ${scope.deploy.environments.join(', ')}`;
   const g = scope.role;
   const on = g.service || (g.team ? `team ${g.team}'s services` : 'every service');

@@ -125,6 +125,11 @@ pub const ROUTES: &[RouteAccess] = &[
     route("GET", "/ui/", Public, Platform),
     route("GET", "/ui/{*path}", Public, Platform),
     route("POST", "/v1/session", Public, Platform),
+    // Single sign-on: the provider, not a token, says who signs in.
+    route("GET", "/v1/sso", Public, Platform),
+    route("GET", "/v1/sso/login", Public, Platform),
+    route("GET", "/v1/sso/callback", Public, Platform),
+    route("POST", "/v1/sso/token", Public, Platform),
     // Signing out answers a session that no longer works by clearing its cookie: the
     // handler authenticates.
     route("DELETE", "/v1/session", Public, Platform),

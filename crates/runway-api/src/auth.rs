@@ -186,7 +186,14 @@ pub(crate) async fn token_caller(state: &ApiState, text: &str) -> Result<Caller,
         return Err(ApiError::unauthorized(Denied::Expired.to_string()));
     }
     let expires_at = found.expires_at.map(Timestamp::unix_millis);
-    let policy = found.scope.policy(expires_at);
+    // A person's roles are their teams': looked up now, so a change of a team's members holds
+    // at once.
+    let teams = if found.scope.is_person() {
+        state.store(|s| Ok(s.team_list()?)).await?
+    } else {
+        Vec::new()
+    };
+    let policy = found.scope.policy(expires_at, &teams);
     Ok(Caller {
         id: found.id,
         name: found.name,
@@ -308,7 +315,7 @@ async fn identity_caller(
             },
         },
     };
-    let policy = scope.policy(Some(identity.expires_at));
+    let policy = scope.policy(Some(identity.expires_at), &[]);
     Ok(Caller {
         id: 0,
         name: identity.actor(),

@@ -46,6 +46,8 @@ pub struct ApiConfig {
     pub oidc: crate::oidc::OidcConfig,
     /// Preview environments, where `environments` lists `preview`.
     pub previews: PreviewsConfig,
+    /// People sign in through an OpenID Connect provider.
+    pub sso: Option<crate::sso::SsoConfig>,
 }
 
 /// The longest a preview may live after its last deploy: a year.
@@ -88,6 +90,7 @@ impl Default for ApiConfig {
             limits: LimitsConfig::default(),
             oidc: crate::oidc::OidcConfig::default(),
             previews: PreviewsConfig::default(),
+            sso: None,
         }
     }
 }
@@ -313,6 +316,9 @@ impl ApiConfig {
                     .check()
                     .map_err(|why| invalid(&format!("oidc.issuers[{i}].bindings[{j}]"), why))?;
             }
+        }
+        if let Some(sso) = &self.sso {
+            sso.check().map_err(|(key, why)| invalid(&key, why))?;
         }
         if !(1..=MAX_PREVIEW_TTL_SECONDS).contains(&self.previews.ttl_seconds) {
             return Err(invalid(

@@ -84,6 +84,8 @@
 //! - `auth.rs`: bearer tokens and the console's session cookie, the first admin token and its
 //!   recovery (`runway server admin-token`). `session.rs`: `POST` and `DELETE /v1/session`.
 //!   `teams.rs`: teams (`/v1/teams`), whose members have a role on the services they own.
+//!   `sso.rs`: single sign-on (`/v1/sso/…`) through an OpenID Connect provider, people's
+//!   groups mapped to teams.
 //! - `oidc.rs`: CI identity tokens (OIDC JWTs from `api.oidc.issuers`) bound to a role;
 //!   audit actor `oidc:{iss} {sub} pipeline {id}`. `vault.rs`: secrets read from OpenBao or
 //!   Vault (`secrets.vault`, KV v2), signed in with a token file or a JWT auth role.
@@ -127,6 +129,7 @@ pub mod registry;
 mod routes;
 mod server;
 mod session;
+pub mod sso;
 mod state;
 mod stream;
 mod teams;

@@ -175,11 +175,11 @@ pub enum Refusal {
 
 /// The claims read from a token, past its signature and times.
 #[derive(Debug, Deserialize)]
-struct Claims {
-    sub: String,
-    exp: i64,
+pub(crate) struct Claims {
+    pub(crate) sub: String,
+    pub(crate) exp: i64,
     #[serde(flatten)]
-    rest: serde_json::Map<String, serde_json::Value>,
+    pub(crate) rest: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The configured issuers and their cached key sets.
@@ -190,7 +190,7 @@ pub struct Verifier {
 }
 
 #[derive(Debug)]
-struct Issuer {
+pub(crate) struct Issuer {
     config: IssuerConfig,
     http: reqwest::Client,
     keys: Mutex<Keys>,
@@ -247,8 +247,9 @@ impl Verifier {
         self
     }
 
-    /// The identity `token` proves, or why not.
-    pub async fn verify(&self, token: &str) -> Result<Identity, Refusal> {
+    /// The issuer of `token` and its claims, past its signature, audience and times: what an
+    /// identity token and a sign-in's ID token ([`crate::sso`]) both need.
+    pub(crate) async fn checked(&self, token: &str) -> Result<(&Issuer, Claims), Refusal> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| Refusal::Malformed(e.to_string()))?;
         let algorithm = match header.alg {
@@ -276,6 +277,12 @@ impl Verifier {
         // `iat`.
         not_from_the_future(&claims.rest, jsonwebtoken::get_current_timestamp())
             .map_err(Refusal::Invalid)?;
+        Ok((issuer, claims))
+    }
+
+    /// The identity `token` proves, or why not.
+    pub async fn verify(&self, token: &str) -> Result<Identity, Refusal> {
+        let (issuer, claims) = self.checked(token).await?;
         let text = |name: &str| claims.rest.get(name).map(claim_text);
         let binding = issuer
             .config

@@ -12,15 +12,25 @@ use crate::error::{ErrorBody, ErrorDetail};
 use crate::types::{DIGEST_PATTERN, LABEL_MAX, LABEL_PATTERN};
 
 /// The routes that need no credential at all ([`crate::access::Needs::Public`]; signing in
-/// takes one in its body).
-pub const PUBLIC_PATHS: [&str; 4] = ["/healthz", "/openapi.json", "/metrics", "/v1/access"];
+/// with a token takes one in its body); single sign-on's, where the provider says who it is.
+pub const PUBLIC_PATHS: [&str; 8] = [
+    "/healthz",
+    "/openapi.json",
+    "/metrics",
+    "/v1/access",
+    "/v1/sso",
+    "/v1/sso/login",
+    "/v1/sso/callback",
+    "/v1/sso/token",
+];
 
 #[derive(OpenApi)]
 #[openapi(
     info(
         title = "Runway control-plane API",
         description = "Services, deployments, revisions, secrets, tokens and the audit log. \
-            Every route but /healthz, /metrics, /openapi.json and /v1/access needs \
+            Every route but /healthz, /metrics, /openapi.json, /v1/access and single \
+            sign-on's (/v1/sso…) needs \
             `Authorization: Bearer <token>` (or the web console's session cookie, `POST \
             /v1/session`); what each needs (a role on the service, or an admin) is its \
             `x-runway-access`, the table `GET /v1/access` serves. Errors are \
@@ -246,7 +256,7 @@ fn constrain_path_parameters(operation: &mut Map<String, Value>) {
             continue;
         }
         let constraint = match parameter["name"].as_str() {
-            Some("service" | "env") => json!({
+            Some("service" | "env" | "team") => json!({
                 "type": "string",
                 "pattern": LABEL_PATTERN,
                 "maxLength": LABEL_MAX

@@ -73,6 +73,10 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(crate::previews::list_all_previews))
         .routes(routes!(crate::inventory::inventory))
         .routes(routes!(crate::teams::list_teams))
+        .routes(routes!(crate::sso::sso_status))
+        .routes(routes!(crate::sso::login))
+        .routes(routes!(crate::sso::callback))
+        .routes(routes!(crate::sso::redeem))
         .routes(routes!(
             crate::teams::get_team,
             crate::teams::put_team,
@@ -320,9 +324,15 @@ async fn whoami(caller: Caller) -> axum::Json<WhoAmI> {
             .or_default()
             .push(service.clone());
     }
+    let grants = match &caller.policy {
+        runway_secrets::Scope::Admin => Vec::new(),
+        runway_secrets::Scope::Grants { grants, .. } => grants.iter().map(Into::into).collect(),
+    };
     axum::Json(WhoAmI {
         token_id: caller.id,
         scope: ScopeView::from(&caller.scope),
+        admin: caller.is_admin(),
+        grants,
         team_services,
         name: caller.name,
     })
@@ -1152,14 +1162,13 @@ async fn create_token(
         // In range: at most ten years, so the product fits.
         Timestamp::now().add_millis(i64::try_from(seconds * 1000).unwrap_or(i64::MAX))
     });
-    let scope = body.scope.scope().ok_or_else(|| {
-        ApiError::invalid("a role is on exactly one of `service`, `team` and `every_service`")
-            .field("scope.role")
-    })?;
+    let scope = body.scope.scope()?;
     may_manage(&caller, &scope)?;
     let kind = match &scope {
         TokenScope::Admin => TokenKind::Admin,
-        TokenScope::Deploy { .. } | TokenScope::Grant { .. } => TokenKind::Deploy,
+        TokenScope::Deploy { .. } | TokenScope::Grant { .. } | TokenScope::Person { .. } => {
+            TokenKind::Deploy
+        }
     };
     let (text, hash) = runway_secrets::Token::generate(kind)
         .map_err(|e| ApiError::internal(format!("generating a token: {e}")))?;
@@ -1201,7 +1210,9 @@ fn may_manage(caller: &Caller, scope: &TokenScope) -> ApiResult<()> {
                 return caller.check(runway_secrets::Need::Admin, None, Env::Whole);
             }
         },
-        TokenScope::Admin => return caller.check(runway_secrets::Need::Admin, None, Env::Whole),
+        TokenScope::Admin | TokenScope::Person { .. } => {
+            return caller.check(runway_secrets::Need::Admin, None, Env::Whole);
+        }
     };
     match environments {
         Some(environments) => environments
@@ -1233,7 +1244,7 @@ fn check_token_scope(s: &dyn runway_store::Store, scope: &TokenScope) -> ApiResu
     let environments = match scope {
         TokenScope::Deploy { environments, .. } => Some(environments),
         TokenScope::Grant { grant } => grant.environments.as_ref(),
-        TokenScope::Admin => None,
+        TokenScope::Admin | TokenScope::Person { .. } => None,
     };
     let found = s.service_get(service).map_err(|e| match e {
         StoreError::NotFound { .. } => {

@@ -83,7 +83,9 @@ pub(crate) async fn create_session(
         .ok_or_else(|| ApiError::internal("a session's expiry is out of range"))?;
     let kind = match &parent.scope {
         TokenScope::Admin => TokenKind::Admin,
-        TokenScope::Deploy { .. } | TokenScope::Grant { .. } => TokenKind::Deploy,
+        TokenScope::Deploy { .. } | TokenScope::Grant { .. } | TokenScope::Person { .. } => {
+            TokenKind::Deploy
+        }
     };
     let (token, hash) = runway_secrets::Token::generate(kind)
         .map_err(|e| ApiError::internal(format!("generating a session token: {e}")))?;
@@ -141,7 +143,8 @@ pub(crate) async fn end_session(
             return response;
         }
     };
-    if caller.parent.is_none() {
+    // A console session is made from a token, or by signing in (single sign-on).
+    if caller.parent.is_none() && !caller.scope.is_person() {
         return ApiError::invalid(
             "this token is not a console session: DELETE /v1/session ends the session the \
              console signed in with; revoke a token with DELETE /v1/tokens/{id}",

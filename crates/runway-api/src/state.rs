@@ -24,6 +24,8 @@ pub struct ApiState {
     pub(crate) max_source_bytes: u64,
     /// The OIDC issuers whose identity tokens are accepted (`api.oidc`).
     pub(crate) oidc: Option<Arc<crate::oidc::Verifier>>,
+    /// The provider people sign in through (`api.sso`).
+    pub(crate) sso: Option<Arc<crate::sso::Sso>>,
     /// Where deploys read secrets (`secrets.vault`); the sealed store alone without it.
     pub(crate) vault: Option<Arc<crate::vault::Vault>>,
     /// The API's own request figures (`GET /metrics`).
@@ -65,6 +67,7 @@ impl ApiState {
             allow_processes: false,
             max_source_bytes: crate::config::DEFAULT_SOURCE_BYTES,
             oidc: None,
+            sso: None,
             vault: None,
             metrics: Arc::default(),
             runbook_base: None,
@@ -100,6 +103,13 @@ impl ApiState {
     #[must_use]
     pub fn max_source_bytes(mut self, bytes: u64) -> Self {
         self.max_source_bytes = bytes;
+        self
+    }
+
+    /// People sign in through `sso`'s provider (`api.sso`).
+    #[must_use]
+    pub fn sso(mut self, sso: crate::sso::Sso) -> Self {
+        self.sso = Some(Arc::new(sso));
         self
     }
 

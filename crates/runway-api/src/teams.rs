@@ -59,9 +59,10 @@ pub(crate) async fn get_team(
     Ok(axum::Json(TeamView::new(found, &services)))
 }
 
-/// Makes a team with these members, or replaces the members it has (admin).
+/// Makes a team with these members, or replaces the members it has (admin); no body is a
+/// team with no one in it.
 #[utoipa::path(put, path = "/v1/teams/{team}", params(("team" = String, Path)),
-    request_body = PutTeam, responses((status = 200, body = TeamView)))]
+    request_body = Option<PutTeam>, responses((status = 200, body = TeamView)))]
 pub(crate) async fn put_team(
     caller: Caller,
     state: axum::extract::State<ApiState>,

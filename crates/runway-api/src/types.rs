@@ -39,7 +39,7 @@ pub struct Health {
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum ScopeView {
     /// Everything.
-    Admin {},
+    Admin(AdminScope),
     /// One service, in some of its environments.
     Deploy {
         /// The service.
@@ -52,6 +52,32 @@ pub enum ScopeView {
     },
     /// A role on one service, on every service a team owns, or on every service.
     Role(GrantView),
+    /// A person signed in through single sign-on: their teams' roles (by name and by the
+    /// groups they were in at sign-in), or everything for an admin group's. Made by signing
+    /// in, never by `POST /v1/tokens`.
+    Person {
+        /// Their name, as the provider gave it.
+        user: String,
+        /// Their groups at sign-in.
+        groups: Vec<String>,
+        /// A platform admin.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        admin: bool,
+    },
+}
+
+/// An admin's scope: `{}`, and nothing else (not even `[]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, ToSchema)]
+pub struct AdminScope {}
+
+impl<'de> Deserialize<'de> for AdminScope {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        let map = serde_json::Map::<String, serde_json::Value>::deserialize(de)?;
+        match map.keys().next() {
+            Some(key) => Err(serde::de::Error::unknown_field(key, &[])),
+            None => Ok(Self {}),
+        }
+    }
 }
 
 /// A role's name.
@@ -147,7 +173,7 @@ impl GrantView {
 impl From<&TokenScope> for ScopeView {
     fn from(scope: &TokenScope) -> Self {
         match scope {
-            TokenScope::Admin => Self::Admin {},
+            TokenScope::Admin => Self::Admin(AdminScope {}),
             TokenScope::Deploy {
                 service,
                 environments,
@@ -156,16 +182,25 @@ impl From<&TokenScope> for ScopeView {
                 environments: environments.clone(),
             },
             TokenScope::Grant { grant } => Self::Role(grant.into()),
+            TokenScope::Person {
+                user,
+                groups,
+                admin,
+            } => Self::Person {
+                user: user.clone(),
+                groups: groups.clone(),
+                admin: *admin,
+            },
         }
     }
 }
 
 impl ScopeView {
-    /// The scope as the store keeps it; `None` for a role that names not exactly one of a
-    /// service, a team and every service.
-    pub(crate) fn scope(self) -> Option<TokenScope> {
-        Some(match self {
-            Self::Admin {} => TokenScope::Admin,
+    /// The scope as the store keeps it, for a token to make: a role names exactly one of a
+    /// service, a team and every service; a person's is made by signing in only.
+    pub(crate) fn scope(self) -> Result<TokenScope, crate::error::ApiError> {
+        Ok(match self {
+            Self::Admin(AdminScope {}) => TokenScope::Admin,
             Self::Deploy {
                 service,
                 environments,
@@ -174,8 +209,19 @@ impl ScopeView {
                 environments,
             },
             Self::Role(grant) => TokenScope::Grant {
-                grant: grant.grant()?,
+                grant: grant.grant().ok_or_else(|| {
+                    crate::error::ApiError::invalid(
+                        "a role is on exactly one of `service`, `team` and `every_service`",
+                    )
+                    .field("scope.role")
+                })?,
             },
+            Self::Person { .. } => {
+                return Err(crate::error::ApiError::invalid(
+                    "a person's token is made by signing in (single sign-on), not here",
+                )
+                .field("scope.person"));
+            }
         })
     }
 }
@@ -189,6 +235,12 @@ pub struct WhoAmI {
     pub name: String,
     /// What it allows.
     pub scope: ScopeView,
+    /// A platform admin.
+    #[serde(default)]
+    pub admin: bool,
+    /// Its roles, as the server reads its scope now (a signed-in person's: their teams').
+    #[serde(default)]
+    pub grants: Vec<GrantView>,
     /// The services a team it has a role on owns, by team: where a team's role reaches.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub team_services: BTreeMap<String, Vec<String>>,

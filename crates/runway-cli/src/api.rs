@@ -23,12 +23,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 use runway_api::ErrorBody;
 pub(crate) use runway_api::types::{
-    AddDomain, AuditEntryView, CreateService, CreateToken, CreatedToken, Decommissioned,
-    DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView, DomainView, GrantView,
-    InventoryPlan, InventoryRequest, LogLine, PreviewView, PromoteRequest, PutTeam, RevisionView,
-    RoleName, RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, SecretInfoView,
-    ServiceView, SetSecret, SetVariables, StatusView, TeamMemberView, TeamView, TokenInfo,
-    UpdateService, WhoAmI,
+    AddDomain, AdminScope, AuditEntryView, CreateService, CreateToken, CreatedToken,
+    Decommissioned, DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView,
+    DomainView, GrantView, InventoryPlan, InventoryRequest, LogLine, PreviewView, PromoteRequest,
+    PutTeam, RevisionView, RoleName, RollbackRequest, RolloutCommandView, RolloutRequest,
+    ScopeView, SecretInfoView, ServiceView, SetSecret, SetVariables, StatusView, TeamMemberView,
+    TeamView, TokenInfo, UpdateService, WhoAmI,
 };
 
 /// Everything that can go wrong talking to the server.
@@ -231,8 +231,11 @@ impl Client {
         let mut request = self
             .http
             .request(method, url)
-            .bearer_auth(&self.token)
             .header(reqwest::header::ACCEPT, "application/json");
+        // Signing in (single sign-on) is done with no token yet.
+        if !self.token.is_empty() {
+            request = request.bearer_auth(&self.token);
+        }
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
@@ -310,6 +313,20 @@ impl Client {
     /// `GET /v1/tokens`.
     pub(crate) async fn tokens(&self) -> Result<Vec<TokenInfo>, ApiError> {
         self.get(self.url(&["v1", "tokens"], &[])).await
+    }
+
+    /// `POST /v1/sso/token`: a sign-in's one-time code and the verifier it was started with,
+    /// for a session's token.
+    pub(crate) async fn redeem_sso(
+        &self,
+        code: &runway_api::sso::RedeemCode,
+    ) -> Result<runway_api::sso::SsoSession, ApiError> {
+        self.call(
+            Method::POST,
+            self.url(&["v1", "sso", "token"], &[]),
+            Some(code),
+        )
+        .await
     }
 
     /// `GET /v1/teams`.

@@ -241,7 +241,7 @@ pub(crate) fn open(args: &OpenArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// What opens a URL here: `$BROWSER`, else the desktop's opener when it is installed.
-fn opener() -> Option<String> {
+pub(crate) fn opener() -> Option<String> {
     if let Some(browser) = std::env::var("BROWSER").ok().filter(|b| !b.is_empty()) {
         return Some(browser);
     }

@@ -47,6 +47,7 @@ mod render;
 mod repo;
 mod router;
 mod server;
+mod sso;
 mod team;
 mod terminal;
 mod validate;

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::api::{
-    ApiError, Client, CreateService, CreateToken, DeployRequest, DeploymentEventView,
+    AdminScope, ApiError, Client, CreateService, CreateToken, DeployRequest, DeploymentEventView,
     DeploymentStateView, DeploymentView, GrantView, LogLine, LogsQuery, PromoteRequest, RoleName,
     RollbackRequest, RolloutCommandView, RolloutRequest, ScopeView, UpdateService,
 };
@@ -106,8 +106,13 @@ pub(crate) struct LoginArgs {
     /// The API token; `-` reads it from standard input (recommended: it stays out of the shell's
     /// history and the process list). A CI job's identity token (a JWT from an issuer the
     /// server trusts, `api.oidc`) works too.
-    #[arg(long, value_name = "TOKEN", required_unless_present = "oidc_token_env")]
+    #[arg(long, value_name = "TOKEN", required_unless_present_any = ["oidc_token_env", "sso"])]
     token: Option<String>,
+    /// Instead of --token: sign in through the server's single sign-on provider in a browser
+    /// (`$BROWSER`, else the desktop's; the URL is printed too). The CLI waits on 127.0.0.1 for
+    /// the browser to come back, and saves a session token for you.
+    #[arg(long, conflicts_with_all = ["token", "oidc_token_env"])]
+    sso: bool,
     /// Instead of --token: the environment variable that holds the job's identity token (GitLab
     /// CI's `id_tokens`, e.g. RUNWAY_ID_TOKEN). Its name is saved, not the token, which is
     /// short-lived: each command reads it again.
@@ -558,13 +563,18 @@ pub(crate) fn print_json(value: &impl Serialize) -> anyhow::Result<()> {
 // ---- login ----
 
 pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
+    let ca = args
+        .ca
+        .as_ref()
+        .map(|ca| std::path::absolute(ca).unwrap_or_else(|_| ca.clone()));
     let token = match (&args.token, &args.oidc_token_env) {
+        _ if args.sso => crate::sso::sign_in(&args.server, ca.as_deref())?,
         (Some(token), _) if token == "-" => read_token()?,
         (Some(token), _) => token.trim().to_owned(),
         (None, Some(name)) => std::env::var(name)
             .map(|t| t.trim().to_owned())
             .unwrap_or_default(),
-        (None, None) => bail!("give --token, or --oidc-token-env VAR"),
+        (None, None) => bail!("give --token, --oidc-token-env VAR, or --sso"),
     };
     if token.is_empty() {
         match &args.oidc_token_env {
@@ -575,10 +585,6 @@ pub(crate) fn login(args: &LoginArgs) -> anyhow::Result<ExitCode> {
             None => bail!("the token is empty"),
         }
     }
-    let ca = args
-        .ca
-        .as_ref()
-        .map(|ca| std::path::absolute(ca).unwrap_or_else(|_| ca.clone()));
     let client = Client::new(&args.server, &token, ca.as_deref())?;
     let who = tokio()?.block_on(client.whoami())?;
     let path = config::path()?;
@@ -628,7 +634,7 @@ fn read_token() -> anyhow::Result<String> {
 /// What a token may do, in a few words.
 fn describe_scope(scope: &ScopeView) -> String {
     match scope {
-        ScopeView::Admin {} => "admin".to_owned(),
+        ScopeView::Admin(_) => "admin".to_owned(),
         ScopeView::Deploy {
             service,
             environments,
@@ -650,6 +656,19 @@ fn describe_scope(scope: &ScopeView) -> String {
                 .map_or_else(|| "every environment".to_owned(), |envs| envs.join(", "));
             format!("{role} {on} in {envs}")
         }
+        ScopeView::Person {
+            user,
+            groups,
+            admin,
+        } => format!(
+            "{user}, signed in{}{}",
+            if groups.is_empty() {
+                String::new()
+            } else {
+                format!(" (groups {})", groups.join(", "))
+            },
+            if *admin { ": a platform admin" } else { "" }
+        ),
     }
 }
 
@@ -1866,7 +1885,7 @@ pub(crate) fn tokens(command: &TokensCommand) -> anyhow::Result<ExitCode> {
                     every_service: args.every_service,
                     environments: environments(),
                 }),
-                None if args.admin => ScopeView::Admin {},
+                None if args.admin => ScopeView::Admin(AdminScope {}),
                 None if args.environments.is_empty() => bail!(
                     "say what the token may do: --role ROLE with --service NAME, --team NAME or \
                      --every-service; --service NAME --env ENV for a deploy token; or --admin for \

@@ -95,6 +95,17 @@ const SERVER_CONFIG: &str = "  api:
     previews:
       ttl_seconds: 86400
       max_per_service: 5
+    sso:
+      issuer: https://gitlab.example.com
+      client_id: runway
+      client_secret_file: /etc/runway/sso/client-secret
+      ca_file: /etc/runway/sso/ca.pem
+      public_url: https://runway.example.com
+      scopes: [openid, profile, email]
+      username_claim: nickname
+      groups_claim: groups_direct
+      admin_groups: [platform/admins]
+      session_hours: 8
   ingress:
     control_timeout_ms: 5000
     stats_interval_ms: 500
@@ -1135,7 +1146,24 @@ fn server_config_schema_is_the_servers_keys() {
     for (section, defaults, managed) in [
         (
             "api",
-            serde_json::to_value(runway_api::ApiConfig::default()).unwrap(),
+            {
+                // Single sign-on is off by default: its keys are those of a sample.
+                let mut api = serde_json::to_value(runway_api::ApiConfig::default()).unwrap();
+                api["sso"] = serde_json::to_value(runway_api::sso::SsoConfig {
+                    issuer: String::new(),
+                    client_id: String::new(),
+                    client_secret_file: PathBuf::new(),
+                    ca_file: Some(PathBuf::new()),
+                    public_url: String::new(),
+                    scopes: Vec::new(),
+                    username_claim: String::new(),
+                    groups_claim: String::new(),
+                    admin_groups: Vec::new(),
+                    session_hours: 0,
+                })
+                .unwrap();
+                api
+            },
             &[
                 "listen",
                 "data_dir",

@@ -300,7 +300,11 @@ fn the_inventory_component_diffs_in_merge_requests_and_applies_on_the_default_br
         "review",
     );
     assert!(!forced.ok(), "{}", forced.all());
-    assert!(forced.stdout.contains("reads only"), "{}", forced.all());
+    assert!(
+        forced.stdout.contains("needs a platform admin"),
+        "{}",
+        forced.all()
+    );
     assert!(services(&platform).is_empty());
 
     let main = project("true", "main");

@@ -699,6 +699,7 @@ fn make_named_files(etc: &Path, scratch: &Path) {
     for name in ["rules.json", "topology.yml"] {
         std::fs::copy(fixtures.join(name), cells.join(name)).unwrap();
     }
+    std::fs::write(etc.join("sso-client-secret"), "a-client-secret\n").unwrap();
     std::fs::write(
         etc.join("cloudflare-ranges.txt"),
         "173.245.48.0/20\n2400:cb00::/32\n",

@@ -810,7 +810,6 @@ fn tokens_are_scoped_and_revocable() {
             "/v1/services".to_owned(),
             Some(json!({"name": "third", "owners": ["a@example.com"]})),
         ),
-        (Method::GET, "/v1/tokens".to_owned(), None),
         (Method::GET, "/v1/audit".to_owned(), None),
     ];
     for (method, path, body) in forbidden {
@@ -818,6 +817,9 @@ fn tokens_are_scoped_and_revocable() {
         assert_eq!(status, 403, "{method} {path}: {answer}");
         assert_eq!(answer["error"]["code"], "forbidden", "{answer}");
     }
+    // Tokens are a maintainer's: a deployer sees none.
+    let (status, answer) = platform.call(Method::GET, "/v1/tokens", Some(&token), None);
+    assert_eq!((status, answer), (200, json!([])));
     // The CLI says so and exits 1.
     let mut deploy_other = Command::new(support::RUNWAY);
     deploy_other
@@ -963,7 +965,7 @@ headers = { "Accept" = "text/event-stream" }
 max-stream-events = 2
 
 [[operations]]
-include-operation-id = ["create_service", "update_service", "create_token", "promote", "set_variables", "logs", "decommission_service", "audit", "end_session"]
+include-operation-id = ["create_service", "update_service", "create_token", "promote", "set_variables", "logs", "decommission_service", "audit", "end_session", "put_team", "login"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "400", "401", "403", "404", "409"]
 
 [[operations]]

@@ -36,6 +36,9 @@ pub fn check_config(config: &ServerConfig, drivers: &Drivers) -> anyhow::Result<
             .context("ingress.remote.tls_dir: cannot use the control channel's certificates")?;
     }
     runway_api::oidc::Verifier::new(&config.api.oidc).map_err(anyhow::Error::msg)?;
+    if let Some(sso) = &config.api.sso {
+        runway_api::sso::Sso::new(sso).map_err(anyhow::Error::msg)?;
+    }
     if let Some(vault) = &config.secrets.vault {
         runway_api::vault::Vault::new(vault).map_err(anyhow::Error::msg)?;
     }

@@ -387,6 +387,10 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     } else {
         state.oidc(runway_api::oidc::Verifier::new(&config.api.oidc).map_err(anyhow::Error::msg)?)
     };
+    let state = match &config.api.sso {
+        Some(sso) => state.sso(runway_api::sso::Sso::new(sso).map_err(anyhow::Error::msg)?),
+        None => state,
+    };
     let state = match &config.secrets.vault {
         Some(vault) => {
             state.vault(runway_api::vault::Vault::new(vault).map_err(anyhow::Error::msg)?)

@@ -1968,6 +1968,13 @@ impl<B: Backend> Store for B {
         }
         match &token.scope {
             TokenScope::Admin => {}
+            TokenScope::Person { user, .. } => {
+                if user.is_empty() {
+                    return Err(StoreError::Invalid(
+                        "a person's session names them".to_owned(),
+                    ));
+                }
+            }
             TokenScope::Deploy {
                 service,
                 environments,

@@ -586,14 +586,32 @@ pub enum TokenScope {
         /// What it allows.
         grant: runway_secrets::Grant,
     },
+    /// A person signed in through single sign-on: what the teams they are in (by name or by
+    /// a group the provider said they were in at sign-in) allow, looked up at each request;
+    /// everything when one of their groups made them a platform admin.
+    Person {
+        /// Their name, as the provider gave it (`user:<name>` in a team).
+        user: String,
+        /// Their groups at sign-in (`group:<path>` in a team).
+        groups: Vec<String>,
+        /// A platform admin (one of the server's admin groups).
+        admin: bool,
+    },
 }
 
 impl TokenScope {
-    /// The scope as the policy reads it, with the token's expiry (Unix milliseconds).
+    /// The scope as the policy reads it, with the token's expiry (Unix milliseconds); a
+    /// person's grants are those `teams` give them.
     #[must_use]
-    pub fn policy(&self, expires_at: Option<i64>) -> runway_secrets::Scope {
+    pub fn policy(&self, expires_at: Option<i64>, teams: &[Team]) -> runway_secrets::Scope {
         let grant = match self {
-            Self::Admin => return runway_secrets::Scope::Admin,
+            Self::Admin | Self::Person { admin: true, .. } => return runway_secrets::Scope::Admin,
+            Self::Person { user, groups, .. } => {
+                return runway_secrets::Scope::Grants {
+                    grants: person_grants(teams, user, groups),
+                    expires_at,
+                };
+            }
             Self::Deploy {
                 service,
                 environments,
@@ -608,6 +626,12 @@ impl TokenScope {
             grants: vec![grant],
             expires_at,
         }
+    }
+
+    /// Whether the scope is a person's, signed in through single sign-on.
+    #[must_use]
+    pub fn is_person(&self) -> bool {
+        matches!(self, Self::Person { .. })
     }
 
     /// The one service the scope is on, if it is on exactly one.
@@ -640,6 +664,27 @@ impl TokenScope {
             _ => None,
         }
     }
+}
+
+/// What `teams` give the person `user` in `groups`: each membership by name or group a role
+/// on the team's services.
+fn person_grants(teams: &[Team], user: &str, groups: &[String]) -> Vec<runway_secrets::Grant> {
+    let subjects: Vec<String> = std::iter::once(format!("user:{user}"))
+        .chain(groups.iter().map(|g| format!("group:{g}")))
+        .collect();
+    teams
+        .iter()
+        .flat_map(|team| {
+            team.members
+                .iter()
+                .filter(|m| subjects.contains(&m.subject))
+                .map(|m| runway_secrets::Grant {
+                    role: m.role,
+                    on: runway_secrets::Target::Team(team.name.clone()),
+                    environments: m.environments.clone(),
+                })
+        })
+        .collect()
 }
 
 /// An API token. The store keeps only its hash; the plaintext is shown once, by the caller.

@@ -53,7 +53,15 @@ async fn every_route_but_the_public_ones_refuses_a_missing_or_wrong_token() {
             let body = (method != "GET" && method != "DELETE").then(|| json!({}));
             let answer = server.call(method, path, token.as_deref(), body).await;
             if *public {
-                assert_eq!(answer.status, StatusCode::OK, "{method} {path}");
+                // Single sign-on's answer 404 here, where it is not set up.
+                assert!(
+                    answer.status == StatusCode::OK
+                        || (path.starts_with("/v1/sso/")
+                            && answer.status.is_client_error()
+                            && answer.status != StatusCode::UNAUTHORIZED),
+                    "{method} {path}: {}",
+                    answer.text
+                );
             } else {
                 assert_eq!(
                     answer.status,

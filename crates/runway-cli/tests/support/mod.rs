@@ -511,9 +511,16 @@ impl Platform {
         std::fs::write(
             &config,
             format!(
-                "api:\n  listen: 127.0.0.1:0\n{}ingress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
+                "api:\n{}{}ingress:\n  https: 127.0.0.1:0\n  http: 127.0.0.1:0\n  \
                  admin: 127.0.0.1:0\n{}control:\n  deploy_timeout_ms: {}\n  drain_grace_ms: {}\n  \
                  reconcile_interval_ms: {}\n{}{}",
+                // A test that must know the API's port first (a sign-in provider's redirect)
+                // gives its own `listen`.
+                if settings.api.contains("  listen:") {
+                    ""
+                } else {
+                    "  listen: 127.0.0.1:0\n"
+                },
                 settings.api,
                 settings.ingress,
                 settings.deploy_timeout_ms,

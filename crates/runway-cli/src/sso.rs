@@ -1,0 +1,101 @@
+//! `runway login --sso`: a person signs in through the server's single sign-on provider
+//! (`api.sso`) in a browser, and the CLI gets a session token for them.
+//!
+//! The CLI waits on a port of 127.0.0.1 and opens (or prints) the server's sign-in URL naming
+//! that port and the S256 challenge of a verifier it keeps. Once the person has signed in at
+//! the provider, the server sends the browser to `http://127.0.0.1:<port>/callback` with a
+//! one-time code, which the CLI redeems with the verifier (`POST /v1/sso/token`): the token
+//! never passes through the browser, and a code seen by anyone else is of no use to them.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::api::Client;
+
+/// How long a person has to sign in.
+const SIGN_IN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Signs in through `server`'s provider: the session's token.
+pub(crate) fn sign_in(server: &str, ca: Option<&Path>) -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).context("the OS gives no random numbers")?;
+    // PKCE's verifier: 43 to 128 of its unreserved characters; hex is among them.
+    let verifier: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let challenge = runway_api::sso::challenge_of(&verifier);
+    let listener =
+        TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1 for the sign-in")?;
+    let port = listener.local_addr()?.port();
+    let url = format!(
+        "{}/v1/sso/login?cli_port={port}&cli_challenge={challenge}",
+        server.trim_end_matches('/')
+    );
+    eprintln!("Sign in in your browser: {url}");
+    if let Some(opener) = crate::everyday::opener() {
+        // A browser that cannot start leaves the URL above to open by hand.
+        let _ = std::process::Command::new(&opener)
+            .arg(&url)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+    }
+    let code = wait_for_code(&listener, Instant::now() + SIGN_IN_TIMEOUT)?;
+    let client = Client::new(server, "", ca)?;
+    let session = crate::platform::tokio()?
+        .block_on(client.redeem_sso(&runway_api::sso::RedeemCode { code, verifier }))?;
+    Ok(session.token)
+}
+
+/// The one-time code the browser brings to `/callback`.
+fn wait_for_code(listener: &TcpListener, deadline: Instant) -> anyhow::Result<String> {
+    listener.set_nonblocking(true)?;
+    loop {
+        if Instant::now() > deadline {
+            bail!(
+                "no sign-in within {} minutes: run `runway login --sso` again",
+                SIGN_IN_TIMEOUT.as_secs() / 60
+            );
+        }
+        let (mut stream, _) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => return Err(e).context("the sign-in's answer"),
+        };
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut line = String::new();
+        if BufReader::new(&stream).read_line(&mut line).is_err() {
+            continue;
+        }
+        let code = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|target| target.strip_prefix("/callback?"))
+            .and_then(|query| {
+                query
+                    .split('&')
+                    .find_map(|pair| pair.strip_prefix("code="))
+                    .map(str::to_owned)
+            });
+        let (status, text) = if code.is_some() {
+            ("200 OK", "Signed in to Runway: back to your terminal.")
+        } else {
+            ("404 Not Found", "Not the sign-in's answer.")
+        };
+        let _ = write!(
+            stream,
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+            text.len()
+        );
+        if let Some(code) = code {
+            return Ok(code);
+        }
+    }
+}
