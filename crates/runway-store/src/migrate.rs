@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_sessions_domains.sql"),
     include_str!("../migrations/0007_revision_set_vars.sql"),
     include_str!("../migrations/0008_previews_inventory.sql"),
+    include_str!("../migrations/0009_audit_chain.sql"),
 ];
 
 /// The schema version this code writes.

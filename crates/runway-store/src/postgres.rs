@@ -33,6 +33,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0004_sessions_domains.sql"),
     include_str!("../migrations/postgres/0005_revision_set_vars.sql"),
     include_str!("../migrations/postgres/0006_previews_inventory.sql"),
+    include_str!("../migrations/postgres/0007_audit_chain.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.
@@ -143,6 +144,8 @@ impl PostgresStore {
             .map_err(|error| unavailable(&shown, &error))?;
         let store = Self { pool, shown };
         off_runtime(|| store.migrate())?;
+        // Entries written before the chain, or by an older replica, chained now.
+        store.write(|db, _| crate::logic::chain_pending(db))?;
         Ok(store)
     }
 

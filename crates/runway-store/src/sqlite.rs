@@ -101,10 +101,13 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL").db()?;
         conn.pragma_update(None, "foreign_keys", true).db()?;
         migrate::migrate(&mut conn)?;
-        Ok(Self {
+        let store = Self {
             conn: Mutex::new(conn),
             path,
-        })
+        };
+        // Entries written before the chain, or by an older Runway, chained now.
+        store.write(|db, _| crate::logic::chain_pending(db))?;
+        Ok(store)
     }
 
     /// Bounds the database's size to about `max_bytes` (SQLite's `max_page_count`, for this
