@@ -104,6 +104,7 @@
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
 
+pub mod audit;
 mod auth;
 pub mod config;
 pub mod console;

@@ -225,6 +225,8 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
         ("GET", "/v1/tokens", None),
         ("DELETE", "/v1/tokens/1", None),
         ("GET", "/v1/audit", None),
+        ("GET", "/v1/audit/verify", None),
+        ("GET", "/v1/audit/export", None),
         ("DELETE", "/v1/services/alpha?confirm=alpha", None),
     ] {
         let answer = server.call(method, path, t, body).await;

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+mod audit;
 mod auth;
 mod config;
 mod domains;
