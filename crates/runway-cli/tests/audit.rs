@@ -33,6 +33,8 @@ fn outage() -> Duration {
 struct Received {
     /// Every line of every accepted batch, in arrival order (repeats included).
     lines: Vec<String>,
+    /// The same, of the sink whose buffer is small (`X-Sink: small`).
+    small: Vec<String>,
     /// Requests answered 503.
     refused: usize,
     /// Requests whose Content-Type was not application/x-ndjson.
@@ -145,9 +147,12 @@ fn receiver(rt: &tokio::runtime::Runtime, outage: Duration) -> Receiver {
                 {
                     received.wrong_type += 1;
                 }
-                received
-                    .lines
-                    .extend(body.lines().filter(|l| !l.is_empty()).map(str::to_owned));
+                let lines = body.lines().filter(|l| !l.is_empty()).map(str::to_owned);
+                if headers.get("x-sink").is_some_and(|s| s == "small") {
+                    received.small.extend(lines);
+                } else {
+                    received.lines.extend(lines);
+                }
                 (axum::http::StatusCode::OK, "ok")
             }
         }),
@@ -311,10 +316,15 @@ fn the_audit_trail_reaches_every_sink_through_an_outage_and_a_kill_and_verifies(
          \x20   - name: siem\n      webhook:\n        url: {}\n        ca_file: {}\n        \
          headers:\n          Authorization: Bearer audit-test\n      batch: 5\n      \
          poll_ms: 100\n      retry_min_ms: 100\n      retry_max_ms: 1000\n\
+         \x20   - name: siem-small\n      webhook:\n        url: {}\n        ca_file: {}\n        \
+         headers:\n          X-Sink: small\n      batch: 2\n      buffer: 4\n      \
+         poll_ms: 100\n      retry_min_ms: 100\n      retry_max_ms: 1000\n\
          \x20   - name: archive\n      file:\n        path: {}\n      poll_ms: 100\n\
          \x20   - name: syslog-udp\n      syslog:\n        address: udp://{udp}\n      poll_ms: 100\n\
          \x20   - name: syslog-local\n      syslog:\n        address: unix://{}\n        \
          facility: local3\n      poll_ms: 100\n",
+        webhook.url,
+        ca.display(),
         webhook.url,
         ca.display(),
         exported.display(),
@@ -349,8 +359,35 @@ fn the_audit_trail_reaches_every_sink_through_an_outage_and_a_kill_and_verifies(
         webhook.received.lock().unwrap().lines.is_empty(),
         "nothing accepted while down"
     );
+    // The sink whose buffer holds 4 says it is behind, and counts what it left in the store.
+    wait_until(
+        Duration::from_secs(10),
+        "the small buffer overflowed",
+        || {
+            platform
+                .log()
+                .contains("audit export to sink siem-small is")
+        },
+    );
+    let log = platform.log();
+    assert!(log.contains("none is lost"), "{log}");
+    let sinks = platform
+        .runway(&["audit", "export", "--output", "json"])
+        .json();
+    let small = sink(&sinks, "siem-small");
+    assert!(
+        small["this_replica"]["dropped"].as_u64().unwrap() > 0,
+        "{sinks}"
+    );
+    assert_eq!(small["this_replica"]["buffered"], 4, "{sinks}");
     let metrics = platform.call(Method::GET, "/metrics", None, None).1;
     let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("runway_audit_export_dropped_total{sink=\"siem-small\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no dropped figure: {metrics}"));
+    assert!(dropped > 0, "{metrics}");
     assert!(
         metrics.contains("runway_audit_export_lag{sink=\"siem\"}"),
         "{metrics}"
@@ -378,6 +415,13 @@ fn the_audit_trail_reaches_every_sink_through_an_outage_and_a_kill_and_verifies(
     );
     let got = ids_of(&webhook.received.lock().unwrap().lines);
     assert_all_in_order("webhook after its outage", &got, &expected);
+    wait_until(
+        Duration::from_secs(30),
+        "the small buffer's sink caught up",
+        || ids_of(&webhook.received.lock().unwrap().small).contains(&last),
+    );
+    let got = ids_of(&webhook.received.lock().unwrap().small);
+    assert_all_in_order("webhook with a small buffer", &got, &expected);
 
     // A kill in the middle of an export: a slow receiver, a burst, SIGKILL once part of it
     // arrived, and a start again.
@@ -481,9 +525,15 @@ fn the_audit_trail_reaches_every_sink_through_an_outage_and_a_kill_and_verifies(
         let sinks = platform
             .runway(&["audit", "export", "--output", "json"])
             .json();
-        ["siem", "archive", "syslog-udp", "syslog-local"]
-            .iter()
-            .all(|name| sink(&sinks, name)["cursor"] == last && sink(&sinks, name)["lag"] == 0)
+        [
+            "siem",
+            "siem-small",
+            "archive",
+            "syslog-udp",
+            "syslog-local",
+        ]
+        .iter()
+        .all(|name| sink(&sinks, name)["cursor"] == last && sink(&sinks, name)["lag"] == 0)
     });
     let text = platform.runway(&["audit", "verify"]);
     assert!(text.ok(), "{}", text.all());

@@ -575,7 +575,7 @@ async fn send_syslog(
 /// Every sink of `config`, each exported by a task of its own until `stopped`; only while
 /// `leadership` says this replica leads, when there is an election. `store` is the fenced
 /// handle: a replica that lost the lease moves no cursor.
-pub(crate) fn start_exports(
+pub fn start_exports(
     config: &AuditConfig,
     store: &Arc<dyn Store>,
     figures: &Arc<AuditExport>,
