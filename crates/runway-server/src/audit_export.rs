@@ -763,11 +763,19 @@ impl Exporter {
                 }
                 state.failures = 0;
                 state.backoff = Duration::ZERO;
-                let lag = {
-                    let name = name.clone();
-                    self.store(move |s| s.audit_export_get(&name)).await?.lag
-                };
-                self.figures.set_lag(&name, lag);
+                // The lag is a count over the entries left: once a second at most, not at
+                // every batch of a backlog.
+                if state
+                    .lag_counted
+                    .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
+                {
+                    let lag = {
+                        let name = name.clone();
+                        self.store(move |s| s.audit_export_get(&name)).await?.lag
+                    };
+                    self.figures.set_lag(&name, lag);
+                    state.lag_counted = Some(std::time::Instant::now());
+                }
                 Ok(Next::Continue)
             }
             Err(error) => {
@@ -825,6 +833,8 @@ struct State {
     full: bool,
     failures: u64,
     backoff: Duration,
+    /// When the lag was last counted.
+    lag_counted: Option<std::time::Instant>,
 }
 
 #[cfg(test)]
