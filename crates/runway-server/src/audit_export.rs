@@ -687,15 +687,18 @@ impl Exporter {
         if room > 0 {
             let limit = u32::try_from(room.min(1_000)).unwrap_or(1_000);
             let read = self.store(move |s| s.audit_list(read_to, limit)).await?;
+            let caught_up = read.len() < limit as usize;
             for entry in read.into_iter().take_while(|e| e.hash.is_some()) {
                 state.read_to = Some(entry.id);
                 state.buffer.push_back(entry);
             }
-            if state.full {
+            // Said once, when the store holds nothing more than the buffer took (not at each
+            // batch of the catching up).
+            if state.full && caught_up && state.read_to >= Some(state.left_to) {
                 tracing::info!(
                     sink = %name,
-                    "audit export to sink {name}: its buffer has room again; the entries left \
-                     in the store are read again"
+                    "audit export to sink {name} caught up with the store: every entry left \
+                     there is in its buffer again"
                 );
                 state.full = false;
             }
