@@ -201,6 +201,8 @@ pub const ROUTES: &[RouteAccess] = &[
     route("PUT", "/v1/teams/{team}", Admin, Platform),
     route("DELETE", "/v1/teams/{team}", Admin, Platform),
     route("GET", "/v1/audit", Admin, Platform),
+    route("GET", "/v1/audit/verify", Admin, Platform),
+    route("GET", "/v1/audit/export", Admin, Platform),
     // Validating and comparing a document reads every service; applying it is the handler's
     // check, an admin's.
     route("POST", "/v1/inventory", Viewer, Platform),

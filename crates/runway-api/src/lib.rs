@@ -111,6 +111,7 @@
 #![deny(clippy::print_stderr)]
 
 pub mod access;
+pub mod audit;
 mod auth;
 pub mod config;
 pub mod console;

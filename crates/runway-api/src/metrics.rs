@@ -31,6 +31,8 @@ pub struct ApiMetrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    /// The audit export's figures (`runway_audit_export_*`), the server's exporter's to set.
+    pub(crate) audit_export: std::sync::Arc<crate::audit::AuditExport>,
 }
 
 fn duration_histogram() -> Histogram {
@@ -40,7 +42,10 @@ fn duration_histogram() -> Histogram {
 
 impl Default for ApiMetrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("runway_api");
+        let mut root = Registry::default();
+        let audit_export = std::sync::Arc::new(crate::audit::AuditExport::default());
+        audit_export.register(root.sub_registry_with_prefix("runway_audit_export"));
+        let registry = root.sub_registry_with_prefix("runway_api");
         let requests = Family::<RequestLabels, Counter>::default();
         let duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             duration_histogram,
@@ -56,9 +61,10 @@ impl Default for ApiMetrics {
             duration.clone(),
         );
         Self {
-            registry,
+            registry: root,
             requests,
             duration,
+            audit_export,
         }
     }
 }

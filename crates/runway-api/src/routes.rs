@@ -58,6 +58,8 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(create_token, list_tokens))
         .routes(routes!(revoke_token))
         .routes(routes!(audit))
+        .routes(routes!(crate::audit::verify_audit))
+        .routes(routes!(crate::audit::audit_export))
         .routes(routes!(
             crate::domains::list_domains,
             crate::domains::add_domain

@@ -77,6 +77,12 @@ impl ApiState {
         }
     }
 
+    /// The audit export's figures, for the server's exporter to keep: `/metrics` and
+    /// `GET /v1/audit/export` show them.
+    pub fn audit_export(&self) -> Arc<crate::audit::AuditExport> {
+        Arc::clone(&self.metrics.audit_export)
+    }
+
     /// Previews live and are capped as `previews` says.
     #[must_use]
     pub fn previews(mut self, previews: crate::config::PreviewsConfig) -> Self {

@@ -1571,6 +1571,14 @@ pub struct AuditEntryView {
     /// Details; never a secret's value.
     #[schema(value_type = Object)]
     pub detail: serde_json::Value,
+    /// The hash of the entry before it (64 zeros before the first); absent only for an entry
+    /// an older Runway wrote and no write has chained yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_hash: Option<String>,
+    /// SHA-256 of `prev_hash` and this entry's canonical encoding (lower-case hex): what
+    /// `GET /v1/audit/verify` checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
 }
 
 impl From<AuditEntry> for AuditEntryView {
@@ -1582,6 +1590,8 @@ impl From<AuditEntry> for AuditEntryView {
             action: a.action,
             target: a.target,
             detail: a.detail,
+            prev_hash: a.prev_hash,
+            hash: a.hash,
         }
     }
 }

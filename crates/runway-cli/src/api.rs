@@ -635,6 +635,20 @@ impl Client {
         self.get(self.url(&["v1", "audit"], &query)).await
     }
 
+    /// `GET /v1/audit/verify`.
+    pub(crate) async fn audit_verify(
+        &self,
+    ) -> Result<runway_api::audit::AuditVerifyView, ApiError> {
+        self.get(self.url(&["v1", "audit", "verify"], &[])).await
+    }
+
+    /// `GET /v1/audit/export`.
+    pub(crate) async fn audit_export(
+        &self,
+    ) -> Result<Vec<runway_api::audit::AuditSinkView>, ApiError> {
+        self.get(self.url(&["v1", "audit", "export"], &[])).await
+    }
+
     /// `GET /v1/traffic`.
     pub(crate) async fn traffic(&self) -> Result<Vec<runway_api::types::TrafficView>, ApiError> {
         self.get(self.url(&["v1", "traffic"], &[])).await

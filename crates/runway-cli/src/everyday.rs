@@ -91,7 +91,10 @@ pub(crate) struct EnvListArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub(crate) struct AuditArgs {
+    #[command(subcommand)]
+    command: Option<AuditCommand>,
     /// How many entries: the last N (default 50), newest first; or N from --after on.
     #[arg(short = 'n', long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000))]
     limit: u32,
@@ -117,6 +120,27 @@ pub(crate) struct AuditArgs {
     /// reconciler's rollout events, ACME's certificates).
     #[arg(long, value_enum)]
     by: Option<By>,
+    #[command(flatten)]
+    output: OutputArg,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Check the audit log's hash chain: each entry's hash recomputed from its content and
+    /// the hash before it. Exits 1 naming the first entry changed or removed. With --file,
+    /// checks an exported copy (JSON lines, as `audit.export` writes them) here, offline.
+    Verify(AuditVerifyArgs),
+    /// Where each export sink stands: the last entry it acknowledged, how many it has still
+    /// to get, its last failure.
+    Export(OutputArg),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct AuditVerifyArgs {
+    /// An exported copy to check instead of the server's log (no token needed). It may start
+    /// after the first entry and hold entries twice (the export is at least once).
+    #[arg(long, value_name = "PATH")]
+    file: Option<std::path::PathBuf>,
     #[command(flatten)]
     output: OutputArg,
 }
@@ -350,6 +374,11 @@ fn env_list(args: &EnvListArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        Some(AuditCommand::Verify(verify)) => return audit_verify(verify),
+        Some(AuditCommand::Export(output)) => return audit_export(output),
+        None => {}
+    }
     let client = client()?;
     let filter = crate::api::AuditFilter {
         service: args.service.as_deref(),
@@ -392,6 +421,180 @@ pub(crate) fn audit(args: &AuditArgs) -> anyhow::Result<ExitCode> {
     }));
     print_stdout(&table(&rows));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `runway audit verify`: the server's chain, or an exported file's.
+fn audit_verify(args: &AuditVerifyArgs) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.file {
+        return audit_verify_file(path, args.output.output);
+    }
+    let verified = tokio()?.block_on(client()?.audit_verify())?;
+    if args.output.output == Output::Json {
+        print_json(&verified)?;
+    } else {
+        match &verified.first_broken {
+            None => print_stdout(&format!(
+                "the audit log's chain holds: {} entries, up to entry {} ({})\n",
+                verified.entries, verified.head.id, verified.head.hash
+            )),
+            Some(broken) => eprintln!(
+                "runway: the audit log's chain is broken at entry {}: {} ({} entries before it \
+                 check out)",
+                broken.id,
+                terminal::line(&broken.reason),
+                verified.entries
+            ),
+        }
+        if !verified.sinks.is_empty() {
+            print_stdout(&sinks_table(&verified.sinks));
+        }
+    }
+    Ok(if verified.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// What `runway audit verify --file` found.
+#[derive(Debug, serde::Serialize)]
+struct FileVerification {
+    ok: bool,
+    /// Distinct entries checked before the first break (all when `ok`).
+    entries: u64,
+    /// The first entry in the file, and the last checked.
+    first: Option<i64>,
+    last: Option<runway_api::audit::AuditHeadView>,
+    first_broken: Option<FileBreak>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct FileBreak {
+    /// The entry, when its line could be read.
+    id: Option<i64>,
+    /// Its line in the file, from 1.
+    line: u64,
+    reason: String,
+}
+
+fn audit_verify_file(path: &std::path::Path, output: Output) -> anyhow::Result<ExitCode> {
+    use std::io::BufRead;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut chain = runway_store::AuditChain::exported();
+    let mut first = None;
+    let mut broken = None;
+    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let number = index as u64 + 1;
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let entry: runway_store::AuditEntry = match serde_json::from_str(&line) {
+            Ok(entry) => entry,
+            Err(error) => {
+                broken = Some(FileBreak {
+                    id: None,
+                    line: number,
+                    reason: format!("it is not an audit entry: {error}"),
+                });
+                break;
+            }
+        };
+        first.get_or_insert(entry.id);
+        if let Err(found) = chain.push(&entry) {
+            broken = Some(FileBreak {
+                id: Some(found.id),
+                line: number,
+                reason: found.reason,
+            });
+            break;
+        }
+    }
+    let result = FileVerification {
+        ok: broken.is_none(),
+        entries: chain.entries(),
+        first,
+        last: chain
+            .last()
+            .map(|(id, hash)| runway_api::audit::AuditHeadView {
+                id,
+                hash: hash.to_owned(),
+            }),
+        first_broken: broken,
+    };
+    if output == Output::Json {
+        print_json(&result)?;
+    } else {
+        match (&result.first_broken, &result.last) {
+            (None, Some(last)) => print_stdout(&format!(
+                "{}: the chain holds: {} entries, {} to {} ({})\n",
+                path.display(),
+                result.entries,
+                result.first.unwrap_or(last.id),
+                last.id,
+                last.hash
+            )),
+            (None, None) => print_stdout(&format!("{}: no entries\n", path.display())),
+            (Some(broken), _) => eprintln!(
+                "runway: {}: the chain is broken at line {}{}: {}",
+                path.display(),
+                broken.line,
+                broken
+                    .id
+                    .map(|id| format!(" (entry {id})"))
+                    .unwrap_or_default(),
+                terminal::line(&broken.reason)
+            ),
+        }
+    }
+    Ok(if result.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `runway audit export`: each sink's cursor and lag.
+fn audit_export(output: &OutputArg) -> anyhow::Result<ExitCode> {
+    let sinks = tokio()?.block_on(client()?.audit_export())?;
+    if output.output == Output::Json {
+        print_json(&sinks)?;
+    } else if sinks.is_empty() {
+        print_stdout("no export sink has sent or failed anything yet (audit.export)\n");
+    } else {
+        print_stdout(&sinks_table(&sinks));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sinks_table(sinks: &[runway_api::audit::AuditSinkView]) -> String {
+    let mut rows = vec![[
+        "SINK".to_owned(),
+        "CURSOR".to_owned(),
+        "LAG".to_owned(),
+        "ACKED".to_owned(),
+        "DROPPED".to_owned(),
+        "FAILING".to_owned(),
+    ]];
+    rows.extend(sinks.iter().map(|sink| {
+        [
+            sink.name.clone(),
+            sink.cursor.to_string(),
+            sink.lag.to_string(),
+            sink.acked_at.clone().unwrap_or_else(|| "-".to_owned()),
+            sink.this_replica
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |figures| figures.dropped.to_string()),
+            match (&sink.failing_since, &sink.error) {
+                (Some(since), Some(error)) => {
+                    terminal::line(&format!("since {since}: {error}")).into_owned()
+                }
+                _ => "-".to_owned(),
+            },
+        ]
+    }));
+    table(&rows)
 }
 
 /// An audit entry's detail for people: `key=value` pairs, a value in quotes only when it has

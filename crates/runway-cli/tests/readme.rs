@@ -685,6 +685,7 @@ fn make_named_files(etc: &Path, scratch: &Path) {
         "vault-ca.pem",
         "store-ca.pem",
         "acme-ca.pem",
+        "siem-ca.pem",
     ] {
         std::fs::copy(&authority, etc.join(name)).unwrap();
     }

@@ -42,6 +42,8 @@ pub struct ServerConfig {
     pub domains: DomainsConfig,
     /// The platform registry: images mirrored at deploy, and where it is reached.
     pub registry: crate::registry::RegistryConfig,
+    /// The audit trail's export: a file, syslog or an HTTPS webhook, at least once.
+    pub audit: crate::audit_export::AuditConfig,
 }
 
 /// `domains`: custom domains' certificates. Without `acme`, a domain is routed and served
@@ -472,6 +474,9 @@ impl ServerConfig {
                 anyhow::anyhow!("{}: secrets.vault.{key}: {message}", path.display())
             })?;
         }
+        config.audit.check().map_err(|(key, message)| {
+            anyhow::anyhow!("{}: audit.{key}: {message}", path.display())
+        })?;
         if let Some(acme) = &config.domains.acme {
             acme.check().map_err(|(key, message)| {
                 anyhow::anyhow!("{}: domains.acme.{key}: {message}", path.display())
@@ -680,6 +685,68 @@ mod tests {
             ..defaults
         };
         assert_eq!(host.address_pool(), Ok(None));
+    }
+
+    #[test]
+    fn the_audit_section_names_the_bad_key_of_a_sink() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.yml");
+        std::fs::write(
+            &path,
+            "audit:\n  export:\n    - name: archive\n      file:\n        path: /var/log/a.jsonl\n\
+             \x20   - name: siem\n      webhook:\n        url: https://siem.example/in\n\
+             \x20       headers:\n          Authorization: Bearer s3cret\n      batch: 50\n",
+        )
+        .unwrap();
+        let config = ServerConfig::load(Some(&path)).unwrap();
+        assert_eq!(config.audit.export.len(), 2);
+        assert_eq!(config.audit.export[1].batch, 50);
+        assert_eq!(config.audit.export[0].buffer, 10_000);
+        // A header's value is not shown (check-config prints the configuration).
+        let shown = serde_json::to_string(&config.audit).unwrap();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        for (text, expected) in [
+            (
+                "audit:\n  export:\n    - name: a\n",
+                "audit.export[0]: give exactly one of file, syslog and webhook",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      file: {path: x.jsonl}\n",
+                "audit.export[0].file.path: x.jsonl is not an absolute path",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      webhook: {url: http://x.example}\n",
+                "audit.export[0].webhook.url",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      syslog: {address: 10.0.0.1:514}\n",
+                "audit.export[0].syslog.address",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      syslog: {address: udp://h:514, facility: mail}\n",
+                "audit.export[0].syslog.facility",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      file: {path: /a}\n      buffer: 10\n      batch: 20\n",
+                "audit.export[0].buffer: 10 is below batch (20)",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      file: {path: /a}\n    - name: a\n      file: {path: /b}\n",
+                "audit.export[1].name",
+            ),
+            (
+                "audit:\n  export:\n    - name: a b\n      file: {path: /a}\n",
+                "audit.export[0].name",
+            ),
+            (
+                "audit:\n  export:\n    - name: a\n      file: {path: /a}\n      batchh: 2\n",
+                "batchh",
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+            assert!(error.contains(expected), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -43,6 +43,9 @@
 //!   every table beside the services'. `beside.rs`: the programs a server starts, the small
 //!   binary beside this one or this binary's own subcommand.
 //! - `admin.rs`: the commands besides serving.
+//! - `audit_export.rs`: `audit.export`, the audit log sent as JSON lines to a file, syslog or
+//!   an HTTPS webhook, at least once, each sink's cursor in the store, while this replica
+//!   leads.
 //!
 //! The binary that links this crate is the one the server runs again for its helpers, unless
 //! `runway-ingress` and `runway-supervisor` of the same build are installed beside it: it must
@@ -61,6 +64,7 @@
 #![deny(clippy::print_stderr, clippy::print_stdout)]
 
 mod admin;
+pub mod audit_export;
 mod beside;
 pub mod cells;
 pub mod config;

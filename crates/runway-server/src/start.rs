@@ -356,6 +356,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             labels: [("job".to_owned(), "runway-ingress".to_owned())].into(),
         });
     }
+    let audit_leadership = replicated.then(|| following.clone());
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
         mirror,
@@ -397,6 +398,15 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         }
         None => state,
     };
+    // The audit trail's export, a task per sink, sending while this replica leads; its
+    // cursors moved through the fenced store.
+    tasks.extend(crate::audit_export::start_exports(
+        &config.audit,
+        &controller_store,
+        &state.audit_export(),
+        audit_leadership,
+        &stopped,
+    )?);
     let router = runway_api::router(state, config.api.request_limits());
     let api_tls = if config.api.tls.enabled {
         Some(

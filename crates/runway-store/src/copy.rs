@@ -165,8 +165,29 @@ const TABLES: &[(&str, &[&str], bool)] = &[
     ),
     (
         "audit",
-        &["id", "at", "actor", "action", "target", "detail"],
+        &[
+            "id",
+            "at",
+            "actor",
+            "action",
+            "target",
+            "detail",
+            "prev_hash",
+            "hash",
+        ],
         true,
+    ),
+    (
+        "audit_export",
+        &[
+            "sink",
+            "acked_id",
+            "acked_at",
+            "error",
+            "failing_since",
+            "updated_at",
+        ],
+        false,
     ),
 ];
 
@@ -180,8 +201,17 @@ pub struct Copied {
 /// [`StoreError::Conflict`], naming what it holds, otherwise. `from` is read in one snapshot
 /// and `to` written in one transaction: a failure leaves `to` as empty as it was.
 pub fn copy_sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Result<Copied> {
-    let rows = from.read(|db| {
-        TABLES
+    let (rows, head) = from.read(|db| {
+        let head = db
+            .query("SELECT id, hash FROM audit_head WHERE one = 1", &[])?
+            .into_iter()
+            .next()
+            .and_then(|row| {
+                let mut values = row.0.into_iter();
+                Some((values.next()?, values.next()?))
+            })
+            .ok_or_else(|| StoreError::Corrupt("the audit log has no head row".to_owned()))?;
+        let rows = TABLES
             .iter()
             .map(|(table, columns, _)| {
                 db.query(
@@ -190,7 +220,8 @@ pub fn copy_sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Result
                 )
                 .map(|rows| (*table, rows))
             })
-            .collect::<Result<Vec<_>>>()
+            .collect::<Result<Vec<_>>>()?;
+        Ok((rows, head))
     })?;
     to.write(|db, _| {
         refuse_unless_empty(db)?;
@@ -223,6 +254,12 @@ pub fn copy_sqlite_to_postgres(from: &SqliteStore, to: &PostgresStore) -> Result
             }
             tables.push((*table, u64::try_from(table_rows.len()).unwrap_or(u64::MAX)));
         }
+        // The audit log's head, whose one row every store has: the copy's is the original's,
+        // so the chain and its end carry over as they are.
+        db.execute(
+            "UPDATE audit_head SET id = ?1, hash = ?2 WHERE one = 1",
+            &[head.0.as_param(), head.1.as_param()],
+        )?;
         Ok(Copied { tables })
     })
 }

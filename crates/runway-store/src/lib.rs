@@ -32,6 +32,10 @@
 //!   ([`RolloutCommand`]) waiting for the controller; the controller clears the command
 //!   compare-and-clear as it saves its progress ([`Store::deployment_save_rollout`]), so a
 //!   newer command that arrived meanwhile is not lost, and a terminal state drops it.
+//! - **The audit log is a hash chain**: each entry carries the hash of the one before and its
+//!   own, written in its transaction (`audit.rs` defines the encoding an outside verifier
+//!   recomputes); [`Store::audit_verify`] names the first entry changed or removed below the
+//!   store. Export sinks' cursors live beside it ([`Store::audit_export_ack`]).
 //! - **The store sees only ciphertext** for secrets, and only [`Store::secret_read`] returns
 //!   it; listings carry names, versions and dates. Tokens are stored by hash.
 //!
@@ -77,6 +81,9 @@
 //!   `0003` gives every service an identity from `service_ids`, whose AUTOINCREMENT never hands a
 //!   number out twice, and the admin's `allow_processes`; `0005` (PostgreSQL's `0003`) records a
 //!   secret version's `origin`, where a value mirrored from Vault came from.
+//! - `audit.rs`: the audit chain's hash and `AuditChain`, which checks entries in order (the
+//!   store's verification and `runway audit verify --file`'s); no SQL. `0010` (PostgreSQL's
+//!   `0008`) adds the hashes, the head and the export cursors.
 //! - `copy.rs`: SQLite to PostgreSQL, for `runway server migrate-store`. `time.rs`: timestamps.
 //!   `error.rs`: the store's error.
 //!
@@ -86,6 +93,7 @@
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
 
+mod audit;
 mod copy;
 mod error;
 mod logic;
@@ -97,16 +105,17 @@ mod sqlite;
 mod store;
 mod time;
 
+pub use audit::{AuditBreak, AuditChain, GENESIS, audit_canonical, audit_hash};
 pub use copy::{Copied, copy_sqlite_to_postgres};
 pub use error::{Result, StoreError};
 pub use model::{
-    AuditBy, AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentKind, DeploymentState,
-    Desired, DesiredRevision, Domain, DomainCertificate, DomainState, Fence, FenceCell,
-    InventoryChanges, InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision,
-    NewService, NewToken, PLATFORM_ACTORS, PlannedRevision, Preview, Revision, RevisionRef,
-    RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Team, TeamMember, Token,
-    TokenScope, artifact_image, artifact_is_process, artifact_mirror, artifact_source,
-    mirror_is_external, revision_name,
+    AuditBy, AuditEntry, AuditFilter, AuditHead, AuditSinkCursor, AuditVerification, Deployment,
+    DeploymentEvent, DeploymentKind, DeploymentState, Desired, DesiredRevision, Domain,
+    DomainCertificate, DomainState, Fence, FenceCell, InventoryChanges, InventoryRecord,
+    IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken, PLATFORM_ACTORS,
+    PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion,
+    Service, ServiceUpdate, Team, TeamMember, Token, TokenScope, artifact_image,
+    artifact_is_process, artifact_mirror, artifact_source, mirror_is_external, revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

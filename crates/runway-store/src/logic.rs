@@ -11,14 +11,14 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::error::{Result, StoreError, not_found};
-use crate::sql::{Db, DbExt, Param, Row, args};
+use crate::sql::{Db, DbExt, Dialect, Param, Row, args};
 use crate::{
-    AuditBy, AuditEntry, AuditFilter, DeployRecord, Deployment, DeploymentEvent, DeploymentKind,
-    DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, DomainState, FenceCell,
-    InventoryChanges, InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision,
-    NewService, NewToken, PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand,
-    SecretInfo, SecretVersion, Service, ServiceUpdate, Store, Team, TeamMember, Timestamp, Token,
-    TokenScope, revision_name,
+    AuditBy, AuditEntry, AuditFilter, AuditHead, AuditSinkCursor, AuditVerification, DeployRecord,
+    Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired, DesiredRevision, Domain,
+    DomainCertificate, DomainState, FenceCell, InventoryChanges, InventoryRecord,
+    IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken, PlannedRevision,
+    Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service,
+    ServiceUpdate, Store, Team, TeamMember, Timestamp, Token, TokenScope, revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -289,6 +289,8 @@ fn load_domain(db: &dyn Db, name: &str) -> Result<Domain> {
     .ok_or_else(|| not_found("domain", name))
 }
 
+const AUDIT_COLUMNS: &str = "id, at, actor, action, target, detail, prev_hash, hash";
+
 fn audit_from_row(row: &Row) -> Result<AuditEntry> {
     Ok(AuditEntry {
         id: row.get(0)?,
@@ -297,6 +299,8 @@ fn audit_from_row(row: &Row) -> Result<AuditEntry> {
         action: row.get(3)?,
         target: row.get(4)?,
         detail: get_json(row, 5, "audit detail")?,
+        prev_hash: row.get(6)?,
+        hash: row.get(7)?,
     })
 }
 
@@ -314,7 +318,76 @@ fn audit(
         "INSERT INTO audit (at, actor, action, target, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
         args![now.unix_millis(), actor, action, target, &to_json(detail)?],
     )?;
+    chain_pending(db)
+}
+
+/// The audit log's head: its last chained entry.
+fn load_head(db: &dyn Db, for_update: bool) -> Result<AuditHead> {
+    // On PostgreSQL the head's row stays locked to the commit: one transaction chains at a
+    // time, whichever replica it runs in (every write holds the advisory lock as well).
+    // SQLite's writer is alone already.
+    let lock = if for_update && db.dialect() == Dialect::Postgres {
+        " FOR UPDATE"
+    } else {
+        ""
+    };
+    db.query_one(
+        &format!("SELECT id, hash FROM audit_head WHERE one = 1{lock}"),
+        args![],
+        |row| {
+            Ok(AuditHead {
+                id: row.get(0)?,
+                hash: row.get(1)?,
+            })
+        },
+    )?
+    .ok_or_else(|| StoreError::Corrupt("the audit log has no head row".to_owned()))
+}
+
+/// Chains, in id order, every audit entry after the head that has no hash yet: the one this
+/// transaction just wrote, and any an older Runway wrote (or that were there before the
+/// chain). Opening a store runs it too: startup and every write take the same path.
+pub(crate) fn chain_pending(db: &dyn Db) -> Result<()> {
+    let mut head = load_head(db, true)?;
+    let pending = db.query_all(
+        &format!("SELECT {AUDIT_COLUMNS} FROM audit WHERE id > ?1 AND hash IS NULL ORDER BY id"),
+        args![head.id],
+        audit_from_row,
+    )?;
+    if pending.is_empty() {
+        return Ok(());
+    }
+    for entry in &pending {
+        let hash = crate::audit::audit_hash(&head.hash, entry);
+        db.execute(
+            "UPDATE audit SET prev_hash = ?2, hash = ?3 WHERE id = ?1",
+            args![entry.id, &head.hash, &hash],
+        )?;
+        head = AuditHead { id: entry.id, hash };
+    }
+    db.execute(
+        "UPDATE audit_head SET id = ?1, hash = ?2 WHERE one = 1",
+        args![head.id, &head.hash],
+    )?;
     Ok(())
+}
+
+/// How many audit entries a page of [`Store::audit_verify`] reads.
+const VERIFY_PAGE: i64 = 1_000;
+
+const SINK_COLUMNS: &str = "sink, acked_id, acked_at, error, failing_since, \
+     (SELECT COUNT(*) FROM audit WHERE audit.id > audit_export.acked_id AND audit.hash IS NOT NULL)";
+
+fn sink_from_row(row: &Row) -> Result<AuditSinkCursor> {
+    let lag: i64 = row.get(5)?;
+    Ok(AuditSinkCursor {
+        sink: row.get(0)?,
+        cursor: row.get(1)?,
+        acked_at: get_opt_ts(row, 2)?,
+        error: row.get(3)?,
+        failing_since: get_opt_ts(row, 4)?,
+        lag: u64::try_from(lag).unwrap_or(0),
+    })
 }
 
 fn load_service(db: &dyn Db, name: &str) -> Result<Service> {
@@ -2083,8 +2156,7 @@ impl<B: Backend> Store for B {
     fn audit_list(&self, after_id: i64, limit: u32) -> Result<Vec<AuditEntry>> {
         self.read(|db| {
             db.query_all(
-                "SELECT id, at, actor, action, target, detail FROM audit WHERE id > ?1 \
-                 ORDER BY id LIMIT ?2",
+                &format!("SELECT {AUDIT_COLUMNS} FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2"),
                 args![after_id, limit_param(limit)],
                 audit_from_row,
             )
@@ -2139,7 +2211,7 @@ impl<B: Backend> Store for B {
         self.read(|db| match after_id {
             Some(after) => db.query_all(
                 &format!(
-                    "SELECT id, at, actor, action, target, detail FROM audit \
+                    "SELECT {AUDIT_COLUMNS} FROM audit \
                      WHERE {kept} AND id > ?9 ORDER BY id LIMIT ?10"
                 ),
                 &[&kept_args[..], args![after, limit_param(limit)]].concat(),
@@ -2147,7 +2219,7 @@ impl<B: Backend> Store for B {
             ),
             None => db.query_all(
                 &format!(
-                    "SELECT id, at, actor, action, target, detail FROM (SELECT * FROM audit \
+                    "SELECT {AUDIT_COLUMNS} FROM (SELECT * FROM audit \
                      WHERE {kept} ORDER BY id DESC LIMIT ?9) AS recent ORDER BY id"
                 ),
                 &[&kept_args[..], args![limit_param(limit)]].concat(),
@@ -2159,11 +2231,156 @@ impl<B: Backend> Store for B {
     fn audit_tail(&self, limit: u32) -> Result<Vec<AuditEntry>> {
         self.read(|db| {
             db.query_all(
-                "SELECT id, at, actor, action, target, detail FROM (SELECT * FROM audit \
-                 ORDER BY id DESC LIMIT ?1) AS recent ORDER BY id",
+                &format!(
+                    "SELECT {AUDIT_COLUMNS} FROM (SELECT * FROM audit \
+                     ORDER BY id DESC LIMIT ?1) AS recent ORDER BY id"
+                ),
                 args![limit_param(limit)],
                 audit_from_row,
             )
+        })
+    }
+
+    fn audit_verify(&self) -> Result<AuditVerification> {
+        let head = self.read(|db| load_head(db, false))?;
+        let mut chain = crate::AuditChain::new();
+        let broken = |chain: &crate::AuditChain, head: AuditHead, id: i64, reason: String| {
+            AuditVerification {
+                ok: false,
+                entries: chain.entries(),
+                head,
+                first_broken: Some(crate::AuditBreak { id, reason }),
+            }
+        };
+        let mut after = 0;
+        loop {
+            // A page at a time, each in a read of its own, so a long log does not keep the
+            // store from writers; entries are only appended, and those after the head read
+            // first are left for the next verification.
+            let rows = self.read(|db| {
+                db.query(
+                    &format!(
+                        "SELECT {AUDIT_COLUMNS} FROM audit WHERE id > ?1 AND id <= ?2 \
+                         ORDER BY id LIMIT ?3"
+                    ),
+                    args![after, head.id, VERIFY_PAGE],
+                )
+            })?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let id: i64 = row.get(0)?;
+                let entry = match audit_from_row(row) {
+                    Ok(entry) => entry,
+                    Err(error) => {
+                        return Ok(broken(
+                            &chain,
+                            head,
+                            id,
+                            format!("it cannot be read: {error}"),
+                        ));
+                    }
+                };
+                if let Err(found) = chain.push(&entry) {
+                    return Ok(broken(&chain, head, found.id, found.reason));
+                }
+                after = id;
+            }
+        }
+        let last = chain.last().map(|(id, hash)| (id, hash.to_owned()));
+        Ok(match last {
+            Some((id, hash)) if id == head.id && hash == head.hash => AuditVerification {
+                ok: true,
+                entries: chain.entries(),
+                head,
+                first_broken: None,
+            },
+            None if head.id == 0 => AuditVerification {
+                ok: true,
+                entries: 0,
+                head,
+                first_broken: None,
+            },
+            Some((id, _)) if id == head.id => {
+                let reason = "its hash is not the one the head records".to_owned();
+                broken(&chain, head, id, reason)
+            }
+            last => {
+                let id = last.map_or(0, |(id, _)| id);
+                let reason = format!(
+                    "the head records entry {} but the log ends at entry {id}: entries after \
+                     it were removed",
+                    head.id
+                );
+                broken(&chain, head, id, reason)
+            }
+        })
+    }
+
+    fn audit_export_list(&self) -> Result<Vec<AuditSinkCursor>> {
+        self.read(|db| {
+            db.query_all(
+                &format!("SELECT {SINK_COLUMNS} FROM audit_export ORDER BY sink"),
+                args![],
+                sink_from_row,
+            )
+        })
+    }
+
+    fn audit_export_get(&self, sink: &str) -> Result<AuditSinkCursor> {
+        self.read(|db| {
+            let found = db.query_one(
+                &format!("SELECT {SINK_COLUMNS} FROM audit_export WHERE sink = ?1"),
+                args![sink],
+                sink_from_row,
+            )?;
+            match found {
+                Some(found) => Ok(found),
+                None => {
+                    let lag: i64 = db.query_value(
+                        "SELECT COUNT(*) FROM audit WHERE hash IS NOT NULL",
+                        args![],
+                    )?;
+                    Ok(AuditSinkCursor {
+                        sink: sink.to_owned(),
+                        cursor: 0,
+                        lag: u64::try_from(lag).unwrap_or(0),
+                        acked_at: None,
+                        error: None,
+                        failing_since: None,
+                    })
+                }
+            }
+        })
+    }
+
+    fn audit_export_ack(&self, sink: &str, cursor: i64) -> Result<()> {
+        self.write(|db, now| {
+            db.execute(
+                "INSERT INTO audit_export (sink, acked_id, acked_at, error, failing_since, \
+                 updated_at) VALUES (?1, ?2, ?3, NULL, NULL, ?3) \
+                 ON CONFLICT (sink) DO UPDATE SET acked_id = CASE \
+                 WHEN excluded.acked_id > audit_export.acked_id THEN excluded.acked_id \
+                 ELSE audit_export.acked_id END, acked_at = excluded.acked_at, error = NULL, \
+                 failing_since = NULL, updated_at = excluded.updated_at",
+                args![sink, cursor, now.unix_millis()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn audit_export_failed(&self, sink: &str, error: &str) -> Result<()> {
+        self.write(|db, now| {
+            db.execute(
+                "INSERT INTO audit_export (sink, acked_id, error, failing_since, updated_at) \
+                 VALUES (?1, 0, ?2, ?3, ?3) \
+                 ON CONFLICT (sink) DO UPDATE SET error = excluded.error, \
+                 failing_since = COALESCE(audit_export.failing_since, excluded.failing_since), \
+                 updated_at = excluded.updated_at",
+                args![sink, error, now.unix_millis()],
+            )?;
+            Ok(())
         })
     }
 

@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0007_revision_set_vars.sql"),
     include_str!("../migrations/0008_previews_inventory.sql"),
     include_str!("../migrations/0009_teams.sql"),
+    include_str!("../migrations/0010_audit_chain.sql"),
 ];
 
 /// The schema version this code writes.

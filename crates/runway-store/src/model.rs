@@ -876,6 +876,51 @@ pub struct AuditEntry {
     pub target: String,
     /// Details; never a secret's value.
     pub detail: serde_json::Value,
+    /// The hash of the entry before it (64 zeros before the first): see `audit.rs`. `None`
+    /// only for an entry not chained yet (one an older Runway wrote, until the next write).
+    #[serde(default)]
+    pub prev_hash: Option<String>,
+    /// SHA-256 of `prev_hash` and this entry's canonical encoding, lower-case hex.
+    #[serde(default)]
+    pub hash: Option<String>,
+}
+
+/// What [`crate::Store::audit_verify`] found walking the audit log's chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditVerification {
+    /// Every entry up to the head links to the one before and matches its hash, and the
+    /// head is the last entry.
+    pub ok: bool,
+    /// The entries checked before the first break (all of them when `ok`).
+    pub entries: u64,
+    /// The head the store records: the last chained entry.
+    pub head: AuditHead,
+    /// The first entry where the chain breaks.
+    pub first_broken: Option<crate::AuditBreak>,
+}
+
+/// The last chained entry of the audit log: its id and hash (0 and 64 zeros before any).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditHead {
+    pub id: i64,
+    pub hash: String,
+}
+
+/// Where an export sink stands: the last entry it acknowledged, and its last failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditSinkCursor {
+    /// The sink's name (`audit.export[].name`).
+    pub sink: String,
+    /// The last entry it acknowledged (0: none yet).
+    pub cursor: i64,
+    /// The entries after the cursor: what it has still to get.
+    pub lag: u64,
+    /// When it last acknowledged some.
+    pub acked_at: Option<Timestamp>,
+    /// Its last failure, while it is failing.
+    pub error: Option<String>,
+    /// Since when it has been failing.
+    pub failing_since: Option<Timestamp>,
 }
 
 /// A lease: the one holder of a role (the control plane's leader) until it expires, and the

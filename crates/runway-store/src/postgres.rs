@@ -23,7 +23,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use crate::Timestamp;
 use crate::error::{Result, StoreError};
 use crate::logic::Backend;
-use crate::sql::{Db, Param, Row, Value};
+use crate::sql::{Db, Dialect, Param, Row, Value};
 
 /// Migration `i` (0-based) takes the schema from version `i` to `i + 1`. Append only.
 const MIGRATIONS: &[&str] = &[
@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0005_revision_set_vars.sql"),
     include_str!("../migrations/postgres/0006_previews_inventory.sql"),
     include_str!("../migrations/postgres/0007_teams.sql"),
+    include_str!("../migrations/postgres/0008_audit_chain.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.
@@ -144,6 +145,8 @@ impl PostgresStore {
             .map_err(|error| unavailable(&shown, &error))?;
         let store = Self { pool, shown };
         off_runtime(|| store.migrate())?;
+        // Entries written before the chain, or by an older replica, chained now.
+        store.write(|db, _| crate::logic::chain_pending(db))?;
         Ok(store)
     }
 
@@ -305,6 +308,10 @@ fn numbered(sql: &str) -> String {
 }
 
 impl Db for Pg<'_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
     fn execute(&self, sql: &str, args: &[Param<'_>]) -> Result<u64> {
         let params: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a as _).collect();
         self.0

@@ -1,6 +1,7 @@
 //! The little the store's logic needs of a SQL database, so that one body of queries and
 //! rules serves every backend: statements with numbered parameters (`?1`, written once and
-//! given to each backend in its own syntax) and rows of plain values.
+//! given to each backend in its own syntax), rows of plain values, and the one place a
+//! backend's dialect differs.
 //!
 //! Only integers, text, bytes and NULL cross this line: booleans are `0` and `1`, JSON is
 //! text, times are Unix milliseconds. Every backend's schema stores exactly these, so a value
@@ -88,8 +89,18 @@ macro_rules! args {
 }
 pub(crate) use args;
 
+/// What sets one backend's SQL apart, where the shared statements cannot avoid it (a row
+/// lock, which SQLite's one writer needs not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
 /// A database inside one transaction, as the store's logic sees it.
 pub(crate) trait Db {
+    fn dialect(&self) -> Dialect;
+
     /// Runs a statement; the number of rows it changed.
     fn execute(&self, sql: &str, args: &[Param<'_>]) -> Result<u64>;
 

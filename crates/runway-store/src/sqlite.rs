@@ -11,7 +11,7 @@ use crate::Timestamp;
 use crate::error::{DbResult, Result, StoreError};
 use crate::logic::Backend;
 use crate::migrate;
-use crate::sql::{Db, Param, Row, Value};
+use crate::sql::{Db, Dialect, Param, Row, Value};
 
 /// How long a writer waits for another process's write transaction before `database is
 /// locked`.
@@ -101,10 +101,13 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "FULL").db()?;
         conn.pragma_update(None, "foreign_keys", true).db()?;
         migrate::migrate(&mut conn)?;
-        Ok(Self {
+        let store = Self {
             conn: Mutex::new(conn),
             path,
-        })
+        };
+        // Entries written before the chain, or by an older Runway, chained now.
+        store.write(|db, _| crate::logic::chain_pending(db))?;
+        Ok(store)
     }
 
     /// Bounds the database's size to about `max_bytes` (SQLite's `max_page_count`, for this
@@ -198,6 +201,10 @@ impl ToSql for Param<'_> {
 }
 
 impl Db for Sqlite<'_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
     fn execute(&self, sql: &str, args: &[Param<'_>]) -> Result<u64> {
         let mut statement = self.0.prepare_cached(sql).db()?;
         let changed = statement

@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AuditEntry, AuditFilter, Deployment, DeploymentEvent, DeploymentState, Desired,
-    DesiredRevision, Domain, DomainCertificate, FenceCell, InventoryChanges, IssuedCertificate,
-    Lease, NewPreview, NewRevision, NewService, NewToken, PlannedRevision, Preview, Result,
-    Revision, RolloutCommand, SecretInfo, SecretVersion, Service, ServiceUpdate, Team, TeamMember,
-    Timestamp, Token,
+    AuditEntry, AuditFilter, AuditSinkCursor, AuditVerification, Deployment, DeploymentEvent,
+    DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, FenceCell,
+    InventoryChanges, IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken,
+    PlannedRevision, Preview, Result, Revision, RolloutCommand, SecretInfo, SecretVersion, Service,
+    ServiceUpdate, Team, TeamMember, Timestamp, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -358,6 +358,27 @@ pub trait Store: Send + Sync + fmt::Debug {
         after_id: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>>;
+
+    /// Walks the audit log's hash chain (see `audit.rs`) from its first entry to the head the
+    /// store records, and reports the first entry where it breaks: one changed (its content no
+    /// longer matches its hash), one removed (the next one's `prev_hash` does not match), one
+    /// never chained, or entries removed from the end (the head names a later one).
+    fn audit_verify(&self) -> Result<AuditVerification>;
+
+    /// Every export sink that acknowledged or failed something, by name, with its lag.
+    fn audit_export_list(&self) -> Result<Vec<AuditSinkCursor>>;
+
+    /// Where export sink `sink` stands: cursor 0 and the whole log to send when it never
+    /// acknowledged anything.
+    fn audit_export_get(&self, sink: &str) -> Result<AuditSinkCursor>;
+
+    /// Records that `sink` acknowledged every entry up to `cursor` (a cursor only moves
+    /// forward) and clears its failure. Not audited: an entry for each would feed the export.
+    fn audit_export_ack(&self, sink: &str, cursor: i64) -> Result<()>;
+
+    /// Records that sending to `sink` failed with `error` (since the first such failure in a
+    /// row). Not audited.
+    fn audit_export_failed(&self, sink: &str, error: &str) -> Result<()>;
 
     // --- leases ---------------------------------------------------------------------------
 

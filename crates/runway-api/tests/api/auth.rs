@@ -240,6 +240,8 @@ async fn a_deploy_token_stays_in_its_service_and_environments() {
             Some(json!({"name": "x", "scope": {"admin": {}}})),
         ),
         ("GET", "/v1/audit", None),
+        ("GET", "/v1/audit/verify", None),
+        ("GET", "/v1/audit/export", None),
         ("DELETE", "/v1/services/alpha?confirm=alpha", None),
     ] {
         let answer = server.call(method, path, t, body).await;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod access;
+mod audit;
 mod auth;
 mod config;
 mod domains;

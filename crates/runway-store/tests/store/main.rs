@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 mod api;
+mod audit;
 mod copy;
 mod domains;
 mod durability;
