@@ -129,6 +129,7 @@ pub const ROUTES: &[RouteAccess] = &[
     route("GET", "/v1/sso", Public, Platform),
     route("GET", "/v1/sso/login", Public, Platform),
     route("GET", "/v1/sso/callback", Public, Platform),
+    route("POST", "/v1/sso/cli", Public, Platform),
     route("POST", "/v1/sso/token", Public, Platform),
     // Signing out answers a session that no longer works by clearing its cookie: the
     // handler authenticates.
@@ -257,7 +258,7 @@ async fn admit(state: &ApiState, req: Request) -> Result<Request, ApiError> {
     if let Some(need) = entry.needs.policy() {
         let params = RawPathParams::from_request_parts(&mut parts, state)
             .await
-            .map_err(|_| ApiError::internal("the route's path parameters"))?;
+            .map_err(|_| ApiError::invalid("the path is not valid UTF-8 once decoded"))?;
         let param = |name: &str| {
             params
                 .iter()
@@ -266,19 +267,30 @@ async fn admit(state: &ApiState, req: Request) -> Result<Request, ApiError> {
         };
         let service = param("service");
         let env = param("env");
-        let at = match entry.on {
-            On::PathEnv => env.as_deref().map(Env::One),
-            On::PathService => Some(Env::Whole),
-            On::PathPreviews => Some(Env::One(runway_secrets::preview::ENVIRONMENT)),
-            On::PathSomeEnv => Some(Env::Any),
-            On::Platform => None,
-            On::Found | On::Each => None,
+        // A route that names its service in the table but not in its path is refused, never
+        // let through unchecked.
+        let missing = |name: &str| {
+            ApiError::internal(format!(
+                "{} {path} has no {{{name}}} for the access table's check: refused",
+                parts.method
+            ))
         };
-        match (entry.on, at) {
-            (On::Platform, _) => caller.check(need, None, Env::Whole)?,
-            (_, Some(at)) => caller.check(need, service.as_deref(), at)?,
+        let on_path = || service.as_deref().ok_or_else(|| missing("service"));
+        match entry.on {
+            On::Platform => caller.check(need, None, Env::Whole)?,
+            On::PathEnv => {
+                let env = env.as_deref().ok_or_else(|| missing("env"))?;
+                caller.check(need, Some(on_path()?), Env::One(env))?;
+            }
+            On::PathService => caller.check(need, Some(on_path()?), Env::Whole)?,
+            On::PathPreviews => caller.check(
+                need,
+                Some(on_path()?),
+                Env::One(runway_secrets::preview::ENVIRONMENT),
+            )?,
+            On::PathSomeEnv => caller.check(need, Some(on_path()?), Env::Any)?,
             // The handler checks the services it finds.
-            _ => {}
+            On::Found | On::Each => {}
         }
     }
     parts.extensions.insert(caller);

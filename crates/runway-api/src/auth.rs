@@ -193,7 +193,11 @@ pub(crate) async fn token_caller(state: &ApiState, text: &str) -> Result<Caller,
     } else {
         Vec::new()
     };
-    let policy = found.scope.policy(expires_at, &teams);
+    let admin_groups = state
+        .sso
+        .as_deref()
+        .map_or(&[][..], crate::sso::Sso::admin_groups);
+    let policy = found.scope.policy(expires_at, &teams, admin_groups);
     Ok(Caller {
         id: found.id,
         name: found.name,
@@ -315,7 +319,7 @@ async fn identity_caller(
             },
         },
     };
-    let policy = scope.policy(Some(identity.expires_at), &[]);
+    let policy = scope.policy(Some(identity.expires_at), &[], &[]);
     Ok(Caller {
         id: 0,
         name: identity.actor(),

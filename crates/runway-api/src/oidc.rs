@@ -110,16 +110,25 @@ impl Role {
 
 impl Binding {
     /// Why this binding cannot be used, if it cannot: an `admin` binding names no service and
-    /// no environments.
+    /// no environments; a `deployer` or `maintainer` names its service (a forgotten one must
+    /// not mean every service); a `viewer` may name none, for every service.
     pub fn check(&self) -> Result<(), String> {
-        if self.role == Role::Admin && (!self.service.is_empty() || !self.environments.is_empty()) {
-            return Err(
+        match self.role {
+            Role::Admin if !self.service.is_empty() || !self.environments.is_empty() => Err(
                 "a binding with role `admin` acts on everything: it names no `service` and no \
                  `environments`"
                     .to_owned(),
-            );
+            ),
+            Role::Deployer | Role::Maintainer if self.service.is_empty() => Err(format!(
+                "a `{}` binding names its `service`",
+                if self.role == Role::Deployer {
+                    "deployer"
+                } else {
+                    "maintainer"
+                }
+            )),
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 

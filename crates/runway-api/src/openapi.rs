@@ -13,7 +13,7 @@ use crate::types::{DIGEST_PATTERN, LABEL_MAX, LABEL_PATTERN};
 
 /// The routes that need no credential at all ([`crate::access::Needs::Public`]; signing in
 /// with a token takes one in its body); single sign-on's, where the provider says who it is.
-pub const PUBLIC_PATHS: [&str; 8] = [
+pub const PUBLIC_PATHS: [&str; 9] = [
     "/healthz",
     "/openapi.json",
     "/metrics",
@@ -21,6 +21,7 @@ pub const PUBLIC_PATHS: [&str; 8] = [
     "/v1/sso",
     "/v1/sso/login",
     "/v1/sso/callback",
+    "/v1/sso/cli",
     "/v1/sso/token",
 ];
 

@@ -78,6 +78,7 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(crate::sso::sso_status))
         .routes(routes!(crate::sso::login))
         .routes(routes!(crate::sso::callback))
+        .routes(routes!(crate::sso::confirm_cli))
         .routes(routes!(crate::sso::redeem))
         .routes(routes!(
             crate::teams::get_team,
@@ -1166,6 +1167,22 @@ async fn create_token(
     });
     let scope = body.scope.scope()?;
     may_manage(&caller, &scope)?;
+    // A token made by another that expires expires no later, and one made by a non-admin
+    // goes with its maker when that is revoked: a role lent for a while is not kept.
+    let limit = (!caller.is_admin())
+        .then_some(caller.expires_at)
+        .flatten()
+        .and_then(Timestamp::from_unix_millis);
+    if let Some(limit) = limit
+        && expires_at.is_none_or(|at| at > limit)
+    {
+        return Err(ApiError::invalid(format!(
+            "this token expires at {limit}: one it makes expires no later (give \
+             expires_in_seconds)"
+        ))
+        .field("expires_in_seconds"));
+    }
+    let parent = (!caller.is_admin() && caller.id != 0).then_some(caller.id);
     let kind = match &scope {
         TokenScope::Admin => TokenKind::Admin,
         TokenScope::Deploy { .. } | TokenScope::Grant { .. } | TokenScope::Person { .. } => {
@@ -1184,7 +1201,7 @@ async fn create_token(
                 hash: hash.as_bytes().to_vec(),
                 scope,
                 expires_at,
-                parent: None,
+                parent,
             };
             Ok(s.token_create(&actor, &new)?)
         })

@@ -144,7 +144,8 @@ pub(crate) async fn end_session(
         }
     };
     // A console session is made from a token, or by signing in (single sign-on).
-    if caller.parent.is_none() && !caller.scope.is_person() {
+    let session = caller.parent.is_some() && caller.name.starts_with("console: ");
+    if !session && !caller.scope.is_person() {
         return ApiError::invalid(
             "this token is not a console session: DELETE /v1/session ends the session the \
              console signed in with; revoke a token with DELETE /v1/tokens/{id}",

@@ -16,11 +16,17 @@
 //!   request, or everything when a group is one of `admin_groups`. Groups are the provider's
 //!   at sign-in: a change takes effect at the next. Revoking the token (`runway tokens revoke`,
 //!   signing out) ends the session.
-//! - For the CLI (`runway login --sso`), the login names a port on 127.0.0.1 and the S256
-//!   challenge of a verifier the CLI keeps: the callback sends the browser to
-//!   `http://127.0.0.1:<port>/callback` with a one-time code (the sign-in, sealed, for two
-//!   minutes), which `POST /v1/sso/token` turns into a session token for whoever has the
-//!   verifier. The browser never sees the token.
+//! - For the CLI (`runway login --sso`), the login names a port on 127.0.0.1, the S256
+//!   challenge of a verifier the CLI keeps, and a state of its own. The callback asks the
+//!   person first (a page with one button, posting to `POST /v1/sso/cli` from this origin, and
+//!   the code the CLI prints beside it), so a link someone else made starts nothing by
+//!   itself; then it sends the browser to `http://127.0.0.1:<port>/callback` with the CLI's
+//!   state and a one-time code (the sign-in, sealed, for two minutes), which `POST
+//!   /v1/sso/token` turns into a session token once, for whoever has the verifier. The browser
+//!   never sees the token.
+//! - A person in no team and in no admin group is refused at sign-in: the provider's people
+//!   are not all this platform's. Whether a person is an admin is read again at each request
+//!   from the groups they signed in with and `admin_groups` as they are now.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -141,6 +147,8 @@ pub struct Sso {
     http: reqwest::Client,
     keys: crate::oidc::Verifier,
     endpoints: Mutex<Option<(Endpoints, Instant)>>,
+    /// The CLI codes redeemed, until they expire: each gives one session.
+    redeemed: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -157,9 +165,17 @@ struct Pending {
     verifier: String,
     /// Where in the console to go after, a path of this origin.
     to: String,
-    /// The CLI's loopback port and PKCE challenge, for `runway login --sso`.
-    cli: Option<(u16, String)>,
+    /// For `runway login --sso`: the CLI's loopback port, PKCE challenge and state.
+    cli: Option<Cli>,
     expires: i64,
+}
+
+/// The CLI's side of its sign-in.
+#[derive(Debug, Serialize, Deserialize)]
+struct Cli {
+    port: u16,
+    challenge: String,
+    state: String,
 }
 
 /// A sign-in done, sealed in the CLI's one-time code.
@@ -169,6 +185,8 @@ struct Handoff {
     groups: Vec<String>,
     admin: bool,
     challenge: String,
+    port: u16,
+    state: String,
     expires: i64,
 }
 
@@ -193,6 +211,8 @@ pub struct LoginQuery {
     pub cli_port: Option<u16>,
     /// For the CLI: the base64url SHA-256 of the verifier it will redeem the code with.
     pub cli_challenge: Option<String>,
+    /// For the CLI: what it expects back with the code, so it takes no other.
+    pub cli_state: Option<String>,
 }
 
 /// `GET /v1/sso/callback` query: the provider's answer.
@@ -203,6 +223,13 @@ pub struct CallbackQuery {
     pub state: Option<String>,
     pub error: Option<String>,
     pub error_description: Option<String>,
+}
+
+/// `POST /v1/sso/cli`, the confirmation page's form.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ConfirmCli {
+    /// The sealed sign-in the page holds.
+    pub handoff: String,
 }
 
 /// `POST /v1/sso/token`: the CLI's one-time code and its verifier.
@@ -238,6 +265,16 @@ pub fn challenge_of(verifier: &str) -> String {
 }
 
 impl Sso {
+    /// Whether a person in `groups` is a platform admin, as `admin_groups` says now.
+    pub(crate) fn admin(&self, groups: &[String]) -> bool {
+        groups.iter().any(|g| self.config.admin_groups.contains(g))
+    }
+
+    /// The groups of the server's configuration that make platform admins.
+    pub(crate) fn admin_groups(&self) -> &[String] {
+        &self.config.admin_groups
+    }
+
     /// The provider of `config`; an unreadable secret or CA file is an error. The provider is
     /// first asked at the first sign-in, so one that is down does not stop the server.
     pub fn new(config: &SsoConfig) -> Result<Self, String> {
@@ -281,6 +318,7 @@ impl Sso {
                 .map_err(|e| format!("api.sso: cannot set up HTTPS: {e}"))?,
             keys,
             endpoints: Mutex::default(),
+            redeemed: std::sync::Mutex::default(),
         })
     }
 
@@ -374,6 +412,18 @@ impl Sso {
         if claims.rest.get("nonce").and_then(|n| n.as_str()) != Some(pending.nonce.as_str()) {
             return Err(refused(
                 "its ID token is not this sign-in's (nonce)".to_owned(),
+            ));
+        }
+        // Issued for several clients, it names this one as the one it was for.
+        if claims
+            .rest
+            .get("aud")
+            .and_then(|a| a.as_array())
+            .is_some_and(|a| a.len() > 1)
+            && claims.rest.get("azp").and_then(|a| a.as_str()) != Some(&self.config.client_id)
+        {
+            return Err(refused(
+                "its ID token was issued for another client (azp)".to_owned(),
             ));
         }
         let user = claims
@@ -504,19 +554,37 @@ pub(crate) async fn login(
     // Only a page of this console: never a redirect elsewhere.
     let to = query
         .to
-        .filter(|to| to.starts_with("/ui/") && !to.contains("//") && !to.contains('\\'))
+        .filter(|to| {
+            to.starts_with("/ui/")
+                && !to.contains("//")
+                && !to.contains('\\')
+                && to.bytes().all(|b| b.is_ascii_graphic())
+        })
         .unwrap_or_else(|| "/ui/".to_owned());
-    let cli = match (query.cli_port, query.cli_challenge) {
-        (None, None) => None,
-        (Some(port), Some(challenge))
-            if port > 0 && challenge.len() == 43 && !challenge.contains(['=', '+', '/']) =>
+    let token_like = |text: &str| {
+        (16..=128).contains(&text.len())
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    let cli = match (query.cli_port, query.cli_challenge, query.cli_state) {
+        (None, None, None) => None,
+        (Some(port), Some(challenge), Some(state))
+            if port > 0
+                && challenge.len() == 43
+                && token_like(&challenge)
+                && token_like(&state) =>
         {
-            Some((port, challenge))
+            Some(Cli {
+                port,
+                challenge,
+                state,
+            })
         }
         _ => {
             return Err(ApiError::invalid(
-                "cli_port and cli_challenge come together: the CLI's port on 127.0.0.1 and the \
-                 base64url SHA-256 of its verifier",
+                "cli_port, cli_challenge and cli_state come together: the CLI's port on \
+                 127.0.0.1, the base64url SHA-256 of its verifier, and its state",
             )
             .field("cli_challenge"));
         }
@@ -589,22 +657,35 @@ pub(crate) async fn callback(
         .code
         .ok_or_else(|| ApiError::invalid("the provider sent no code").field("code"))?;
     let (user, groups) = sso.sign_in(&code, &pending).await?;
-    let admin = groups.iter().any(|g| sso.config.admin_groups.contains(g));
+    let admin = sso.admin(&groups);
+    if !admin {
+        let teams = state.store(|s| Ok(s.team_list()?)).await?;
+        if !runway_store::person_in_a_team(&teams, &user, &groups) {
+            tracing::warn!(%user, ?groups, "a sign-in refused: in no team");
+            return Err(ApiError::forbidden(format!(
+                "{user} is in no team on this platform (by name, or by the groups {}): an \
+                 admin adds you to one",
+                if groups.is_empty() {
+                    "the provider gave: none".to_owned()
+                } else {
+                    groups.join(", ")
+                }
+            )));
+        }
+    }
     let clear =
         format!("{PENDING_COOKIE}=; HttpOnly; Secure; SameSite=Lax; Path=/v1/sso; Max-Age=0");
-    if let Some((port, challenge)) = pending.cli {
+    if let Some(cli) = pending.cli {
         let handoff = Handoff {
             user,
             groups,
             admin,
-            challenge,
+            challenge: cli.challenge,
+            port: cli.port,
+            state: cli.state,
             expires: Timestamp::now().unix_millis() / 1000 + HANDOFF_SECONDS,
         };
-        let code = seal(&state, "handoff", &handoff)?;
-        return see_other(
-            &format!("http://127.0.0.1:{port}/callback?code={code}"),
-            &[clear],
-        );
+        return confirm_page(&handoff, &seal(&state, "handoff", &handoff)?, &clear);
     }
     let (token, created) = session(&state, sso, user, groups, admin).await?;
     let seconds = created.expires_at.map_or(0, |at| {
@@ -615,6 +696,107 @@ pub(crate) async fn callback(
         token.expose()
     );
     see_other(&pending.to, &[clear, cookie])
+}
+
+/// The code `runway login --sso` prints and the confirmation page shows beside it, from the
+/// challenge of its verifier: `ABCD-1234`.
+pub fn display_code(challenge: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, challenge.as_bytes());
+    let hex: String = digest.as_ref()[..4]
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect();
+    format!("{}-{}", &hex[..4], &hex[4..])
+}
+
+/// Text safe in HTML.
+fn escape(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '&' => "&amp;".to_owned(),
+            '<' => "&lt;".to_owned(),
+            '>' => "&gt;".to_owned(),
+            '"' => "&quot;".to_owned(),
+            '\'' => "&#39;".to_owned(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// The page that asks the person before their sign-in goes to a CLI: one button, posting the
+/// sealed sign-in to `POST /v1/sso/cli` from this origin, framed by no one.
+fn confirm_page(handoff: &Handoff, sealed: &str, clear: &str) -> ApiResult<Response> {
+    let body = format!(
+        "<!doctype html><html lang=en><meta charset=utf-8><title>Sign in the Runway CLI</title>\
+         <body style=\"font:16px system-ui;max-width:36rem;margin:3rem auto\">\
+         <h1>Sign in the Runway CLI?</h1>\
+         <p>As <b>{user}</b>, for the <code>runway login --sso</code> waiting on port {port} of \
+         this computer. It shows the code <b>{code}</b>: continue only if you started it and \
+         the codes match.</p>\
+         <form method=post action=/v1/sso/cli><input type=hidden name=handoff value=\"{sealed}\">\
+         <button type=submit>Sign in the CLI</button></form></body></html>",
+        user = escape(&handoff.user),
+        port = handoff.port,
+        code = display_code(&handoff.challenge),
+        sealed = escape(sealed),
+    );
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    headers.append(
+        header::SET_COOKIE,
+        HeaderValue::from_str(clear).map_err(|_| ApiError::internal("a cookie"))?,
+    );
+    Ok(response)
+}
+
+/// The person's yes on the confirmation page: 303 to the CLI's port with its state and the
+/// one-time code. Only from this API's own origin (a page elsewhere cannot post it).
+#[utoipa::path(post, path = "/v1/sso/cli", security(()),
+    request_body(content = ConfirmCli, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 303, description = "To the CLI's port on 127.0.0.1"),
+        (status = 400, description = "Invalid input", body = crate::error::ErrorBody),
+        (status = 401, description = "The sign-in was refused", body = crate::error::ErrorBody),
+        (status = 403, description = "Not from this API's own page", body = crate::error::ErrorBody),
+        (status = 404, description = "Single sign-on is not set up here", body = crate::error::ErrorBody)))]
+pub(crate) async fn confirm_cli(
+    state: axum::extract::State<ApiState>,
+    headers: HeaderMap,
+    body: String,
+) -> ApiResult<Response> {
+    let sso = sso(&state)?;
+    let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+    if origin != Some(sso.config.public_url.as_str()) {
+        return Err(ApiError::forbidden(
+            "a CLI sign-in is confirmed on this server's own page",
+        ));
+    }
+    let sealed = url::form_urlencoded::parse(body.as_bytes())
+        .find(|(name, _)| name == "handoff")
+        .map(|(_, value)| value.into_owned())
+        .ok_or_else(|| ApiError::invalid("no handoff").field("handoff"))?;
+    let handoff: Handoff = open(&state, "handoff", &sealed)
+        .filter(|h: &Handoff| h.expires > Timestamp::now().unix_millis() / 1000)
+        .ok_or_else(|| {
+            ApiError::unauthorized("this sign-in is not one this server began, or it expired")
+        })?;
+    see_other(
+        &format!(
+            "http://127.0.0.1:{}/callback?state={}&code={sealed}",
+            handoff.port, handoff.state
+        ),
+        &[],
+    )
 }
 
 /// The CLI's one-time code and its verifier, for the session's token.
@@ -638,6 +820,20 @@ pub(crate) async fn redeem(
         return Err(ApiError::unauthorized(
             "the verifier is not the one this sign-in was started with",
         ));
+    }
+    {
+        let now = Timestamp::now().unix_millis() / 1000;
+        let mut redeemed = sso
+            .redeemed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        redeemed.retain(|_, expires| *expires > now);
+        if redeemed
+            .insert(challenge_of(&body.code), handoff.expires)
+            .is_some()
+        {
+            return Err(ApiError::unauthorized("this code was redeemed already"));
+        }
     }
     let (token, created) =
         session(&state, sso, handoff.user, handoff.groups, handoff.admin).await?;

@@ -201,6 +201,21 @@ impl ScopeView {
     pub(crate) fn scope(self) -> Result<TokenScope, crate::error::ApiError> {
         Ok(match self {
             Self::Admin(AdminScope {}) => TokenScope::Admin,
+            Self::Deploy { environments, .. } if environments.is_empty() => {
+                return Err(crate::error::ApiError::invalid(
+                    "a deploy token acts in at least one environment",
+                )
+                .field("scope.deploy.environments"));
+            }
+            Self::Role(GrantView {
+                environments: Some(environments),
+                ..
+            }) if environments.is_empty() => {
+                return Err(crate::error::ApiError::invalid(
+                    "a role holds in at least one environment (or, with no list, in all)",
+                )
+                .field("scope.role.environments"));
+            }
             Self::Deploy {
                 service,
                 environments,

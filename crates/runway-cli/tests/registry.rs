@@ -171,6 +171,26 @@ fn the_platform_registry_takes_a_services_images_and_refuses_the_rest() {
     let (status, body) = platform.call(Method::GET, "/v2/hello/app/tags/list", Some(&hello), None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["tags"], json!(["1.0"]));
+    // A viewer of hello pulls its images and pushes none (access.md: pushing is a deployer's).
+    let (status, viewer) = platform.call(
+        Method::POST,
+        "/v1/tokens",
+        Some(&platform.token),
+        Some(json!({"name": "viewer", "scope": {"role": {"role": "viewer", "service": "hello"}}})),
+    );
+    assert_eq!(status, 201, "{viewer}");
+    let viewer = viewer["token"].as_str().unwrap();
+    let (status, body) = platform.call(Method::GET, "/v2/hello/app/tags/list", Some(viewer), None);
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = platform.call(
+        Method::POST,
+        "/v2/hello/app/blobs/uploads/",
+        Some(viewer),
+        None,
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["errors"][0]["code"], "DENIED", "{body}");
+    assert!(body.to_string().contains("`deployer`"), "{body}");
     // The images are under the data directory, not in memory.
     assert!(platform.data.join("registry").is_dir());
     eprintln!("pushed and pulled busybox through {host}");

@@ -380,7 +380,7 @@ fn people_sign_in_through_the_provider_with_their_groups_as_teams() {
         &platform,
         dir.path(),
         "/v1/sso/login?to=https://evil.example/",
-        &person("carol", &[]),
+        &person("carol", &["acme/auditors"]),
     );
     assert!(
         ended.ends_with(&format!("127.0.0.1:{api_port}/ui/")),
@@ -398,17 +398,81 @@ fn people_sign_in_through_the_provider_with_their_groups_as_teams() {
     ]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "400");
 
-    // The CLI: `runway login --sso`, its browser the same curl, the person's groups in it.
+    // Someone in no team is not signed in at all.
+    let (ended, none) = browser(
+        &platform,
+        dir.path(),
+        "/v1/sso/login",
+        &person("mallory", &["elsewhere"]),
+    );
+    assert!(ended.starts_with("403 "), "{ended}");
+    assert!(none.is_none());
+
+    // A CLI sign-in someone else started (a link with their port and challenge) goes nowhere
+    // without the person's yes: the provider's answer is a page with one button.
+    let challenge = "A".repeat(43);
+    let (ended, _) = browser(
+        &platform,
+        dir.path(),
+        &format!(
+            "/v1/sso/login?cli_port=4000&cli_challenge={challenge}&cli_state=state-of-the-cli"
+        ),
+        &person("alice", &["acme/auditors"]),
+    );
+    assert!(
+        ended.starts_with("200 ") && ended.contains("/v1/sso/callback"),
+        "{ended}"
+    );
+    // And the button works from this API's own page only.
+    let out = curl(&[
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--cacert",
+        &platform.ca().display().to_string(),
+        "-H",
+        "Origin: https://evil.example",
+        "--data",
+        "handoff=x",
+        &format!("{}/v1/sso/cli", platform.api()),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+
+    // The CLI: `runway login --sso`, its browser a script that signs in as dave, checks the
+    // code the page shows is the one the CLI printed, and says yes.
     let script = dir.path().join("browser");
-    let headers: String = person("dave", &["acme/auditors"])
+    let headers: Vec<(String, String)> = person("dave", &["acme/auditors"])
         .iter()
-        .map(|h| format!(" -H '{h}'"))
+        .filter_map(|h| {
+            h.split_once(": ")
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        })
         .collect();
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\nexec curl -sS -L -b '' --max-time 20 -o /dev/null --cacert '{}'{headers} \"$1\"\n",
-            platform.ca().display()
+            r#"#!/usr/bin/env python3
+import http.cookiejar, re, ssl, sys, urllib.parse, urllib.request
+api, shown = {api:?}, {shown:?}
+context = ssl.create_default_context(cafile={ca:?})
+opener = urllib.request.build_opener(
+    urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+    urllib.request.HTTPSHandler(context=context))
+opener.addheaders = {headers:?}
+page = opener.open(sys.argv[1], timeout=20).read().decode()
+code = re.search(r"the code <b>([0-9A-F-]+)</b>", page).group(1)
+with open(shown, "w") as f:
+    f.write(code)
+handoff = re.search(r'name=handoff value="([^"]+)"', page).group(1)
+form = urllib.parse.urlencode({{"handoff": handoff}}).encode()
+request = urllib.request.Request(api + "/v1/sso/cli", data=form, headers={{"Origin": api}})
+opener.open(request, timeout=20).read()
+"#,
+            api = platform.api(),
+            shown = dir.path().join("shown").display().to_string(),
+            ca = platform.ca().display().to_string(),
         ),
     )
     .unwrap();
@@ -429,6 +493,12 @@ fn people_sign_in_through_the_provider_with_their_groups_as_teams() {
             .stdout
             .contains("dave, signed in (groups acme/auditors)"),
         "{}",
+        login.all()
+    );
+    let shown = std::fs::read_to_string(dir.path().join("shown")).unwrap();
+    assert!(
+        login.stderr.contains(&format!("shows the code {shown}")),
+        "the page showed {shown}: {}",
         login.all()
     );
     let listed = platform.runway_env(

@@ -98,6 +98,11 @@ impl Grant {
         }
     }
 
+    /// Whether the grant allows some environment (an empty list allows none).
+    fn somewhere(&self) -> bool {
+        self.environments.as_ref().is_none_or(|e| !e.is_empty())
+    }
+
     /// Whether the grant allows environment `env`; `None` asks for every environment.
     fn reaches(&self, env: Option<&str>) -> bool {
         match (&self.environments, env) {
@@ -241,13 +246,12 @@ pub fn authorize(
         Env::One(env) => Err(Denied::EnvironmentNotAllowed {
             env: env.to_owned(),
         }),
-        // Reading the whole service shows every environment's name, no more.
-        Env::Whole if need == Role::Viewer => Ok(()),
+        // Reading the whole service shows every environment's name, no more: a grant in some
+        // environment will do, one in none will not.
+        Env::Whole if need == Role::Viewer && strong().any(|g| g.somewhere()) => Ok(()),
         Env::Whole if strong().any(|g| g.reaches(None)) => Ok(()),
         Env::Whole => Err(Denied::EnvironmentRequired),
-        Env::Any if strong().any(|g| g.environments.as_ref().is_none_or(|e| !e.is_empty())) => {
-            Ok(())
-        }
+        Env::Any if strong().any(|g| g.somewhere()) => Ok(()),
         Env::Any => Err(Denied::EnvironmentRequired),
     }
 }
@@ -410,6 +414,7 @@ mod tests {
             ("deploy somewhere", &billing, Action { env: Env::Any, ..action(Some("billing"), None, WRITE) }, NOW, false, Ok(())),
             ("maintain somewhere", &billing, Action { env: Env::Any, ..action(Some("billing"), None, MAINTAIN) }, NOW, false, too_low(Maintainer, Deployer)),
             ("no environment is nowhere", &nowhere, Action { env: Env::Any, ..action(Some("billing"), None, WRITE) }, NOW, false, Err(Denied::EnvironmentRequired)),
+            ("no environment reads nothing", &nowhere, action(Some("billing"), None, READ), NOW, false, Err(Denied::EnvironmentRequired)),
             ("no grants", &none, action(Some("billing"), None, READ), NOW, false, Err(Denied::OtherService)),
         ];
         for (what, scope, action, now, revoked, expected) in rows {

@@ -115,7 +115,8 @@ pub use model::{
     IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken, PLATFORM_ACTORS,
     PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion,
     Service, ServiceUpdate, Team, TeamMember, Token, TokenScope, artifact_image,
-    artifact_is_process, artifact_mirror, artifact_source, mirror_is_external, revision_name,
+    artifact_is_process, artifact_mirror, artifact_source, mirror_is_external, person_in_a_team,
+    revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

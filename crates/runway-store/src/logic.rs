@@ -551,12 +551,33 @@ fn revoke_tokens(db: &dyn Db, now: Timestamp, which: impl Fn(&TokenScope) -> boo
     )?;
     let mut revoked = 0;
     for token in active.iter().filter(|t| which(&t.scope)) {
-        // Its console sessions go with it.
         revoked += db.execute(
-            "UPDATE tokens SET revoked_at = ?2 WHERE (id = ?1 OR parent_id = ?1) \
-             AND revoked_at IS NULL",
+            "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
             args![token.id, now.unix_millis()],
         )?;
+        revoked += revoke_made_from(db, now, token.id)?;
+    }
+    Ok(revoked)
+}
+
+/// Revokes what was made from token `id` (its console sessions, the tokens a maintainer made
+/// with it), and what was made from those, down the line; how many.
+fn revoke_made_from(db: &dyn Db, now: Timestamp, id: i64) -> Result<u64> {
+    let mut revoked = 0;
+    let mut makers = vec![id];
+    while let Some(maker) = makers.pop() {
+        let made: Vec<i64> = db.query_all(
+            "SELECT id FROM tokens WHERE parent_id = ?1 AND revoked_at IS NULL",
+            args![maker],
+            |row| row.get(0),
+        )?;
+        for child in made {
+            revoked += db.execute(
+                "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1",
+                args![child, now.unix_millis()],
+            )?;
+            makers.push(child);
+        }
     }
     Ok(revoked)
 }
@@ -2135,12 +2156,9 @@ impl<B: Backend> Store for B {
                 "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
                 args![id, now.unix_millis()],
             )?;
-            // Its console sessions end with it (sessions are made from no session, so one
-            // level is all there is).
-            let sessions = db.execute(
-                "UPDATE tokens SET revoked_at = ?2 WHERE parent_id = ?1 AND revoked_at IS NULL",
-                args![id, now.unix_millis()],
-            )?;
+            // What was made from it ends with it: its console sessions, the tokens a
+            // maintainer made with it, and theirs.
+            let sessions = revoke_made_from(db, now, id)?;
             audit(
                 db,
                 now,

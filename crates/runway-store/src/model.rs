@@ -594,18 +594,28 @@ pub enum TokenScope {
         user: String,
         /// Their groups at sign-in (`group:<path>` in a team).
         groups: Vec<String>,
-        /// A platform admin (one of the server's admin groups).
+        /// A platform admin at sign-in (one of the server's admin groups): what the audit log
+        /// and `whoami` show; each request asks the server's admin groups again.
         admin: bool,
     },
 }
 
 impl TokenScope {
     /// The scope as the policy reads it, with the token's expiry (Unix milliseconds); a
-    /// person's grants are those `teams` give them.
+    /// person's grants are those `teams` give them, or everything when one of their groups is
+    /// among `admin_groups` (the server's now, not at their sign-in).
     #[must_use]
-    pub fn policy(&self, expires_at: Option<i64>, teams: &[Team]) -> runway_secrets::Scope {
+    pub fn policy(
+        &self,
+        expires_at: Option<i64>,
+        teams: &[Team],
+        admin_groups: &[String],
+    ) -> runway_secrets::Scope {
         let grant = match self {
-            Self::Admin | Self::Person { admin: true, .. } => return runway_secrets::Scope::Admin,
+            Self::Admin => return runway_secrets::Scope::Admin,
+            Self::Person { groups, .. } if groups.iter().any(|g| admin_groups.contains(g)) => {
+                return runway_secrets::Scope::Admin;
+            }
             Self::Person { user, groups, .. } => {
                 return runway_secrets::Scope::Grants {
                     grants: person_grants(teams, user, groups),
@@ -664,6 +674,12 @@ impl TokenScope {
             _ => None,
         }
     }
+}
+
+/// Whether any of `teams` has the person `user` in `groups` in it, by name or by a group.
+#[must_use]
+pub fn person_in_a_team(teams: &[Team], user: &str, groups: &[String]) -> bool {
+    !person_grants(teams, user, groups).is_empty()
 }
 
 /// What `teams` give the person `user` in `groups`: each membership by name or group a role

@@ -493,3 +493,75 @@ impl Server {
         .await
     }
 }
+
+/// A token a non-admin makes lives no longer than its maker and goes when its maker is
+/// revoked; an empty list of environments is refused before anything is looked up.
+#[tokio::test]
+async fn what_a_maintainer_makes_is_bounded_by_it() {
+    let server = start().await;
+    server.onboard("hello").await;
+    let maker = server
+        .admin(
+            "POST",
+            "/v1/tokens",
+            Some(json!({"name": "m", "expires_in_seconds": 600,
+                "scope": {"role": {"role": "maintainer", "service": "hello"}}})),
+            201,
+        )
+        .await;
+    let (maker_id, maker) = (
+        maker["info"]["id"].as_i64().unwrap(),
+        maker["token"].as_str().unwrap().to_owned(),
+    );
+    let make = |expires: Option<u64>| {
+        let mut body =
+            json!({"name": "made", "scope": {"role": {"role": "viewer", "service": "hello"}}});
+        if let Some(seconds) = expires {
+            body["expires_in_seconds"] = json!(seconds);
+        }
+        body
+    };
+    for longer in [None, Some(3600)] {
+        let refused = server
+            .call("POST", "/v1/tokens", Some(&maker), Some(make(longer)))
+            .await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text);
+        assert_eq!(refused.field(), "expires_in_seconds", "{}", refused.text);
+    }
+    let made = server
+        .call("POST", "/v1/tokens", Some(&maker), Some(make(Some(60))))
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    let made = made.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(
+        server
+            .call("GET", "/v1/services/hello", Some(&made), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    server
+        .admin("DELETE", &format!("/v1/tokens/{maker_id}"), None, 200)
+        .await;
+    assert_eq!(
+        server
+            .call("GET", "/v1/services/hello", Some(&made), None)
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED,
+        "what a revoked token made goes with it"
+    );
+    // No environment at all, for a service that exists or not: the same 400.
+    for service in ["hello", "nope"] {
+        let empty = server
+            .call(
+                "POST",
+                "/v1/tokens",
+                Some(&server.admin),
+                Some(json!({"name": "e", "scope": {"deploy": {"service": service, "environments": []}}})),
+            )
+            .await;
+        assert_eq!(empty.status, StatusCode::BAD_REQUEST, "{}", empty.text);
+        assert_eq!(empty.field(), "scope.deploy.environments", "{}", empty.text);
+    }
+}
