@@ -722,7 +722,8 @@ pub struct Token {
     pub created_at: Timestamp,
     /// Who created it.
     pub created_by: String,
-    /// The token a console session was made from: revoking that one revokes this.
+    /// The token this one was made from (a console session's, or the maintainer's that made
+    /// it): revoking that one revokes this.
     pub parent: Option<i64>,
 }
 
@@ -744,8 +745,8 @@ pub struct NewToken {
     pub scope: TokenScope,
     /// When it stops working, if ever.
     pub expires_at: Option<Timestamp>,
-    /// The token a console session is made from (`None` for any other token): revoking the
-    /// parent revokes it too.
+    /// The token it is made from (a console session's, or a non-admin's that makes it;
+    /// `None` for one an admin makes): revoking the parent revokes it too.
     pub parent: Option<i64>,
 }
 
