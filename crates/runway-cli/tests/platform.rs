@@ -567,7 +567,10 @@ fn services_are_created_listed_and_deleted_with_confirmation() {
         .unwrap()
         .split_whitespace()
         .collect();
-    assert_eq!(header, ["NAME", "ENVIRONMENTS", "OWNERS", "CREATED"]);
+    assert_eq!(
+        header,
+        ["NAME", "ENVIRONMENTS", "OWNERS", "TEAM", "CREATED"]
+    );
 
     // A wrong name typed: nothing sent.
     let ran = cli.run_in(
