@@ -243,13 +243,18 @@ async fn team_services(
 
 /// The console session's token, from the `Cookie` headers; none when absent or empty.
 pub(crate) fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    cookie(headers, SESSION_COOKIE)
+}
+
+/// Cookie `name`'s value, from the `Cookie` headers; none when absent or empty.
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value.trim().trim_matches('"'))
         .filter(|value| !value.is_empty())
 }

@@ -101,11 +101,7 @@ pub(crate) async fn create_session(
         .store(move |s| Ok(s.token_create(&actor, &new)?))
         .await?;
     let seconds = (expires_millis - now.unix_millis()).max(0) / 1000;
-    let cookie = format!(
-        "{SESSION_COOKIE}={}; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age={seconds}",
-        token.expose()
-    );
-    let cookie = HeaderValue::from_str(&cookie)
+    let cookie = HeaderValue::from_str(&set_cookie(&token, seconds))
         .map_err(|_| ApiError::internal("a session token is not a header value"))?;
     let view = SessionView {
         token_id: created.id,
@@ -157,6 +153,15 @@ pub(crate) async fn end_session(
         Ok(_) => (StatusCode::NO_CONTENT, [(header::SET_COOKIE, cleared())]).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// The `Set-Cookie` that gives a browser a session: `token` for `seconds`, no script to read
+/// it, sent to this origin alone.
+pub(crate) fn set_cookie(token: &runway_secrets::PlaintextToken, seconds: i64) -> String {
+    format!(
+        "{SESSION_COOKIE}={}; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age={seconds}",
+        token.expose()
+    )
 }
 
 /// The `Set-Cookie` that makes a browser forget the session.

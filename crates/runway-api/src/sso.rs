@@ -40,7 +40,6 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::auth::SESSION_COOKIE;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Query};
 use crate::state::ApiState;
@@ -501,17 +500,6 @@ fn context(what: &str) -> Context<'_> {
     }
 }
 
-fn cookie_of<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.trim())
-}
-
 fn see_other(location: &str, cookies: &[String]) -> ApiResult<Response> {
     let mut response = StatusCode::SEE_OTHER.into_response();
     let headers = response.headers_mut();
@@ -631,7 +619,7 @@ pub(crate) async fn callback(
     Query(query): Query<CallbackQuery>,
 ) -> ApiResult<Response> {
     let sso = sso(&state)?;
-    let pending: Pending = cookie_of(&headers, PENDING_COOKIE)
+    let pending: Pending = crate::auth::cookie(&headers, PENDING_COOKIE)
         .and_then(|text| open(&state, "pending", text))
         .filter(|p: &Pending| p.expires > Timestamp::now().unix_millis() / 1000)
         .ok_or_else(|| {
@@ -691,11 +679,10 @@ pub(crate) async fn callback(
     let seconds = created.expires_at.map_or(0, |at| {
         (at.unix_millis() - Timestamp::now().unix_millis()).max(0) / 1000
     });
-    let cookie = format!(
-        "{SESSION_COOKIE}={}; HttpOnly; Secure; SameSite=Strict; Path=/; Max-Age={seconds}",
-        token.expose()
-    );
-    see_other(&pending.to, &[clear, cookie])
+    see_other(
+        &pending.to,
+        &[clear, crate::session::set_cookie(&token, seconds)],
+    )
 }
 
 /// The code `runway login --sso` prints and the confirmation page shows beside it, from the
