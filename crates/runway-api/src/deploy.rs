@@ -237,6 +237,7 @@ pub(crate) async fn deploy(
             command,
             working_dir,
         } => {
+            check_unsigned_allowed(state, owner, settings_env)?;
             let (name, runs_as, allow_all) =
                 (owner.to_owned(), service.to_owned(), state.allow_processes);
             let (id, runs_as) = state
@@ -309,6 +310,16 @@ pub(crate) async fn deploy(
                     .field("image"));
                 }
             };
+            // Verified first, then exactly the digest verified is resolved and mirrored.
+            let signature = state
+                .platform
+                .verify_image(owner, settings_env, reference)
+                .await
+                .map_err(|e| {
+                    ApiError::invalid(format!("image {reference:?} may not deploy to {env}: {e}"))
+                        .field(field)
+                })?;
+            let reference = signature.as_ref().map_or(reference, |s| s.pinned.as_str());
             let image = state
                 .platform
                 .resolve_image(owner, reference)
@@ -317,10 +328,14 @@ pub(crate) async fn deploy(
                     ApiError::invalid(format!("cannot resolve image {reference:?}: {e}"))
                         .field(field)
                 })?;
-            match image.mirror {
-                Some(mirror) => json!({ "image": image.pinned, "mirror": mirror }),
-                None => json!({ "image": image.pinned }),
+            let mut artifact = json!({ "image": image.pinned });
+            if let Some(mirror) = image.mirror {
+                artifact["mirror"] = json!(mirror);
             }
+            if let Some(signature) = signature {
+                artifact["signature"] = json!(signature.by);
+            }
+            artifact
         }
     };
     // A preview reads its parent's `preview` secrets; one from a fork reads none.
@@ -452,6 +467,23 @@ pub(crate) async fn deploy(
     log_recorded(&deployment);
     state.platform.wake();
     Ok(deployment)
+}
+
+/// Refuses what no one can sign (a process's code) where the server's signature rules cover
+/// `service` in `env`.
+fn check_unsigned_allowed(state: &ApiState, service: &str, env: &str) -> ApiResult<()> {
+    let rules = state.platform.signatures_required(service, env);
+    if rules.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "the server's {} require{} a signed image for {service} in {env}, and this revision \
+         runs a process from its code, which carries no signature: deploy a signed image \
+         (spec.image, or `image`)",
+        rules.join(" and "),
+        if rules.len() == 1 { "s" } else { "" }
+    ))
+    .field("manifest.spec.workload.process"))
 }
 
 /// A deployment recorded, in the server's own log as an event with fields.
@@ -688,10 +720,42 @@ pub(crate) async fn promote(
         }
         None => Vec::new(),
     };
+    // The target environment's signature rules hold for the image promoted as for a deploy.
+    let signature = {
+        let (name, from) = (service.clone(), body.from.clone());
+        let source = state.store(move |s| source_of(s, &name, &from)).await?;
+        match runway_store::artifact_image(&source.artifact) {
+            Some(image) => state
+                .platform
+                .verify_image(&service, &body.to, image)
+                .await
+                .map_err(|e| {
+                    ApiError::invalid(format!(
+                        "{} may not be promoted to {}: {e}",
+                        source.name, body.to
+                    ))
+                    .field("to")
+                })?
+                .map(|s| (source.name.clone(), s.by)),
+            None => {
+                check_unsigned_allowed(state, &service, &body.to).map_err(|e| e.field("to"))?;
+                None
+            }
+        }
+    };
     let sealer = std::sync::Arc::clone(&state.sealer);
     let record = state
         .store(move |s| {
             let source = source_of(s, &service, &body.from)?;
+            if let Some((verified, _)) = &signature
+                && *verified != source.name
+            {
+                return Err(ApiError::conflict(format!(
+                    "{service} in {} changed while its image's signature was checked: promote \
+                     again",
+                    body.from
+                )));
+            }
             check_processes_allowed(s, allow_all, &service, &source.artifact)?;
             let mirrored = mirror(s, &sealer, &actor, [&service, &body.to], from_vault)?;
             check_promotion(s, &source, &body.to)?;
@@ -700,7 +764,9 @@ pub(crate) async fn promote(
                 instances: instances_of(&source.manifest, &body.to),
                 weight: 100,
             }];
-            let record = s.record_promote(&actor, &source.name, &body.to, &desired)?;
+            let verified = signature.map(|(_, by)| json!(by));
+            let record =
+                s.record_promote(&actor, &source.name, &body.to, &desired, verified.as_ref())?;
             if let Some(event) = mirrored {
                 s.deployment_add_event(&actor, record.deployment.id, &event)?;
             }

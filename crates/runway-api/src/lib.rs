@@ -142,7 +142,9 @@ mod watch;
 pub use auth::{BootstrapError, Caller, bootstrap_admin, recover_admin};
 pub use config::{ApiConfig, ConfigError, LimitsConfig, TlsConfig};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
-pub use platform::{BoxFuture, Platform, ProcessImage, ResolvedImage, SourceRefused, StatusParts};
+pub use platform::{
+    BoxFuture, ImageSignature, Platform, ProcessImage, ResolvedImage, SourceRefused, StatusParts,
+};
 pub use server::{Limits, ServeOptions, X_REQUEST_ID, router, serve};
 pub use state::ApiState;
 pub use tls::{TlsSetupError, tls_config};

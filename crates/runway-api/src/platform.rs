@@ -46,6 +46,15 @@ pub struct ResolvedImage {
     pub mirror: Option<String>,
 }
 
+/// What verified an image's signature ([`Platform::verify_image`]): its revision records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageSignature {
+    /// The image pinned to the digest that was verified, which the deploy then runs.
+    pub pinned: String,
+    /// One line per rule that covered it, saying what passed it.
+    pub by: Vec<String>,
+}
+
 /// What runs a process revision's code as an image ([`Platform::process_image`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessImage {
@@ -67,6 +76,25 @@ pub trait Platform: Send + Sync + 'static {
         service: &'a str,
         reference: &'a str,
     ) -> BoxFuture<'a, Result<ResolvedImage, String>>;
+
+    /// The server's signature rules that cover `service`'s images in `env`, by name
+    /// (`signatures[0]`); none when its images deploy unsigned.
+    fn signatures_required(&self, _service: &str, _env: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Checks the signatures of `reference` against every rule that covers `service` in
+    /// `env`: `Ok(None)` when none does, `Ok(Some)` with the digest verified and what passed
+    /// each rule, or `Err` saying why it may not deploy (shown to the caller, without
+    /// internals).
+    fn verify_image<'a>(
+        &'a self,
+        _service: &'a str,
+        _env: &'a str,
+        _reference: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ImageSignature>, String>> {
+        Box::pin(async { Ok(None) })
+    }
 
     /// What runs for `service` in `env` now.
     fn status(&self, service: &str, env: &str) -> BoxFuture<'_, StatusParts>;

@@ -852,6 +852,10 @@ pub struct RevisionView {
     /// (`<service>/mirror@sha256:…`; absent when images are not mirrored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<String>,
+    /// What verified its image's signature, one line per signature rule of the server's that
+    /// covered it (`signatures`); absent when none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signature: Vec<String>,
     /// The code snapshot it runs (`sha256:…`), for a process artifact.
     pub source: Option<String>,
     /// The directory it ran from, for a process revision recorded before snapshots (its
@@ -882,6 +886,17 @@ impl From<Revision> for RevisionView {
             image: owned(runway_store::artifact_image(&r.artifact)),
             mirror: owned(runway_store::artifact_mirror(&r.artifact)),
             source: owned(runway_store::artifact_source(&r.artifact)),
+            signature: r
+                .artifact
+                .get("signature")
+                .and_then(serde_json::Value::as_array)
+                .map(|lines| {
+                    lines
+                        .iter()
+                        .filter_map(|l| l.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
             source_dir: owned(
                 r.artifact
                     .get("source_dir")

@@ -1655,6 +1655,12 @@ pub(crate) fn revisions(args: &TargetArgs) -> anyhow::Result<ExitCode> {
             })
             .or_else(|| r.source_dir.clone())
             .unwrap_or_else(|| "-".to_owned());
+        // What verified it is in `--output json` (`signature`); here, that something did.
+        let artifact = if r.signature.is_empty() {
+            artifact
+        } else {
+            format!("{artifact} (signature verified)")
+        };
         let traffic = routes
             .iter()
             .find(|route| route.revision == r.name && route.weight > 0)

@@ -700,6 +700,11 @@ fn make_named_files(etc: &Path, scratch: &Path) {
     for name in ["rules.json", "topology.yml"] {
         std::fs::copy(fixtures.join(name), cells.join(name)).unwrap();
     }
+    std::fs::copy(&authority, etc.join("fulcio-ca.pem")).unwrap();
+    let signing =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(control.join("tls.key")).unwrap())
+            .unwrap();
+    std::fs::write(etc.join("cosign.pub"), signing.public_key_pem()).unwrap();
     std::fs::write(etc.join("sso-client-secret"), "a-client-secret\n").unwrap();
     std::fs::write(
         etc.join("cloudflare-ranges.txt"),

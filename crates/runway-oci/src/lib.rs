@@ -186,5 +186,6 @@ pub use error::{BlobKind, OciError, Result};
 pub use image::{ImageConfig, Platform};
 pub use store::{
     BlobSource, DEFAULT_HOST_ID_BASE, Fetched, FetchedBlob, FetchedManifest, Image, Platforms,
-    PullOptions, PushBlob, Pushed, Rootfs, Store, StoreStats, registry_allowed,
+    PullOptions, PushBlob, Pushed, Rootfs, SignatureLayer, Signatures, Store, StoreStats,
+    registry_allowed,
 };

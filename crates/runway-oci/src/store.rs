@@ -277,6 +277,36 @@ pub struct Fetched {
     pub blobs: Vec<FetchedBlob>,
 }
 
+/// An image and its cosign signatures as [`Store::cosign_signatures`] fetched them: the raw
+/// material a verifier checks, nothing trusted yet.
+#[derive(Debug, Clone)]
+pub struct Signatures {
+    /// `registry/repository@sha256:...` of what the reference names now: an index as it is,
+    /// not a platform's manifest, since that is what a signature covers.
+    pub pinned: String,
+    /// The digest in [`Signatures::pinned`].
+    pub digest: Digest,
+    /// The layers of the signature manifest (`<repository>:sha256-<hex>.sig`), in its order;
+    /// empty when there is none.
+    pub layers: Vec<SignatureLayer>,
+}
+
+/// One layer of a cosign signature manifest: a payload and what its descriptor says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignatureLayer {
+    /// The descriptor's media type (cosign's `application/vnd.dev.cosign.simplesigning.v1+json`).
+    pub media_type: String,
+    /// The payload's digest, checked against it.
+    pub digest: Digest,
+    /// The descriptor's annotations: the signature, and a certificate and its chain.
+    pub annotations: BTreeMap<String, String>,
+    /// The signed payload.
+    pub payload: Vec<u8>,
+}
+
+/// The most layers a signature manifest may have for [`Store::cosign_signatures`] to read it.
+const MAX_SIGNATURE_LAYERS: usize = 64;
+
 /// A manifest or index [`Store::fetch`] returns, verified against its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchedManifest {
@@ -466,6 +496,76 @@ impl Store {
             parsed.repository(),
             digest
         ))
+    }
+
+    /// `reference` pinned to the digest of what its registry serves for it now, and the cosign
+    /// signatures stored beside it in the same repository under the tag
+    /// `sha256-<hex>.sig` (cosign's own format, which `cosign sign` writes with
+    /// `--new-bundle-format=false`). Each payload is fetched and checked against its digest;
+    /// nothing is verified as a signature here. No signature manifest is no layers, not an
+    /// error.
+    pub async fn cosign_signatures(
+        &self,
+        reference: &str,
+        opts: &PullOptions,
+    ) -> Result<Signatures, OciError> {
+        let parsed = allowed_reference(reference, opts)?;
+        within(opts, &parsed, reference, async {
+            let asked = parsed.digest().map(Digest::parse).transpose()?;
+            let mut remote = Remote::new(self, reference, &parsed, opts)?;
+            let (digest, bytes) = self.manifest(&mut remote, &parsed, asked.as_ref()).await?;
+            image::parse_manifest(reference, &digest, &bytes, None)?;
+            let pinned = format!("{}/{}@{}", parsed.registry(), parsed.repository(), digest);
+            let tag = format!("{}.sig", digest.to_string().replacen(':', "-", 1));
+            let signatures = Reference::with_tag(
+                parsed.registry().to_owned(),
+                parsed.repository().to_owned(),
+                tag,
+            );
+            let bytes = match remote.manifest(&signatures).await {
+                Ok(bytes) => bytes,
+                Err(OciError::NotFound { .. }) => {
+                    return Ok(Signatures {
+                        pinned,
+                        digest,
+                        layers: Vec::new(),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            let invalid = |reason: String| OciError::InvalidDocument {
+                kind: BlobKind::Manifest,
+                digest: signatures.to_string(),
+                reason,
+            };
+            let manifest: oci_client::manifest::OciImageManifest =
+                serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+            if manifest.layers.len() > MAX_SIGNATURE_LAYERS {
+                return Err(invalid(format!(
+                    "{} layers, more than the {MAX_SIGNATURE_LAYERS} read",
+                    manifest.layers.len()
+                )));
+            }
+            let mut layers = Vec::with_capacity(manifest.layers.len());
+            for layer in manifest.layers {
+                let digest = Digest::parse(&layer.digest)?;
+                let payload = self
+                    .small_blob(&mut remote, &digest, Some(layer.size), BlobKind::Layer)
+                    .await?;
+                layers.push(SignatureLayer {
+                    media_type: layer.media_type,
+                    digest,
+                    annotations: layer.annotations.unwrap_or_default(),
+                    payload,
+                });
+            }
+            Ok(Signatures {
+                pinned,
+                digest,
+                layers,
+            })
+        })
+        .await
     }
 
     /// Pushes `blobs` to `target` (`registry/repository[:tag]`), each unless the registry has

@@ -44,6 +44,9 @@ pub struct ServerConfig {
     pub registry: crate::registry::RegistryConfig,
     /// The audit trail's export: a file, syslog or an HTTPS webhook, at least once.
     pub audit: crate::audit_export::AuditConfig,
+    /// Which images may deploy where: each rule covers services and environments, and names
+    /// the keys, or the certificate authority and pipelines, a cosign signature must come from.
+    pub signatures: Vec<crate::signatures::SignatureRule>,
 }
 
 /// `domains`: custom domains' certificates. Without `acme`, a domain is routed and served
@@ -477,6 +480,8 @@ impl ServerConfig {
         config.audit.check().map_err(|(key, message)| {
             anyhow::anyhow!("{}: audit.{key}: {message}", path.display())
         })?;
+        crate::signatures::SignaturePolicy::load(&config.signatures)
+            .map_err(|error| anyhow::anyhow!("{}: {error:#}", path.display()))?;
         if let Some(acme) = &config.domains.acme {
             acme.check().map_err(|(key, message)| {
                 anyhow::anyhow!("{}: domains.acme.{key}: {message}", path.display())

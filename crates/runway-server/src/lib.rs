@@ -43,6 +43,8 @@
 //!   every table beside the services'. `beside.rs`: the programs a server starts, the small
 //!   binary beside this one or this binary's own subcommand.
 //! - `admin.rs`: the commands besides serving.
+//! - `signatures.rs`: `signatures`, the rules an image's cosign signature must pass to deploy
+//!   (a key's, or a certificate naming the pipeline that signed), checked with `sigstore`.
 //! - `audit_export.rs`: `audit.export`, the audit log sent as JSON lines to a file, syslog or
 //!   an HTTPS webhook, at least once, each sink's cursor in the store, while this replica
 //!   leads.
@@ -73,6 +75,7 @@ pub mod driver;
 mod ingress;
 mod platform;
 pub mod registry;
+pub mod signatures;
 mod start;
 mod tasks;
 

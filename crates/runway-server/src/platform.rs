@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use runway_api::{BoxFuture, Platform, ResolvedImage, SourceRefused, StatusParts};
+use runway_api::{BoxFuture, ImageSignature, Platform, ResolvedImage, SourceRefused, StatusParts};
 use runway_control::Controller;
 use runway_control::leader::Leadership;
 use runway_driver::Driver;
@@ -20,6 +20,8 @@ pub(crate) struct ServerPlatform {
     pub(crate) controller: Arc<Controller<ServerDriver>>,
     /// Copies deployed images into the platform registry (`registry.mirror`).
     pub(crate) mirror: Option<Arc<crate::registry::Mirror>>,
+    /// The `signatures` rules and what reads images' signatures.
+    pub(crate) signatures: Arc<crate::signatures::ImageSignatures>,
     pub(crate) sources: SourceStore,
     /// This replica's name and whether it leads, when it is one of several.
     pub(crate) leadership: Option<(String, watch::Receiver<Leadership>)>,
@@ -236,6 +238,19 @@ impl Platform for ServerPlatform {
                 mirror: None,
             })
         })
+    }
+
+    fn signatures_required(&self, service: &str, env: &str) -> Vec<String> {
+        self.signatures.covering(service, env)
+    }
+
+    fn verify_image<'a>(
+        &'a self,
+        service: &'a str,
+        env: &'a str,
+        reference: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ImageSignature>, String>> {
+        Box::pin(self.signatures.verify(service, env, reference))
     }
 
     fn process_image<'a>(

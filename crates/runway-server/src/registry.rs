@@ -116,7 +116,7 @@ pub struct PlatformRegistry {
 
 impl PlatformRegistry {
     /// `reference` with the registry's own address when it names it by another of its names.
-    fn local(&self, reference: &str) -> String {
+    pub(crate) fn local(&self, reference: &str) -> String {
         match reference.split_once('/') {
             Some((registry, rest))
                 if self
@@ -147,6 +147,29 @@ impl PlatformRegistry {
             allowed.extend(self.external_host.clone());
         }
         options
+    }
+}
+
+/// Refuses `reference` (a platform registry's, without its host) unless it is in one of
+/// `service`'s own repositories.
+pub(crate) fn own_repository(service: &str, reference: &str) -> Result<(), String> {
+    let (repository, _) = split_reference(reference);
+    if repository.split('/').next() == Some(service) {
+        return Ok(());
+    }
+    Err(format!(
+        "{repository} is not one of {service}'s repositories in the platform registry \
+         ({service}/...): a service deploys only its own images from there"
+    ))
+}
+
+/// How images are pulled from where their references point: the `runtime` section's
+/// registries.
+pub(crate) fn upstream_options(runtime: &RuntimeConfig) -> PullOptions {
+    PullOptions {
+        insecure_registries: runtime.insecure_registries.clone(),
+        allowed_registries: Some(runtime.allowed_registries.clone()),
+        ..PullOptions::default()
     }
 }
 
@@ -191,11 +214,7 @@ impl Mirror {
     ) -> anyhow::Result<Mirror> {
         let store = Store::open(cache)
             .with_context(|| format!("cannot prepare the image cache in {}", cache.display()))?;
-        let upstream = PullOptions {
-            insecure_registries: runtime.insecure_registries.clone(),
-            allowed_registries: Some(runtime.allowed_registries.clone()),
-            ..PullOptions::default()
-        };
+        let upstream = upstream_options(runtime);
         // The operator named it: no `allowed_registries` bound.
         let external = config.external.as_ref().map(|external| {
             let push = PullOptions {
@@ -230,13 +249,8 @@ impl Mirror {
         let mut fetch_with = &self.upstream;
         let platform_pull;
         if let Some(rest) = reference.strip_prefix(&format!("{}/", self.access.host)) {
+            own_repository(service, rest)?;
             let (repository, tag_or_digest) = split_reference(rest);
-            if repository.split('/').next() != Some(service) {
-                return Err(format!(
-                    "{repository} is not one of {service}'s repositories in the platform \
-                     registry ({service}/...): a service deploys only its own images from there"
-                ));
-            }
             if self.external.is_none() {
                 let digest = self
                     .registry

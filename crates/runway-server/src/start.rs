@@ -167,6 +167,19 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             registry: platform_registry.as_ref(),
         })
         .await?;
+    let signatures = Arc::new(crate::signatures::ImageSignatures::new(
+        crate::signatures::SignaturePolicy::load(&config.signatures)?,
+        Arc::new(
+            runway_oci::Store::open(data_dir.join("images")).with_context(|| {
+                format!(
+                    "cannot prepare the image cache in {}",
+                    data_dir.join("images").display()
+                )
+            })?,
+        ),
+        crate::registry::upstream_options(&config.runtime),
+        platform_registry.clone(),
+    ));
     let mirror_host = platform_registry.as_ref().map(|r| r.host.clone());
     let mirror = match platform_registry {
         Some(access) => Some(Arc::new(Mirror::new(
@@ -360,6 +373,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     let platform = Arc::new(ServerPlatform {
         controller: Arc::clone(&controller),
         mirror,
+        signatures,
         sources,
         leadership: replicated.then_some((replica, following)),
         metrics,

@@ -1451,9 +1451,18 @@ impl<B: Backend> Store for B {
         from_revision: &str,
         to_env: &str,
         desired: &[PlannedRevision],
+        signature: Option<&serde_json::Value>,
     ) -> Result<DeployRecord> {
         self.write(|db, now| {
             let source = load_revision(db, from_revision)?;
+            // What verified the source's signature held for its environment, not this one.
+            let mut artifact = source.artifact.clone();
+            if let Some(object) = artifact.as_object_mut() {
+                match signature {
+                    Some(signature) => object.insert("signature".to_owned(), signature.clone()),
+                    None => object.remove("signature"),
+                };
+            }
             if source.env == to_env {
                 return Err(StoreError::Invalid(format!(
                     "revision {from_revision:?} is already in {to_env}"
@@ -1472,7 +1481,7 @@ impl<B: Backend> Store for B {
                     service: source.service.clone(),
                     env: to_env.to_owned(),
                     manifest: source.manifest.clone(),
-                    artifact: source.artifact.clone(),
+                    artifact,
                     env_vars: source.env_vars.clone(),
                     set_vars: source.set_vars.clone(),
                     secret_versions,

@@ -114,13 +114,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// `Promote` deployment and `desired` there. The new revision pins `to_env`'s latest
     /// version of each secret `from_revision` pins (a secret's versions belong to one
     /// environment); `Invalid`, naming the secrets and `to_env`, when one is not set there.
-    /// `Conflict` as for a deploy.
+    /// `Conflict` as for a deploy. `signature` is what verified the image's signature for
+    /// `to_env` (`artifact.signature`), in place of the source's.
     fn record_promote(
         &self,
         actor: &str,
         from_revision: &str,
         to_env: &str,
         desired: &[PlannedRevision],
+        signature: Option<&serde_json::Value>,
     ) -> Result<DeployRecord>;
 
     /// One deployment, or `NotFound`.

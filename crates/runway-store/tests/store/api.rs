@@ -646,7 +646,13 @@ fn promote_copies_a_revision_to_another_environment() {
     };
     let missing = |store: &dyn Store| {
         let refused = store
-            .record_promote("carol", &staged.revision.name, "production", &all_new(2))
+            .record_promote(
+                "carol",
+                &staged.revision.name,
+                "production",
+                &all_new(2),
+                None,
+            )
             .unwrap_err();
         assert!(matches!(refused, StoreError::Invalid(_)), "{refused}");
         let message = refused.to_string();
@@ -666,7 +672,13 @@ fn promote_copies_a_revision_to_another_environment() {
     set("production", 3);
 
     let promoted = store
-        .record_promote("carol", &staged.revision.name, "production", &all_new(2))
+        .record_promote(
+            "carol",
+            &staged.revision.name,
+            "production",
+            &all_new(2),
+            None,
+        )
         .unwrap();
     let revision = &promoted.revision;
     assert_eq!(revision.env, "production");
@@ -697,18 +709,24 @@ fn promote_copies_a_revision_to_another_environment() {
     assert_eq!(last.detail["source_revision"], staged.revision.name);
 
     assert!(matches!(
-        store.record_promote("carol", &staged.revision.name, "staging", &all_new(1)),
+        store.record_promote("carol", &staged.revision.name, "staging", &all_new(1), None),
         Err(StoreError::Invalid(_))
     ));
     assert!(matches!(
-        store.record_promote("carol", &staged.revision.name, "dev", &all_new(1)),
+        store.record_promote("carol", &staged.revision.name, "dev", &all_new(1), None),
         Err(StoreError::NotFound {
             kind: "environment",
             ..
         })
     ));
     assert!(matches!(
-        store.record_promote("carol", &staged.revision.name, "production", &all_new(1)),
+        store.record_promote(
+            "carol",
+            &staged.revision.name,
+            "production",
+            &all_new(1),
+            None
+        ),
         Err(StoreError::Conflict(_))
     ));
 }

@@ -171,6 +171,7 @@ fn apply(store: &dyn Store, op: &Op) {
                             instances: 2,
                             weight: 1,
                         }],
+                        None,
                     )
                     .map(drop),
                 None => Ok(()),
