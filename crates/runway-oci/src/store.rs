@@ -304,8 +304,10 @@ pub struct SignatureLayer {
     pub payload: Vec<u8>,
 }
 
-/// The most layers a signature manifest may have for [`Store::cosign_signatures`] to read it.
+/// The most layers a signature manifest may have for [`Store::cosign_signatures`] to read it,
+/// and the largest payload it fetches (cosign's are a few hundred bytes).
 const MAX_SIGNATURE_LAYERS: usize = 64;
+const MAX_SIGNATURE_BYTES: i64 = 64 << 10;
 
 /// A manifest or index [`Store::fetch`] returns, verified against its digest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -548,6 +550,13 @@ impl Store {
             }
             let mut layers = Vec::with_capacity(manifest.layers.len());
             for layer in manifest.layers {
+                if !(0..=MAX_SIGNATURE_BYTES).contains(&layer.size) {
+                    return Err(invalid(format!(
+                        "a layer of {} bytes, more than the {MAX_SIGNATURE_BYTES} a signature's \
+                         payload may take",
+                        layer.size
+                    )));
+                }
                 let digest = Digest::parse(&layer.digest)?;
                 let payload = self
                     .small_blob(&mut remote, &digest, Some(layer.size), BlobKind::Layer)

@@ -466,3 +466,90 @@ fn fetched_content_outlives_upstream_in_the_platform_registry() {
     assert_eq!(by_tag.digest, runnable.digest);
     assert!(by_tag.cache_hit);
 }
+
+/// A signature manifest as cosign writes one beside `image`: one layer per payload, each
+/// with its annotations, claiming `size` bytes when given (a lie to the reader).
+fn put_signatures(
+    registry: &Registry,
+    repo: &str,
+    image: &Digest,
+    layers: &[(&[u8], Option<i64>)],
+) {
+    let config = registry.put_blob(repo, b"{}").expect("config");
+    let descriptors: Vec<serde_json::Value> = layers
+        .iter()
+        .map(|(payload, size)| {
+            let digest = registry.put_blob(repo, payload).expect("payload");
+            serde_json::json!({
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "digest": digest.to_string(),
+                "size": size.unwrap_or(payload.len() as i64),
+                "annotations": {"dev.cosignproject.cosign/signature": "c2lnbmF0dXJl"},
+            })
+        })
+        .collect();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config.to_string(), "size": 2},
+        "layers": descriptors,
+    });
+    let tag = format!("{}.sig", image.to_string().replacen(':', "-", 1));
+    registry
+        .put_manifest(repo, &tag, OCI_MANIFEST, manifest.to_string().as_bytes())
+        .expect("signature manifest");
+}
+
+#[test]
+fn cosign_signatures_are_read_beside_the_image_and_bounded() {
+    if !require_tools("cosign signatures", REGISTRY_TOOLS) {
+        return;
+    }
+    let registry = Registry::start().expect("registry");
+    let (one, two) = two_images(&registry, "team/signed");
+    let cache = tempfile::tempdir().expect("cache");
+    let store = Store::open(cache.path()).expect("store");
+    let opts = opts(&registry.host());
+    let signatures =
+        |reference: &str| runway_oci::testing::block_on(store.cosign_signatures(reference, &opts));
+
+    // None yet: no layers, the image pinned all the same (by its tag).
+    let none = signatures(&one.reference).expect("no signatures");
+    assert_eq!(none.pinned, one.pinned);
+    assert!(none.layers.is_empty());
+
+    // One payload, read with its annotations, checked against its digest.
+    let payload = br#"{"critical":{"identity":{"docker-reference":"x"},"image":{"docker-manifest-digest":"sha256:0"},"type":"cosign container image signature"},"optional":null}"#;
+    put_signatures(&registry, "team/signed", &one.digest, &[(payload, None)]);
+    let read = signatures(&one.pinned).expect("one signature");
+    assert_eq!(read.digest, one.digest);
+    assert_eq!(read.layers.len(), 1);
+    assert_eq!(read.layers[0].payload, payload.to_vec());
+    assert_eq!(
+        read.layers[0].annotations["dev.cosignproject.cosign/signature"],
+        "c2lnbmF0dXJl"
+    );
+
+    // A payload claiming more than a signature takes, or too many layers: refused unread.
+    put_signatures(
+        &registry,
+        "team/signed",
+        &two.digest,
+        &[(payload, Some(1 << 20))],
+    );
+    let error = signatures(&two.pinned).expect_err("refused");
+    assert!(
+        matches!(
+            error,
+            OciError::InvalidDocument {
+                kind: BlobKind::Manifest,
+                ..
+            }
+        ) && error.to_string().contains("a signature's payload may take"),
+        "{error}"
+    );
+    let many: Vec<(&[u8], Option<i64>)> = (0..65).map(|_| (&payload[..], None)).collect();
+    put_signatures(&registry, "team/signed", &two.digest, &many);
+    let error = signatures(&two.pinned).expect_err("refused");
+    assert!(error.to_string().contains("65 layers"), "{error}");
+}
