@@ -994,6 +994,10 @@ async fn client_for(kubeconfig: &Path) -> Result<Client, Error> {
         Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
             .await
             .map_err(|e| Error::Setup(format!("{}: {e}", kubeconfig.display())))?;
+    // kube's TLS takes the process's default provider, which two providers compiled into one
+    // build (ring, and aws-lc-rs for the server's signature checks) leave unchosen: ring, as
+    // every other TLS here.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     Client::try_from(config).map_err(|e| Error::Setup(format!("a client: {e}")))
 }
 

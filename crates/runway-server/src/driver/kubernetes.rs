@@ -134,6 +134,9 @@ impl KubernetesConfig {
         resolver: Resolver,
     ) -> anyhow::Result<KubeDriver> {
         let config = self.client_config().await?;
+        // kube's TLS takes the process's default provider: ring, as every other TLS here (the
+        // build also holds aws-lc-rs, for signature checks, so none is chosen by default).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = kube::Client::try_from(config).context("cannot make a Kubernetes client")?;
         let options = KubeOptions {
             namespace_pattern: self.namespace_pattern.clone(),
