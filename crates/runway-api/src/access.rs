@@ -126,6 +126,8 @@ pub const ROUTES: &[RouteAccess] = &[
     route("GET", "/ui/{*path}", Public, Platform),
     route("POST", "/v1/session", Public, Platform),
     // Single sign-on: the provider, not a token, says who signs in.
+    route("GET", "/.well-known/openid-configuration", Public, Platform),
+    route("GET", "/.well-known/jwks.json", Public, Platform),
     route("GET", "/v1/sso", Public, Platform),
     route("GET", "/v1/sso/login", Public, Platform),
     route("GET", "/v1/sso/callback", Public, Platform),

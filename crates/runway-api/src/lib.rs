@@ -86,6 +86,8 @@
 //!   `teams.rs`: teams (`/v1/teams`), whose members have a role on the services they own.
 //!   `sso.rs`: single sign-on (`/v1/sso/…`) through an OpenID Connect provider, people's
 //!   groups mapped to teams.
+//! - `identity.rs`: the discovery document and key set of the issuer of instances' identity
+//!   tokens (`/.well-known/…`), the keys read from the store.
 //! - `oidc.rs`: CI identity tokens (OIDC JWTs from `api.oidc.issuers`) bound to a role;
 //!   audit actor `oidc:{iss} {sub} pipeline {id}`. `vault.rs`: secrets read from OpenBao or
 //!   Vault (`secrets.vault`, KV v2), signed in with a token file or a JWT auth role.
@@ -119,6 +121,7 @@ mod deploy;
 pub mod domains;
 pub mod error;
 mod extract;
+pub mod identity;
 mod inventory;
 pub mod metrics;
 pub mod observability;

@@ -13,8 +13,10 @@ use crate::types::{DIGEST_PATTERN, LABEL_MAX, LABEL_PATTERN};
 
 /// The routes that need no credential at all ([`crate::access::Needs::Public`]; signing in
 /// with a token takes one in its body); single sign-on's, where the provider says who it is.
-pub const PUBLIC_PATHS: [&str; 9] = [
+pub const PUBLIC_PATHS: [&str; 11] = [
     "/healthz",
+    "/.well-known/openid-configuration",
+    "/.well-known/jwks.json",
     "/openapi.json",
     "/metrics",
     "/v1/access",
@@ -30,8 +32,8 @@ pub const PUBLIC_PATHS: [&str; 9] = [
     info(
         title = "Runway control-plane API",
         description = "Services, deployments, revisions, secrets, tokens and the audit log. \
-            Every route but /healthz, /metrics, /openapi.json, /v1/access and single \
-            sign-on's (/v1/sso…) needs \
+            Every route but /healthz, /metrics, /openapi.json, /v1/access, the identity \
+            tokens' issuer's (/.well-known/…) and single sign-on's (/v1/sso…) needs \
             `Authorization: Bearer <token>` (or the web console's session cookie, `POST \
             /v1/session`); what each needs (a role on the service, or an admin) is its \
             `x-runway-access`, the table `GET /v1/access` serves. Errors are \

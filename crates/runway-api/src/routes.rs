@@ -75,6 +75,8 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         .routes(routes!(crate::previews::list_all_previews))
         .routes(routes!(crate::inventory::inventory))
         .routes(routes!(crate::teams::list_teams))
+        .routes(routes!(crate::identity::discovery))
+        .routes(routes!(crate::identity::jwks))
         .routes(routes!(crate::sso::sso_status))
         .routes(routes!(crate::sso::login))
         .routes(routes!(crate::sso::callback))

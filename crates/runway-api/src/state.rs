@@ -38,6 +38,9 @@ pub struct ApiState {
     pub(crate) pull_key: Option<Arc<crate::registry::PullKey>>,
     /// How long previews live and how many a service may have (`api.previews`).
     pub(crate) previews: crate::config::PreviewsConfig,
+    /// The URL of the issuer of instances' identity tokens, whose discovery document and keys
+    /// the API serves (`identity`); `None` when none are issued.
+    pub(crate) identity_issuer: Option<Arc<str>>,
 }
 
 impl fmt::Debug for ApiState {
@@ -74,7 +77,16 @@ impl ApiState {
             registry: None,
             pull_key: None,
             previews: crate::config::PreviewsConfig::default(),
+            identity_issuer: None,
         }
+    }
+
+    /// Serves the discovery document and key set of the instances' identity tokens issued
+    /// as `issuer` (its URL).
+    #[must_use]
+    pub fn identity_issuer(mut self, issuer: Option<String>) -> Self {
+        self.identity_issuer = issuer.map(Into::into);
+        self
     }
 
     /// The audit export's figures, for the server's exporter to keep: `/metrics` and

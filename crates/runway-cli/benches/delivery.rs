@@ -293,6 +293,7 @@ fn runtime_image_ready_ms(
                 sandbox: None,
                 network: None,
                 egress: Default::default(),
+                identity_token: None,
             };
             let started = Instant::now();
             runtime.instance_ensure(spec).await.unwrap();

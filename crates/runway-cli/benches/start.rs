@@ -230,6 +230,7 @@ fn spec(id: &str, busybox: &std::path::Path, www: &std::path::Path) -> InstanceS
         sandbox: None,
         network: None,
         egress: Default::default(),
+        identity_token: None,
     }
 }
 

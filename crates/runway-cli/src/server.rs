@@ -13,10 +13,10 @@ use runway_server::{ServerConfig, shutdown_signal, start};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The configuration file (YAML): `api`, `ingress`, `control`, `runtime`, `store`,
-    /// `leader`, `secrets`, `observability`, `domains`, `registry`, `audit` and `signatures`
-    /// sections, every key optional, unknown keys refused (docs/server-configuration.md has a
-    /// sample with every key; `runway server check-config` prints the configuration in force,
-    /// ports included).
+    /// `leader`, `secrets`, `observability`, `domains`, `registry`, `audit`, `signatures` and
+    /// `identity` sections, every key optional, unknown keys refused
+    /// (docs/server-configuration.md has a sample with every key; `runway server check-config`
+    /// prints the configuration in force, ports included).
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) config: Option<PathBuf>,
     /// Where the store, the master key, the certificate authority and the instances' state

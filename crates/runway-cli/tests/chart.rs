@@ -2620,6 +2620,7 @@ async fn drive(installed: &support::kube::Installed) {
         source: None,
         secrets: BTreeMap::from([("API_KEY".to_owned(), "s3cret".to_owned())]),
         secret_versions: BTreeMap::from([("API_KEY".to_owned(), 1)]),
+        identity: None,
     };
     let bound = Duration::from_secs(30);
     let scale = |replicas: u32, retire: Vec<String>| Scale { replicas, retire };

@@ -440,6 +440,7 @@ async fn the_pushed_images_are_pulled_back_and_run_by_runway() {
         sandbox: None,
         network: None,
         egress: Default::default(),
+        identity_token: None,
     };
     let (commit, _) = expected_build();
     let version = env!("CARGO_PKG_VERSION");

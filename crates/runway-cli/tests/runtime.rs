@@ -112,6 +112,7 @@ impl Fixture {
             sandbox: None,
             network: None,
             egress: Default::default(),
+            identity_token: None,
         }
     }
 
@@ -1233,6 +1234,7 @@ async fn the_local_driver_scales_a_revision_workload_and_follows_its_output() {
         source: Some(format!("sha256:{hex}")),
         secrets: BTreeMap::from([("API_KEY".to_owned(), "hunter2".to_owned())]),
         secret_versions: BTreeMap::from([("API_KEY".to_owned(), 1)]),
+        identity: None,
     };
     let state = tempfile::tempdir().unwrap();
     let runtime = std::sync::Arc::new(LocalRuntime::new(LocalConfig::new(

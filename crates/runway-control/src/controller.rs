@@ -87,6 +87,8 @@ pub struct Controller<D: Driver> {
     /// When this controller was made (Unix milliseconds): an instance started before is one
     /// it adopts, whose state is no news to any deployment.
     started_at_ms: u64,
+    /// Issues each replica's identity token as it starts (see [`Controller::issue_identities`]).
+    identity: Option<Arc<crate::identity::Issuer>>,
 }
 
 /// How long [`Controller::run`] keeps writing the deployment events still waiting once it is
@@ -237,6 +239,7 @@ impl<D: Driver> Controller<D> {
             pass: tokio::sync::Mutex::new(()),
             allow_processes: false,
             registry_host: None,
+            identity: None,
             events,
             leadership: None,
             traffic: Mutex::default(),
@@ -298,6 +301,68 @@ impl<D: Driver> Controller<D> {
     pub fn pull_mirrors_from(mut self, host: Option<String>) -> Self {
         self.registry_host = host;
         self
+    }
+
+    /// Gives every replica it starts an identity token from `issuer`
+    /// ([`runway_driver::Workload::identity`]); [`Controller::renew_identities`] renews them.
+    #[must_use]
+    pub fn issue_identities(mut self, issuer: Option<Arc<crate::identity::Issuer>>) -> Self {
+        self.identity = issuer;
+        self
+    }
+
+    /// Renews the identity token of every revision with replicas that are not stopped, for
+    /// the audience its manifest names; returns how many revisions' tokens were renewed. A
+    /// failure for one revision is logged and the others go on.
+    pub async fn renew_identities(&self) -> Result<usize> {
+        let Some(issuer) = &self.identity else {
+            return Ok(0);
+        };
+        let replicas = self
+            .driver
+            .replicas()
+            .await
+            .map_err(|source| ControlError::Driver {
+                what: "listing replicas to renew their identity tokens".to_owned(),
+                source,
+            })?;
+        let mut revisions: Vec<&str> = replicas
+            .iter()
+            .filter(|r| r.managed && !r.phase.is_final())
+            .filter_map(|r| r.revision.as_deref())
+            .collect();
+        revisions.sort_unstable();
+        revisions.dedup();
+        let mut renewed = 0;
+        for name in revisions {
+            let Ok(Some(info)) = self.revision(name).await else {
+                continue;
+            };
+            let record = &info.record;
+            let audience = info
+                .config
+                .as_ref()
+                .ok()
+                .and_then(|c| c.identity_audience.as_deref());
+            let result = match issuer
+                .issue(&record.service, &record.env, &record.name, audience)
+                .await
+            {
+                Ok(token) => self
+                    .driver
+                    .identity(&record.service, &record.env, &record.name, &token)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => renewed += 1,
+                Err(error) => tracing::warn!(
+                    revision = %record.name, %error, "cannot renew a revision's identity token"
+                ),
+            }
+        }
+        Ok(renewed)
     }
 
     /// What runs the revisions' replicas: for their logs and images, say.
@@ -1334,7 +1399,7 @@ impl<D: Driver> Controller<D> {
                 .await
                 .map_err(|e| ControlError::Task(e.to_string()))?
         };
-        inputs
+        let mut workload = inputs
             .and_then(|(secrets, service)| {
                 may_start(&info, &service, self.allow_processes)?;
                 workload(&info, &service, secrets, self.registry_host.as_deref())
@@ -1342,7 +1407,21 @@ impl<D: Driver> Controller<D> {
             .map_err(|reason| {
                 self.remember_start_error(key, revision, true, Some(reason.clone()));
                 failed(reason)
-            })
+            })?;
+        if let Some(issuer) = &self.identity {
+            // A failure here may pass (the store back): not remembered as lasting.
+            let token = issuer
+                .issue(
+                    &workload.service,
+                    &workload.env,
+                    &workload.revision,
+                    workload.config.identity_audience.as_deref(),
+                )
+                .await
+                .map_err(failed)?;
+            workload.identity = Some(token);
+        }
+        Ok(workload)
     }
 
     /// Tells the deployments whose replicas were being stopped which of them are gone.

@@ -160,6 +160,7 @@ mod deploy;
 pub mod edge;
 mod error;
 mod events;
+pub mod identity;
 mod key;
 pub mod leader;
 mod observe;

@@ -41,6 +41,7 @@ pub(crate) fn workload(
         source,
         secrets,
         secret_versions: record.secret_versions.clone(),
+        identity: None,
     })
 }
 

@@ -60,6 +60,11 @@ pub struct Workload {
     /// The version of each secret the revision pins, by variable name: where a driver that
     /// keeps secrets apart from the workload (a cluster's Secrets) files each value.
     pub secret_versions: BTreeMap<String, u32>,
+    /// The replicas' identity token (a JWT of Runway's issuer naming the service, environment
+    /// and revision), issued as they start: given to each as a file, renewed by
+    /// [`Driver::identity`]. `None` when the control plane issues none, or for a driver whose
+    /// platform gives its own (a cluster's projected service account tokens).
+    pub identity: Option<String>,
 }
 
 impl fmt::Debug for Workload {
@@ -72,6 +77,7 @@ impl fmt::Debug for Workload {
             .field("source", &self.source)
             .field("secrets", &self.secrets.keys().collect::<Vec<_>>())
             .field("secret_versions", &self.secret_versions)
+            .field("identity", &self.identity.as_ref().map(|_| "<token>"))
             .finish_non_exhaustive()
     }
 }
@@ -297,6 +303,18 @@ pub trait Driver: Send + Sync + 'static {
         query: &LogQuery,
     ) -> impl Future<Output = Result<mpsc::Receiver<LogLine>, DriverError>> + Send;
 
+    /// Renews the identity token of every replica of a revision (see [`Workload::identity`])
+    /// before the one they hold expires. A driver whose platform renews its own does nothing.
+    fn identity(
+        &self,
+        _service: &str,
+        _env: &str,
+        _revision: &str,
+        _token: &str,
+    ) -> impl Future<Output = Result<(), DriverError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
     /// The image reference pinned to its digest (`registry/name@sha256:…`).
     fn resolve_image(
         &self,
@@ -386,10 +404,13 @@ mod tests {
             source: None,
             secrets: BTreeMap::from([("API_KEY".to_owned(), "hunter2".to_owned())]),
             secret_versions: BTreeMap::from([("API_KEY".to_owned(), 3)]),
+            identity: Some("eyJhbGciOiJFUzI1NiJ9.secret-claims.signature".to_owned()),
         };
         let printed = format!("{workload:?}");
         assert!(
-            printed.contains("API_KEY") && !printed.contains("hunter2"),
+            printed.contains("API_KEY")
+                && !printed.contains("hunter2")
+                && !printed.contains("secret-claims"),
             "{printed}"
         );
     }

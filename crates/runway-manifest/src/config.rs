@@ -89,6 +89,9 @@ pub struct ServiceConfig {
     pub callers: Vec<String>,
     /// What its instances may reach outside the platform, before the operator's bounds.
     pub egress: EgressConfig,
+    /// The audience of its instances' identity token (`spec.workload.identity.audience`);
+    /// `None` for the issuer's own URL.
+    pub identity_audience: Option<String>,
     /// Rollout strategy.
     pub strategy: Strategy,
     /// Traffic steps of a regional rollout, each held for `rollout.pause_seconds`.
@@ -370,6 +373,7 @@ impl ServiceConfig {
             internal: !is_worker
                 && (internal.enabled.unwrap_or(false) || workload.callers.is_some()),
             callers: workload.callers.clone().unwrap_or_default(),
+            identity_audience: workload.identity.as_ref().and_then(|i| i.audience.clone()),
             egress: EgressConfig {
                 internet: workload
                     .egress

@@ -548,6 +548,23 @@ pub struct Workload {
     /// (the one with the most traffic). Not part of upstream's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tag_header: Option<String>,
+    /// The identity token every instance gets from the platform, a JWT signed by Runway's
+    /// OpenID Connect issuer naming the service, the environment and the revision, in the file
+    /// `$RUNWAY_IDENTITY_TOKEN_FILE`, renewed before it expires: for OpenBao's or Vault's JWT
+    /// auth, or a cloud's workload identity federation, with no static credential. Not part of
+    /// upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<Identity>,
+}
+
+/// The instances' identity token (`spec.workload.identity`). Not part of upstream's schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Identity {
+    /// Who the token is for, its `aud` claim: the relying party's own name for itself, e.g.
+    /// OpenBao's `bound_audiences`. Default: the issuer's URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
 }
 
 /// What a service's instances may reach outside the platform. Each entry of `allow` and `deny`

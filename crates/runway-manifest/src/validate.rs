@@ -12,7 +12,13 @@ use crate::types::{
 };
 
 /// Environment variable names the platform sets itself.
-pub const RESERVED_ENV: [&str; 4] = ["PORT", "K_SERVICE", "K_REVISION", "K_CONFIGURATION"];
+pub const RESERVED_ENV: [&str; 5] = [
+    "PORT",
+    "K_SERVICE",
+    "K_REVISION",
+    "K_CONFIGURATION",
+    "RUNWAY_IDENTITY_TOKEN_FILE",
+];
 
 /// The variables of one `.runway/env-<env>.yml`, with where each was written.
 #[derive(Debug, Clone, Default)]
@@ -365,6 +371,23 @@ pub(crate) fn check(
             )
             .expected("a header of the service's own, such as `Runway-Tag`");
         }
+    }
+
+    if let Some(audience) = workload
+        .identity
+        .as_ref()
+        .and_then(|i| i.audience.as_deref())
+        && (audience.is_empty()
+            || audience.len() > 256
+            || audience
+                .chars()
+                .any(|ch| ch.is_whitespace() || ch.is_control()))
+    {
+        c.error(
+            "/spec/workload/identity/audience",
+            format!("`{audience}` is not an audience a token can name"),
+        )
+        .expected("a name or URL of at most 256 characters, without spaces");
     }
 
     // Environment variables and secrets share one namespace: the process's environment.

@@ -93,6 +93,7 @@ impl LocalDriver {
         // Marks it the platform's, so a later control plane knows it even once its revision
         // is gone.
         spec.managed = true;
+        spec.identity_token = workload.identity.clone();
         if let (Artifact::Command { .. }, Some(policy)) = (&spec.artifact, &self.options.sandbox) {
             spec.sandbox = Some(
                 policy
@@ -357,6 +358,23 @@ impl Driver for LocalDriver {
         for status in self.statuses().await? {
             if revision_of(&status.id) == Some(revision) {
                 self.stop_in_background(&status.id);
+            }
+        }
+        Ok(())
+    }
+
+    async fn identity(
+        &self,
+        _service: &str,
+        _env: &str,
+        revision: &str,
+        token: &str,
+    ) -> Result<(), DriverError> {
+        for status in self.statuses().await? {
+            if revision_of(&status.id) == Some(revision) && !status.phase.is_final() {
+                self.runtime
+                    .renew_identity(&status.id, token)
+                    .map_err(|e| DriverError::Failed(runway_log::chain(&e)))?;
             }
         }
         Ok(())

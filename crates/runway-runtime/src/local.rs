@@ -102,6 +102,18 @@ impl LocalRuntime {
         self.config.root.join("instances").join(id)
     }
 
+    /// Renews instance `id`'s identity token, if it was given one when it started: the new
+    /// token replaces the old at once. `false` when the instance has none (or is gone).
+    pub fn renew_identity(&self, id: &str, token: &str) -> Result<bool, RuntimeError> {
+        check_id(id)?;
+        let dir = self.instance_dir(id).join(IDENTITY_DIR);
+        if !dir.is_dir() {
+            return Ok(false);
+        }
+        write_identity(&dir, token)?;
+        Ok(true)
+    }
+
     /// Keeps a removed instance's output (its current file and the one before: at most two
     /// files' worth) in `previous/<id>/`, moved, not copied, for `runway logs --previous`;
     /// then forgets what is older than [`PREVIOUS_FOR`] or past the newest [`PREVIOUS_MAX`].
@@ -379,12 +391,17 @@ impl LocalRuntime {
             working_dir: working_dir.display().to_string(),
             ..runway_oci::ImageConfig::default()
         };
+        let base = instance_bundle(spec, dir)?;
         let options = BundleOptions {
             user_namespace: None,
             host_dns: !layout.has_etc,
-            read_only_binds: layout.binds,
+            read_only_binds: layout
+                .binds
+                .into_iter()
+                .chain(base.read_only_binds.clone())
+                .collect(),
             pids_limit: Some(SANDBOX_PIDS_LIMIT),
-            ..instance_bundle(spec, dir)?
+            ..base
         };
         let root = runway_oci::Rootfs {
             path: rootfs,
@@ -493,6 +510,17 @@ impl LocalRuntime {
         }
         self.create_state_dirs()?;
         fs::create_dir_all(&dir).map_err(|e| RuntimeError::io(&dir, e))?;
+        if let Some(token) = spec.identity_token.take() {
+            let identity = dir.join(IDENTITY_DIR);
+            write_identity(&identity, &token)?;
+            // A process on the host reads it where it is; a container where it is bound.
+            let file = match (&spec.artifact, &spec.sandbox) {
+                (Artifact::Command { .. }, None) => identity.join(IDENTITY_FILE),
+                _ => Path::new(IDENTITY_MOUNT).join(IDENTITY_FILE),
+            };
+            spec.env
+                .insert(IDENTITY_ENV.to_owned(), file.display().to_string());
+        }
         let prepared = async {
             self.lease_network(&mut spec, &dir).await?;
             if spec.port == Some(0) {
@@ -922,8 +950,17 @@ fn instance_bundle(spec: &InstanceSpec, dir: &Path) -> Result<BundleOptions, Run
         }
         None => None,
     };
+    // The identity token's directory, when the instance has one: bound whole, so that a
+    // renewed token (a new file moved over the old) shows inside.
+    let identity = dir.join(IDENTITY_DIR);
+    let read_only_binds = if identity.is_dir() {
+        vec![(identity, PathBuf::from(IDENTITY_MOUNT))]
+    } else {
+        Vec::new()
+    };
     Ok(BundleOptions {
         resolv_conf,
+        read_only_binds,
         env: spec
             .env
             .iter()
@@ -936,6 +973,45 @@ fn instance_bundle(spec: &InstanceSpec, dir: &Path) -> Result<BundleOptions, Run
         network_namespace: spec.network.is_some(),
         ..BundleOptions::default()
     })
+}
+
+/// An instance's identity token: the directory in its state directory that holds it, where a
+/// container sees that directory, the file's name, and the variable that names the file.
+const IDENTITY_DIR: &str = "identity";
+/// Where a container sees its identity token's directory.
+pub const IDENTITY_MOUNT: &str = "/run/runway/identity";
+const IDENTITY_FILE: &str = "token";
+/// The variable that names an instance's identity token file.
+pub const IDENTITY_ENV: &str = "RUNWAY_IDENTITY_TOKEN_FILE";
+
+/// Writes `token` as `dir/token`, replacing the one there at once (a reader sees the old token
+/// or the new, never part of one): readable by the instance's user whoever that is (the token
+/// is its own, and nothing else on the machine sees the instance's state directory).
+fn write_identity(dir: &Path, token: &str) -> Result<(), RuntimeError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    fs::create_dir_all(dir).map_err(|e| RuntimeError::io(dir, e))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+        .map_err(|e| RuntimeError::io(dir, e))?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let tmp = dir.join(format!(".{IDENTITY_FILE}.{}.{nanos}", std::process::id()));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)
+        .and_then(|mut file| {
+            file.write_all(token.as_bytes())?;
+            file.sync_all()
+        });
+    let path = dir.join(IDENTITY_FILE);
+    if let Err(e) = written.and_then(|()| fs::rename(&tmp, &path)) {
+        let _ = fs::remove_file(&tmp);
+        return Err(RuntimeError::io(&path, e));
+    }
+    Ok(())
 }
 
 /// Processes and threads a sandboxed process may have at once: a fork bomb stays inside its
@@ -1060,6 +1136,7 @@ mod tests {
             sandbox: None,
             network: None,
             egress: Default::default(),
+            identity_token: None,
         }
     }
 

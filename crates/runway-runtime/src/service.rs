@@ -121,6 +121,7 @@ pub fn instance_spec(
         sandbox: None,
         network: None,
         egress: config.egress.clone(),
+        identity_token: None,
     })
 }
 

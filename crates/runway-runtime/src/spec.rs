@@ -63,6 +63,11 @@ pub struct InstanceSpec {
     /// platform's firewall ([`crate::firewall`]).
     #[serde(default)]
     pub egress: runway_manifest::EgressConfig,
+    /// Its identity token: written by the runtime to a file the instance reads
+    /// (`$RUNWAY_IDENTITY_TOKEN_FILE`), renewed there ([`crate::local::LocalRuntime::renew_identity`]);
+    /// never in the spec the supervisor keeps.
+    #[serde(skip)]
+    pub identity_token: Option<String>,
 }
 
 /// The variable that marked the control plane's instances in their environment before

@@ -274,6 +274,7 @@ async fn a_secret_reaches_the_container_and_never_a_disk_backed_file(oci_runtime
         sandbox: None,
         network: None,
         egress: Default::default(),
+        identity_token: None,
     };
     let _delete = Delete {
         oci_runtime,
@@ -470,6 +471,7 @@ fn once(id: &str, artifact: Artifact) -> InstanceSpec {
         inherit_env: false,
         sandbox: None,
         network: None,
+        identity_token: None,
         egress: Default::default(),
     }
 }

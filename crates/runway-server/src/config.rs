@@ -47,6 +47,9 @@ pub struct ServerConfig {
     /// Which images may deploy where: each rule covers services and environments, and names
     /// the keys, or the certificate authority and pipelines, a cosign signature must come from.
     pub signatures: Vec<crate::signatures::SignatureRule>,
+    /// The identity token every instance gets, signed by Runway as an OpenID Connect issuer:
+    /// on or off, the issuer's URL, the tokens' lifetime, the signing keys' rotation.
+    pub identity: runway_control::identity::IdentityConfig,
 }
 
 /// `domains`: custom domains' certificates. Without `acme`, a domain is routed and served
@@ -479,6 +482,9 @@ impl ServerConfig {
         }
         config.audit.check().map_err(|(key, message)| {
             anyhow::anyhow!("{}: audit.{key}: {message}", path.display())
+        })?;
+        config.identity.check().map_err(|(key, message)| {
+            anyhow::anyhow!("{}: identity.{key}: {message}", path.display())
         })?;
         crate::signatures::SignaturePolicy::load(&config.signatures)
             .map_err(|error| anyhow::anyhow!("{}: {error:#}", path.display()))?;

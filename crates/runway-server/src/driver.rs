@@ -228,6 +228,13 @@ trait Dispatch: Send + Sync + 'static {
         &'a self,
         reference: &'a str,
     ) -> BoxFuture<'a, Result<String, DriverError>>;
+    fn identity<'a>(
+        &'a self,
+        service: &'a str,
+        env: &'a str,
+        revision: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<(), DriverError>>;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -280,6 +287,15 @@ impl<D: Driver> Dispatch for D {
     ) -> BoxFuture<'a, Result<String, DriverError>> {
         Box::pin(Driver::resolve_image(self, reference))
     }
+    fn identity<'a>(
+        &'a self,
+        service: &'a str,
+        env: &'a str,
+        revision: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<(), DriverError>> {
+        Box::pin(Driver::identity(self, service, env, revision, token))
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -326,5 +342,15 @@ impl Driver for ServerDriver {
 
     async fn resolve_image(&self, reference: &str) -> Result<String, DriverError> {
         self.0.resolve_image(reference).await
+    }
+
+    async fn identity(
+        &self,
+        service: &str,
+        env: &str,
+        revision: &str,
+        token: &str,
+    ) -> Result<(), DriverError> {
+        self.0.identity(service, env, revision, token).await
     }
 }

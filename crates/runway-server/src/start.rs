@@ -22,7 +22,9 @@ use crate::driver::{Drivers, ServerDriver, Start, drivers};
 use crate::ingress::{IngressProcess, ingress_ensure, keep_ingress};
 use crate::platform::ServerPlatform;
 use crate::registry::{Mirror, PlatformRegistry};
-use crate::tasks::{collect_images, collect_sources, expire_previews, write_observability};
+use crate::tasks::{
+    collect_images, collect_sources, expire_previews, renew_identities, write_observability,
+};
 
 /// What a running control plane shows its caller (`runway quickstart` uses it in-process).
 #[derive(Debug)]
@@ -237,6 +239,20 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     .fixed_routes(config.ingress.cell_routes().await?)
     .allow_processes(config.runtime.allow_processes)
     .pull_mirrors_from(mirror_host);
+    let issuer = config.identity.enabled.then(|| {
+        let url = config
+            .identity
+            .issuer
+            .clone()
+            .unwrap_or_else(|| issuer_url(&config, api_address));
+        Arc::new(runway_control::identity::Issuer::new(
+            url,
+            &config.identity,
+            Arc::clone(&controller_store),
+            Arc::new(Sealer::new(&key)),
+        ))
+    });
+    controller = controller.issue_identities(issuer.clone());
     let replicated = election.is_some();
     if replicated {
         controller = controller.leadership(following.clone());
@@ -276,6 +292,13 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             Ok(())
         }
     }));
+    if let Some(issuer) = &issuer {
+        tasks.push(tokio::spawn(renew_identities(
+            Arc::clone(&controller),
+            issuer.lifetime(),
+            stopped.clone(),
+        )));
+    }
     tasks.push(tokio::spawn(collect_images(
         Arc::clone(&store),
         Arc::clone(&registry),
@@ -396,6 +419,7 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     .max_source_bytes(config.api.limits.source_bytes)
     .runbook_base(config.observability.runbook_base.clone())
     .previews(config.api.previews)
+    .identity_issuer(issuer.as_ref().map(|i| i.url().to_owned()))
     .registry(registry, pull_key);
     let state = if config.api.oidc.issuers.is_empty() {
         state
@@ -469,4 +493,21 @@ pub async fn shutdown_signal() -> anyhow::Result<()> {
         _ = interrupt.recv() => {}
     }
     Ok(())
+}
+
+/// The identity tokens' issuer by default: the API as clients reach it, its first
+/// `api.tls.hostnames` name (else its listen address, a wildcard as loopback) and port.
+fn issuer_url(config: &ServerConfig, api: SocketAddr) -> String {
+    let scheme = if config.api.tls.enabled {
+        "https"
+    } else {
+        "http"
+    };
+    match config.api.tls.hostnames.first() {
+        Some(name) => format!("{scheme}://{name}:{}", api.port()),
+        None => format!(
+            "{scheme}://{}",
+            crate::registry::registry_host(&crate::registry::RegistryConfig::default(), api)
+        ),
+    }
 }

@@ -97,6 +97,29 @@ pub(crate) async fn expire_previews(
     }
 }
 
+/// Renews every running revision's identity token a third of the way through its lifetime,
+/// so a replica always holds one with most of its life left, until `stopped`.
+pub(crate) async fn renew_identities(
+    controller: Arc<runway_control::Controller<crate::driver::ServerDriver>>,
+    lifetime: Duration,
+    mut stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let period = (lifetime / 3).max(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(period) => {}
+        }
+        match controller.renew_identities().await {
+            Ok(renewed) => tracing::debug!(revisions = renewed, "identity tokens renewed"),
+            Err(e) => tracing::warn!(
+                error = runway_log::chain(&e),
+                "cannot renew the instances' identity tokens"
+            ),
+        }
+    }
+}
+
 /// One pass of [`expire_previews`]: the previews it decommissioned.
 pub(crate) fn expire_previews_once(store: &dyn Store) -> runway_store::Result<Vec<String>> {
     let now = runway_store::Timestamp::now();

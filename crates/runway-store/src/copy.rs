@@ -164,6 +164,18 @@ const TABLES: &[(&str, &[&str], bool)] = &[
         false,
     ),
     (
+        "identity_keys",
+        &[
+            "kid",
+            "nonce",
+            "ciphertext",
+            "public_jwk",
+            "created_at",
+            "expires_at",
+        ],
+        false,
+    ),
+    (
         "audit",
         &[
             "id",

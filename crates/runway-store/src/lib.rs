@@ -111,10 +111,10 @@ pub use error::{Result, StoreError};
 pub use model::{
     AuditBy, AuditEntry, AuditFilter, AuditHead, AuditSinkCursor, AuditVerification, Deployment,
     DeploymentEvent, DeploymentKind, DeploymentState, Desired, DesiredRevision, Domain,
-    DomainCertificate, DomainState, Fence, FenceCell, InventoryChanges, InventoryRecord,
-    IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken, PLATFORM_ACTORS,
-    PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion,
-    Service, ServiceUpdate, Team, TeamMember, Token, TokenScope, artifact_image,
+    DomainCertificate, DomainState, Fence, FenceCell, IdentityKey, InventoryChanges,
+    InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken,
+    PLATFORM_ACTORS, PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand, SecretInfo,
+    SecretVersion, Service, ServiceUpdate, Team, TeamMember, Token, TokenScope, artifact_image,
     artifact_is_process, artifact_mirror, artifact_source, mirror_is_external, person_in_a_team,
     revision_name,
 };

@@ -15,7 +15,7 @@ use crate::sql::{Db, DbExt, Dialect, Param, Row, args};
 use crate::{
     AuditBy, AuditEntry, AuditFilter, AuditHead, AuditSinkCursor, AuditVerification, DeployRecord,
     Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired, DesiredRevision, Domain,
-    DomainCertificate, DomainState, FenceCell, InventoryChanges, InventoryRecord,
+    DomainCertificate, DomainState, FenceCell, IdentityKey, InventoryChanges, InventoryRecord,
     IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken, PlannedRevision,
     Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service,
     ServiceUpdate, Store, Team, TeamMember, Timestamp, Token, TokenScope, revision_name,
@@ -2673,9 +2673,82 @@ impl<B: Backend> Store for B {
         })
     }
 
+    fn identity_keys(&self, now: Timestamp) -> Result<Vec<IdentityKey>> {
+        self.read(|db| {
+            db.query_all(
+                &format!(
+                    "SELECT {IDENTITY_KEY_COLUMNS} FROM identity_keys WHERE expires_at > ?1 \
+                     ORDER BY created_at DESC, kid"
+                ),
+                args![now.unix_millis()],
+                identity_key_from_row,
+            )
+        })
+    }
+
+    fn identity_key_add(
+        &self,
+        actor: &str,
+        key: &IdentityKey,
+        newer_than: Timestamp,
+        now: Timestamp,
+    ) -> Result<IdentityKey> {
+        self.write(|db, at| {
+            db.execute(
+                "DELETE FROM identity_keys WHERE expires_at <= ?1",
+                args![now.unix_millis()],
+            )?;
+            let newest: Option<IdentityKey> = db.query_one(
+                &format!(
+                    "SELECT {IDENTITY_KEY_COLUMNS} FROM identity_keys WHERE created_at > ?1 \
+                     ORDER BY created_at DESC, kid LIMIT 1"
+                ),
+                args![newer_than.unix_millis()],
+                identity_key_from_row,
+            )?;
+            if let Some(newest) = newest {
+                return Ok(newest);
+            }
+            db.execute(
+                "INSERT INTO identity_keys (kid, nonce, ciphertext, public_jwk, created_at, \
+                 expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                args![
+                    key.kid.as_str(),
+                    key.nonce.as_slice(),
+                    key.ciphertext.as_slice(),
+                    key.public_jwk.as_str(),
+                    key.created_at.unix_millis(),
+                    key.expires_at.unix_millis()
+                ],
+            )?;
+            audit(
+                db,
+                at,
+                actor,
+                "identity.key",
+                &format!("identity-key/{}", key.kid),
+                &json!({ "expires_at": key.expires_at.unix_millis() }),
+            )?;
+            Ok(key.clone())
+        })
+    }
+
     fn fenced(self: Arc<Self>, fence: FenceCell) -> Arc<dyn Store> {
         self.into_fenced(fence)
     }
+}
+
+const IDENTITY_KEY_COLUMNS: &str = "kid, nonce, ciphertext, public_jwk, created_at, expires_at";
+
+fn identity_key_from_row(row: &Row) -> Result<IdentityKey> {
+    Ok(IdentityKey {
+        kid: row.get(0)?,
+        nonce: row.get(1)?,
+        ciphertext: row.get(2)?,
+        public_jwk: row.get(3)?,
+        created_at: get_ts(row, 4)?,
+        expires_at: get_ts(row, 5)?,
+    })
 }
 
 fn load_token(db: &dyn Db, id: i64) -> Result<Token> {

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_previews_inventory.sql"),
     include_str!("../migrations/0009_teams.sql"),
     include_str!("../migrations/0010_audit_chain.sql"),
+    include_str!("../migrations/0011_identity_keys.sql"),
 ];
 
 /// The schema version this code writes.

@@ -35,6 +35,24 @@ pub struct Service {
     pub team: Option<String>,
 }
 
+/// A key Runway signs instances' identity tokens with: the private key sealed with the master
+/// key, and the public JSON Web Key the issuer publishes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityKey {
+    /// Its key id (`kid`), as tokens and the key set name it.
+    pub kid: String,
+    /// The sealed private key (PKCS#8): its nonce...
+    pub nonce: Vec<u8>,
+    /// ...and its ciphertext, bound to `kid`.
+    pub ciphertext: Vec<u8>,
+    /// The public key as a JSON Web Key (JSON text).
+    pub public_jwk: String,
+    /// When it was made: it signs until a newer key exists.
+    pub created_at: Timestamp,
+    /// When it stops being published: after the last token it may have signed expired.
+    pub expires_at: Timestamp,
+}
+
 /// A team: people (by name or by their sign-in provider's group) with a role on every
 /// service the team owns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

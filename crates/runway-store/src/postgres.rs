@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0006_previews_inventory.sql"),
     include_str!("../migrations/postgres/0007_teams.sql"),
     include_str!("../migrations/postgres/0008_audit_chain.sql"),
+    include_str!("../migrations/postgres/0009_identity_keys.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.

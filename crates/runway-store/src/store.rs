@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     AuditEntry, AuditFilter, AuditSinkCursor, AuditVerification, Deployment, DeploymentEvent,
-    DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, FenceCell,
+    DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, FenceCell, IdentityKey,
     InventoryChanges, IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken,
     PlannedRevision, Preview, Result, Revision, RolloutCommand, SecretInfo, SecretVersion, Service,
     ServiceUpdate, Team, TeamMember, Timestamp, Token,
@@ -343,6 +343,22 @@ pub trait Store: Send + Sync + fmt::Debug {
         nonce: &[u8],
         ciphertext: &[u8],
     ) -> Result<(Vec<u8>, Vec<u8>)>;
+
+    // --- identity keys --------------------------------------------------------------------
+
+    /// The identity token signing keys not yet expired at `now`, newest first.
+    fn identity_keys(&self, now: Timestamp) -> Result<Vec<IdentityKey>>;
+
+    /// Keeps a new signing key, unless another was made after `newer_than` (a replica racing
+    /// this one): returns the newest key, this one or that. Keys expired before `now` are
+    /// removed in the same transaction.
+    fn identity_key_add(
+        &self,
+        actor: &str,
+        key: &IdentityKey,
+        newer_than: Timestamp,
+        now: Timestamp,
+    ) -> Result<IdentityKey>;
 
     // --- audit ----------------------------------------------------------------------------
 

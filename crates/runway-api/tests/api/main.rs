@@ -9,6 +9,7 @@ mod auth;
 mod config;
 mod domains;
 mod flows;
+mod identity;
 mod observability;
 mod oidc;
 mod openapi_doc;

@@ -198,6 +198,9 @@ impl Platform for FakePlatform {
 }
 
 /// A running server.
+/// The URL of the issuer of instances' identity tokens the tests' API serves.
+pub(crate) const ISSUER: &str = "https://runway.test:7443";
+
 pub(crate) struct Server {
     pub(crate) addr: std::net::SocketAddr,
     pub(crate) admin: String,
@@ -353,7 +356,8 @@ async fn serve_with(
         environments.iter().map(|e| (*e).to_owned()).collect(),
     )
     .allow_processes(allow_processes)
-    .max_source_bytes(SOURCE_LIMIT);
+    .max_source_bytes(SOURCE_LIMIT)
+    .identity_issuer(Some(ISSUER.to_owned()));
     let state = configure(state);
     let router = runway_api::router(state, limits);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -268,10 +268,19 @@ pub fn web_image(page: &str) -> runway_oci::testing::BusyboxImage {
         files: vec![
             ("www/index.html".into(), page.as_bytes().to_vec(), 0o644),
             ("www/cgi-bin/env".into(), cgi.as_bytes().to_vec(), 0o755),
+            (
+                "www/cgi-bin/identity".into(),
+                IDENTITY_CGI.as_bytes().to_vec(),
+                0o755,
+            ),
         ],
         ..runway_oci::testing::BusyboxImage::default()
     }
 }
+
+/// The web image's `/cgi-bin/identity`: where the identity token is, then the token.
+const IDENTITY_CGI: &str = "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\n\
+                            echo \"$RUNWAY_IDENTITY_TOKEN_FILE\"\ncat \"$RUNWAY_IDENTITY_TOKEN_FILE\"\n";
 
 /// Running instances of `revision` in a status (`runway status --output json`).
 pub fn live_instances(status: &Value, revision: &str) -> usize {

@@ -27,5 +27,6 @@ pub(crate) fn workload(manifest: &str, revision: &str) -> Workload {
         source: None,
         secrets: BTreeMap::new(),
         secret_versions: BTreeMap::new(),
+        identity: None,
     }
 }
