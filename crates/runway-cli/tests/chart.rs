@@ -39,7 +39,7 @@ const KUBERNETES_VERSION: &str = "1.33.0";
 
 /// What the driver may do in each environment's namespace, and all of it: (API group,
 /// resource, verbs).
-const RULES: [(&str, &str, &[&str]); 10] = [
+const RULES: [(&str, &str, &[&str]); 11] = [
     (
         "apps",
         "deployments",
@@ -48,6 +48,7 @@ const RULES: [(&str, &str, &[&str]); 10] = [
     ("apps", "deployments/scale", &["get", "patch"]),
     ("", "services", &["get", "create", "patch"]),
     ("", "secrets", &["create", "patch", "delete"]),
+    ("", "serviceaccounts", &["create", "patch"]),
     ("", "pods", &["list", "watch", "patch", "delete"]),
     ("", "pods/log", &["get"]),
     ("", "events", &["list", "watch"]),

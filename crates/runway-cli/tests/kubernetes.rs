@@ -63,6 +63,13 @@ fn a_service_runs_on_kubernetes_through_the_real_server_and_cli() {
     };
     let repo = platform.onboard("hello", &["dev"], "s3cr3t");
     set_image_manifest(&repo, 2, 2);
+    let manifest = repo.join(".runway/runway.yml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        format!("{text}    identity:\n      audience: openbao\n"),
+    )
+    .unwrap();
 
     // The first revision: a Deployment and a Service of its own, its secret referenced by
     // version, served through the ingress at its pods' addresses.
@@ -111,6 +118,57 @@ fn a_service_runs_on_kubernetes_through_the_real_server_and_cli() {
         .filter_map(|m| m["manager"].as_str())
         .collect();
     assert!(managers.contains(&"runway"), "{managers:?}");
+
+    // Its identity: the service's own ServiceAccount, with no API token mounted, whose token
+    // is projected into the pods for the manifest's audience where the local runtime puts
+    // Runway's; the API server issues it naming the service and its environment's namespace.
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "hello", "{pod:#}");
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(
+        pod["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"]["audience"], "openbao",
+        "{pod:#}"
+    );
+    assert!(
+        env.iter().any(|e| e["name"] == "RUNWAY_IDENTITY_TOKEN_FILE"
+            && e["value"] == "/run/runway/identity/token"),
+        "{env:?}"
+    );
+    let account = kube
+        .object("serviceaccounts", "dev", "hello")
+        .expect("no ServiceAccount for the service");
+    assert_eq!(account["automountServiceAccountToken"], false, "{account}");
+    let namespace = kube.namespace("dev");
+    let token = kubectl(
+        &kube,
+        &[
+            "create",
+            "token",
+            "hello",
+            "-n",
+            &namespace,
+            "--audience",
+            "openbao",
+        ],
+    );
+    let claims = token
+        .trim()
+        .split('.')
+        .nth(1)
+        .and_then(|part| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(part)
+                .ok()
+        })
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .unwrap_or_else(|| panic!("not a JWT: {token}"));
+    assert_eq!(
+        claims["sub"],
+        format!("system:serviceaccount:{namespace}:hello"),
+        "{claims:#}"
+    );
+    assert_eq!(claims["aud"], serde_json::json!(["openbao"]), "{claims:#}");
 
     // The status shows the pods as instances, with their addresses.
     let instances = platform.status("hello", "dev")["instances"]

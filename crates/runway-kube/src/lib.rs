@@ -100,7 +100,7 @@ use base64::Engine as _;
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -688,6 +688,10 @@ impl KubeDriver {
                 deployment.metadata.uid.clone().unwrap_or_default()
             }
             None => {
+                // The service's identity (shared by its revisions, kept with the namespace):
+                // there before any of its pods, which name it.
+                self.apply::<ServiceAccount>(ns, &objects.service_account, None, FIELD_MANAGER)
+                    .await?;
                 self.apply::<NetworkPolicy>(ns, &objects.network_policy, None, FIELD_MANAGER)
                     .await?;
                 let applied: Deployment = self

@@ -81,6 +81,7 @@ pub(crate) fn render(
         file("values.yaml", values_yaml),
         file("templates/_helpers.tpl", template(HELPERS)),
         file("templates/deployment.yaml", template(DEPLOYMENT)),
+        file("templates/serviceaccount.yaml", template(SERVICE_ACCOUNT)),
         file("templates/service.yaml", template(SERVICE)),
         file(
             "templates/service-internal.yaml",
@@ -220,6 +221,12 @@ fn values(
     );
     // The `restricted` Pod Security Standard, and no API token: a values file may loosen them.
     v.insert("automountServiceAccountToken".into(), json!(false));
+    // The pods' identity: their ServiceAccount's token, projected for this audience (empty:
+    // the API server's own).
+    v.insert(
+        "identity".into(),
+        json!({"audience": config.identity_audience.as_deref().unwrap_or("")}),
+    );
     v.insert("podSecurityContext".into(), common::pod_security_context());
     v.insert(
         "securityContext".into(),
@@ -324,6 +331,7 @@ spec:
       annotations:
         kubectl.kubernetes.io/default-container: {{ include "@chart@.name" . | quote }}
     spec:
+      serviceAccountName: {{ include "@chart@.fullname" . | quote }}
       automountServiceAccountToken: {{ .Values.automountServiceAccountToken }}
       {{- with .Values.podSecurityContext }}
       securityContext:
@@ -346,7 +354,6 @@ spec:
             - name: {{ $.Values.portName | quote }}
               containerPort: {{ . }}
           {{- end }}
-          {{- if or .Values.containerPort .Values.env .Values.secrets }}
           env:
             {{- with .Values.containerPort }}
             - name: PORT
@@ -363,7 +370,12 @@ spec:
                   name: {{ include "@chart@.secretName" (list $ .) | quote }}
                   key: {{ . | quote }}
             {{- end }}
-          {{- end }}
+            - name: RUNWAY_IDENTITY_TOKEN_FILE
+              value: "/run/runway/identity/token"
+          volumeMounts:
+            - name: runway-identity
+              mountPath: /run/runway/identity
+              readOnly: true
           resources:
             {{- toYaml .Values.resources | nindent 12 }}
           {{- with .Values.securityContext }}
@@ -377,6 +389,23 @@ spec:
           lifecycle:
             {{- toYaml . | nindent 12 }}
           {{- end }}
+      volumes:
+        - name: runway-identity
+          projected:
+            sources:
+              - serviceAccountToken:
+                  {{- with .Values.identity.audience }}
+                  audience: {{ . | quote }}
+                  {{- end }}
+                  expirationSeconds: 600
+                  path: token
+"#;
+
+const SERVICE_ACCOUNT: &str = r#"apiVersion: v1
+kind: ServiceAccount
+metadata:
+  {{- include "@chart@.metadata" . | nindent 2 }}
+automountServiceAccountToken: false
 "#;
 
 const SERVICE: &str = r#"{{- if .Values.service.enabled }}

@@ -37,15 +37,21 @@ pub(crate) fn render(
     };
     let name = &config.dns_name;
     let shape = Shape::Service;
-    let mut objects = vec![(
-        "deployment".to_owned(),
-        deployment(
-            config,
-            &image,
-            meta(name, common::annotations(config)),
-            &shape,
+    let mut objects = vec![
+        (
+            "deployment".to_owned(),
+            deployment(
+                config,
+                &image,
+                meta(name, common::annotations(config)),
+                &shape,
+            ),
         ),
-    )];
+        (
+            "serviceaccount".to_owned(),
+            service_account(meta(name, Map::new())),
+        ),
+    ];
     if config.kind == WorkloadKind::Service {
         objects.push((
             "service".into(),
@@ -159,6 +165,9 @@ pub struct RevisionObjects {
     pub network_policy: Value,
     /// Its PodDisruptionBudget: one pod of the revision down at a time in a drain.
     pub disruption_budget: Value,
+    /// The service's ServiceAccount (`<dns_name>`), whose projected token is its pods'
+    /// identity: every revision applies the same object.
+    pub service_account: Value,
 }
 
 /// A revision's Deployment, its Service (for a service, not a worker), its NetworkPolicy and
@@ -216,7 +225,21 @@ pub fn revision_objects(
     });
     let network_policy = network_policy(own(Map::new()), &rules, shape.selector(config));
     let disruption_budget = pdb(own(Map::new()), shape.selector(config));
+    // No revision's label or image: every revision applies the same object.
+    let mut account_meta = metadata(
+        config,
+        &ReleaseLabels::default(),
+        &config.dns_name,
+        Some(revision.namespace),
+        None,
+        Map::new(),
+    );
+    if let Some(labels) = account_meta["labels"].as_object_mut() {
+        labels.insert(SERVICE_LABEL.into(), json!(config.name));
+    }
+    let service_account = service_account(account_meta);
     Ok(RevisionObjects {
+        service_account,
         deployment,
         service: revision_service,
         internal_service,
@@ -357,7 +380,10 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
     let mut pod_annotations = Map::new();
     pod_annotations.insert(DEFAULT_CONTAINER.into(), json!(config.dns_name));
     let mut pod = Map::new();
-    // A service never calls the Kubernetes API: no token in its pods.
+    // A service never calls the Kubernetes API: no API token in its pods. Its identity is its
+    // own ServiceAccount's token for its audience, projected where the local runtime puts
+    // Runway's (see `identity_volume`).
+    pod.insert("serviceAccountName".into(), json!(config.dns_name));
     pod.insert("automountServiceAccountToken".into(), json!(false));
     if stop_signal_field(shape) && config.stop_signal != runway_manifest::StopSignal::Term {
         pod.insert("os".into(), common::pod_os());
@@ -371,6 +397,7 @@ fn deployment(config: &ServiceConfig, image: &str, metadata: Value, shape: &Shap
         "containers".into(),
         json!([container(config, image, shape)]),
     );
+    pod.insert("volumes".into(), json!([identity_volume(config)]));
     if let Shape::Revision(revision) = shape {
         pod_annotations.insert(REVISION_ANNOTATION.into(), json!(revision.name));
         if !revision.image_pull_secrets.is_empty() {
@@ -399,14 +426,17 @@ fn container(config: &ServiceConfig, image: &str, shape: &Shape<'_>) -> Value {
             json!([{"name": port_name(config), "containerPort": port}]),
         );
     }
-    let env = common::env(
+    let mut env = common::env(
         config,
         config.port,
         |key| json!({"name": common::secret_name(config, key), "key": shape.secret_key(key)}),
     );
-    if !env.is_empty() {
-        c.insert("env".into(), Value::Array(env));
-    }
+    env.push(json!({"name": IDENTITY_ENV, "value": format!("{IDENTITY_MOUNT}/token")}));
+    c.insert("env".into(), Value::Array(env));
+    c.insert(
+        "volumeMounts".into(),
+        json!([{"name": IDENTITY_VOLUME, "mountPath": IDENTITY_MOUNT, "readOnly": true}]),
+    );
     c.insert("resources".into(), common::resources(config, true));
     c.insert(
         "securityContext".into(),
@@ -417,6 +447,40 @@ fn container(config: &ServiceConfig, image: &str, shape: &Shape<'_>) -> Value {
         c.insert("lifecycle".into(), lifecycle);
     }
     Value::Object(c)
+}
+
+/// Where a pod's identity token is, as on the local runtime: the volume, where it is
+/// mounted, the variable naming the file, and how long a token lives (Kubernetes' least; the
+/// kubelet renews it at 80 % of that).
+const IDENTITY_VOLUME: &str = "runway-identity";
+const IDENTITY_MOUNT: &str = "/run/runway/identity";
+const IDENTITY_ENV: &str = "RUNWAY_IDENTITY_TOKEN_FILE";
+const IDENTITY_SECONDS: u32 = 600;
+
+/// The pods' identity token: their ServiceAccount's, projected for the manifest's audience
+/// (`spec.workload.identity.audience`; without one, the API server's own).
+fn identity_volume(config: &ServiceConfig) -> Value {
+    let mut token = Map::new();
+    if let Some(audience) = &config.identity_audience {
+        token.insert("audience".into(), json!(audience));
+    }
+    token.insert("expirationSeconds".into(), json!(IDENTITY_SECONDS));
+    token.insert("path".into(), json!("token"));
+    json!({
+        "name": IDENTITY_VOLUME,
+        "projected": {"sources": [{"serviceAccountToken": token}]},
+    })
+}
+
+/// The service's ServiceAccount: its pods' identity (`system:serviceaccount:<namespace>:
+/// <dns_name>`), with no token of its own mounted anywhere and no rights on the cluster.
+fn service_account(metadata: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata,
+        "automountServiceAccountToken": false,
+    })
 }
 
 fn service(config: &ServiceConfig, metadata: Value, shape: &Shape<'_>) -> Value {

@@ -209,6 +209,7 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
         paths(WEB, None, &web_options()),
         [
             "web-app/deployment.yaml",
+            "web-app/serviceaccount.yaml",
             "web-app/service.yaml",
             "web-app/hpa.yaml",
             "web-app/pdb.yaml",
@@ -221,6 +222,7 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
         paths(GRPC, None, &default),
         [
             "users-api/deployment.yaml",
+            "users-api/serviceaccount.yaml",
             "users-api/service.yaml",
             "users-api/service-internal.yaml",
             "users-api/pdb.yaml",
@@ -231,6 +233,7 @@ fn kubernetes_files_are_the_objects_the_service_needs() {
         paths(WORKER, None, &default),
         [
             "ci-runner/deployment.yaml",
+            "ci-runner/serviceaccount.yaml",
             "ci-runner/hpa.yaml",
             "ci-runner/pdb.yaml",
             "ci-runner/networkpolicy.yaml",
@@ -412,7 +415,7 @@ fn kubernetes_output_passes_strict_schema_validation() {
             paths.push(path);
         }
     }
-    assert_eq!(paths.len(), 17, "the Secrets are checked too");
+    assert_eq!(paths.len(), 20, "the Secrets are checked too");
     // And each service's objects as the Kubernetes driver runs one revision of it.
     let network = runway_render::NetworkOptions {
         vpc_ranges: vec!["10.20.0.0/16".parse().unwrap()],
@@ -439,6 +442,7 @@ fn kubernetes_output_passes_strict_schema_validation() {
             ("service-internal", objects.internal_service),
             ("networkpolicy", Some(objects.network_policy)),
             ("pdb", Some(objects.disruption_budget)),
+            ("serviceaccount", Some(objects.service_account)),
         ] {
             let Some(object) = object else { continue };
             let path = dir.0.join(format!("revision-{name}-{kind}.json"));
