@@ -312,10 +312,11 @@ impl<D: Driver> Controller<D> {
     }
 
     /// Renews the identity token of every revision with replicas that are not stopped, for
-    /// the audience its manifest names; returns how many revisions' tokens were renewed. A
-    /// failure for one revision is logged and the others go on.
+    /// the audience its manifest names; returns how many revisions' tokens were renewed (none
+    /// while another replica leads). A failure for one revision is logged and the others go
+    /// on.
     pub async fn renew_identities(&self) -> Result<usize> {
-        let Some(issuer) = &self.identity else {
+        let Some(issuer) = self.identity.as_ref().filter(|_| self.may_act()) else {
             return Ok(0);
         };
         let replicas = self
