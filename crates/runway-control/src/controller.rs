@@ -1409,7 +1409,11 @@ impl<D: Driver> Controller<D> {
                 self.remember_start_error(key, revision, true, Some(reason.clone()));
                 failed(reason)
             })?;
-        if let Some(issuer) = &self.identity {
+        if let Some(issuer) = self
+            .identity
+            .as_ref()
+            .filter(|_| !self.driver.own_identity())
+        {
             // A failure here may pass (the store back): not remembered as lasting.
             let token = issuer
                 .issue(

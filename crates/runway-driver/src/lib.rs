@@ -303,6 +303,12 @@ pub trait Driver: Send + Sync + 'static {
         query: &LogQuery,
     ) -> impl Future<Output = Result<mpsc::Receiver<LogLine>, DriverError>> + Send;
 
+    /// Whether the platform under this driver gives replicas an identity of its own (a
+    /// cluster's projected service account tokens), so the control plane issues none.
+    fn own_identity(&self) -> bool {
+        false
+    }
+
     /// Renews the identity token of every replica of a revision (see [`Workload::identity`])
     /// before the one they hold expires. A driver whose platform renews its own does nothing.
     fn identity(

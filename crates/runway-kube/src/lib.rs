@@ -1092,6 +1092,11 @@ fn api_error(what: &str, error: kube::Error) -> DriverError {
 }
 
 impl Driver for KubeDriver {
+    fn own_identity(&self) -> bool {
+        // Each service's ServiceAccount token, projected into its pods.
+        true
+    }
+
     async fn scale(&self, workload: &Workload, scale: &Scale) -> Result<Vec<Replica>, DriverError> {
         let Some(image) = workload.image.as_deref() else {
             return Err(DriverError::Refused(format!(

@@ -235,6 +235,7 @@ trait Dispatch: Send + Sync + 'static {
         revision: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<(), DriverError>>;
+    fn own_identity(&self) -> bool;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -296,6 +297,9 @@ impl<D: Driver> Dispatch for D {
     ) -> BoxFuture<'a, Result<(), DriverError>> {
         Box::pin(Driver::identity(self, service, env, revision, token))
     }
+    fn own_identity(&self) -> bool {
+        Driver::own_identity(self)
+    }
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -352,5 +356,9 @@ impl Driver for ServerDriver {
         token: &str,
     ) -> Result<(), DriverError> {
         self.0.identity(service, env, revision, token).await
+    }
+
+    fn own_identity(&self) -> bool {
+        self.0.own_identity()
     }
 }

@@ -239,7 +239,10 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
     .fixed_routes(config.ingress.cell_routes().await?)
     .allow_processes(config.runtime.allow_processes)
     .pull_mirrors_from(mirror_host);
-    let issuer = config.identity.enabled.then(|| {
+    // A platform that gives its replicas an identity of its own (a cluster) needs no issuer.
+    let issuer = (config.identity.enabled
+        && !runway_driver::Driver::own_identity(controller.driver().as_ref()))
+    .then(|| {
         let url = config
             .identity
             .issuer
