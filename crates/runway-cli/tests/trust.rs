@@ -120,6 +120,8 @@ fn a_tenants_process_needs_leave_and_then_reaches_nothing_outside_its_service() 
         "K_SERVICE",
         "PATH",
         "PORT",
+        // Where its identity token is (bound into its sandbox; see tests/identity.rs).
+        "RUNWAY_IDENTITY_TOKEN_FILE",
     ]
     .map(str::to_owned)
     .into();
