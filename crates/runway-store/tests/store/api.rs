@@ -1444,3 +1444,62 @@ fn services_update_owners_and_environments() {
         2
     );
 }
+
+#[test]
+fn identity_keys_are_kept_once_per_rotation_and_dropped_once_expired() {
+    let f = fixture();
+    let store: &dyn Store = &*f.store;
+    let at = |millis: i64| Timestamp::from_unix_millis(millis).unwrap();
+    let key = |kid: &str, created: i64, expires: i64| runway_store::IdentityKey {
+        kid: kid.to_owned(),
+        nonce: vec![1; 24],
+        ciphertext: vec![2, 3, 4],
+        public_jwk: json!({"kid": kid}).to_string(),
+        created_at: at(created),
+        expires_at: at(expires),
+    };
+    assert!(store.identity_keys(at(1_000)).unwrap().is_empty());
+    let first = key("first", 1_000, 10_000);
+    assert_eq!(
+        store
+            .identity_key_add("runway", &first, at(0), at(1_000))
+            .unwrap(),
+        first
+    );
+    // Another replica, racing: the key made within the rotation is kept, not its own.
+    let racing = key("racing", 1_500, 10_000);
+    assert_eq!(
+        store
+            .identity_key_add("runway", &racing, at(500), at(1_500))
+            .unwrap(),
+        first
+    );
+    // A rotation later: a new key beside the old, newest first.
+    let second = key("second", 5_000, 20_000);
+    store
+        .identity_key_add("runway", &second, at(4_000), at(5_000))
+        .unwrap();
+    let kids = |now: i64| -> Vec<String> {
+        store
+            .identity_keys(at(now))
+            .unwrap()
+            .into_iter()
+            .map(|k| k.kid)
+            .collect()
+    };
+    assert_eq!(kids(5_000), ["second", "first"]);
+    // Past its time the old one is not listed, and the next add removes it.
+    assert_eq!(kids(10_000), ["second"]);
+    let third = key("third", 12_000, 30_000);
+    store
+        .identity_key_add("runway", &third, at(11_000), at(12_000))
+        .unwrap();
+    assert_eq!(kids(0), ["third", "second"]);
+    assert_eq!(
+        actions(store)
+            .iter()
+            .filter(|a| *a == "identity.key")
+            .count(),
+        3
+    );
+}
