@@ -385,7 +385,11 @@ http {{
     # nginx closes a keep-alive connection after 1,000 requests by default, client side and
     # upstream side; the ingress does not, and h2load does not reconnect: lift the limit.
     keepalive_requests 1000000;
-    upstream app {{ server {upstream}; keepalive 64; keepalive_requests 1000000; }}
+    # `keepalive` is the idle upstream connections each worker keeps (nginx's documentation:
+    # the cache of each worker process). Under the HTTP/2 load's 500 streams, 64 made nginx open
+    # and close upstream connections on every burst; the ingress and HAProxy keep as many as
+    # they use. 512 per worker covers every stream the loads have in flight.
+    upstream app {{ server {upstream}; keepalive 512; keepalive_requests 1000000; }}
     ssl_certificate {cert};
     ssl_certificate_key {key};
     ssl_protocols TLSv1.2 TLSv1.3;
