@@ -194,7 +194,7 @@ impl Issuer {
             aud: audience.unwrap_or(&self.issuer).to_owned(),
             iat: now,
             nbf: now - 5,
-            exp: now + i64::try_from(self.lifetime.as_secs()).unwrap_or(600),
+            exp: now + millis(self.lifetime) / 1000,
             jti: random_id()?,
             service: service.to_owned(),
             env: env.to_owned(),
@@ -210,12 +210,10 @@ impl Issuer {
     /// the store that is, else a new one.
     async fn signing_key(&self) -> Result<Arc<SigningKey>, String> {
         let now = Timestamp::now();
-        let young = |created: Timestamp| {
-            now.unix_millis().saturating_sub(created.unix_millis())
-                < i64::try_from(self.rotation.as_millis()).unwrap_or(i64::MAX)
-        };
+        // A key made after this still signs.
+        let since = now.add_millis(-millis(self.rotation));
         if let Some(key) = lock(&self.current).as_ref()
-            && young(key.created_at)
+            && key.created_at > since
         {
             return Ok(Arc::clone(key));
         }
@@ -224,9 +222,25 @@ impl Issuer {
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot read the identity keys: {}", runway_log::chain(&e)))?;
-        let stored = match keys.into_iter().find(|k| young(k.created_at)) {
-            Some(key) => key,
-            None => self.make_key(now).await?,
+        let stored = match keys.iter().find(|k| k.created_at > since) {
+            Some(key) => key.clone(),
+            None => match self.make_key(now, since).await {
+                Ok(key) => key,
+                // The store refuses writes (a full disk, another replica leading): a key past
+                // its rotation signs on while it stays published longer than the token lives,
+                // rather than no replica starting.
+                Err(error) => {
+                    let until = now.add_millis(millis(self.lifetime));
+                    let Some(older) = keys.iter().find(|k| k.expires_at >= until) else {
+                        return Err(error);
+                    };
+                    tracing::warn!(
+                        %error, kid = %older.kid,
+                        "cannot make a new identity key: signing with the last one a while longer"
+                    );
+                    return Ok(Arc::new(self.open(older)?));
+                }
+            },
         };
         let opened = Arc::new(self.open(&stored)?);
         *lock(&self.current) = Some(Arc::clone(&opened));
@@ -234,7 +248,7 @@ impl Issuer {
     }
 
     /// Makes a signing key and keeps it, unless another replica just did: then that one.
-    async fn make_key(&self, now: Timestamp) -> Result<IdentityKey, String> {
+    async fn make_key(&self, now: Timestamp, since: Timestamp) -> Result<IdentityKey, String> {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
             .map_err(|_| "cannot make a signing key".to_owned())?;
@@ -255,19 +269,10 @@ impl Issuer {
             ciphertext: sealed.ciphertext,
             public_jwk: jwk.to_string(),
             created_at: now,
-            expires_at: Timestamp::from_unix_millis(
-                now.unix_millis()
-                    .saturating_add(i64::try_from(published.as_millis()).unwrap_or(i64::MAX)),
-            )
-            .unwrap_or(now),
+            expires_at: now.add_millis(millis(published)),
         };
-        let newer_than = Timestamp::from_unix_millis(
-            now.unix_millis()
-                .saturating_sub(i64::try_from(self.rotation.as_millis()).unwrap_or(i64::MAX)),
-        )
-        .unwrap_or(now);
         let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.identity_key_add("runway", &key, newer_than, now))
+        tokio::task::spawn_blocking(move || store.identity_key_add("runway", &key, since, now))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("cannot keep the identity key: {}", runway_log::chain(&e)))
@@ -311,6 +316,11 @@ fn public_jwk(point: &[u8]) -> Result<(serde_json::Value, String), String> {
         "alg": "ES256",
     });
     Ok((jwk, kid))
+}
+
+/// `duration` in milliseconds, as timestamps count.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 fn random_id() -> Result<String, String> {
@@ -410,6 +420,43 @@ mod tests {
         assert_eq!(store.identity_keys(Timestamp::now()).unwrap().len(), 2);
         verify(store.as_ref(), &token, "openbao");
         verify(store.as_ref(), &rotated, "https://runway.test");
+    }
+
+    #[tokio::test]
+    async fn a_store_refusing_writes_leaves_the_last_key_signing_while_it_is_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path().join("db")).unwrap());
+        // Writes refused, as on a full disk or on a replica that does not lead.
+        let refusing = Arc::clone(&store).fenced(runway_store::FenceCell::new(None));
+        let none_yet = issuer(&refusing, Duration::from_secs(3600))
+            .issue("hello", "dev", "hello-dev-00001", None)
+            .await
+            .unwrap_err();
+        assert!(
+            none_yet.contains("cannot keep the identity key"),
+            "{none_yet}"
+        );
+
+        let token = issuer(&store, Duration::from_secs(3600))
+            .issue("hello", "dev", "hello-dev-00001", None)
+            .await
+            .unwrap();
+        // Past its rotation, and no new key can be kept: the old one signs on.
+        let rotating = issuer(&refusing, Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let later = rotating
+            .issue("hello", "dev", "hello-dev-00002", None)
+            .await
+            .unwrap();
+        assert_eq!(
+            jsonwebtoken::decode_header(&later).unwrap().kid,
+            jsonwebtoken::decode_header(&token).unwrap().kid
+        );
+        assert_eq!(
+            verify(store.as_ref(), &later, "https://runway.test").revision,
+            "hello-dev-00002"
+        );
+        assert_eq!(store.identity_keys(Timestamp::now()).unwrap().len(), 1);
     }
 
     #[test]
