@@ -709,38 +709,36 @@ pub(crate) async fn promote(
             ApiError::conflict(format!("nothing is deployed for {service} in {from}"))
         })
     };
-    // With Vault, the target environment's secrets are read there first (the names the
-    // source pins), outside the store's transaction.
+    // What the target environment needs of the source is read outside the store's
+    // transaction: with Vault, its secrets there (the names the source pins); its signature
+    // rules, held for the image promoted as for a deploy.
+    let source = {
+        let (name, from) = (service.clone(), body.from.clone());
+        state.store(move |s| source_of(s, &name, &from)).await?
+    };
     let from_vault = match &state.vault {
         Some(_) => {
-            let (name, from) = (service.clone(), body.from.clone());
-            let source = state.store(move |s| source_of(s, &name, &from)).await?;
-            let names: Vec<String> = source.secret_versions.into_keys().collect();
+            let names: Vec<String> = source.secret_versions.keys().cloned().collect();
             read_vault(state, &service, &body.to, &names).await?
         }
         None => Vec::new(),
     };
-    // The target environment's signature rules hold for the image promoted as for a deploy.
-    let signature = {
-        let (name, from) = (service.clone(), body.from.clone());
-        let source = state.store(move |s| source_of(s, &name, &from)).await?;
-        match runway_store::artifact_image(&source.artifact) {
-            Some(image) => state
-                .platform
-                .verify_image(&service, &body.to, image)
-                .await
-                .map_err(|e| {
-                    ApiError::invalid(format!(
-                        "{} may not be promoted to {}: {e}",
-                        source.name, body.to
-                    ))
-                    .field("to")
-                })?
-                .map(|s| (source.name.clone(), s.by)),
-            None => {
-                check_unsigned_allowed(state, &service, &body.to).map_err(|e| e.field("to"))?;
-                None
-            }
+    let signature = match runway_store::artifact_image(&source.artifact) {
+        Some(image) => state
+            .platform
+            .verify_image(&service, &body.to, image)
+            .await
+            .map_err(|e| {
+                ApiError::invalid(format!(
+                    "{} may not be promoted to {}: {e}",
+                    source.name, body.to
+                ))
+                .field("to")
+            })?
+            .map(|s| (source.name.clone(), s.by)),
+        None => {
+            check_unsigned_allowed(state, &service, &body.to).map_err(|e| e.field("to"))?;
+            None
         }
     };
     let sealer = std::sync::Arc::clone(&state.sealer);
