@@ -9,10 +9,10 @@
 //! runs (an index's other platforms are never fetched); Kubernetes mirrors an index whole, so
 //! each node picks its own.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
 use runway_api::registry::{MIRROR, PullKey};
 use runway_api::{ProcessImage, ResolvedImage};
 use runway_oci::source::PackOptions;
@@ -130,6 +130,31 @@ impl PlatformRegistry {
         }
     }
 
+    /// How `service` reads `reference`: with this registry's own address when it names it by
+    /// another of its names, and with `upstream`'s options, or, in this registry, with the
+    /// platform's pull credential and only from one of `service`'s own repositories.
+    pub(crate) fn reach<'a>(
+        &self,
+        service: &str,
+        reference: &str,
+        upstream: &'a PullOptions,
+    ) -> Result<Reach<'a>, String> {
+        let reference = self.local(reference);
+        let Some(path) = reference.strip_prefix(&format!("{}/", self.host)) else {
+            return Ok(Reach {
+                reference,
+                options: Cow::Borrowed(upstream),
+                platform_path: None,
+            });
+        };
+        own_repository(service, path)?;
+        Ok(Reach {
+            platform_path: Some(path.to_owned()),
+            options: Cow::Owned(self.pull_options(upstream.clone())),
+            reference,
+        })
+    }
+
     /// `options` able to pull from this registry with the platform's pull credential: its host
     /// allowed, trusted, and the credential used there alone.
     pub fn pull_options(&self, mut options: PullOptions) -> PullOptions {
@@ -152,7 +177,7 @@ impl PlatformRegistry {
 
 /// Refuses `reference` (a platform registry's, without its host) unless it is in one of
 /// `service`'s own repositories.
-pub(crate) fn own_repository(service: &str, reference: &str) -> Result<(), String> {
+fn own_repository(service: &str, reference: &str) -> Result<(), String> {
     let (repository, _) = split_reference(reference);
     if repository.split('/').next() == Some(service) {
         return Ok(());
@@ -171,6 +196,17 @@ pub(crate) fn upstream_options(runtime: &RuntimeConfig) -> PullOptions {
         allowed_registries: Some(runtime.allowed_registries.clone()),
         ..PullOptions::default()
     }
+}
+
+/// Where an image a service names is read from ([`PlatformRegistry::reach`]).
+#[derive(Debug)]
+pub(crate) struct Reach<'a> {
+    /// The reference, with the platform registry's own address.
+    pub(crate) reference: String,
+    /// What it is read with.
+    pub(crate) options: Cow<'a, PullOptions>,
+    /// Its repository and tag or digest in the platform registry, when it is there.
+    pub(crate) platform_path: Option<String>,
 }
 
 /// The images a deploy names, copied into the platform registry.
@@ -207,13 +243,11 @@ impl Mirror {
     pub fn new(
         registry: Arc<Registry>,
         access: PlatformRegistry,
-        cache: &Path,
+        store: Arc<Store>,
         runtime: &RuntimeConfig,
         platforms: Platforms,
         config: &RegistryConfig,
-    ) -> anyhow::Result<Mirror> {
-        let store = Store::open(cache)
-            .with_context(|| format!("cannot prepare the image cache in {}", cache.display()))?;
+    ) -> Mirror {
         let upstream = upstream_options(runtime);
         // The operator named it: no `allowed_registries` bound.
         let external = config.external.as_ref().map(|external| {
@@ -223,15 +257,15 @@ impl Mirror {
             };
             (external.repository.trim_end_matches('/').to_owned(), push)
         });
-        Ok(Mirror {
+        Mirror {
             registry,
             access,
-            store: Arc::new(store),
+            store,
             upstream,
             platforms,
             external,
             process_base: config.process_base.clone(),
-        })
+        }
     }
 
     /// Puts `reference` into `service`'s mirror. An image in the platform registry itself is
@@ -240,17 +274,15 @@ impl Mirror {
     /// and put, or pushed. The error says what is wrong, for the deploy's caller, without the
     /// server's internals.
     pub async fn mirror(&self, service: &str, reference: &str) -> Result<ResolvedImage, String> {
-        let reference = self.access.local(reference);
+        let reach = self.access.reach(service, reference, &self.upstream)?;
+        let reference = reach.reference.as_str();
         let mirror = format!("{service}/{MIRROR}");
         let told = |e: runway_registry::RegistryError| {
             tracing::warn!(%service, %reference, error = %runway_log::chain(&e), "cannot mirror an image");
             told(&e)
         };
-        let mut fetch_with = &self.upstream;
-        let platform_pull;
-        if let Some(rest) = reference.strip_prefix(&format!("{}/", self.access.host)) {
-            own_repository(service, rest)?;
-            let (repository, tag_or_digest) = split_reference(rest);
+        if let Some(path) = &reach.platform_path {
+            let (repository, tag_or_digest) = split_reference(path);
             if self.external.is_none() {
                 let digest = self
                     .registry
@@ -262,12 +294,10 @@ impl Mirror {
                     mirror: Some(format!("{mirror}@{digest}")),
                 });
             }
-            platform_pull = self.access.pull_options(self.upstream.clone());
-            fetch_with = &platform_pull;
         }
         let fetched = self
             .store
-            .fetch(&reference, self.platforms, fetch_with)
+            .fetch(reference, self.platforms, &reach.options)
             .await
             .map_err(|e| runway_log::chain(&e))?;
         let blobs: Vec<PushBlob> = fetched
@@ -471,15 +501,20 @@ fn split_reference(rest: &str) -> (&str, &str) {
 /// The registry's host as the runtime and the cluster reach it: `registry.host`, else the
 /// API's bound address (a wildcard as loopback).
 pub fn registry_host(config: &RegistryConfig, api: std::net::SocketAddr) -> String {
-    if let Some(host) = &config.host {
-        return host.clone();
+    match &config.host {
+        Some(host) => host.clone(),
+        None => reachable(api).to_string(),
     }
-    let ip = match api.ip() {
+}
+
+/// Where this machine reaches a listener bound at `address`: a wildcard as loopback.
+pub(crate) fn reachable(address: std::net::SocketAddr) -> std::net::SocketAddr {
+    let ip = match address.ip() {
         ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
         ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
         ip => ip,
     };
-    std::net::SocketAddr::new(ip, api.port()).to_string()
+    std::net::SocketAddr::new(ip, address.port())
 }
 
 /// Whether `host` can begin an image reference: a DNS name or an address, with a port or

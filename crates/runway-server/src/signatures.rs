@@ -271,15 +271,16 @@ impl ImageSignatures {
         if self.policy.covering(service, env).is_empty() {
             return Ok(None);
         }
-        let mut reference = reference.to_owned();
-        let mut options = std::borrow::Cow::Borrowed(&self.upstream);
-        if let Some(access) = &self.platform {
-            reference = access.local(&reference);
-            if let Some(rest) = reference.strip_prefix(&format!("{}/", access.host)) {
-                crate::registry::own_repository(service, rest)?;
-                options = std::borrow::Cow::Owned(access.pull_options(self.upstream.clone()));
+        let (reference, options) = match &self.platform {
+            Some(access) => {
+                let reach = access.reach(service, reference, &self.upstream)?;
+                (reach.reference, reach.options)
             }
-        }
+            None => (
+                reference.to_owned(),
+                std::borrow::Cow::Borrowed(&self.upstream),
+            ),
+        };
         let started = std::time::Instant::now();
         let verified = self
             .policy

@@ -169,16 +169,15 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
             registry: platform_registry.as_ref(),
         })
         .await?;
+    // Where deployed images and their signatures are fetched to: one cache, both readers.
+    let images = data_dir.join("images");
+    let images = Arc::new(
+        runway_oci::Store::open(&images)
+            .with_context(|| format!("cannot prepare the image cache in {}", images.display()))?,
+    );
     let signatures = Arc::new(crate::signatures::ImageSignatures::new(
         crate::signatures::SignaturePolicy::load(&config.signatures)?,
-        Arc::new(
-            runway_oci::Store::open(data_dir.join("images")).with_context(|| {
-                format!(
-                    "cannot prepare the image cache in {}",
-                    data_dir.join("images").display()
-                )
-            })?,
-        ),
+        Arc::clone(&images),
         crate::registry::upstream_options(&config.runtime),
         platform_registry.clone(),
     ));
@@ -187,11 +186,11 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         Some(access) => Some(Arc::new(Mirror::new(
             Arc::clone(&registry),
             access,
-            &data_dir.join("images"),
+            images,
             &config.runtime,
             kind.mirrored_platforms(),
             &config.registry,
-        )?)),
+        ))),
         None => None,
     };
     open_data_dir(&data_dir);
@@ -508,9 +507,6 @@ fn issuer_url(config: &ServerConfig, api: SocketAddr) -> String {
     };
     match config.api.tls.hostnames.first() {
         Some(name) => format!("{scheme}://{name}:{}", api.port()),
-        None => format!(
-            "{scheme}://{}",
-            crate::registry::registry_host(&crate::registry::RegistryConfig::default(), api)
-        ),
+        None => format!("{scheme}://{}", crate::registry::reachable(api)),
     }
 }
