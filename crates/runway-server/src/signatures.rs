@@ -34,6 +34,10 @@ use sigstore::registry::{Certificate, CertificateEncoding};
 
 use crate::registry::PlatformRegistry;
 
+/// The bound on reading an image's manifest and signatures (a few small documents): a
+/// registry that never answers holds a deploy this long, not a whole pull's bound.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// cosign's payload media type, and its annotations on a signature layer.
 const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
@@ -240,7 +244,8 @@ pub struct ImageSignatures {
 }
 
 impl ImageSignatures {
-    /// The policy, reading through `store` with `upstream`'s registries, and `platform`'s.
+    /// The policy, reading through `store` with `upstream`'s registries, and `platform`'s, each
+    /// read bounded by [`READ_TIMEOUT`].
     pub fn new(
         policy: SignaturePolicy,
         store: Arc<Store>,
@@ -250,7 +255,10 @@ impl ImageSignatures {
         ImageSignatures {
             policy,
             store,
-            upstream,
+            upstream: PullOptions {
+                timeout: READ_TIMEOUT,
+                ..upstream
+            },
             platform,
         }
     }
@@ -594,6 +602,55 @@ mod tests {
         assert!(policy.covering("gateway", "dev").is_empty());
         assert!(policy.covering("other", "production").is_empty());
         assert_eq!(policy.covering("other", "staging"), ["signatures[1]"]);
+    }
+
+    #[tokio::test]
+    async fn a_registry_that_never_answers_refuses_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("cosign.pub");
+        let pem = sigstore::crypto::SigningScheme::ECDSA_P256_SHA256_ASN1
+            .create_signer()
+            .and_then(|signer| signer.to_sigstore_keypair())
+            .and_then(|pair| pair.public_key_to_pem())
+            .unwrap();
+        std::fs::write(&key, pem).unwrap();
+        let policy = SignaturePolicy::load(&[SignatureRule {
+            keys: vec![key],
+            ..SignatureRule::default()
+        }])
+        .unwrap();
+        // Accepts connections and never answers.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = silent.local_addr().unwrap().to_string();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                open.push(stream);
+            }
+        });
+        let store = Store::open(dir.path().join("images")).unwrap();
+        let options = PullOptions {
+            insecure_registries: vec![host.clone()],
+            timeout: std::time::Duration::from_secs(1),
+            ..PullOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let refused = policy
+            .verify(
+                &store,
+                &options,
+                "hello",
+                "dev",
+                &format!("{host}/hello/app:1"),
+            )
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert!(
+            refused.starts_with("cannot read its signatures"),
+            "{refused}"
+        );
+        held.abort();
     }
 
     #[test]
