@@ -97,8 +97,8 @@ pub(crate) async fn expire_previews(
     }
 }
 
-/// Renews every running revision's identity token a third of the way through its lifetime,
-/// so a replica always holds one with most of its life left, until `stopped`.
+/// Renews every running revision's identity token at start, then a third of the way through
+/// its lifetime, so a replica always holds one with most of its life left, until `stopped`.
 pub(crate) async fn renew_identities(
     controller: Arc<runway_control::Controller<crate::driver::ServerDriver>>,
     lifetime: Duration,
@@ -106,16 +106,18 @@ pub(crate) async fn renew_identities(
 ) -> anyhow::Result<()> {
     let period = (lifetime / 3).max(Duration::from_secs(1));
     loop {
-        tokio::select! {
-            _ = stopped.wait_for(|s| *s) => return Ok(()),
-            () = tokio::time::sleep(period) => {}
-        }
+        // First at start: after an outage longer than a token's life, the instances it adopts
+        // hold expired ones.
         match controller.renew_identities().await {
             Ok(renewed) => tracing::debug!(revisions = renewed, "identity tokens renewed"),
             Err(e) => tracing::warn!(
                 error = runway_log::chain(&e),
                 "cannot renew the instances' identity tokens"
             ),
+        }
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => return Ok(()),
+            () = tokio::time::sleep(period) => {}
         }
     }
 }
