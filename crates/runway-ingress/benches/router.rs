@@ -89,6 +89,7 @@ fn main() {
         callers: Vec::new(),
         cloudflare: false,
         tag_header: None,
+        controls: Default::default(),
     }));
     let topology = StaticTopology::parse(
         Path::new("topology"),

@@ -222,6 +222,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
             callers: Vec::new(),
             cloudflare: false,
             tag_header: None,
+            controls: Default::default(),
         }],
         ..RouteTableConfig::default()
     })?;

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::controls::{ControlsConfig, MaintenanceConfig, RateLimitConfig};
 use crate::error::ConfigError;
 
 /// The whole route table. It is always replaced as a whole: see [`crate::Ingress::set_routes`].
@@ -336,6 +337,9 @@ pub struct RouteConfig {
     /// `network_policies.cloudflare`): any other peer gets 403.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cloudflare: bool,
+    /// Rate limits, client address lists and maintenance ([`crate::controls`]).
+    #[serde(default, skip_serializing_if = "ControlsConfig::is_empty")]
+    pub controls: ControlsConfig,
 }
 
 impl RouteConfig {
@@ -354,6 +358,7 @@ impl RouteConfig {
             callers: Vec::new(),
             cloudflare: false,
             tag_header: None,
+            controls: ControlsConfig::default(),
         }
     }
 
@@ -630,6 +635,10 @@ impl RouteTableConfig {
                     ));
                 }
             }
+            route
+                .controls
+                .check()
+                .map_err(|message| invalid(&id, message))?;
             if !(route.request_timeout_seconds.is_finite() && route.request_timeout_seconds > 0.0) {
                 return Err(invalid(
                     &id,
@@ -823,6 +832,7 @@ mod tests {
                 callers: Vec::new(),
                 cloudflare: false,
                 tag_header: None,
+                controls: Default::default(),
                 revisions: weights
                     .iter()
                     .enumerate()

@@ -336,7 +336,7 @@ impl Drop for Admitted {
 
 /// The address a client's share is counted under: an IPv4 address (also when mapped into
 /// IPv6), or an IPv6 address's /64, which one host usually has whole.
-fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let bits = u128::from(v6) & !((1u128 << 64) - 1);

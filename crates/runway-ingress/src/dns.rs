@@ -391,7 +391,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn table() -> Arc<Table> {
-        let routes = crate::table::Routes::new(Arc::new(crate::Metrics::new()), Duration::ZERO);
+        let routes = crate::table::Routes::new(Arc::new(crate::Metrics::new()), Duration::ZERO, 16);
         routes
             .set(&RouteTableConfig {
                 routes: vec![

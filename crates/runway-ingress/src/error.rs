@@ -82,6 +82,18 @@ pub enum ProxyError {
     HoldQueueFull { revision: String },
     #[error("revision {revision} has too many requests queued")]
     QueueFull { revision: String },
+    #[error("{address} is not among the service's allowed client addresses")]
+    AddressRefused { address: std::net::IpAddr },
+    #[error("past the {} rate limit; retry after {retry_after} s", match scope { crate::controls::Scope::Service => "service's", crate::controls::Scope::Client => "client's" })]
+    RateLimited {
+        scope: crate::controls::Scope,
+        retry_after: u64,
+    },
+    #[error("the service is under maintenance")]
+    Maintenance {
+        message: std::sync::Arc<str>,
+        retry_after: u32,
+    },
     #[error("request timed out after {timeout_ms} ms")]
     Timeout { timeout_ms: u64 },
     #[error("cannot connect to instance {address}")]
@@ -111,6 +123,7 @@ impl ProxyError {
             Self::NoRoute { .. } | Self::UnknownTag { .. } => StatusCode::NOT_FOUND,
             Self::TagHeaderOff { .. } => StatusCode::BAD_REQUEST,
             Self::UnknownCaller { .. }
+            | Self::AddressRefused { .. }
             | Self::CallerRefused { .. }
             | Self::NotCloudflare { .. }
             | Self::NoCloudflareRanges { .. } => StatusCode::FORBIDDEN,
@@ -118,7 +131,9 @@ impl ProxyError {
             | Self::RevisionFailing { .. }
             | Self::NoReadyInstance { .. }
             | Self::HoldQueueFull { .. }
-            | Self::QueueFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::QueueFull { .. }
+            | Self::Maintenance { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::Connect { .. } | Self::Upstream { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -140,6 +155,17 @@ impl ProxyError {
             Self::NoCloudflareRanges { .. } => Some("no_cloudflare_ranges"),
             Self::UnknownTag { .. } => Some("unknown_tag"),
             Self::TagHeaderOff { .. } => Some("tag_header_off"),
+            // Not the client's doing, but the service's own policy: never against a revision.
+            Self::AddressRefused { .. } => Some("address_refused"),
+            Self::RateLimited {
+                scope: crate::controls::Scope::Service,
+                ..
+            } => Some("rate_limited"),
+            Self::RateLimited {
+                scope: crate::controls::Scope::Client,
+                ..
+            } => Some("client_rate_limited"),
+            Self::Maintenance { .. } => Some("maintenance"),
             Self::NoRoute { .. }
             | Self::NotServing { .. }
             | Self::RevisionFailing { .. }
@@ -177,6 +203,16 @@ impl ProxyError {
                 "this service admits only clients coming through Cloudflare, and the platform \
                  has no Cloudflare ranges configured (ingress.cloudflare_ranges_file)\n"
             }
+            Self::AddressRefused { address } => {
+                return Cow::Owned(format!(
+                    "this service does not admit clients from {address}\n"
+                ));
+            }
+            Self::Maintenance { message, .. } if !message.is_empty() => {
+                return Cow::Owned(format!("{message}\n"));
+            }
+            Self::Maintenance { .. } => "this service is under maintenance, retry later\n",
+            Self::RateLimited { .. } => "too many requests, retry later\n",
             Self::MissingHost => "request has no host\n",
             Self::AmbiguousHost => "request names more than one host\n",
             Self::Misdirected { .. } => "this connection is for another host\n",
@@ -219,13 +255,16 @@ pub fn error_response(error: &ProxyError, request_id: &HeaderValue) -> Response<
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     headers.insert(crate::proxy::X_REQUEST_ID, request_id.clone());
-    if matches!(
-        error,
+    let retry_after = match error {
         ProxyError::NoReadyInstance { .. }
-            | ProxyError::HoldQueueFull { .. }
-            | ProxyError::QueueFull { .. }
-    ) {
-        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        | ProxyError::HoldQueueFull { .. }
+        | ProxyError::QueueFull { .. } => Some(1),
+        ProxyError::RateLimited { retry_after, .. } => Some(*retry_after),
+        ProxyError::Maintenance { retry_after, .. } => Some(u64::from(*retry_after)),
+        _ => None,
+    };
+    if let Some(seconds) = retry_after {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     }
     response
 }

@@ -33,6 +33,9 @@
 //! - `server.rs`: listeners, event loops, the redirect to HTTPS (HTTP-01 answered before it), the
 //!   admin port (`/metrics`, `/healthz`, `/readyz`, which is 503 while an ingress fed over the
 //!   network waits for its first table).
+//! - `controls.rs`: a route's rate limits (GCRA buckets, the clients' bounded), client address
+//!   lists and maintenance, checked once its revision is known; refusals are the revision's
+//!   client errors.
 //! - `connection.rs`: a client connection from accept to close. `limits.rs`: the open-file limit
 //!   (raised to the hard limit), the budget it allows, the accept back-off the API shares.
 //! - `control.rs`: the control protocol on the control socket and, with `--control-listen`, on
@@ -98,6 +101,7 @@ pub mod config;
 mod connection;
 pub mod control;
 pub mod control_tls;
+pub mod controls;
 pub mod daemon;
 pub mod dns;
 pub mod error;
@@ -137,8 +141,9 @@ use tokio::sync::broadcast;
 pub use body::ProxyBody;
 pub use cells::CellRouting;
 pub use config::{
-    AcmeChallenges, CellsConfig, ChallengeCertificate, InstanceConfig, Protocol, RevisionConfig,
-    RouteConfig, RouteTableConfig, TableCertificate,
+    AcmeChallenges, CellsConfig, ChallengeCertificate, ControlsConfig, InstanceConfig,
+    MaintenanceConfig, Protocol, RateLimitConfig, RevisionConfig, RouteConfig, RouteTableConfig,
+    TableCertificate,
 };
 pub use connection::ClientIo;
 pub use error::{ConfigError, ProxyError};
@@ -174,6 +179,9 @@ pub struct Options {
     /// Client connections open at once from one address (an IPv6 client's /64); past it, its
     /// new ones are closed at accept. 0: no limit per address.
     pub max_connections_per_client: usize,
+    /// Clients a route's per-client rate limit keeps a bucket for; past it, clients beyond
+    /// share one bucket (see [`controls`]). Bounds the memory a flood of addresses can take.
+    pub max_rate_limited_clients: usize,
     /// Time to connect to an instance.
     pub connect_timeout: Duration,
     /// Time in-flight requests get to finish when the server shuts down.
@@ -196,6 +204,7 @@ impl Default for Options {
             header_read_timeout: Duration::from_secs(30),
             max_connections: limits::connections_for_fd_limit(limits::fd_limit()),
             max_connections_per_client: 256,
+            max_rate_limited_clients: 65_536,
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             certificate_poll: Duration::from_secs(5),
@@ -250,7 +259,11 @@ impl Ingress {
         );
         Self {
             shared: Arc::new(Shared {
-                routes: table::Routes::new(Arc::clone(&metrics), options.min_hold),
+                routes: table::Routes::new(
+                    Arc::clone(&metrics),
+                    options.min_hold,
+                    options.max_rate_limited_clients,
+                ),
                 admission,
                 metrics,
                 options,

@@ -57,8 +57,17 @@ pub(crate) struct ReasonLabels {
     pub(crate) reason: &'static str,
 }
 
-/// Why a routed request was the client's fault (see [`crate::ProxyError::client_fault`]).
-const CLIENT_FAULTS: [&str; 3] = ["body_too_large", "body_broken", "body_timeout"];
+/// Why a routed request was the client's fault, or refused by the service's own controls
+/// (see [`crate::ProxyError::client_fault`]).
+const CLIENT_FAULTS: [&str; 7] = [
+    "body_too_large",
+    "body_broken",
+    "body_timeout",
+    "address_refused",
+    "rate_limited",
+    "client_rate_limited",
+    "maintenance",
+];
 
 /// The latency histogram's first upper bound, in seconds: 0.25 ms.
 const LATENCY_START: f64 = 0.000_25;
@@ -354,7 +363,8 @@ impl Metrics {
         );
         registry.register(
             "client_errors",
-            "Requests routed to the revision that failed by the client's fault (not in requests)",
+            "Requests routed to the revision that failed by the client's fault, or that its \
+             service's rate limits, address lists or maintenance refused (not in requests)",
             client_errors.clone(),
         );
         registry.register(

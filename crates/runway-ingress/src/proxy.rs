@@ -346,6 +346,12 @@ async fn proxy(
         }
     };
     *chosen = Some(Arc::clone(&revision));
+    if let Some(controls) = &route.controls {
+        controls.admit(
+            client_address(peer, &route, request.headers()),
+            !peer.private,
+        )?;
+    }
     // A declared length (hyper has checked `Content-Length`) past the limit is refused
     // before an instance is bothered.
     if request.body().size_hint().lower() > shared.options.max_body_bytes as u64 {
@@ -616,6 +622,24 @@ fn resolve(
         caller,
         tag_header: asked.map(|_| (header.clone(), picked)),
     })
+}
+
+/// The client's address as a route's controls see it: the peer's, but on a Cloudflare route
+/// (whose peers are all Cloudflare's) the `CF-Connecting-IP` Cloudflare gives.
+fn client_address(peer: &Peer, route: &Route, headers: &HeaderMap) -> IpAddr {
+    let cloudflare = route.cloudflare && !peer.private;
+    cloudflare
+        .then(|| {
+            headers
+                .get(CF_CONNECTING_IP)?
+                .to_str()
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .flatten()
+        .unwrap_or(peer.address)
 }
 
 /// A Cloudflare route's peer is in the operator's Cloudflare ranges; with no ranges

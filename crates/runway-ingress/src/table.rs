@@ -351,6 +351,9 @@ pub struct Route {
     /// The header that picks a revision by its tag on the route's own names, and the
     /// revisions by tag; none, a request carrying [`crate::proxy::RUNWAY_TAG`] is refused.
     pub tag_header: Option<(http::HeaderName, HashMap<String, Arc<Revision>>)>,
+    /// Rate limits, address lists, maintenance; none for most routes, which then pay one
+    /// branch for them.
+    pub(crate) controls: Option<Box<crate::controls::Controls>>,
 }
 
 impl Route {
@@ -526,10 +529,12 @@ pub struct Routes {
     metrics: Arc<Metrics>,
     scale_up: broadcast::Sender<ScaleUp>,
     min_hold: Duration,
+    /// [`crate::Options::max_rate_limited_clients`].
+    max_clients: usize,
 }
 
 impl Routes {
-    pub(crate) fn new(metrics: Arc<Metrics>, min_hold: Duration) -> Self {
+    pub(crate) fn new(metrics: Arc<Metrics>, min_hold: Duration, max_clients: usize) -> Self {
         Self {
             current: ArcSwap::from_pointee(Table::default()),
             parsed: Mutex::new(HashMap::new()),
@@ -537,6 +542,7 @@ impl Routes {
             metrics,
             scale_up: broadcast::channel(1024).0,
             min_hold,
+            max_clients,
         }
     }
 
@@ -734,6 +740,20 @@ impl Routes {
                         .collect();
                     (name, tags)
                 });
+            // A route's buckets outlive tables, as its revisions do.
+            let controls = (!rc.controls.is_empty()).then(|| {
+                let previous = self.current.load();
+                let previous = previous
+                    .routes
+                    .iter()
+                    .find(|r| r.service == rc.service && r.env == rc.env)
+                    .and_then(|r| r.controls.as_deref());
+                Box::new(crate::controls::Controls::new(
+                    &rc.controls,
+                    previous,
+                    self.max_clients,
+                ))
+            });
             let route = Arc::new(Route {
                 service: rc.service.clone(),
                 env: rc.env.clone(),
@@ -744,6 +764,7 @@ impl Routes {
                 cloudflare: rc.cloudflare,
                 callers: rc.callers.clone(),
                 tag_header,
+                controls,
             });
             let target = |revision| Target {
                 route: Arc::clone(&route),
@@ -890,6 +911,7 @@ mod tests {
                 callers: Vec::new(),
                 cloudflare: false,
                 tag_header: None,
+                controls: Default::default(),
             }],
             ..RouteTableConfig::default()
         }
@@ -902,7 +924,7 @@ mod tests {
     fn certificates_are_parsed_once_and_swapped_with_the_table() {
         use crate::config::{ChallengeCertificate, TableCertificate};
         use crate::tls::testing::{challenge, self_signed};
-        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
+        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD, 16);
         let (cert_pem, key_pem) = self_signed(&["shop.example.test", "*.shop.example.test"]);
         let mut table = config(&["127.0.0.1:1"], 0);
         table.certificates = vec![TableCertificate {
@@ -988,7 +1010,7 @@ mod tests {
 
     #[test]
     fn a_swap_keeps_live_state_and_drains_what_left() {
-        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
+        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD, 16);
         routes
             .set(&config(&["127.0.0.1:1", "127.0.0.1:2"], 1))
             .unwrap();
@@ -1070,6 +1092,7 @@ mod tests {
                         callers: Vec::new(),
                         cloudflare: false,
                         tag_header: None,
+                        controls: Default::default(),
                     })
                     .collect(),
                 ..RouteTableConfig::default()
@@ -1083,7 +1106,7 @@ mod tests {
             fn hosts_lead_to_their_route(routes in routes(), noise in ".{0,40}") {
                 let config = table(&routes);
                 prop_assert!(config.validate().is_ok());
-                let live = Routes::new(Arc::new(Metrics::new()), MIN_HOLD);
+                let live = Routes::new(Arc::new(Metrics::new()), MIN_HOLD, 16);
                 prop_assert!(live.set(&config).is_ok());
                 let table = live.load();
                 for (service, env, _) in &routes {

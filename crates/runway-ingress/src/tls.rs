@@ -632,8 +632,11 @@ mod tests {
     /// whatever name a client sends: only names a route names, and the platform's wildcards.
     #[test]
     fn the_authority_signs_only_names_a_route_names() {
-        let routes =
-            crate::table::Routes::new(Arc::new(crate::Metrics::new()), std::time::Duration::ZERO);
+        let routes = crate::table::Routes::new(
+            Arc::new(crate::Metrics::new()),
+            std::time::Duration::ZERO,
+            16,
+        );
         let config: crate::RouteTableConfig = serde_json::from_value(serde_json::json!({
             "routes": [{"service": "router", "env": "cells", "domains": ["*", "gitlab.example.com"],
                 "cells": {"rules": [{"id": "all", "action": "proxy"}],

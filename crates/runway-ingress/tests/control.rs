@@ -102,6 +102,7 @@ fn table(revision: &str, weight: u32, instance: SocketAddr, ready: bool) -> Rout
             callers: Vec::new(),
             cloudflare: false,
             tag_header: None,
+            controls: Default::default(),
         }],
         ..RouteTableConfig::default()
     }

@@ -95,6 +95,7 @@ fn table(revision: &str, instance: SocketAddr) -> RouteTableConfig {
             callers: Vec::new(),
             cloudflare: false,
             tag_header: None,
+            controls: Default::default(),
         }],
         ..RouteTableConfig::default()
     }

@@ -309,6 +309,7 @@ fn table(timeout: f64, revisions: Vec<RevisionConfig>) -> RouteTableConfig {
             callers: Vec::new(),
             cloudflare: false,
             tag_header: None,
+            controls: Default::default(),
         }],
         ..RouteTableConfig::default()
     }
@@ -1544,6 +1545,100 @@ async fn a_tag_header_picks_a_revision_where_the_route_enables_it() {
         // A name that is no header's is refused with the table.
         config.routes[0].tag_header = Some("bad name".to_owned());
         assert!(running.ingress.set_routes(&config).is_err());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_address_lists_and_maintenance_refuse_before_the_instance() {
+    use runway_ingress::{ControlsConfig, MaintenanceConfig, RateLimitConfig};
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("up").await;
+        let running = start(Ingress::new(Options::default())).await;
+        let mut config = one_revision(up.address);
+        config.routes[0].controls = ControlsConfig {
+            client_rate_limit: Some(RateLimitConfig {
+                requests_per_second: 0.5,
+                burst: 3,
+            }),
+            ..ControlsConfig::default()
+        };
+        running.ingress.set_routes(&config).unwrap();
+        for _ in 0..3 {
+            let (status, _, body) = get(running.address, HOST, "/").await;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "up"));
+        }
+        let (status, headers, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+        assert_eq!(headers["retry-after"], "2", "one request per 2 s");
+        assert!(headers.contains_key("x-request-id"));
+        // A table that keeps the rate keeps what the client spent.
+        config.routes[0].request_timeout_seconds = 6.0;
+        running.ingress.set_routes(&config).unwrap();
+        let (status, _, _) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+        // The address lists: this client (127.0.0.1) is not in `allow`.
+        config.routes[0].controls = ControlsConfig {
+            allow: vec!["192.0.2.0/24".to_owned()],
+            ..ControlsConfig::default()
+        };
+        running.ingress.set_routes(&config).unwrap();
+        let (status, _, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert!(body.contains("127.0.0.1"), "{body}");
+        config.routes[0].controls.allow.push("127.0.0.0/8".to_owned());
+        config.routes[0].controls.deny.push("127.0.0.1".to_owned());
+        running.ingress.set_routes(&config).unwrap();
+        let (status, _, _) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "deny wins");
+
+        // Maintenance: the message and Retry-After; a listed client goes through.
+        config.routes[0].controls = ControlsConfig {
+            maintenance: Some(MaintenanceConfig {
+                message: "Upgrading the database, back by 14:00 UTC".to_owned(),
+                allow: Vec::new(),
+                retry_after_seconds: 600,
+            }),
+            ..ControlsConfig::default()
+        };
+        running.ingress.set_routes(&config).unwrap();
+        let (status, headers, body) = get(running.address, HOST, "/").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body, "Upgrading the database, back by 14:00 UTC\n");
+        assert_eq!(headers["retry-after"], "600");
+        if let Some(maintenance) = &mut config.routes[0].controls.maintenance {
+            maintenance.allow.push("127.0.0.1".to_owned());
+        }
+        running.ingress.set_routes(&config).unwrap();
+        let (status, _, body) = get(running.address, HOST, "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "up"));
+
+        // Each refusal is the revision's client error, by reason, and none is a request.
+        let text = metrics(&running).await;
+        for (reason, count) in [
+            ("client_rate_limited", 2),
+            ("address_refused", 2),
+            ("maintenance", 1),
+        ] {
+            let line = format!(
+                "runway_ingress_client_errors_total{{service=\"hello\",env=\"dev\",revision=\"hello-1\",reason=\"{reason}\"}} {count}"
+            );
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        assert!(
+            text.contains(
+                "runway_ingress_requests_total{service=\"hello\",env=\"dev\",revision=\"hello-1\",class=\"2xx\"} 4"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("class=\"4xx\"} 0"), "{text}");
+
+        // A bad rule refuses the table, naming the route and the field.
+        config.routes[0].controls.deny = vec!["10.0.0.1/8".to_owned()];
+        let error = running.ingress.set_routes(&config).unwrap_err().to_string();
+        assert!(error.contains("hello.dev") && error.contains("controls.deny[0]"), "{error}");
     })
     .await
     .unwrap();

@@ -34,6 +34,7 @@ pub(crate) fn one_route(instance: SocketAddr) -> RouteTableConfig {
             callers: Vec::new(),
             cloudflare: false,
             tag_header: None,
+            controls: Default::default(),
         }],
         ..RouteTableConfig::default()
     }
