@@ -211,6 +211,7 @@ pub(crate) async fn deploy(
         None => (service, env),
     };
     let config = validate_off_loop(owner, settings_env, &body.manifest, &body.env_vars).await?;
+    check_rate_ceiling(state, &config)?;
     // Refused whatever the artifact (an image's ignores it), as the document says.
     if let Some(digest) = &body.source {
         crate::routes::check_digest(digest).map_err(|e| e.field("source"))?;
@@ -471,6 +472,35 @@ pub(crate) async fn deploy(
 
 /// Refuses what no one can sign (a process's code) where the server's signature rules cover
 /// `service` in `env`.
+/// A manifest's per-client rate limit may be lower than the operator's ceiling, not higher:
+/// 422 naming the field and the ceiling.
+fn check_rate_ceiling(state: &ApiState, config: &ServiceConfig) -> ApiResult<()> {
+    let (Some(ceiling), Some(asked)) = (state.client_rate_ceiling, config.traffic.per_client)
+    else {
+        return Ok(());
+    };
+    let field = "manifest.spec.workload.rate_limit.per_client";
+    let over = if asked.requests_per_second > ceiling.requests_per_second {
+        Some((
+            "requests_per_second",
+            asked.requests_per_second.to_string(),
+            ceiling.requests_per_second.to_string(),
+        ))
+    } else if asked.burst > ceiling.burst {
+        Some(("burst", asked.burst.to_string(), ceiling.burst.to_string()))
+    } else {
+        None
+    };
+    match over {
+        Some((name, asked, most)) => Err(ApiError::manifest_invalid(format!(
+            "{field}.{name}: {asked} is above the platform's ceiling of {most} per client \
+             (the operator's ingress.traffic.per_client)"
+        ))
+        .field(format!("{field}.{name}"))),
+        None => Ok(()),
+    }
+}
+
 fn check_unsigned_allowed(state: &ApiState, service: &str, env: &str) -> ApiResult<()> {
     let rules = state.platform.signatures_required(service, env);
     if rules.is_empty() {

@@ -149,7 +149,7 @@ pub(crate) async fn add_domain(
                 })
         })
         .await?;
-    state.platform.domains_changed();
+    state.platform.edge_changed();
     Ok((StatusCode::CREATED, axum::Json(settings.view(added))))
 }
 
@@ -185,7 +185,7 @@ pub(crate) async fn remove_domain(
             })
         })
         .await?;
-    state.platform.domains_changed();
+    state.platform.edge_changed();
     Ok(StatusCode::NO_CONTENT)
 }
 

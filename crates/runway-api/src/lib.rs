@@ -123,6 +123,7 @@ pub mod error;
 mod extract;
 pub mod identity;
 mod inventory;
+pub mod maintenance;
 pub mod metrics;
 pub mod observability;
 pub mod oidc;

@@ -183,8 +183,9 @@ pub trait Platform: Send + Sync + 'static {
         }
     }
 
-    /// A custom domain was added or removed: its route and certificate should follow now.
-    fn domains_changed(&self) {}
+    /// A custom domain was added or removed, or a service's maintenance changed: the
+    /// ingress's table should follow now.
+    fn edge_changed(&self) {}
 }
 
 /// Why a code snapshot was not taken.

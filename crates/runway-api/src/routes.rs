@@ -66,6 +66,11 @@ pub(crate) fn api_router_with(doc: utoipa::openapi::OpenApi) -> OpenApiRouter<Ap
         ))
         .routes(routes!(crate::domains::remove_domain))
         .routes(routes!(
+            crate::maintenance::get_maintenance,
+            crate::maintenance::set_maintenance,
+            crate::maintenance::end_maintenance
+        ))
+        .routes(routes!(
             crate::session::create_session,
             crate::session::end_session
         ))

@@ -41,6 +41,9 @@ pub struct ApiState {
     /// The URL of the issuer of instances' identity tokens, whose discovery document and keys
     /// the API serves (`identity`); `None` when none are issued.
     pub(crate) identity_issuer: Option<Arc<str>>,
+    /// The operator's ceiling on services' per-client rate limits (`ingress.traffic.per_client`):
+    /// requests per second and burst.
+    pub(crate) client_rate_ceiling: Option<runway_manifest::TokenBucket>,
 }
 
 impl fmt::Debug for ApiState {
@@ -78,7 +81,15 @@ impl ApiState {
             pull_key: None,
             previews: crate::config::PreviewsConfig::default(),
             identity_issuer: None,
+            client_rate_ceiling: None,
         }
+    }
+
+    /// Refuses deploys whose per-client rate limit is above `ceiling`.
+    #[must_use]
+    pub fn client_rate_ceiling(mut self, ceiling: Option<runway_manifest::TokenBucket>) -> Self {
+        self.client_rate_ceiling = ceiling;
+        self
     }
 
     /// Serves the discovery document and key set of the instances' identity tokens issued

@@ -1835,3 +1835,51 @@ pub struct FieldChange {
     /// Its value after.
     pub to: serde_json::Value,
 }
+
+/// What putting a service in maintenance takes (`PUT …/maintenance`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetMaintenance {
+    /// What clients are told, as the 503's body (at most 1024 bytes). Default: that the
+    /// service is under maintenance.
+    #[serde(default)]
+    #[schema(max_length = 1024)]
+    pub message: String,
+    /// Networks (`203.0.113.0/24`, `2001:db8::1`) whose clients still reach the service: the
+    /// team's own, to check it before it is opened again. At most 256.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// The `Retry-After` clients are given, in seconds (at most a day). Default 300.
+    #[serde(default)]
+    #[schema(maximum = 86400)]
+    pub retry_after_seconds: Option<u32>,
+}
+
+/// A service in maintenance in one environment: its requests are answered with a 503 but for
+/// the clients in `allow`; its instances keep running.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct MaintenanceView {
+    pub service: String,
+    pub env: String,
+    pub message: String,
+    pub allow: Vec<String>,
+    pub retry_after_seconds: u32,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// Who turned it on.
+    pub set_by: String,
+}
+
+impl From<runway_store::Maintenance> for MaintenanceView {
+    fn from(m: runway_store::Maintenance) -> Self {
+        Self {
+            service: m.service,
+            env: m.env,
+            message: m.message,
+            allow: m.allow,
+            retry_after_seconds: m.retry_after_seconds,
+            since: ts(m.since),
+            set_by: m.set_by,
+        }
+    }
+}

@@ -25,10 +25,10 @@ use runway_api::ErrorBody;
 pub(crate) use runway_api::types::{
     AddDomain, AdminScope, AuditEntryView, CreateService, CreateToken, CreatedToken,
     Decommissioned, DeployRequest, DeploymentEventView, DeploymentStateView, DeploymentView,
-    DomainView, GrantView, InventoryPlan, InventoryRequest, LogLine, PreviewView, PromoteRequest,
-    PutTeam, RevisionView, RoleName, RollbackRequest, RolloutCommandView, RolloutRequest,
-    ScopeView, SecretInfoView, ServiceView, SetSecret, SetVariables, StatusView, TeamMemberView,
-    TeamView, TokenInfo, UpdateService, WhoAmI,
+    DomainView, GrantView, InventoryPlan, InventoryRequest, LogLine, MaintenanceView, PreviewView,
+    PromoteRequest, PutTeam, RevisionView, RoleName, RollbackRequest, RolloutCommandView,
+    RolloutRequest, ScopeView, SecretInfoView, ServiceView, SetMaintenance, SetSecret,
+    SetVariables, StatusView, TeamMemberView, TeamView, TokenInfo, UpdateService, WhoAmI,
 };
 
 /// Everything that can go wrong talking to the server.
@@ -381,6 +381,44 @@ impl Client {
     /// `DELETE /v1/domains/{domain}`.
     pub(crate) async fn remove_domain(&self, domain: &str) -> Result<(), ApiError> {
         let url = self.url(&["v1", "domains", domain], &[]);
+        self.send(Method::DELETE, url, None, Some(REQUEST_TIMEOUT))
+            .await
+            .map(drop)
+    }
+
+    /// `GET …/maintenance`: the service's maintenance in `env`, `None` when it is not in it.
+    pub(crate) async fn maintenance(
+        &self,
+        service: &str,
+        env: &str,
+    ) -> Result<Option<MaintenanceView>, ApiError> {
+        match self
+            .get(self.env_url(service, env, &["maintenance"], &[]))
+            .await
+        {
+            Ok(found) => Ok(Some(found)),
+            // The service itself not found is another 404, said so.
+            Err(error) if error.is_not_found() && error.to_string().contains("maintenance") => {
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `PUT …/maintenance`.
+    pub(crate) async fn set_maintenance(
+        &self,
+        service: &str,
+        env: &str,
+        request: &SetMaintenance,
+    ) -> Result<MaintenanceView, ApiError> {
+        let url = self.env_url(service, env, &["maintenance"], &[]);
+        self.call(Method::PUT, url, Some(request)).await
+    }
+
+    /// `DELETE …/maintenance`.
+    pub(crate) async fn end_maintenance(&self, service: &str, env: &str) -> Result<(), ApiError> {
+        let url = self.env_url(service, env, &["maintenance"], &[]);
         self.send(Method::DELETE, url, None, Some(REQUEST_TIMEOUT))
             .await
             .map(drop)

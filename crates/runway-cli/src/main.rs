@@ -14,7 +14,7 @@
 //!   login. `terminal.rs`: text tenants control, made safe to print.
 //! - `cells.rs`: `runway cells token decode|encode` and `cells route`. `router.rs`:
 //!   `runway router`, cell routing by `runway_server::cells` on the ingress's core.
-//!   `domains.rs`: `runway domains add|list|remove`.
+//!   `domains.rs`: `runway domains add|list|remove`. `maintenance.rs`: `runway maintenance`.
 //! - `server.rs`: `runway server`'s arguments and a thin main over `runway-server` (whose `//!`
 //!   docs list its files): `check-config`, `migrate-store`, `admin-token`, then `start`.
 //!   `quickstart.rs`: `runway quickstart`, `runway_server::start` in-process.
@@ -40,6 +40,7 @@ mod everyday;
 mod init;
 mod inventory;
 mod local;
+mod maintenance;
 mod platform;
 mod preview;
 mod quickstart;
@@ -187,6 +188,10 @@ enum Command {
     /// the server's ACME directory; list them with their certificates' state; remove them.
     #[command(subcommand)]
     Domains(domains::DomainsCommand),
+    /// Maintenance: answer a service's requests with a 503 and a message (its instances keep
+    /// running), letting listed networks through; serve them again; show whether it is on.
+    #[command(subcommand)]
+    Maintenance(maintenance::MaintenanceCommand),
     /// Preview environments (made by `runway deploy --preview NAME`): list them with their
     /// URLs and expiry, or stop one.
     #[command(subcommand)]
@@ -308,6 +313,7 @@ fn main() -> ExitCode {
         Command::Tokens(command) => platform::tokens(&command),
         Command::Team(command) => team::team(&command),
         Command::Domains(command) => domains::domains(&command),
+        Command::Maintenance(command) => maintenance::maintenance(&command),
         Command::Preview(command) => preview::preview(&command),
         Command::Inventory(command) => inventory::inventory(&command),
         Command::Server(args) => server::run(&args).map(|()| ExitCode::SUCCESS),

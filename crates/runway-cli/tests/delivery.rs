@@ -1169,3 +1169,153 @@ fn a_tag_header_reaches_a_revision_where_the_service_enables_it() {
     let (_, body) = get("/header?name=Runway-Tag", Some("r3"));
     assert_eq!(body, "Runway-Tag=None\n", "the instance saw the header");
 }
+
+/// The operator's and the service's controls through the real server and ingress: `runway
+/// maintenance on` answers 503 with the message and `Retry-After` (instances untouched), lets
+/// a listed network through, and `off` serves again; a manifest's per-client rate limit
+/// answers 429 past its burst, and its address list 403 to a client it does not name.
+#[test]
+fn maintenance_rate_limits_and_address_lists_through_the_real_ingress() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let platform = Platform::start(&Settings::default());
+    let repo = platform.onboard("hello", &["dev"], "controls-secret");
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "{}\n{}", deploy.all(), platform.log());
+    let client = platform.ingress_client(HOST);
+    let get = || {
+        platform.rt.block_on(async {
+            let response = client
+                .get(platform.ingress_url(HOST, "/"))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            let retry = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            (status, retry, response.text().await.unwrap_or_default())
+        })
+    };
+    // Each change reaches the ingress with the next table: wait for it, boundedly.
+    let until = |what: &str, ok: &dyn Fn(u16, &str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, retry, body) = get();
+            if ok(status, &body) {
+                return (status, retry, body);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: still {status} {body}\n{}",
+                platform.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert_eq!(get().0, 200);
+    let target = ["--service", "hello", "--env", "dev"];
+    let on = |extra: &[&str]| {
+        let mut args = vec!["maintenance", "on"];
+        args.extend_from_slice(&target);
+        args.extend_from_slice(extra);
+        let ran = platform.runway(&args);
+        assert!(ran.ok(), "{}", ran.all());
+        ran
+    };
+    let ran = on(&[
+        "--message",
+        "Moving to a bigger database; back by 14:00 UTC",
+        "--retry-after",
+        "60",
+    ]);
+    assert!(
+        ran.stdout.contains("hello in dev is in maintenance"),
+        "{}",
+        ran.all()
+    );
+    let (_, retry, body) = until("maintenance on", &|s, _| s == 503);
+    assert_eq!(body, "Moving to a bigger database; back by 14:00 UTC\n");
+    assert_eq!(retry, "60");
+    let shown = platform.runway(&[
+        "maintenance",
+        "status",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--output",
+        "json",
+    ]);
+    let shown: Value = serde_json::from_str(&shown.stdout).unwrap();
+    assert_eq!(shown["retry_after_seconds"], 60);
+    assert_eq!(shown["set_by"], "admin");
+    assert!(
+        live_instances(&status(&platform), "hello-dev-00001") > 0,
+        "instances keep running"
+    );
+    // The team's own network is let through.
+    on(&["--allow", "127.0.0.0/8"]);
+    until("let through", &|s, _| s == 200);
+    let off = platform.runway(&["maintenance", "off", "--service", "hello", "--env", "dev"]);
+    assert!(
+        off.ok() && off.stdout.contains("served again"),
+        "{}",
+        off.all()
+    );
+    let shown = platform.runway(&[
+        "maintenance",
+        "status",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+    ]);
+    assert!(
+        shown.stdout.contains("not in maintenance"),
+        "{}",
+        shown.all()
+    );
+    let refused = platform.runway(&[
+        "maintenance",
+        "on",
+        "--service",
+        "hello",
+        "--env",
+        "dev",
+        "--allow",
+        "10.0.0.1/8",
+    ]);
+    assert!(
+        !refused.ok() && refused.all().contains("allow[0]"),
+        "{}",
+        refused.all()
+    );
+
+    // The manifest's own: a client's burst of 3, then 429 for 5 s a request.
+    let path = repo.join(".runway/runway.yml");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let with = |workload: &str| {
+        let text = original.replacen("  workload:\n", &format!("  workload:\n{workload}"), 1);
+        std::fs::write(&path, text).unwrap();
+        let deploy = platform.deploy(&repo, "dev");
+        assert!(deploy.ok(), "{}\n{}", deploy.all(), platform.log());
+    };
+    with(
+        "    rate_limit:\n      per_client:\n        requests_per_second: 0.2\n        burst: 3\n",
+    );
+    let (status, retry, body) = until("rate limited", &|s, _| s == 429);
+    assert_eq!(retry, "5", "{status} {body}");
+    assert!(body.contains("too many requests"), "{body}");
+    with(
+        "    rate_limit:\n      per_client:\n        requests_per_second: 1000\n    client_addresses:\n      allow: [192.0.2.0/24]\n",
+    );
+    let (_, _, body) = until("refused by address", &|s, _| s == 403);
+    assert!(body.contains("127.0.0.1"), "{body}");
+}

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use runway_ingress::{AcmeChallenges, TableCertificate};
+use runway_ingress::{AcmeChallenges, MaintenanceConfig, RateLimitConfig, TableCertificate};
 use runway_secrets::{Context, Sealed, Sealer};
 use runway_store::{Domain, Store};
 use tokio::sync::{Notify, watch};
@@ -31,6 +31,9 @@ pub fn key_context(name: &str, generation: u32) -> Context<'_> {
 /// Custom domains by the service and environment they reach.
 pub type DomainsByRoute = BTreeMap<(String, String), Vec<String>>;
 
+/// Services in maintenance, by service and environment.
+pub type MaintenanceByRoute = BTreeMap<(String, String), MaintenanceConfig>;
+
 /// The edge's part of the table.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct EdgeView {
@@ -40,6 +43,11 @@ pub struct EdgeView {
     pub certificates: Vec<TableCertificate>,
     /// The challenges being answered.
     pub acme: AcmeChallenges,
+    /// The services in maintenance (the store's).
+    pub maintenance: MaintenanceByRoute,
+    /// The operator's ceiling on every service's per-client rate limit, and the limit of a
+    /// service without one (`ingress.traffic.per_client`).
+    pub client_ceiling: Option<RateLimitConfig>,
 }
 
 /// The edge view and its generations: bumped on each change, and the last one the ingress took.
@@ -84,6 +92,16 @@ impl Edge {
             view.domains = domains;
             view.certificates = certificates;
         })
+    }
+
+    /// Replaces the services in maintenance (the store's); the generation that holds them.
+    pub fn set_maintenance(&self, maintenance: MaintenanceByRoute) -> u64 {
+        self.change(|view| view.maintenance = maintenance)
+    }
+
+    /// Sets the operator's ceiling on per-client rate limits.
+    pub fn set_client_ceiling(&self, ceiling: Option<RateLimitConfig>) -> u64 {
+        self.change(|view| view.client_ceiling = ceiling)
     }
 
     /// Changes the challenges being answered; the generation that holds the change.
@@ -166,9 +184,25 @@ pub fn read_domains(
     Ok((domains, certificates))
 }
 
-/// Keeps `edge`'s domains and certificates the store's: read every `interval` and at once when
-/// `changed` is notified (a domain added or removed through the API, a certificate stored),
-/// until `shutdown`.
+/// The services in maintenance, as the store has them.
+pub fn read_maintenance(store: &dyn Store) -> runway_store::Result<MaintenanceByRoute> {
+    Ok(store
+        .maintenance_list()?
+        .into_iter()
+        .map(|m| {
+            let config = MaintenanceConfig {
+                message: m.message,
+                allow: m.allow,
+                retry_after_seconds: m.retry_after_seconds,
+            };
+            ((m.service, m.env), config)
+        })
+        .collect())
+}
+
+/// Keeps `edge`'s domains, certificates and maintenance the store's: read every `interval` and
+/// at once when `changed` is notified (a domain added or removed through the API, a
+/// certificate stored, a service's maintenance changed), until `shutdown`.
 pub async fn sync_domains(
     store: Arc<dyn Store>,
     sealer: Arc<Sealer>,
@@ -181,10 +215,15 @@ pub async fn sync_domains(
     let mut failing = false;
     loop {
         let (store, sealer) = (Arc::clone(&store), Arc::clone(&sealer));
-        match tokio::task::spawn_blocking(move || read_domains(store.as_ref(), &sealer)).await {
-            Ok(Ok((domains, certificates))) => {
+        let read = move || {
+            let (domains, certificates) = read_domains(store.as_ref(), &sealer)?;
+            Ok::<_, runway_store::StoreError>((domains, certificates, read_maintenance(&*store)?))
+        };
+        match tokio::task::spawn_blocking(read).await {
+            Ok(Ok((domains, certificates, maintenance))) => {
                 failing = false;
                 edge.set_domains(domains, certificates);
+                edge.set_maintenance(maintenance);
             }
             Ok(Err(error)) if !failing => {
                 failing = true;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use runway_ingress::{RouteConfig, RouteTableConfig};
+use runway_ingress::{RateLimitConfig, RouteConfig, RouteTableConfig};
 
 use crate::dataplane::DataPlane;
 use crate::edge::{Edge, EdgeView};
@@ -330,6 +330,10 @@ pub(crate) fn assemble(
             let mut route = entry.route.clone()?;
             if !entry.adopted {
                 route.domains = edge.domains.get(key).cloned().unwrap_or_default();
+                let controls = &mut route.controls;
+                controls.maintenance = edge.maintenance.get(key).cloned();
+                controls.client_rate_limit =
+                    within_ceiling(controls.client_rate_limit, edge.client_ceiling);
             }
             Some(route)
         })
@@ -363,6 +367,21 @@ pub(crate) fn assemble(
     }
 }
 
+/// A service's per-client rate limit under the operator's ceiling: the lower rate and the
+/// smaller burst of the two, or the ceiling for a service that asks none.
+fn within_ceiling(
+    asked: Option<RateLimitConfig>,
+    ceiling: Option<RateLimitConfig>,
+) -> Option<RateLimitConfig> {
+    match (asked, ceiling) {
+        (Some(asked), Some(ceiling)) => Some(RateLimitConfig {
+            requests_per_second: asked.requests_per_second.min(ceiling.requests_per_second),
+            burst: asked.burst.min(ceiling.burst),
+        }),
+        (asked, ceiling) => asked.or(ceiling),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
@@ -373,6 +392,23 @@ mod tests {
     use tokio::sync::{Notify, broadcast};
 
     use super::*;
+
+    #[test]
+    fn a_client_limit_stays_under_the_operators_ceiling() {
+        let limit = |requests_per_second, burst| {
+            Some(RateLimitConfig {
+                requests_per_second,
+                burst,
+            })
+        };
+        assert_eq!(within_ceiling(None, None), None);
+        assert_eq!(within_ceiling(limit(5.0, 10), None), limit(5.0, 10));
+        assert_eq!(within_ceiling(None, limit(100.0, 200)), limit(100.0, 200));
+        assert_eq!(
+            within_ceiling(limit(500.0, 10), limit(100.0, 200)),
+            limit(100.0, 10)
+        );
+    }
     use crate::dataplane::BoxFuture;
 
     /// A data plane that refuses any table with a route of the service `bad`, and counts the

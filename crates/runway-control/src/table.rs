@@ -43,8 +43,9 @@ pub(crate) fn entry_for(state: &State, key: &Key) -> Option<Entry> {
 
 /// Who reaches a route, from its heaviest revision's manifest: the public listeners unless
 /// `external_load_balancer.enabled` is false; the private name when it is internal, to its
-/// callers; only Cloudflare's addresses when `network_policies.cloudflare` is true; and the
-/// header that picks a revision by its tag (`spec.workload.tag_header`). A revision
+/// callers; only Cloudflare's addresses when `network_policies.cloudflare` is true; the
+/// header that picks a revision by its tag (`spec.workload.tag_header`); and how fast, and
+/// from which addresses (`spec.workload.rate_limit`, `client_addresses`). A revision
 /// whose manifest cannot be read leaves the route public only, as before these fields.
 fn access(route: &mut RouteConfig, info: Option<&RevisionInfo>) {
     let Some(Ok(config)) = info.map(|info| &info.config) else {
@@ -66,6 +67,18 @@ fn access(route: &mut RouteConfig, info: Option<&RevisionInfo>) {
         .workload
         .as_ref()
         .and_then(|workload| workload.tag_header.clone());
+    let bucket = |b: runway_manifest::TokenBucket| runway_ingress::RateLimitConfig {
+        requests_per_second: b.requests_per_second,
+        burst: b.burst,
+    };
+    let traffic = &config.traffic;
+    route.controls = runway_ingress::ControlsConfig {
+        rate_limit: traffic.rate_limit.map(bucket),
+        client_rate_limit: traffic.per_client.map(bucket),
+        allow: traffic.allow.clone(),
+        deny: traffic.deny.clone(),
+        maintenance: None,
+    };
 }
 
 fn route(state: &State, key: &Key, service: &ServiceState) -> Option<RouteConfig> {

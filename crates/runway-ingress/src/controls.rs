@@ -82,7 +82,7 @@ impl ControlsConfig {
     }
 
     /// Every field checked; the message names the field (`controls.allow[2]`).
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), String> {
         for (field, limit) in [
             ("rate_limit", &self.rate_limit),
             ("client_rate_limit", &self.client_rate_limit),

@@ -14,7 +14,7 @@ use crate::types::{
     DEFAULT_MIN_REQUESTS, DEFAULT_REGION, DEFAULT_REQUEST_TIMEOUT_SECONDS,
     DEFAULT_ROLLOUT_PAUSE_SECONDS, DEFAULT_ROLLOUT_PERCENTAGES, DEFAULT_SERVICE_GRACE_SECONDS,
     DEFAULT_WORKER_GRACE_SECONDS, Manifest, Percent, Probe, ReadinessProbe, Rollout, Slo,
-    StopSignal, Strategy, WorkloadKind, apdex_thresholds,
+    StopSignal, Strategy, Workload, WorkloadKind, apdex_thresholds,
 };
 
 /// Default seconds between probe checks.
@@ -92,6 +92,8 @@ pub struct ServiceConfig {
     /// The audience of its instances' identity token (`spec.workload.identity.audience`);
     /// `None` for the issuer's own URL.
     pub identity_audience: Option<String>,
+    /// The ingress's rate limits and client address lists, before the operator's ceiling.
+    pub traffic: TrafficConfig,
     /// Rollout strategy.
     pub strategy: Strategy,
     /// Traffic steps of a regional rollout, each held for `rollout.pause_seconds`.
@@ -284,6 +286,7 @@ impl ServiceConfig {
     ) -> Self {
         let spec = &manifest.spec;
         let workload = spec.workload.clone().unwrap_or_default();
+        let traffic = traffic(&workload);
         let kind = workload.kind.unwrap_or_default();
         let limits = spec
             .resources
@@ -387,6 +390,7 @@ impl ServiceConfig {
                 allow: rules(workload.egress.as_ref().and_then(|e| e.allow.as_ref())),
                 deny: rules(workload.egress.as_ref().and_then(|e| e.deny.as_ref())),
             },
+            traffic,
             strategy: deployment.strategy.unwrap_or_default(),
             rollout_percentages: deployment
                 .rollout_traffic_percentages
@@ -444,6 +448,50 @@ impl Default for EgressConfig {
             allow: Vec::new(),
             deny: Vec::new(),
         }
+    }
+}
+
+/// The ingress's controls a service asks for (`spec.workload.rate_limit` and
+/// `client_addresses`), defaults applied; the operator's `ingress.traffic` bounds them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TrafficConfig {
+    /// All clients together.
+    pub rate_limit: Option<TokenBucket>,
+    /// Each client.
+    pub per_client: Option<TokenBucket>,
+    /// Networks whose clients alone may call; empty, every client.
+    pub allow: Vec<String>,
+    /// Networks whose clients may not.
+    pub deny: Vec<String>,
+}
+
+/// A token bucket: requests per second on average, and at once.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TokenBucket {
+    pub requests_per_second: f64,
+    pub burst: u32,
+}
+
+impl TokenBucket {
+    /// `burst` by default one second's worth, at least 1.
+    pub fn new(requests_per_second: f64, burst: Option<u32>) -> Self {
+        Self {
+            requests_per_second,
+            burst: burst.unwrap_or_else(|| requests_per_second.ceil().clamp(1.0, 1e7) as u32),
+        }
+    }
+}
+
+fn traffic(workload: &Workload) -> TrafficConfig {
+    let limit = workload.rate_limit.as_ref();
+    let addresses = workload.client_addresses.as_ref();
+    TrafficConfig {
+        rate_limit: limit.and_then(|l| Some(TokenBucket::new(l.requests_per_second?, l.burst))),
+        per_client: limit
+            .and_then(|l| l.per_client.as_ref())
+            .map(|c| TokenBucket::new(c.requests_per_second, c.burst)),
+        allow: addresses.and_then(|a| a.allow.clone()).unwrap_or_default(),
+        deny: addresses.and_then(|a| a.deny.clone()).unwrap_or_default(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Egress rules: an IPv4 range with an optional port or port range, as `spec.workload.egress`
+//! Network ranges. Egress rules: an IPv4 range with an optional port or port range, as `spec.workload.egress`
 //! and the operator's `runtime.egress` write them (`10.20.0.0/16`, `10.20.0.5/32:5432`,
 //! `198.51.100.0/24:8000-8099`, `203.0.113.7` for one address).
 
@@ -218,6 +218,24 @@ pub fn is_private(range: Range) -> bool {
 /// The never-reached range `range` overlaps, if any.
 pub fn never_reached(range: Range) -> Option<Range> {
     NEVER.iter().copied().find(|never| never.overlaps(range))
+}
+
+/// A client network of `spec.workload.client_addresses`: IPv4 or IPv6, a network
+/// (`203.0.113.0/24`) or one address; host bits under the prefix are refused, as a likely typo.
+pub fn client_network(text: &str) -> Result<ipnet::IpNet, String> {
+    let network = match text.parse::<std::net::IpAddr>() {
+        Ok(address) => ipnet::IpNet::from(address),
+        Err(_) => text
+            .parse::<ipnet::IpNet>()
+            .map_err(|_| "expected an address, or an address and a prefix length".to_owned())?,
+    };
+    if network.trunc() != network {
+        return Err(format!(
+            "it has host bits set; the network is {}",
+            network.trunc()
+        ));
+    }
+    Ok(network)
 }
 
 #[cfg(test)]

@@ -71,7 +71,7 @@ mod validate;
 
 pub use config::{
     AnalysisConfig, Artifact, EgressConfig, ProbeAction, ProbeConfig, RolloutConfig, ServiceConfig,
-    SloConfig, dns_name, secret_suffix,
+    SloConfig, TokenBucket, TrafficConfig, dns_name, secret_suffix,
 };
 pub use diagnostic::{Diagnostic, Location, Severity, dotted_path};
 pub use inventory::{

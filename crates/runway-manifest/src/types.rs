@@ -555,6 +555,64 @@ pub struct Workload {
     /// upstream's schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<Identity>,
+    /// Requests the ingress lets through per second, the service's clients together and each
+    /// on its own (an address; an IPv6 client's /64), as token buckets: past them a client
+    /// gets 429 with `Retry-After`. Within the operator's ceiling (`ingress.traffic` in the
+    /// server's configuration), which also applies to a service without one. Refused requests
+    /// are counted (`runway_ingress_client_errors_total`), never against a revision by a
+    /// canary's analysis. Not part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Which client addresses may call the service's public names: with `allow`, only those;
+    /// never those in `deny`. Others get 403. A Cloudflare service's client is the one Cloudflare
+    /// names. The private name has `callers` instead. Not part of upstream's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_addresses: Option<ClientAddresses>,
+}
+
+/// The service's rate limits (`spec.workload.rate_limit`). Not part of upstream's schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Requests per second from all clients together, on average.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 10_000_000))]
+    pub requests_per_second: Option<f64>,
+    /// Requests let through at once past the average. Default: one second's worth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub burst: Option<u32>,
+    /// Each client's own limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_client: Option<ClientRateLimit>,
+}
+
+/// One client's rate limit (`spec.workload.rate_limit.per_client`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientRateLimit {
+    /// Requests per second from one client, on average.
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 10_000_000))]
+    pub requests_per_second: f64,
+    /// Requests one client may make at once past the average. Default: one second's worth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub burst: Option<u32>,
+}
+
+/// Client address lists (`spec.workload.client_addresses`): IPv4 or IPv6 networks
+/// (`203.0.113.0/24`, `2001:db8::/32`) or single addresses. Not part of upstream's schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAddresses {
+    /// Only clients in these networks may call; absent, every client may.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub allow: Option<Vec<String>>,
+    /// Clients in these networks may not call, even when `allow` names them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub deny: Option<Vec<String>>,
 }
 
 /// The instances' identity token (`spec.workload.identity`). Not part of upstream's schema.

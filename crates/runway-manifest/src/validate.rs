@@ -390,6 +390,43 @@ pub(crate) fn check(
         .expected("a name or URL of at most 256 characters, without spaces");
     }
 
+    if let Some(limit) = &workload.rate_limit {
+        if limit.requests_per_second.is_none() && limit.per_client.is_none() {
+            c.error(
+                "/spec/workload/rate_limit",
+                "`rate_limit` limits nothing".to_owned(),
+            )
+            .expected("`requests_per_second`, `per_client`, or both");
+        }
+        if limit.burst.is_some() && limit.requests_per_second.is_none() {
+            c.error(
+                "/spec/workload/rate_limit/burst",
+                "`burst` without `requests_per_second`".to_owned(),
+            )
+            .expected("`requests_per_second` beside it (a client's burst goes in `per_client`)");
+        }
+    }
+    if let Some(addresses) = &workload.client_addresses {
+        for (list, networks) in [("allow", &addresses.allow), ("deny", &addresses.deny)] {
+            for (i, network) in networks.iter().flatten().enumerate() {
+                if let Err(why) = crate::egress::client_network(network) {
+                    c.error(
+                        &format!("/spec/workload/client_addresses/{list}/{i}"),
+                        format!("`{network}` is not a network: {why}"),
+                    )
+                    .expected("an IPv4 or IPv6 network or address, e.g. `203.0.113.0/24` or `2001:db8::/32`");
+                }
+            }
+        }
+        if addresses.allow.as_ref().is_some_and(Vec::is_empty) {
+            c.error(
+                "/spec/workload/client_addresses/allow",
+                "an empty `allow` would admit no client".to_owned(),
+            )
+            .expected("at least one network, or no `allow` to admit every client");
+        }
+    }
+
     // Environment variables and secrets share one namespace: the process's environment.
     let mut names: BTreeMap<&str, String> = BTreeMap::new();
     for name in workload.env.iter().flatten().map(|(k, _)| k) {

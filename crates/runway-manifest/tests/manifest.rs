@@ -262,6 +262,84 @@ fn a_tag_header_is_a_header_of_the_services_own() {
 }
 
 #[test]
+fn rate_limits_and_client_addresses_take_defaults_and_name_bad_fields() {
+    let manifest = |workload: &str| {
+        format!(
+            "apiVersion: runway/v1\nkind: RunwayService\nmetadata:\n  name: web\nspec:\n  \
+             image: busybox\n  workload:\n{workload}"
+        )
+    };
+    let good = manifest(
+        "    rate_limit:\n      requests_per_second: 2.5\n      per_client:\n        \
+         requests_per_second: 0.5\n        burst: 4\n    client_addresses:\n      \
+         allow: [203.0.113.0/24, '2001:db8::/32', 198.51.100.7]\n      deny: [203.0.113.9]\n",
+    );
+    let loaded = load(&base("m.yml", &good));
+    assert_eq!(loaded.diagnostics, vec![]);
+    let config = loaded
+        .service
+        .expect("a service")
+        .config(None)
+        .expect("settings");
+    let traffic = config.traffic;
+    let limit = traffic.rate_limit.expect("the service's");
+    assert_eq!(
+        (limit.requests_per_second, limit.burst),
+        (2.5, 3),
+        "a second's worth"
+    );
+    let client = traffic.per_client.expect("each client's");
+    assert_eq!((client.requests_per_second, client.burst), (0.5, 4));
+    assert_eq!(traffic.allow.len(), 3);
+    assert_eq!(traffic.deny, vec!["203.0.113.9".to_owned()]);
+
+    for (workload, line, field, says) in [
+        (
+            "    rate_limit:\n      burst: 5\n",
+            "m.yml:9",
+            "spec.workload.rate_limit",
+            "limits nothing",
+        ),
+        (
+            "    rate_limit:\n      requests_per_second: 0\n",
+            "m.yml:9",
+            "spec.workload.rate_limit.requests_per_second",
+            "",
+        ),
+        (
+            "    rate_limit:\n      per_client:\n        burst: 5\n",
+            "m.yml:9",
+            "spec.workload.rate_limit.per_client",
+            "requests_per_second",
+        ),
+        (
+            "    client_addresses:\n      deny: [10.0.0.0/8, 10.1.2.3/16]\n",
+            "m.yml:9",
+            "spec.workload.client_addresses.deny[1]",
+            "host bits set; the network is 10.1.0.0/16",
+        ),
+        (
+            "    client_addresses:\n      allow: [example.com]\n",
+            "m.yml:9",
+            "spec.workload.client_addresses.allow[0]",
+            "is not a network",
+        ),
+        (
+            "    client_addresses:\n      allow: []\n",
+            "m.yml:9",
+            "spec.workload.client_addresses.allow",
+            "admit no client",
+        ),
+    ] {
+        let loaded = load(&base("m.yml", &manifest(workload)));
+        let text = render(&loaded.diagnostics);
+        assert!(text.contains(line), "{workload}: {text}");
+        assert!(text.contains(field), "{workload}: {text}");
+        assert!(text.contains(says), "{workload}: {text}");
+    }
+}
+
+#[test]
 fn structural_errors_of_every_kind() {
     let text = "\
 apiVersion: runway/v2

@@ -294,6 +294,18 @@ pub struct IngressConfig {
     /// changes (a bad one keeps the last good list). Without it, such services refuse every
     /// client.
     pub cloudflare_ranges_file: Option<PathBuf>,
+    /// The operator's bounds on services' rate limits.
+    pub traffic: TrafficBounds,
+}
+
+/// `ingress.traffic`: bounds on what services' manifests ask of the ingress.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficBounds {
+    /// The most each client may send to any one service (`requests_per_second`, `burst`): a
+    /// service's `spec.workload.rate_limit.per_client` may be lower, not higher (a deploy
+    /// asking more is refused), and a service without one gets this. None: no ceiling.
+    pub per_client: Option<runway_ingress::RateLimitConfig>,
 }
 
 /// A host routed to cells.
@@ -390,6 +402,7 @@ impl Default for IngressConfig {
             cells: Vec::new(),
             certificates: Vec::new(),
             cloudflare_ranges_file: None,
+            traffic: TrafficBounds::default(),
         }
     }
 }
@@ -549,6 +562,20 @@ impl ServerConfig {
             }
             runway_ingress::cloudflare::load(file)
                 .map_err(|error| anyhow::anyhow!("{at}: {}", runway_log::chain(&error)))?;
+        }
+        if let Some(ceiling) = &config.ingress.traffic.per_client {
+            runway_ingress::ControlsConfig {
+                client_rate_limit: Some(*ceiling),
+                ..runway_ingress::ControlsConfig::default()
+            }
+            .check()
+            .map_err(|why| {
+                anyhow::anyhow!(
+                    "{}: ingress.traffic.per_client: {}",
+                    path.display(),
+                    why.replace("controls.client_rate_limit.", "")
+                )
+            })?;
         }
         if config.registry.retention_hours == 0 {
             bail!(

@@ -30,7 +30,7 @@ pub(crate) struct ServerPlatform {
     /// How custom domains are served.
     pub(crate) domains: runway_api::domains::DomainSettings,
     /// Told when a domain is added or removed: the edge view's reader and the ACME issuer.
-    pub(crate) domains_changed: [Arc<Notify>; 2],
+    pub(crate) edge_changed: [Arc<Notify>; 2],
 }
 
 fn api_log_line(line: runway_driver::LogLine) -> runway_api::types::LogLine {
@@ -142,8 +142,8 @@ impl Platform for ServerPlatform {
         self.domains.clone()
     }
 
-    fn domains_changed(&self) {
-        for notify in &self.domains_changed {
+    fn edge_changed(&self) {
+        for notify in &self.edge_changed {
             notify.notify_one();
         }
     }

@@ -266,6 +266,13 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
         runway_control::edge::read_domains(store.as_ref(), &Sealer::new(&key))
             .context("cannot read the custom domains")?;
     controller.edge().set_domains(domains, certificates);
+    controller.edge().set_maintenance(
+        runway_control::edge::read_maintenance(store.as_ref())
+            .context("cannot read the services in maintenance")?,
+    );
+    controller
+        .edge()
+        .set_client_ceiling(config.ingress.traffic.per_client);
 
     let mut tasks = Vec::new();
     if let Some(election) = election {
@@ -409,20 +416,27 @@ pub async fn start_with(mut config: ServerConfig, drivers: &Drivers) -> anyhow::
                 .collect(),
             https_port: config.control.https_port,
         },
-        domains_changed: [domains_read, domains_added],
+        edge_changed: [domains_read, domains_added],
     });
-    let state = ApiState::new(
-        Arc::clone(&store),
-        platform,
-        Sealer::new(&key),
-        config.api.environments.clone(),
-    )
-    .allow_processes(config.runtime.allow_processes)
-    .max_source_bytes(config.api.limits.source_bytes)
-    .runbook_base(config.observability.runbook_base.clone())
-    .previews(config.api.previews)
-    .identity_issuer(issuer.as_ref().map(|i| i.url().to_owned()))
-    .registry(registry, pull_key);
+    let state =
+        ApiState::new(
+            Arc::clone(&store),
+            platform,
+            Sealer::new(&key),
+            config.api.environments.clone(),
+        )
+        .allow_processes(config.runtime.allow_processes)
+        .max_source_bytes(config.api.limits.source_bytes)
+        .runbook_base(config.observability.runbook_base.clone())
+        .previews(config.api.previews)
+        .identity_issuer(issuer.as_ref().map(|i| i.url().to_owned()))
+        .client_rate_ceiling(config.ingress.traffic.per_client.map(|c| {
+            runway_manifest::TokenBucket {
+                requests_per_second: c.requests_per_second,
+                burst: c.burst,
+            }
+        }))
+        .registry(registry, pull_key);
     let state = if config.api.oidc.issuers.is_empty() {
         state
     } else {

@@ -164,6 +164,19 @@ const TABLES: &[(&str, &[&str], bool)] = &[
         false,
     ),
     (
+        "maintenance",
+        &[
+            "service",
+            "env",
+            "message",
+            "allow",
+            "retry_after_seconds",
+            "since",
+            "set_by",
+        ],
+        false,
+    ),
+    (
         "identity_keys",
         &[
             "kid",

@@ -112,11 +112,11 @@ pub use model::{
     AuditBy, AuditEntry, AuditFilter, AuditHead, AuditSinkCursor, AuditVerification, Deployment,
     DeploymentEvent, DeploymentKind, DeploymentState, Desired, DesiredRevision, Domain,
     DomainCertificate, DomainState, Fence, FenceCell, IdentityKey, InventoryChanges,
-    InventoryRecord, IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken,
-    PLATFORM_ACTORS, PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand, SecretInfo,
-    SecretVersion, Service, ServiceUpdate, Team, TeamMember, Token, TokenScope, artifact_image,
-    artifact_is_process, artifact_mirror, artifact_source, mirror_is_external, person_in_a_team,
-    revision_name,
+    InventoryRecord, IssuedCertificate, Lease, Maintenance, NewPreview, NewRevision, NewService,
+    NewToken, PLATFORM_ACTORS, PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand,
+    SecretInfo, SecretVersion, Service, ServiceUpdate, Team, TeamMember, Token, TokenScope,
+    artifact_image, artifact_is_process, artifact_mirror, artifact_source, mirror_is_external,
+    person_in_a_team, revision_name,
 };
 pub use postgres::{DatabaseTrust, POSTGRES_SCHEMA_VERSION, PostgresStore};
 pub use sqlite::{BUSY_TIMEOUT, SqliteStore};

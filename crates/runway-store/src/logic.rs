@@ -16,9 +16,9 @@ use crate::{
     AuditBy, AuditEntry, AuditFilter, AuditHead, AuditSinkCursor, AuditVerification, DeployRecord,
     Deployment, DeploymentEvent, DeploymentKind, DeploymentState, Desired, DesiredRevision, Domain,
     DomainCertificate, DomainState, FenceCell, IdentityKey, InventoryChanges, InventoryRecord,
-    IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken, PlannedRevision,
-    Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion, Service,
-    ServiceUpdate, Store, Team, TeamMember, Timestamp, Token, TokenScope, revision_name,
+    IssuedCertificate, Lease, Maintenance, NewPreview, NewRevision, NewService, NewToken,
+    PlannedRevision, Preview, Revision, RevisionRef, RolloutCommand, SecretInfo, SecretVersion,
+    Service, ServiceUpdate, Store, Team, TeamMember, Timestamp, Token, TokenScope, revision_name,
 };
 
 /// What a database gives the store's logic: transactions. A write transaction excludes every
@@ -289,6 +289,21 @@ fn load_domain(db: &dyn Db, name: &str) -> Result<Domain> {
     .ok_or_else(|| not_found("domain", name))
 }
 
+const MAINTENANCE_COLUMNS: &str =
+    "service, env, message, allow, retry_after_seconds, since, set_by";
+
+fn maintenance_from_row(row: &Row) -> Result<Maintenance> {
+    Ok(Maintenance {
+        service: row.get(0)?,
+        env: row.get(1)?,
+        message: row.get(2)?,
+        allow: get_json(row, 3, "maintenance allow")?,
+        retry_after_seconds: get_u32(row, 4, "maintenance retry_after_seconds")?,
+        since: get_ts(row, 5)?,
+        set_by: row.get(6)?,
+    })
+}
+
 const AUDIT_COLUMNS: &str = "id, at, actor, action, target, detail, prev_hash, hash";
 
 fn audit_from_row(row: &Row) -> Result<AuditEntry> {
@@ -504,6 +519,11 @@ fn update_service(
                     domains.join(", ")
                 )));
             }
+            // Nothing is served there to be in maintenance.
+            db.execute(
+                "DELETE FROM maintenance WHERE service = ?1 AND env = ?2",
+                args![name, removed],
+            )?;
         }
     }
     let owners = update.owners.as_ref().unwrap_or(&current.owners);
@@ -2529,6 +2549,77 @@ impl<B: Backend> Store for B {
                 "domain.remove",
                 &format!("domain/{name}"),
                 &json!({ "service": domain.service, "env": domain.env }),
+            )
+        })
+    }
+
+    fn maintenance_set(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        maintenance: Option<&Maintenance>,
+    ) -> Result<Option<Maintenance>> {
+        self.write(|db, now| {
+            let found = load_service(db, service)?;
+            if !found.environments.iter().any(|e| e == env) {
+                return Err(not_found("environment", format!("{service}/{env}")));
+            }
+            let target = format!("service/{service}/env/{env}");
+            let Some(maintenance) = maintenance else {
+                let removed = db.execute(
+                    "DELETE FROM maintenance WHERE service = ?1 AND env = ?2",
+                    args![service, env],
+                )?;
+                if removed > 0 {
+                    audit(db, now, actor, "maintenance.off", &target, &json!({}))?;
+                }
+                return Ok(None);
+            };
+            let allow = to_json(&maintenance.allow)?;
+            db.execute(
+                "INSERT INTO maintenance (service, env, message, allow, retry_after_seconds, \
+                 since, set_by) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (service, env) DO UPDATE SET message = excluded.message, \
+                 allow = excluded.allow, retry_after_seconds = excluded.retry_after_seconds",
+                args![
+                    service,
+                    env,
+                    maintenance.message.as_str(),
+                    allow.as_str(),
+                    i64::from(maintenance.retry_after_seconds),
+                    now.unix_millis(),
+                    actor
+                ],
+            )?;
+            audit(
+                db,
+                now,
+                actor,
+                "maintenance.on",
+                &target,
+                &json!({
+                    "message": maintenance.message,
+                    "allow": maintenance.allow,
+                    "retry_after_seconds": maintenance.retry_after_seconds,
+                }),
+            )?;
+            db.query_one(
+                &format!(
+                    "SELECT {MAINTENANCE_COLUMNS} FROM maintenance WHERE service = ?1 AND env = ?2"
+                ),
+                args![service, env],
+                maintenance_from_row,
+            )
+        })
+    }
+
+    fn maintenance_list(&self) -> Result<Vec<Maintenance>> {
+        self.read(|db| {
+            db.query_all(
+                &format!("SELECT {MAINTENANCE_COLUMNS} FROM maintenance ORDER BY service, env"),
+                args![],
+                maintenance_from_row,
             )
         })
     }

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0009_teams.sql"),
     include_str!("../migrations/0010_audit_chain.sql"),
     include_str!("../migrations/0011_identity_keys.sql"),
+    include_str!("../migrations/0012_maintenance.sql"),
 ];
 
 /// The schema version this code writes.

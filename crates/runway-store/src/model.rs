@@ -802,6 +802,25 @@ impl DomainState {
 }
 
 /// A custom domain routed to a service's environment, with its certificate's public part.
+/// A service in maintenance in one environment: the ingress answers its requests with a 503
+/// carrying `message` and `Retry-After`, but for clients in `allow`; its instances keep
+/// running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Maintenance {
+    pub service: String,
+    pub env: String,
+    /// What clients are told; empty, a generic sentence.
+    pub message: String,
+    /// Networks (`203.0.113.0/24`, `2001:db8::1`) whose clients are let through.
+    pub allow: Vec<String>,
+    /// The `Retry-After` clients are given, in seconds.
+    pub retry_after_seconds: u32,
+    /// Since when.
+    pub since: Timestamp,
+    /// Who turned it on.
+    pub set_by: String,
+}
+
 /// Never the key: [`Store::domain_certificates`](crate::Store::domain_certificates) alone
 /// returns it, sealed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

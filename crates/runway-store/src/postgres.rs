@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0007_teams.sql"),
     include_str!("../migrations/postgres/0008_audit_chain.sql"),
     include_str!("../migrations/postgres/0009_identity_keys.sql"),
+    include_str!("../migrations/postgres/0010_maintenance.sql"),
 ];
 
 /// The schema version this code writes on PostgreSQL.

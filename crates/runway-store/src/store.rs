@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::{
     AuditEntry, AuditFilter, AuditSinkCursor, AuditVerification, Deployment, DeploymentEvent,
     DeploymentState, Desired, DesiredRevision, Domain, DomainCertificate, FenceCell, IdentityKey,
-    InventoryChanges, IssuedCertificate, Lease, NewPreview, NewRevision, NewService, NewToken,
-    PlannedRevision, Preview, Result, Revision, RolloutCommand, SecretInfo, SecretVersion, Service,
-    ServiceUpdate, Team, TeamMember, Timestamp, Token,
+    InventoryChanges, IssuedCertificate, Lease, Maintenance, NewPreview, NewRevision, NewService,
+    NewToken, PlannedRevision, Preview, Result, Revision, RolloutCommand, SecretInfo,
+    SecretVersion, Service, ServiceUpdate, Team, TeamMember, Timestamp, Token,
 };
 
 /// What a deploy, rollback or promotion recorded, all in one transaction.
@@ -302,6 +302,21 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Removes a domain and its certificate. `NotFound` when there is none.
     fn domain_remove(&self, actor: &str, name: &str) -> Result<()>;
+
+    /// Puts `service` in maintenance in `env` (its `since` and `set_by` are set here), or
+    /// changes what it says; `None` takes it out, and is a no-op when it is not in
+    /// maintenance. Audited as `maintenance.on` or `maintenance.off`. `NotFound` for an unknown
+    /// service or environment.
+    fn maintenance_set(
+        &self,
+        actor: &str,
+        service: &str,
+        env: &str,
+        maintenance: Option<&Maintenance>,
+    ) -> Result<Option<Maintenance>>;
+
+    /// Every service and environment in maintenance, by service and environment.
+    fn maintenance_list(&self) -> Result<Vec<Maintenance>>;
 
     /// Every domain, by name. Never a key.
     fn domain_list(&self) -> Result<Vec<Domain>>;

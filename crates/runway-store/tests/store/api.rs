@@ -1446,6 +1446,83 @@ fn services_update_owners_and_environments() {
 }
 
 #[test]
+fn maintenance_is_set_changed_listed_cleared_and_audited() {
+    let f = fixture();
+    let store: &dyn Store = &*f.store;
+    onboard(store, "hello");
+    let on = |message: &str| runway_store::Maintenance {
+        service: "hello".into(),
+        env: "production".into(),
+        message: message.into(),
+        allow: vec!["192.0.2.0/24".into()],
+        retry_after_seconds: 120,
+        since: Timestamp::from_unix_millis(0).unwrap(),
+        set_by: String::new(),
+    };
+    let set = store
+        .maintenance_set("alice", "hello", "production", Some(&on("back soon")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (set.message.as_str(), set.set_by.as_str()),
+        ("back soon", "alice")
+    );
+    assert_eq!(set.allow, vec!["192.0.2.0/24".to_owned()]);
+    assert!(set.since.unix_millis() > 0, "set by the store");
+    let changed = store
+        .maintenance_set("bob", "hello", "production", Some(&on("back at noon")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(changed.message, "back at noon");
+    assert_eq!(
+        (changed.since, changed.set_by.as_str()),
+        (set.since, "alice"),
+        "a change keeps since when and by whom"
+    );
+    assert_eq!(store.maintenance_list().unwrap(), vec![changed]);
+    assert!(matches!(
+        store.maintenance_set("alice", "hello", "qa", Some(&on("x"))),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.maintenance_set("alice", "nobody", "production", None),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(
+        store
+            .maintenance_set("alice", "hello", "production", None)
+            .unwrap(),
+        None
+    );
+    assert!(store.maintenance_list().unwrap().is_empty());
+    // Off again is a no-op, not audited twice.
+    store
+        .maintenance_set("alice", "hello", "production", None)
+        .unwrap();
+    let actions: Vec<String> = store
+        .audit_list(0, 100)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.action.starts_with("maintenance."))
+        .map(|e| format!("{} {} {}", e.action, e.actor, e.target))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "maintenance.on alice service/hello/env/production",
+            "maintenance.on bob service/hello/env/production",
+            "maintenance.off alice service/hello/env/production",
+        ]
+    );
+    // A decommissioned service leaves none behind.
+    store
+        .maintenance_set("alice", "hello", "staging", Some(&on("x")))
+        .unwrap();
+    store.service_decommission("alice", "hello").unwrap();
+    assert!(store.maintenance_list().unwrap().is_empty());
+}
+
+#[test]
 fn identity_keys_are_kept_once_per_rotation_and_dropped_once_expired() {
     let f = fixture();
     let store: &dyn Store = &*f.store;

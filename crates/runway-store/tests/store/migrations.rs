@@ -23,7 +23,7 @@ fn a_new_database_gets_the_latest_schema_with_its_pragmas() {
     let path = dir.path().join("runway.db");
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 11);
+    assert_eq!(SCHEMA_VERSION, 12);
     assert_eq!(store.path(), path);
     store.integrity_check().unwrap();
     drop(store);
@@ -41,6 +41,7 @@ fn a_new_database_gets_the_latest_schema_with_its_pragmas() {
         "desired_revisions",
         "identity_keys",
         "leases",
+        "maintenance",
         "previews",
         "revisions",
         "secrets",
