@@ -63,6 +63,8 @@ impl ProxyBody {
 pub(crate) struct Finish {
     /// The access log and the request's record, when there is a log.
     pub(crate) log: Option<(AccessLog, Box<AccessRecord>)>,
+    /// The request's trace, when traced, and its response's status.
+    pub(crate) trace: Option<(Box<crate::trace::RequestTrace>, u16)>,
     pub(crate) start: Instant,
     pub(crate) instance: Arc<Instance>,
     pub(crate) revision: Arc<Revision>,
@@ -88,6 +90,12 @@ impl Drop for Finish {
         }
         self.revision.release(&self.instance);
         self.revision.metrics.in_flight.dec();
+        if let Some((trace, status)) = self.trace.take() {
+            trace.end(
+                status,
+                (!self.complete).then_some("response body not completed"),
+            );
+        }
         if let Some((log, mut record)) = self.log.take() {
             record.duration_ms = millis(self.start.elapsed());
             if !self.complete {

@@ -100,7 +100,7 @@ pub struct Hello {
 }
 
 /// Where an ingress serves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Listen {
     /// Plain HTTP (HTTP/1.1 and h2c), or the redirect to HTTPS.
     pub http: SocketAddr,
@@ -127,6 +127,18 @@ pub struct Listen {
     /// The operator's Cloudflare ranges file (`--cloudflare-ranges`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloudflare_ranges: Option<std::path::PathBuf>,
+    /// Where its traces go (`--otlp-endpoint`, `--trace-sample-ratio`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traces: Option<TraceExport>,
+}
+
+/// Where an ingress sends its traces, and the share of traces started there it keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceExport {
+    /// The collector's OTLP/HTTP base URL.
+    pub endpoint: String,
+    /// 0 to 1.
+    pub sample_ratio: f64,
 }
 
 /// What went wrong talking to an ingress.

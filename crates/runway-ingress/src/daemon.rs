@@ -130,6 +130,31 @@ pub struct Args {
     /// refuse every client.
     #[arg(long, value_name = "FILE")]
     pub cloudflare_ranges: Option<PathBuf>,
+    /// Trace requests: W3C `traceparent`/`tracestate` read (a trace started without one) and
+    /// passed to the instance, and each request's spans (the request, its hold while a
+    /// revision starts or queue at the concurrency limit, the call to the instance) sent over
+    /// OTLP/HTTP to this collector (`http://127.0.0.1:4318`; spans go to its `/v1/traces`).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// The share of traces started here that are kept, 0 to 1; a request whose caller sent a
+    /// `traceparent` follows its sampled flag.
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "RATIO",
+        requires = "otlp_endpoint"
+    )]
+    pub trace_sample_ratio: f64,
+}
+
+/// Where `args` send traces, as [`Listen`] says it.
+fn traces(args: &Args) -> Option<crate::control::TraceExport> {
+    args.otlp_endpoint
+        .as_ref()
+        .map(|endpoint| crate::control::TraceExport {
+            endpoint: endpoint.clone(),
+            sample_ratio: args.trace_sample_ratio,
+        })
 }
 
 /// How often the Cloudflare ranges file is checked for a change.
@@ -684,8 +709,21 @@ async fn serve(
     };
     // Before the options: their connection budget is computed from the open-file limit.
     let fd_limit = crate::raise_fd_limit().context("cannot read the open-file limit")?;
+    let tracing = args
+        .otlp_endpoint
+        .as_ref()
+        .map(|endpoint| {
+            crate::trace::Tracing::new(&crate::trace::TracingOptions {
+                endpoint: endpoint.clone(),
+                sample_ratio: args.trace_sample_ratio,
+                service_name: "runway-ingress".to_owned(),
+            })
+            .map(Arc::new)
+        })
+        .transpose()?;
     let options = Options {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
+        tracing: tracing.clone(),
         ..Options::default()
     };
     tracing::info!(
@@ -752,6 +790,7 @@ async fn serve(
         dns: args.dns_listen,
         dns_upstreams: args.dns_upstreams.clone(),
         cloudflare_ranges: args.cloudflare_ranges.clone(),
+        traces: traces(&args),
     };
     let Sockets {
         loops,
@@ -783,6 +822,7 @@ async fn serve(
         dns: dns_bound,
         dns_upstreams: args.dns_upstreams.clone(),
         cloudflare_ranges: args.cloudflare_ranges.clone(),
+        traces: traces(&args),
     };
 
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
@@ -1007,6 +1047,10 @@ async fn serve(
         watch.abort();
     }
     memory_watch.abort();
+    if let Some(tracing) = &tracing {
+        // The spans of the last requests, before the process ends.
+        tracing.flush(Duration::from_secs(2));
+    }
     tracing::info!("stopped");
     match failed {
         Some(Ok(result)) => result,
@@ -1305,6 +1349,13 @@ async fn start(
     }
     if let Some(path) = &launch.listen.cloudflare_ranges {
         command.arg("--cloudflare-ranges").arg(path);
+    }
+    if let Some(traces) = &launch.listen.traces {
+        command
+            .arg("--otlp-endpoint")
+            .arg(&traces.endpoint)
+            .arg("--trace-sample-ratio")
+            .arg(traces.sample_ratio.to_string());
     }
     if replacing {
         command.arg("--replacing");

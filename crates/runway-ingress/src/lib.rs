@@ -36,6 +36,9 @@
 //! - `controls.rs`: a route's rate limits (GCRA buckets, the clients' bounded), client address
 //!   lists and maintenance, checked once its revision is known; refusals are the revision's
 //!   client errors.
+//! - `trace.rs`: with `--otlp-endpoint`, W3C trace context in and out and each request's
+//!   spans (the request, its hold or queue, the call to the instance), exported over OTLP by
+//!   the OpenTelemetry SDK's batch processor; nothing at all without it.
 //! - `connection.rs`: a client connection from accept to close. `limits.rs`: the open-file limit
 //!   (raised to the hard limit), the budget it allows, the accept back-off the API shares.
 //! - `control.rs`: the control protocol on the control socket and, with `--control-listen`, on
@@ -115,6 +118,7 @@ pub mod supervise;
 pub mod table;
 mod timer;
 pub mod tls;
+pub mod trace;
 mod upstream;
 
 /// What `runway-ingress --version` prints after its name: the build's version, commit and
@@ -182,6 +186,8 @@ pub struct Options {
     /// Clients a route's per-client rate limit keeps a bucket for; past it, clients beyond
     /// share one bucket (see [`controls`]). Bounds the memory a flood of addresses can take.
     pub max_rate_limited_clients: usize,
+    /// Traces of requests, exported over OTLP ([`trace`]); none, none are made.
+    pub tracing: Option<Arc<trace::Tracing>>,
     /// Time to connect to an instance.
     pub connect_timeout: Duration,
     /// Time in-flight requests get to finish when the server shuts down.
@@ -205,6 +211,7 @@ impl Default for Options {
             max_connections: limits::connections_for_fd_limit(limits::fd_limit()),
             max_connections_per_client: 256,
             max_rate_limited_clients: 65_536,
+            tracing: None,
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),
             certificate_poll: Duration::from_secs(5),

@@ -21,6 +21,7 @@ use crate::body::{BodyFault, BodyWatch, ClientBody, Finish, ProxyBody};
 use crate::error::{ProxyError, error_response};
 use crate::log::{AccessRecord, millis};
 use crate::table::{Instance, Pick, Revision, Route};
+use crate::trace::{RequestTrace, Wait};
 use crate::upstream::{self, Attempt, Sender, UpstreamBody};
 
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -117,6 +118,16 @@ pub(crate) async fn handle(
             ..AccessRecord::default()
         })
     });
+    // Likewise without a tracer: no trace.
+    let mut trace = shared.options.tracing.as_ref().map(|tracing| {
+        Box::new(tracing.begin(
+            request.headers(),
+            request.method(),
+            request.uri().path(),
+            peer.address,
+            start,
+        ))
+    });
     let mut revision = None;
     let (parts, body) = request.into_parts();
     let (body, watch) = ClientBody::new(body, shared.options.max_body_bytes, &peer.linger);
@@ -132,7 +143,7 @@ pub(crate) async fn handle(
         id,
         start,
     };
-    match proxy(&context, request, &mut record, &mut revision).await {
+    match proxy(&context, request, &mut record, &mut trace, &mut revision).await {
         Ok(response) => Ok(response),
         Err(error) => {
             if watch.unfinished() || matches!(watch.fault(), Some(BodyFault::TooLarge)) {
@@ -152,6 +163,9 @@ pub(crate) async fn handle(
                 (Some(rev), Some(reason)) => rev.metrics.client_error(reason),
                 (None, Some(reason)) => shared.metrics.refused(reason),
                 (None, None) => shared.metrics.unrouted(),
+            }
+            if let Some(trace) = trace {
+                trace.end(status, Some(&error.to_string()));
             }
             if let (Some(log), Some(mut record)) = (&shared.access_log, record) {
                 record.status = status;
@@ -300,6 +314,7 @@ async fn proxy(
     context: &Context<'_>,
     mut request: Request<ClientBody>,
     record: &mut Option<Box<AccessRecord>>,
+    trace: &mut Option<Box<RequestTrace>>,
     chosen: &mut Option<Arc<Revision>>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let Context {
@@ -378,22 +393,33 @@ async fn proxy(
         None => {
             // A revision the tag header named is the only one that may serve the request.
             let choose_again = (!by_tag_header).then_some(&*host);
-            Box::pin(acquire(
-                shared,
-                peer,
+            let mut waits = trace.as_ref().map(|_| Vec::new());
+            let acquired = Box::pin(acquire(
+                context,
                 choose_again,
                 route,
                 revision,
-                start,
                 chosen,
+                waits.as_mut(),
             ))
-            .await?
+            .await;
+            if let (Some(trace), Some(waits), Some(revision)) = (trace.as_deref(), &waits, &*chosen)
+            {
+                for &(wait, from, to) in waits {
+                    trace.waited(wait, from, to, &revision.name);
+                }
+            }
+            acquired?
         }
     };
     revision.metrics.in_flight.inc();
     if let Some(record) = record {
         record.revision = Some(revision.name.clone());
     }
+    if let Some(trace) = trace {
+        trace.routed(&revision.service, &revision.env, &revision.name);
+    }
+    let instance_address = instance.address;
     // From here the slot is released by `Finish` (on success) or `Slot` (on error).
     let slot = Slot {
         revision: Arc::clone(&revision),
@@ -406,6 +432,12 @@ async fn proxy(
     if let Some(cell) = &cell {
         mark_cell_request(upstream_request.headers_mut(), cell);
     }
+    let call = match (trace.as_deref(), &shared.options.tracing) {
+        (Some(trace), Some(tracing)) => {
+            Some(trace.call(tracing, instance_address, upstream_request.headers_mut()))
+        }
+        _ => None,
+    };
     let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
     let body = context.body;
     let sent = crate::timer::timeout_at(
@@ -420,7 +452,15 @@ async fn proxy(
         } else {
             ProxyError::Timeout { timeout_ms }
         }
-    })?;
+    })
+    .and_then(|sent| sent);
+    if let Some(call) = call {
+        let status = sent
+            .as_ref()
+            .ok()
+            .map(|(response, ..)| response.status().as_u16());
+        crate::trace::end_call(call, status);
+    }
     let (mut response, sender, mut slot) = sent?;
     let Some(instance) = slot.instance.take() else {
         // `send` hands back the slot it used, instance and all.
@@ -464,6 +504,7 @@ async fn proxy(
     };
     let mut finish = Finish {
         log,
+        trace: trace.take().map(|trace| (trace, parts.status.as_u16())),
         start,
         instance,
         revision,
@@ -796,14 +837,23 @@ impl Drop for Waiting<'_> {
 /// chosen again at `choose_again`'s host, if the table dropped the first meanwhile; none
 /// when the request's tag header named it) and the request's deadline.
 async fn acquire(
-    shared: &Shared,
-    peer: &Peer,
+    context: &Context<'_>,
     choose_again: Option<&str>,
     route: Arc<Route>,
     revision: Arc<Revision>,
-    start: Instant,
     chosen: &mut Option<Arc<Revision>>,
+    waits: Option<&mut Vec<(Wait, Instant, Instant)>>,
 ) -> Result<(Arc<Instance>, Arc<Revision>, Instant), ProxyError> {
+    let Context {
+        shared,
+        peer,
+        start,
+        ..
+    } = *context;
+    let mut waits = Waits {
+        done: waits,
+        current: None,
+    };
     let mut revision = revision;
     let mut timeout = route.request_timeout;
     let mut held_for = Duration::ZERO;
@@ -828,6 +878,7 @@ async fn acquire(
                     });
                 }
                 Pick::NoneReady => {
+                    waits.enter(Wait::Hold);
                     queued = None;
                     let since = *hold_started.get_or_insert_with(Instant::now);
                     if held.is_none() {
@@ -854,6 +905,7 @@ async fn acquire(
                     since + hold
                 }
                 Pick::Busy => {
+                    waits.enter(Wait::Queue);
                     if let Some(since) = hold_started.take() {
                         held_for += since.elapsed();
                         held = None;
@@ -883,6 +935,7 @@ async fn acquire(
         if let Some(since) = hold_started {
             held_for += since.elapsed();
         }
+        waits.close();
         drop((held, queued));
         match outcome {
             Some(instance) => return Ok((instance, revision, start + held_for + timeout)),
@@ -910,6 +963,34 @@ async fn acquire(
                 });
             }
         }
+    }
+}
+
+/// A request's waits for its trace, each closed when the next begins or the wait ends (also
+/// by an error's early return); nothing without a trace.
+struct Waits<'a> {
+    done: Option<&'a mut Vec<(Wait, Instant, Instant)>>,
+    current: Option<(Wait, Instant)>,
+}
+
+impl Waits<'_> {
+    fn enter(&mut self, wait: Wait) {
+        if self.done.is_some() && self.current.map(|(w, _)| w) != Some(wait) {
+            self.close();
+            self.current = Some((wait, Instant::now()));
+        }
+    }
+
+    fn close(&mut self) {
+        if let (Some(done), Some((wait, from))) = (self.done.as_deref_mut(), self.current.take()) {
+            done.push((wait, from, Instant::now()));
+        }
+    }
+}
+
+impl Drop for Waits<'_> {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 

@@ -129,6 +129,7 @@ async fn serve(dir: &Path) -> (SocketAddr, watch::Receiver<bool>) {
         dns: None,
         dns_upstreams: Vec::new(),
         cloudflare_ranges: None,
+        traces: None,
     };
     let (stop, stopped) = watch::channel(false);
     let state = Arc::new(ControlState::new(

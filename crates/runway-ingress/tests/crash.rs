@@ -512,6 +512,7 @@ async fn a_worker_whose_supervisor_is_killed_serves_on_until_replaced() {
                 dns: None,
                 dns_upstreams: Vec::new(),
                 cloudflare_ranges: None,
+                traces: None,
             },
             ca_dir: dir.path().join("ca"),
             shutdown_grace: Duration::from_secs(1),

@@ -296,6 +296,25 @@ pub struct IngressConfig {
     pub cloudflare_ranges_file: Option<PathBuf>,
     /// The operator's bounds on services' rate limits.
     pub traffic: TrafficBounds,
+    /// Traces of every request through the ingress, sent to an OpenTelemetry collector.
+    pub tracing: Option<IngressTracing>,
+}
+
+/// `ingress.tracing`: where the ingress sends each request's spans (W3C trace context in and
+/// out; the request, its hold while a revision starts, its queue, the call to the instance).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngressTracing {
+    /// The collector's OTLP/HTTP base URL (`http://otel-collector:4318`).
+    pub otlp_endpoint: String,
+    /// The share of traces started at the ingress that are kept, 0 to 1 (default 1); a
+    /// request whose caller sent `traceparent` follows its sampled flag.
+    #[serde(default = "one")]
+    pub sample_ratio: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// `ingress.traffic`: bounds on what services' manifests ask of the ingress.
@@ -403,6 +422,7 @@ impl Default for IngressConfig {
             certificates: Vec::new(),
             cloudflare_ranges_file: None,
             traffic: TrafficBounds::default(),
+            tracing: None,
         }
     }
 }
@@ -428,6 +448,13 @@ impl IngressConfig {
             dns: platform.map(|address| SocketAddr::from((address, 53))),
             dns_upstreams: Vec::new(),
             cloudflare_ranges: self.cloudflare_ranges_file.clone(),
+            traces: self
+                .tracing
+                .as_ref()
+                .map(|t| runway_ingress::control::TraceExport {
+                    endpoint: t.otlp_endpoint.clone(),
+                    sample_ratio: t.sample_ratio,
+                }),
             http: self.http,
             https: Some(self.https),
             admin: self.admin,
@@ -562,6 +589,23 @@ impl ServerConfig {
             }
             runway_ingress::cloudflare::load(file)
                 .map_err(|error| anyhow::anyhow!("{at}: {}", runway_log::chain(&error)))?;
+        }
+        if let Some(tracing) = &config.ingress.tracing {
+            let at = format!("{}: ingress.tracing", path.display());
+            if config.ingress.remote.is_some() {
+                bail!(
+                    "{at}: the ingresses of ingress.remote take it with their own \
+                     --otlp-endpoint argument"
+                );
+            }
+            runway_ingress::trace::check_endpoint(&tracing.otlp_endpoint)
+                .map_err(|why| anyhow::anyhow!("{at}.otlp_endpoint: {why}"))?;
+            if !(0.0..=1.0).contains(&tracing.sample_ratio) {
+                bail!(
+                    "{at}.sample_ratio: {} is not between 0 and 1",
+                    tracing.sample_ratio
+                );
+            }
         }
         if let Some(ceiling) = &config.ingress.traffic.per_client {
             runway_ingress::ControlsConfig {

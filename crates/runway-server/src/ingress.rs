@@ -230,4 +230,44 @@ mod tests {
             "{error}"
         );
     }
+
+    /// `ingress.tracing` reaches the ingress this server starts; a bad endpoint, ratio or
+    /// ceiling is refused at load, naming its key.
+    #[test]
+    fn tracing_and_the_traffic_ceiling_are_checked_and_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.yml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            ServerConfig::load(Some(&path)).map_err(|e| format!("{e:#}"))
+        };
+        let config = load(
+            "ingress:\n  tracing:\n    otlp_endpoint: http://127.0.0.1:4318\n    \
+             sample_ratio: 0.25\n  traffic:\n    per_client: {requests_per_second: 5, burst: 10}\n",
+        )
+        .unwrap();
+        let listen = config.ingress.listen(None);
+        let traces = listen.traces.unwrap();
+        assert_eq!(
+            (traces.endpoint.as_str(), traces.sample_ratio),
+            ("http://127.0.0.1:4318", 0.25)
+        );
+        for (text, says) in [
+            (
+                "ingress:\n  tracing:\n    otlp_endpoint: 127.0.0.1:4318\n",
+                "ingress.tracing.otlp_endpoint",
+            ),
+            (
+                "ingress:\n  tracing:\n    otlp_endpoint: http://c:4318\n    sample_ratio: 2\n",
+                "ingress.tracing.sample_ratio",
+            ),
+            (
+                "ingress:\n  traffic:\n    per_client: {requests_per_second: 0, burst: 1}\n",
+                "ingress.traffic.per_client: requests_per_second",
+            ),
+        ] {
+            let error = load(text).unwrap_err();
+            assert!(error.contains(says), "{says}: {error}");
+        }
+    }
 }
