@@ -72,6 +72,8 @@ impl Client {
                 .with_root_certificates(roots.clone())
                 .with_no_client_auth();
             config.alpn_protocols = vec![alpn.to_vec()];
+            // Every connection a full handshake: what a new client costs.
+            config.resumption = rustls::client::Resumption::disabled();
             Ok(TlsConnector::from(Arc::new(config)))
         };
         Ok(Self {

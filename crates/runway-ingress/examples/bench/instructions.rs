@@ -31,6 +31,10 @@ pub(crate) struct Settings {
     /// separated; all by default.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// New connections counted for the cost of a connection (each opened, one request sent
+    /// over it, closed), per protocol and target.
+    #[arg(long, default_value_t = 500)]
+    new_connections: u64,
     /// Keep each counted dump in this directory, as `TARGET-PROTOCOL-ROUND.callgrind`, for
     /// callgrind_annotate or KCachegrind: where the instructions go.
     #[arg(long, value_name = "DIR")]
@@ -41,11 +45,13 @@ pub(crate) struct Settings {
 /// connection stays busy.
 const HTTP2_STREAMS: usize = 4;
 
-/// Instructions per request of one target over one protocol in one round.
+/// Instructions per request of one target over one protocol in one round: on kept-alive
+/// connections, or (`fresh`) on a new connection each, its set-up and closing included.
 #[derive(Debug)]
 struct Count {
     target: &'static str,
     protocol: Protocol,
+    fresh: bool,
     per_request: f64,
 }
 
@@ -110,7 +116,27 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
                 counts.push(Count {
                     target: target.name,
                     protocol,
+                    fresh: false,
                     per_request: instructions as f64 / settings.requests as f64,
+                });
+            }
+            // A new connection's cost: plain, and with a TLS handshake (HTTP/1.1 over each).
+            for protocol in [Protocol::Http1, Protocol::Https1] {
+                eprintln!(
+                    "bench: {}: new {} connections",
+                    target.name,
+                    protocol.label()
+                );
+                let measured = count_new(&bench.client, &running, &callgrind, protocol, settings);
+                let instructions = bench
+                    .runtime
+                    .block_on(measured)
+                    .with_context(|| format!("{} over new connections", target.name))?;
+                counts.push(Count {
+                    target: target.name,
+                    protocol,
+                    fresh: true,
+                    per_request: instructions as f64 / settings.new_connections as f64,
                 });
             }
         }
@@ -141,6 +167,33 @@ async fn count(
     let counted = callgrind.dump().await?;
     drop(senders);
     Ok(counted)
+}
+
+/// The instructions `running` spends on `settings.new_connections` connections over
+/// `protocol`, one after the other, each opened, sent one request and closed (after a warm-up
+/// of as many, so that what a first connection sets up once is not counted).
+async fn count_new(
+    client: &Client,
+    running: &Running,
+    callgrind: &Callgrind,
+    protocol: Protocol,
+    settings: &Settings,
+) -> anyhow::Result<u64> {
+    let one = || async {
+        let senders = client.connect(running.at, protocol, 1).await?;
+        drop(client::send(senders, 1).await?);
+        // The proxy sees the close before the next connection comes.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        anyhow::Ok(())
+    };
+    for _ in 0..settings.new_connections.min(100) {
+        one().await.context("during the warm-up")?;
+    }
+    callgrind.control("zero").await?;
+    for _ in 0..settings.new_connections {
+        one().await?;
+    }
+    Ok(callgrind.dump().await?.0)
 }
 
 /// A process under callgrind, reached with `callgrind_control` (through vgdb).
@@ -274,7 +327,7 @@ fn report(settings: &Settings, targets: &[Target], counts: &[Count]) {
         Spread::of(
             counts
                 .iter()
-                .filter(|c| c.target == target && c.protocol == protocol)
+                .filter(|c| c.target == target && c.protocol == protocol && !c.fresh)
                 .map(|c| c.per_request),
         )
     };
@@ -322,6 +375,49 @@ fn report(settings: &Settings, targets: &[Target], counts: &[Count]) {
             .chain(ratios)
             .collect::<Vec<_>>(),
     );
+    report_connections(settings, &names, counts);
+}
+
+/// A new connection's cost: the instructions of a connection that carries one request, less
+/// that request's on a kept-alive connection (each round's own), with its ratio to nginx's.
+fn report_connections(settings: &Settings, names: &[&str], counts: &[Count]) {
+    let cost = |target: &str, protocol: Protocol| {
+        let per = |fresh: bool| {
+            counts
+                .iter()
+                .filter(move |c| c.target == target && c.protocol == protocol && c.fresh == fresh)
+                .map(|c| c.per_request)
+        };
+        Spread::of(per(true).zip(per(false)).map(|(fresh, kept)| fresh - kept))
+    };
+    let protocols = [Protocol::Http1, Protocol::Https1];
+    let nginx = |protocol| cost("nginx", protocol);
+    println!(
+        "\ninstructions per new connection ({} connections, each opened, one request, closed; \
+         less that request on a kept-alive connection): plain TCP, and TCP with a TLS \
+         handshake (TLS 1.3, no resumption)",
+        settings.new_connections
+    );
+    let header = vec!["new HTTP/1.1".to_owned(), "new TLS (HTTPS/1.1)".to_owned()];
+    let rows: Vec<(&str, Vec<String>)> = names
+        .iter()
+        .map(|&name| {
+            let cells = protocols
+                .iter()
+                .map(|&protocol| {
+                    cost(name, protocol).map_or("-".to_owned(), |c| {
+                        let ratio = nginx(protocol)
+                            .filter(|_| name != "nginx")
+                            .map(|n| format!(" ({:.2}×)", c.median / n.median))
+                            .unwrap_or_default();
+                        format!("{}{ratio}", thousands(c.median))
+                    })
+                })
+                .collect();
+            (name, cells)
+        })
+        .collect();
+    print_table(&[("", header)].into_iter().chain(rows).collect::<Vec<_>>());
 }
 
 /// Rows of a name and right-aligned cells, each column as wide as its widest cell.

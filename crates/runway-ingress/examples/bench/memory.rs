@@ -54,7 +54,7 @@ pub(crate) fn peak_during<T>(pid: Option<u32>, work: impl FnOnce() -> T) -> (T, 
 }
 
 /// The memory of `pid` and its descendants now.
-fn sample(pid: u32) -> Option<Memory> {
+pub(crate) fn sample(pid: u32) -> Option<Memory> {
     let mut memory = Memory::default();
     let mut pids = vec![pid];
     let mut index = 0;

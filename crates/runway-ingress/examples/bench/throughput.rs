@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 
@@ -78,7 +79,13 @@ struct Measurement {
     target: &'static str,
     sample: Sample,
     memory: Option<Memory>,
+    /// After the HTTP/2 load: the memory [`AT_REST`] after it ended, what the proxy keeps.
+    at_rest: Option<Memory>,
 }
+
+/// How long after the HTTP/2 load its memory at rest is read: its connections closed, idle
+/// timers run, what a proxy gives back given back.
+const AT_REST: Duration = Duration::from_secs(3);
 
 pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
     if settings.rounds == 0 {
@@ -138,12 +145,20 @@ fn measure(
     let (sample, memory) =
         memory::peak_during(target.pid(), || run_load(load, target, settings, log));
     let sample = sample.with_context(|| format!("{}: {}", target.name, load.title()))?;
+    let at_rest = match (load, &sample) {
+        (Load::Https2, Some(_)) => {
+            std::thread::sleep(AT_REST);
+            target.pid().and_then(memory::sample)
+        }
+        _ => None,
+    };
     Ok(sample.map(|sample| Measurement {
         round,
         load,
         target: target.name,
         sample,
         memory,
+        at_rest,
     }))
 }
 
@@ -367,6 +382,40 @@ fn report(settings: &Settings, targets: &[&'static str], measurements: &[Measure
         }
         if load == Load::Paced {
             print_added(load, "runway-ingress", measurements);
+        }
+        if load == Load::Https2 {
+            print_at_rest(targets, measurements);
+        }
+    }
+}
+
+/// Each target's PSS [`AT_REST`] after the HTTP/2 load (min / median / max over rounds), and
+/// its ratio to nginx's.
+fn print_at_rest(targets: &[&'static str], measurements: &[Measurement]) {
+    let at_rest = |target: &str| {
+        Spread::of(
+            measurements
+                .iter()
+                .filter(|m| m.target == target)
+                .filter_map(|m| m.at_rest)
+                .map(|m| m.pss_kib as f64 / 1024.0),
+        )
+    };
+    println!(
+        "  memory at rest, {} s after the load (PSS MiB, min / median / max over rounds):",
+        AT_REST.as_secs()
+    );
+    let nginx = at_rest("nginx");
+    for &target in targets {
+        if let Some(spread) = at_rest(target) {
+            let ratio = nginx
+                .filter(|_| target != "nginx")
+                .map(|n| format!(" ({:.2}× nginx)", spread.median / n.median))
+                .unwrap_or_default();
+            println!(
+                "    {target:<16} {:.1} / {:.1} / {:.1}{ratio}",
+                spread.min, spread.median, spread.max
+            );
         }
     }
 }
