@@ -229,7 +229,6 @@ where
     }
 
     pub(crate) fn poll_read_from_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        self.read_blocked = false;
         // Get the next amount to allocate, but make sure we don't go over
         // the max read buf size configured.
         let next = cmp::min(
@@ -241,7 +240,27 @@ where
         if self.read_buf_remaining_mut() < next {
             self.read_buf.reserve(next);
         }
+        self.poll_read_into_room(cx)
+    }
 
+    /// Reads whatever has arrived into the room the read buffer has left, reserving more
+    /// only when it has none.
+    ///
+    /// For the reads that look ahead while a message is in flight (a server checking for
+    /// EOF while it answers a request, a client checking that an idle connection has
+    /// nothing to read, `maybe_notify`): they nearly always find nothing, and the buffer
+    /// still shares its allocation with the message head split off it (its header values
+    /// point into it), so reserving a full `next` there would allocate a new buffer for
+    /// every message only to read nothing into it.
+    pub(crate) fn poll_read_ahead(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_buf_remaining_mut() == 0 {
+            return self.poll_read_from_io(cx);
+        }
+        self.poll_read_into_room(cx)
+    }
+
+    fn poll_read_into_room(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.read_blocked = false;
         // SAFETY: ReadBuf and poll_read promise not to set any uninitialized
         // bytes onto `dst`.
         let dst = unsafe { self.read_buf.chunk_mut().as_uninit_slice_mut() };
