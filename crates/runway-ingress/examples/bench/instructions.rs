@@ -128,10 +128,21 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
                     protocol.label()
                 );
                 let measured = count_new(&bench.client, &running, &callgrind, protocol, settings);
-                let instructions = bench
+                let (instructions, dump) = bench
                     .runtime
                     .block_on(measured)
                     .with_context(|| format!("{} over new connections", target.name))?;
+                if let Some(dir) = &settings.keep_dumps {
+                    let kept = dir.join(format!(
+                        "{}-new-{}-{}.callgrind",
+                        target.name,
+                        protocol.slug(),
+                        round + 1
+                    ));
+                    std::fs::copy(&dump, &kept).with_context(|| {
+                        format!("cannot copy {} to {}", dump.display(), kept.display())
+                    })?;
+                }
                 counts.push(Count {
                     target: target.name,
                     protocol,
@@ -178,7 +189,7 @@ async fn count_new(
     callgrind: &Callgrind,
     protocol: Protocol,
     settings: &Settings,
-) -> anyhow::Result<u64> {
+) -> anyhow::Result<(u64, PathBuf)> {
     let one = || async {
         let senders = client.connect(running.at, protocol, 1).await?;
         drop(client::send(senders, 1).await?);
@@ -193,7 +204,7 @@ async fn count_new(
     for _ in 0..settings.new_connections {
         one().await?;
     }
-    Ok(callgrind.dump().await?.0)
+    callgrind.dump().await
 }
 
 /// A process under callgrind, reached with `callgrind_control` (through vgdb).

@@ -237,7 +237,12 @@ where
                 .max()
                 .saturating_sub(self.read_buf.len()),
         );
-        if self.read_buf_remaining_mut() < next {
+        // Room for at least half a read is used as it is: reserving a whole `next` when a
+        // few bytes are short of it grows a buffer that holds a partial message, and growing
+        // copies it whole (a new connection's first read, the prefix a version sniffer
+        // replayed, doubled an 8 KiB buffer and copied it). A read into half the room still
+        // moves the strategy up (`record`), and one that finds less room reserves as before.
+        if self.read_buf_remaining_mut() < cmp::max(next / 2, 1) {
             self.read_buf.reserve(next);
         }
         self.poll_read_into_room(cx)
