@@ -72,8 +72,7 @@ impl Peer {
         sni: Option<&str>,
         linger: Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
-        let ip = HeaderValue::from_maybe_shared(Bytes::from(address.ip().to_string()))
-            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        let ip = ip_header(address.ip());
         Self {
             tls,
             address: address.ip().to_canonical(),
@@ -89,6 +88,32 @@ impl Peer {
         self.private = true;
         self
     }
+}
+
+/// An address as a header value. An IPv4 one, the usual peer, is written without the
+/// formatting machinery: this runs for every new connection.
+fn ip_header(ip: IpAddr) -> HeaderValue {
+    let text = match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let mut text = Vec::with_capacity(15);
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    text.push(b'.');
+                }
+                if octet >= 100 {
+                    text.push(b'0' + octet / 100);
+                }
+                if octet >= 10 {
+                    text.push(b'0' + octet / 10 % 10);
+                }
+                text.push(b'0' + octet % 10);
+            }
+            text
+        }
+        IpAddr::V6(_) => ip.to_string().into_bytes(),
+    };
+    HeaderValue::from_maybe_shared(Bytes::from(text))
+        .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
 }
 
 /// The service function of every client connection.
@@ -1118,6 +1143,9 @@ fn upstream_request(
     };
     let stripped = strip_headers(&mut parts.headers, true);
     let headers = &mut parts.headers;
+    // Room for what is added below, at once: a map made for the client's headers alone
+    // would otherwise grow (and rehash) on the way.
+    headers.reserve(4);
     if let Some(caller) = stamp.caller {
         headers.insert(RUNWAY_CALLER, caller);
     }
@@ -1257,7 +1285,24 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    use super::{ProxyError, Request, Version, host_of, strip_port};
+    use super::{IpAddr, ProxyError, Request, Version, host_of, ip_header, strip_port};
+
+    #[test]
+    fn an_address_header_is_its_text() {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.213.0.9",
+            "192.168.100.255",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let parsed: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_header(parsed), ip);
+        }
+        let mapped: IpAddr = "::ffff:203.0.113.45".parse().unwrap();
+        assert_eq!(ip_header(mapped), "203.0.113.45");
+    }
 
     #[test]
     fn a_request_names_one_host() {
