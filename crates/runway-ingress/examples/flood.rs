@@ -192,7 +192,7 @@ async fn run(connections: u64, loops: usize, rounds: u64, tls: bool) -> anyhow::
     let instance = upstream().await?;
     let ingress = Ingress::new(Options::default());
     // As `runway-ingress` does: the memory a flood took goes back once it is over.
-    let _memory = ingress.give_back_memory_after_floods();
+    let _memory = ingress.give_back_memory();
     ingress.set_routes(&RouteTableConfig {
         domain: "localhost".to_owned(),
         environments: Vec::new(),

@@ -808,7 +808,7 @@ async fn serve(
         .cloudflare_ranges
         .clone()
         .map(|path| ingress.watch_cloudflare_ranges(path, CLOUDFLARE_POLL));
-    let memory_watch = ingress.give_back_memory_after_floods();
+    let memory_watch = ingress.give_back_memory();
     let bound = Listen {
         http: http.first().context("no HTTP socket")?.local_addr()?,
         https: https

@@ -330,20 +330,40 @@ impl Ingress {
         ))
     }
 
-    /// Gives the system back the memory a flood of client connections took, once it is over
-    /// ([`limits::FLOOD_CLOSED`] fewer connections held than at their peak, checked every
-    /// [`limits::FLOOD_CHECK`]), until the returned task is aborted: freed, it would stay with
-    /// the allocator (see `runway_memory`). Logs what it gave back. Must be called inside a
-    /// tokio runtime.
-    pub fn give_back_memory_after_floods(&self) -> tokio::task::JoinHandle<()> {
+    /// Gives the system back the memory the allocator keeps freed (see `runway_memory`): after
+    /// a flood of client connections, once it is over ([`limits::FLOOD_CLOSED`] fewer
+    /// connections held than at their peak, checked every [`limits::FLOOD_CHECK`]), and
+    /// whenever it holds more than [`limits::HELD_FREE_LIMIT`] free (checked every
+    /// [`limits::HELD_FREE_CHECK`]): what a burst of requests leaves. Until the returned task is
+    /// aborted. Logs what it gave back. Must be called inside a tokio runtime.
+    pub fn give_back_memory(&self) -> tokio::task::JoinHandle<()> {
         let admission = Arc::clone(&self.shared.admission);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(limits::FLOOD_CHECK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_held_check = std::time::Instant::now();
             loop {
                 ticks.tick().await;
-                let Some((peak, held)) = admission.flood_over(limits::FLOOD_CLOSED) else {
-                    continue;
+                let why = match admission.flood_over(limits::FLOOD_CLOSED) {
+                    Some((peak, held)) => {
+                        format!("{} connections closed since their peak", peak - held)
+                    }
+                    None if last_held_check.elapsed() >= limits::HELD_FREE_CHECK => {
+                        last_held_check = std::time::Instant::now();
+                        // It walks the allocator's arenas: off the runtime's threads.
+                        let free = tokio::task::spawn_blocking(runway_memory::free_held_bytes)
+                            .await
+                            .ok()
+                            .flatten();
+                        match free {
+                            Some(free) if free >= limits::HELD_FREE_LIMIT => format!(
+                                "the allocator held {:.1} MiB free",
+                                free as f64 / 1_048_576.0
+                            ),
+                            _ => continue,
+                        }
+                    }
+                    None => continue,
                 };
                 let before = runway_memory::resident_bytes();
                 let began = std::time::Instant::now();
@@ -353,12 +373,9 @@ impl Ingress {
                 let after = runway_memory::resident_bytes();
                 let mib = |bytes: Option<u64>| bytes.map_or(0.0, |b| b as f64 / 1_048_576.0);
                 tracing::info!(
-                    peak,
-                    held,
                     took_ms,
-                    "{} connections closed since their peak: memory given back to the system \
-                     (resident {:.1} MiB before, {:.1} MiB after)",
-                    peak - held,
+                    "{why}: memory given back to the system (resident {:.1} MiB before, {:.1} \
+                     MiB after)",
                     mib(before),
                     mib(after),
                 );

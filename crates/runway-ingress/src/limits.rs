@@ -109,6 +109,16 @@ pub const FLOOD_CLOSED: usize = 1_000;
 /// How often the connections held are compared with their peak.
 pub const FLOOD_CHECK: Duration = Duration::from_secs(1);
 
+/// Memory the allocator may hold free (`runway_memory::free_held_bytes`) before it is given
+/// back: what a burst of requests on few connections (HTTP/2) leaves behind, which no flood of
+/// connections announces. Checked every [`HELD_FREE_CHECK`].
+pub const HELD_FREE_LIMIT: u64 = 16 << 20;
+
+/// How often the memory held free is read (it walks the allocator's arenas), and so the
+/// shortest time between two give-backs for it: a busy ingress that reuses what it freed is not
+/// made to fault it in again more often than this.
+pub const HELD_FREE_CHECK: Duration = Duration::from_secs(5);
+
 #[cfg(test)]
 mod tests {
     use super::*;

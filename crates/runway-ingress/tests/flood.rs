@@ -238,7 +238,7 @@ async fn idle_flood(tls: bool) {
             ..Options::default()
         });
         ingress.set_routes(&support::one_route(instance)).unwrap();
-        let memory = ingress.give_back_memory_after_floods();
+        let memory = ingress.give_back_memory();
         let dir = tempfile::tempdir().unwrap();
         let (tls_setup, connector) = if tls {
             let setup = ingress

@@ -56,7 +56,10 @@
 //! CERT.pem --key KEY.pem --upstream ADDR --threads N` (plain HTTP/1.1 on `--listen`, TLS with
 //! ALPN h2 and http/1.1 on `--https`, for Host `hello.bench.localhost`). Every target must
 //! answer one GET over each protocol with the upstream's 200 before it is measured.
-//! `bench upstream ADDR` is the upstream (the bench runs it itself).
+//! `bench upstream ADDR` is the upstream (the bench runs it itself). What the ingress's own
+//! controls and traces cost: `BENCH_CONTROLS=1` gives its route both rate limits (far above
+//! the load) and address lists, `BENCH_OTLP=URL` traces every request to that OTLP collector (`BENCH_OTLP_RATIO`: the share
+//! of traces kept).
 
 #![allow(clippy::print_stdout)]
 

@@ -295,12 +295,20 @@ impl Bench {
         shape: Shape,
     ) -> anyhow::Result<Command> {
         let routes = self.dir().join("routes.json");
-        let table = serde_json::json!({
-            "domain": "localhost",
-            "routes": [{"service": "hello", "env": "bench", "revisions": [
-                {"name": "hello-1", "weight": 100, "instances": [{"address": self.upstream}]}
-            ]}]
-        });
+        let mut route = serde_json::json!({"service": "hello", "env": "bench", "revisions": [
+            {"name": "hello-1", "weight": 100, "instances": [{"address": self.upstream}]}
+        ]});
+        // `BENCH_CONTROLS=1`: what a route's controls cost when every request passes them
+        // (both buckets, far above the load; an allow list naming loopback).
+        if std::env::var("BENCH_CONTROLS").is_ok_and(|v| v == "1") {
+            route["controls"] = serde_json::json!({
+                "rate_limit": {"requests_per_second": 1e7, "burst": 10_000_000},
+                "client_rate_limit": {"requests_per_second": 1e7, "burst": 10_000_000},
+                "allow": ["127.0.0.0/8"],
+                "deny": ["192.0.2.0/24"]
+            });
+        }
+        let table = serde_json::json!({"domain": "localhost", "routes": [route]});
         std::fs::write(&routes, table.to_string()).context("cannot write routes.json")?;
         let mut command = Command::new(&self.ingress);
         command
@@ -317,6 +325,14 @@ impl Bench {
                 self.key.display()
             ))
             .args(["--admin", &free_port()?.to_string()]);
+        // `BENCH_OTLP=URL`: every request traced, its spans sent to that collector.
+        // `BENCH_OTLP_RATIO`: the share of those traces kept (`--trace-sample-ratio`).
+        if let Some(endpoint) = std::env::var("BENCH_OTLP").ok().filter(|v| !v.is_empty()) {
+            command.args(["--otlp-endpoint", &endpoint]);
+            if let Ok(ratio) = std::env::var("BENCH_OTLP_RATIO") {
+                command.args(["--trace-sample-ratio", &ratio]);
+            }
+        }
         match shape {
             Shape::Single => {
                 command.args(["--threads", "1", "--event-loops", "1"]);
