@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, reason = "tests")]
 
+#[path = "../../runway-ingress/tests/support/otelcol.rs"]
+mod otelcol;
 mod support;
 
 use std::path::Path;
@@ -1318,4 +1320,69 @@ fn maintenance_rate_limits_and_address_lists_through_the_real_ingress() {
     );
     let (_, _, body) = until("refused by address", &|s, _| s == 403);
     assert!(body.contains("127.0.0.1"), "{body}");
+}
+
+/// A cold start through the real server, traced: `ingress.tracing` sends the ingress's spans to
+/// a real OpenTelemetry Collector; a request to a service scaled to zero, in the caller's own
+/// trace, shows its hold (the instance starting) as a span of its own under the request's,
+/// then the call to the instance.
+#[test]
+fn a_cold_start_shows_its_hold_in_the_trace() {
+    let _shared = MACHINE.read().unwrap_or_else(|e| e.into_inner());
+    if !have_python() {
+        return;
+    }
+    let Some(binary) = otelcol::collector_binary() else {
+        return;
+    };
+    let collector = otelcol::Collector::start(&binary);
+    let platform = Platform::start(&Settings {
+        control: FAST_AUTOSCALER.to_owned(),
+        ingress: format!("  tracing:\n    otlp_endpoint: {}\n", collector.endpoint),
+        ..Settings::default()
+    });
+    let repo = platform.onboard("hello", &["dev"], "traced-secret");
+    set_manifest(&repo, "legacy", "", 0, 2, 10);
+    let deploy = platform.deploy(&repo, "dev");
+    assert!(deploy.ok(), "{}\n{}", deploy.all(), platform.log());
+    wait_status(&platform, Duration::from_secs(30), "scaled to zero", |s| {
+        live_instances(s, "hello-dev-00001") == 0 && s["instances"].as_array().unwrap().is_empty()
+    });
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client = platform.ingress_client(HOST);
+    let (status, body) = platform.rt.block_on(async {
+        let response = client
+            .get(platform.ingress_url(HOST, "/"))
+            .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .unwrap();
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
+    });
+    assert_eq!(status, 200, "{body}\n{}", platform.log());
+    let spans = collector.trace(trace, 3);
+    let request = otelcol::named(&spans, "GET");
+    let hold = otelcol::named(&spans, "hold");
+    let upstream = otelcol::named(&spans, "upstream");
+    assert_eq!(request["parentSpanId"], "00f067aa0ba902b7");
+    for child in [hold, upstream] {
+        assert_eq!(child["parentSpanId"], request["spanId"], "{child}");
+    }
+    let held_ms = (otelcol::nanos(hold, "endTimeUnixNano")
+        - otelcol::nanos(hold, "startTimeUnixNano"))
+        / 1_000_000;
+    assert!(held_ms > 0, "{hold}");
+    assert!(
+        otelcol::nanos(upstream, "startTimeUnixNano") >= otelcol::nanos(hold, "endTimeUnixNano")
+    );
+    let attributes = request["attributes"].to_string();
+    assert!(
+        attributes.contains("hello-dev-00001") && attributes.contains("runway.service"),
+        "{attributes}"
+    );
+    eprintln!("cold start traced: held {held_ms} ms before the instance took the request");
 }
