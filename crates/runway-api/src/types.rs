@@ -1840,9 +1840,8 @@ pub struct FieldChange {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetMaintenance {
-    /// What clients are told, as the 503's body (at most 1024 bytes). Default: that the
-    /// service is under maintenance.
-    #[serde(default)]
+    /// What clients are told, as the 503's body (at most 1024 bytes); empty, a sentence
+    /// saying that the service is under maintenance.
     #[schema(max_length = 1024)]
     pub message: String,
     /// Networks (`203.0.113.0/24`, `2001:db8::1`) whose clients still reach the service: the

@@ -956,7 +956,7 @@ include-operation-id = "logs"
 parameters = { "query.follow" = "false" }
 
 [[operations]]
-include-operation-id = ["deploy_handler", "rollback", "promote", "status", "list_revisions"]
+include-operation-id = ["deploy_handler", "rollback", "promote", "status", "list_revisions", "get_maintenance", "set_maintenance", "end_maintenance"]
 parameters = { "path.service" = "hello", "path.env" = "dev" }
 
 [[operations]]
@@ -965,7 +965,7 @@ headers = { "Accept" = "text/event-stream" }
 max-stream-events = 2
 
 [[operations]]
-include-operation-id = ["create_service", "update_service", "create_token", "promote", "set_variables", "logs", "decommission_service", "audit", "end_session", "put_team", "login"]
+include-operation-id = ["create_service", "update_service", "create_token", "promote", "set_variables", "logs", "decommission_service", "audit", "end_session", "put_team", "login", "set_maintenance"]
 checks.positive_data_acceptance.expected-statuses = ["2XX", "400", "401", "403", "404", "409"]
 
 [[operations]]
