@@ -102,17 +102,7 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
                     .runtime
                     .block_on(measured)
                     .with_context(|| format!("{} over {}", target.name, protocol.label()))?;
-                if let Some(dir) = &settings.keep_dumps {
-                    let kept = dir.join(format!(
-                        "{}-{}-{}.callgrind",
-                        target.name,
-                        protocol.slug(),
-                        round + 1
-                    ));
-                    std::fs::copy(&dump, &kept).with_context(|| {
-                        format!("cannot copy {} to {}", dump.display(), kept.display())
-                    })?;
-                }
+                keep(settings, &dump, target.name, protocol.slug(), round)?;
                 counts.push(Count {
                     target: target.name,
                     protocol,
@@ -132,17 +122,8 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
                     .runtime
                     .block_on(measured)
                     .with_context(|| format!("{} over new connections", target.name))?;
-                if let Some(dir) = &settings.keep_dumps {
-                    let kept = dir.join(format!(
-                        "{}-new-{}-{}.callgrind",
-                        target.name,
-                        protocol.slug(),
-                        round + 1
-                    ));
-                    std::fs::copy(&dump, &kept).with_context(|| {
-                        format!("cannot copy {} to {}", dump.display(), kept.display())
-                    })?;
-                }
+                let what = format!("new-{}", protocol.slug());
+                keep(settings, &dump, target.name, &what, round)?;
                 counts.push(Count {
                     target: target.name,
                     protocol,
@@ -153,6 +134,23 @@ pub(crate) fn run(settings: &Settings) -> anyhow::Result<()> {
         }
     }
     report(settings, &targets, &counts);
+    Ok(())
+}
+
+/// Copies a counted dump into `--keep-dumps`, as `TARGET-WHAT-ROUND.callgrind`.
+fn keep(
+    settings: &Settings,
+    dump: &Path,
+    target: &str,
+    what: &str,
+    round: usize,
+) -> anyhow::Result<()> {
+    let Some(dir) = &settings.keep_dumps else {
+        return Ok(());
+    };
+    let kept = dir.join(format!("{target}-{what}-{}.callgrind", round + 1));
+    std::fs::copy(dump, &kept)
+        .with_context(|| format!("cannot copy {} to {}", dump.display(), kept.display()))?;
     Ok(())
 }
 
