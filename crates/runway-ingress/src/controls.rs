@@ -225,9 +225,9 @@ impl ClientBuckets {
             // A bucket that has refilled is the same as none.
             state.buckets.retain(|_, tat| *tat > now);
         }
-        let next = self.rate.take(0, now)?;
         if state.buckets.len() < self.capacity {
-            state.buckets.insert(client, next);
+            // A new bucket, full: its first request always passes.
+            state.buckets.insert(client, self.rate.take(0, now)?);
         } else {
             state.overflow = self.rate.take(state.overflow, now)?;
         }
@@ -236,10 +236,9 @@ impl ClientBuckets {
 }
 
 /// The live controls of a route; its buckets outlive tables that keep their rates
-/// ([`Controls::new`] takes the last table's).
+/// ([`Controls::new`] takes the last table's, when their rate is the same).
 #[derive(Debug)]
 pub(crate) struct Controls {
-    config: ControlsConfig,
     allow: Vec<Cidr>,
     deny: Vec<Cidr>,
     maintenance: Option<Maintenance>,
@@ -266,13 +265,10 @@ impl Controls {
     ) -> Self {
         let parse = |rules: &[String]| parse_all("", rules).unwrap_or_default();
         let epoch = previous.map_or_else(Instant::now, |p| p.epoch);
-        let kept = |field: fn(&ControlsConfig) -> Option<RateLimitConfig>| {
-            previous.is_some_and(|p| field(&p.config) == field(config))
-        };
         let service = config.rate_limit.map(|limit| {
             let bucket = Bucket::new(Rate::new(limit));
-            if kept(|c| c.rate_limit)
-                && let Some(old) = previous.and_then(|p| p.service.as_ref())
+            if let Some(old) = previous.and_then(|p| p.service.as_ref())
+                && old.rate == bucket.rate
             {
                 bucket
                     .tat
@@ -281,14 +277,15 @@ impl Controls {
             bucket
         });
         let clients = config.client_rate_limit.map(|limit| {
+            let rate = Rate::new(limit);
             let state = match previous.and_then(|p| p.clients.as_ref()) {
-                Some(old) if kept(|c| c.client_rate_limit) => {
+                Some(old) if old.rate == rate => {
                     std::mem::take(&mut *old.state.lock().unwrap_or_else(|e| e.into_inner()))
                 }
                 _ => ClientState::default(),
             };
             ClientBuckets {
-                rate: Rate::new(limit),
+                rate,
                 capacity: max_clients.max(1),
                 state: Mutex::new(state),
             }
@@ -304,7 +301,6 @@ impl Controls {
             service,
             clients,
             epoch,
-            config: config.clone(),
         }
     }
 

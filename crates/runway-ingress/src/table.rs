@@ -647,6 +647,13 @@ impl Routes {
             .collect();
         let mut routes = Vec::new();
         let mut fallback = None;
+        // The table in force, read once: its routes' controls, whose buckets carry over.
+        let previous_table = self.current.load();
+        let previous_controls: HashMap<(&str, &str), &crate::controls::Controls> = previous_table
+            .routes
+            .iter()
+            .filter_map(|r| Some(((r.service.as_str(), r.env.as_str()), r.controls.as_deref()?)))
+            .collect();
         for rc in &config.routes {
             let mut revisions = Vec::new();
             let mut tagged = Vec::new();
@@ -742,12 +749,9 @@ impl Routes {
                 });
             // A route's buckets outlive tables, as its revisions do.
             let controls = (!rc.controls.is_empty()).then(|| {
-                let previous = self.current.load();
-                let previous = previous
-                    .routes
-                    .iter()
-                    .find(|r| r.service == rc.service && r.env == rc.env)
-                    .and_then(|r| r.controls.as_deref());
+                let previous = previous_controls
+                    .get(&(rc.service.as_str(), rc.env.as_str()))
+                    .copied();
                 Box::new(crate::controls::Controls::new(
                     &rc.controls,
                     previous,
