@@ -333,8 +333,8 @@ impl Ingress {
     /// Gives the system back the memory the allocator keeps freed (see `runway_memory`): after
     /// a flood of client connections, once it is over ([`limits::FLOOD_CLOSED`] fewer
     /// connections held than at their peak, checked every [`limits::FLOOD_CHECK`]), and
-    /// whenever it holds more than [`limits::HELD_FREE_LIMIT`] free (checked every
-    /// [`limits::HELD_FREE_CHECK`]): what a burst of requests leaves. Until the returned task is
+    /// whenever it holds [`limits::HELD_FREE_LIMIT`] more free than it could not give back the
+    /// last time (checked every [`limits::HELD_FREE_CHECK`]): what a burst of requests leaves. Until the returned task is
     /// aborted. Logs what it gave back. Must be called inside a tokio runtime.
     pub fn give_back_memory(&self) -> tokio::task::JoinHandle<()> {
         let admission = Arc::clone(&self.shared.admission);
@@ -342,6 +342,10 @@ impl Ingress {
             let mut ticks = tokio::time::interval(limits::FLOOD_CHECK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_held_check = std::time::Instant::now();
+            // What the allocator still held free after the last give-back (memory it cannot
+            // return, split among chunks in use): only growth past it calls for another, or a
+            // fragmented heap would be trimmed, and logged, every few seconds for nothing.
+            let mut floor = 0;
             loop {
                 ticks.tick().await;
                 let why = match admission.flood_over(limits::FLOOD_CLOSED) {
@@ -356,7 +360,7 @@ impl Ingress {
                             .ok()
                             .flatten();
                         match free {
-                            Some(free) if free >= limits::HELD_FREE_LIMIT => format!(
+                            Some(free) if free >= floor + limits::HELD_FREE_LIMIT => format!(
                                 "the allocator held {:.1} MiB free",
                                 free as f64 / 1_048_576.0
                             ),
@@ -370,6 +374,11 @@ impl Ingress {
                 // It locks the allocator's arenas in turn: off the runtime's threads.
                 let _ = tokio::task::spawn_blocking(runway_memory::give_back).await;
                 let took_ms = began.elapsed().as_secs_f64() * 1000.0;
+                floor = tokio::task::spawn_blocking(runway_memory::free_held_bytes)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0);
                 let after = runway_memory::resident_bytes();
                 let mib = |bytes: Option<u64>| bytes.map_or(0.0, |b| b as f64 / 1_048_576.0);
                 tracing::info!(
