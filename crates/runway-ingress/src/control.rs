@@ -130,6 +130,12 @@ pub struct Listen {
     /// Where its traces go (`--otlp-endpoint`, `--trace-sample-ratio`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traces: Option<TraceExport>,
+    /// `--max-connections-per-client`; none, the ingress's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_client: Option<usize>,
+    /// `--max-rate-limited-clients`; none, the ingress's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate_limited_clients: Option<usize>,
 }
 
 /// Where an ingress sends its traces, and the share of traces started there it keeps.

@@ -7,10 +7,11 @@
 //! Rate limits are GCRA token buckets ("theoretical arrival time"): one `u64` per bucket, so
 //! a client's bucket that has refilled is the same as none, and may be dropped. The service's
 //! bucket is one atomic; the clients' live in a map bounded by the operator
-//! ([`crate::Options::max_rate_limited_clients`]): when it is full, refilled buckets are
-//! dropped (at most once a second), and a client that finds it full still shares one
-//! overflow bucket with the others like it, so a flood of addresses is limited all the same
-//! and costs no memory.
+//! ([`crate::Options::max_rate_limited_clients`], shared equally by the routes with a
+//! per-client limit, so that a flood at one service takes nothing of another's): when it is
+//! full, refilled buckets are dropped (at most once a second), and a client that finds it
+//! full still shares one overflow bucket with the others like it, so a flood of addresses is
+//! limited all the same and costs no memory.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -209,6 +210,17 @@ struct ClientState {
     last_sweep: u64,
 }
 
+/// The clients a route with a per-client limit always keeps a bucket for, however many
+/// routes share [`crate::Options::max_rate_limited_clients`].
+pub const MIN_CLIENTS_PER_ROUTE: usize = 1024;
+
+/// Each route's share of `total` client buckets among `routes` routes with a per-client
+/// limit: equal, and at least [`MIN_CLIENTS_PER_ROUTE`]. Fixed when a table is set, so no
+/// route's clients can take another's.
+pub(crate) fn client_share(total: usize, routes: usize) -> usize {
+    (total / routes.max(1)).max(MIN_CLIENTS_PER_ROUTE)
+}
+
 /// How often a full map is swept of refilled buckets, at most.
 const SWEEP_EVERY: u64 = 1_000_000_000;
 
@@ -347,7 +359,7 @@ impl Controls {
 
     /// Clients with a bucket now.
     #[cfg(test)]
-    fn tracked(&self) -> usize {
+    pub(crate) fn tracked(&self) -> usize {
         self.clients.as_ref().map_or(0, |clients| {
             let state = clients.state.lock().unwrap_or_else(|e| e.into_inner());
             state.buckets.len()

@@ -136,6 +136,16 @@ pub struct Args {
     /// OTLP/HTTP to this collector (`http://127.0.0.1:4318`; spans go to its `/v1/traces`).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// Client connections open at once from one address (an IPv6 client's /64); past it,
+    /// its new ones are closed at accept. 0: no limit per address. Default: 256.
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_client: Option<usize>,
+    /// Clients that per-client rate limits keep a bucket for, all routes together (each
+    /// route with such a limit an equal share, at least 1,024); past its share a route's
+    /// further clients share one bucket. At most about 64 bytes a client, spare room
+    /// included. Default: 1048576.
+    #[arg(long, value_name = "N")]
+    pub max_rate_limited_clients: Option<usize>,
     /// The share of traces started here that are kept, 0 to 1; a request whose caller sent a
     /// `traceparent` follows its sampled flag.
     #[arg(
@@ -724,6 +734,12 @@ async fn serve(
     let options = Options {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_seconds),
         tracing: tracing.clone(),
+        max_connections_per_client: args
+            .max_connections_per_client
+            .unwrap_or(crate::DEFAULT_MAX_CONNECTIONS_PER_CLIENT),
+        max_rate_limited_clients: args
+            .max_rate_limited_clients
+            .unwrap_or(crate::DEFAULT_MAX_RATE_LIMITED_CLIENTS),
         ..Options::default()
     };
     tracing::info!(
@@ -791,6 +807,8 @@ async fn serve(
         dns_upstreams: args.dns_upstreams.clone(),
         cloudflare_ranges: args.cloudflare_ranges.clone(),
         traces: traces(&args),
+        max_connections_per_client: args.max_connections_per_client,
+        max_rate_limited_clients: args.max_rate_limited_clients,
     };
     let Sockets {
         loops,
@@ -823,6 +841,8 @@ async fn serve(
         dns_upstreams: args.dns_upstreams.clone(),
         cloudflare_ranges: args.cloudflare_ranges.clone(),
         traces: traces(&args),
+        max_connections_per_client: args.max_connections_per_client,
+        max_rate_limited_clients: args.max_rate_limited_clients,
     };
 
     let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
@@ -1356,6 +1376,16 @@ async fn start(
             .arg(&traces.endpoint)
             .arg("--trace-sample-ratio")
             .arg(traces.sample_ratio.to_string());
+    }
+    if let Some(max) = launch.listen.max_connections_per_client {
+        command
+            .arg("--max-connections-per-client")
+            .arg(max.to_string());
+    }
+    if let Some(max) = launch.listen.max_rate_limited_clients {
+        command
+            .arg("--max-rate-limited-clients")
+            .arg(max.to_string());
     }
     if replacing {
         command.arg("--replacing");

@@ -183,8 +183,11 @@ pub struct Options {
     /// Client connections open at once from one address (an IPv6 client's /64); past it, its
     /// new ones are closed at accept. 0: no limit per address.
     pub max_connections_per_client: usize,
-    /// Clients a route's per-client rate limit keeps a bucket for; past it, clients beyond
-    /// share one bucket (see [`controls`]). Bounds the memory a flood of addresses can take.
+    /// Clients the routes' per-client rate limits keep a bucket for, all routes together
+    /// (each route an equal share of it, at least [`controls::MIN_CLIENTS_PER_ROUTE`]); past
+    /// its share, a route's further clients share one bucket (see [`controls`]). Bounds the
+    /// memory a flood of addresses can take (at most about 64 bytes a client), and keeps a flood
+    /// at one service from taking another's buckets.
     pub max_rate_limited_clients: usize,
     /// Traces of requests, exported over OTLP ([`trace`]); none, none are made.
     pub tracing: Option<Arc<trace::Tracing>>,
@@ -199,6 +202,11 @@ pub struct Options {
     pub http2_ping: Duration,
 }
 
+/// [`Options::max_connections_per_client`] by default.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CLIENT: usize = 256;
+/// [`Options::max_rate_limited_clients`] by default: at most about 64 MiB of buckets.
+pub const DEFAULT_MAX_RATE_LIMITED_CLIENTS: usize = 1 << 20;
+
 impl Default for Options {
     fn default() -> Self {
         Self {
@@ -209,8 +217,8 @@ impl Default for Options {
             max_header_bytes: 64 << 10,
             header_read_timeout: Duration::from_secs(30),
             max_connections: limits::connections_for_fd_limit(limits::fd_limit()),
-            max_connections_per_client: 256,
-            max_rate_limited_clients: 65_536,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+            max_rate_limited_clients: DEFAULT_MAX_RATE_LIMITED_CLIENTS,
             tracing: None,
             connect_timeout: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(30),

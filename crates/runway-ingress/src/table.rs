@@ -654,6 +654,14 @@ impl Routes {
             .iter()
             .filter_map(|r| Some(((r.service.as_str(), r.env.as_str()), r.controls.as_deref()?)))
             .collect();
+        let client_share = crate::controls::client_share(
+            self.max_clients,
+            config
+                .routes
+                .iter()
+                .filter(|rc| rc.controls.client_rate_limit.is_some())
+                .count(),
+        );
         for rc in &config.routes {
             let mut revisions = Vec::new();
             let mut tagged = Vec::new();
@@ -755,7 +763,7 @@ impl Routes {
                 Box::new(crate::controls::Controls::new(
                     &rc.controls,
                     previous,
-                    self.max_clients,
+                    client_share,
                 ))
             });
             let route = Arc::new(Route {
@@ -919,6 +927,48 @@ mod tests {
             }],
             ..RouteTableConfig::default()
         }
+    }
+
+    /// Routes with a per-client limit share the operator's bound on client buckets equally: a
+    /// flood of addresses at one fills its share only, and another still keeps a bucket for
+    /// each of its own clients.
+    #[test]
+    fn a_flood_at_one_route_takes_none_of_anothers_client_buckets() {
+        use crate::controls::{ControlsConfig, MIN_CLIENTS_PER_ROUTE, RateLimitConfig};
+        let total = 4 * MIN_CLIENTS_PER_ROUTE;
+        let routes = Routes::new(Arc::new(Metrics::new()), MIN_HOLD, total);
+        let mut table = config(&["127.0.0.1:1"], 0);
+        table.routes[0].controls = ControlsConfig {
+            client_rate_limit: Some(RateLimitConfig {
+                requests_per_second: 0.001,
+                burst: 5,
+            }),
+            ..ControlsConfig::default()
+        };
+        let mut other = table.routes[0].clone();
+        other.service = "other".into();
+        other.domains = vec!["other.example.com".into()];
+        table.routes.push(other);
+        routes.set(&table).unwrap();
+        let live = routes.load();
+        let controls = |i: usize| live.routes[i].controls.as_deref().unwrap();
+        let flooded = controls(0);
+        for i in 0..u32::try_from(total).unwrap() {
+            let address = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            let _ = flooded.admit(address, true);
+        }
+        assert_eq!(flooded.tracked(), total / 2, "the flooded route's share");
+        let spared = controls(1);
+        for i in 0..100u32 {
+            let address = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0xc000_0200 + i));
+            spared.admit(address, true).expect("a bucket of its own");
+        }
+        assert_eq!(spared.tracked(), 100);
+        // However many routes, each keeps at least its minimum.
+        assert_eq!(
+            crate::controls::client_share(total, 1000),
+            MIN_CLIENTS_PER_ROUTE
+        );
     }
 
     /// A table's certificates are served by name (a wildcard for one label below it) and

@@ -130,6 +130,8 @@ async fn serve(dir: &Path) -> (SocketAddr, watch::Receiver<bool>) {
         dns_upstreams: Vec::new(),
         cloudflare_ranges: None,
         traces: None,
+        max_connections_per_client: None,
+        max_rate_limited_clients: None,
     };
     let (stop, stopped) = watch::channel(false);
     let state = Arc::new(ControlState::new(

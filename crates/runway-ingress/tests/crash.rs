@@ -487,6 +487,34 @@ async fn a_worker_that_cannot_start_is_started_again_after_a_growing_pause() {
     .unwrap();
 }
 
+/// How `daemon::ensure` starts the ingress of `state`: on free loopback ports.
+fn launch(dir: &Path, state: &Path) -> Launch {
+    Launch {
+        command: IngressCommand {
+            program: BINARY.into(),
+            args: Vec::new(),
+        },
+        state_dir: state.to_owned(),
+        listen: Listen {
+            http: "127.0.0.1:0".parse().unwrap(),
+            https: None,
+            admin: "127.0.0.1:0".parse().unwrap(),
+            redirect: false,
+            certificates: Vec::new(),
+            private: None,
+            dns: None,
+            dns_upstreams: Vec::new(),
+            cloudflare_ranges: None,
+            traces: None,
+            max_connections_per_client: None,
+            max_rate_limited_clients: None,
+        },
+        ca_dir: dir.join("ca"),
+        shutdown_grace: Duration::from_secs(1),
+        start_timeout: Duration::from_secs(10),
+    }
+}
+
 /// The supervisor killed: its worker serves on alone (every request served), says so, and
 /// `daemon::ensure` replaces it with a supervised ingress on the same port, as it replaces
 /// one of another build; the old worker then stops.
@@ -496,28 +524,7 @@ async fn a_worker_whose_supervisor_is_killed_serves_on_until_replaced() {
     tokio::time::timeout(BOUND, async {
         let dir = tempfile::tempdir().unwrap();
         let state = saved(dir.path(), &support::one_route(upstream().await));
-        let launch = Launch {
-            command: IngressCommand {
-                program: BINARY.into(),
-                args: Vec::new(),
-            },
-            state_dir: state.clone(),
-            listen: Listen {
-                http: "127.0.0.1:0".parse().unwrap(),
-                https: None,
-                admin: "127.0.0.1:0".parse().unwrap(),
-                redirect: false,
-                certificates: Vec::new(),
-                private: None,
-                dns: None,
-                dns_upstreams: Vec::new(),
-                cloudflare_ranges: None,
-                traces: None,
-            },
-            ca_dir: dir.path().join("ca"),
-            shutdown_grace: Duration::from_secs(1),
-            start_timeout: Duration::from_secs(10),
-        };
+        let launch = launch(dir.path(), &state);
         let (remote, outcome) = runway_ingress::daemon::ensure(&launch, RemoteOptions::default())
             .await
             .unwrap();
@@ -614,6 +621,59 @@ async fn a_stop_asked_for_ends_the_supervisor_every_time() {
                 "run {run}: the stop was taken for a crash: {}",
                 ingress.stderr()
             );
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// The operator's bounds on clients (`ingress.traffic` in the server's configuration) reach
+/// the ingress it starts: past one connection from this address, the next is closed at
+/// accept. The ingress reports them as asked, so the next `ensure` adopts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_client_bounds_reach_the_ingress_it_starts() {
+    let groups = Groups::default();
+    tokio::time::timeout(BOUND, async {
+        let dir = tempfile::tempdir().unwrap();
+        let state = saved(dir.path(), &support::one_route(upstream().await));
+        let mut launch = launch(dir.path(), &state);
+        launch.listen.max_connections_per_client = Some(1);
+        launch.listen.max_rate_limited_clients = Some(4096);
+        let (remote, outcome) = runway_ingress::daemon::ensure(&launch, RemoteOptions::default())
+            .await
+            .unwrap();
+        groups.add(remote.hello().pid);
+        assert_eq!(outcome, Outcome::Started);
+        assert_eq!(remote.hello().listen.max_connections_per_client, Some(1));
+        assert_eq!(remote.hello().listen.max_rate_limited_clients, Some(4096));
+        let address = remote.hello().bound.http;
+
+        let mut first = None;
+        request(&mut first, address).await.unwrap();
+        let mut second = None;
+        let refused = request(&mut second, address).await;
+        assert!(refused.is_err(), "a second connection was served");
+        drop(first);
+        // Once the first is closed, a connection from the address is served again.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut again = None;
+            match request(&mut again, address).await {
+                Ok(()) => break,
+                Err(error) => assert!(Instant::now() < deadline, "{error}"),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        let (adopted, outcome) = runway_ingress::daemon::ensure(&launch, RemoteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(outcome, Outcome::Adopted);
+        ControlClient::new(&state).stop().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(adopted.hello().pid) {
+            assert!(Instant::now() < deadline, "the ingress did not stop");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await

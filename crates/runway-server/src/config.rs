@@ -325,6 +325,15 @@ pub struct TrafficBounds {
     /// service's `spec.workload.rate_limit.per_client` may be lower, not higher (a deploy
     /// asking more is refused), and a service without one gets this. None: no ceiling.
     pub per_client: Option<runway_ingress::RateLimitConfig>,
+    /// Client connections open at once from one address (an IPv6 client's /64), past which
+    /// its new ones are closed at accept; 0, no limit. None: the ingress's default (256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_client: Option<usize>,
+    /// Clients that per-client rate limits keep a bucket for, every service together, each
+    /// service with such a limit an equal share (at least 1,024). None: the ingress's
+    /// default (1,048,576, at most about 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate_limited_clients: Option<usize>,
 }
 
 /// A host routed to cells.
@@ -455,6 +464,8 @@ impl IngressConfig {
                     endpoint: t.otlp_endpoint.clone(),
                     sample_ratio: t.sample_ratio,
                 }),
+            max_connections_per_client: self.traffic.max_connections_per_client,
+            max_rate_limited_clients: self.traffic.max_rate_limited_clients,
             http: self.http,
             https: Some(self.https),
             admin: self.admin,
@@ -673,6 +684,28 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ingress_traffic_bounds_go_to_the_ingress_it_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.yml");
+        std::fs::write(
+            &path,
+            "ingress:\n  traffic:\n    max_connections_per_client: 0\n    max_rate_limited_clients: 4096\n",
+        )
+        .unwrap();
+        let listen = ServerConfig::load(Some(&path))
+            .unwrap()
+            .ingress
+            .listen(None);
+        assert_eq!(listen.max_connections_per_client, Some(0));
+        assert_eq!(listen.max_rate_limited_clients, Some(4096));
+        let defaults = ServerConfig::default().ingress.listen(None);
+        assert_eq!(defaults.max_connections_per_client, None);
+        std::fs::write(&path, "ingress:\n  traffic:\n    max_connections: 1\n").unwrap();
+        let error = format!("{:#}", ServerConfig::load(Some(&path)).unwrap_err());
+        assert!(error.contains("max_connections"), "{error}");
+    }
 
     #[test]
     fn the_runtime_section_names_plain_http_registries_and_refuses_unknown_keys() {

@@ -324,7 +324,10 @@ impl Bench {
                 self.cert.display(),
                 self.key.display()
             ))
-            .args(["--admin", &free_port()?.to_string()]);
+            .args(["--admin", &free_port()?.to_string()])
+            // Every load comes from 127.0.0.1, and the peers limit no address's connections
+            // (nginx's `limit_conn` and HAProxy's stick tables are off unless configured).
+            .args(["--max-connections-per-client", "0"]);
         // `BENCH_OTLP=URL`: every request traced, its spans sent to that collector.
         // `BENCH_OTLP_RATIO`: the share of those traces kept (`--trace-sample-ratio`).
         if let Some(endpoint) = std::env::var("BENCH_OTLP").ok().filter(|v| !v.is_empty()) {
