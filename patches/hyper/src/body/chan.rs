@@ -17,6 +17,7 @@ pub(crate) fn channel(wanter: bool) -> (Sender, Receiver) {
             sender_open: true,
             receiver_open: true,
             want: !wanter,
+            sender_waiting: false,
         }),
         sender_waker: AtomicWaker::new(),
         receiver_waker: AtomicWaker::new(),
@@ -60,17 +61,22 @@ struct State {
     sender_open: bool,
     receiver_open: bool,
     want: bool,
+    /// The sender's last `poll_ready` was pending: it waits to be woken. A sender that is
+    /// not waiting (it polls again on its own, or it is gone) is not woken for nothing.
+    sender_waiting: bool,
 }
 
 impl Sender {
     pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<crate::Result<()>> {
         self.shared.sender_waker.register(cx.waker());
-        let state = self.shared.state.lock().panic_if_poisoned();
+        let mut state = self.shared.state.lock().panic_if_poisoned();
         if !state.receiver_open {
             Poll::Ready(Err(crate::Error::new_closed()))
         } else if state.want && state.item.is_none() && state.pending_error.is_none() {
+            state.sender_waiting = false;
             Poll::Ready(Ok(()))
         } else {
+            state.sender_waiting = true;
             Poll::Pending
         }
     }
@@ -165,28 +171,21 @@ impl Receiver {
 
         self.shared.receiver_waker.register(cx.waker());
         let mut state = self.shared.state.lock().panic_if_poisoned();
-        let wake_sender = if !state.want {
-            state.want = true;
-            true
-        } else {
-            false
+        let wanted = !state.want;
+        state.want = true;
+        let next = match state.item.take() {
+            Some(item) => Some(item),
+            None => state.pending_error.take().map(Err),
         };
-        if let Some(item) = state.item.take() {
-            drop(state);
-            self.shared.sender_waker.wake();
-            return Poll::Ready(Some(item));
-        }
-        if let Some(err) = state.pending_error.take() {
-            drop(state);
-            if wake_sender {
-                self.shared.sender_waker.wake();
-            }
-            return Poll::Ready(Some(Err(err)));
-        }
+        // Room was made, or want signalled: a sender is woken for that only if it waits.
+        let wake_sender = (wanted || next.is_some()) && std::mem::take(&mut state.sender_waiting);
         let sender_open = state.sender_open;
         drop(state);
         if wake_sender {
             self.shared.sender_waker.wake();
+        }
+        if let Some(item) = next {
+            return Poll::Ready(Some(item));
         }
         if sender_open {
             Poll::Pending
@@ -272,6 +271,45 @@ mod tests {
 
         assert!(recv(&mut rx).await.is_none());
         assert_eq!(rx.take_trailers().unwrap()["x-trailer"], "value");
+    }
+
+    #[test]
+    fn only_a_waiting_sender_is_woken_for_room() {
+        struct Count(AtomicUsize);
+
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut sender_cx = Context::from_waker(&waker);
+        let mut receiver_cx = Context::from_waker(Waker::noop());
+        let wakes = || count.0.load(Ordering::Relaxed);
+
+        // A sender that found room and sent is not woken when its item is taken.
+        let (mut tx, mut rx) = channel(false);
+        assert!(tx.poll_ready(&mut sender_cx).is_ready());
+        tx.try_send_data(Bytes::from_static(b"one")).unwrap();
+        assert!(rx.poll_next(&mut receiver_cx).is_ready());
+        assert_eq!(wakes(), 0);
+
+        // One that waited for room is, once.
+        tx.try_send_data(Bytes::from_static(b"two")).unwrap();
+        assert!(tx.poll_ready(&mut sender_cx).is_pending());
+        assert!(rx.poll_next(&mut receiver_cx).is_ready());
+        assert_eq!(wakes(), 1);
+        assert!(rx.poll_next(&mut receiver_cx).is_pending());
+        assert_eq!(wakes(), 1);
+
+        // One that waits for the receiver to want data is woken when it does.
+        let (mut tx, mut rx) = channel(true);
+        assert!(tx.poll_ready(&mut sender_cx).is_pending());
+        assert!(rx.poll_next(&mut receiver_cx).is_pending());
+        assert_eq!(wakes(), 2);
+        assert!(tx.poll_ready(&mut sender_cx).is_ready());
     }
 
     #[test]
