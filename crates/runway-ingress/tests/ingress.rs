@@ -2698,3 +2698,126 @@ async fn idle_connections_do_not_hold_the_admin_port() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     drop(idle);
 }
+
+/// An instance that answers `GET /big?bytes=N` with N bytes, `POST` with the length of the
+/// body it read, anything else `ok`; with the connections it accepted, and a way to close
+/// every one of them at once (as an instance does with its idle connections).
+struct Closing {
+    address: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    connections: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+    task: JoinHandle<()>,
+}
+
+impl Closing {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (count, kept) = (accepted.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let service = service_fn(|request: Request<Incoming>| async move {
+                    let big = query_number(&request, "bytes=") as usize;
+                    let answer = if request.method() == http::Method::POST {
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        Bytes::from(body.len().to_string())
+                    } else if big > 0 {
+                        Bytes::from(vec![b'x'; big])
+                    } else {
+                        Bytes::from_static(b"ok")
+                    };
+                    Ok::<_, Infallible>(Response::new(Full::new(answer)))
+                });
+                kept.lock().unwrap().push(tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }));
+            }
+        });
+        Self {
+            address,
+            accepted,
+            connections,
+            task,
+        }
+    }
+
+    fn close_all(&self) {
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.close_all();
+        self.task.abort();
+    }
+}
+
+/// An instance's HTTP/1.1 connection carries a body larger than any socket buffer whole,
+/// each way (its channels waking the side that waits, and only that side), and is used again
+/// after it; one the instance closed while it sat idle in the pool is left for a new one, the
+/// request never failing.
+async fn instance_connections_carry_bodies_and_are_replaced(serving: Serving) {
+    tokio::time::timeout(BOUND, async {
+        let instance = Closing::start().await;
+        let running = start_with(Ingress::new(Options::default()), serving).await;
+        running
+            .ingress
+            .set_routes(&one_revision(instance.address))
+            .unwrap();
+        const BIG: usize = 8 << 20;
+        let (status, _, body) = get(running.address, HOST, &format!("/big?bytes={BIG}")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body.len(), BIG);
+        assert!(body.bytes().all(|b| b == b'x'));
+
+        let stream = TcpStream::connect(running.address).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let upload = Request::post("/")
+            .header("host", HOST)
+            .body(Full::new(Bytes::from(vec![b'y'; BIG / 2])))
+            .unwrap();
+        let response = sender.send_request(upload).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let read = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(read, (BIG / 2).to_string().as_bytes());
+
+        let (status, _, body) = get(running.address, HOST, "/").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(
+            instance.accepted.load(Ordering::SeqCst),
+            1,
+            "each request after the first reused its connection"
+        );
+
+        instance.close_all();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        for _ in 0..3 {
+            let (status, _, body) = get(running.address, HOST, "/").await;
+            assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+        }
+        assert_eq!(instance.accepted.load(Ordering::SeqCst), 2);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_connections_carry_bodies_and_are_replaced_when_closed() {
+    instance_connections_carry_bodies_and_are_replaced(Serving::SharedRuntime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_connections_carry_bodies_and_are_replaced_when_closed_on_an_event_loop() {
+    instance_connections_carry_bodies_and_are_replaced(Serving::EventLoop).await;
+}
