@@ -274,18 +274,16 @@ impl Handshake {
         let shed = self.slot.shed.notified();
         tokio::pin!(shed);
         let pressure_wait = limits::PRESSURE_WAIT.min(bound);
-        tokio::select! {
-            () = &mut shed => return Closed::Shed,
-            () = crate::timer::Deadline::new(since + pressure_wait) => {}
+        if self.shed_before(shed.as_mut(), since + pressure_wait).await {
+            return Closed::Shed;
         }
         if pressure_wait < bound {
             if self.shed_under_pressure() {
                 metrics.refused_connection(SHED_REASON);
                 return Closed::Shed;
             }
-            tokio::select! {
-                () = &mut shed => return Closed::Shed,
-                () = crate::timer::Deadline::new(since + bound) => {}
+            if self.shed_before(shed.as_mut(), since + bound).await {
+                return Closed::Shed;
             }
         }
         match self.slot.stage() {
@@ -293,6 +291,27 @@ impl Handshake {
             SHED => Closed::Shed,
             _ => std::future::pending().await,
         }
+    }
+
+    /// Waits until `deadline` (false) or until the connection is shed (true). Once it is
+    /// served neither can matter: polled then (with every poll of its connection's task, as
+    /// long as the connection lasts), it looks at its stage and nothing else.
+    async fn shed_before(
+        &self,
+        mut shed: Pin<&mut tokio::sync::futures::Notified<'_>>,
+        deadline: Instant,
+    ) -> bool {
+        let mut deadline = std::pin::pin!(crate::timer::Deadline::new(deadline));
+        std::future::poll_fn(|cx| {
+            if self.slot.stage() == SERVED {
+                return Poll::Pending;
+            }
+            if shed.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(true);
+            }
+            deadline.as_mut().poll(cx).map(|()| false)
+        })
+        .await
     }
 
     /// Sheds the connection if it still waits and the budget is under pressure.
