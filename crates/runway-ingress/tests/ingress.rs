@@ -2142,12 +2142,25 @@ async fn shutdown_lets_in_flight_requests_finish() {
                 })
                 .await
         });
+        // A keep-alive connection, idle when the stop comes: told to close, it does at once.
+        let mut idle = TcpStream::connect(address).await.unwrap();
+        idle.write_all(format!("GET / HTTP/1.1\r\nhost: {HOST}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = [0u8; 1024];
+        let read = idle.read(&mut answer).await.unwrap();
+        assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
         let slow = tokio::spawn(async move { get(address, HOST, "/?sleep_ms=400").await });
         tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopping = Instant::now();
         stop.send(()).unwrap();
         let (status, _, body) = slow.await.unwrap();
         assert_eq!((status, body.as_str()), (StatusCode::OK, "last"));
         server.await.unwrap().unwrap();
+        // Every connection closed: the stop did not wait out its grace (30 s).
+        assert!(stopping.elapsed() < Duration::from_secs(5));
+        let closed = tokio::time::timeout(Duration::from_secs(1), idle.read(&mut answer)).await;
+        assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
         // Stopped: no longer accepting.
         assert!(TcpStream::connect(address).await.is_err());
     })
