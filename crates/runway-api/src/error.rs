@@ -76,6 +76,12 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 404 for something that exists but is not in the state asked about, with a code of its
+    /// own (`not_in_maintenance`), so that a client tells it from a missing service.
+    pub fn not_in_state(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
     /// 409: contradicts what is stored now.
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "conflict", message)

@@ -18,6 +18,8 @@ pub const MAX_MESSAGE_BYTES: usize = 1024;
 pub const MAX_ALLOW: usize = 256;
 /// The longest `Retry-After`, a day.
 pub const MAX_RETRY_AFTER_SECONDS: u32 = 86_400;
+/// The code of the 404 a service that is not in maintenance gets.
+pub const NOT_IN_MAINTENANCE: &str = "not_in_maintenance";
 /// `Retry-After` when none is given.
 pub const DEFAULT_RETRY_AFTER_SECONDS: u32 = 300;
 
@@ -68,23 +70,22 @@ fn check(body: SetMaintenance) -> ApiResult<runway_store::Maintenance> {
 /// Whether the service is in maintenance in the environment: 404 when it is not.
 #[utoipa::path(get, path = "/v1/services/{service}/environments/{env}/maintenance",
     params(("service" = String, Path), ("env" = String, Path)),
-    responses((status = 200, body = MaintenanceView), (status = 404, description = "Not in maintenance")))]
+    responses((status = 200, body = MaintenanceView),
+        (status = 404, description = "Not in maintenance (code `not_in_maintenance`), or no such service or environment (`not_found`)")))]
 pub(crate) async fn get_maintenance(
     state: axum::extract::State<ApiState>,
     Path((service, env)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<MaintenanceView>> {
     let (s2, e2) = (service.clone(), env.clone());
     let found = state
-        .store(move |s| {
-            s.service_get(&s2)?;
-            Ok(s.maintenance_list()?
-                .into_iter()
-                .find(|m| m.service == s2 && m.env == e2))
-        })
+        .store(move |s| Ok(s.maintenance_get(&s2, &e2)?))
         .await?;
-    found
-        .map(|m| axum::Json(m.into()))
-        .ok_or_else(|| ApiError::not_found(format!("{service} is not in maintenance in {env}")))
+    found.map(|m| axum::Json(m.into())).ok_or_else(|| {
+        ApiError::not_in_state(
+            NOT_IN_MAINTENANCE,
+            format!("{service} is not in maintenance in {env}"),
+        )
+    })
 }
 
 /// Puts the service in maintenance in the environment, or changes its message, networks or

@@ -101,6 +101,11 @@ impl ApiError {
     pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, Self::Api { status, .. } if *status == StatusCode::NOT_FOUND)
     }
+
+    /// The server answered with this error code.
+    pub(crate) fn has_code(&self, wanted: &str) -> bool {
+        matches!(self, Self::Api { code, .. } if code == wanted)
+    }
 }
 
 /// Parses and checks a server URL: HTTPS, or plain HTTP on a loopback address only (tests and
@@ -397,10 +402,8 @@ impl Client {
             .await
         {
             Ok(found) => Ok(Some(found)),
-            // The service itself not found is another 404, said so.
-            Err(error) if error.is_not_found() && error.to_string().contains("maintenance") => {
-                Ok(None)
-            }
+            // A missing service or environment is another 404 (`not_found`), said so.
+            Err(error) if error.has_code(runway_api::maintenance::NOT_IN_MAINTENANCE) => Ok(None),
             Err(error) => Err(error),
         }
     }

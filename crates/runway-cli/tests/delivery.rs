@@ -1284,6 +1284,20 @@ fn maintenance_rate_limits_and_address_lists_through_the_real_ingress() {
         "{}",
         shown.all()
     );
+    // An environment the service lacks is an error, not "not in maintenance".
+    let missing = platform.runway(&[
+        "maintenance",
+        "status",
+        "--service",
+        "hello",
+        "--env",
+        "nosuch",
+    ]);
+    assert!(
+        !missing.ok() && missing.all().contains("not found"),
+        "{}",
+        missing.all()
+    );
     let refused = platform.runway(&[
         "maintenance",
         "on",

@@ -2624,6 +2624,22 @@ impl<B: Backend> Store for B {
         })
     }
 
+    fn maintenance_get(&self, service: &str, env: &str) -> Result<Option<Maintenance>> {
+        self.read(|db| {
+            let found = load_service(db, service)?;
+            if !found.environments.iter().any(|e| e == env) {
+                return Err(not_found("environment", format!("{service}/{env}")));
+            }
+            db.query_one(
+                &format!(
+                    "SELECT {MAINTENANCE_COLUMNS} FROM maintenance WHERE service = ?1 AND env = ?2"
+                ),
+                args![service, env],
+                maintenance_from_row,
+            )
+        })
+    }
+
     fn domain_list(&self) -> Result<Vec<Domain>> {
         self.read(|db| {
             db.query_all(

@@ -318,6 +318,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Every service and environment in maintenance, by service and environment.
     fn maintenance_list(&self) -> Result<Vec<Maintenance>>;
 
+    /// `service` in maintenance in `env`, if it is. `NotFound` for an unknown service or
+    /// environment.
+    fn maintenance_get(&self, service: &str, env: &str) -> Result<Option<Maintenance>>;
+
     /// Every domain, by name. Never a key.
     fn domain_list(&self) -> Result<Vec<Domain>>;
 

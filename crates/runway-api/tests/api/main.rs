@@ -10,6 +10,7 @@ mod config;
 mod domains;
 mod flows;
 mod identity;
+mod maintenance;
 mod observability;
 mod oidc;
 mod openapi_doc;
