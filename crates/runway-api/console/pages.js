@@ -289,6 +289,15 @@ function keepFocus(redraw) {
   }
 }
 
+/** The service is in maintenance: its clients get a 503, whatever else the page says. */
+function maintenanceNote(m) {
+  const allowed = m.allow.length ? ` Let through: ${m.allow.join(', ')}.` : '';
+  return h('div', { class: 'note warn', id: 'maintenance', role: 'note' },
+    h('p', null, h('strong', null, 'In maintenance'),
+      ` since ${when(m.since)} (by ${m.set_by}): clients get 503 with Retry-After ${m.retry_after_seconds} s.${allowed}`),
+    m.message ? h('p', null, 'Their message: ', h('q', null, m.message)) : null);
+}
+
 function renderStatus(page) {
   recordSamples(page);
   keepFocus(() => {
@@ -304,6 +313,7 @@ function renderStatus(page) {
         h('dt', null, 'Serving'), h('dd', { id: 'serving' }, serving(status) || '—'),
         h('dt', null, 'Instances'), h('dd', { id: 'ready' }, state === 'not deployed' ? '—' : readyOfDesired(status)),
         h('dt', null, 'Last deployment'), h('dd', null, lastDeployment(last))),
+      status.maintenance ? maintenanceNote(status.maintenance) : null,
       status.warnings && status.warnings.length
         ? h('div', { class: 'note warn' }, status.warnings.map((w) => h('p', null, w))) : null,
       status.control_plane

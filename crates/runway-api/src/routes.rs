@@ -999,10 +999,10 @@ pub(crate) async fn status_view(
     env: String,
 ) -> ApiResult<StatusView> {
     let (s2, e2) = (service.clone(), env.clone());
-    let desired = state
+    let (desired, maintenance) = state
         .store(move |s| {
             service_env(s, &s2, &e2)?;
-            Ok(s.desired_get(&s2, &e2)?)
+            Ok((s.desired_get(&s2, &e2)?, s.maintenance_get(&s2, &e2)?))
         })
         .await?;
     let parts = state.platform.status(&service, &env).await;
@@ -1018,6 +1018,7 @@ pub(crate) async fn status_view(
         instances: parts.instances,
         scaling: parts.scaling,
         rollout: parts.rollout,
+        maintenance: maintenance.map(Into::into),
         control_plane: parts.control_plane,
         registry: None,
         warnings: parts.warnings,

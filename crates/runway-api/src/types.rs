@@ -1316,6 +1316,9 @@ pub struct StatusView {
     /// The progressive rollout in progress, if any.
     #[serde(default)]
     pub rollout: Option<RolloutView>,
+    /// Its maintenance, when clients get a 503 (`runway maintenance on`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceView>,
     /// Which replica answered and which leads, when the control plane has several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<ControlPlaneView>,

@@ -1461,6 +1461,19 @@ pub(crate) fn status(args: &TargetArgs) -> anyhow::Result<ExitCode> {
         args.target.env,
         served_at(&status.url)
     );
+    if let Some(m) = &status.maintenance {
+        // First: whatever else it says, clients get a 503.
+        out.push_str(&format!(
+            "in maintenance since {} (by {}): clients get 503 ({})\n",
+            m.since,
+            terminal::line(&m.set_by),
+            if m.message.is_empty() {
+                "under maintenance".to_owned()
+            } else {
+                terminal::line(&m.message).into_owned()
+            }
+        ));
+    }
     let traffic: Vec<String> = status
         .routes
         .iter()

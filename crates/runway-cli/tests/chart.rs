@@ -110,6 +110,8 @@ const SERVER_CONFIG: &str = "  api:
   ingress:
     control_timeout_ms: 5000
     stats_interval_ms: 500
+    traffic:
+      per_client: {requests_per_second: 100, burst: 200}
     remote:
       resolve_interval_ms: 1000
   control:
@@ -189,6 +191,9 @@ ingress:
   shutdownGraceSeconds: 20
   preStopSleepSeconds: 0
   accessLog: true
+  maxConnectionsPerClient: 0
+  maxRateLimitedClients: 4096
+  tracing: {{otlpEndpoint: \"http://otel-collector.observability:4318\", sampleRatio: 0.25}}
   podAnnotations: {{prometheus.io/scrape: \"true\", prometheus.io/port: \"9090\"}}
   podLabels: {{team: edge}}
   resources:
@@ -758,6 +763,7 @@ fn rendered_server_config_is_read_by_runway_server() {
         json!({
             "control_timeout_ms": 5000,
             "stats_interval_ms": 500,
+            "traffic": {"per_client": {"requests_per_second": 100, "burst": 200}},
             "remote": {
                 "addresses": ["blue-runway-ingress-control.platform.svc:9444"],
                 "tls_dir": "/etc/runway-control-tls",
@@ -1338,6 +1344,10 @@ fn the_ingress_is_a_deployment_of_its_own() {
             "30",
             "--redirect-port",
             "443",
+            "--max-connections-per-client",
+            "256",
+            "--max-rate-limited-clients",
+            "1048576",
         ])
     );
     assert_eq!(
@@ -1507,12 +1517,20 @@ fn the_ingress_is_a_deployment_of_its_own() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(
-        args[args.len() - 4..],
+        args[args.len() - 12..],
         [
             "--shutdown-grace-seconds",
             "20",
             "--no-redirect",
-            "--access-log"
+            "--access-log",
+            "--max-connections-per-client",
+            "0",
+            "--max-rate-limited-clients",
+            "4096",
+            "--otlp-endpoint",
+            "http://otel-collector.observability:4318",
+            "--trace-sample-ratio",
+            "0.25",
         ]
     );
     assert!(container.get("lifecycle").is_none(), "{container:#}");

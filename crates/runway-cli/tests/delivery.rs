@@ -1258,9 +1258,18 @@ fn maintenance_rate_limits_and_address_lists_through_the_real_ingress() {
     let shown: Value = serde_json::from_str(&shown.stdout).unwrap();
     assert_eq!(shown["retry_after_seconds"], 60);
     assert_eq!(shown["set_by"], "admin");
+    let now = status(&platform);
     assert!(
-        live_instances(&status(&platform), "hello-dev-00001") > 0,
+        live_instances(&now, "hello-dev-00001") > 0,
         "instances keep running"
+    );
+    assert_eq!(now["maintenance"]["set_by"], "admin", "{now}");
+    let text = platform.runway(&["status", "--service", "hello", "--env", "dev"]);
+    assert!(
+        text.stdout.contains("in maintenance since")
+            && text.stdout.contains("Moving to a bigger database"),
+        "{}",
+        text.all()
     );
     // The team's own network is let through.
     on(&["--allow", "127.0.0.0/8"]);

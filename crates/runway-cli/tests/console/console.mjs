@@ -203,6 +203,20 @@ try {
   }
   await page.waitForFunction(() => document.querySelector('#serving')?.textContent === 'hello-dev-00001', null, { timeout: 60_000 });
 
+  // ---- maintenance shows on the page, live -----------------------------------------------
+  step('maintenance shows in the summary while it lasts');
+  const maintenancePath = '/v1/services/hello/environments/dev/maintenance';
+  const put = await apiAs(page.request, ADMIN, 'PUT', maintenancePath, { message: 'Back by noon', allow: ['192.0.2.0/24'] });
+  check(put.status === 200, `maintenance on: ${put.status}`);
+  const note = page.locator('#maintenance');
+  await note.waitFor({ timeout: 30_000 });
+  const said = await note.textContent();
+  check(said.includes('In maintenance') && said.includes('Back by noon') && said.includes('192.0.2.0/24'), `the note says ${said}`);
+  await shot(page, '04b-maintenance');
+  const ended = await apiAs(page.request, ADMIN, 'DELETE', maintenancePath);
+  check(ended.status === 204, `maintenance off: ${ended.status}`);
+  await note.waitFor({ state: 'detached', timeout: 30_000 });
+
   // ---- "Delete service" in a danger zone, away from the summary --------------------------
   step('delete service sits in the danger zone at the bottom');
   const deletePlace = await page.evaluate(() => {
