@@ -1479,7 +1479,18 @@ fn maintenance_is_set_changed_listed_cleared_and_audited() {
         (set.since, "alice"),
         "a change keeps since when and by whom"
     );
-    assert_eq!(store.maintenance_list().unwrap(), vec![changed]);
+    assert_eq!(store.maintenance_list().unwrap(), vec![changed.clone()]);
+    assert_eq!(
+        store.maintenance_get("hello", "production").unwrap(),
+        Some(changed)
+    );
+    assert_eq!(store.maintenance_get("hello", "staging").unwrap(), None);
+    for (service, env) in [("hello", "qa"), ("nobody", "production")] {
+        assert!(matches!(
+            store.maintenance_get(service, env),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
     assert!(matches!(
         store.maintenance_set("alice", "hello", "qa", Some(&on("x"))),
         Err(StoreError::NotFound { .. })
@@ -1495,6 +1506,7 @@ fn maintenance_is_set_changed_listed_cleared_and_audited() {
         None
     );
     assert!(store.maintenance_list().unwrap().is_empty());
+    assert_eq!(store.maintenance_get("hello", "production").unwrap(), None);
     // Off again is a no-op, not audited twice.
     store
         .maintenance_set("alice", "hello", "production", None)
