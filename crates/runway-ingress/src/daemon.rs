@@ -136,6 +136,15 @@ pub struct Args {
     /// OTLP/HTTP to this collector (`http://127.0.0.1:4318`; spans go to its `/v1/traces`).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// The share of traces started here that are kept, 0 to 1; a request whose caller sent a
+    /// `traceparent` follows its sampled flag.
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "RATIO",
+        requires = "otlp_endpoint"
+    )]
+    pub trace_sample_ratio: f64,
     /// Client connections open at once from one address (an IPv6 client's /64); past it,
     /// its new ones are closed at accept. 0: no limit per address. Default: 256.
     #[arg(long, value_name = "N")]
@@ -146,15 +155,6 @@ pub struct Args {
     /// included. Default: 1048576.
     #[arg(long, value_name = "N")]
     pub max_rate_limited_clients: Option<usize>,
-    /// The share of traces started here that are kept, 0 to 1; a request whose caller sent a
-    /// `traceparent` follows its sampled flag.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        value_name = "RATIO",
-        requires = "otlp_endpoint"
-    )]
-    pub trace_sample_ratio: f64,
 }
 
 /// Where `args` send traces, as [`Listen`] says it.
