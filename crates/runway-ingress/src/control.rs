@@ -138,6 +138,27 @@ pub struct Listen {
     pub max_rate_limited_clients: Option<usize>,
 }
 
+impl Listen {
+    /// Plain HTTP on `http` and the admin port on `admin`, and nothing else: no HTTPS, no
+    /// private listener or resolver, the ingress's defaults for the rest.
+    pub fn plain(http: SocketAddr, admin: SocketAddr) -> Self {
+        Self {
+            http,
+            https: None,
+            admin,
+            redirect: false,
+            certificates: Vec::new(),
+            private: None,
+            dns: None,
+            dns_upstreams: Vec::new(),
+            cloudflare_ranges: None,
+            traces: None,
+            max_connections_per_client: None,
+            max_rate_limited_clients: None,
+        }
+    }
+}
+
 /// Where an ingress sends its traces, and the share of traces started there it keeps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceExport {

@@ -119,20 +119,7 @@ async fn serve(dir: &Path) -> (SocketAddr, watch::Receiver<bool>) {
     let address = listener.local_addr().unwrap();
     let served = ingress.clone();
     tokio::spawn(async move { served.serve(listener, std::future::pending()).await });
-    let listen = Listen {
-        http: address,
-        https: None,
-        admin: address,
-        redirect: false,
-        certificates: Vec::new(),
-        private: None,
-        dns: None,
-        dns_upstreams: Vec::new(),
-        cloudflare_ranges: None,
-        traces: None,
-        max_connections_per_client: None,
-        max_rate_limited_clients: None,
-    };
+    let listen = Listen::plain(address, address);
     let (stop, stopped) = watch::channel(false);
     let state = Arc::new(ControlState::new(
         ingress,

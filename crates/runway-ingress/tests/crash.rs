@@ -82,6 +82,15 @@ fn alive(pid: u32) -> bool {
     })
 }
 
+/// Waits (10 s at most) until process `pid` has ended; `what` says which, if it does not.
+async fn ended(pid: u32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(Instant::now() < deadline, "{what} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn kill9(target: &str) {
     let _ = std::process::Command::new("kill")
         .args(["-9", "--", target])
@@ -495,20 +504,10 @@ fn launch(dir: &Path, state: &Path) -> Launch {
             args: Vec::new(),
         },
         state_dir: state.to_owned(),
-        listen: Listen {
-            http: "127.0.0.1:0".parse().unwrap(),
-            https: None,
-            admin: "127.0.0.1:0".parse().unwrap(),
-            redirect: false,
-            certificates: Vec::new(),
-            private: None,
-            dns: None,
-            dns_upstreams: Vec::new(),
-            cloudflare_ranges: None,
-            traces: None,
-            max_connections_per_client: None,
-            max_rate_limited_clients: None,
-        },
+        listen: Listen::plain(
+            "127.0.0.1:0".parse().unwrap(),
+            "127.0.0.1:0".parse().unwrap(),
+        ),
         ca_dir: dir.join("ca"),
         shutdown_grace: Duration::from_secs(1),
         start_timeout: Duration::from_secs(10),
@@ -555,11 +554,7 @@ async fn a_worker_whose_supervisor_is_killed_serves_on_until_replaced() {
         }
         assert_eq!(replacement.hello().bound.http, address, "the port moved");
         assert!(replacement.hello().worker.is_some());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(worker) {
-            assert!(Instant::now() < deadline, "the old worker still runs");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        ended(worker, "the old worker").await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         let sent = load.stop().await;
         let failures: Vec<String> = sent.iter().filter_map(|s| s.failure.clone()).collect();
@@ -572,11 +567,7 @@ async fn a_worker_whose_supervisor_is_killed_serves_on_until_replaced() {
         assert!(failures.len() <= 4, "{failures:?}");
 
         ControlClient::new(&state).stop().await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(replacement.hello().pid) {
-            assert!(Instant::now() < deadline, "the replacement did not stop");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        ended(replacement.hello().pid, "the replacement").await;
     })
     .await
     .unwrap();
@@ -670,11 +661,7 @@ async fn the_operators_client_bounds_reach_the_ingress_it_starts() {
             .unwrap();
         assert_eq!(outcome, Outcome::Adopted);
         ControlClient::new(&state).stop().await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(adopted.hello().pid) {
-            assert!(Instant::now() < deadline, "the ingress did not stop");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        ended(adopted.hello().pid, "the ingress").await;
     })
     .await
     .unwrap();

@@ -414,6 +414,15 @@ fn load_service(db: &dyn Db, name: &str) -> Result<Service> {
     .ok_or_else(|| not_found("service", name))
 }
 
+/// `service`'s maintenance in `env`, if it is in maintenance there.
+fn load_maintenance(db: &dyn Db, service: &str, env: &str) -> Result<Option<Maintenance>> {
+    db.query_one(
+        &format!("SELECT {MAINTENANCE_COLUMNS} FROM maintenance WHERE service = ?1 AND env = ?2"),
+        args![service, env],
+        maintenance_from_row,
+    )
+}
+
 /// The service, checked to have `env`.
 fn load_service_env(db: &dyn Db, service: &str, env: &str) -> Result<Service> {
     let found = load_service(db, service)?;
@@ -2506,10 +2515,7 @@ impl<B: Backend> Store for B {
             )));
         }
         self.write(|db, now| {
-            let found = load_service(db, service)?;
-            if !found.environments.iter().any(|e| e == env) {
-                return Err(not_found("environment", format!("{service}/{env}")));
-            }
+            load_service_env(db, service, env)?;
             if let Some(taken) = db.query_one(
                 &format!("SELECT {DOMAIN_COLUMNS} FROM domains WHERE name = ?1"),
                 args![name],
@@ -2561,10 +2567,7 @@ impl<B: Backend> Store for B {
         maintenance: Option<&Maintenance>,
     ) -> Result<Option<Maintenance>> {
         self.write(|db, now| {
-            let found = load_service(db, service)?;
-            if !found.environments.iter().any(|e| e == env) {
-                return Err(not_found("environment", format!("{service}/{env}")));
-            }
+            load_service_env(db, service, env)?;
             let target = format!("service/{service}/env/{env}");
             let Some(maintenance) = maintenance else {
                 let removed = db.execute(
@@ -2604,13 +2607,7 @@ impl<B: Backend> Store for B {
                     "retry_after_seconds": maintenance.retry_after_seconds,
                 }),
             )?;
-            db.query_one(
-                &format!(
-                    "SELECT {MAINTENANCE_COLUMNS} FROM maintenance WHERE service = ?1 AND env = ?2"
-                ),
-                args![service, env],
-                maintenance_from_row,
-            )
+            load_maintenance(db, service, env)
         })
     }
 
@@ -2626,17 +2623,8 @@ impl<B: Backend> Store for B {
 
     fn maintenance_get(&self, service: &str, env: &str) -> Result<Option<Maintenance>> {
         self.read(|db| {
-            let found = load_service(db, service)?;
-            if !found.environments.iter().any(|e| e == env) {
-                return Err(not_found("environment", format!("{service}/{env}")));
-            }
-            db.query_one(
-                &format!(
-                    "SELECT {MAINTENANCE_COLUMNS} FROM maintenance WHERE service = ?1 AND env = ?2"
-                ),
-                args![service, env],
-                maintenance_from_row,
-            )
+            load_service_env(db, service, env)?;
+            load_maintenance(db, service, env)
         })
     }
 
