@@ -335,237 +335,247 @@ fn strip_port(authority: &str) -> Option<&str> {
     (!host.is_empty() && port_ok).then_some(host)
 }
 
-async fn proxy(
+/// Routes the request and sends it to an instance. Not an `async fn`, as
+/// [`upstream::send_http1`] says why.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would carry the request twice"
+)]
+fn proxy(
     context: &Context<'_>,
     mut request: Request<ClientBody>,
     record: &mut Option<Box<AccessRecord>>,
     trace: &mut Option<Box<RequestTrace>>,
     chosen: &mut Option<Arc<Revision>>,
-) -> Result<Response<ProxyBody>, ProxyError> {
-    let Context {
-        shared,
-        peer,
-        start,
-        ..
-    } = *context;
-    let host = host_of(&request)?;
-    if let Some(record) = record {
-        record.host = host.to_owned();
-    }
-    misdirected(shared, peer, &host)?;
-    // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
-    let upgrade = upgrade_protocol(&request);
-    let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
-    let Resolved {
-        route,
-        revision: weighed,
-        caller,
-        tag_header,
-    } = resolve(shared, peer, &host, request.headers())?;
-    // The tag header is the platform's to read: the instance never sees it.
-    let by_tag_header = tag_header.is_some_and(|(name, picked)| {
-        request.headers_mut().remove(&name);
-        picked
-    });
-    let (revision, cell) = match (&route.cells, weighed) {
-        (Some(cells), _) => {
-            // Cell routing reads rules (and perhaps the body's first bytes): off the usual
-            // path, and boxed so that its state does not weigh on every request's future.
-            let cell = Box::pin(choose_cell(shared, &route, cells, &mut request)).await?;
-            if let Some(record) = record {
-                record.rule = Some(cell.decision.rule.clone().unwrap_or_else(|| "-".to_owned()));
-                record.cell_outcome = Some(cell.outcome());
+) -> impl Future<Output = Result<Response<ProxyBody>, ProxyError>> {
+    async move {
+        let Context {
+            shared,
+            peer,
+            start,
+            ..
+        } = *context;
+        let host = host_of(&request)?;
+        if let Some(record) = record {
+            record.host = host.to_owned();
+        }
+        misdirected(shared, peer, &host)?;
+        // An HTTP/1.1 upgrade (WebSocket) keeps its two headers and becomes a tunnel on 101.
+        let upgrade = upgrade_protocol(&request);
+        let client_upgrade = upgrade.as_ref().map(|_| hyper::upgrade::on(&mut request));
+        let Resolved {
+            route,
+            revision: weighed,
+            caller,
+            tag_header,
+        } = resolve(shared, peer, &host, request.headers())?;
+        // The tag header is the platform's to read: the instance never sees it.
+        let by_tag_header = tag_header.is_some_and(|(name, picked)| {
+            request.headers_mut().remove(&name);
+            picked
+        });
+        let (revision, cell) = match (&route.cells, weighed) {
+            (Some(cells), _) => {
+                // Cell routing reads rules (and perhaps the body's first bytes): off the usual
+                // path, and boxed so that its state does not weigh on every request's future.
+                let cell = Box::pin(choose_cell(shared, &route, cells, &mut request)).await?;
+                if let Some(record) = record {
+                    record.rule =
+                        Some(cell.decision.rule.clone().unwrap_or_else(|| "-".to_owned()));
+                    record.cell_outcome = Some(cell.outcome());
+                }
+                (Arc::clone(&cell.revision), Some(cell))
             }
-            (Arc::clone(&cell.revision), Some(cell))
+            (None, Some(revision)) => (revision, None),
+            (None, None) => {
+                return Err(ProxyError::NotServing {
+                    host: host.to_owned(),
+                });
+            }
+        };
+        *chosen = Some(Arc::clone(&revision));
+        if let Some(controls) = &route.controls {
+            controls.admit(
+                client_address(peer, &route, request.headers()),
+                !peer.private,
+            )?;
         }
-        (None, Some(revision)) => (revision, None),
-        (None, None) => {
-            return Err(ProxyError::NotServing {
-                host: host.to_owned(),
-            });
+        // A declared length (hyper has checked `Content-Length`) past the limit is refused
+        // before an instance is bothered.
+        if request.body().size_hint().lower() > shared.options.max_body_bytes as u64 {
+            return Err(ProxyError::BodyTooLarge);
         }
-    };
-    *chosen = Some(Arc::clone(&revision));
-    if let Some(controls) = &route.controls {
-        controls.admit(
-            client_address(peer, &route, request.headers()),
-            !peer.private,
-        )?;
-    }
-    // A declared length (hyper has checked `Content-Length`) past the limit is refused
-    // before an instance is bothered.
-    if request.body().size_hint().lower() > shared.options.max_body_bytes as u64 {
-        return Err(ProxyError::BodyTooLarge);
-    }
-    let cloudflare = route.cloudflare && !peer.private;
-    let set_cookie = route
-        .sticky
-        .then(|| sticky_set_cookie(request.headers(), &revision.name))
-        .flatten();
-    if let Some(record) = record {
-        record.service = Some(route.service.clone());
-        record.env = Some(route.env.clone());
-    }
+        let cloudflare = route.cloudflare && !peer.private;
+        let set_cookie = route
+            .sticky
+            .then(|| sticky_set_cookie(request.headers(), &revision.name))
+            .flatten();
+        if let Some(record) = record {
+            record.service = Some(route.service.clone());
+            record.env = Some(route.env.clone());
+        }
 
-    // A slot is tried at once; only when none is free does the request wait (boxed: the
-    // waiting's state is not carried by the requests that never wait).
-    let picked = match (!revision.is_removed()).then(|| revision.try_pick()) {
-        Some(Pick::Got(instance)) => Some(instance),
-        _ => None,
-    };
-    let (instance, revision, deadline) = match picked {
-        Some(instance) => (instance, revision, start + route.request_timeout),
-        None => {
-            // A revision the tag header named is the only one that may serve the request.
-            let choose_again = (!by_tag_header).then_some(&*host);
-            let mut waits = trace.as_ref().map(|_| Vec::new());
-            let acquired = Box::pin(acquire(
-                context,
-                choose_again,
-                route,
-                revision,
-                chosen,
-                waits.as_mut(),
-            ))
-            .await;
-            if let (Some(trace), Some(waits), Some(revision)) = (trace.as_deref(), &waits, &*chosen)
-            {
-                for &(wait, from, to) in waits {
-                    trace.waited(wait, from, to, &revision.name);
-                }
-            }
-            acquired?
-        }
-    };
-    revision.metrics.in_flight.inc();
-    if let Some(record) = record {
-        record.revision = Some(revision.name.clone());
-    }
-    if let Some(trace) = trace {
-        trace.routed(&revision.service, &revision.env, &revision.name);
-    }
-    let instance_address = instance.address;
-    // From here the slot is released by `Finish` (on success) or `Slot` (on error).
-    let slot = Slot {
-        revision: Arc::clone(&revision),
-        instance: Some(instance),
-    };
-    let stamp = Stamp { caller, cloudflare };
-    upstream_request(
-        &mut request,
-        peer,
-        &host,
-        context.id,
-        upgrade.as_ref(),
-        stamp,
-    );
-    drop(host);
-    if let Some(cell) = &cell {
-        mark_cell_request(request.headers_mut(), cell);
-    }
-    let call = match (trace.as_deref(), &shared.options.tracing) {
-        (Some(trace), Some(tracing)) => {
-            Some(trace.call(tracing, instance_address, request.headers_mut()))
-        }
-        _ => None,
-    };
-    let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
-    let body = context.body;
-    let sent = crate::timer::timeout_at(deadline, send(shared, &revision, slot, request, body))
-        .await
-        .map_err(|_| {
-            // An instance cannot be blamed for not answering a request still coming in.
-            if body.waiting_for_client() {
-                ProxyError::BodyTimeout { timeout_ms }
-            } else {
-                ProxyError::Timeout { timeout_ms }
-            }
-        })
-        .and_then(|sent| sent);
-    if let Some(call) = call {
-        let status = sent
-            .as_ref()
-            .ok()
-            .map(|(response, ..)| response.status().as_u16());
-        crate::trace::end_call(call, status);
-    }
-    let (mut response, sender, mut slot) = sent?;
-    let Some(instance) = slot.instance.take() else {
-        // `send` hands back the slot it used, instance and all.
-        return Err(ProxyError::NoReadyInstance {
-            revision: revision.name.clone(),
-            waited_ms: 0,
-        });
-    };
-    drop(slot);
-    if let Some(record) = record {
-        record.instance = Some(instance.address.to_string());
-    }
-    let tunnel = match client_upgrade {
-        Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            Some((client, hyper::upgrade::on(&mut response)))
-        }
-        _ => None,
-    };
-    let (mut parts, body) = response.into_parts();
-    // The instance's HTTP version is its own hop's: the client hears the ingress's (an
-    // HTTP/1.0 answer would otherwise go out as `HTTP/1.0 200 OK` to an HTTP/1.1 client).
-    parts.version = Version::HTTP_11;
-    let protocol = match tunnel {
-        Some(_) => parts.headers.get(header::UPGRADE).cloned(),
-        None => None,
-    };
-    strip_hop_by_hop(&mut parts.headers);
-    parts.headers.insert(X_REQUEST_ID, context.id.value.clone());
-    if let Some(cookie) = set_cookie {
-        parts.headers.append(header::SET_COOKIE, cookie);
-    }
-    revision
-        .metrics
-        .record(parts.status.as_u16(), start.elapsed());
-    let log = match (&shared.access_log, record.take()) {
-        (Some(log), Some(mut record)) => {
-            record.status = parts.status.as_u16();
-            Some((log.clone(), record))
-        }
-        _ => None,
-    };
-    let mut finish = Finish {
-        log,
-        trace: trace.take().map(|trace| (trace, parts.status.as_u16())),
-        start,
-        instance,
-        revision,
-        sender,
-        complete: false,
-    };
-    if let Some((client, upstream)) = tunnel {
-        // The upgraded connection is the tunnel's now; the slot is held until it closes.
-        finish.sender = None;
-        if let Some(protocol) = protocol {
-            parts.headers.insert(header::UPGRADE, protocol);
-            parts
-                .headers
-                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        }
-        tokio::spawn(async move {
-            if let (Ok(client), Ok(upstream)) = (client.await, upstream.await) {
-                let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-                if let Ok((_, to_client)) =
-                    tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+        // A slot is tried at once; only when none is free does the request wait (boxed: the
+        // waiting's state is not carried by the requests that never wait).
+        let picked = match (!revision.is_removed()).then(|| revision.try_pick()) {
+            Some(Pick::Got(instance)) => Some(instance),
+            _ => None,
+        };
+        let (instance, revision, deadline) = match picked {
+            Some(instance) => (instance, revision, start + route.request_timeout),
+            None => {
+                // A revision the tag header named is the only one that may serve the request.
+                let choose_again = (!by_tag_header).then_some(&*host);
+                let mut waits = trace.as_ref().map(|_| Vec::new());
+                let acquired = Box::pin(acquire(
+                    context,
+                    choose_again,
+                    route,
+                    revision,
+                    chosen,
+                    waits.as_mut(),
+                ))
+                .await;
+                if let (Some(trace), Some(waits), Some(revision)) =
+                    (trace.as_deref(), &waits, &*chosen)
                 {
-                    finish.add_bytes(to_client);
-                    finish.complete = true;
+                    for &(wait, from, to) in waits {
+                        trace.waited(wait, from, to, &revision.name);
+                    }
                 }
+                acquired?
             }
-            drop(finish);
-        });
-        return Ok(Response::from_parts(parts, ProxyBody::full(Bytes::new())));
+        };
+        revision.metrics.in_flight.inc();
+        if let Some(record) = record {
+            record.revision = Some(revision.name.clone());
+        }
+        if let Some(trace) = trace {
+            trace.routed(&revision.service, &revision.env, &revision.name);
+        }
+        let instance_address = instance.address;
+        // From here the slot is released by `Finish` (on success) or `Slot` (on error).
+        let slot = Slot {
+            revision: Arc::clone(&revision),
+            instance: Some(instance),
+        };
+        let stamp = Stamp { caller, cloudflare };
+        upstream_request(
+            &mut request,
+            peer,
+            &host,
+            context.id,
+            upgrade.as_ref(),
+            stamp,
+        );
+        drop(host);
+        if let Some(cell) = &cell {
+            mark_cell_request(request.headers_mut(), cell);
+        }
+        let call = match (trace.as_deref(), &shared.options.tracing) {
+            (Some(trace), Some(tracing)) => {
+                Some(trace.call(tracing, instance_address, request.headers_mut()))
+            }
+            _ => None,
+        };
+        let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
+        let body = context.body;
+        let sent = crate::timer::timeout_at(deadline, send(shared, &revision, slot, request, body))
+            .await
+            .map_err(|_| {
+                // An instance cannot be blamed for not answering a request still coming in.
+                if body.waiting_for_client() {
+                    ProxyError::BodyTimeout { timeout_ms }
+                } else {
+                    ProxyError::Timeout { timeout_ms }
+                }
+            })
+            .and_then(|sent| sent);
+        if let Some(call) = call {
+            let status = sent
+                .as_ref()
+                .ok()
+                .map(|(response, ..)| response.status().as_u16());
+            crate::trace::end_call(call, status);
+        }
+        let (mut response, sender, mut slot) = sent?;
+        let Some(instance) = slot.instance.take() else {
+            // `send` hands back the slot it used, instance and all.
+            return Err(ProxyError::NoReadyInstance {
+                revision: revision.name.clone(),
+                waited_ms: 0,
+            });
+        };
+        drop(slot);
+        if let Some(record) = record {
+            record.instance = Some(instance.address.to_string());
+        }
+        let tunnel = match client_upgrade {
+            Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+                Some((client, hyper::upgrade::on(&mut response)))
+            }
+            _ => None,
+        };
+        let (mut parts, body) = response.into_parts();
+        // The instance's HTTP version is its own hop's: the client hears the ingress's (an
+        // HTTP/1.0 answer would otherwise go out as `HTTP/1.0 200 OK` to an HTTP/1.1 client).
+        parts.version = Version::HTTP_11;
+        let protocol = match tunnel {
+            Some(_) => parts.headers.get(header::UPGRADE).cloned(),
+            None => None,
+        };
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(X_REQUEST_ID, context.id.value.clone());
+        if let Some(cookie) = set_cookie {
+            parts.headers.append(header::SET_COOKIE, cookie);
+        }
+        revision
+            .metrics
+            .record(parts.status.as_u16(), start.elapsed());
+        let log = match (&shared.access_log, record.take()) {
+            (Some(log), Some(mut record)) => {
+                record.status = parts.status.as_u16();
+                Some((log.clone(), record))
+            }
+            _ => None,
+        };
+        let mut finish = Finish {
+            log,
+            trace: trace.take().map(|trace| (trace, parts.status.as_u16())),
+            start,
+            instance,
+            revision,
+            sender,
+            complete: false,
+        };
+        if let Some((client, upstream)) = tunnel {
+            // The upgraded connection is the tunnel's now; the slot is held until it closes.
+            finish.sender = None;
+            if let Some(protocol) = protocol {
+                parts.headers.insert(header::UPGRADE, protocol);
+                parts
+                    .headers
+                    .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            }
+            tokio::spawn(async move {
+                if let (Ok(client), Ok(upstream)) = (client.await, upstream.await) {
+                    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+                    if let Ok((_, to_client)) =
+                        tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+                    {
+                        finish.add_bytes(to_client);
+                        finish.complete = true;
+                    }
+                }
+                drop(finish);
+            });
+            return Ok(Response::from_parts(parts, ProxyBody::full(Bytes::new())));
+        }
+        Ok(Response::from_parts(
+            parts,
+            ProxyBody::upstream(body, finish),
+        ))
     }
-    Ok(Response::from_parts(
-        parts,
-        ProxyBody::upstream(body, finish),
-    ))
 }
 
 /// A request over TLS must be for the host its connection was opened for, when that is a

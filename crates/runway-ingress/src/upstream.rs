@@ -81,24 +81,36 @@ pub(crate) enum Attempt {
 }
 
 /// Sends over a pooled or new HTTP/1.1 connection.
-pub(crate) async fn send_http1(
+///
+/// Not an `async fn`: rustc keeps an `async fn`'s arguments in its future apart from its
+/// body's state, so the request would be carried (and copied) twice; an `async move` block
+/// keeps what it captures once. Every request's future is moved, so that copy is paid per
+/// request. With `proxy`, written the same way, this saved 142 instructions per proxied
+/// HTTP/1.1 request, 197 per HTTPS/1.1 and 276 per HTTP/2 one.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would carry the request twice"
+)]
+pub(crate) fn send_http1(
     instance: &Instance,
     mut request: Request<UpstreamBody>,
     connect_timeout: Duration,
-) -> Attempt {
-    // An idle connection that turns out dead before the request was written gives the request
-    // back; then a fresh connection is made.
-    if let Some(mut sender) = instance.pool.take().await {
-        match sender.try_send_request(request).await {
-            Ok(response) => return Attempt::Done(response, Some(sender)),
-            Err(mut error) => match error.take_message() {
-                Some(back) => request = back,
-                None => return Attempt::Failed(error.into_error()),
-            },
+) -> impl Future<Output = Attempt> {
+    async move {
+        // An idle connection that turns out dead before the request was written gives the
+        // request back; then a fresh connection is made.
+        if let Some(mut sender) = instance.pool.take().await {
+            match sender.try_send_request(request).await {
+                Ok(response) => return Attempt::Done(response, Some(sender)),
+                Err(mut error) => match error.take_message() {
+                    Some(back) => request = back,
+                    None => return Attempt::Failed(error.into_error()),
+                },
+            }
         }
+        // Boxed: a new connection's state is carried only by the requests that make one.
+        Box::pin(connect_and_send(instance.address, request, connect_timeout)).await
     }
-    // Boxed: a new connection's state is carried only by the requests that make one.
-    Box::pin(connect_and_send(instance.address, request, connect_timeout)).await
 }
 
 pub(crate) async fn connect_and_send(
