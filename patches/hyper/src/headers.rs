@@ -79,19 +79,21 @@ pub(super) fn content_length_parse_all_values(values: ValueIter<'_, HeaderValue>
     // correctly. If not, then it's an error.
 
     let mut content_length: Option<u64> = None;
+    // Whether `n` is the length seen so far (or the first).
+    let mut agrees = |n: u64| *content_length.get_or_insert(n) == n;
     for h in values {
-        if let Ok(line) = h.to_str() {
-            for v in line.split(',') {
-                let n = from_digits(v.trim().as_bytes())?;
-
-                if content_length.is_none() {
-                    content_length = Some(n);
-                } else if content_length != Some(n) {
-                    return None;
-                }
+        // Nearly every value is one plain number: it is read as such, and the string check,
+        // the split on commas and the trims are left to the values that need them.
+        if let Some(n) = from_digits(h.as_bytes()) {
+            if !agrees(n) {
+                return None;
             }
-        } else {
-            return None;
+            continue;
+        }
+        for v in h.to_str().ok()?.split(',') {
+            if !agrees(from_digits(v.trim().as_bytes())?) {
+                return None;
+            }
         }
     }
 
@@ -216,5 +218,36 @@ mod tests {
         headers.insert(TE, HeaderValue::from_static("gzip"));
 
         assert!(!te_is_trailers(&headers));
+    }
+
+    #[cfg(any(feature = "client", all(feature = "server", feature = "http2")))]
+    #[test]
+    fn content_length_parse_all_reads_plain_and_listed_values() {
+        use super::content_length_parse_all;
+        use http::header::CONTENT_LENGTH;
+
+        let parse = |values: &[&'static str]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append(CONTENT_LENGTH, HeaderValue::from_static(value));
+            }
+            content_length_parse_all(&headers)
+        };
+        assert_eq!(parse(&[]), None);
+        assert_eq!(parse(&["0"]), Some(0));
+        assert_eq!(parse(&["1234"]), Some(1234));
+        assert_eq!(parse(&["5", "5"]), Some(5));
+        assert_eq!(parse(&["5, 5"]), Some(5));
+        assert_eq!(parse(&["5", "5,5"]), Some(5));
+        assert_eq!(parse(&[" 5 "]), Some(5));
+        assert_eq!(parse(&["5", "6"]), None);
+        assert_eq!(parse(&["5,6"]), None);
+        assert_eq!(parse(&["5", "5, 6"]), None);
+        assert_eq!(parse(&["+5"]), None);
+        assert_eq!(parse(&["-1"]), None);
+        assert_eq!(parse(&[""]), None);
+        assert_eq!(parse(&["5,"]), None);
+        assert_eq!(parse(&["18446744073709551616"]), None);
+        assert_eq!(parse(&["18446744073709551615"]), Some(u64::MAX));
     }
 }
