@@ -437,11 +437,15 @@ impl ClientIo {
     /// Completes once the client has sent something, or closed: until then, a connection
     /// needs no buffer, no TLS state and no HTTP state (a flood of silent connections costs
     /// their sockets and small tasks).
-    pub(crate) async fn first_byte(&mut self) {
-        if let Some(stream) = &self.stream {
-            // A peek, not `readable()`: that completes at once on a new socket (tokio reports
-            // it readable until a read finds nothing).
-            let _ = stream.peek(&mut [0u8; 1]).await;
+    /// The byte, if one came.
+    pub(crate) async fn first_byte(&mut self) -> Option<u8> {
+        let stream = self.stream.as_ref()?;
+        // A peek, not `readable()`: that completes at once on a new socket (tokio reports it
+        // readable until a read finds nothing).
+        let mut first = [0u8; 1];
+        match stream.peek(&mut first).await {
+            Ok(1) => Some(first[0]),
+            _ => None,
         }
     }
 

@@ -107,6 +107,7 @@ pub mod control_tls;
 pub mod controls;
 pub mod daemon;
 pub mod dns;
+mod drain;
 pub mod error;
 pub mod fleet;
 pub mod limits;

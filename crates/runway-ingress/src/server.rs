@@ -17,10 +17,10 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -28,6 +28,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::body::ProxyBody;
 use crate::connection::{Admission, ClientIo, Closed, Handshake, accept_until};
+use crate::drain::{Drain, Held};
 use crate::proxy::{Peer, handle};
 use crate::tls::{self, TlsError, TlsOptions};
 use crate::{Ingress, Shared};
@@ -296,23 +297,8 @@ impl Ingress {
         shutdown: impl Future<Output = ()>,
     ) -> std::io::Result<()> {
         let options = &self.shared.options;
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            // On an event loop, a request head's read timeout costs no timer registration.
-            .timer(crate::timer::HyperTimer)
-            .header_read_timeout(options.header_read_timeout)
-            .max_buf_size(options.max_header_bytes.max(8192))
-            .keep_alive(true);
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .max_header_list_size(options.max_header_bytes as u32)
-            .max_concurrent_streams(250)
-            .keep_alive_interval(Some(options.http2_ping))
-            .keep_alive_timeout(options.http2_ping);
-        let builder = Arc::new(builder);
-        let graceful = GracefulShutdown::new();
+        let protocols = Arc::new(Protocols::new(options));
+        let drain = Drain::new();
         let metrics = &self.shared.metrics;
         tokio::pin!(shutdown);
         while let Some((stream, address)) =
@@ -339,8 +325,8 @@ impl Ingress {
                 linger,
                 handshake: handshake.clone(),
                 shared: Arc::clone(&self.shared),
-                builder: Arc::clone(&builder),
-                watcher: graceful.watcher(),
+                protocols: Arc::clone(&protocols),
+                held: drain.hold(),
             };
             let tls = tls.clone();
             let bound = options.header_read_timeout;
@@ -351,10 +337,10 @@ impl Ingress {
                 // socket; the TLS and HTTP state (and their buffers) come with the first byte.
                 let served = async move {
                     let mut client = client;
-                    client.stream.first_byte().await;
+                    let first = client.stream.first_byte().await;
                     match tls {
                         Some(acceptor) => Box::pin(client.serve_tls(acceptor)).await,
-                        None => Box::pin(client.serve_plain()).await,
+                        None => Box::pin(client.serve_plain(first)).await,
                     }
                 };
                 tokio::select! {
@@ -374,7 +360,7 @@ impl Ingress {
             }
         }
         drop(listener);
-        let _ = tokio::time::timeout(options.shutdown_grace, graceful.shutdown()).await;
+        drain.finish(options.shutdown_grace).await;
         Ok(())
     }
 
@@ -441,13 +427,51 @@ struct Client {
     linger: Arc<AtomicBool>,
     handshake: Handshake,
     shared: Arc<Shared>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
-    watcher: hyper_util::server::graceful::Watcher,
+    protocols: Arc<Protocols>,
+    held: Held,
+}
+
+/// The HTTP servers a client connection may get: HTTP/1.1 at once when that is its protocol
+/// (by ALPN, or by a first byte no HTTP/2 preface starts with), else hyper-util's `auto`,
+/// which reads the first bytes to tell, and replays them to the server it chose.
+struct Protocols {
+    http1: http1::Builder,
+    auto: auto::Builder<TokioExecutor>,
+}
+
+/// The settings of an HTTP/1.1 server, hyper's own builder or `auto`'s.
+macro_rules! http1_settings {
+    ($builder:expr, $options:expr) => {
+        $builder
+            // On an event loop, a request head's read timeout costs no timer registration.
+            .timer(crate::timer::HyperTimer)
+            .header_read_timeout($options.header_read_timeout)
+            .max_buf_size($options.max_header_bytes.max(8192))
+            .keep_alive(true)
+    };
+}
+
+impl Protocols {
+    fn new(options: &crate::Options) -> Self {
+        let mut http1 = http1::Builder::new();
+        http1_settings!(http1, options);
+        let mut auto = auto::Builder::new(TokioExecutor::new());
+        http1_settings!(auto.http1(), options);
+        auto.http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(options.max_header_bytes as u32)
+            .max_concurrent_streams(250)
+            .keep_alive_interval(Some(options.http2_ping))
+            .keep_alive_timeout(options.http2_ping);
+        Self { http1, auto }
+    }
 }
 
 impl Client {
     /// Plain HTTP (HTTP/1.1, or h2c by its preface): served from its first request on.
-    async fn serve_plain(self) {
+    /// `first` is the first byte the client sent: one that no HTTP/2 preface starts with
+    /// (`PRI`) is HTTP/1.1's.
+    async fn serve_plain(self, first: Option<u8>) {
         let Self {
             stream,
             address,
@@ -455,8 +479,8 @@ impl Client {
             linger,
             handshake,
             shared,
-            builder,
-            watcher,
+            protocols,
+            held,
         } = self;
         let peer = Peer::new(address, false, None, linger);
         let peer = if private { peer.private() } else { peer };
@@ -476,10 +500,17 @@ impl Client {
                 }
             }
         });
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let _ = watcher.watch(connection).await;
+        let io = TokioIo::new(stream);
+        if first == Some(b'P') {
+            let connection = protocols.auto.serve_connection_with_upgrades(io, service);
+            let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
+        } else {
+            let connection = protocols
+                .http1
+                .serve_connection(io, service)
+                .with_upgrades();
+            let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
+        }
     }
 
     /// TLS: served once its handshake is done (HTTP/2 by ALPN, HTTP/1.1 otherwise); a
@@ -491,8 +522,8 @@ impl Client {
             linger,
             handshake,
             shared,
-            builder,
-            watcher,
+            protocols,
+            held,
             ..
         } = self;
         // A client's protocol error ends its own connection only.
@@ -519,13 +550,18 @@ impl Client {
             let service = service_fn(move |request| {
                 Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
             });
-            let connection = builder.serve_connection_with_upgrades(io, service);
-            let _ = watcher.watch(connection.into_owned()).await;
+            // Through `auto`: until the client's preface has come, a shutdown ends the
+            // connection at once (hyper's HTTP/2 server would wait for the preface first).
+            let connection = protocols.auto.serve_connection_with_upgrades(io, service);
+            let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
         } else {
             let service =
                 service_fn(move |request| handle(Arc::clone(&shared), peer.clone(), request));
-            let connection = builder.serve_connection_with_upgrades(io, service);
-            let _ = watcher.watch(connection.into_owned()).await;
+            let connection = protocols
+                .http1
+                .serve_connection(io, service)
+                .with_upgrades();
+            let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
         }
     }
 }

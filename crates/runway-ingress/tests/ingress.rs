@@ -1245,10 +1245,30 @@ async fn http2_clients_are_served_over_h2c() {
     .unwrap();
 }
 
+/// A TLS connection to the ingress for `name`, trusting `ca_pem`, that speaks HTTP/1.1 (its
+/// ALPN offer: what a client must have agreed to before it sends HTTP/1.1).
 async fn tls_connect(
     address: SocketAddr,
     ca_pem: &str,
     name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    tls_connect_offering(address, ca_pem, name, &[b"http/1.1"]).await
+}
+
+/// [`tls_connect`], offering HTTP/2 first, as browsers do.
+async fn tls_connect_h2(
+    address: SocketAddr,
+    ca_pem: &str,
+    name: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    tls_connect_offering(address, ca_pem, name, &[b"h2", b"http/1.1"]).await
+}
+
+async fn tls_connect_offering(
+    address: SocketAddr,
+    ca_pem: &str,
+    name: &str,
+    alpn: &[&[u8]],
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
@@ -1262,7 +1282,7 @@ async fn tls_connect(
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let stream = TcpStream::connect(address).await?;
     let name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
@@ -1290,7 +1310,7 @@ async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
         let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         // HTTP/2 by ALPN, to a host the table serves.
-        let stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
+        let stream = tls_connect_h2(address, &ca_pem, HOST).await.unwrap();
         assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
         let (mut sender, connection) = hyper::client::conn::http2::handshake(
             hyper_util::rt::TokioExecutor::new(),
@@ -1314,7 +1334,7 @@ async fn tls_with_sni_from_the_local_ca_and_a_redirect_from_http() {
         // A name of the platform's that no route serves (a typo, a service not deployed yet)
         // completes the handshake with its parent's wildcard and gets an HTTP 404 saying so,
         // not a TLS alert that reads as a certificate problem.
-        let stream = tls_connect(address, &ca_pem, "other.dev.localhost")
+        let stream = tls_connect_h2(address, &ca_pem, "other.dev.localhost")
             .await
             .unwrap();
         let (mut sender, connection) = hyper::client::conn::http2::handshake(
@@ -2112,7 +2132,7 @@ async fn acme_challenges_are_answered_on_their_listeners() {
                 .unwrap();
             assert_ne!(presented(&stream), expected.to_vec());
         }
-        let stream = tls_connect(address, &local_ca, "hello.example.test")
+        let stream = tls_connect_h2(address, &local_ca, "hello.example.test")
             .await
             .unwrap();
         assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
@@ -2465,7 +2485,7 @@ async fn a_host_unlike_the_connections_server_name_gets_421() {
         let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         // HTTP/2 (by ALPN): the connection is for hello; a request for other on it.
-        let stream = tls_connect(address, &ca_pem, HOST).await.unwrap();
+        let stream = tls_connect_h2(address, &ca_pem, HOST).await.unwrap();
         let (mut sender, connection) = hyper::client::conn::http2::handshake(
             hyper_util::rt::TokioExecutor::new(),
             TokioIo::new(stream),

@@ -1,0 +1,176 @@
+//! Graceful shutdown of the client connections an accept loop served: once the loop stops
+//! accepting, each connection is told to finish the request in flight and close (HTTP/1.1
+//! after its response, HTTP/2 with a GOAWAY), and the loop waits for them, up to its grace.
+//!
+//! hyper-util's `GracefulShutdown` does the same, but each poll of each connection polls a
+//! `watch` channel's `changed()` again (hundreds of instructions per proxied request), and it
+//! cannot watch hyper's own HTTP/1.1 connection with upgrades. Here a connection's task is
+//! registered once, on its first poll, and later polls read one flag.
+
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+/// One accept loop's connections, and whether they are being drained.
+#[derive(Debug)]
+pub(crate) struct Drain {
+    draining: AtomicBool,
+    /// Wakes every connection's task once draining begins.
+    notify: Notify,
+    /// One receiver per connection not yet ended: `closed()` completes when none is left.
+    open: watch::Sender<()>,
+}
+
+/// A connection's place in its loop's [`Drain`], taken when it is accepted (so that a
+/// connection still in its TLS handshake is waited for too) and held until it ends.
+#[derive(Debug)]
+pub(crate) struct Held {
+    drain: Arc<Drain>,
+    _open: watch::Receiver<()>,
+}
+
+impl Drain {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            draining: AtomicBool::new(false),
+            notify: Notify::new(),
+            open: watch::Sender::new(()),
+        })
+    }
+
+    /// A place for a newly accepted connection.
+    pub(crate) fn hold(self: &Arc<Self>) -> Held {
+        Held {
+            drain: Arc::clone(self),
+            _open: self.open.subscribe(),
+        }
+    }
+
+    /// Tells every connection to finish and close, then waits until all have ended, or for
+    /// `grace` at most.
+    pub(crate) async fn finish(&self, grace: Duration) {
+        self.draining.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+        let _ = tokio::time::timeout(grace, self.open.closed()).await;
+    }
+}
+
+impl Held {
+    /// Runs `connection` to its end; once its loop drains, `shutdown` is called on it once
+    /// (hyper's `graceful_shutdown`), and the connection ends when its request in flight is
+    /// answered.
+    ///
+    /// Its task is registered for the drain's wake-up on the first poll only: a tokio task's
+    /// waker does not change, and every later poll reads the flag.
+    pub(crate) async fn watch<C: Future>(
+        self,
+        connection: C,
+        shutdown: impl FnOnce(Pin<&mut C>),
+    ) -> C::Output {
+        let drain = &self.drain;
+        let mut notified = pin!(drain.notify.notified());
+        let mut connection = pin!(connection);
+        let mut shutdown = Some(shutdown);
+        let mut registered = false;
+        std::future::poll_fn(|cx| {
+            if shutdown.is_some() {
+                if !registered {
+                    // Registered before the flag is read: a drain that begins after the read
+                    // wakes this task.
+                    let _ = notified.as_mut().poll(cx);
+                    registered = true;
+                }
+                if drain.draining.load(Ordering::Acquire)
+                    && let Some(shutdown) = shutdown.take()
+                {
+                    shutdown(connection.as_mut());
+                }
+            }
+            connection.as_mut().poll(cx)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Poll;
+
+    /// A connection that ends only once told to, counting its polls.
+    struct Told {
+        told: bool,
+        polls: usize,
+    }
+
+    impl Future for Told {
+        type Output = usize;
+
+        fn poll(mut self: Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<usize> {
+            self.polls += 1;
+            if self.told {
+                Poll::Ready(self.polls)
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    fn told() -> Told {
+        Told {
+            told: false,
+            polls: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_drain_tells_each_connection_once_and_waits_for_them() {
+        let drain = Drain::new();
+        let watched: Vec<_> = (0..3)
+            .map(|_| {
+                let held = drain.hold();
+                tokio::spawn(held.watch(told(), |c| c.get_mut().told = true))
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let finished =
+            tokio::time::timeout(Duration::from_secs(5), drain.finish(Duration::from_secs(5)));
+        finished.await.expect("every connection ended");
+        for task in watched {
+            let polls = task.await.unwrap();
+            // Once when spawned, once when woken by the drain.
+            assert_eq!(polls, 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_accepted_while_draining_is_told_at_once() {
+        let drain = Drain::new();
+        let held = drain.hold();
+        let finishing = {
+            let drain = Arc::clone(&drain);
+            tokio::spawn(async move { drain.finish(Duration::from_secs(5)).await })
+        };
+        tokio::task::yield_now().await;
+        let polls = held.watch(told(), |c| c.get_mut().told = true).await;
+        assert_eq!(polls, 1);
+        tokio::time::timeout(Duration::from_secs(5), finishing)
+            .await
+            .expect("the drain ended with its last connection")
+            .unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_does_not_end_is_given_the_grace_only() {
+        let drain = Drain::new();
+        let held = drain.hold();
+        let stuck = tokio::spawn(held.watch(told(), |_| {}));
+        tokio::task::yield_now().await;
+        drain.finish(Duration::from_secs(30)).await;
+        assert!(!stuck.is_finished());
+        stuck.abort();
+    }
+}
