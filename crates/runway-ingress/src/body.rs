@@ -184,7 +184,8 @@ pub(crate) enum BodyFault {
 /// connection for a lingering close (see [`crate::server`]).
 #[derive(Debug)]
 pub(crate) struct ClientBody {
-    inner: Limited<Incoming>,
+    /// None once the request was taken to be sent (see [`ClientBody::taken`]).
+    inner: Option<Limited<Incoming>>,
     /// Frames read ahead (a cell rule's look at the body's first bytes), sent first.
     replay: std::collections::VecDeque<Result<Frame<Bytes>, BodyError>>,
     /// None for a body that was empty from the start: nothing to watch.
@@ -203,7 +204,7 @@ impl ClientBody {
         let state = (!body.is_end_stream()).then(|| Arc::new(AtomicU8::new(SENDING)));
         let watch = BodyWatch(state.clone());
         let body = Self {
-            inner: Limited::new(body, limit),
+            inner: Some(Limited::new(body, limit)),
             replay: std::collections::VecDeque::new(),
             linger: state.as_ref().map(|_| Arc::clone(linger)),
             state,
@@ -213,6 +214,18 @@ impl ClientBody {
 }
 
 impl ClientBody {
+    /// An empty body, left in a request's place when the request is taken out to be sent
+    /// (the request itself is passed down by reference, not carried in each future on the
+    /// way: see `upstream::send_http1`).
+    pub(crate) fn taken() -> Self {
+        Self {
+            inner: None,
+            replay: std::collections::VecDeque::new(),
+            state: None,
+            linger: None,
+        }
+    }
+
     /// Reads up to `limit` bytes of the body (fewer if it ends first, or if the client sends
     /// nothing more within `wait`), keeping them to be sent first: a rule decides on them and
     /// the body still goes on whole. A body that fails here fails where it is sent.
@@ -220,9 +233,11 @@ impl ClientBody {
         use http_body_util::BodyExt as _;
         let mut prefix = bytes::BytesMut::new();
         let deadline = tokio::time::Instant::now() + wait;
-        while prefix.len() < limit && !self.inner.is_end_stream() {
-            let Ok(Some(frame)) = tokio::time::timeout_at(deadline, self.inner.frame()).await
-            else {
+        let Some(inner) = self.inner.as_mut() else {
+            return Bytes::new();
+        };
+        while prefix.len() < limit && !inner.is_end_stream() {
+            let Ok(Some(frame)) = tokio::time::timeout_at(deadline, inner.frame()).await else {
                 break;
             };
             let failed = frame.is_err();
@@ -276,6 +291,12 @@ impl Drop for ClientBody {
     }
 }
 
+impl ClientBody {
+    fn inner_ended(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+}
+
 /// A client body's error (the size limit's, or the connection's).
 type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -290,17 +311,16 @@ impl Body for ClientBody {
         let this = self.get_mut();
         let polled = match this.replay.pop_front() {
             Some(frame) => Poll::Ready(Some(frame)),
-            None => Pin::new(&mut this.inner).poll_frame(cx),
+            None => match this.inner.as_mut() {
+                Some(inner) => Pin::new(inner).poll_frame(cx),
+                None => Poll::Ready(None),
+            },
         };
         if let Some(state) = &this.state {
             let now = match &polled {
                 Poll::Pending => WAITING_FOR_CLIENT,
                 Poll::Ready(None) => ENDED,
-                Poll::Ready(Some(Ok(_)))
-                    if this.replay.is_empty() && this.inner.is_end_stream() =>
-                {
-                    ENDED
-                }
+                Poll::Ready(Some(Ok(_))) if this.replay.is_empty() && this.inner_ended() => ENDED,
                 Poll::Ready(Some(Ok(_))) => SENDING,
                 Poll::Ready(Some(Err(error))) if error.is::<LengthLimitError>() => TOO_LARGE,
                 Poll::Ready(Some(Err(_))) => BROKEN,
@@ -311,7 +331,7 @@ impl Body for ClientBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.replay.is_empty() && self.inner.is_end_stream()
+        self.replay.is_empty() && self.inner_ended()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -321,7 +341,10 @@ impl Body for ClientBody {
             .filter_map(|frame| frame.as_ref().ok()?.data_ref())
             .map(|data| data.len() as u64)
             .sum();
-        let inner = self.inner.size_hint();
+        let inner = self
+            .inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
         let mut hint = SizeHint::new();
         hint.set_lower(inner.lower() + replayed);
         if let Some(upper) = inner.upper() {
