@@ -119,7 +119,7 @@ fn ip_header(ip: IpAddr) -> HeaderValue {
 /// The service function of every client connection.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    peer: Peer,
+    peer: Arc<Peer>,
     request: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let start = Instant::now();
@@ -473,13 +473,17 @@ fn proxy(
             stamp,
         );
         drop(host);
-        if let Some(cell) = &cell {
-            mark_cell_request(request.headers_mut(), cell);
+        if let Some(cell) = cell {
+            // Dropped here, not carried across the send in the request's future.
+            mark_cell_request(request.headers_mut(), &cell);
         }
+        // Boxed: the span is carried across the send, and most requests are not traced.
         let call = match (trace.as_deref(), &shared.options.tracing) {
-            (Some(trace), Some(tracing)) => {
-                Some(trace.call(tracing, instance_address, request.headers_mut()))
-            }
+            (Some(trace), Some(tracing)) => Some(Box::new(trace.call(
+                tracing,
+                instance_address,
+                request.headers_mut(),
+            ))),
             _ => None,
         };
         let timeout_ms = deadline.saturating_duration_since(start).as_millis() as u64;
@@ -501,7 +505,7 @@ fn proxy(
                 .as_ref()
                 .ok()
                 .map(|(response, ..)| response.status().as_u16());
-            crate::trace::end_call(call, status);
+            crate::trace::end_call(*call, status);
         }
         let (mut response, sender, mut slot) = sent?;
         let Some(instance) = slot.instance.take() else {

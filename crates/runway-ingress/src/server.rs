@@ -483,7 +483,8 @@ impl Client {
             held,
         } = self;
         let peer = Peer::new(address, false, None, linger);
-        let peer = if private { peer.private() } else { peer };
+        // Shared by the connection's requests: each holds one count, not a copy.
+        let peer = Arc::new(if private { peer.private() } else { peer });
         // Plain HTTP answers the HTTP-01 challenges the table holds; anything else (another
         // token too) is the service's. Not on the private listener: no ACME server reaches it.
         let service = service_fn(move |request: Request<Incoming>| {
@@ -492,7 +493,7 @@ impl Client {
             let answer = http01_token(&request)
                 .filter(|_| !private)
                 .and_then(|token| http01_answer(&shared, token));
-            let (shared, peer) = (Arc::clone(&shared), peer.clone());
+            let (shared, peer) = (Arc::clone(&shared), Arc::clone(&peer));
             async move {
                 match answer {
                     Some(answer) => Ok(plain_text(StatusCode::OK, ProxyBody::full(answer))),
@@ -542,13 +543,13 @@ impl Client {
         }
         let session = stream.get_ref().1;
         let h2 = session.alpn_protocol() == Some(b"h2");
-        let peer = Peer::new(address, true, session.server_name(), linger);
+        let peer = Arc::new(Peer::new(address, true, session.server_name(), linger));
         let io = TokioIo::new(stream);
         if h2 {
             // HTTP/2 spawns a task per stream with the service's future in it: boxed, the
             // task stays small and the future is not copied into it.
             let service = service_fn(move |request| {
-                Box::pin(handle(Arc::clone(&shared), peer.clone(), request))
+                Box::pin(handle(Arc::clone(&shared), Arc::clone(&peer), request))
             });
             // Through `auto`: until the client's preface has come, a shutdown ends the
             // connection at once (hyper's HTTP/2 server would wait for the preface first).
@@ -556,7 +557,7 @@ impl Client {
             let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
         } else {
             let service =
-                service_fn(move |request| handle(Arc::clone(&shared), peer.clone(), request));
+                service_fn(move |request| handle(Arc::clone(&shared), Arc::clone(&peer), request));
             let connection = protocols
                 .http1
                 .serve_connection(io, service)
