@@ -215,8 +215,7 @@ impl ClientBody {
 
 impl ClientBody {
     /// An empty body, left in a request's place when the request is taken out to be sent
-    /// (the request itself is passed down by reference, not carried in each future on the
-    /// way: see `upstream::send_http1`).
+    /// (see `upstream::take`).
     pub(crate) fn taken() -> Self {
         Self {
             inner: None,
@@ -224,6 +223,11 @@ impl ClientBody {
             state: None,
             linger: None,
         }
+    }
+
+    /// Whether the client's body has ended (or was taken).
+    fn inner_ended(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
     }
 
     /// Reads up to `limit` bytes of the body (fewer if it ends first, or if the client sends
@@ -288,12 +292,6 @@ impl Drop for ClientBody {
         {
             linger.store(true, Ordering::Release);
         }
-    }
-}
-
-impl ClientBody {
-    fn inner_ended(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
     }
 }
 
