@@ -333,13 +333,17 @@ impl Ingress {
             let metrics = Arc::clone(metrics);
             tokio::spawn(async move {
                 let is_tls = tls.is_some();
+                // Set once a TLS handshake is done: a connection late past it is late with
+                // its first request, not with its handshake.
+                let handshaken = AtomicBool::new(false);
+                let handshaken = &handshaken;
                 // Until the client says something, its task is this small future and its
                 // socket; the TLS and HTTP state (and their buffers) come with the first byte.
                 let served = async move {
                     let mut client = client;
                     let first = client.stream.first_byte().await;
                     match tls {
-                        Some(acceptor) => Box::pin(client.serve_tls(acceptor)).await,
+                        Some(acceptor) => Box::pin(client.serve_tls(acceptor, handshaken)).await,
                         None => Box::pin(client.serve_plain(first)).await,
                     }
                 };
@@ -347,7 +351,10 @@ impl Ingress {
                     biased;
                     () = served => {}
                     closed = handshake.closed(bound, &metrics) => {
-                        if closed == Closed::Late && is_tls {
+                        if closed == Closed::Late
+                            && is_tls
+                            && !handshaken.load(std::sync::atomic::Ordering::Acquire)
+                        {
                             metrics.tls_handshake_errors.inc();
                         }
                     }
@@ -514,9 +521,9 @@ impl Client {
         }
     }
 
-    /// TLS: served once its handshake is done (HTTP/2 by ALPN, HTTP/1.1 otherwise); a
-    /// TLS-ALPN-01 validation is closed there.
-    async fn serve_tls(self, acceptor: TlsAcceptor) {
+    /// TLS: HTTP/2 by ALPN, HTTP/1.1 otherwise; a TLS-ALPN-01 validation is closed once its
+    /// handshake is done. `handshaken` is set then.
+    async fn serve_tls(self, acceptor: TlsAcceptor, handshaken: &AtomicBool) {
         let Self {
             stream,
             address,
@@ -532,7 +539,13 @@ impl Client {
             shared.metrics.tls_handshake_errors.inc();
             return;
         };
-        if !handshake.serving() {
+        handshaken.store(true, std::sync::atomic::Ordering::Release);
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        // HTTP/1.1 has hyper's head-read deadline from here on. An HTTP/2 connection counts as
+        // served at its first request, as plain HTTP does: until then the accept loop's bound
+        // (and the budget's shedding) applies, so that a client that chose h2 and sends no
+        // preface, or no request, does not hold a place for ever.
+        if !h2 && !handshake.serving() {
             return;
         }
         if stream.get_ref().1.alpn_protocol() == Some(tls::ACME_TLS_ALPN) {
@@ -542,13 +555,14 @@ impl Client {
             return;
         }
         let session = stream.get_ref().1;
-        let h2 = session.alpn_protocol() == Some(b"h2");
         let peer = Arc::new(Peer::new(address, true, session.server_name(), linger));
         let io = TokioIo::new(stream);
         if h2 {
             // HTTP/2 spawns a task per stream with the service's future in it: boxed, the
             // task stays small and the future is not copied into it.
             let service = service_fn(move |request| {
+                // One load once served: the first request ends the connection's wait.
+                handshake.serving();
                 Box::pin(handle(Arc::clone(&shared), Arc::clone(&peer), request))
             });
             // Through `auto`: until the client's preface has come, a shutdown ends the

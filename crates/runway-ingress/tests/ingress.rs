@@ -2243,6 +2243,70 @@ async fn slow_and_idle_cut_off(serving: Serving) {
     .unwrap();
 }
 
+/// A TLS client that chooses HTTP/2 and then sends nothing (no preface), or only the
+/// preface, holds its place no longer than a slow HTTP/1.1 head would: its connection is closed
+/// at the head-read bound, and that is not counted as a TLS handshake error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_http2_client_is_cut_off() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("quick").await;
+        let options = Options {
+            header_read_timeout: Duration::from_millis(300),
+            ..Options::default()
+        };
+        let running = start(Ingress::new(options)).await;
+        running
+            .ingress
+            .set_routes(&one_revision(up.address))
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let tls = running
+            .ingress
+            .tls(&runway_ingress::TlsOptions {
+                ca_dir: Some(dir.path().join("ca")),
+                certificates: vec![],
+            })
+            .unwrap();
+        let ca_pem = tls.ca_pem().unwrap().to_owned();
+        let (address, stop, server) = serve_tls(&running.ingress, tls).await;
+
+        for preface in [&b""[..], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"] {
+            let started = Instant::now();
+            let mut stream = tls_connect_h2(address, &ca_pem, HOST).await.unwrap();
+            assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+            stream.write_all(preface).await.unwrap();
+            let mut out = Vec::new();
+            let _ = stream.read_to_end(&mut out).await;
+            let elapsed = started.elapsed();
+            assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+        }
+        // A client that sends its request is served as before.
+        let stream = tls_connect_h2(address, &ca_pem, HOST).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        let request = Request::get(format!("https://{HOST}/"))
+            .body(Empty::<Bytes>::new())
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            metrics(&running)
+                .await
+                .contains("runway_ingress_tls_handshake_errors_total 0")
+        );
+        drop(sender);
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+    })
+    .await
+    .unwrap();
+}
+
 /// The revision's 5xx count and its request count in `/metrics`' text.
 fn series(text: &str, name: &str, labels: &str) -> Option<u64> {
     text.lines()
