@@ -247,6 +247,20 @@ fn one_revision(address: SocketAddr) -> RouteTableConfig {
     )
 }
 
+/// TLS for `ingress` from a local certificate authority of its own, made in a new directory
+/// (held by the caller as long as the authority is used), and that authority's PEM.
+fn local_tls(ingress: &Ingress) -> (tempfile::TempDir, runway_ingress::Tls, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = ingress
+        .tls(&runway_ingress::TlsOptions {
+            ca_dir: Some(dir.path().join("ca")),
+            certificates: vec![],
+        })
+        .unwrap();
+    let ca_pem = tls.ca_pem().unwrap().to_owned();
+    (dir, tls, ca_pem)
+}
+
 /// Serves `ingress` over TLS on a port of its own until `stop` is sent; the task gives the
 /// server's result.
 async fn serve_tls(
@@ -1838,15 +1852,7 @@ async fn a_table_certificate_is_served_by_name_and_an_operators_wins() {
         let (certificate, table_ca) = table_certificate("hello.example.test");
         config.certificates = vec![certificate];
         running.ingress.set_routes(&config).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let tls = running
-            .ingress
-            .tls(&runway_ingress::TlsOptions {
-                ca_dir: Some(dir.path().join("ca")),
-                certificates: vec![],
-            })
-            .unwrap();
-        let local_ca = tls.ca_pem().unwrap().to_owned();
+        let (dir, tls, local_ca) = local_tls(&running.ingress);
         let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         let stream = tls_connect(address, &table_ca, "hello.example.test")
@@ -2087,15 +2093,7 @@ async fn acme_challenges_are_answered_on_their_listeners() {
         redirect.abort();
 
         // TLS-ALPN-01.
-        let dir = tempfile::tempdir().unwrap();
-        let tls = running
-            .ingress
-            .tls(&runway_ingress::TlsOptions {
-                ca_dir: Some(dir.path().join("ca")),
-                certificates: vec![],
-            })
-            .unwrap();
-        let local_ca = tls.ca_pem().unwrap().to_owned();
+        let (_dir, tls, local_ca) = local_tls(&running.ingress);
         let (address, stop, server) = serve_tls(&running.ingress, tls).await;
         let mut stream = acme_connect(address, "hello.example.test", &[b"acme-tls/1"])
             .await
@@ -2259,15 +2257,7 @@ async fn a_silent_http2_client_is_cut_off() {
             .ingress
             .set_routes(&one_revision(up.address))
             .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let tls = running
-            .ingress
-            .tls(&runway_ingress::TlsOptions {
-                ca_dir: Some(dir.path().join("ca")),
-                certificates: vec![],
-            })
-            .unwrap();
-        let ca_pem = tls.ca_pem().unwrap().to_owned();
+        let (_dir, tls, ca_pem) = local_tls(&running.ingress);
         let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         for preface in [&b""[..], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"] {
@@ -2537,15 +2527,7 @@ async fn a_host_unlike_the_connections_server_name_gets_421() {
         )];
         config.routes.push(other);
         running.ingress.set_routes(&config).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let tls = running
-            .ingress
-            .tls(&runway_ingress::TlsOptions {
-                ca_dir: Some(dir.path().join("ca")),
-                certificates: vec![],
-            })
-            .unwrap();
-        let ca_pem = tls.ca_pem().unwrap().to_owned();
+        let (_dir, tls, ca_pem) = local_tls(&running.ingress);
         let (address, stop, server) = serve_tls(&running.ingress, tls).await;
 
         // HTTP/2 (by ALPN): the connection is for hello; a request for other on it.
