@@ -339,61 +339,34 @@ impl Ingress {
         ))
     }
 
-    /// Gives the system back the memory the allocator keeps freed (see `runway_memory`): after
-    /// a flood of client connections, once it is over ([`limits::FLOOD_CLOSED`] fewer
-    /// connections held than at their peak, checked every [`limits::FLOOD_CHECK`]), and
-    /// whenever it holds [`limits::HELD_FREE_LIMIT`] more free than it could not give back the
-    /// last time (checked every [`limits::HELD_FREE_CHECK`]): what a burst of requests leaves. Until the returned task is
-    /// aborted. Logs what it gave back. Must be called inside a tokio runtime.
+    /// Gives the system back at once the memory a flood of client connections took, once it is
+    /// over ([`limits::FLOOD_CLOSED`] fewer connections held than at their peak, checked every
+    /// [`limits::FLOOD_CHECK`]), and logs it; the allocator's background thread would return it
+    /// within a second or two (`runway_memory::DIRTY_DECAY_MS`), as it returns what a burst of
+    /// requests leaves. Until the returned task is aborted. Must be called inside a tokio
+    /// runtime.
     pub fn give_back_memory(&self) -> tokio::task::JoinHandle<()> {
         let admission = Arc::clone(&self.shared.admission);
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(limits::FLOOD_CHECK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut last_held_check = std::time::Instant::now();
-            // What the allocator still held free after the last give-back (memory it cannot
-            // return, split among chunks in use): only growth past it calls for another, or a
-            // fragmented heap would be trimmed, and logged, every few seconds for nothing.
-            let mut floor = 0;
             loop {
                 ticks.tick().await;
-                let why = match admission.flood_over(limits::FLOOD_CLOSED) {
-                    Some((peak, held)) => {
-                        format!("{} connections closed since their peak", peak - held)
-                    }
-                    None if last_held_check.elapsed() >= limits::HELD_FREE_CHECK => {
-                        last_held_check = std::time::Instant::now();
-                        // It walks the allocator's arenas: off the runtime's threads.
-                        let free = tokio::task::spawn_blocking(runway_memory::free_held_bytes)
-                            .await
-                            .ok()
-                            .flatten();
-                        match free {
-                            Some(free) if free >= floor + limits::HELD_FREE_LIMIT => format!(
-                                "the allocator held {:.1} MiB free",
-                                free as f64 / 1_048_576.0
-                            ),
-                            _ => continue,
-                        }
-                    }
-                    None => continue,
+                let Some((peak, held)) = admission.flood_over(limits::FLOOD_CLOSED) else {
+                    continue;
                 };
                 let before = runway_memory::resident_bytes();
                 let began = std::time::Instant::now();
-                // It locks the allocator's arenas in turn: off the runtime's threads.
+                // It takes the allocator's arenas' locks in turn: off the runtime's threads.
                 let _ = tokio::task::spawn_blocking(runway_memory::give_back).await;
                 let took_ms = began.elapsed().as_secs_f64() * 1000.0;
-                floor = tokio::task::spawn_blocking(runway_memory::free_held_bytes)
-                    .await
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0);
                 let after = runway_memory::resident_bytes();
                 let mib = |bytes: Option<u64>| bytes.map_or(0.0, |b| b as f64 / 1_048_576.0);
                 tracing::info!(
                     took_ms,
-                    "{why}: memory given back to the system (resident {:.1} MiB before, {:.1} \
-                     MiB after)",
+                    "{} connections closed since their peak: memory given back to the system \
+                     (resident {:.1} MiB before, {:.1} MiB after)",
+                    peak - held,
                     mib(before),
                     mib(after),
                 );

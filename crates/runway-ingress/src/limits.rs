@@ -101,23 +101,13 @@ pub fn accept_pause(error: &io::Error, previous: Duration) -> Option<Duration> {
 }
 
 /// Connections that must have closed since the most held at once before the memory they took
-/// is given back to the system (`runway_memory::give_back`): a flood is over. At 2–23 KiB a
-/// connection (a silent one, one with hyper's buffers), a thousand held 2–23 MiB; fewer are
-/// not worth the allocator's pause, and ordinary churn never comes near.
+/// is given back to the system at once (`runway_memory::give_back`): a flood is over. At 2–23
+/// KiB a connection (a silent one, one with hyper's buffers), a thousand held 2–23 MiB; fewer
+/// are left to the allocator's own decay, and ordinary churn never comes near.
 pub const FLOOD_CLOSED: usize = 1_000;
 
 /// How often the connections held are compared with their peak.
 pub const FLOOD_CHECK: Duration = Duration::from_secs(1);
-
-/// Memory the allocator may hold free (`runway_memory::free_held_bytes`) before it is given
-/// back: what a burst of requests on few connections (HTTP/2) leaves behind, which no flood of
-/// connections announces. Checked every [`HELD_FREE_CHECK`].
-pub const HELD_FREE_LIMIT: u64 = 16 << 20;
-
-/// How often the memory held free is read (it walks the allocator's arenas), and so the
-/// shortest time between two give-backs for it: a busy ingress that reuses what it freed is not
-/// made to fault it in again more often than this.
-pub const HELD_FREE_CHECK: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

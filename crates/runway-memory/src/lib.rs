@@ -1,59 +1,109 @@
-//! Gives the system back the memory the allocator keeps after the process freed it.
+//! The process's allocator (jemalloc), and the memory it gives back to the system.
 //!
-//! glibc's allocator returns freed memory to the system only from the top of each arena, and
-//! only past its trim threshold: after a flood of connections, whose buffers were freed in an
-//! order of their own, the resident size stays at the flood's peak. `malloc_trim(0)` walks
-//! every arena and gives back each free page (`madvise(MADV_DONTNEED)`), which is what brings
-//! it down. It locks each arena in turn while it walks it, so it is called after a burst, not
-//! on a schedule, and from a thread where a pause harms no one.
+//! Linking this crate makes jemalloc the process's global allocator: every binary that carries
+//! the ingress (`runway`, `runway-ingress`) and their tests. It was chosen over glibc's
+//! allocator for the request path (a new connection and an HTTP/2 stream allocate blocks of
+//! 1–8 KiB, past glibc's thread cache) and because it returns freed memory by itself: its
+//! background thread purges the pages freed more than [`DIRTY_DECAY_MS`] ago, where glibc kept
+//! a flood's peak resident until `malloc_trim` (decision 0036 in `docs/decisions/`).
 //!
-//! This crate is the workspace's one exception to `unsafe_code = "forbid"`: two FFI calls with
-//! no argument that points anywhere. Elsewhere than glibc (musl, whose allocator unmaps freed
-//! memory itself) it does nothing.
+//! The configuration below is compiled in (`malloc_conf`); an operator may still override it
+//! with jemalloc's environment variable, `_RJEM_MALLOC_CONF` (this build's symbols are
+//! prefixed, so C code in the process keeps the system's allocator).
 //!
-//! The ingress calls `give_back` after a flood of connections, or when the allocator holds much
-//! memory free ([`free_held_bytes`]: after a burst of requests), on a blocking thread, and logs
-//! what came back (see decision 0036 in `docs/decisions/`). `resident_bytes` reads the process's
-//! resident size.
+//! This crate is the workspace's one exception to `unsafe_code = "forbid"`: the configuration's
+//! exported symbol and jemalloc's `mallctl`, called with names this crate spells and values of
+//! the types jemalloc documents for them.
+//!
+//! The ingress calls [`give_back`] after a flood of connections, and when the allocator holds
+//! much memory free ([`free_held_bytes`]), on a blocking thread, and logs what came back.
+//! [`resident_bytes`] reads the process's resident size.
 
-/// Asks the allocator to return its free pages to the system; true when it returned some.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+use std::ffi::{CStr, c_char, c_void};
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// How long a freed page stays resident before the background thread returns it: long enough
+/// that a steady load reuses its pages (a shorter decay costs a purge and a page fault per
+/// reuse), short enough that the memory a burst took is back within a second or two.
+pub const DIRTY_DECAY_MS: u64 = 1000;
+
+/// jemalloc's options, read when it starts, before `main`: a background thread that purges
+/// freed pages (rather than the allocating threads, on their requests' time), freed pages
+/// returned after [`DIRTY_DECAY_MS`], and returned outright (`MADV_DONTNEED`) rather than
+/// kept as lazily freed pages (`muzzy`), so that the resident size says what is in use.
+const CONF: &CStr = c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+
+#[allow(
+    unsafe_code,
+    reason = "jemalloc reads its compiled-in options from this symbol"
+)]
+// SAFETY: the symbol is jemalloc's documented `malloc_conf` under this build's prefix, of the
+// type it reads (a nullable pointer to a NUL-terminated string), and the string is 'static.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static MALLOC_CONF: Option<&'static c_char> = Some({
+    #[allow(
+        unsafe_code,
+        reason = "a pointer into a 'static string, made a reference"
+    )]
+    // SAFETY: `CONF` is a 'static C string; its first byte lives as long as the program.
+    unsafe {
+        &*CONF.as_ptr()
+    }
+});
+
+/// Calls `mallctl(name, old, new)`: reads into `old` and writes `new` when given; true when
+/// jemalloc accepted the call.
+fn mallctl<T: Copy>(name: &CStr, old: Option<&mut T>, new: Option<&mut T>) -> bool {
+    let size = std::mem::size_of::<T>();
+    let mut old_len = size;
+    let (old_ptr, old_len_ptr) = match old {
+        Some(old) => (std::ptr::from_mut(old).cast::<c_void>(), &raw mut old_len),
+        None => (std::ptr::null_mut(), std::ptr::null_mut()),
+    };
+    let (new_ptr, new_len) = match new {
+        Some(new) => (std::ptr::from_mut(new).cast::<c_void>(), size),
+        None => (std::ptr::null_mut(), 0),
+    };
+    #[allow(unsafe_code, reason = "jemalloc's control interface, one FFI call")]
+    // SAFETY: `name` is NUL-terminated; each pointer is null or points to a live `T` whose size
+    // is passed beside it, and jemalloc checks that size against the control's own type
+    // (EINVAL when they differ) before it reads or writes; it serializes controls itself.
+    let status = unsafe {
+        tikv_jemalloc_sys::mallctl(name.as_ptr(), old_ptr, old_len_ptr, new_ptr, new_len)
+    };
+    status == 0
+}
+
+/// Reads a `size_t` control's value, after refreshing jemalloc's statistics.
+fn read_size(name: &CStr) -> Option<usize> {
+    let mut epoch = 1u64;
+    if !mallctl(c"epoch", None, Some(&mut epoch)) {
+        return None;
+    }
+    let mut value = 0usize;
+    mallctl(name, Some(&mut value), None).then_some(value)
+}
+
+/// Asks the allocator to return its free pages to the system now, rather than when they
+/// decay; true when it held some to return.
 #[must_use]
 pub fn give_back() -> bool {
-    #[allow(unsafe_code, reason = "the one FFI call this crate exists for")]
-    // SAFETY: `malloc_trim` takes a size (how much free space to keep at the top of the main
-    // arena), no pointer; glibc serializes it with every other allocator call by the arenas'
-    // own locks, so it may be called from any thread at any time.
-    let released = unsafe { libc::malloc_trim(0) };
-    released == 1
+    let held = free_held_bytes().unwrap_or(0);
+    // 4096: every arena at once (jemalloc's `MALLCTL_ARENAS_ALL`).
+    mallctl::<()>(c"arena.4096.purge", None, None) && held > 0
 }
 
-/// Does nothing: this allocator has no such call, or returns memory by itself.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-#[must_use]
-pub fn give_back() -> bool {
-    false
-}
-
-/// The bytes the allocator holds free in its arenas (glibc's `mallinfo2`: `fordblks`, the free
-/// chunks, which include the top of each arena), none elsewhere: what [`give_back`] could
-/// return. It walks every arena under its lock, as `give_back` does, so it is read once in a
-/// while, not per request.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// The bytes the allocator holds free and resident (its arenas' dirty pages, and lazily freed
+/// ones): what [`give_back`] would return now, and the background thread within
+/// [`DIRTY_DECAY_MS`]. None when jemalloc does not say.
 #[must_use]
 pub fn free_held_bytes() -> Option<u64> {
-    #[allow(unsafe_code, reason = "the allocator's own figures, one FFI call")]
-    // SAFETY: `mallinfo2` takes no argument and returns a struct by value; glibc serializes it
-    // with the allocator by the arenas' own locks.
-    let info = unsafe { libc::mallinfo2() };
-    u64::try_from(info.fordblks).ok()
-}
-
-/// None: this allocator has no such figure.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-#[must_use]
-pub fn free_held_bytes() -> Option<u64> {
-    None
+    let page = read_size(c"arenas.page")?;
+    let dirty = read_size(c"stats.arenas.4096.pdirty")?;
+    let muzzy = read_size(c"stats.arenas.4096.pmuzzy")?;
+    u64::try_from((dirty + muzzy) * page).ok()
 }
 
 /// The process's resident memory now, in bytes (`/proc/self/statm`); none where it cannot be
@@ -71,48 +121,77 @@ mod tests {
 
     use super::*;
 
-    /// Memory freed in the middle of the heap (a later allocation kept, as a connection that
-    /// outlives a flood keeps its buffers) stays resident until `give_back`, which returns it.
+    /// The tests below free and purge memory of one process-wide allocator: one at a time.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// The compiled-in options are in force: the background thread runs and freed pages decay
+    /// in a second, returned outright.
     #[test]
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn the_options_are_in_force() {
+        let mut on = false;
+        assert!(mallctl(c"background_thread", Some(&mut on), None));
+        assert!(on, "jemalloc's background thread is off");
+        let mut decay = 0isize;
+        assert!(mallctl(c"opt.dirty_decay_ms", Some(&mut decay), None));
+        assert_eq!(decay, 1000);
+        assert!(mallctl(c"opt.muzzy_decay_ms", Some(&mut decay), None));
+        assert_eq!(decay, 0);
+    }
+
+    /// Memory freed in the middle of the heap (a later allocation kept, as a connection that
+    /// outlives a flood keeps its buffers) shows as held free, and `give_back` returns it at
+    /// once.
+    #[test]
     fn freed_memory_is_given_back() {
-        // Small blocks (below the mmap threshold) come from the heap, like connection buffers.
+        let _one = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Blocks of the size of connection buffers.
         let mut blocks: Vec<Vec<u8>> = (0..16 * 1024).map(|_| vec![1u8; 8 * 1024]).collect();
         let kept = vec![1u8; 8 * 1024];
         let before_free = resident_bytes().unwrap();
         blocks.clear();
         blocks.shrink_to_fit();
+        let held = free_held_bytes().unwrap();
         let after_free = resident_bytes().unwrap();
-        assert!(give_back());
+        let given = give_back();
         let after = resident_bytes().unwrap();
         eprintln!(
-            "128 MiB of 8 KiB blocks: resident {} MiB, still {} MiB once freed, {} MiB after \
-             give_back",
+            "128 MiB of 8 KiB blocks: resident {} MiB, still {} MiB once freed ({} MiB held \
+             free), {} MiB after give_back",
             before_free >> 20,
             after_free >> 20,
+            held >> 20,
             after >> 20
         );
+        // The background thread may have returned some already; not all of it, so soon.
+        assert!(given, "nothing was held free to give back");
         assert!(
-            after + (64 << 20) < after_free,
-            "{after} bytes resident after give_back, {after_free} before"
+            after + (32 << 20) < before_free,
+            "{after} bytes resident after give_back, {before_free} before the blocks were freed"
         );
+        assert!(free_held_bytes().unwrap() < 8 << 20);
         assert_eq!(kept.len(), 8 * 1024);
     }
 
-    /// Freed memory shows as held free until it is given back.
+    /// Freed pages the process does not reuse go back by themselves, within the decay time
+    /// (jemalloc's default, 10 s, would not be done by the deadline).
     #[test]
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    fn memory_freed_shows_as_held_free() {
-        let mut blocks: Vec<Vec<u8>> = (0..4 * 1024).map(|_| vec![1u8; 8 * 1024]).collect();
+    fn freed_memory_decays_by_itself() {
+        let _one = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut blocks: Vec<Vec<u8>> = (0..8 * 1024).map(|_| vec![1u8; 8 * 1024]).collect();
         let kept = vec![1u8; 8 * 1024];
-        let before = free_held_bytes().unwrap();
         blocks.clear();
         blocks.shrink_to_fit();
-        let freed = free_held_bytes().unwrap();
-        assert!(
-            freed >= before + (16 << 20),
-            "32 MiB freed, {before} bytes held free before, {freed} after"
-        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+        let mut held = free_held_bytes().unwrap();
+        while held >= 8 << 20 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            held = free_held_bytes().unwrap();
+        }
+        assert!(held < 8 << 20, "{held} bytes still held free after 4 s");
         assert_eq!(kept.len(), 8 * 1024);
     }
 }
