@@ -242,8 +242,9 @@ fn new_request_id() -> HeaderValue {
 enum Host {
     /// The `Host` header's value, its host part ending at `end`.
     Header(HeaderValue, usize),
-    /// The URI's authority (HTTP/2's `:authority`, HTTP/1.1's absolute form).
-    Authority(http::uri::Authority),
+    /// The URI's authority (HTTP/2's `:authority`, HTTP/1.1's absolute form), its host part
+    /// at `start..end`: found once (`Authority::host` splits the authority on each call).
+    Authority(http::uri::Authority, usize, usize),
     Lowered(String),
 }
 
@@ -256,7 +257,9 @@ impl Host {
                 .ok()
                 .and_then(|v| v.get(..*end))
                 .unwrap_or_default(),
-            Self::Authority(authority) => authority.host(),
+            Self::Authority(authority, start, end) => {
+                authority.as_str().get(*start..*end).unwrap_or_default()
+            }
             Self::Lowered(host) => host,
         }
     }
@@ -299,7 +302,11 @@ fn host_of<B>(request: &Request<B>) -> Result<Host, ProxyError> {
             {
                 return Err(ProxyError::AmbiguousHost);
             }
-            Ok(Host::lowered(host).unwrap_or_else(|| Host::Authority(authority.clone())))
+            Ok(Host::lowered(host).unwrap_or_else(|| {
+                // `host` is a part of the authority's own string.
+                let start = host.as_ptr().addr() - authority.as_str().as_ptr().addr();
+                Host::Authority(authority.clone(), start, start + host.len())
+            }))
         }
         None => {
             let host = from_header().ok_or(ProxyError::MissingHost)?;
@@ -1370,6 +1377,19 @@ mod tests {
             request(http2, "http://a.test/", &["b.test"]),
             Err(ProxyError::AmbiguousHost)
         ));
+        // The authority's host part, without user information or port.
+        for (uri, host) in [
+            ("http://a.test:8080/", "a.test"),
+            ("http://user:secret@a.test:8080/x", "a.test"),
+            ("http://[::1]:8080/", "[::1]"),
+            ("http://[::1]/", "[::1]"),
+        ] {
+            assert_eq!(
+                request(http2, uri, &[]).ok().as_deref(),
+                Some(host),
+                "{uri}"
+            );
+        }
     }
 
     #[test]
