@@ -79,16 +79,21 @@ impl Send {
 
     fn check_headers(fields: &http::HeaderMap) -> Result<(), UserError> {
         // 8.1.2.2. Connection-Specific Header Fields
-        if fields.contains_key(http::header::CONNECTION)
-            || fields.contains_key(http::header::TRANSFER_ENCODING)
-            || fields.contains_key(http::header::UPGRADE)
-            || fields.contains_key("keep-alive")
-            || fields.contains_key("proxy-connection")
-        {
-            tracing::debug!("illegal connection-specific headers found");
-            return Err(UserError::MalformedHeaders);
-        } else if let Some(te) = fields.get(http::header::TE) {
-            if te != "trailers" {
+        //
+        // One pass over the names rather than a hashed lookup of each of the six: nearly every
+        // message carries none of them, and comparing a name costs less than hashing one (the
+        // pass is linear in the names, as encoding them is, at a small part of its cost).
+        for name in fields.keys() {
+            let illegal = if name == http::header::TE {
+                fields.get(name).is_some_and(|te| te != "trailers")
+            } else {
+                name == http::header::CONNECTION
+                    || name == http::header::TRANSFER_ENCODING
+                    || name == http::header::UPGRADE
+                    || name.as_str() == "keep-alive"
+                    || name.as_str() == "proxy-connection"
+            };
+            if illegal {
                 tracing::debug!("illegal connection-specific headers found");
                 return Err(UserError::MalformedHeaders);
             }
@@ -663,5 +668,39 @@ impl Send {
 
     pub(crate) fn is_extended_connect_protocol_enabled(&self) -> bool {
         self.is_extended_connect_protocol_enabled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Send;
+    use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+    fn allowed(fields: &[(&str, &str)]) -> bool {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        Send::check_headers(&map).is_ok()
+    }
+
+    #[test]
+    fn connection_specific_headers_are_refused() {
+        assert!(allowed(&[]));
+        assert!(allowed(&[("content-type", "text/plain"), ("x-id", "1")]));
+        for name in [
+            "connection",
+            "transfer-encoding",
+            "upgrade",
+            "keep-alive",
+            "proxy-connection",
+        ] {
+            assert!(!allowed(&[("content-type", "text/plain"), (name, "x")]), "{name}");
+        }
+        assert!(allowed(&[("te", "trailers"), ("x-id", "1")]));
+        assert!(!allowed(&[("x-id", "1"), ("te", "gzip")]));
     }
 }
