@@ -48,6 +48,17 @@ enum MessageKind {
 }
 
 fn strip_connection_headers(headers: &mut HeaderMap, kind: MessageKind) {
+    // Nearly every message carries none of them: one pass over its few names says so, where
+    // the removals below hash six names.
+    let any = headers
+        .keys()
+        .any(|name| {
+            name == CONNECTION || name == http::header::TE || CONNECTION_HEADERS.contains(name)
+        });
+    if !any {
+        return;
+    }
+
     for header in &CONNECTION_HEADERS {
         if headers.remove(header).is_some() {
             warn!("Connection header illegal in HTTP/2: {}", header.as_str());
@@ -325,5 +336,44 @@ impl<B: Buf> Buf for SendBuf<B> {
             Self::Cursor(c) => c.chunks_vectored(dst),
             Self::None => 0,
         }
+    }
+}
+
+#[cfg(all(test, feature = "server"))]
+mod tests {
+    use super::{strip_connection_headers, MessageKind};
+    use http::HeaderMap;
+
+    fn headers(fields: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in fields {
+            map.append(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn connection_headers_are_stripped_from_a_response() {
+        let mut map = headers(&[
+            ("content-type", "text/plain"),
+            ("connection", "x-hop, keep-alive"),
+            ("x-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-connection", "close"),
+            ("x-end", "2"),
+        ]);
+        strip_connection_headers(&mut map, MessageKind::Response);
+        assert_eq!(map, headers(&[("content-type", "text/plain"), ("x-end", "2")]));
+    }
+
+    #[test]
+    fn a_response_without_connection_headers_is_left_as_it_is() {
+        let fields = [("content-type", "text/plain"), ("x-end", "2"), ("x-end", "3")];
+        let mut map = headers(&fields);
+        strip_connection_headers(&mut map, MessageKind::Response);
+        assert_eq!(map, headers(&fields));
     }
 }
