@@ -309,7 +309,9 @@ where
                 return self.poll_flush_flattened(cx);
             }
 
-            const MAX_WRITEV_BUFS: usize = 64;
+            // The head and the most bodies the queue takes (`can_buffer`); a queue that holds
+            // more (a flushing pipeline) is written over more calls.
+            const MAX_WRITEV_BUFS: usize = 1 + MAX_BUF_LIST_BUFFERS;
             loop {
                 let n = {
                     let mut iovs = [IoSlice::new(&[]); MAX_WRITEV_BUFS];
