@@ -1,8 +1,5 @@
 use std::mem::MaybeUninit;
 
-#[cfg(feature = "client")]
-use std::fmt::{self, Write as _};
-
 use bytes::Bytes;
 use bytes::BytesMut;
 #[cfg(feature = "client")]
@@ -1228,8 +1225,21 @@ impl Http1Transaction for Client {
 
         extend(dst, msg.head.subject.0.as_str().as_bytes());
         extend(dst, b" ");
-        //TODO: add API to http::Uri to encode without std::fmt
-        let _ = write!(FastWrite(dst), "{} ", msg.head.subject.1);
+        // What `Uri`'s `Display` writes, without `std::fmt`.
+        let uri = &msg.head.subject.1;
+        if let Some(scheme) = uri.scheme() {
+            extend(dst, scheme.as_str().as_bytes());
+            extend(dst, b"://");
+        }
+        if let Some(authority) = uri.authority() {
+            extend(dst, authority.as_str().as_bytes());
+        }
+        extend(dst, uri.path().as_bytes());
+        if let Some(query) = uri.query() {
+            extend(dst, b"?");
+            extend(dst, query.as_bytes());
+        }
+        extend(dst, b" ");
 
         match msg.head.version {
             Version::HTTP_10 => extend(dst, b"HTTP/1.0"),
@@ -1669,23 +1679,6 @@ fn write_headers_original_case(
                 extend(dst, b"\r\n");
             }
         }
-    }
-}
-
-#[cfg(feature = "client")]
-struct FastWrite<'data>(&'data mut Vec<u8>);
-
-#[cfg(feature = "client")]
-impl fmt::Write for FastWrite<'_> {
-    #[inline]
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        extend(self.0, s.as_bytes());
-        Ok(())
-    }
-
-    #[inline]
-    fn write_fmt(&mut self, args: fmt::Arguments<'_>) -> fmt::Result {
-        fmt::write(self, args)
     }
 }
 
@@ -2850,6 +2843,39 @@ mod tests {
                     "content-length: {values:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn test_client_request_encode_target_as_uri_displays() {
+        for target in [
+            "/",
+            "/a/b?c=d&e",
+            "/a?",
+            "*",
+            "example.com:443",
+            "http://example.com",
+            "https://user@example.com:8443/a?b",
+        ] {
+            let mut head = RequestHead::default();
+            head.subject.1 = target.parse().unwrap();
+            let mut vec = Vec::new();
+            Client::encode(
+                Encode {
+                    head: &mut head,
+                    body: None,
+                    #[cfg(feature = "server")]
+                    keep_alive: true,
+                    req_method: &mut None,
+                    title_case_headers: false,
+                    #[cfg(feature = "server")]
+                    date_header: true,
+                },
+                &mut vec,
+            )
+            .unwrap();
+            let line = format!("GET {} HTTP/1.1\r\n", head.subject.1);
+            assert!(vec.starts_with(line.as_bytes()), "{target}: {vec:?}");
         }
     }
 
