@@ -331,7 +331,10 @@ where
             ));
         }
 
-        self.state.allow_trailer_fields = headers::te_is_trailers(&msg.head.headers);
+        // Whether the client takes trailers: only a server reads it (`write_trailers`).
+        if T::is_server() {
+            self.state.allow_trailer_fields = headers::te_is_trailers(&msg.head.headers);
+        }
 
         Poll::Ready(Some(Ok((msg.head, msg.decode, wants))))
     }
