@@ -1,6 +1,9 @@
 //! Graceful shutdown of the client connections an accept loop served: once the loop stops
 //! accepting, each connection is told to finish the request in flight and close (HTTP/1.1
 //! after its response, HTTP/2 with a GOAWAY), and the loop waits for them, up to its grace.
+//! An HTTP/2 connection on which no request starts for a while is told the same ([`Idle`]):
+//! hyper's HTTP/1.1 server closes an idle connection at its head-read timeout, its HTTP/2
+//! server never.
 //!
 //! hyper-util's `GracefulShutdown` does the same, but each poll of each connection polls a
 //! `watch` channel's `changed()` again (hundreds of instructions per proxied request), and it
@@ -9,10 +12,12 @@
 
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
+
+use crate::timer::Deadline;
 
 /// One accept loop's connections, and whether they are being drained.
 #[derive(Debug)]
@@ -22,6 +27,57 @@ pub(crate) struct Drain {
     notify: Notify,
     /// One receiver per connection not yet ended: `closed()` completes when none is left.
     open: watch::Sender<()>,
+}
+
+/// The requests started on one connection, counted by its service and read by its [`Idle`]
+/// bound.
+#[derive(Debug, Default)]
+pub(crate) struct Started(AtomicU64);
+
+impl Started {
+    /// Counts a request: one relaxed increment, nothing else on the request's path.
+    pub(crate) fn one(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection is told to close (as when draining) once no request has started on it for
+/// `after`: looked at every `after`, so it closes between one and two of them after its last
+/// request started. A request still in flight then finishes (HTTP/2's GOAWAY lets it).
+#[derive(Debug)]
+pub(crate) struct Idle {
+    started: Arc<Started>,
+    after: Duration,
+    seen: u64,
+    next_look: Deadline,
+}
+
+impl Idle {
+    pub(crate) fn new(started: Arc<Started>, after: Duration) -> Self {
+        Self {
+            seen: started.count(),
+            started,
+            after,
+            next_look: Deadline::new(Instant::now() + after),
+        }
+    }
+
+    /// Ready once the connection is idle; until then its task is woken at each look.
+    fn poll_idle(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        while Pin::new(&mut self.next_look).poll(cx).is_ready() {
+            let started = self.started.count();
+            if started == self.seen {
+                return std::task::Poll::Ready(());
+            }
+            self.seen = started;
+            self.next_look = Deadline::new(Instant::now() + self.after);
+        }
+        std::task::Poll::Pending
+    }
 }
 
 /// A connection's place in its loop's [`Drain`], taken when it is accepted (so that a
@@ -70,6 +126,17 @@ impl Held {
         connection: C,
         shutdown: impl FnOnce(Pin<&mut C>),
     ) -> C::Output {
+        self.watch_idle(connection, shutdown, None).await
+    }
+
+    /// [`watch`](Self::watch), and `shutdown` is called too once `idle` says the connection
+    /// is idle.
+    pub(crate) async fn watch_idle<C: Future>(
+        self,
+        connection: C,
+        shutdown: impl FnOnce(Pin<&mut C>),
+        mut idle: Option<Idle>,
+    ) -> C::Output {
         let drain = &self.drain;
         let mut notified = pin!(drain.notify.notified());
         let mut connection = pin!(connection);
@@ -83,7 +150,10 @@ impl Held {
                     let _ = notified.as_mut().poll(cx);
                     registered = true;
                 }
-                if drain.draining.load(Ordering::Acquire)
+                let idle_now = idle
+                    .as_mut()
+                    .is_some_and(|idle| idle.poll_idle(cx).is_ready());
+                if (idle_now || drain.draining.load(Ordering::Acquire))
                     && let Some(shutdown) = shutdown.take()
                 {
                     shutdown(connection.as_mut());
@@ -161,6 +231,36 @@ mod tests {
             .await
             .expect("the drain ended with its last connection")
             .unwrap();
+    }
+
+    /// Told to close once no request has started for a look's time; not while they start.
+    #[tokio::test]
+    async fn an_idle_connection_is_told_to_close() {
+        let drain = Drain::new();
+        let started = Arc::new(Started::default());
+        let after = Duration::from_millis(50);
+        let idle = Idle::new(Arc::clone(&started), after);
+        let watched = tokio::spawn(drain.hold().watch_idle(
+            told(),
+            |c| c.get_mut().told = true,
+            Some(idle),
+        ));
+        let mut last = Instant::now();
+        for _ in 0..10 {
+            started.one();
+            last = Instant::now();
+            tokio::time::sleep(after / 2).await;
+            assert!(!watched.is_finished(), "closed while requests started");
+        }
+        tokio::time::timeout(Duration::from_secs(5), watched)
+            .await
+            .expect("the idle connection was told to close")
+            .unwrap();
+        let idle_for = last.elapsed();
+        assert!(
+            idle_for >= after,
+            "closed {idle_for:?} after its last request"
+        );
     }
 
     #[tokio::test(start_paused = true)]

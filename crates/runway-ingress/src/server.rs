@@ -28,7 +28,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::body::ProxyBody;
 use crate::connection::{Admission, ClientIo, Closed, Handshake, accept_until};
-use crate::drain::{Drain, Held};
+use crate::drain::{Drain, Held, Idle, Started};
 use crate::proxy::{Peer, handle};
 use crate::tls::{self, TlsError, TlsOptions};
 use crate::{Ingress, Shared};
@@ -444,6 +444,9 @@ struct Client {
 struct Protocols {
     http1: http1::Builder,
     auto: auto::Builder<TokioExecutor>,
+    /// How long an HTTP/2 connection may go without a new request: the head-read timeout,
+    /// which bounds an idle HTTP/1.1 connection (see [`Idle`]).
+    idle_after: Duration,
 }
 
 /// The settings of an HTTP/1.1 server, hyper's own builder or `auto`'s.
@@ -470,7 +473,11 @@ impl Protocols {
             .max_concurrent_streams(250)
             .keep_alive_interval(Some(options.http2_ping))
             .keep_alive_timeout(options.http2_ping);
-        Self { http1, auto }
+        Self {
+            http1,
+            auto,
+            idle_after: options.header_read_timeout,
+        }
     }
 }
 
@@ -494,9 +501,16 @@ impl Client {
         let peer = Arc::new(if private { peer.private() } else { peer });
         // Plain HTTP answers the HTTP-01 challenges the table holds; anything else (another
         // token too) is the service's. Not on the private listener: no ACME server reaches it.
+        // h2c's requests are counted for its idle bound (see below).
+        let h2c = first == Some(b'P');
+        let started = h2c.then(|| Arc::new(Started::default()));
+        let counted = started.clone();
         let service = service_fn(move |request: Request<Incoming>| {
             // One load once served: the first request ends the connection's wait.
             handshake.serving();
+            if let Some(counted) = &counted {
+                counted.one();
+            }
             let answer = http01_token(&request)
                 .filter(|_| !private)
                 .and_then(|token| http01_answer(&shared, token));
@@ -509,9 +523,14 @@ impl Client {
             }
         });
         let io = TokioIo::new(stream);
-        if first == Some(b'P') {
+        if let Some(started) = started {
+            // h2c (or HTTP/1.1 whose first method starts with P): an idle HTTP/2 connection is
+            // told to go, as hyper closes an idle HTTP/1.1 one.
+            let idle = Idle::new(started, protocols.idle_after);
             let connection = protocols.auto.serve_connection_with_upgrades(io, service);
-            let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
+            let _ = held
+                .watch_idle(connection, |c| c.graceful_shutdown(), Some(idle))
+                .await;
         } else {
             let connection = protocols
                 .http1
@@ -560,15 +579,20 @@ impl Client {
         if h2 {
             // HTTP/2 spawns a task per stream with the service's future in it: boxed, the
             // task stays small and the future is not copied into it.
+            let started = Arc::new(Started::default());
+            let idle = Idle::new(Arc::clone(&started), protocols.idle_after);
             let service = service_fn(move |request| {
                 // One load once served: the first request ends the connection's wait.
                 handshake.serving();
+                started.one();
                 Box::pin(handle(Arc::clone(&shared), Arc::clone(&peer), request))
             });
             // Through `auto`: until the client's preface has come, a shutdown ends the
             // connection at once (hyper's HTTP/2 server would wait for the preface first).
             let connection = protocols.auto.serve_connection_with_upgrades(io, service);
-            let _ = held.watch(connection, |c| c.graceful_shutdown()).await;
+            let _ = held
+                .watch_idle(connection, |c| c.graceful_shutdown(), Some(idle))
+                .await;
         } else {
             let service =
                 service_fn(move |request| handle(Arc::clone(&shared), Arc::clone(&peer), request));

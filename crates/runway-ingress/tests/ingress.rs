@@ -2297,6 +2297,100 @@ async fn a_silent_http2_client_is_cut_off() {
     .unwrap();
 }
 
+/// An HTTP/2 connection on which requests keep starting stays open; once none has started
+/// for the head-read timeout (what closes an idle HTTP/1.1 connection), it is told to go
+/// (GOAWAY) and closes: over h2c on an event loop, and over TLS on the shared runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_told_to_go() {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("quick").await;
+        let idle = Duration::from_millis(300);
+        for tls in [false, true] {
+            let options = Options {
+                header_read_timeout: idle,
+                ..Options::default()
+            };
+            let serving = if tls {
+                Serving::SharedRuntime
+            } else {
+                Serving::EventLoop
+            };
+            let running = start_with(Ingress::new(options), serving).await;
+            running
+                .ingress
+                .set_routes(&one_revision(up.address))
+                .unwrap();
+            // The TLS listener, kept to the end of the round.
+            let mut tls_server = None;
+            let (mut sender, connection) = if tls {
+                let (dir, config, ca_pem) = local_tls(&running.ingress);
+                let (address, stop, server) = serve_tls(&running.ingress, config).await;
+                let stream = tls_connect_h2(address, &ca_pem, HOST).await.unwrap();
+                tls_server = Some((dir, stop, server));
+                http2_client(stream).await
+            } else {
+                http2_client(TcpStream::connect(running.address).await.unwrap()).await
+            };
+            let scheme = if tls { "https" } else { "http" };
+            let mut last = Instant::now();
+            for _ in 0..12 {
+                let request = Request::get(format!("{scheme}://{HOST}/"))
+                    .body(Empty::<Bytes>::new())
+                    .unwrap();
+                let response = sender.send_request(request).await.unwrap();
+                assert_eq!(response.status(), StatusCode::OK);
+                last = Instant::now();
+                tokio::time::sleep(idle / 3).await;
+                assert!(
+                    !connection.is_finished(),
+                    "tls {tls}: closed while requests kept starting"
+                );
+            }
+            tokio::time::timeout(Duration::from_secs(5), connection)
+                .await
+                .unwrap_or_else(|_| panic!("tls {tls}: the idle connection stayed open"))
+                .unwrap()
+                .unwrap();
+            let idle_for = last.elapsed();
+            assert!(
+                idle_for >= idle,
+                "tls {tls}: closed {idle_for:?} after its last request"
+            );
+            assert!(
+                sender
+                    .send_request(Request::new(Empty::new()))
+                    .await
+                    .is_err()
+            );
+            if let Some((_dir, stop, server)) = tls_server {
+                let _ = stop.send(());
+                server.await.unwrap().unwrap();
+            }
+        }
+    })
+    .await
+    .unwrap();
+}
+
+/// An HTTP/2 client on `io`, its connection driven by a task of its own.
+async fn http2_client<T>(
+    io: T,
+) -> (
+    hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        TokioIo::new(io),
+    )
+    .await
+    .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
 /// The revision's 5xx count and its request count in `/metrics`' text.
 fn series(text: &str, name: &str, labels: &str) -> Option<u64> {
     text.lines()
