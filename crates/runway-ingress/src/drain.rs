@@ -126,7 +126,7 @@ impl Held {
         connection: C,
         shutdown: impl FnOnce(Pin<&mut C>),
     ) -> C::Output {
-        self.watch_idle(connection, shutdown, None).await
+        self.watch_until(connection, shutdown, |_| false).await
     }
 
     /// [`watch`](Self::watch), and `shutdown` is called too once `idle` says the connection
@@ -135,7 +135,19 @@ impl Held {
         self,
         connection: C,
         shutdown: impl FnOnce(Pin<&mut C>),
-        mut idle: Option<Idle>,
+        mut idle: Idle,
+    ) -> C::Output {
+        let is_idle = move |cx: &mut std::task::Context<'_>| idle.poll_idle(cx).is_ready();
+        self.watch_until(connection, shutdown, is_idle).await
+    }
+
+    /// [`watch`](Self::watch), and `shutdown` is called too once `now` says so (polled with
+    /// the connection until then).
+    async fn watch_until<C: Future>(
+        self,
+        connection: C,
+        shutdown: impl FnOnce(Pin<&mut C>),
+        mut now: impl FnMut(&mut std::task::Context<'_>) -> bool,
     ) -> C::Output {
         let drain = &self.drain;
         let mut notified = pin!(drain.notify.notified());
@@ -150,10 +162,7 @@ impl Held {
                     let _ = notified.as_mut().poll(cx);
                     registered = true;
                 }
-                let idle_now = idle
-                    .as_mut()
-                    .is_some_and(|idle| idle.poll_idle(cx).is_ready());
-                if (idle_now || drain.draining.load(Ordering::Acquire))
+                if (now(cx) || drain.draining.load(Ordering::Acquire))
                     && let Some(shutdown) = shutdown.take()
                 {
                     shutdown(connection.as_mut());
@@ -243,7 +252,7 @@ mod tests {
         let watched = tokio::spawn(drain.hold().watch_idle(
             told(),
             |c| c.get_mut().told = true,
-            Some(idle),
+            idle,
         ));
         let mut last = Instant::now();
         for _ in 0..10 {

@@ -18,7 +18,7 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
+use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::AsyncWriteExt;
@@ -501,16 +501,9 @@ impl Client {
         let peer = Arc::new(if private { peer.private() } else { peer });
         // Plain HTTP answers the HTTP-01 challenges the table holds; anything else (another
         // token too) is the service's. Not on the private listener: no ACME server reaches it.
-        // h2c's requests are counted for its idle bound (see below).
-        let h2c = first == Some(b'P');
-        let started = h2c.then(|| Arc::new(Started::default()));
-        let counted = started.clone();
         let service = service_fn(move |request: Request<Incoming>| {
             // One load once served: the first request ends the connection's wait.
             handshake.serving();
-            if let Some(counted) = &counted {
-                counted.one();
-            }
             let answer = http01_token(&request)
                 .filter(|_| !private)
                 .and_then(|token| http01_answer(&shared, token));
@@ -523,14 +516,19 @@ impl Client {
             }
         });
         let io = TokioIo::new(stream);
-        if let Some(started) = started {
-            // h2c (or HTTP/1.1 whose first method starts with P): an idle HTTP/2 connection is
-            // told to go, as hyper closes an idle HTTP/1.1 one.
-            let idle = Idle::new(started, protocols.idle_after);
+        if first == Some(b'P') {
+            // h2c (or HTTP/1.1 whose first method starts with P): its requests are counted, so
+            // that an idle HTTP/2 connection is told to go, as hyper closes an idle HTTP/1.1 one.
+            let started = Arc::new(Started::default());
+            let idle = Idle::new(Arc::clone(&started), protocols.idle_after);
+            let service = service_fn(move |request| {
+                started.one();
+                service.call(request)
+            });
             let connection = protocols.auto.serve_connection_with_upgrades(io, service);
-            let _ = held
-                .watch_idle(connection, |c| c.graceful_shutdown(), Some(idle))
-                .await;
+            // Boxed: `auto`'s connection is twice the size of HTTP/1.1's, and this future is
+            // as large as its largest branch.
+            let _ = Box::pin(held.watch_idle(connection, |c| c.graceful_shutdown(), idle)).await;
         } else {
             let connection = protocols
                 .http1
@@ -590,9 +588,8 @@ impl Client {
             // Through `auto`: until the client's preface has come, a shutdown ends the
             // connection at once (hyper's HTTP/2 server would wait for the preface first).
             let connection = protocols.auto.serve_connection_with_upgrades(io, service);
-            let _ = held
-                .watch_idle(connection, |c| c.graceful_shutdown(), Some(idle))
-                .await;
+            // Boxed, as in `serve_plain`: an HTTP/1.1 connection's future stays its own size.
+            let _ = Box::pin(held.watch_idle(connection, |c| c.graceful_shutdown(), idle)).await;
         } else {
             let service =
                 service_fn(move |request| handle(Arc::clone(&shared), Arc::clone(&peer), request));
