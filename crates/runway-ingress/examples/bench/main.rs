@@ -35,10 +35,10 @@
 //! repeat to about 1%, so a change to a proxy's request path shows in them.
 //!
 //! ```text
-//! cargo build --release -p runway-ingress --bin runway-ingress --example bench
-//! target/release/examples/bench [--rounds 5] [--seconds 10] [--connections 50] [--threads 2]
-//! target/release/examples/bench instructions [--requests 5000] [--warmup 500] [--connections 4] [--rounds 1]
-//! target/release/examples/bench instructions --only runway-ingress --keep-dumps /tmp/dumps
+//! cargo build --profile ingress -p runway-ingress --bin runway-ingress --example bench
+//! target/ingress/examples/bench [--rounds 5] [--seconds 10] [--connections 50] [--threads 2]
+//! target/ingress/examples/bench instructions [--requests 5000] [--warmup 500] [--connections 4] [--rounds 1]
+//! target/ingress/examples/bench instructions --only runway-ingress --keep-dumps /tmp/dumps
 //! callgrind_annotate --inclusive=yes /tmp/dumps/runway-ingress-http1-1.callgrind | head -60
 //! ```
 //!

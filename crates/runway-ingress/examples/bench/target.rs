@@ -154,7 +154,7 @@ impl Bench {
             .context("cannot find the target directory")?;
         if !ingress.exists() {
             bail!(
-                "{} is missing: cargo build --release -p runway-ingress --bin runway-ingress",
+                "{} is missing: cargo build --profile ingress -p runway-ingress --bin runway-ingress --example bench",
                 ingress.display()
             );
         }
