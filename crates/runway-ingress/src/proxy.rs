@@ -226,10 +226,11 @@ struct RequestId<'a> {
 /// push others out of the table.
 fn new_request_id() -> HeaderValue {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let random = fastrand::u128(..);
+    let random = fastrand::u128(..).to_be_bytes();
     let mut id = [0u8; 32];
-    for (i, digit) in id.iter_mut().enumerate() {
-        *digit = HEX[((random >> (4 * (31 - i))) & 0xf) as usize];
+    for (digits, byte) in id.chunks_exact_mut(2).zip(random) {
+        digits[0] = HEX[usize::from(byte >> 4)];
+        digits[1] = HEX[usize::from(byte & 0xf)];
     }
     // Hex digits are always a valid header value.
     let mut value = HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"));
@@ -1163,7 +1164,11 @@ fn upstream_request(
     *request.version_mut() = Version::HTTP_11;
     // Read before stripping: `Connection` may name `Host`, which goes on all the same.
     let from_uri = authority.is_some();
-    let forwarded_host = authority.or_else(|| request.headers().get(header::HOST).cloned());
+    let forwarded_host = authority.or_else(|| match host {
+        // The `Host` header, as `host_of` found it: not looked up again.
+        Host::Header(value, _) => Some(value.clone()),
+        _ => request.headers().get(header::HOST).cloned(),
+    });
     let connecting_ip = if stamp.cloudflare {
         request.headers().get(CF_CONNECTING_IP).cloned()
     } else {
@@ -1485,6 +1490,7 @@ mod hot_path {
         let id = new_request_id();
         assert!(id.is_sensitive());
         assert_eq!(id.len(), 32);
+        assert!(id.as_bytes().iter().all(u8::is_ascii_hexdigit), "{id:?}");
         assert_ne!(id, new_request_id());
     }
 }
