@@ -117,88 +117,94 @@ fn ip_header(ip: IpAddr) -> HeaderValue {
 }
 
 /// The service function of every client connection.
-pub(crate) async fn handle(
+#[allow(
+    clippy::manual_async_fn,
+    reason = "an async fn would carry the request twice (see `proxy`)"
+)]
+pub(crate) fn handle(
     shared: Arc<Shared>,
     peer: Arc<Peer>,
     request: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
-    let start = Instant::now();
-    let (request_id, fresh_id) = match request.headers().get(&X_REQUEST_ID) {
-        Some(id) if !id.is_empty() && id.len() <= 200 => (id.clone(), false),
-        _ => (new_request_id(), true),
-    };
-    // Without an access log there is no record: nothing is allocated or copied for it.
-    let mut record = shared.access_log.as_ref().map(|_| {
-        Box::new(AccessRecord {
-            time_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            request_id: request_id.to_str().unwrap_or_default().to_owned(),
-            client: peer.ip.to_str().unwrap_or_default().to_owned(),
-            method: request.method().to_string(),
-            path: request
-                .uri()
-                .path_and_query()
-                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-            ..AccessRecord::default()
-        })
-    });
-    // Likewise without a tracer: no trace.
-    let mut trace = shared.options.tracing.as_ref().map(|tracing| {
-        Box::new(tracing.begin(
-            request.headers(),
-            request.method(),
-            request.uri().path(),
-            peer.address,
+) -> impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send {
+    async move {
+        let start = Instant::now();
+        let (request_id, fresh_id) = match request.headers().get(&X_REQUEST_ID) {
+            Some(id) if !id.is_empty() && id.len() <= 200 => (id.clone(), false),
+            _ => (new_request_id(), true),
+        };
+        // Without an access log there is no record: nothing is allocated or copied for it.
+        let mut record = shared.access_log.as_ref().map(|_| {
+            Box::new(AccessRecord {
+                time_ms: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                request_id: request_id.to_str().unwrap_or_default().to_owned(),
+                client: peer.ip.to_str().unwrap_or_default().to_owned(),
+                method: request.method().to_string(),
+                path: request
+                    .uri()
+                    .path_and_query()
+                    .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+                ..AccessRecord::default()
+            })
+        });
+        // Likewise without a tracer: no trace.
+        let mut trace = shared.options.tracing.as_ref().map(|tracing| {
+            Box::new(tracing.begin(
+                request.headers(),
+                request.method(),
+                request.uri().path(),
+                peer.address,
+                start,
+            ))
+        });
+        let mut revision = None;
+        let (parts, body) = request.into_parts();
+        let (body, watch) = ClientBody::new(body, shared.options.max_body_bytes, &peer.linger);
+        let request = Request::from_parts(parts, body);
+        let id = RequestId {
+            value: &request_id,
+            fresh: fresh_id,
+        };
+        let context = Context {
+            shared: &shared,
+            peer: &peer,
+            body: &watch,
+            id,
             start,
-        ))
-    });
-    let mut revision = None;
-    let (parts, body) = request.into_parts();
-    let (body, watch) = ClientBody::new(body, shared.options.max_body_bytes, &peer.linger);
-    let request = Request::from_parts(parts, body);
-    let id = RequestId {
-        value: &request_id,
-        fresh: fresh_id,
-    };
-    let context = Context {
-        shared: &shared,
-        peer: &peer,
-        body: &watch,
-        id,
-        start,
-    };
-    match proxy(&context, request, &mut record, &mut trace, &mut revision).await {
-        Ok(response) => Ok(response),
-        Err(error) => {
-            if watch.unfinished() || matches!(watch.fault(), Some(BodyFault::TooLarge)) {
-                // The client may still be sending: close lingering, so it reads this answer.
-                peer.linger
-                    .store(true, std::sync::atomic::Ordering::Release);
-            }
-            let response = error_response(&error, &request_id);
-            let status = response.status().as_u16();
-            // The client's own faults are counted apart: a revision's figures (and so the
-            // canary analysis and the autoscaler) hold only what its instances answered, or
-            // failed to answer.
-            match (&revision, error.client_fault()) {
-                (Some(rev), None) => {
-                    rev.metrics.record(status, start.elapsed());
+        };
+        match proxy(&context, request, &mut record, &mut trace, &mut revision).await {
+            Ok(response) => Ok(response),
+            Err(error) => {
+                if watch.unfinished() || matches!(watch.fault(), Some(BodyFault::TooLarge)) {
+                    // The client may still be sending: close lingering, so it reads this answer.
+                    peer.linger
+                        .store(true, std::sync::atomic::Ordering::Release);
                 }
-                (Some(rev), Some(reason)) => rev.metrics.client_error(reason),
-                (None, Some(reason)) => shared.metrics.refused(reason),
-                (None, None) => shared.metrics.unrouted(),
+                let response = error_response(&error, &request_id);
+                let status = response.status().as_u16();
+                // The client's own faults are counted apart: a revision's figures (and so the
+                // canary analysis and the autoscaler) hold only what its instances answered, or
+                // failed to answer.
+                match (&revision, error.client_fault()) {
+                    (Some(rev), None) => {
+                        rev.metrics.record(status, start.elapsed());
+                    }
+                    (Some(rev), Some(reason)) => rev.metrics.client_error(reason),
+                    (None, Some(reason)) => shared.metrics.refused(reason),
+                    (None, None) => shared.metrics.unrouted(),
+                }
+                if let Some(trace) = trace {
+                    trace.end(status, Some(&error.to_string()));
+                }
+                if let (Some(log), Some(mut record)) = (&shared.access_log, record) {
+                    record.status = status;
+                    record.duration_ms = millis(start.elapsed());
+                    record.error = Some(error.to_string());
+                    log.send(*record);
+                }
+                Ok(response)
             }
-            if let Some(trace) = trace {
-                trace.end(status, Some(&error.to_string()));
-            }
-            if let (Some(log), Some(mut record)) = (&shared.access_log, record) {
-                record.status = status;
-                record.duration_ms = millis(start.elapsed());
-                record.error = Some(error.to_string());
-                log.send(*record);
-            }
-            Ok(response)
         }
     }
 }
