@@ -76,12 +76,8 @@ fn mallctl<T: Copy>(name: &CStr, old: Option<&mut T>, new: Option<&mut T>) -> bo
     status == 0
 }
 
-/// Reads a `size_t` control's value, after refreshing jemalloc's statistics.
+/// Reads a `size_t` control's value.
 fn read_size(name: &CStr) -> Option<usize> {
-    let mut epoch = 1u64;
-    if !mallctl(c"epoch", None, Some(&mut epoch)) {
-        return None;
-    }
     let mut value = 0usize;
     mallctl(name, Some(&mut value), None).then_some(value)
 }
@@ -100,10 +96,15 @@ pub fn give_back() -> bool {
 /// [`DIRTY_DECAY_MS`]. None when jemalloc does not say.
 #[must_use]
 pub fn free_held_bytes() -> Option<u64> {
+    // jemalloc's figures are as of its last epoch: a new one first.
+    let mut epoch = 1u64;
+    if !mallctl(c"epoch", None, Some(&mut epoch)) {
+        return None;
+    }
     let page = read_size(c"arenas.page")?;
     let dirty = read_size(c"stats.arenas.4096.pdirty")?;
     let muzzy = read_size(c"stats.arenas.4096.pmuzzy")?;
-    u64::try_from((dirty + muzzy) * page).ok()
+    u64::try_from(dirty.saturating_add(muzzy).saturating_mul(page)).ok()
 }
 
 /// The process's resident memory now, in bytes (`/proc/self/statm`); none where it cannot be
@@ -133,7 +134,7 @@ mod tests {
         assert!(on, "jemalloc's background thread is off");
         let mut decay = 0isize;
         assert!(mallctl(c"opt.dirty_decay_ms", Some(&mut decay), None));
-        assert_eq!(decay, 1000);
+        assert_eq!(u64::try_from(decay).unwrap(), DIRTY_DECAY_MS);
         assert!(mallctl(c"opt.muzzy_decay_ms", Some(&mut decay), None));
         assert_eq!(decay, 0);
     }
