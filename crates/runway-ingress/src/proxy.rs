@@ -310,9 +310,15 @@ fn host_of<B>(request: &Request<B>) -> Result<Host, ProxyError> {
                 return Err(ProxyError::AmbiguousHost);
             }
             Ok(Host::lowered(host).unwrap_or_else(|| {
-                // `host` is a part of the authority's own string.
-                let start = host.as_ptr().addr() - authority.as_str().as_ptr().addr();
-                Host::Authority(authority.clone(), start, start + host.len())
+                // `host` is a part of the authority's own string: where it lies is kept. Were
+                // it not (another `http` release), it is copied rather than trusted.
+                let whole = authority.as_str();
+                let start = host.as_ptr().addr().wrapping_sub(whole.as_ptr().addr());
+                let end = start.wrapping_add(host.len());
+                match whole.get(start..end) {
+                    Some(_) => Host::Authority(authority.clone(), start, end),
+                    None => Host::Lowered(host.to_owned()),
+                }
             }))
         }
         None => {

@@ -557,7 +557,8 @@ impl Client {
             return;
         };
         handshaken.store(true, std::sync::atomic::Ordering::Release);
-        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let alpn = stream.get_ref().1.alpn_protocol();
+        let (h2, acme) = (alpn == Some(b"h2"), alpn == Some(tls::ACME_TLS_ALPN));
         // HTTP/1.1 has hyper's head-read deadline from here on. An HTTP/2 connection counts as
         // served at its first request, as plain HTTP does: until then the accept loop's bound
         // (and the budget's shedding) applies, so that a client that chose h2 and sends no
@@ -565,7 +566,7 @@ impl Client {
         if !h2 && !handshake.serving() {
             return;
         }
-        if stream.get_ref().1.alpn_protocol() == Some(tls::ACME_TLS_ALPN) {
+        if acme {
             // A TLS-ALPN-01 validation: the handshake was the answer (RFC 8737); nothing is
             // read from it.
             let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown()).await;
