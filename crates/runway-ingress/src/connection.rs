@@ -441,9 +441,12 @@ impl ClientIo {
     pub(crate) async fn first_byte(&mut self) -> Option<u8> {
         let stream = self.stream.as_ref()?;
         // A peek, not `readable()`: that completes at once on a new socket (tokio reports it
-        // readable until a read finds nothing).
+        // readable until a read finds nothing). Polled, not `peek().await`: the socket's own
+        // waker slot, not a waiter queued on it.
         let mut first = [0u8; 1];
-        match stream.peek(&mut first).await {
+        let mut buffer = tokio::io::ReadBuf::new(&mut first);
+        let peeked = std::future::poll_fn(|cx| stream.poll_peek(cx, &mut buffer)).await;
+        match peeked {
             Ok(1) => Some(first[0]),
             _ => None,
         }
