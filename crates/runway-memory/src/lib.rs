@@ -29,11 +29,21 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// reuse), short enough that the memory a burst took is back within a second or two.
 pub const DIRTY_DECAY_MS: u64 = 1000;
 
+/// Bytes a thread allocates between two collections of its cache of freed blocks (jemalloc's
+/// `tcache_gc_incr_bytes`, 64 KiB by default). A connection allocates its buffers (8 KiB and
+/// more) and frees them when it closes, so at the default a collection ran every few
+/// connections and cost about 1,000 of the 17,300 instructions the ingress spent on a new
+/// connection; at 1 MiB it runs sixteen times less often. What the caches hold stays bounded
+/// by their slots per size, as before.
+pub const TCACHE_GC_INCR_BYTES: usize = 1 << 20;
+
 /// jemalloc's options, read when it starts, before `main`: a background thread that purges
 /// freed pages (rather than the allocating threads, on their requests' time), freed pages
 /// returned after [`DIRTY_DECAY_MS`], and returned outright (`MADV_DONTNEED`) rather than
-/// kept as lazily freed pages (`muzzy`), so that the resident size says what is in use.
-const CONF: &CStr = c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+/// kept as lazily freed pages (`muzzy`), so that the resident size says what is in use; and
+/// thread caches collected every [`TCACHE_GC_INCR_BYTES`].
+const CONF: &CStr =
+    c"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,tcache_gc_incr_bytes:1048576";
 
 #[allow(
     unsafe_code,
@@ -125,8 +135,8 @@ mod tests {
     /// The tests below free and purge memory of one process-wide allocator: one at a time.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    /// The compiled-in options are in force: the background thread runs and freed pages decay
-    /// in a second, returned outright.
+    /// The compiled-in options are in force: the background thread runs, freed pages decay
+    /// in a second, returned outright, and thread caches are collected every megabyte.
     #[test]
     fn the_options_are_in_force() {
         let mut on = false;
@@ -137,6 +147,13 @@ mod tests {
         assert_eq!(u64::try_from(decay).unwrap(), DIRTY_DECAY_MS);
         assert!(mallctl(c"opt.muzzy_decay_ms", Some(&mut decay), None));
         assert_eq!(decay, 0);
+        let mut gc_bytes = 0usize;
+        assert!(mallctl(
+            c"opt.tcache_gc_incr_bytes",
+            Some(&mut gc_bytes),
+            None
+        ));
+        assert_eq!(gc_bytes, TCACHE_GC_INCR_BYTES);
     }
 
     /// Memory freed in the middle of the heap (a later allocation kept, as a connection that
