@@ -331,7 +331,9 @@ impl Ingress {
             let tls = tls.clone();
             let bound = options.header_read_timeout;
             let metrics = Arc::clone(metrics);
-            tokio::spawn(async move {
+            // Boxed: spawning moves a task's future a few times over (into the task, and its
+            // stage when it ends), and a box moves as a pointer, where this future is 1 KiB.
+            tokio::spawn(Box::pin(async move {
                 let is_tls = tls.is_some();
                 // Set once a TLS handshake is done: a connection late past it is late with
                 // its first request, not with its handshake.
@@ -359,7 +361,7 @@ impl Ingress {
                         }
                     }
                 }
-            });
+            }));
             if shed > 0 {
                 // The shed connection's task closes its socket: let it run before the next
                 // accept takes another descriptor.
