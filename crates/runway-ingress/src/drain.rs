@@ -10,11 +10,13 @@
 //! cannot watch hyper's own HTTP/1.1 connection with upgrades. Here a connection's task is
 //! registered once, on its first poll, and later polls read one flag.
 
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{Notify, watch};
 
 use crate::timer::Deadline;
@@ -24,7 +26,7 @@ use crate::timer::Deadline;
 pub(crate) struct Drain {
     draining: AtomicBool,
     /// Wakes every connection's task once draining begins.
-    notify: Notify,
+    notify: Arc<Notify>,
     /// One receiver per connection not yet ended: `closed()` completes when none is left.
     open: watch::Sender<()>,
 }
@@ -67,16 +69,16 @@ impl Idle {
     }
 
     /// Ready once the connection is idle; until then its task is woken at each look.
-    fn poll_idle(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         while Pin::new(&mut self.next_look).poll(cx).is_ready() {
             let started = self.started.count();
             if started == self.seen {
-                return std::task::Poll::Ready(());
+                return Poll::Ready(());
             }
             self.seen = started;
             self.next_look = Deadline::new(Instant::now() + self.after);
         }
-        std::task::Poll::Pending
+        Poll::Pending
     }
 }
 
@@ -92,7 +94,7 @@ impl Drain {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             draining: AtomicBool::new(false),
-            notify: Notify::new(),
+            notify: Arc::new(Notify::new()),
             open: watch::Sender::new(()),
         })
     }
@@ -121,63 +123,91 @@ impl Held {
     ///
     /// Its task is registered for the drain's wake-up on the first poll only: a tokio task's
     /// waker does not change, and every later poll reads the flag.
-    pub(crate) async fn watch<C: Future>(
+    pub(crate) fn watch<C: Future>(
         self,
         connection: C,
         shutdown: impl FnOnce(Pin<&mut C>),
-    ) -> C::Output {
-        self.watch_until(connection, shutdown, |_| false).await
+    ) -> impl Future<Output = C::Output> {
+        self.watch_until(connection, shutdown, |_| false)
     }
 
     /// [`watch`](Self::watch), and `shutdown` is called too once `idle` says the connection
     /// is idle.
-    pub(crate) async fn watch_idle<C: Future>(
+    pub(crate) fn watch_idle<C: Future>(
         self,
         connection: C,
         shutdown: impl FnOnce(Pin<&mut C>),
         mut idle: Idle,
-    ) -> C::Output {
-        let is_idle = move |cx: &mut std::task::Context<'_>| idle.poll_idle(cx).is_ready();
-        self.watch_until(connection, shutdown, is_idle).await
+    ) -> impl Future<Output = C::Output> {
+        let is_idle = move |cx: &mut Context<'_>| idle.poll_idle(cx).is_ready();
+        self.watch_until(connection, shutdown, is_idle)
     }
 
     /// [`watch`](Self::watch), and `shutdown` is called too once `now` says so (polled with
     /// the connection until then).
-    async fn watch_until<C: Future>(
-        self,
+    fn watch_until<C, S, N>(self, connection: C, shutdown: S, now: N) -> Watched<C, S, N>
+    where
+        C: Future,
+        S: FnOnce(Pin<&mut C>),
+        N: FnMut(&mut Context<'_>) -> bool,
+    {
+        Watched {
+            notified: Arc::clone(&self.drain.notify).notified_owned(),
+            connection,
+            shutdown: Some(shutdown),
+            now,
+            registered: false,
+            _held: self,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection and its [`Held`] place (see [`Held::watch`]). A future of its own rather
+    /// than an `async fn`: the connection (hundreds of bytes) is moved into it once, where
+    /// each `async fn` layer around it moved it again and kept room for another copy.
+    struct Watched<C, S, N> {
+        #[pin]
         connection: C,
-        shutdown: impl FnOnce(Pin<&mut C>),
-        mut now: impl FnMut(&mut std::task::Context<'_>) -> bool,
-    ) -> C::Output {
-        let drain = &self.drain;
-        let mut notified = pin!(drain.notify.notified());
-        let mut connection = pin!(connection);
-        let mut shutdown = Some(shutdown);
-        let mut registered = false;
-        std::future::poll_fn(|cx| {
-            if shutdown.is_some() {
-                if !registered {
-                    // Registered before the flag is read: a drain that begins after the read
-                    // wakes this task.
-                    let _ = notified.as_mut().poll(cx);
-                    registered = true;
-                }
-                if (now(cx) || drain.draining.load(Ordering::Acquire))
-                    && let Some(shutdown) = shutdown.take()
-                {
-                    shutdown(connection.as_mut());
-                }
+        #[pin]
+        notified: OwnedNotified,
+        shutdown: Option<S>,
+        now: N,
+        registered: bool,
+        _held: Held,
+    }
+}
+
+impl<C, S, N> Future for Watched<C, S, N>
+where
+    C: Future,
+    S: FnOnce(Pin<&mut C>),
+    N: FnMut(&mut Context<'_>) -> bool,
+{
+    type Output = C::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<C::Output> {
+        let mut this = self.project();
+        if this.shutdown.is_some() {
+            if !*this.registered {
+                // Registered before the flag is read: a drain that begins after the read
+                // wakes this task.
+                let _ = this.notified.poll(cx);
+                *this.registered = true;
             }
-            connection.as_mut().poll(cx)
-        })
-        .await
+            if ((this.now)(cx) || this._held.drain.draining.load(Ordering::Acquire))
+                && let Some(shutdown) = this.shutdown.take()
+            {
+                shutdown(this.connection.as_mut());
+            }
+        }
+        this.connection.poll(cx)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::task::Poll;
 
     /// A connection that ends only once told to, counting its polls.
     struct Told {
