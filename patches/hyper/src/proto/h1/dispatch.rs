@@ -146,6 +146,7 @@ where
         should_shutdown: bool,
     ) -> Poll<crate::Result<Dispatched>> {
         T::update_date();
+        self.conn.begin_poll();
 
         ready!(self.poll_loop(cx))?;
 
@@ -839,6 +840,87 @@ mod tests {
         drop(res);
 
         assert!(!tx.is_ready());
+    }
+
+    /// A transport that counts the reads of it that found nothing (`Pending`).
+    struct CountingReads<T> {
+        inner: T,
+        found_nothing: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CountingReads<T> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+            if read.is_pending() {
+                self.found_nothing
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            read
+        }
+    }
+
+    impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountingReads<T> {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    #[cfg(not(miri))]
+    #[tokio::test]
+    async fn client_reads_for_eof_once_per_poll() {
+        let _ = pretty_env_logger::try_init();
+
+        let (io, _handle) = tokio_test::io::Builder::new()
+            .write(b"GET / HTTP/1.1\r\n\r\n")
+            .read(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .wait(Duration::from_secs(5))
+            .build_with_handle();
+        let found_nothing = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let io = CountingReads {
+            inner: io,
+            found_nothing: std::sync::Arc::clone(&found_nothing),
+        };
+        let (mut tx, rx) = crate::client::dispatch::channel();
+        let conn = Conn::<_, bytes::Bytes, ClientTransaction>::new(Compat::new(io));
+        let mut dispatcher = tokio_test::task::spawn(Dispatcher::new(Client::new(rx), conn));
+        assert!(dispatcher.poll().is_pending());
+
+        let mut res_rx = tx
+            .try_send(crate::Request::new(IncomingBody::empty()))
+            .unwrap();
+        // The request is written, its response read, and the connection, idle again, is
+        // looked at for EOF: in each poll, a read that finds nothing is not made again.
+        let mut answered = false;
+        for _ in 0..3 {
+            let before = found_nothing.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(dispatcher.poll().is_pending());
+            let after = found_nothing.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(after - before, 1, "reads that found nothing in one poll");
+            answered = answered
+                || tokio_test::task::spawn(())
+                    .enter(|cx, _| Pin::new(&mut res_rx).poll(cx))
+                    .is_ready();
+        }
+        assert!(answered, "the response came");
     }
 
     #[cfg(not(miri))]

@@ -34,6 +34,10 @@ pub(crate) struct Buffered<T, B> {
     io: T,
     partial_len: Option<usize>,
     read_blocked: bool,
+    /// A read found nothing (`Pending`) in the current poll of the connection: the task's
+    /// waker is registered with the transport, and until it wakes the task another read
+    /// finds nothing again, so none is made. Cleared as each poll begins (`begin_poll`).
+    read_found_nothing: bool,
     read_buf: BytesMut,
     read_buf_strategy: ReadStrategy,
     write_buf: WriteBuf<B>,
@@ -68,6 +72,7 @@ where
             io,
             partial_len: None,
             read_blocked: false,
+            read_found_nothing: false,
             read_buf: BytesMut::with_capacity(0),
             read_buf_strategy: ReadStrategy::default(),
             write_buf,
@@ -229,6 +234,9 @@ where
     }
 
     pub(crate) fn poll_read_from_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_found_nothing {
+            return Poll::Pending;
+        }
         // Get the next amount to allocate, but make sure we don't go over
         // the max read buf size configured.
         let next = cmp::min(
@@ -258,6 +266,9 @@ where
     /// point into it), so reserving a full `next` there would allocate a new buffer for
     /// every message only to read nothing into it.
     pub(crate) fn poll_read_ahead(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_found_nothing {
+            return Poll::Pending;
+        }
         if self.read_buf_remaining_mut() == 0 {
             return self.poll_read_from_io(cx);
         }
@@ -285,6 +296,7 @@ where
             }
             Poll::Pending => {
                 self.read_blocked = true;
+                self.read_found_nothing = true;
                 Poll::Pending
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -297,6 +309,11 @@ where
 
     pub(crate) fn is_read_blocked(&self) -> bool {
         self.read_blocked
+    }
+
+    /// Called as each poll of the connection begins: reads are made again.
+    pub(crate) fn begin_poll(&mut self) {
+        self.read_found_nothing = false;
     }
 
     pub(crate) fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
