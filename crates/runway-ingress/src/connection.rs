@@ -377,7 +377,10 @@ pub(crate) async fn accept_until(
     let mut backoff = Duration::ZERO;
     loop {
         let pause = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            // Polled, not `accept().await`: the listener's own waker slot rather than a waiter
+            // queued on it and taken off again for each connection. The slot holds one waker:
+            // each listener is its accept loop's own, polled by that one task.
+            accepted = std::future::poll_fn(|cx| listener.poll_accept(cx)) => match accepted {
                 Ok(accepted) => return Some(accepted),
                 Err(error) => {
                     if limits::out_of_resources(&error) {
