@@ -10,17 +10,15 @@ use httpdate::HttpDate;
 // "Sun, 06 Nov 1994 08:49:37 GMT".len()
 pub(crate) const DATE_VALUE_LENGTH: usize = 29;
 
+/// Writes the current date, refreshing the cached one first if it is a second old: once per
+/// response head written, rather than once per poll of each connection whether or not it
+/// writes one.
 #[cfg(feature = "http1")]
 pub(crate) fn extend(dst: &mut Vec<u8>) {
     CACHED.with(|cache| {
-        dst.extend_from_slice(cache.borrow().buffer());
-    });
-}
-
-#[cfg(feature = "http1")]
-pub(crate) fn update() {
-    CACHED.with(|cache| {
-        cache.borrow_mut().check();
+        let mut cache = cache.borrow_mut();
+        cache.check();
+        dst.extend_from_slice(cache.buffer());
     });
 }
 

@@ -145,7 +145,6 @@ where
         cx: &mut Context<'_>,
         should_shutdown: bool,
     ) -> Poll<crate::Result<Dispatched>> {
-        T::update_date();
         self.conn.begin_poll();
 
         ready!(self.poll_loop(cx))?;
