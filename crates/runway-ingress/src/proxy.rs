@@ -231,12 +231,21 @@ struct RequestId<'a> {
 /// Marked sensitive, so that HTTP/2's HPACK never indexes it: a value seen once would only
 /// push others out of the table.
 fn new_request_id() -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    /// Each byte's two hex digits: one lookup per byte.
+    const DIGITS: [[u8; 2]; 256] = {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [[0u8; 2]; 256];
+        let mut byte = 0;
+        while byte < 256 {
+            digits[byte] = [HEX[byte >> 4], HEX[byte & 0xf]];
+            byte += 1;
+        }
+        digits
+    };
     let random = fastrand::u128(..).to_be_bytes();
     let mut id = [0u8; 32];
     for (digits, byte) in id.chunks_exact_mut(2).zip(random) {
-        digits[0] = HEX[usize::from(byte >> 4)];
-        digits[1] = HEX[usize::from(byte & 0xf)];
+        digits.copy_from_slice(&DIGITS[usize::from(byte)]);
     }
     // Hex digits are always a valid header value.
     let mut value = HeaderValue::from_bytes(&id).unwrap_or_else(|_| HeaderValue::from_static("0"));
