@@ -603,6 +603,54 @@ async fn slow_instance_gets_504(serving: Serving) {
     .unwrap();
 }
 
+/// A client that goes away while its request is at an instance cancels the request there: the
+/// ingress closes its connection to the instance at once (an HTTP/1.1 connection cannot drop a
+/// request and go on), rather than holding the instance's slot until the request timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_its_request() {
+    client_goes_away(Serving::SharedRuntime).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_its_request_on_an_event_loop() {
+    client_goes_away(Serving::EventLoop).await;
+}
+
+async fn client_goes_away(serving: Serving) {
+    tokio::time::timeout(BOUND, async {
+        let up = upstream("slow").await;
+        let running = start_with(Ingress::new(Options::default()), serving).await;
+        // A request timeout far past what the test waits for.
+        let config = table(
+            60.0,
+            vec![revision(
+                "hello-1",
+                100,
+                vec![instance(up.address, true, 0)],
+            )],
+        );
+        running.ingress.set_routes(&config).unwrap();
+        let mut client = TcpStream::connect(running.address).await.unwrap();
+        let request = format!("GET /?sleep_ms=60000 HTTP/1.1\r\nhost: {HOST}\r\n\r\n");
+        client.write_all(request.as_bytes()).await.unwrap();
+        while up.active.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(up.open.load(Ordering::SeqCst), 1);
+        let gone = Instant::now();
+        drop(client);
+        while up.open.load(Ordering::SeqCst) > 0 {
+            assert!(
+                gone.elapsed() < Duration::from_secs(5),
+                "the instance's connection is still open 5 s after its client went away"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_limits_queue_and_never_overload_an_instance() {
     tokio::time::timeout(BOUND, async {
