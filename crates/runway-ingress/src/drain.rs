@@ -157,7 +157,7 @@ impl Held {
             shutdown: Some(shutdown),
             now,
             registered: false,
-            _held: self,
+            held: self,
         }
     }
 }
@@ -174,7 +174,9 @@ pin_project_lite::pin_project! {
         shutdown: Option<S>,
         now: N,
         registered: bool,
-        _held: Held,
+        // Last, so dropped after the connection: the drain counts it ended once its place
+        // is given up.
+        held: Held,
     }
 }
 
@@ -195,7 +197,7 @@ where
                 let _ = this.notified.poll(cx);
                 *this.registered = true;
             }
-            if ((this.now)(cx) || this._held.drain.draining.load(Ordering::Acquire))
+            if ((this.now)(cx) || this.held.drain.draining.load(Ordering::Acquire))
                 && let Some(shutdown) = this.shutdown.take()
             {
                 shutdown(this.connection.as_mut());
