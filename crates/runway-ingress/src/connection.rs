@@ -365,6 +365,22 @@ pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// A listening socket that others of this user may share (`SO_REUSEPORT`: one per event loop,
+/// and a replacement ingress's beside this one's).
+pub(crate) fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
 /// The next connection, or `None` once `shutdown` completes. An accept that failed for want
 /// of descriptors or memory is retried after a pause that doubles while it keeps failing
 /// (counted in `accept_errors`; see [`crate::limits::accept_pause`]), since the listener

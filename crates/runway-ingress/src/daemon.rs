@@ -228,32 +228,17 @@ fn worker(args: Args, supervisor: u32) -> anyhow::Result<()> {
     })
 }
 
-/// A listening socket that others of this user may share (`SO_REUSEPORT`).
-fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(address),
-        socket2::Type::STREAM,
-        None,
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&address.into())?;
-    socket.listen(1024)?;
-    Ok(socket.into())
-}
-
 /// `count` listeners (at least one) on one address, `SO_REUSEPORT`: the first binds it (and
 /// picks the port, for port 0), the others bind the port it got.
 fn reuse_port_listeners(
     address: SocketAddr,
     count: usize,
 ) -> std::io::Result<Vec<std::net::TcpListener>> {
-    let first = reuse_port_listener(address)?;
+    let first = crate::connection::reuse_port_listener(address)?;
     let bound = first.local_addr()?;
     let mut listeners = vec![first];
     for _ in 1..count {
-        listeners.push(reuse_port_listener(bound)?);
+        listeners.push(crate::connection::reuse_port_listener(bound)?);
     }
     Ok(listeners)
 }
@@ -650,7 +635,7 @@ pub(crate) async fn bind(args: &Args) -> anyhow::Result<Sockets> {
     let http_loops = if redirect { 1 } else { loops.max(1) };
     let http = reuse_port_listeners(http_at, http_loops)
         .with_context(|| format!("cannot listen on {http_at} (HTTP)"))?;
-    let admin = reuse_port_listener(admin_at)
+    let admin = crate::connection::reuse_port_listener(admin_at)
         .with_context(|| format!("cannot listen on {admin_at} (metrics)"))?;
     let https = match https_at {
         Some(address) => reuse_port_listeners(address, loops.max(1))

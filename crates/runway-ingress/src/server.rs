@@ -181,7 +181,12 @@ impl Ingress {
             .map(|_| {
                 listeners
                     .iter()
-                    .map(|l| Ok((reuse_port_listener(l.address)?, l.tls.clone())))
+                    .map(|l| {
+                        Ok((
+                            crate::connection::reuse_port_listener(l.address)?,
+                            l.tls.clone(),
+                        ))
+                    })
                     .collect::<std::io::Result<Vec<_>>>()
             })
             .collect::<std::io::Result<Vec<_>>>()?;
@@ -245,18 +250,6 @@ impl Ingress {
         }
         Ok(())
     }
-}
-
-fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = if address.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.set_reuseport(true)?;
-    socket.bind(address)?;
-    socket.listen(1024)?.into_std()
 }
 
 /// Reloads the operator's certificates whenever their files change.
