@@ -13,6 +13,8 @@
 //! (as a slow client does) and holds the connection; the first flood comes from one address,
 //! the second from many (127.0.0.10 and up).
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::print_stdout)]
 
 use std::convert::Infallible;

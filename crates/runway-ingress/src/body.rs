@@ -232,12 +232,12 @@ impl ClientBody {
     pub(crate) async fn read_prefix(&mut self, limit: usize, wait: std::time::Duration) -> Bytes {
         use http_body_util::BodyExt as _;
         let mut prefix = bytes::BytesMut::new();
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = std::time::Instant::now() + wait;
         let Some(body) = self.0.as_deref_mut() else {
             return Bytes::new();
         };
         while prefix.len() < limit && !body.inner.is_end_stream() {
-            let Ok(Some(frame)) = tokio::time::timeout_at(deadline, body.inner.frame()).await
+            let Ok(Some(frame)) = crate::timer::timeout_at(deadline, body.inner.frame()).await
             else {
                 break;
             };

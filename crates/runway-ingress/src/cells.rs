@@ -366,7 +366,7 @@ impl TopologyService {
             return Err(format!("{ASKS_AT_ONCE} questions out already"));
         };
         let timeout = Duration::from_millis(self.config.timeout_ms.max(1));
-        let answer = match tokio::time::timeout(timeout, self.ask(kind, value)).await {
+        let answer = match crate::timer::timeout(timeout, self.ask(kind, value)).await {
             Ok(answer) => answer,
             Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
         };

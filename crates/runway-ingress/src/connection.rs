@@ -412,7 +412,7 @@ pub(crate) async fn accept_until(
         };
         backoff = pause;
         tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+            () = crate::timer::sleep(pause) => {}
             () = &mut shutdown => return None,
         }
     }
@@ -502,8 +502,8 @@ impl Drop for ClientIo {
 async fn linger(mut stream: TcpStream) {
     let _ = stream.shutdown().await;
     let mut sink = [0u8; 4096];
-    let _ = tokio::time::timeout(LINGER_TIME, async {
-        while let Ok(Ok(read)) = tokio::time::timeout(LINGER_READ, stream.read(&mut sink)).await {
+    let _ = crate::timer::timeout(LINGER_TIME, async {
+        while let Ok(Ok(read)) = crate::timer::timeout(LINGER_READ, stream.read(&mut sink)).await {
             if read == 0 {
                 break;
             }

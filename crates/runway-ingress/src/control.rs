@@ -360,7 +360,7 @@ pub async fn serve_control(
                     tokio::spawn(connection(stream, Arc::clone(&state), Origin::Socket));
                 }
                 // Out of descriptors, say: wait it out, keep serving.
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(_) => crate::timer::sleep(Duration::from_millis(10)).await,
             },
             () = &mut shutdown => return,
         }
@@ -389,7 +389,7 @@ pub async fn serve_control_tls(
                     let (acceptor, state) = (acceptor.clone(), Arc::clone(&state));
                     tokio::spawn(async move {
                         let _ = tcp.set_nodelay(true);
-                        let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+                        let handshake = crate::timer::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
                         let stream = match handshake.await {
                             Ok(Ok(stream)) => stream,
                             Ok(Err(error)) => {
@@ -402,7 +402,7 @@ pub async fn serve_control_tls(
                         connection(stream, state, Origin::Network).await;
                     });
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(_) => crate::timer::sleep(Duration::from_millis(10)).await,
             },
             () = &mut shutdown => return,
         }
@@ -430,7 +430,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Send>(
 ) {
     let (read, mut write) = tokio::io::split(stream);
     let mut lines = BufReader::new(read.take(MAX_LINE_BYTES));
-    let request = match tokio::time::timeout(REQUEST_READ_TIMEOUT, read_line(&mut lines)).await {
+    let request = match crate::timer::timeout(REQUEST_READ_TIMEOUT, read_line(&mut lines)).await {
         Ok(Ok(Some(line))) => serde_json::from_str::<Request>(&line),
         // Gone, silent or too long: nothing to answer.
         _ => return,
@@ -491,6 +491,10 @@ async fn watch_stream(
     interval: Duration,
 ) {
     let mut scale_up = state.ingress.subscribe_scale_up();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a periodic task of the shared runtime"
+    )]
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopped = state.stop.subscribe();
@@ -665,7 +669,7 @@ impl ControlClient {
     /// Connects now; the request follows later, to whoever answered now.
     pub async fn open(&self) -> Result<Opened, ControlError> {
         let at = self.endpoint.to_string();
-        let stream = tokio::time::timeout(self.timeout, self.endpoint.connect())
+        let stream = crate::timer::timeout(self.timeout, self.endpoint.connect())
             .await
             .map_err(|_| ControlError::Timeout {
                 at: at.clone(),
@@ -747,7 +751,7 @@ impl Opened {
             }
         };
         let reply =
-            tokio::time::timeout(bound, exchange)
+            crate::timer::timeout(bound, exchange)
                 .await
                 .map_err(|_| ControlError::Timeout {
                     at: self.at.clone(),
@@ -908,7 +912,7 @@ async fn keep_watching(shared: Weak<Shared>, options: RemoteOptions) {
         };
         set_connected(&strong, false);
         drop(strong);
-        tokio::time::sleep(options.reconnect).await;
+        crate::timer::sleep(options.reconnect).await;
     }
 }
 
@@ -925,7 +929,7 @@ async fn watch_once(opened: Opened, shared: &Weak<Shared>, interval_ms: u64) -> 
     // A silent ingress counts as lost after this many intervals.
     let silence = Duration::from_millis(interval_ms.saturating_mul(10)).max(Duration::from_secs(2));
     loop {
-        let line = match tokio::time::timeout(silence, read_line(&mut lines)).await {
+        let line = match crate::timer::timeout(silence, read_line(&mut lines)).await {
             Ok(Ok(Some(line))) => line,
             _ => return true,
         };

@@ -1083,11 +1083,7 @@ async fn serve_loops(
                 .name(format!("ingress-loop-{}", index + 1))
                 .spawn(move || -> std::io::Result<()> {
                     crate::upstream::enter_event_loop(index + 1);
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()?;
-                    runtime.block_on(async move {
-                        crate::timer::install();
+                    crate::timer::event_loop(async move {
                         let mut served = tokio::task::JoinSet::new();
                         for (socket, tls) in sockets {
                             let listener = TcpListener::from_std(socket)?;
@@ -1104,7 +1100,7 @@ async fn serve_loops(
                             ended.map_err(std::io::Error::other)??;
                         }
                         Ok(())
-                    })
+                    })?
                 })
         })
         .collect::<std::io::Result<_>>()?;
@@ -1412,7 +1408,7 @@ async fn start(
                 log_tail(&log_path)
             )));
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        crate::timer::sleep(Duration::from_millis(10)).await;
     }
 }
 

@@ -258,7 +258,7 @@ impl Dns {
                 Ok(accepted) => accepted,
                 Err(error) if is_transient(&error) => {
                     // Out of descriptors, or the connection went: a moment's rest.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    crate::timer::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -279,7 +279,7 @@ impl Dns {
     async fn serve_connection(&self, mut stream: TcpStream) -> std::io::Result<()> {
         let idle = self.options.tcp_idle;
         loop {
-            let Ok(query) = tokio::time::timeout(idle, read_framed(&mut stream)).await else {
+            let Ok(query) = crate::timer::timeout(idle, read_framed(&mut stream)).await else {
                 return Ok(());
             };
             let Some(query) = query? else {
@@ -293,7 +293,7 @@ impl Dns {
                     Err(_) => servfail,
                 },
             };
-            let written = tokio::time::timeout(idle, write_framed(&mut stream, &answer)).await;
+            let written = crate::timer::timeout(idle, write_framed(&mut stream, &answer)).await;
             if !matches!(written, Ok(Ok(()))) {
                 return Ok(());
             }
@@ -323,7 +323,7 @@ impl Dns {
                     }
                 }
             };
-            if let Ok(Some(answer)) = tokio::time::timeout(self.options.timeout, attempt).await {
+            if let Ok(Some(answer)) = crate::timer::timeout(self.options.timeout, attempt).await {
                 return Some(answer);
             }
         }
@@ -338,7 +338,7 @@ impl Dns {
                 write_framed(&mut stream, query).await.ok()?;
                 read_framed(&mut stream).await.ok()?
             };
-            if let Ok(Some(answer)) = tokio::time::timeout(self.options.timeout, attempt).await {
+            if let Ok(Some(answer)) = crate::timer::timeout(self.options.timeout, attempt).await {
                 return Some(answer);
             }
         }

@@ -112,7 +112,7 @@ impl Drain {
     pub(crate) async fn finish(&self, grace: Duration) {
         self.draining.store(true, Ordering::Release);
         self.notify.notify_waiters();
-        let _ = tokio::time::timeout(grace, self.open.closed()).await;
+        let _ = crate::timer::timeout(grace, self.open.closed()).await;
     }
 }
 

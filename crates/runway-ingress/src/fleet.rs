@@ -260,7 +260,7 @@ async fn keep_looking(shared: Weak<Shared>) {
         };
         let options = strong.options.clone();
         drop(strong);
-        tokio::time::sleep(options.resolve_every).await;
+        crate::timer::sleep(options.resolve_every).await;
         let found = resolve(&options.addresses).await;
         let Some(strong) = shared.upgrade() else {
             return;

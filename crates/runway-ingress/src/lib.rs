@@ -65,8 +65,9 @@
 //! - `metrics.rs`: per-revision series, also read back for the autoscaler and the canary
 //!   analysis, kept 10 minutes after a revision leaves the table, then removed at the next table
 //!   change or scrape. `log.rs`: the JSON access log.
-//! - `timer.rs`: an event loop's own deadlines, a request's deadline as a future of its own, and
-//!   hyper's timer on them.
+//! - `timer.rs`: an event loop's runtime (tokio's I/O driver, no tokio timer), its own deadlines
+//!   and the thread that rings for them, a request's deadline as a future of its own, and
+//!   hyper's timer on them; the crate's sleeps and timeouts, which work on and off the loops.
 //! - `cloudflare.rs`: `--cloudflare-ranges FILE`; a `cloudflare` route admits only peers in them
 //!   (403 otherwise, and 403 saying the platform has none when no file is given), and passes
 //!   their `CF-Connecting-IP` on.
@@ -96,6 +97,8 @@
 
 // Library code logs through `tracing` (runway-log sets up where it goes); it never prints.
 #![deny(clippy::print_stderr)]
+// Unit tests keep time on tokio's runtimes, never on an event loop's.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 mod body;
 mod cells;
@@ -348,6 +351,10 @@ impl Ingress {
     pub fn give_back_memory(&self) -> tokio::task::JoinHandle<()> {
         let admission = Arc::clone(&self.shared.admission);
         tokio::spawn(async move {
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a periodic task of the shared runtime"
+            )]
             let mut ticks = tokio::time::interval(limits::FLOOD_CHECK);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

@@ -1013,7 +1013,7 @@ async fn acquire(
                     deadline
                 }
             };
-            let _ = tokio::time::timeout_at(wait_until.into(), changed).await;
+            let _ = crate::timer::timeout_at(wait_until, changed).await;
         };
         if let Some(since) = hold_started {
             held_for += since.elapsed();

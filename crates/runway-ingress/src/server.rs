@@ -19,7 +19,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::{Service as _, service_fn};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -200,13 +200,7 @@ impl Ingress {
                     .name(format!("ingress-loop-{}", index + 1))
                     .spawn(move || -> std::io::Result<()> {
                         crate::upstream::enter_event_loop(index + 1);
-                        let runtime = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build()?;
-                        runtime.block_on(async move {
-                            crate::timer::install();
-                            ingress.event_loop(sockets, shutdown).await
-                        })
+                        crate::timer::event_loop(ingress.event_loop(sockets, shutdown))?
                     })
             })
             .collect::<std::io::Result<_>>()?;
@@ -254,6 +248,10 @@ impl Ingress {
 
 /// Reloads the operator's certificates whenever their files change.
 async fn watch_certificates(tls: Tls, period: Duration, metrics: Arc<crate::Metrics>) {
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a periodic task of the shared runtime"
+    )]
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -463,7 +461,7 @@ impl Protocols {
         let mut auto = auto::Builder::new(TokioExecutor::new());
         http1_settings!(auto.http1(), options);
         auto.http2()
-            .timer(TokioTimer::new())
+            .timer(crate::timer::HyperTimer)
             .max_header_list_size(options.max_header_bytes as u32)
             .max_concurrent_streams(250)
             .keep_alive_interval(Some(options.http2_ping))
@@ -564,7 +562,7 @@ impl Client {
         if acme {
             // A TLS-ALPN-01 validation: the handshake was the answer (RFC 8737); nothing is
             // read from it.
-            let _ = tokio::time::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown()).await;
+            let _ = crate::timer::timeout(ACME_CLOSE_TIMEOUT, stream.shutdown()).await;
             return;
         }
         let session = stream.get_ref().1;
@@ -676,7 +674,7 @@ where
                 let mut stream = stream;
                 stream.first_byte().await;
                 let connection = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
+                    .timer(crate::timer::HyperTimer)
                     .header_read_timeout(header_read_timeout)
                     .serve_connection(TokioIo::new(stream), service);
                 let _ = Box::pin(connection).await;

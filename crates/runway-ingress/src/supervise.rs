@@ -404,7 +404,7 @@ impl Supervisor {
             };
             // What it said before it went.
             while open {
-                match tokio::time::timeout(Duration::from_millis(100), read.read_u8()).await {
+                match crate::timer::timeout(Duration::from_millis(100), read.read_u8()).await {
                     Ok(Ok(byte)) => {
                         if let Err(error) = self.heard(byte, &mut heard) {
                             failed_publish = Some(error);
@@ -486,7 +486,7 @@ impl Supervisor {
             return false;
         }
         tokio::select! {
-            () = tokio::time::sleep(pause) => false,
+            () = crate::timer::sleep(pause) => false,
             _ = self.terminate.recv() => true,
             _ = self.interrupt.recv() => true,
         }

@@ -172,7 +172,7 @@ impl Instance {
     /// Waits until no request is in flight on this instance, at most `grace`; true when it
     /// became idle.
     pub async fn wait_idle(&self, grace: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + grace;
+        let deadline = std::time::Instant::now() + grace;
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
@@ -180,7 +180,7 @@ impl Instance {
             if self.in_flight() == 0 {
                 return true;
             }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+            if crate::timer::timeout_at(deadline, idle).await.is_err() {
                 return self.in_flight() == 0;
             }
         }

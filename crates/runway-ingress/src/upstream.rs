@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{Builder, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::table::Instance;
 use tokio::net::TcpStream;
@@ -179,12 +179,12 @@ pub(crate) async fn send_h2c(
 }
 
 async fn connect_h2(address: SocketAddr, timeout: Duration) -> std::io::Result<H2Sender> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+    let stream = crate::timer::timeout(timeout, TcpStream::connect(address))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;
     let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
+        .timer(crate::timer::HyperTimer)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(std::io::Error::other)?;
@@ -246,7 +246,7 @@ impl Pool {
 
 /// Opens a new HTTP/1.1 connection to an instance.
 pub(crate) async fn connect(address: SocketAddr, timeout: Duration) -> std::io::Result<Sender> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(address))
+    let stream = crate::timer::timeout(timeout, TcpStream::connect(address))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     stream.set_nodelay(true)?;

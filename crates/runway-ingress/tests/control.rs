@@ -1,6 +1,8 @@
 //! The control socket end to end in one process: an ingress serving on loopback, its control
 //! socket in a temporary directory, and the control plane's handle ([`RemoteIngress`]) on it.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::net::SocketAddr;

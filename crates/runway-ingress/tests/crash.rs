@@ -7,6 +7,8 @@
 //! Every process is started in a process group of its own and the group is killed when the
 //! test ends, however it ends.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 // Test code: a failing unwrap is a failing test.
 #![allow(clippy::unwrap_used)]
 

@@ -1,6 +1,8 @@
 //! The ingress when file descriptors run short. A test binary of its own: it lowers its own
 //! process's limit on open files, which would disturb other tests.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 // Test code: a failing unwrap is a failing test.
 #![allow(clippy::unwrap_used)]
 

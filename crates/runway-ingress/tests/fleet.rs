@@ -2,6 +2,8 @@
 //! their control channel's certificates made by `control_tls::generate`, and the control
 //! plane's [`IngressFleet`] on them; and what the control port refuses.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 use std::net::SocketAddr;

@@ -8,6 +8,8 @@
 //! The flood's sockets are plain `socket2` sockets (no task, no buffer in this process), so
 //! the resident size read here is the ingress's.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 // Test code: a failing unwrap is a failing test; the figures are printed for the record.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 

@@ -1,5 +1,7 @@
 //! The ingress over real loopback sockets, with small hyper servers as instances.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 // The helpers below are test code too: a failing unwrap is a failing test.
 #![allow(clippy::unwrap_used)]
 

@@ -2,6 +2,8 @@
 //! routes off the public listeners, Cloudflare-only routes, and the instances' resolver. Each
 //! loopback source address (127.0.0.2, 127.0.0.3, …) plays an instance of its own.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 // The helpers below are test code too: a failing unwrap is a failing test.
 #![allow(clippy::unwrap_used)]
 

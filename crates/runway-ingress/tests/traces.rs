@@ -7,6 +7,8 @@
 //! the call's span as its `traceparent`; a caller's `traceparent` and `tracestate` carry the
 //! request into the caller's trace.
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used, reason = "tests")]
 
 #[path = "support/otelcol.rs"]

@@ -61,6 +61,8 @@
 //! the load) and address lists, `BENCH_OTLP=URL` traces every request to that OTLP collector (`BENCH_OTLP_RATIO`: the share
 //! of traces kept).
 
+// Tests and benches keep time on tokio's runtimes, never on an event loop's.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::print_stdout)]
 
 mod client;
