@@ -186,12 +186,7 @@ pub fn load(path: &Path) -> Result<Ranges, RangesError> {
 pub(crate) async fn watch(cloudflare: Arc<Cloudflare>, path: PathBuf, period: Duration) {
     let mut seen = None;
     let mut last_error = None;
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a periodic task of the shared runtime"
-    )]
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = crate::timer::Interval::new(period);
     loop {
         ticks.tick().await;
         let now = stamp(&path);

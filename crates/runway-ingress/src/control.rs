@@ -491,12 +491,7 @@ async fn watch_stream(
     interval: Duration,
 ) {
     let mut scale_up = state.ingress.subscribe_scale_up();
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a periodic task of the shared runtime"
-    )]
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = crate::timer::Interval::new(interval);
     let mut stopped = state.stop.subscribe();
     loop {
         let reply = tokio::select! {

@@ -351,12 +351,7 @@ impl Ingress {
     pub fn give_back_memory(&self) -> tokio::task::JoinHandle<()> {
         let admission = Arc::clone(&self.shared.admission);
         tokio::spawn(async move {
-            #[expect(
-                clippy::disallowed_methods,
-                reason = "a periodic task of the shared runtime"
-            )]
-            let mut ticks = tokio::time::interval(limits::FLOOD_CHECK);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut ticks = crate::timer::Interval::new(limits::FLOOD_CHECK);
             loop {
                 ticks.tick().await;
                 let Some((peak, held)) = admission.flood_over(limits::FLOOD_CLOSED) else {

@@ -248,12 +248,7 @@ impl Ingress {
 
 /// Reloads the operator's certificates whenever their files change.
 async fn watch_certificates(tls: Tls, period: Duration, metrics: Arc<crate::Metrics>) {
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "a periodic task of the shared runtime"
-    )]
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = crate::timer::Interval::new(period);
     ticks.tick().await;
     loop {
         ticks.tick().await;

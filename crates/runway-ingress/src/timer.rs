@@ -12,8 +12,9 @@
 //! ([`Clock`]), which sleeps until the next deadline and wakes the loop only then. Anywhere
 //! else (the shared runtime) a deadline is a tokio `Sleep`.
 //!
-//! Code that may run on an event loop waits with [`sleep`], [`timeout`] and [`timeout_at`],
-//! never with tokio's, which would panic there: the crate's `clippy.toml` refuses those.
+//! Code that may run on an event loop waits with [`sleep`], [`timeout`], [`timeout_at`] and
+//! [`Interval`], never with tokio's, which would panic there: the crate's `clippy.toml` refuses
+//! those.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -372,6 +373,35 @@ pub(crate) fn sleep(duration: Duration) -> Deadline {
     Deadline::new(Instant::now() + duration)
 }
 
+/// A periodic task's pace, on or off an event loop: tokio's `interval` with
+/// `MissedTickBehavior::Delay`.
+#[derive(Debug)]
+pub(crate) struct Interval {
+    period: Duration,
+    next: Instant,
+}
+
+impl Interval {
+    /// Ticks at once, then every `period`.
+    pub(crate) fn new(period: Duration) -> Self {
+        Self {
+            period,
+            next: Instant::now(),
+        }
+    }
+
+    /// Completes at the next tick. Dropped before then, it leaves the tick where it was; a
+    /// tick seen late puts the next a whole period after it.
+    pub(crate) async fn tick(&mut self) {
+        if Instant::now() < self.next {
+            Deadline::new(self.next).await;
+        }
+        let now = Instant::now();
+        let next = self.next + self.period;
+        self.next = if next < now { now + self.period } else { next };
+    }
+}
+
 /// `future`'s output, or `Err(Elapsed)` if `at` comes first.
 pub(crate) fn timeout_at<F: Future>(at: Instant, future: F) -> Timeout<F> {
     Timeout {
@@ -533,6 +563,29 @@ mod tests {
             assert_eq!(late, Err(Elapsed));
             assert!(start.elapsed() >= Duration::from_millis(40));
             assert_eq!(waiting(), 0);
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn an_interval_ticks_at_once_then_every_period_and_keeps_its_pace_when_dropped() {
+        event_loop(async {
+            let period = Duration::from_millis(50);
+            let start = Instant::now();
+            let mut ticks = Interval::new(period);
+            ticks.tick().await;
+            assert!(start.elapsed() < period, "the first tick waited");
+            // A tick given up halfway is still due at its time.
+            let given_up = timeout(period / 2, ticks.tick()).await;
+            assert_eq!(given_up, Err(Elapsed));
+            ticks.tick().await;
+            let second = start.elapsed();
+            assert!(
+                second >= period && second < period + GRAIN * 10,
+                "{second:?}"
+            );
+            ticks.tick().await;
+            assert!(start.elapsed() >= period * 2);
         })
         .unwrap();
     }

@@ -298,43 +298,66 @@ fn free_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-/// A `runway-ingress` process on `state` serving HTTPS (plain HTTP redirects to it), fed on
-/// its control socket; killed when dropped.
+/// A `runway-ingress` process on `state` serving HTTPS (plain HTTP redirects to it) from two
+/// event loops, fed on its control socket; killed when dropped. Its stderr is passed on, and
+/// [`Process::kill`] fails the test if it says a thread panicked (a panicking task ends alone,
+/// and the ingress goes on serving without what it did).
 struct Process {
     child: tokio::process::Child,
     http: SocketAddr,
     https: SocketAddr,
+    panicked: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Process {
     async fn start(state: &Path, ca: &Path) -> Self {
         let (http, https, admin) = (free_port(), free_port(), free_port());
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runway-ingress"))
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_runway-ingress"))
             .arg("--state-dir")
             .arg(state)
             .arg("--ca-dir")
             .arg(ca)
             .args(["--listen", &http.to_string(), "--admin", &admin.to_string()])
             .args(["--https", &https.to_string()])
-            .args(["--event-loops", "0", "--threads", "1"])
+            .args(["--event-loops", "2", "--threads", "1"])
             .args(["--shutdown-grace-seconds", "1"])
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
+        let panicked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let seen = Arc::clone(&panicked);
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                eprintln!("{line}");
+                if line.contains("panicked at") {
+                    seen.store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+        });
         let deadline = Instant::now() + Duration::from_secs(10);
         let answered = async || ControlClient::new(state).hello().await.ok().map(|h| h.pid);
         while answered().await != child.id() {
             assert!(Instant::now() < deadline, "the ingress never answered");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Self { child, http, https }
+        Self {
+            child,
+            http,
+            https,
+            panicked,
+        }
     }
 
-    /// SIGKILL, and waits for it to be gone.
+    /// SIGKILL, and waits for it to be gone; fails if it panicked meanwhile.
     async fn kill(mut self) {
         self.child.kill().await.unwrap();
+        assert!(
+            !self.panicked.load(std::sync::atomic::Ordering::Acquire),
+            "the ingress panicked (its stderr is above)"
+        );
     }
 }
 
