@@ -109,10 +109,14 @@ pub(crate) fn event_loop<F: Future>(future: F) -> std::io::Result<F::Output> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
-    runtime.block_on(async {
+    let output = runtime.block_on(async {
         install()?;
         Ok(future.await)
-    })
+    });
+    // Its tasks (and their deadlines) go first; then the thread is no loop any more.
+    drop(runtime);
+    LOOP.with(|deadlines| deadlines.borrow_mut().take());
+    output
 }
 
 /// Makes this thread an event loop with its own deadlines, and spawns the task that fires
@@ -333,13 +337,13 @@ impl Future for Deadline {
                         remove(loop_id, index);
                         Poll::Ready(())
                     }
-                    // Moved off its loop: the time itself tells.
+                    // Moved off its loop: the time itself tells, or this thread's own clock
+                    // (another loop's list, or tokio's timer off the loops; a loop has no
+                    // tokio timer). The old slot goes when it fires.
                     None if Instant::now() >= at => Poll::Ready(()),
                     None => {
-                        let mut sleep = tokio_sleep(at);
-                        let polled = sleep.as_mut().poll(cx);
-                        self.state = State::Tokio(sleep);
-                        polled
+                        self.state = State::Unregistered;
+                        self.poll(cx)
                     }
                 }
             }
@@ -588,6 +592,28 @@ mod tests {
             assert!(start.elapsed() >= period * 2);
         })
         .unwrap();
+    }
+
+    #[test]
+    fn a_deadline_moved_to_another_loop_fires_there() {
+        let start = Instant::now();
+        let at = start + Duration::from_millis(50);
+        // Registered in the first loop's list...
+        let mut deadline = event_loop(async move {
+            let mut deadline = Box::pin(Deadline::new(at));
+            let polled = std::future::poll_fn(|cx| Poll::Ready(deadline.as_mut().poll(cx))).await;
+            assert!(polled.is_pending());
+            // Handed out as it is, not awaited.
+            Some(deadline)
+        })
+        .unwrap()
+        .unwrap();
+        // ...then awaited on another loop's thread, which has no tokio timer either.
+        std::thread::spawn(move || event_loop(async move { deadline.as_mut().await }).unwrap())
+            .join()
+            .unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
