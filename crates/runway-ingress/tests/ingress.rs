@@ -243,8 +243,13 @@ async fn start_with(ingress: Ingress, serving: Serving) -> Running {
 /// The table most tests serve: `hello-1` with all the traffic, on one ready instance at
 /// `address` with no concurrency limit.
 fn one_revision(address: SocketAddr) -> RouteTableConfig {
+    one_revision_timed(address, 5.0)
+}
+
+/// [`one_revision`] with a request timeout of `timeout` seconds.
+fn one_revision_timed(address: SocketAddr, timeout: f64) -> RouteTableConfig {
     table(
-        5.0,
+        timeout,
         vec![revision("hello-1", 100, vec![instance(address, true, 0)])],
     )
 }
@@ -583,14 +588,7 @@ async fn slow_instance_gets_504(serving: Serving) {
     tokio::time::timeout(BOUND, async {
         let up = upstream("slow").await;
         let running = start_with(Ingress::new(Options::default()), serving).await;
-        let config = table(
-            0.3,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision_timed(up.address, 0.3);
         running.ingress.set_routes(&config).unwrap();
         let started = Instant::now();
         let (status, _, body) = get(running.address, HOST, "/?sleep_ms=3000").await;
@@ -623,14 +621,7 @@ async fn client_goes_away(serving: Serving) {
         let up = upstream("slow").await;
         let running = start_with(Ingress::new(Options::default()), serving).await;
         // A request timeout far past what the test waits for.
-        let config = table(
-            60.0,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision_timed(up.address, 60.0);
         running.ingress.set_routes(&config).unwrap();
         let mut client = TcpStream::connect(running.address).await.unwrap();
         let request = format!("GET /?sleep_ms=60000 HTTP/1.1\r\nhost: {HOST}\r\n\r\n");
@@ -2532,14 +2523,7 @@ async fn a_client_too_slow_with_its_body_gets_408_not_the_revisions_504() {
     tokio::time::timeout(BOUND, async {
         let up = upstream("fine").await;
         let running = start(Ingress::new(Options::default())).await;
-        let config = table(
-            0.5,
-            vec![revision(
-                "hello-1",
-                100,
-                vec![instance(up.address, true, 0)],
-            )],
-        );
+        let config = one_revision_timed(up.address, 0.5);
         running.ingress.set_routes(&config).unwrap();
 
         // Ten bytes of a hundred, then nothing: the instance waits for the rest.
